@@ -1,0 +1,28 @@
+//! The limiter: validated options, token-bucket arithmetic, key naming, the Valkey script
+//! that makes one decision atomically, and the Rust model that script mirrors.
+//!
+//! Data path of one decision: [`Limiter::acquire`] validates the shop and token count,
+//! builds the keys, runs [`script::DECIDE`] on the process's pooled connection (one round
+//! trip, on Valkey's clock), and turns the raw [`StepReply`] into a [`Decision`] with
+//! [`Decision::from_reply`]; `remaining` and `retry_after` are derived in Rust from the
+//! bucket states the script returns.
+
+mod bucket;
+mod decision;
+mod error;
+mod keys;
+mod options;
+pub mod script;
+mod service;
+mod step;
+
+pub use bucket::{BucketSet, BucketSpec, Lane};
+pub use decision::{Decision, Reason};
+pub use error::{ConfigError, LimiterError};
+pub use keys::Keys;
+pub use options::{
+    validate_shop_id, validate_tokens, validate_ttl, Defaults, LimiterOptions, OnUnavailable,
+    MAX_SHOP_ID_BYTES, MAX_TTL_SECONDS,
+};
+pub use service::Limiter;
+pub use step::{step, StepReply, StoredState};

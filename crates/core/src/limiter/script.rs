@@ -1,0 +1,81 @@
+//! The Valkey script that makes one decision atomically: the Lua twin of [`super::step`].
+//!
+//! KEYS: global bucket, hot-lane bucket, hot-shop bucket, hot flag (always all four, so a
+//! cluster sees every key the script may touch; all share one hash tag).
+//! ARGV: tokens, static_hot (0/1), then interval and tolerance (µs) of global, hot lane and
+//! hot shop (interval 0 = bucket not configured).
+//! Reply: `{reason, hot, now, tat_global, tat_lane, tat_shop}` (see `StepReply`).
+//!
+//! Time is Valkey's own (`TIME`), never the PHP host's. A bucket key expires when the
+//! bucket would be full again, so idle buckets vanish and a missing key means "full".
+
+/// Marks the clock block that tests swap for a clock they control.
+const CLOCK_BLOCK: &str = "\
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local slack_ms = 1
+";
+
+const BODY: &str = r#"
+local n = tonumber(ARGV[1])
+local hot = ARGV[2] == '1'
+if not hot then hot = redis.call('EXISTS', KEYS[4]) == 1 end
+local last = 1
+if hot then last = 3 end
+local tat = {-1, -1, -1}
+local reason = 0
+for i = 1, last do
+  local interval = tonumber(ARGV[1 + 2 * i])
+  if interval > 0 then
+    local v = tonumber(redis.call('GET', KEYS[i])) or now
+    if v < now then v = now end
+    tat[i] = v
+    if reason == 0 and v + n * interval - now > tonumber(ARGV[2 + 2 * i]) then reason = i end
+  end
+end
+if reason == 0 then
+  for i = 1, last do
+    if tat[i] >= 0 then
+      tat[i] = tat[i] + n * tonumber(ARGV[1 + 2 * i])
+      redis.call('SET', KEYS[i], string.format('%d', tat[i]),
+        'PX', math.floor((tat[i] - now) / 1000) + slack_ms)
+    end
+  end
+end
+if hot then hot = 1 else hot = 0 end
+return {reason, hot, now, tat[1], tat[2], tat[3]}
+"#;
+
+/// The production script source.
+pub fn decide_source() -> String {
+    format!("{CLOCK_BLOCK}{BODY}")
+}
+
+/// The same decision logic with the clock taken from ARGV[9] (µs), for tests that compare
+/// the script with the Rust model at times they choose. Keys live an hour so Valkey's real
+/// clock never expires a key the model still holds.
+pub fn decide_source_with_test_clock() -> String {
+    let clock = "\
+local now = tonumber(ARGV[9])
+local slack_ms = 3600000
+";
+    format!("{clock}{BODY}")
+}
+
+/// The production script, hashed once per process.
+pub static DECIDE: once_cell::sync::Lazy<redis::Script> =
+    once_cell::sync::Lazy::new(|| redis::Script::new(&decide_source()));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_clock_variant_differs_only_in_the_clock_block() {
+        let prod = decide_source();
+        let test = decide_source_with_test_clock();
+        assert!(prod.contains("redis.call('TIME')"));
+        assert!(!test.contains("TIME"));
+        assert_eq!(prod.strip_prefix(CLOCK_BLOCK), test.split_once("slack_ms = 3600000\n").map(|x| x.1));
+    }
+}

@@ -1,0 +1,179 @@
+use std::time::Duration;
+
+use super::bucket::Lane;
+use super::decision::Decision;
+use super::error::LimiterError;
+use super::keys::Keys;
+use super::options::{validate_shop_id, validate_tokens, validate_ttl, LimiterOptions, OnUnavailable};
+use super::script::DECIDE;
+use super::step::StepReply;
+use crate::store::{self, StoreError};
+
+/// A configured limiter: validated options plus everything per-call work can reuse.
+/// Cheap to build; all limiters of a process share the pooled connections.
+#[derive(Debug, Clone)]
+pub struct Limiter {
+    options: LimiterOptions,
+    keys: Keys,
+    /// ARGV[3..8] of the script: interval and tolerance per lane ("0" when not configured).
+    lane_args: [String; 6],
+}
+
+impl Limiter {
+    pub fn new(options: LimiterOptions) -> Self {
+        let keys = Keys::new(&options.name);
+        let mut lane_args: [String; 6] = Default::default();
+        for lane in Lane::ALL {
+            let (interval, tolerance) = options
+                .buckets
+                .get(lane)
+                .map_or((0, 0), |b| (b.interval_us(), b.tolerance_us()));
+            lane_args[2 * lane as usize] = interval.to_string();
+            lane_args[2 * lane as usize + 1] = tolerance.to_string();
+        }
+        Self {
+            options,
+            keys,
+            lane_args,
+        }
+    }
+
+    pub fn options(&self) -> &LimiterOptions {
+        &self.options
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// Whether `shop` is listed in the `hot_shops` option (no Valkey needed).
+    pub fn is_statically_hot(&self, shop: &[u8]) -> bool {
+        self.options.hot_shops.contains(shop)
+    }
+
+    /// One decision for `tokens` tokens of `shop`: one script call, one round trip.
+    /// When Valkey cannot be asked, `on_unavailable` decides (or the error is returned
+    /// for "throw").
+    pub fn acquire(&self, shop: &[u8], tokens: i64) -> Result<Decision, LimiterError> {
+        validate_shop_id(shop)?;
+        validate_tokens(tokens, &self.options.buckets)?;
+        let static_hot = self.is_statically_hot(shop);
+        let result = self.with_valkey(|c| {
+            let mut inv = DECIDE.prepare_invoke();
+            inv.key(self.keys.global())
+                .key(self.keys.hot_lane())
+                .key(self.keys.hot_shop(shop))
+                .key(self.keys.hot_flag(shop))
+                .arg(tokens)
+                .arg(if static_hot { "1" } else { "0" });
+            for a in &self.lane_args {
+                inv.arg(a.as_str());
+            }
+            inv.invoke::<Vec<i64>>(c)
+        });
+        let failure = match result {
+            Ok(ints) => match StepReply::from_ints(&ints) {
+                Some(reply) => {
+                    return Ok(Decision::from_reply(&self.options.buckets, tokens, &reply))
+                }
+                None => StoreError::Failed {
+                    cause: format!("unexpected script reply {ints:?}"),
+                    retry_in: Duration::ZERO,
+                },
+            },
+            Err(e) => e,
+        };
+        let retry = match failure.retry_in() {
+            Duration::ZERO => self.options.retry_interval,
+            d => d,
+        };
+        match self.options.on_unavailable {
+            OnUnavailable::Allow => Ok(Decision::unavailable(true, 0.0, static_hot)),
+            OnUnavailable::Deny => Ok(Decision::unavailable(false, retry.as_secs_f64(), static_hot)),
+            OnUnavailable::Throw => Err(self.unavailable(failure)),
+        }
+    }
+
+    /// Marks `shop` hot for every worker at once until `ttl_seconds` run out.
+    pub fn mark_hot(&self, shop: &[u8], ttl_seconds: i64) -> Result<(), LimiterError> {
+        validate_shop_id(shop)?;
+        validate_ttl(ttl_seconds)?;
+        let key = self.keys.hot_flag(shop);
+        self.admin(|c| {
+            redis::cmd("SET")
+                .arg(&key)
+                .arg(1)
+                .arg("EX")
+                .arg(ttl_seconds)
+                .query::<()>(c)
+        })
+    }
+
+    /// Ends a `markHot()` early. Shops listed in `hot_shops` stay hot.
+    pub fn unmark_hot(&self, shop: &[u8]) -> Result<(), LimiterError> {
+        validate_shop_id(shop)?;
+        let key = self.keys.hot_flag(shop);
+        self.admin(|c| redis::cmd("DEL").arg(&key).query::<()>(c))
+    }
+
+    /// Whether `shop` is hot: listed in `hot_shops`, or marked and not yet expired.
+    pub fn is_hot(&self, shop: &[u8]) -> Result<bool, LimiterError> {
+        validate_shop_id(shop)?;
+        if self.is_statically_hot(shop) {
+            return Ok(true);
+        }
+        let key = self.keys.hot_flag(shop);
+        self.admin(|c| redis::cmd("EXISTS").arg(&key).query::<bool>(c))
+    }
+
+    /// Forgets every bucket of this limiter (all full again). Hot marks are kept.
+    pub fn reset(&self) -> Result<(), LimiterError> {
+        let pattern = self.keys.bucket_pattern();
+        self.admin(|c| {
+            let mut cursor: u64 = 0;
+            loop {
+                let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query(c)?;
+                if !keys.is_empty() {
+                    redis::cmd("UNLINK").arg(&keys).query::<()>(c)?;
+                }
+                if next == 0 {
+                    return Ok(());
+                }
+                cursor = next;
+            }
+        })
+    }
+
+    fn with_valkey<T>(
+        &self,
+        op: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T, StoreError> {
+        store::with_connection(
+            &self.options.endpoint,
+            self.options.timeout,
+            self.options.retry_interval,
+            op,
+        )
+    }
+
+    /// Administrative calls have no safe default: a failure is always an error.
+    fn admin<T>(
+        &self,
+        op: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T, LimiterError> {
+        self.with_valkey(op).map_err(|e| self.unavailable(e))
+    }
+
+    fn unavailable(&self, e: StoreError) -> LimiterError {
+        LimiterError::Unavailable {
+            url: self.options.endpoint.display_url().to_string(),
+            cause: e.to_string(),
+        }
+    }
+}

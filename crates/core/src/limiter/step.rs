@@ -1,0 +1,156 @@
+//! The atomic step of one decision, in Rust. `script::DECIDE` is its Lua twin, run inside
+//! Valkey; `tests/script_model.rs` drives both with the same random sequences and requires
+//! identical replies. Keep the two in lock-step.
+
+use super::bucket::{BucketSet, Lane};
+
+/// What the store holds for one shop's decision: the TAT of each bucket (`None` when the
+/// key is missing or expired) and whether the shop is marked hot in Valkey.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoredState {
+    pub tats: [Option<i64>; 3],
+    pub marked_hot: bool,
+}
+
+/// The script's raw reply: `{reason, hot, now, tat_global, tat_lane, tat_shop}`.
+///
+/// `reason` is 0 when allowed, otherwise the 1-based index of the first bucket (global,
+/// hot lane, hot shop) that lacked tokens. Each TAT is the bucket's effective TAT after the
+/// decision (`max(stored, now)`, moved forward when allowed), or -1 when the bucket did not
+/// apply to this request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepReply {
+    pub reason: i64,
+    pub hot: bool,
+    pub now_us: i64,
+    pub tats: [i64; 3],
+}
+
+impl StepReply {
+    /// Parses the integers the script returns.
+    pub fn from_ints(v: &[i64]) -> Option<Self> {
+        match *v {
+            [reason, hot, now_us, g, l, s] if (0..=3).contains(&reason) => Some(Self {
+                reason,
+                hot: hot == 1,
+                now_us,
+                tats: [g, l, s],
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// One decision for `tokens` tokens at `now` (µs). `static_hot` is true for shops listed
+/// in the `hot_shops` option. Returns the reply and the state to store (TATs written only
+/// when allowed).
+pub fn step(
+    set: &BucketSet,
+    stored: &StoredState,
+    now: i64,
+    tokens: i64,
+    static_hot: bool,
+) -> (StepReply, StoredState) {
+    let hot = static_hot || stored.marked_hot;
+    let mut tats = [-1i64; 3];
+    let mut reason = 0;
+    for (lane, spec) in set.applicable(hot) {
+        let i = lane as usize;
+        let tat = stored.tats[i].unwrap_or(now).max(now);
+        tats[i] = tat;
+        if reason == 0 && tat + tokens * spec.interval_us() - now > spec.tolerance_us() {
+            reason = i as i64 + 1;
+        }
+    }
+    let mut next = *stored;
+    if reason == 0 {
+        for (lane, spec) in set.applicable(hot) {
+            let i = lane as usize;
+            tats[i] += tokens * spec.interval_us();
+            next.tats[i] = Some(tats[i]);
+        }
+    }
+    (
+        StepReply {
+            reason,
+            hot,
+            now_us: now,
+            tats,
+        },
+        next,
+    )
+}
+
+/// The lanes that applied to a reply (those with a TAT).
+pub(super) fn lanes_in(reply: &StepReply) -> impl Iterator<Item = Lane> + '_ {
+    Lane::ALL
+        .into_iter()
+        .filter(move |&l| reply.tats[l as usize] >= 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::bucket::BucketSpec;
+
+    fn set() -> BucketSet {
+        BucketSet {
+            global: BucketSpec::new("global", 10, 10.0).unwrap(),
+            hot_lane: Some(BucketSpec::new("hot_lane", 6, 6.0).unwrap()),
+            hot_shop: Some(BucketSpec::new("hot_shop", 4, 4.0).unwrap()),
+        }
+    }
+
+    /// A table of (µs since start, tokens, hot, expected reason) against one evolving state.
+    #[test]
+    fn table_of_decisions_with_a_controlled_clock() {
+        let set = set();
+        let t0 = 1_700_000_000_000_000;
+        let mut state = StoredState::default();
+        let cases: &[(i64, i64, bool, i64)] = &[
+            (0, 4, true, 0),       // hot shop takes its whole cap (4 of 4)
+            (0, 1, true, 3),       // its own bucket is empty: hot_shop
+            (0, 2, true, 3),       // still hot_shop (lane has 2 left, shop has 0)
+            (0, 6, false, 0),      // others take the rest of global (10 - 4)
+            (0, 1, false, 1),      // global empty: global
+            (0, 1, true, 1),       // global is checked first, even for a hot shop
+            (100_000, 1, false, 0), // 0.1 s later global has refilled one token
+            (250_000, 1, true, 0), // 0.25 s: shop refilled 1, lane had 2, global 1.5
+            (250_000, 1, true, 1), // global has 0.5 left
+        ];
+        for (k, &(dt, tokens, hot, want)) in cases.iter().enumerate() {
+            let (reply, next) = step(&set, &state, t0 + dt, tokens, hot);
+            assert_eq!(reply.reason, want, "case {k}: {reply:?}");
+            if want != 0 {
+                assert_eq!(next, state, "case {k}: a denial must take nothing");
+            }
+            state = next;
+        }
+    }
+
+    #[test]
+    fn marked_hot_in_store_counts_as_hot_and_lanes_not_configured_are_skipped() {
+        let set = BucketSet {
+            global: BucketSpec::new("global", 10, 1.0).unwrap(),
+            hot_lane: None,
+            hot_shop: Some(BucketSpec::new("hot_shop", 2, 1.0).unwrap()),
+        };
+        let state = StoredState {
+            tats: [None; 3],
+            marked_hot: true,
+        };
+        let (reply, next) = step(&set, &state, 5_000_000, 2, false);
+        assert!(reply.hot);
+        assert_eq!(reply.reason, 0);
+        assert_eq!(reply.tats[1], -1);
+        assert_eq!(next.tats[1], None);
+        assert_eq!(next.tats[2], Some(5_000_000 + 2_000_000));
+    }
+
+    #[test]
+    fn reply_parsing_rejects_wrong_shapes() {
+        assert!(StepReply::from_ints(&[0, 1, 2, 3, 4, 5]).is_some());
+        assert!(StepReply::from_ints(&[4, 1, 2, 3, 4, 5]).is_none());
+        assert!(StepReply::from_ints(&[0, 1, 2]).is_none());
+    }
+}

