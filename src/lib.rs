@@ -1,1 +1,38 @@
+//! checkout_guard: the PHP extension. This crate only wires PHP to the core crate:
+//! classes, INI entries, the phpinfo() section. Decision logic lives in
+//! `crates/core` (checkout-guard-core), which has no PHP symbols.
 
+#![cfg_attr(windows, feature(abi_vectorcall))]
+
+mod convert;
+mod decision;
+mod errors;
+mod info;
+mod ini;
+mod rate_limiter;
+
+use ext_php_rs::prelude::*;
+
+/// MINIT: INI entries and the exception classes (which extend SPL classes and so are
+/// registered by hand; see `errors.rs`). Must never panic: a panic here aborts PHP.
+fn startup(_ty: i32, module_number: i32) -> i32 {
+    ini::register(module_number);
+    match errors::register_exception_classes() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("checkout_guard: could not register exception classes: {e}");
+            -1
+        }
+    }
+}
+
+#[php_module]
+#[php(startup = startup)]
+pub fn get_module(module: ModuleBuilder) -> ModuleBuilder {
+    module
+        .name("checkout_guard")
+        .version(checkout_guard_core::VERSION)
+        .class::<rate_limiter::RateLimiter>()
+        .class::<decision::Decision>()
+        .info_function(info::php_info)
+}

@@ -13,11 +13,13 @@ pub enum Value {
     List(Vec<Value>),
     /// Key/value pairs in PHP's order. Integer keys are given as their decimal string.
     Map(Vec<(String, Value)>),
+    /// Anything else (an object, a resource, a closure), by its PHP type name.
+    Other(String),
 }
 
 impl Value {
     /// A PHP-ish type name for error messages.
-    pub fn type_name(&self) -> &'static str {
+    pub fn type_name(&self) -> &str {
         match self {
             Value::Null => "null",
             Value::Bool(_) => "bool",
@@ -25,6 +27,7 @@ impl Value {
             Value::Float(_) => "float",
             Value::Str(_) => "string",
             Value::List(_) | Value::Map(_) => "array",
+            Value::Other(t) => t,
         }
     }
 
@@ -37,6 +40,7 @@ impl Value {
             Value::Float(f) => format!("{f:?}"),
             Value::Str(s) => quote_bytes(s),
             Value::List(_) | Value::Map(_) => "array".into(),
+            Value::Other(t) => t.clone(),
         }
     }
 }

@@ -11,7 +11,7 @@
 
 mod endpoint;
 
-pub use endpoint::Endpoint;
+pub use endpoint::{mask_password, Endpoint};
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,0 +1,26 @@
+//! The `phpinfo()` section: version and settings, with any password masked.
+
+use checkout_guard_core::store::mask_password;
+use ext_php_rs::zend::ModuleEntry;
+use ext_php_rs::{info_table_end, info_table_header, info_table_row, info_table_start};
+
+use crate::ini;
+
+pub extern "C" fn php_info(_module: *mut ModuleEntry) {
+    // Called by the engine directly: a panic here must not unwind into C.
+    let _ = std::panic::catch_unwind(|| {
+        info_table_start!();
+        info_table_header!("checkout_guard", "enabled");
+        info_table_row!("version", checkout_guard_core::VERSION);
+        info_table_row!(
+            "decision script",
+            "token bucket (GCRA), EVALSHA, one round trip on Valkey's clock"
+        );
+        let url = ini::get(ini::URL).map(|u| mask_password(&u));
+        info_table_row!(ini::URL, url.as_deref().unwrap_or(""));
+        for name in [ini::TIMEOUT_MS, ini::ON_UNAVAILABLE, ini::RETRY_INTERVAL_MS] {
+            info_table_row!(name, ini::get(name).as_deref().unwrap_or(""));
+        }
+        info_table_end!();
+    });
+}

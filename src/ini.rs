@@ -1,0 +1,47 @@
+//! The `checkout_guard.*` INI settings: process-wide defaults for every limiter.
+
+use checkout_guard_core::{ConfigError, Defaults};
+use ext_php_rs::ffi::zend_ini_entry;
+use ext_php_rs::flags::IniEntryPermission;
+use ext_php_rs::zend::{ExecutorGlobals, IniEntryDef, IniEntryDefs};
+
+pub const URL: &str = "checkout_guard.url";
+pub const TIMEOUT_MS: &str = "checkout_guard.timeout_ms";
+pub const ON_UNAVAILABLE: &str = "checkout_guard.on_unavailable";
+pub const RETRY_INTERVAL_MS: &str = "checkout_guard.retry_interval_ms";
+
+static ENTRIES: IniEntryDefs<5> = IniEntryDefs::new([
+    IniEntryDef::new(c"checkout_guard.url", c"redis://127.0.0.1:6379", IniEntryPermission::All),
+    IniEntryDef::new(c"checkout_guard.timeout_ms", c"50", IniEntryPermission::All),
+    IniEntryDef::new(c"checkout_guard.on_unavailable", c"allow", IniEntryPermission::All),
+    IniEntryDef::new(c"checkout_guard.retry_interval_ms", c"1000", IniEntryPermission::All),
+    IniEntryDef::end(),
+]);
+
+pub fn register(module_number: i32) {
+    IniEntryDef::register(ENTRIES.as_slice(), module_number);
+}
+
+/// The current value of one of our INI settings, looked up directly (not by copying every
+/// directive, as `ExecutorGlobals::ini_values` does).
+pub fn get(name: &str) -> Option<String> {
+    let globals = ExecutorGlobals::get();
+    // SAFETY: EG(ini_directives) is set up before any request runs and holds
+    // `zend_ini_entry` pointers owned by the engine.
+    unsafe {
+        let table = globals.ini_directives.as_ref()?;
+        let entry = table.get(name)?.ptr::<zend_ini_entry>()?.as_ref()?;
+        let value = entry.value.as_ref()?;
+        Some(String::from_utf8_lossy(value.as_bytes()).into_owned())
+    }
+}
+
+/// Every limiter's defaults, validated (the error names the INI setting).
+pub fn defaults() -> Result<Defaults, ConfigError> {
+    Defaults::from_ini(
+        get(URL).as_deref(),
+        get(TIMEOUT_MS).as_deref(),
+        get(ON_UNAVAILABLE).as_deref(),
+        get(RETRY_INTERVAL_MS).as_deref(),
+    )
+}
