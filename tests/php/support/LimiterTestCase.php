@@ -1,0 +1,62 @@
+<?php
+declare(strict_types=1);
+
+namespace CheckoutGuard\Tests;
+
+use CheckoutGuard\RateLimiter;
+use PHPUnit\Framework\TestCase;
+
+/** Limiters on the shared test Valkey, each test under names of its own. */
+abstract class LimiterTestCase extends TestCase
+{
+    /** A refill so slow that nothing refills while a test runs (1 token per 1000 s). */
+    protected const FROZEN = 0.001;
+
+    protected static function url(): string
+    {
+        return (string) getenv('CHECKOUT_GUARD_TEST_URL');
+    }
+
+    protected static function redis(): \Redis
+    {
+        $u = parse_url(self::url());
+        $r = new \Redis();
+        $r->connect($u['host'], $u['port'] ?? 6379, 1.0);
+        return $r;
+    }
+
+    /** A limiter name no other test uses. */
+    protected static function uniqueName(string $prefix = 't'): string
+    {
+        return $prefix . '-' . bin2hex(random_bytes(6));
+    }
+
+    protected static function bucket(int $capacity, float $rate = self::FROZEN): array
+    {
+        return ['capacity' => $capacity, 'refill_per_second' => $rate];
+    }
+
+    protected function limiter(array $options): RateLimiter
+    {
+        $options += ['name' => self::uniqueName(), 'url' => self::url()];
+        return new RateLimiter($options);
+    }
+
+    /** Acquires $n times for $shop and counts the decisions by reason. */
+    protected static function drain(RateLimiter $l, string $shop, int $n): array
+    {
+        $by = [];
+        for ($i = 0; $i < $n; $i++) {
+            $r = $l->acquire($shop)->reason();
+            $by[$r] = ($by[$r] ?? 0) + 1;
+        }
+        ksort($by);
+        return $by;
+    }
+
+    /** The extension under test, for child PHP processes. */
+    protected static function phpWithExtension(): array
+    {
+        return [PHP_BINARY, '-n', '-d', 'extension=' . getenv('CHECKOUT_GUARD_EXT')];
+    }
+}
