@@ -42,7 +42,10 @@ stop_pidfile() {
   kill -CONT "$pid" 2>/dev/null || true
   kill "$pid" 2>/dev/null || true
   for i in $(seq 1 100); do
-    kill -0 "$pid" 2>/dev/null || { rm -f "$f"; return 0; }
+    # Gone, or a zombie nobody reaps (a daemon's parent in a container may never wait).
+    if ! kill -0 "$pid" 2>/dev/null || grep -q '^[0-9]* (.*) Z' "/proc/$pid/stat" 2>/dev/null; then
+      rm -f "$f"; return 0
+    fi
     sleep 0.05
   done
   kill -9 "$pid" 2>/dev/null || true

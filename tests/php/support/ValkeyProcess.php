@@ -60,10 +60,17 @@ final class ValkeyProcess
         }
         posix_kill($pid, SIGCONT);
         posix_kill($pid, SIGTERM);
-        for ($i = 0; $i < 200 && posix_kill($pid, 0); $i++) {
+        for ($i = 0; $i < 200 && self::alive($pid); $i++) {
             usleep(20000);
         }
         @unlink("{$this->dir}/valkey.pid");
+    }
+
+    /** Running, and not a zombie (a daemon's parent may never reap it in a container). */
+    private static function alive(int $pid): bool
+    {
+        $stat = @file_get_contents("/proc/$pid/stat");
+        return $stat !== false && !preg_match('/^\d+ \(.*\) Z/', $stat);
     }
 
     public function pause(): void

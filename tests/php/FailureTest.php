@@ -1,0 +1,155 @@
+<?php
+declare(strict_types=1);
+
+namespace CheckoutGuard\Tests;
+
+use CheckoutGuard\RateLimiter;
+use CheckoutGuard\UnavailableException;
+
+/**
+ * A down, restarted, paused or flushed Valkey never hangs or crashes a checkout: the
+ * policy decides within about timeout_ms, the back-off answers at once, and a broken
+ * connection is replaced transparently. Each test runs its own Valkey.
+ *
+ * The wall-clock bounds below are hang detectors (10x and more above the expected
+ * times), not performance targets.
+ */
+final class FailureTest extends LimiterTestCase
+{
+    private ValkeyProcess $valkey;
+
+    protected function setUp(): void
+    {
+        $this->valkey = new ValkeyProcess();
+        $this->valkey->start();
+    }
+
+    protected function tearDown(): void
+    {
+        $this->valkey->stop();
+    }
+
+    private function own(array $options = []): RateLimiter
+    {
+        return $this->limiter($options + [
+            'url' => $this->valkey->url(),
+            'global' => self::bucket(100),
+            'timeout_ms' => 50,
+        ]);
+    }
+
+    private static function timed(callable $f): array
+    {
+        $t = hrtime(true);
+        $r = $f();
+        return [$r, (hrtime(true) - $t) / 1e9];
+    }
+
+    /** Counts this Valkey's client connections opened by checkout_guard. */
+    private function ourConnections(): int
+    {
+        $list = $this->valkey->client()->rawCommand('CLIENT', 'LIST');
+        return substr_count($list, 'lib-name=checkout_guard');
+    }
+
+    public function testOnePersistentConnectionPerProcessAcrossLimiters(): void
+    {
+        for ($i = 0; $i < 5; $i++) {
+            $l = $this->own(['name' => "conn-$i"]);
+            $this->assertTrue($l->acquire('s')->isAllowed());
+        }
+        $this->assertSame(1, $this->ourConnections());
+    }
+
+    public function testValkeyStoppedAndRestartedMidTest(): void
+    {
+        $l = $this->own(['global' => self::bucket(3)]);
+        $this->assertSame(['allowed' => 3], self::drain($l, 's', 3));
+
+        $this->valkey->stop();
+        [$d, $secs] = self::timed(fn () => $l->acquire('s'));
+        $this->assertSame('unavailable', $d->reason());
+        $this->assertTrue($d->isAllowed(), 'on_unavailable=allow lets the checkout through');
+        $this->assertLessThan(1.0, $secs);
+        // Within retry_interval_ms (1000 by default) nobody tries again: answered at once.
+        [$d, $secs] = self::timed(fn () => $l->acquire('s'));
+        $this->assertSame('unavailable', $d->reason());
+        $this->assertLessThan(0.05, $secs);
+
+        // Valkey comes back empty: after the retry interval, buckets start full again.
+        $this->valkey->start();
+        $this->assertSame('unavailable', $l->acquire('s')->reason(), 'still backing off');
+        usleep(1_050_000);
+        $this->assertSame(['allowed' => 3, 'global' => 1], self::drain($l, 's', 4));
+    }
+
+    public function testARestartBetweenTwoRequestsIsRecoveredTransparently(): void
+    {
+        $l = $this->own();
+        $this->assertTrue($l->acquire('s')->isAllowed());
+        // Restarted while this worker's connection sat idle: the old socket is dead and
+        // the script cache is empty. The next call must simply work.
+        $this->valkey->stop();
+        $this->valkey->start();
+        $d = $l->acquire('s');
+        $this->assertSame('allowed', $d->reason());
+        $this->assertSame(99, $d->remaining(), 'the restarted Valkey is empty: a full bucket');
+    }
+
+    public function testScriptFlushIsRecoveredWithoutAnErrorSeenByPhp(): void
+    {
+        $l = $this->own(['on_unavailable' => 'throw']);
+        $this->assertSame('allowed', $l->acquire('s')->reason());
+        $this->valkey->client()->rawCommand('SCRIPT', 'FLUSH');
+        $d = $l->acquire('s');
+        $this->assertSame('allowed', $d->reason());
+        $this->assertSame(98, $d->remaining());
+    }
+
+    public function testPausedValkeyTimesOutInsteadOfHanging(): void
+    {
+        $l = $this->own(['on_unavailable' => 'deny', 'timeout_ms' => 100]);
+        $this->assertTrue($l->acquire('s')->isAllowed());
+        $this->valkey->pause();
+        try {
+            [$d, $secs] = self::timed(fn () => $l->acquire('s'));
+        } finally {
+            $this->valkey->resume();
+        }
+        $this->assertFalse($d->isAllowed());
+        $this->assertSame('unavailable', $d->reason());
+        $this->assertGreaterThanOrEqual(0.09, $secs, 'waited for the timeout');
+        $this->assertLessThan(1.0, $secs);
+        $this->assertGreaterThan(0.0, $d->retryAfter(), 'deny says when it will try again');
+        $this->assertLessThanOrEqual(1.0, $d->retryAfter());
+    }
+
+    public function testThrowPolicyAndAdministrativeCallsRaiseUnavailableException(): void
+    {
+        $this->valkey->stop();
+        $l = $this->own(['on_unavailable' => 'throw', 'url' => 'redis://app:hunter2@127.0.0.1:' . $this->valkey->port]);
+        foreach ([fn () => $l->acquire('s'), fn () => $l->markHot('s', 5), fn () => $l->isHot('s'), fn () => $l->reset()] as $call) {
+            try {
+                $call();
+                $this->fail('no exception');
+            } catch (UnavailableException $e) {
+                $this->assertStringContainsString('Valkey unavailable at redis://app:***@127.0.0.1', $e->getMessage());
+                $this->assertStringNotContainsString('hunter2', $e->getMessage());
+            }
+        }
+        // hot_shops are known without Valkey.
+        $l2 = $this->own(['on_unavailable' => 'deny', 'hot_shops' => ['h']]);
+        $this->assertTrue($l2->isHot('h'));
+        $d = $l2->acquire('h');
+        $this->assertSame([false, 'unavailable', true], [$d->isAllowed(), $d->reason(), $d->isHotShop()]);
+    }
+
+    public function testUnreachableHostAnswersWithinTheTimeout(): void
+    {
+        // A port nobody listens on refuses at once; the policy decides.
+        $l = $this->limiter(['global' => self::bucket(1), 'url' => 'redis://127.0.0.1:' . ValkeyProcess::freePort(), 'timeout_ms' => 20]);
+        [$d, $secs] = self::timed(fn () => $l->acquire('s'));
+        $this->assertSame('unavailable', $d->reason());
+        $this->assertLessThan(0.5, $secs);
+    }
+}
