@@ -3,7 +3,6 @@
 use checkout_guard_core::{ConfigError, Value};
 use ext_php_rs::types::{ArrayKey, ZendHashTable, Zval};
 
-
 /// Options arrays are shallow; anything deeper is a mistake (or a self-reference).
 const MAX_DEPTH: usize = 8;
 

@@ -11,10 +11,22 @@ pub const ON_UNAVAILABLE: &str = "checkout_guard.on_unavailable";
 pub const RETRY_INTERVAL_MS: &str = "checkout_guard.retry_interval_ms";
 
 static ENTRIES: IniEntryDefs<5> = IniEntryDefs::new([
-    IniEntryDef::new(c"checkout_guard.url", c"redis://127.0.0.1:6379", IniEntryPermission::All),
+    IniEntryDef::new(
+        c"checkout_guard.url",
+        c"redis://127.0.0.1:6379",
+        IniEntryPermission::All,
+    ),
     IniEntryDef::new(c"checkout_guard.timeout_ms", c"50", IniEntryPermission::All),
-    IniEntryDef::new(c"checkout_guard.on_unavailable", c"allow", IniEntryPermission::All),
-    IniEntryDef::new(c"checkout_guard.retry_interval_ms", c"1000", IniEntryPermission::All),
+    IniEntryDef::new(
+        c"checkout_guard.on_unavailable",
+        c"allow",
+        IniEntryPermission::All,
+    ),
+    IniEntryDef::new(
+        c"checkout_guard.retry_interval_ms",
+        c"1000",
+        IniEntryPermission::All,
+    ),
     IniEntryDef::end(),
 ]);
 

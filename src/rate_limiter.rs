@@ -24,13 +24,13 @@ pub struct RateLimiter {
 
 #[php_impl]
 impl RateLimiter {
-    /// @param array $options name, global, hot_lane, hot_shop, hot_shops, url, timeout_ms,
-    /// on_unavailable (see the README); unknown keys are rejected.
+    /// Options: name, global, hot_lane, hot_shop, hot_shops, url, timeout_ms, on_unavailable
+    /// (see the README). Unknown keys and bad values throw ConfigurationException.
     pub fn __construct(options: &ZendHashTable) -> PhpResult<Self> {
         let defaults = ini::defaults().map_err(|e| configuration(e.to_string()))?;
         let value = array_to_value(options).map_err(|e| configuration(e.to_string()))?;
-        let options =
-            LimiterOptions::from_value(&value, &defaults).map_err(|e| configuration(e.to_string()))?;
+        let options = LimiterOptions::from_value(&value, &defaults)
+            .map_err(|e| configuration(e.to_string()))?;
         Ok(Self {
             inner: Limiter::new(options),
         })

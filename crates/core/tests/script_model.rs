@@ -6,7 +6,9 @@ mod common;
 use std::collections::{HashMap, HashSet};
 
 use checkout_guard_core::limiter::script::{decide_source, decide_source_with_test_clock};
-use checkout_guard_core::limiter::{step, BucketSet, BucketSpec, Decision, Keys, Lane, StepReply, StoredState};
+use checkout_guard_core::limiter::{
+    step, BucketSet, BucketSpec, Decision, Keys, Lane, StepReply, StoredState,
+};
 use common::{Rng, Valkey};
 
 fn random_buckets(rng: &mut Rng) -> BucketSet {
@@ -77,7 +79,13 @@ fn script_and_model_decide_identically_on_random_sequences() {
                 // Mark or unmark the shop hot, in Valkey and in the model.
                 let flag = keys.hot_flag(shops[shop]);
                 if model.marked.insert(shop) {
-                    redis::cmd("SET").arg(&flag).arg(1).arg("EX").arg(3600).query::<()>(&mut conn).unwrap();
+                    redis::cmd("SET")
+                        .arg(&flag)
+                        .arg(1)
+                        .arg("EX")
+                        .arg(3600)
+                        .query::<()>(&mut conn)
+                        .unwrap();
                 } else {
                     model.marked.remove(&shop);
                     redis::cmd("DEL").arg(&flag).query::<()>(&mut conn).unwrap();
@@ -101,13 +109,18 @@ fn script_and_model_decide_identically_on_random_sequences() {
                 .arg(tokens)
                 .arg(if static_hot[shop] { "1" } else { "0" });
             for lane in Lane::ALL {
-                let (i, t) = set.get(lane).map_or((0, 0), |b| (b.interval_us(), b.tolerance_us()));
+                let (i, t) = set
+                    .get(lane)
+                    .map_or((0, 0), |b| (b.interval_us(), b.tolerance_us()));
                 inv.arg(i).arg(t);
             }
             inv.arg(now);
             let got: Vec<i64> = inv.invoke(&mut conn).unwrap();
             let got = StepReply::from_ints(&got).expect("reply shape");
-            assert_eq!(got, want, "seed {seed}, shop {shop}, tokens {tokens}, buckets {set:?}");
+            assert_eq!(
+                got, want,
+                "seed {seed}, shop {shop}, tokens {tokens}, buckets {set:?}"
+            );
             // Same reply, same decision; and the decision is self-consistent.
             let d = Decision::from_reply(&set, tokens, &got);
             assert_eq!(d.allowed, d.retry_after == 0.0, "{d:?}");
@@ -117,7 +130,10 @@ fn script_and_model_decide_identically_on_random_sequences() {
     }
     // The sequences must exercise every outcome, or the comparison proves little.
     for (reason, n) in reasons_seen.iter().enumerate() {
-        assert!(*n > 20, "reason {reason} seen only {n} times in {steps} steps: {reasons_seen:?}");
+        assert!(
+            *n > 20,
+            "reason {reason} seen only {n} times in {steps} steps: {reasons_seen:?}"
+        );
     }
 }
 
@@ -142,15 +158,32 @@ fn production_script_uses_valkeys_clock_and_lets_idle_buckets_expire() {
         .arg(4)
         .arg("0");
     let g = set.global;
-    inv.arg(g.interval_us()).arg(g.tolerance_us()).arg(0).arg(0).arg(0).arg(0);
+    inv.arg(g.interval_us())
+        .arg(g.tolerance_us())
+        .arg(0)
+        .arg(0)
+        .arg(0)
+        .arg(0);
     let reply = StepReply::from_ints(&inv.invoke::<Vec<i64>>(&mut conn).unwrap()).unwrap();
     assert_eq!(reply.reason, 0);
-    assert!(reply.now_us >= before && reply.now_us - before < 5_000_000, "{reply:?} vs {before}");
+    assert!(
+        reply.now_us >= before && reply.now_us - before < 5_000_000,
+        "{reply:?} vs {before}"
+    );
     // Four tokens at 5/s: the bucket is full again 0.8 s later, and the key expires then.
     assert_eq!(reply.tats[0], reply.now_us + 800_000);
-    let pttl: i64 = redis::cmd("PTTL").arg(keys.global()).query(&mut conn).unwrap();
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(keys.global())
+        .query(&mut conn)
+        .unwrap();
     assert!((700..=801).contains(&pttl), "PTTL {pttl}");
-    assert!(!redis::cmd("EXISTS").arg(keys.hot_shop(b"s")).query::<bool>(&mut conn).unwrap());
+    assert!(!redis::cmd("EXISTS")
+        .arg(keys.hot_shop(b"s"))
+        .query::<bool>(&mut conn)
+        .unwrap());
     std::thread::sleep(std::time::Duration::from_millis(900));
-    assert!(!redis::cmd("EXISTS").arg(keys.global()).query::<bool>(&mut conn).unwrap());
+    assert!(!redis::cmd("EXISTS")
+        .arg(keys.global())
+        .query::<bool>(&mut conn)
+        .unwrap());
 }

@@ -77,7 +77,13 @@ mod tests {
     #[test]
     fn every_key_shares_the_hash_tag_whatever_the_shop_id() {
         let keys = Keys::new("checkout.v2");
-        for shop in [&b"shop-1"[..], b"}{evil}", b"a:b c", b"\xff\x00\x01", &[b'x'; 128]] {
+        for shop in [
+            &b"shop-1"[..],
+            b"}{evil}",
+            b"a:b c",
+            b"\xff\x00\x01",
+            &[b'x'; 128],
+        ] {
             for key in [
                 keys.global(),
                 keys.hot_lane(),

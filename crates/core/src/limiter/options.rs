@@ -177,12 +177,8 @@ impl LimiterOptions {
             }
             Some(v) => bucket("global", v)?,
         };
-        let hot_lane = get("hot_lane")
-            .map(|v| bucket("hot_lane", v))
-            .transpose()?;
-        let hot_shop = get("hot_shop")
-            .map(|v| bucket("hot_shop", v))
-            .transpose()?;
+        let hot_lane = get("hot_lane").map(|v| bucket("hot_lane", v)).transpose()?;
+        let hot_shop = get("hot_shop").map(|v| bucket("hot_shop", v)).transpose()?;
         for (option, spec) in [("hot_lane", &hot_lane), ("hot_shop", &hot_shop)] {
             if let Some(spec) = spec {
                 not_above_global(option, spec, &global)?;
@@ -331,7 +327,11 @@ fn bucket(option: &str, v: &Value) -> Result<BucketSpec, ConfigError> {
     BucketSpec::new(option, capacity, rate)
 }
 
-fn not_above_global(option: &str, spec: &BucketSpec, global: &BucketSpec) -> Result<(), ConfigError> {
+fn not_above_global(
+    option: &str,
+    spec: &BucketSpec,
+    global: &BucketSpec,
+) -> Result<(), ConfigError> {
     if spec.capacity() > global.capacity() {
         return Err(ConfigError::new(
             format!("{option}.capacity"),
@@ -364,14 +364,18 @@ fn shop_list(option: &str, v: &Value) -> Result<HashSet<Vec<u8>>, ConfigError> {
     if items.len() > MAX_HOT_SHOPS {
         return Err(ConfigError::new(
             option,
-            format!("may list at most {MAX_HOT_SHOPS} shops, got {}", items.len()),
+            format!(
+                "may list at most {MAX_HOT_SHOPS} shops, got {}",
+                items.len()
+            ),
         ));
     }
     let mut set = HashSet::with_capacity(items.len());
     for (i, item) in items.into_iter().enumerate() {
         match item {
             Value::Str(s) => {
-                validate_shop_id(s).map_err(|e| ConfigError::new(format!("{option}[{i}]"), e.message))?;
+                validate_shop_id(s)
+                    .map_err(|e| ConfigError::new(format!("{option}[{i}]"), e.message))?;
                 set.insert(s.clone());
             }
             Value::Int(n) => {
@@ -479,8 +483,17 @@ mod tests {
             ("name", "payments".into()),
             ("global", bucket_v(100, 50.0)),
             ("hot_lane", bucket_v(80, 40.0)),
-            ("hot_shop", map(&[("capacity", Value::Int(30)), ("refill_per_second", Value::Int(15))])),
-            ("hot_shops", Value::List(vec!["shop-a".into(), Value::Int(42)])),
+            (
+                "hot_shop",
+                map(&[
+                    ("capacity", Value::Int(30)),
+                    ("refill_per_second", Value::Int(15)),
+                ]),
+            ),
+            (
+                "hot_shops",
+                Value::List(vec!["shop-a".into(), Value::Int(42)]),
+            ),
             ("url", "redis://127.0.0.1:7000/2".into()),
             ("timeout_ms", Value::Int(20)),
             ("on_unavailable", "deny".into()),
@@ -498,39 +511,110 @@ mod tests {
     fn bad_options_name_the_option_and_value() {
         let g = || ("global", bucket_v(10, 5.0));
         let cases: Vec<(Vec<(&str, Value)>, &str, &str)> = vec![
-            (vec![g(), ("capcity", Value::Int(1))], "\"capcity\"", "not a known option"),
-            (vec![], "global", "is required"),
-            (vec![("global", bucket_v(0, 5.0))], "global.capacity", "got 0"),
-            (vec![("global", bucket_v(10, -1.0))], "global.refill_per_second", "got -1.0"),
             (
-                vec![("global", map(&[("capacity", Value::Float(2.5)), ("refill_per_second", Value::Int(1))]))],
+                vec![g(), ("capcity", Value::Int(1))],
+                "\"capcity\"",
+                "not a known option",
+            ),
+            (vec![], "global", "is required"),
+            (
+                vec![("global", bucket_v(0, 5.0))],
+                "global.capacity",
+                "got 0",
+            ),
+            (
+                vec![("global", bucket_v(10, -1.0))],
+                "global.refill_per_second",
+                "got -1.0",
+            ),
+            (
+                vec![(
+                    "global",
+                    map(&[
+                        ("capacity", Value::Float(2.5)),
+                        ("refill_per_second", Value::Int(1)),
+                    ]),
+                )],
                 "global.capacity",
                 "got float 2.5",
             ),
             (
-                vec![("global", map(&[("capacity", Value::Int(2)), ("refill_per_second", Value::Int(1)), ("burst", Value::Int(1))]))],
+                vec![(
+                    "global",
+                    map(&[
+                        ("capacity", Value::Int(2)),
+                        ("refill_per_second", Value::Int(1)),
+                        ("burst", Value::Int(1)),
+                    ]),
+                )],
                 "global.burst",
                 "not a known option",
             ),
-            (vec![("global", map(&[("capacity", Value::Int(2))]))], "global.refill_per_second", "is required"),
-            (vec![g(), ("hot_lane", bucket_v(11, 5.0))], "hot_lane.capacity", "got 11"),
-            (vec![g(), ("hot_lane", bucket_v(10, 5.5))], "hot_lane.refill_per_second", "got 5.5"),
-            (vec![g(), ("hot_shop", bucket_v(20, 1.0))], "hot_shop.capacity", "got 20"),
+            (
+                vec![("global", map(&[("capacity", Value::Int(2))]))],
+                "global.refill_per_second",
+                "is required",
+            ),
+            (
+                vec![g(), ("hot_lane", bucket_v(11, 5.0))],
+                "hot_lane.capacity",
+                "got 11",
+            ),
+            (
+                vec![g(), ("hot_lane", bucket_v(10, 5.5))],
+                "hot_lane.refill_per_second",
+                "got 5.5",
+            ),
+            (
+                vec![g(), ("hot_shop", bucket_v(20, 1.0))],
+                "hot_shop.capacity",
+                "got 20",
+            ),
             (vec![g(), ("name", "a{b}".into())], "name", "\"a{b}\""),
             (vec![g(), ("name", "".into())], "name", "got \"\""),
             (vec![g(), ("name", Value::Int(3))], "name", "got int 3"),
-            (vec![g(), ("hot_shops", Value::List(vec!["ok".into(), "bad\n".into()]))], "hot_shops[1]", "control"),
-            (vec![g(), ("hot_shops", "shop".into())], "hot_shops", "a list"),
-            (vec![g(), ("url", "http://example".into())], "url", "http://example"),
+            (
+                vec![
+                    g(),
+                    ("hot_shops", Value::List(vec!["ok".into(), "bad\n".into()])),
+                ],
+                "hot_shops[1]",
+                "control",
+            ),
+            (
+                vec![g(), ("hot_shops", "shop".into())],
+                "hot_shops",
+                "a list",
+            ),
+            (
+                vec![g(), ("url", "http://example".into())],
+                "url",
+                "http://example",
+            ),
             (vec![g(), ("url", Value::Int(6379))], "url", "got int 6379"),
-            (vec![g(), ("timeout_ms", Value::Int(0))], "timeout_ms", "got 0"),
-            (vec![g(), ("timeout_ms", "50".into())], "timeout_ms", "got \"50\""),
-            (vec![g(), ("on_unavailable", "maybe".into())], "on_unavailable", "got \"maybe\""),
+            (
+                vec![g(), ("timeout_ms", Value::Int(0))],
+                "timeout_ms",
+                "got 0",
+            ),
+            (
+                vec![g(), ("timeout_ms", "50".into())],
+                "timeout_ms",
+                "got \"50\"",
+            ),
+            (
+                vec![g(), ("on_unavailable", "maybe".into())],
+                "on_unavailable",
+                "got \"maybe\"",
+            ),
         ];
         for (entries, option, needle) in cases {
             let e = err(&entries);
             assert_eq!(e.option, option, "{e}");
-            assert!(e.to_string().contains(needle), "{e} should contain {needle}");
+            assert!(
+                e.to_string().contains(needle),
+                "{e} should contain {needle}"
+            );
         }
     }
 
@@ -544,7 +628,10 @@ mod tests {
 
     #[test]
     fn password_in_a_bad_url_is_masked() {
-        let e = err(&[("global", bucket_v(1, 1.0)), ("url", "redis://user:s3cret@:notaport".into())]);
+        let e = err(&[
+            ("global", bucket_v(1, 1.0)),
+            ("url", "redis://user:s3cret@:notaport".into()),
+        ]);
         assert!(!e.to_string().contains("s3cret"), "{e}");
     }
 
@@ -567,13 +654,26 @@ mod tests {
         let e = validate_tokens(6, &set).unwrap_err();
         assert!(e.to_string().contains("from 1 to 5") && e.to_string().contains("got 6"));
         assert!(validate_tokens(0, &set).is_err());
-        assert!(validate_ttl(1).is_ok() && validate_ttl(0).is_err() && validate_ttl(MAX_TTL_SECONDS + 1).is_err());
+        assert!(
+            validate_ttl(1).is_ok()
+                && validate_ttl(0).is_err()
+                && validate_ttl(MAX_TTL_SECONDS + 1).is_err()
+        );
     }
 
     #[test]
     fn ini_defaults_are_validated_naming_the_setting() {
-        let d = Defaults::from_ini(Some("redis://10.0.0.1:6380"), Some("25"), Some("deny"), Some("0")).unwrap();
-        assert_eq!((d.timeout_ms, d.on_unavailable, d.retry_interval_ms), (25, OnUnavailable::Deny, 0));
+        let d = Defaults::from_ini(
+            Some("redis://10.0.0.1:6380"),
+            Some("25"),
+            Some("deny"),
+            Some("0"),
+        )
+        .unwrap();
+        assert_eq!(
+            (d.timeout_ms, d.on_unavailable, d.retry_interval_ms),
+            (25, OnUnavailable::Deny, 0)
+        );
         let e = Defaults::from_ini(None, Some("abc"), None, None).unwrap_err();
         assert_eq!(e.option, "checkout_guard.timeout_ms");
         let e = Defaults::from_ini(None, None, Some("open"), None).unwrap_err();

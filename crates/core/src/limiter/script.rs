@@ -76,6 +76,9 @@ mod tests {
         let test = decide_source_with_test_clock();
         assert!(prod.contains("redis.call('TIME')"));
         assert!(!test.contains("TIME"));
-        assert_eq!(prod.strip_prefix(CLOCK_BLOCK), test.split_once("slack_ms = 3600000\n").map(|x| x.1));
+        assert_eq!(
+            prod.strip_prefix(CLOCK_BLOCK),
+            test.split_once("slack_ms = 3600000\n").map(|x| x.1)
+        );
     }
 }

@@ -4,7 +4,9 @@ use super::bucket::Lane;
 use super::decision::Decision;
 use super::error::LimiterError;
 use super::keys::Keys;
-use super::options::{validate_shop_id, validate_tokens, validate_ttl, LimiterOptions, OnUnavailable};
+use super::options::{
+    validate_shop_id, validate_tokens, validate_ttl, LimiterOptions, OnUnavailable,
+};
 use super::script::DECIDE;
 use super::step::StepReply;
 use crate::store::{self, StoreError};
@@ -89,7 +91,11 @@ impl Limiter {
         };
         match self.options.on_unavailable {
             OnUnavailable::Allow => Ok(Decision::unavailable(true, 0.0, static_hot)),
-            OnUnavailable::Deny => Ok(Decision::unavailable(false, retry.as_secs_f64(), static_hot)),
+            OnUnavailable::Deny => Ok(Decision::unavailable(
+                false,
+                retry.as_secs_f64(),
+                static_hot,
+            )),
             OnUnavailable::Throw => Err(self.unavailable(failure)),
         }
     }

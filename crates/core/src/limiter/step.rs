@@ -108,15 +108,15 @@ mod tests {
         let t0 = 1_700_000_000_000_000;
         let mut state = StoredState::default();
         let cases: &[(i64, i64, bool, i64)] = &[
-            (0, 4, true, 0),       // hot shop takes its whole cap (4 of 4)
-            (0, 1, true, 3),       // its own bucket is empty: hot_shop
-            (0, 2, true, 3),       // still hot_shop (lane has 2 left, shop has 0)
-            (0, 6, false, 0),      // others take the rest of global (10 - 4)
-            (0, 1, false, 1),      // global empty: global
-            (0, 1, true, 1),       // global is checked first, even for a hot shop
+            (0, 4, true, 0),        // hot shop takes its whole cap (4 of 4)
+            (0, 1, true, 3),        // its own bucket is empty: hot_shop
+            (0, 2, true, 3),        // still hot_shop (lane has 2 left, shop has 0)
+            (0, 6, false, 0),       // others take the rest of global (10 - 4)
+            (0, 1, false, 1),       // global empty: global
+            (0, 1, true, 1),        // global is checked first, even for a hot shop
             (100_000, 1, false, 0), // 0.1 s later global has refilled one token
-            (250_000, 1, true, 0), // 0.25 s: shop refilled 1, lane had 2, global 1.5
-            (250_000, 1, true, 1), // global has 0.5 left
+            (250_000, 1, true, 0),  // 0.25 s: shop refilled 1, lane had 2, global 1.5
+            (250_000, 1, true, 1),  // global has 0.5 left
         ];
         for (k, &(dt, tokens, hot, want)) in cases.iter().enumerate() {
             let (reply, next) = step(&set, &state, t0 + dt, tokens, hot);

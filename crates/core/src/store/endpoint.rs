@@ -102,7 +102,10 @@ mod tests {
 
     #[test]
     fn masks_passwords_everywhere() {
-        assert_eq!(mask_password("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(
+            mask_password("redis://127.0.0.1:6379"),
+            "redis://127.0.0.1:6379"
+        );
         assert_eq!(
             mask_password("redis://app:s3cr@t@10.0.0.1:6379/0"),
             "redis://app:***@10.0.0.1:6379/0"

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The test command: installs what it needs, builds, then runs every check.
+#   1. cargo fmt --check, cargo clippy -D warnings
+#   2. Rust tests (bucket math, options, script/model equivalence against a real Valkey)
+#   3. stubs are fresh (cargo php stubs vs stubs/)
+#   4. PHPUnit against the built extension and a real Valkey, including php-fpm + nginx
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+cd "$CG_ROOT"
+
+bash scripts/setup.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+
+log "cargo fmt --check"
+cargo fmt --all -- --check
+log "cargo clippy"
+cargo clippy --quiet --all-targets -- -D warnings
+build_extension
+
+log "cargo test"
+VALKEY_SERVER="$(valkey_bin)" cargo test --quiet --workspace 2>&1
+
+log "stubs are fresh"
+bash scripts/stubs.sh --check
+
+run="$CG_ROOT/.run/test-$$"
+cleanup() {
+  bash scripts/stack.sh stop "$run" || true
+  stop_pidfile "$run/valkey/valkey.pid"
+  rm -rf "$run"
+}
+trap cleanup EXIT INT TERM
+mkdir -p "$run"
+port=$(free_port)
+start_valkey "$run/valkey" "$port"
+url="redis://127.0.0.1:$port"
+log "php-fpm + nginx"
+http_port=$(bash scripts/stack.sh start "$run" tests/php/fixtures/www "$url/1")
+
+log "phpunit"
+CHECKOUT_GUARD_TEST_URL="$url" \
+CHECKOUT_GUARD_TEST_HTTP="http://127.0.0.1:$http_port" \
+CHECKOUT_GUARD_EXT="$CG_EXT" \
+VALKEY_SERVER="$(valkey_bin)" \
+  php -d "extension=$CG_EXT" /usr/bin/phpunit -c tests/php/phpunit.xml "$@"
+
+if [ -s "$run/php-errors.log" ]; then
+  echo "PHP errors under php-fpm:" >&2; cat "$run/php-errors.log" >&2; exit 1
+fi

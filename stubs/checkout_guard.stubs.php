@@ -1,0 +1,103 @@
+<?php
+
+// Stubs for checkout_guard
+
+namespace CheckoutGuard {
+    /**
+     * The outcome of one `RateLimiter::acquire()`. Being limited is a value, not an exception.
+     */
+    class Decision {
+        public function __construct() {}
+
+        /**
+         * Whether the request may go ahead (and took its tokens).
+         *
+         * @return bool
+         */
+        public function isAllowed(): bool {}
+
+        /**
+         * Whether the shop was treated as hot (listed in hot_shops or marked with markHot()).
+         *
+         * @return bool
+         */
+        public function isHotShop(): bool {}
+
+        /**
+         * "allowed" | "global" | "hot_lane" | "hot_shop" | "unavailable": for a denial, the
+         * first bucket (in that order) that lacked tokens.
+         *
+         * @return string
+         */
+        public function reason(): string {}
+
+        /**
+         * Whole tokens left in the tightest bucket that applied, after this decision.
+         *
+         * @return int
+         */
+        public function remaining(): int {}
+
+        /**
+         * Seconds until this request could pass if nobody else took tokens; 0.0 when allowed.
+         *
+         * @return float
+         */
+        public function retryAfter(): float {}
+    }
+
+    /**
+     * A token-bucket limiter in Valkey: a global bucket for every shop, and for hot shops a
+     * shared hot lane and a bucket per hot shop. Decided atomically in one round trip.
+     */
+    class RateLimiter {
+        /**
+         * Options: name, global, hot_lane, hot_shop, hot_shops, url, timeout_ms, on_unavailable
+         * (see the README). Unknown keys and bad values throw ConfigurationException.
+         *
+         * @param array $options
+         */
+        public function __construct(array $options) {}
+
+        /**
+         * Takes `tokens` tokens for `shopId` if every bucket that applies holds them.
+         *
+         * @param string $shopId
+         * @param int $tokens
+         * @return \CheckoutGuard\Decision
+         */
+        public function acquire(string $shopId, int $tokens = 1): \CheckoutGuard\Decision {}
+
+        /**
+         * Whether the shop is hot (listed in hot_shops, or marked and not expired).
+         *
+         * @param string $shopId
+         * @return bool
+         */
+        public function isHot(string $shopId): bool {}
+
+        /**
+         * Marks the shop hot for every worker at once, until the TTL runs out.
+         *
+         * @param string $shopId
+         * @param int $ttlSeconds
+         * @return void
+         */
+        public function markHot(string $shopId, int $ttlSeconds): void {}
+
+        /**
+         * Forgets this limiter's bucket state: all buckets are full again. Hot marks stay.
+         *
+         * @return void
+         */
+        public function reset(): void {}
+
+        /**
+         * Ends a markHot() early; shops listed in hot_shops stay hot.
+         *
+         * @param string $shopId
+         * @return void
+         */
+        public function unmarkHot(string $shopId): void {}
+    }
+}
