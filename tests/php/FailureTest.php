@@ -61,6 +61,39 @@ final class FailureTest extends LimiterTestCase
         $this->assertSame(1, $this->ourConnections());
     }
 
+    public function testAForkedChildNeverUsesItsParentsConnection(): void
+    {
+        $l = $this->own(['global' => self::bucket(10)]);
+        $this->assertTrue($l->acquire('s')->isAllowed());
+        $result = tempnam(sys_get_temp_dir(), 'cg-fork');
+        $pid = pcntl_fork();
+        if ($pid === 0) {
+            // Child: decides, reports, and waits to be killed (never running PHPUnit's
+            // shutdown, which would stop this test's Valkey).
+            $a = $l->acquire('s');
+            $b = $l->acquire('s');
+            file_put_contents($result, $a->reason() . ',' . $b->remaining());
+            sleep(30);
+            posix_kill(getmypid(), SIGKILL);
+        }
+        for ($i = 0; $i < 500 && filesize($result) === 0; $i++) {
+            usleep(10000);
+            clearstatcache();
+        }
+        // While the child lives, it holds a connection of its own next to the parent's.
+        $connections = $this->ourConnections();
+        posix_kill($pid, SIGKILL);
+        pcntl_waitpid($pid, $status);
+        $this->assertSame('allowed,7', file_get_contents($result));
+        unlink($result);
+        $this->assertSame(2, $connections, 'the child opened its own connection');
+        // The parent's socket was not touched by the child: its next call is in step.
+        $d = $l->acquire('s');
+        $this->assertSame(['allowed', 6], [$d->reason(), $d->remaining()]);
+        usleep(50000);
+        $this->assertSame(1, $this->ourConnections(), 'the child\'s connection died with it');
+    }
+
     public function testValkeyStoppedAndRestartedMidTest(): void
     {
         $l = $this->own(['global' => self::bucket(3)]);
