@@ -9,7 +9,8 @@ log() { printf '==> %s\n' "$*" >&2; }
 
 # Debian packages: PHP CLI + headers, libclang for bindgen, PHPUnit, php-fpm + nginx
 # for the end-to-end run, cgi-fcgi to talk FastCGI to php-fpm directly.
-apt_pkgs=(php8.2-cli php8.2-dev php8.2-fpm php8.2-redis clang libclang-dev phpunit nginx-light libfcgi-bin
+apt_pkgs=(php8.2-cli php8.2-dev php8.2-fpm php8.2-redis php8.2-curl
+          php-psr-http-client php-psr-http-message php-nyholm-psr7 php-guzzlehttp-guzzle clang libclang-dev phpunit nginx-light libfcgi-bin
           python3-venv ca-certificates)
 missing=()
 for p in "${apt_pkgs[@]}"; do

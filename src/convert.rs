@@ -1,5 +1,7 @@
 //! PHP values into the core's `Value` tree, so that all validation happens in the core.
 
+use checkout_guard_core::telemetry::AttrValue;
+use checkout_guard_core::value::quote_bytes;
 use checkout_guard_core::{ConfigError, Value};
 use ext_php_rs::types::{ArrayKey, ZendHashTable, Zval};
 
@@ -54,4 +56,36 @@ fn zval(z: &Zval, depth: usize) -> Result<Value, ConfigError> {
     } else {
         Value::Other(z.get_type().to_string())
     })
+}
+
+/// Event attributes: string keys, scalar or null values (New Relic's rule). Anything else
+/// is a ConfigurationException naming the attribute.
+pub fn attributes(ht: &ZendHashTable) -> Result<Vec<(String, AttrValue)>, ConfigError> {
+    let mut out = Vec::with_capacity(ht.len());
+    for (k, v) in ht.iter() {
+        let key = match k {
+            ArrayKey::String(s) => s,
+            ArrayKey::ZendString(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
+            other => other.to_string(),
+        };
+        let v = v.dereference();
+        let value = if v.is_null() {
+            AttrValue::Null
+        } else if let Some(b) = v.bool() {
+            AttrValue::Bool(b)
+        } else if let Some(i) = v.long() {
+            AttrValue::Int(i)
+        } else if let Some(f) = v.double() {
+            AttrValue::Float(f)
+        } else if let Some(s) = v.zend_str() {
+            AttrValue::from_bytes(s.as_bytes())
+        } else {
+            return Err(ConfigError::new(
+                format!("attributes[{}]", quote_bytes(key.as_bytes())),
+                format!("must be a scalar or null, got {}", v.get_type()),
+            ));
+        };
+        out.push((key, value));
+    }
+    Ok(out)
 }

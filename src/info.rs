@@ -21,6 +21,15 @@ pub extern "C" fn php_info(_module: *mut ModuleEntry) {
         for name in [ini::TIMEOUT_MS, ini::ON_UNAVAILABLE, ini::RETRY_INTERVAL_MS] {
             info_table_row!(name, ini::get(name).as_deref().unwrap_or(""));
         }
+        for name in ini::EVENTS {
+            let value = ini::get(name).unwrap_or_default();
+            let value = if name == ini::EVENTS_STREAM_URL {
+                mask_password(&value)
+            } else {
+                value
+            };
+            info_table_row!(name, value.as_str());
+        }
         info_table_end!();
     });
 }

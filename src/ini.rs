@@ -9,8 +9,26 @@ pub const URL: &str = "checkout_guard.url";
 pub const TIMEOUT_MS: &str = "checkout_guard.timeout_ms";
 pub const ON_UNAVAILABLE: &str = "checkout_guard.on_unavailable";
 pub const RETRY_INTERVAL_MS: &str = "checkout_guard.retry_interval_ms";
+pub const EVENTS_SINKS: &str = "checkout_guard.events.sinks";
+pub const EVENTS_JSONL_PATH: &str = "checkout_guard.events.jsonl_path";
+pub const EVENTS_STREAM_URL: &str = "checkout_guard.events.stream_url";
+pub const EVENTS_STREAM_KEY: &str = "checkout_guard.events.stream_key";
+pub const EVENTS_STREAM_MAXLEN: &str = "checkout_guard.events.stream_maxlen";
+pub const EVENTS_BUFFER_SIZE: &str = "checkout_guard.events.buffer_size";
 
-static ENTRIES: IniEntryDefs<5> = IniEntryDefs::new([
+/// The telemetry settings, shown in phpinfo() in this order.
+pub const EVENTS: [&str; 6] = [
+    EVENTS_SINKS,
+    EVENTS_JSONL_PATH,
+    EVENTS_STREAM_URL,
+    EVENTS_STREAM_KEY,
+    EVENTS_STREAM_MAXLEN,
+    EVENTS_BUFFER_SIZE,
+];
+
+// Telemetry settings are read once per process (its sinks are built once), so they are
+// PHP_INI_SYSTEM: php.ini, -d, or php_admin_value in an FPM pool.
+static ENTRIES: IniEntryDefs<11> = IniEntryDefs::new([
     IniEntryDef::new(
         c"checkout_guard.url",
         c"redis://127.0.0.1:6379",
@@ -26,6 +44,36 @@ static ENTRIES: IniEntryDefs<5> = IniEntryDefs::new([
         c"checkout_guard.retry_interval_ms",
         c"1000",
         IniEntryPermission::All,
+    ),
+    IniEntryDef::new(
+        c"checkout_guard.events.sinks",
+        c"",
+        IniEntryPermission::System,
+    ),
+    IniEntryDef::new(
+        c"checkout_guard.events.jsonl_path",
+        c"",
+        IniEntryPermission::System,
+    ),
+    IniEntryDef::new(
+        c"checkout_guard.events.stream_url",
+        c"",
+        IniEntryPermission::System,
+    ),
+    IniEntryDef::new(
+        c"checkout_guard.events.stream_key",
+        c"checkout_guard:events",
+        IniEntryPermission::System,
+    ),
+    IniEntryDef::new(
+        c"checkout_guard.events.stream_maxlen",
+        c"100000",
+        IniEntryPermission::System,
+    ),
+    IniEntryDef::new(
+        c"checkout_guard.events.buffer_size",
+        c"1000",
+        IniEntryPermission::System,
     ),
     IniEntryDef::end(),
 ]);

@@ -10,6 +10,7 @@ mod errors;
 mod info;
 mod ini;
 mod rate_limiter;
+mod telemetry;
 
 use ext_php_rs::prelude::*;
 
@@ -26,6 +27,19 @@ fn startup(_ty: i32, module_number: i32) -> i32 {
     }
 }
 
+/// RINIT: call counts are per request.
+unsafe extern "C" fn request_startup(_ty: i32, _module_number: i32) -> i32 {
+    // Called by the engine directly: a panic must not unwind into C.
+    let _ = std::panic::catch_unwind(telemetry::request_startup);
+    0
+}
+
+/// RSHUTDOWN: the request's events go to the sinks (the response body is already flushed).
+unsafe extern "C" fn request_shutdown(_ty: i32, _module_number: i32) -> i32 {
+    let _ = std::panic::catch_unwind(telemetry::flush_now);
+    0
+}
+
 #[php_module]
 #[php(startup = startup)]
 pub fn get_module(module: ModuleBuilder) -> ModuleBuilder {
@@ -34,5 +48,8 @@ pub fn get_module(module: ModuleBuilder) -> ModuleBuilder {
         .version(checkout_guard_core::VERSION)
         .class::<rate_limiter::RateLimiter>()
         .class::<decision::Decision>()
+        .class::<telemetry::Telemetry>()
+        .request_startup_function(request_startup)
+        .request_shutdown_function(request_shutdown)
         .info_function(info::php_info)
 }

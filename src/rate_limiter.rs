@@ -12,6 +12,7 @@ use crate::convert::array_to_value;
 use crate::decision::Decision;
 use crate::errors::{configuration, to_php};
 use crate::ini;
+use crate::telemetry;
 
 /// A token-bucket limiter in Valkey: a global bucket for every shop, and for hot shops a
 /// shared hot lane and a bucket per hot shop. Decided atomically in one round trip.
@@ -39,10 +40,9 @@ impl RateLimiter {
     /// Takes `tokens` tokens for `shopId` if every bucket that applies holds them.
     #[php(defaults(tokens = 1))]
     pub fn acquire(&self, shopId: BinarySlice<u8>, tokens: i64) -> PhpResult<Decision> {
-        self.inner
-            .acquire(&shopId, tokens)
-            .map(Decision::from)
-            .map_err(to_php)
+        let d = self.inner.acquire(&shopId, tokens).map_err(to_php)?;
+        telemetry::observe_decision(&self.inner.options().name, &shopId, &d);
+        Ok(Decision::from(d))
     }
 
     /// Marks the shop hot for every worker at once, until the TTL runs out.

@@ -6,6 +6,7 @@
 
 pub mod limiter;
 pub mod store;
+pub mod telemetry;
 pub mod value;
 
 pub use limiter::{

@@ -1,0 +1,285 @@
+//! The event model. Names and values follow New Relic's custom event rules, so the same
+//! event can go to the agent, a file or a stream: scalar values, at most 64 attributes,
+//! strings (names and values) cut to 255 bytes, event types of `[A-Za-z0-9:_ ]`.
+
+use super::url::sanitize_url;
+use crate::limiter::{ConfigError, Decision};
+
+pub const EXTERNAL_API_CALL: &str = "ExternalApiCall";
+pub const RATE_LIMIT_DECISION: &str = "RateLimitDecision";
+/// Most attributes an event keeps (New Relic's limit for custom events from an agent).
+pub const MAX_ATTRIBUTES: usize = 64;
+/// Longest string value or attribute name, in bytes.
+pub const MAX_STRING_BYTES: usize = 255;
+
+/// A scalar attribute value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttrValue {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+}
+
+impl AttrValue {
+    /// A string value from PHP bytes: invalid UTF-8 replaced, cut to 255 bytes.
+    pub fn from_bytes(b: &[u8]) -> Self {
+        AttrValue::Str(cut(String::from_utf8_lossy(b).into_owned()))
+    }
+
+    pub fn str(s: &str) -> Self {
+        AttrValue::Str(cut(s.to_string()))
+    }
+}
+
+/// Cuts a string to at most 255 bytes on a character boundary.
+fn cut(mut s: String) -> String {
+    if s.len() > MAX_STRING_BYTES {
+        let mut end = MAX_STRING_BYTES;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
+
+/// One custom event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub event_type: String,
+    pub attrs: Vec<(String, AttrValue)>,
+}
+
+impl Event {
+    /// Validates the event type (`[A-Za-z0-9:_ ]`, 1 to 255 bytes).
+    pub fn new(event_type: &[u8]) -> Result<Self, ConfigError> {
+        let ok = !event_type.is_empty()
+            && event_type.len() <= MAX_STRING_BYTES
+            && event_type
+                .iter()
+                .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'_' | b' '));
+        if !ok {
+            return Err(ConfigError::new(
+                "eventType",
+                format!(
+                    "must be 1 to 255 characters of A-Z a-z 0-9 : _ and space, got {}",
+                    crate::value::quote_bytes(event_type)
+                ),
+            ));
+        }
+        Ok(Self {
+            event_type: String::from_utf8(event_type.to_vec()).expect("ASCII"),
+            attrs: Vec::with_capacity(12),
+        })
+    }
+
+    fn known(event_type: &str) -> Self {
+        Self {
+            event_type: event_type.to_string(),
+            attrs: Vec::with_capacity(12),
+        }
+    }
+
+    /// Sets an attribute: replaces a value of the same name, else appends while there is
+    /// room for it (at most 64). Names are cut to 255 bytes.
+    pub fn set(&mut self, name: &str, value: AttrValue) {
+        if let Some(slot) = self.attrs.iter_mut().find(|(k, _)| k == name) {
+            slot.1 = value;
+        } else if self.attrs.len() < MAX_ATTRIBUTES {
+            self.attrs.push((cut(name.to_string()), value));
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&AttrValue> {
+        self.attrs.iter().find(|(k, _)| k == name).map(|(_, v)| v)
+    }
+
+    /// Applies the URL rule to caller-given attributes: `url.full` loses its query,
+    /// fragment and credentials, and gives `server.address` when that is missing.
+    pub fn sanitize_urls(&mut self) {
+        let Some(AttrValue::Str(full)) = self.get("url.full") else {
+            return;
+        };
+        let (url, host) = sanitize_url(full);
+        self.set("url.full", AttrValue::Str(url));
+        if let Some(host) = host {
+            if self.get("server.address").is_none() {
+                self.set("server.address", AttrValue::str(&host));
+            }
+        }
+    }
+}
+
+/// What `measure()` learned about one external call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExternalCall {
+    pub api: String,
+    /// Unix time in milliseconds when the call started.
+    pub timestamp_ms: i64,
+    pub duration_ms: f64,
+    /// The response's status, 0 when no response came back.
+    pub status: i64,
+    /// The exception class when the call threw without a response.
+    pub exception: Option<String>,
+}
+
+/// The "ExternalApiCall" event: the measured attributes first (they win over caller
+/// attributes of the same name), then the caller's, with URLs sanitized.
+/// `error.type` follows OpenTelemetry: the status code for 4xx/5xx, else the exception
+/// class when the call failed without a response.
+pub fn external_call_event(call: &ExternalCall, caller: Vec<(String, AttrValue)>) -> Event {
+    let mut e = Event::known(EXTERNAL_API_CALL);
+    e.attrs
+        .push(("timestamp".into(), AttrValue::Int(call.timestamp_ms)));
+    e.attrs.push(("api".into(), AttrValue::str(&call.api)));
+    e.attrs.push((
+        "http.response.status_code".into(),
+        AttrValue::Int(call.status),
+    ));
+    e.attrs
+        .push(("duration.ms".into(), AttrValue::Float(call.duration_ms)));
+    let error = if call.status >= 400 {
+        Some(call.status.to_string())
+    } else {
+        call.exception.clone()
+    };
+    if let Some(error) = error {
+        e.attrs.push(("error.type".into(), AttrValue::str(&error)));
+    }
+    let measured = e.attrs.len();
+    for (k, v) in caller {
+        if !e.attrs[..measured].iter().any(|(name, _)| *name == k) {
+            e.set(&k, v);
+        }
+    }
+    e.sanitize_urls();
+    e
+}
+
+/// The "RateLimitDecision" event for a denied or unavailable decision.
+pub fn decision_event(limiter: &str, shop: &[u8], d: &Decision, timestamp_ms: i64) -> Event {
+    let mut e = Event::known(RATE_LIMIT_DECISION);
+    e.attrs
+        .push(("timestamp".into(), AttrValue::Int(timestamp_ms)));
+    e.attrs.push(("limiter".into(), AttrValue::str(limiter)));
+    e.attrs
+        .push(("shop.id".into(), AttrValue::from_bytes(shop)));
+    e.attrs
+        .push(("reason".into(), AttrValue::str(d.reason.as_str())));
+    e.attrs.push(("allowed".into(), AttrValue::Bool(d.allowed)));
+    e.attrs
+        .push(("retry_after.s".into(), AttrValue::Float(d.retry_after)));
+    e.attrs
+        .push(("hot_shop".into(), AttrValue::Bool(d.hot_shop)));
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::Reason;
+
+    fn call(status: i64, exception: Option<&str>) -> ExternalCall {
+        ExternalCall {
+            api: "zoneA".into(),
+            timestamp_ms: 1_700_000_000_123,
+            duration_ms: 12.5,
+            status,
+            exception: exception.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn error_type_follows_opentelemetry() {
+        let ok = external_call_event(&call(200, None), vec![]);
+        assert_eq!(ok.get("error.type"), None);
+        let e429 = external_call_event(&call(429, None), vec![]);
+        assert_eq!(e429.get("error.type"), Some(&AttrValue::str("429")));
+        let thrown = external_call_event(
+            &call(503, Some("GuzzleHttp\\Exception\\ServerException")),
+            vec![],
+        );
+        assert_eq!(thrown.get("error.type"), Some(&AttrValue::str("503")));
+        let none = external_call_event(
+            &call(0, Some("GuzzleHttp\\Exception\\ConnectException")),
+            vec![],
+        );
+        assert_eq!(
+            none.get("error.type"),
+            Some(&AttrValue::str("GuzzleHttp\\Exception\\ConnectException"))
+        );
+        assert_eq!(
+            none.get("http.response.status_code"),
+            Some(&AttrValue::Int(0))
+        );
+    }
+
+    #[test]
+    fn caller_attributes_follow_measured_ones_and_urls_are_sanitized() {
+        let e = external_call_event(
+            &call(200, None),
+            vec![
+                ("shop.id".into(), AttrValue::str("s-1")),
+                ("api".into(), AttrValue::str("spoofed")),
+                ("http.request.method".into(), AttrValue::str("POST")),
+                (
+                    "url.full".into(),
+                    AttrValue::str("https://u:p@pay.example/v1/charge?card=4111"),
+                ),
+            ],
+        );
+        assert_eq!(e.get("api"), Some(&AttrValue::str("zoneA")));
+        assert_eq!(e.get("shop.id"), Some(&AttrValue::str("s-1")));
+        assert_eq!(
+            e.get("url.full"),
+            Some(&AttrValue::str("https://pay.example/v1/charge"))
+        );
+        assert_eq!(
+            e.get("server.address"),
+            Some(&AttrValue::str("pay.example"))
+        );
+    }
+
+    #[test]
+    fn new_relic_limits() {
+        let caller = (0..100)
+            .map(|i| (format!("a{i}"), AttrValue::Int(i)))
+            .collect();
+        let e = external_call_event(&call(200, None), caller);
+        assert_eq!(e.attrs.len(), MAX_ATTRIBUTES);
+        let long = "é".repeat(200); // 400 bytes
+        let v = AttrValue::str(&long);
+        let AttrValue::Str(s) = v else { panic!() };
+        assert_eq!(
+            s.len(),
+            254,
+            "cut on a character boundary at or below 255 bytes"
+        );
+        assert!(Event::new(b"Checkout Step:2").is_ok());
+        for bad in [&b""[..], b"bad-type", b"a.b", &[b'a'; 256]] {
+            assert_eq!(Event::new(bad).unwrap_err().option, "eventType");
+        }
+        assert_eq!(
+            AttrValue::from_bytes(b"\xffok"),
+            AttrValue::str("\u{fffd}ok")
+        );
+    }
+
+    #[test]
+    fn decision_events_carry_limiter_shop_reason_and_retry() {
+        let d = Decision {
+            allowed: false,
+            reason: Reason::HotShop,
+            retry_after: 0.25,
+            remaining: 0,
+            hot_shop: true,
+        };
+        let e = decision_event("payments", b"shop-9", &d, 5);
+        assert_eq!(e.event_type, RATE_LIMIT_DECISION);
+        assert_eq!(e.get("reason"), Some(&AttrValue::str("hot_shop")));
+        assert_eq!(e.get("retry_after.s"), Some(&AttrValue::Float(0.25)));
+        assert_eq!(e.get("shop.id"), Some(&AttrValue::str("shop-9")));
+    }
+}

@@ -1,0 +1,24 @@
+//! Custom events for every external API call (unsampled) and for the limiter's denials:
+//! the event model with New Relic's limits, a process buffer, and the sinks that write it.
+//!
+//! Path of one event: `Telemetry::measure()` (PHP) -> [`Event`] built here, normalized to
+//! New Relic's custom event rules -> [`Buffer`] in the process -> written to every
+//! configured [`Sink`] at the end of the request, or at once when the buffer is full.
+//! A failing sink drops the batch and counts it; nothing is thrown into the checkout.
+
+mod buffer;
+mod config;
+mod event;
+mod json;
+mod sinks;
+mod url;
+
+pub use buffer::{Buffer, SinkStats, Sinks};
+pub use config::{RawTelemetryIni, SinkKind, TelemetryConfig};
+pub use event::{
+    decision_event, external_call_event, AttrValue, Event, ExternalCall, EXTERNAL_API_CALL,
+    MAX_ATTRIBUTES, MAX_STRING_BYTES, RATE_LIMIT_DECISION,
+};
+pub use json::{write_event_line, write_json_string};
+pub use sinks::{JsonlSink, Sink, StreamSink};
+pub use url::sanitize_url;

@@ -1,0 +1,382 @@
+// PHP parameter names are the Rust identifiers verbatim (named arguments): camelCase here.
+#![allow(non_snake_case)]
+
+//! `CheckoutGuard\Telemetry` and the process's telemetry state: the buffer, the sinks
+//! (configured once per process from `checkout_guard.events.*`), the per-request call
+//! counts and the decision counters. Flushed at the end of every request.
+
+use std::collections::HashMap;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use checkout_guard_core::telemetry::{
+    decision_event, external_call_event, AttrValue, Buffer, Event, ExternalCall, JsonlSink,
+    RawTelemetryIni, Sink, SinkKind, Sinks, StreamSink, TelemetryConfig, EXTERNAL_API_CALL,
+};
+use checkout_guard_core::{ConfigError, Decision as CoreDecision, Reason};
+use ext_php_rs::binary_slice::BinarySlice;
+use ext_php_rs::boxed::ZBox;
+use ext_php_rs::convert::IntoZval;
+use ext_php_rs::error::php_error;
+use ext_php_rs::flags::ErrorType;
+use ext_php_rs::exception::throw_object;
+use ext_php_rs::flags::ClassFlags;
+use ext_php_rs::prelude::*;
+use ext_php_rs::types::{ZendCallable, ZendHashTable, ZendObject, Zval};
+use ext_php_rs::zend::ExecutorGlobals;
+use once_cell::sync::Lazy;
+use parking_lot::Mutex;
+
+use crate::convert::attributes;
+use crate::errors::configuration;
+use crate::ini;
+
+struct State {
+    /// The process that built this state; a forked child rebuilds its own.
+    pid: u32,
+    config: Result<TelemetryConfig, ConfigError>,
+    buffer: Buffer,
+    /// `None` while a flush has them out (see `flush`).
+    sinks: Option<Sinks>,
+    /// ExternalApiCall events measured in this request, per api.
+    calls: HashMap<String, u64>,
+    calls_total: u64,
+    /// Decisions seen since process start: allowed, denied, unavailable.
+    decisions: [u64; 3],
+}
+
+static STATE: Lazy<Mutex<Option<State>>> = Lazy::new(|| Mutex::new(None));
+
+fn build_state() -> State {
+    let url = ini::get(ini::URL).unwrap_or_default();
+    let (sinks_s, path, stream_url, key, maxlen, size) = (
+        ini::get(ini::EVENTS_SINKS),
+        ini::get(ini::EVENTS_JSONL_PATH),
+        ini::get(ini::EVENTS_STREAM_URL),
+        ini::get(ini::EVENTS_STREAM_KEY),
+        ini::get(ini::EVENTS_STREAM_MAXLEN),
+        ini::get(ini::EVENTS_BUFFER_SIZE),
+    );
+    let raw = RawTelemetryIni {
+        sinks: sinks_s.as_deref(),
+        jsonl_path: path.as_deref(),
+        stream_url: stream_url.as_deref(),
+        stream_key: key.as_deref(),
+        stream_maxlen: maxlen.as_deref(),
+        buffer_size: size.as_deref(),
+    };
+    let config = TelemetryConfig::from_ini(&raw, &url);
+    let defaults = ini::defaults().unwrap_or_default();
+    let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
+    let mut capacity = 1000;
+    match &config {
+        Ok(c) => {
+            capacity = c.buffer_size;
+            for kind in &c.sinks {
+                sinks.push(match kind {
+                    SinkKind::NewRelic => Box::new(NewRelicSink),
+                    SinkKind::Jsonl => {
+                        Box::new(JsonlSink::new(c.jsonl_path.clone().unwrap_or_default()))
+                    }
+                    SinkKind::Stream => Box::new(StreamSink::new(
+                        c.stream.clone().expect("validated"),
+                        c.stream_key.clone(),
+                        c.stream_maxlen,
+                        std::time::Duration::from_millis(defaults.timeout_ms as u64),
+                        std::time::Duration::from_millis(defaults.retry_interval_ms as u64),
+                    )),
+                });
+            }
+        }
+        Err(e) => php_error(
+            &ErrorType::Warning,
+            &format!("{e}; telemetry is off in this process"),
+        ),
+    }
+    State {
+        pid: std::process::id(),
+        config,
+        buffer: Buffer::new(capacity),
+        sinks: Some(Sinks::new(sinks)),
+        calls: HashMap::new(),
+        calls_total: 0,
+        decisions: [0; 3],
+    }
+}
+
+/// Runs `f` on the process's state, building it on first use (and again after fork).
+fn with_state<T>(f: impl FnOnce(&mut State) -> T) -> T {
+    let mut guard = STATE.lock();
+    let pid = std::process::id();
+    if guard.as_ref().is_some_and(|s| s.pid != pid) {
+        // A forked child: its copy of the parent's buffer belongs to the parent.
+        if let Some(mut old) = guard.take() {
+            old.buffer.discard();
+            std::mem::forget(old);
+        }
+    }
+    f(guard.get_or_insert_with(build_state))
+}
+
+fn enabled(s: &State) -> bool {
+    s.config.as_ref().is_ok_and(TelemetryConfig::enabled)
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Buffers an event when telemetry is on; flushes when the buffer is full.
+fn push(e: Event) {
+    let full = with_state(|s| {
+        if e.event_type == EXTERNAL_API_CALL {
+            if let Some(AttrValue::Str(api)) = e.get("api") {
+                *s.calls.entry(api.clone()).or_default() += 1;
+            }
+            s.calls_total += 1;
+        }
+        enabled(s) && s.buffer.push(e)
+    });
+    if full {
+        flush_now();
+    }
+}
+
+/// Writes the buffer to every sink without holding the state lock while sinks run (the
+/// New Relic sink calls PHP, which may record again). Returns the events written.
+pub fn flush_now() -> usize {
+    let taken = with_state(|s| {
+        if s.buffer.buffered() == 0 {
+            return None;
+        }
+        let sinks = s.sinks.take()?;
+        Some((s.buffer.take(), sinks))
+    });
+    let Some((batch, mut sinks)) = taken else {
+        return 0;
+    };
+    let written = sinks.write(&batch);
+    with_state(|s| s.sinks = Some(sinks));
+    written
+}
+
+/// Request start: call counts are per request.
+pub fn request_startup() {
+    with_state(|s| {
+        s.calls.clear();
+        s.calls_total = 0;
+    });
+}
+
+/// Counts a decision and records denied and unavailable ones as "RateLimitDecision".
+pub fn observe_decision(limiter: &str, shop: &[u8], d: &CoreDecision) {
+    let record = with_state(|s| {
+        let i = match (d.reason, d.allowed) {
+            (Reason::Unavailable, _) => 2,
+            (_, true) => 0,
+            _ => 1,
+        };
+        s.decisions[i] += 1;
+        enabled(s) && i != 0
+    });
+    if record {
+        push(decision_event(limiter, shop, d, now_ms()));
+    }
+}
+
+/// The New Relic PHP agent's `newrelic_record_custom_event()`, called once per event.
+struct NewRelicSink;
+
+impl Sink for NewRelicSink {
+    fn name(&self) -> &'static str {
+        "newrelic"
+    }
+
+    fn write(&mut self, events: &[Event]) -> Result<(), String> {
+        let f = ZendCallable::try_from_name("newrelic_record_custom_event").map_err(|_| {
+            "newrelic_record_custom_event() is not defined: the New Relic agent is not loaded"
+                .to_string()
+        })?;
+        for e in events {
+            let mut attrs = ZendHashTable::new();
+            for (k, v) in &e.attrs {
+                let r = match v {
+                    AttrValue::Null => attrs.insert(k.as_str(), ()),
+                    AttrValue::Bool(b) => attrs.insert(k.as_str(), *b),
+                    AttrValue::Int(i) => attrs.insert(k.as_str(), *i),
+                    AttrValue::Float(x) => attrs.insert(k.as_str(), *x),
+                    AttrValue::Str(s) => attrs.insert(k.as_str(), s.as_str()),
+                };
+                r.map_err(|e| e.to_string())?;
+            }
+            if f.try_call(vec![&e.event_type.as_str(), &attrs]).is_err() {
+                let why = ExecutorGlobals::take_exception()
+                    .and_then(|ex| ex.get_class_name().ok())
+                    .unwrap_or_else(|| "call failed".into());
+                return Err(format!("newrelic_record_custom_event() threw {why}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The status code in what a call returned: an int, an array with a `status` key, or an
+/// object with `getStatusCode()` (a PSR-7 response). 0 when there is none.
+fn status_of(v: &Zval) -> i64 {
+    let v = v.dereference();
+    if let Some(i) = v.long() {
+        return i;
+    }
+    if let Some(ht) = v.array() {
+        return ht
+            .get("status")
+            .and_then(|s| s.dereference().long())
+            .unwrap_or(0);
+    }
+    if let Some(obj) = v.object() {
+        return call_status_method(obj, "getStatusCode").unwrap_or(0);
+    }
+    0
+}
+
+/// Calls a method that takes no argument and returns the status it leads to; swallows
+/// whatever the method throws (the call's own outcome matters, not this probe's).
+fn call_status_method(obj: &ZendObject, method: &str) -> Option<i64> {
+    let r = obj.try_call_method(method, vec![]);
+    if ExecutorGlobals::has_exception() {
+        drop(ExecutorGlobals::take_exception());
+        return None;
+    }
+    let r = r.ok()?;
+    if method == "getStatusCode" {
+        r.long()
+    } else {
+        Some(status_of(&r))
+    }
+}
+
+/// Unsampled custom events for every external API call, and the call budget's counts.
+#[php_class]
+#[php(name = "CheckoutGuard\\Telemetry")]
+#[php(flags = ClassFlags::Final)]
+pub struct Telemetry;
+
+#[allow(non_snake_case)]
+#[php_impl]
+impl Telemetry {
+    /// Times $call on a monotonic clock, records one "ExternalApiCall" event, returns
+    /// $call's result or rethrows what it threw.
+    pub fn measure(
+        api: BinarySlice<u8>,
+        call: ZendCallable,
+        attributes: Option<&ZendHashTable>,
+    ) -> PhpResult<Zval> {
+        let caller = match attributes {
+            Some(ht) => self::attributes(ht).map_err(|e| configuration(e.to_string()))?,
+            None => Vec::new(),
+        };
+        let api = String::from_utf8_lossy(&api).into_owned();
+        let timestamp_ms = now_ms();
+        let started = Instant::now();
+        let result = call.try_call(vec![]);
+        let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let (ret, thrown) = match result {
+            Ok(v) => (Some(v), None),
+            Err(e) => match ExecutorGlobals::take_exception() {
+                Some(ex) => (None, Some(ex)),
+                None => return Err(PhpException::from(e.to_string())),
+            },
+        };
+        let (status, exception) = match (&ret, &thrown) {
+            (Some(v), _) => (status_of(v), None),
+            (None, Some(ex)) => (
+                call_status_method(ex, "getResponse").unwrap_or(0),
+                ex.get_class_name().ok(),
+            ),
+            (None, None) => (0, None),
+        };
+        push(external_call_event(
+            &ExternalCall {
+                api,
+                timestamp_ms,
+                duration_ms,
+                status,
+                exception,
+            },
+            caller,
+        ));
+        if let Some(ex) = thrown {
+            // Rethrow the very exception object: its class, message and trace unchanged.
+            let zv = ex
+                .into_zval(false)
+                .map_err(|e| PhpException::from(e.to_string()))?;
+            throw_object(zv).map_err(|e| PhpException::from(e.to_string()))?;
+            return Ok(Zval::new());
+        }
+        Ok(ret.unwrap_or_else(Zval::new))
+    }
+
+    /// Records one custom event; attribute values must be scalars or null.
+    pub fn record(eventType: BinarySlice<u8>, attributes: &ZendHashTable) -> PhpResult<()> {
+        let mut e = Event::new(&eventType).map_err(|e| configuration(e.to_string()))?;
+        for (k, v) in self::attributes(attributes).map_err(|e| configuration(e.to_string()))? {
+            e.set(&k, v);
+        }
+        if e.get("timestamp").is_none() {
+            e.set("timestamp", AttrValue::Int(now_ms()));
+        }
+        e.sanitize_urls();
+        push(e);
+        Ok(())
+    }
+
+    /// Writes buffered events to every configured sink now; returns how many were written.
+    pub fn flush() -> i64 {
+        flush_now() as i64
+    }
+
+    /// ExternalApiCall events measured so far in this request, for one api or for all.
+    pub fn call_count(api: Option<BinarySlice<u8>>) -> i64 {
+        with_state(|s| match api {
+            None => s.calls_total as i64,
+            Some(api) => s
+                .calls
+                .get(String::from_utf8_lossy(&api).as_ref())
+                .copied()
+                .unwrap_or(0) as i64,
+        })
+    }
+
+    /// Counters since process start: recorded, written and dropped, per sink.
+    pub fn stats() -> PhpResult<ZBox<ZendHashTable>> {
+        with_state(|s| -> ext_php_rs::error::Result<ZBox<ZendHashTable>> {
+            let mut out = ZendHashTable::new();
+            out.insert("enabled", enabled(s))?;
+            out.insert("recorded", s.buffer.recorded() as i64)?;
+            out.insert("buffered", s.buffer.buffered() as i64)?;
+            let mut decisions = ZendHashTable::new();
+            for (i, name) in ["allowed", "denied", "unavailable"].iter().enumerate() {
+                decisions.insert(*name, s.decisions[i] as i64)?;
+            }
+            out.insert("decisions", decisions)?;
+            let mut sinks = ZendHashTable::new();
+            if let Some(all) = &s.sinks {
+                for (name, st) in all.stats() {
+                    let mut one = ZendHashTable::new();
+                    one.insert("written", st.written as i64)?;
+                    one.insert("dropped", st.dropped as i64)?;
+                    one.insert("last_error", st.last_error.clone())?;
+                    sinks.insert(name, one)?;
+                }
+            }
+            out.insert("sinks", sinks)?;
+            out.insert(
+                "config_error",
+                s.config.as_ref().err().map(|e| e.to_string()),
+            )?;
+            Ok(out)
+        })
+        .map_err(|e| PhpException::from(e.to_string()))
+    }
+}
