@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Starts or stops php-fpm (with checkout_guard loaded from a conf.d-style ini) and nginx in
-# front of it, on loopback ports, all state under RUN_DIR.
+# front of it, on loopback ports, all state under RUN_DIR. Telemetry writes JSON lines to
+# RUN_DIR/events.jsonl. FPM_WORKERS sets the pool size (default 4).
 #   scripts/stack.sh start RUN_DIR DOCROOT VALKEY_URL  -> prints the HTTP port
 #   scripts/stack.sh stop RUN_DIR
 set -euo pipefail
@@ -26,6 +27,8 @@ checkout_guard.url=$valkey_url
 checkout_guard.timeout_ms=50
 checkout_guard.on_unavailable=allow
 checkout_guard.retry_interval_ms=1000
+checkout_guard.events.sinks=jsonl
+checkout_guard.events.jsonl_path=$run/events.jsonl
 INI
 
 cat > "$run/php-fpm.conf" <<CONF
@@ -37,7 +40,7 @@ daemonize = yes
 [checkout]
 listen = 127.0.0.1:$fpm_port
 pm = static
-pm.max_children = 2
+pm.max_children = ${FPM_WORKERS:-4}
 pm.max_requests = 0
 catch_workers_output = yes
 clear_env = no

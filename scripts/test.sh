@@ -38,11 +38,19 @@ log "php-fpm + nginx"
 http_port=$(bash scripts/stack.sh start "$run" tests/php/fixtures/www "$url/1")
 
 log "phpunit"
+# This process's telemetry goes to all three sinks, so the tests can compare them.
 CHECKOUT_GUARD_TEST_URL="$url" \
 CHECKOUT_GUARD_TEST_HTTP="http://127.0.0.1:$http_port" \
+CHECKOUT_GUARD_TEST_EVENTS="$run/phpunit-events.jsonl" \
+CHECKOUT_GUARD_TEST_FPM_EVENTS="$run/events.jsonl" \
 CHECKOUT_GUARD_EXT="$CG_EXT" \
 VALKEY_SERVER="$(valkey_bin)" \
-  php -d "extension=$CG_EXT" /usr/bin/phpunit -c tests/php/phpunit.xml "$@"
+  php -d "extension=$CG_EXT" \
+    -d checkout_guard.events.sinks=jsonl,stream,newrelic \
+    -d "checkout_guard.events.jsonl_path=$run/phpunit-events.jsonl" \
+    -d "checkout_guard.events.stream_url=$url" \
+    -d checkout_guard.events.stream_key=cg-test:events \
+    /usr/bin/phpunit -c tests/php/phpunit.xml "$@"
 
 if [ -s "$run/php-errors.log" ]; then
   echo "PHP errors under php-fpm:" >&2; cat "$run/php-errors.log" >&2; exit 1

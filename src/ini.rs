@@ -29,54 +29,78 @@ pub const EVENTS: [&str; 6] = [
 // Telemetry settings are read once per process (its sinks are built once), so they are
 // PHP_INI_SYSTEM: php.ini, -d, or php_admin_value in an FPM pool.
 static ENTRIES: IniEntryDefs<11> = IniEntryDefs::new([
-    IniEntryDef::new(
+    entry(
         c"checkout_guard.url",
         c"redis://127.0.0.1:6379",
         IniEntryPermission::All,
     ),
-    IniEntryDef::new(c"checkout_guard.timeout_ms", c"50", IniEntryPermission::All),
-    IniEntryDef::new(
+    entry(c"checkout_guard.timeout_ms", c"50", IniEntryPermission::All),
+    entry(
         c"checkout_guard.on_unavailable",
         c"allow",
         IniEntryPermission::All,
     ),
-    IniEntryDef::new(
+    entry(
         c"checkout_guard.retry_interval_ms",
         c"1000",
         IniEntryPermission::All,
     ),
-    IniEntryDef::new(
+    entry(
         c"checkout_guard.events.sinks",
         c"",
         IniEntryPermission::System,
     ),
-    IniEntryDef::new(
+    entry(
         c"checkout_guard.events.jsonl_path",
         c"",
         IniEntryPermission::System,
     ),
-    IniEntryDef::new(
+    entry(
         c"checkout_guard.events.stream_url",
         c"",
         IniEntryPermission::System,
     ),
-    IniEntryDef::new(
+    entry(
         c"checkout_guard.events.stream_key",
         c"checkout_guard:events",
         IniEntryPermission::System,
     ),
-    IniEntryDef::new(
+    entry(
         c"checkout_guard.events.stream_maxlen",
         c"100000",
         IniEntryPermission::System,
     ),
-    IniEntryDef::new(
+    entry(
         c"checkout_guard.events.buffer_size",
         c"1000",
         IniEntryPermission::System,
     ),
     IniEntryDef::end(),
 ]);
+
+/// An INI entry whose changes PHP accepts as they come (values are validated where they
+/// are used, with messages naming the setting). A handler is needed at all because
+/// without one PHP refuses `ini_restore()` at run time.
+const fn entry(
+    name: &'static std::ffi::CStr,
+    value: &'static std::ffi::CStr,
+    permission: IniEntryPermission,
+) -> IniEntryDef {
+    let mut e = IniEntryDef::new(name, value, permission);
+    e.on_modify = Some(accept);
+    e
+}
+
+unsafe extern "C" fn accept(
+    _entry: *mut zend_ini_entry,
+    _new_value: *mut ext_php_rs::ffi::zend_string,
+    _mh_arg1: *mut std::ffi::c_void,
+    _mh_arg2: *mut std::ffi::c_void,
+    _mh_arg3: *mut std::ffi::c_void,
+    _stage: std::ffi::c_int,
+) -> std::ffi::c_int {
+    0 // SUCCESS
+}
 
 pub fn register(module_number: i32) {
     IniEntryDef::register(ENTRIES.as_slice(), module_number);

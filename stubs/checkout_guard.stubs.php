@@ -100,4 +100,53 @@ namespace CheckoutGuard {
          */
         public function unmarkHot(string $shopId): void {}
     }
+
+    /**
+     * Unsampled custom events for every external API call, and the call budget's counts.
+     */
+    class Telemetry {
+        public function __construct() {}
+
+        /**
+         * ExternalApiCall events measured so far in this request, for one api or for all.
+         *
+         * @param string|null $api
+         * @return int
+         */
+        public static function callCount(?string $api = null): int {}
+
+        /**
+         * Writes buffered events to every configured sink now; returns how many were written.
+         *
+         * @return int
+         */
+        public static function flush(): int {}
+
+        /**
+         * Times $call on a monotonic clock, records one "ExternalApiCall" event, returns
+         * $call's result or rethrows what it threw.
+         *
+         * @param string $api
+         * @param callable $call
+         * @param array|null $attributes
+         * @return mixed
+         */
+        public static function measure(string $api, callable $call, ?array $attributes = null): mixed {}
+
+        /**
+         * Records one custom event; attribute values must be scalars or null.
+         *
+         * @param string $eventType
+         * @param array $attributes
+         * @return void
+         */
+        public static function record(string $eventType, array $attributes): void {}
+
+        /**
+         * Counters since process start: recorded, written and dropped, per sink.
+         *
+         * @return array
+         */
+        public static function stats(): array {}
+    }
 }

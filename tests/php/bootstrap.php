@@ -11,11 +11,17 @@ if (!extension_loaded('redis')) {
     fwrite(STDERR, "phpredis is not loaded: run scripts/setup.sh\n");
     exit(2);
 }
-foreach (['CHECKOUT_GUARD_TEST_URL', 'CHECKOUT_GUARD_EXT', 'VALKEY_SERVER'] as $var) {
+foreach (['CHECKOUT_GUARD_TEST_URL', 'CHECKOUT_GUARD_EXT', 'VALKEY_SERVER', 'CHECKOUT_GUARD_TEST_EVENTS'] as $var) {
     if (getenv($var) === false) {
         fwrite(STDERR, "$var is not set: run via scripts/test.sh\n");
         exit(2);
     }
 }
+require __DIR__ . '/../../php/autoload.php';
+require '/usr/share/php/GuzzleHttp/autoload.php';
+require '/usr/share/php/Nyholm/Psr7/autoload.php';
+require __DIR__ . '/../../php/examples/zone_a_checkout.php';
+require __DIR__ . '/support/NewRelicStandIn.php';
 require __DIR__ . '/support/ValkeyProcess.php';
+require __DIR__ . '/support/EventLog.php';
 require __DIR__ . '/support/LimiterTestCase.php';
