@@ -1,8 +1,10 @@
 //! PHP values into the core's `Value` tree, so that all validation happens in the core.
 
-use checkout_guard_core::telemetry::AttrValue;
+use checkout_guard_core::telemetry::{name, AttrValue, Name};
 use checkout_guard_core::value::quote_bytes;
 use checkout_guard_core::{ConfigError, Value};
+use ext_php_rs::convert::{FromZval, StubLiteral};
+use ext_php_rs::flags::DataType;
 use ext_php_rs::types::{ArrayKey, ZendHashTable, Zval};
 
 /// Options arrays are shallow; anything deeper is a mistake (or a self-reference).
@@ -60,14 +62,16 @@ fn zval(z: &Zval, depth: usize) -> Result<Value, ConfigError> {
 
 /// Event attributes: string keys, scalar or null values (New Relic's rule). Anything else
 /// is a ConfigurationException naming the attribute.
-pub fn attributes(ht: &ZendHashTable) -> Result<Vec<(String, AttrValue)>, ConfigError> {
+///
+/// This runs on every measured call, so it reads the hash table's buckets directly (no
+/// key copies) and makes well-known names static.
+pub fn attributes(ht: &ZendHashTable) -> Result<Vec<(Name, AttrValue)>, ConfigError> {
     let mut out = Vec::with_capacity(ht.len());
-    for (k, v) in ht.iter() {
-        let key = match k {
-            ArrayKey::String(s) => s,
-            ArrayKey::ZendString(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
-            other => other.to_string(),
-        };
+    let mut failed = None;
+    for_each_entry(ht, |key, v| {
+        if failed.is_some() {
+            return;
+        }
         let v = v.dereference();
         let value = if v.is_null() {
             AttrValue::Null
@@ -80,12 +84,84 @@ pub fn attributes(ht: &ZendHashTable) -> Result<Vec<(String, AttrValue)>, Config
         } else if let Some(s) = v.zend_str() {
             AttrValue::from_bytes(s.as_bytes())
         } else {
-            return Err(ConfigError::new(
-                format!("attributes[{}]", quote_bytes(key.as_bytes())),
+            failed = Some(ConfigError::new(
+                format!("attributes[{}]", quote_bytes(&key.as_bytes())),
                 format!("must be a scalar or null, got {}", v.get_type()),
             ));
+            return;
         };
-        out.push((key, value));
+        let attr = match key {
+            Key::Str(b) => match std::str::from_utf8(b) {
+                Ok(s) => name(s),
+                Err(_) => name(&String::from_utf8_lossy(b)),
+            },
+            Key::Int(i) => name(&i.to_string()),
+        };
+        out.push((attr, value));
+    });
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(out),
     }
-    Ok(out)
+}
+
+enum Key<'a> {
+    Str(&'a [u8]),
+    Int(i64),
+}
+
+impl Key<'_> {
+    fn as_bytes(&self) -> Vec<u8> {
+        match self {
+            Key::Str(b) => b.to_vec(),
+            Key::Int(i) => i.to_string().into_bytes(),
+        }
+    }
+}
+
+/// Visits the entries of a hash table in order, without copying keys.
+fn for_each_entry(ht: &ZendHashTable, mut f: impl FnMut(Key<'_>, &Zval)) {
+    const HASH_FLAG_PACKED: u32 = 1 << 2;
+    // SAFETY: reads the engine's own layout of a live array (PHP 8.2+: packed arrays hold
+    // bare zvals, others buckets); slots below nNumUsed are initialized, deleted ones are
+    // IS_UNDEF and skipped.
+    unsafe {
+        let packed = ht.u.flags & HASH_FLAG_PACKED != 0;
+        for i in 0..ht.nNumUsed as usize {
+            if packed {
+                let zv = &*ht.__bindgen_anon_1.arPacked.add(i);
+                if zv.get_type() != DataType::Undef {
+                    f(Key::Int(i as i64), zv);
+                }
+            } else {
+                let b = &*ht.__bindgen_anon_1.arData.add(i);
+                if b.val.get_type() == DataType::Undef {
+                    continue;
+                }
+                match b.key.as_ref() {
+                    Some(k) => f(Key::Str(k.as_bytes()), &b.val),
+                    None => f(Key::Int(b.h as i64), &b.val),
+                }
+            }
+        }
+    }
+}
+
+/// An `array $attributes = []` parameter: PHP type `array`, default `[]` in the stubs,
+/// borrowed without copying.
+#[derive(Default, Clone, Copy)]
+pub struct OptionalArray<'a>(pub Option<&'a ZendHashTable>);
+
+impl<'a> FromZval<'a> for OptionalArray<'a> {
+    const TYPE: DataType = DataType::Array;
+
+    fn from_zval(zval: &'a Zval) -> Option<Self> {
+        zval.array().map(|ht| OptionalArray(Some(ht)))
+    }
+}
+
+impl StubLiteral for OptionalArray<'_> {
+    fn stub_literal(&self) -> String {
+        "[]".into()
+    }
 }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use checkout_guard_core::telemetry::{
-    decision_event, external_call_event, AttrValue, Buffer, Event, ExternalCall, JsonlSink,
+    decision_event, external_call_event, AttrValue, Buffer, Event, ExternalCall, JsonlSink, Name,
     RawTelemetryIni, Sink, SinkKind, Sinks, StreamSink, TelemetryConfig, EXTERNAL_API_CALL,
 };
 use checkout_guard_core::{ConfigError, Decision as CoreDecision, Reason};
@@ -26,13 +26,13 @@ use ext_php_rs::zend::ExecutorGlobals;
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
 
-use crate::convert::attributes;
+use crate::convert::{attributes, OptionalArray};
 use crate::errors::configuration;
 use crate::ini;
 
 struct State {
-    /// The process that built this state; a forked child rebuilds its own.
-    pid: u32,
+    /// The fork generation that built this state; a forked child rebuilds its own.
+    generation: u64,
     config: Result<TelemetryConfig, ConfigError>,
     buffer: Buffer,
     /// `None` while a flush has them out (see `flush`).
@@ -93,7 +93,7 @@ fn build_state() -> State {
         ),
     }
     State {
-        pid: std::process::id(),
+        generation: checkout_guard_core::process::generation(),
         config,
         buffer: Buffer::new(capacity),
         sinks: Some(Sinks::new(sinks)),
@@ -106,8 +106,8 @@ fn build_state() -> State {
 /// Runs `f` on the process's state, building it on first use (and again after fork).
 fn with_state<T>(f: impl FnOnce(&mut State) -> T) -> T {
     let mut guard = STATE.lock();
-    let pid = std::process::id();
-    if guard.as_ref().is_some_and(|s| s.pid != pid) {
+    let generation = checkout_guard_core::process::generation();
+    if guard.as_ref().is_some_and(|s| s.generation != generation) {
         // A forked child: its copy of the parent's buffer belongs to the parent.
         if let Some(mut old) = guard.take() {
             old.buffer.discard();
@@ -127,16 +127,39 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+impl State {
+    /// Counts one ExternalApiCall of this request for the call budget.
+    fn count_call(&mut self, api: &str) {
+        match self.calls.get_mut(api) {
+            Some(n) => *n += 1,
+            None => {
+                self.calls.insert(api.to_string(), 1);
+            }
+        }
+        self.calls_total += 1;
+    }
+}
+
 /// Buffers an event when telemetry is on; flushes when the buffer is full.
 fn push(e: Event) {
     let full = with_state(|s| {
         if e.event_type == EXTERNAL_API_CALL {
             if let Some(AttrValue::Str(api)) = e.get("api") {
-                *s.calls.entry(api.clone()).or_default() += 1;
+                s.count_call(api);
             }
-            s.calls_total += 1;
         }
         enabled(s) && s.buffer.push(e)
+    });
+    if full {
+        flush_now();
+    }
+}
+
+/// Counts a measured call and, when telemetry is on, buffers its event (built only then).
+fn push_call(call: ExternalCall, caller: Vec<(Name, AttrValue)>) {
+    let full = with_state(|s| {
+        s.count_call(&call.api);
+        enabled(s) && s.buffer.push(external_call_event(&call, caller))
     });
     if full {
         flush_now();
@@ -202,11 +225,11 @@ impl Sink for NewRelicSink {
             let mut attrs = ZendHashTable::new();
             for (k, v) in &e.attrs {
                 let r = match v {
-                    AttrValue::Null => attrs.insert(k.as_str(), ()),
-                    AttrValue::Bool(b) => attrs.insert(k.as_str(), *b),
-                    AttrValue::Int(i) => attrs.insert(k.as_str(), *i),
-                    AttrValue::Float(x) => attrs.insert(k.as_str(), *x),
-                    AttrValue::Str(s) => attrs.insert(k.as_str(), s.as_str()),
+                    AttrValue::Null => attrs.insert(k.as_ref(), ()),
+                    AttrValue::Bool(b) => attrs.insert(k.as_ref(), *b),
+                    AttrValue::Int(i) => attrs.insert(k.as_ref(), *i),
+                    AttrValue::Float(x) => attrs.insert(k.as_ref(), *x),
+                    AttrValue::Str(s) => attrs.insert(k.as_ref(), s.as_str()),
                 };
                 r.map_err(|e| e.to_string())?;
             }
@@ -267,12 +290,13 @@ pub struct Telemetry;
 impl Telemetry {
     /// Times $call on a monotonic clock, records one "ExternalApiCall" event, returns
     /// $call's result or rethrows what it threw.
+    #[php(defaults(attributes = OptionalArray::default()))]
     pub fn measure(
         api: BinarySlice<u8>,
         call: ZendCallable,
-        attributes: Option<&ZendHashTable>,
+        attributes: OptionalArray,
     ) -> PhpResult<Zval> {
-        let caller = match attributes {
+        let caller = match attributes.0 {
             Some(ht) => self::attributes(ht).map_err(|e| configuration(e.to_string()))?,
             None => Vec::new(),
         };
@@ -296,8 +320,8 @@ impl Telemetry {
             ),
             (None, None) => (0, None),
         };
-        push(external_call_event(
-            &ExternalCall {
+        push_call(
+            ExternalCall {
                 api,
                 timestamp_ms,
                 duration_ms,
@@ -305,7 +329,7 @@ impl Telemetry {
                 exception,
             },
             caller,
-        ));
+        );
         if let Some(ex) = thrown {
             // Rethrow the very exception object: its class, message and trace unchanged.
             let zv = ex
@@ -321,7 +345,7 @@ impl Telemetry {
     pub fn record(eventType: BinarySlice<u8>, attributes: &ZendHashTable) -> PhpResult<()> {
         let mut e = Event::new(&eventType).map_err(|e| configuration(e.to_string()))?;
         for (k, v) in self::attributes(attributes).map_err(|e| configuration(e.to_string()))? {
-            e.set(&k, v);
+            e.set_named(k, v);
         }
         if e.get("timestamp").is_none() {
             e.set("timestamp", AttrValue::Int(now_ms()));

@@ -128,10 +128,10 @@ namespace CheckoutGuard {
          *
          * @param string $api
          * @param callable $call
-         * @param array|null $attributes
+         * @param array $attributes
          * @return mixed
          */
-        public static function measure(string $api, callable $call, ?array $attributes = null): mixed {}
+        public static function measure(string $api, callable $call, array $attributes = []): mixed {}
 
         /**
          * Records one custom event; attribute values must be scalars or null.

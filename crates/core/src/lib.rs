@@ -5,6 +5,7 @@
 //! `cargo test` covers them without a PHP runtime.
 
 pub mod limiter;
+pub mod process;
 pub mod store;
 pub mod telemetry;
 pub mod value;

@@ -53,8 +53,8 @@ pub struct EndpointStatus {
 
 struct Live {
     conn: Connection,
-    /// The process that opened the socket; a forked child must not use it.
-    pid: u32,
+    /// The fork generation that opened the socket; a forked child must not use it.
+    generation: u64,
     /// The read/write timeout currently set on the socket, to skip needless syscalls.
     timeout: Option<Duration>,
 }
@@ -86,11 +86,8 @@ impl Slot {
     /// Drops the connection of another process (after fork) without closing or shutting
     /// down the socket the parent still uses.
     fn forget_if_forked(&mut self) {
-        if self
-            .live
-            .as_ref()
-            .is_some_and(|l| l.pid != std::process::id())
-        {
+        let now = crate::process::generation();
+        if self.live.as_ref().is_some_and(|l| l.generation != now) {
             std::mem::forget(self.live.take());
         }
     }
@@ -112,7 +109,7 @@ impl Slot {
         self.connects += 1;
         self.live = Some(Live {
             conn,
-            pid: std::process::id(),
+            generation: crate::process::generation(),
             timeout: None,
         });
         Ok(())

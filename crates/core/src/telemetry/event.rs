@@ -2,6 +2,8 @@
 //! event can go to the agent, a file or a stream: scalar values, at most 64 attributes,
 //! strings (names and values) cut to 255 bytes, event types of `[A-Za-z0-9:_ ]`.
 
+use std::borrow::Cow;
+
 use super::url::sanitize_url;
 use crate::limiter::{ConfigError, Decision};
 
@@ -25,7 +27,11 @@ pub enum AttrValue {
 impl AttrValue {
     /// A string value from PHP bytes: invalid UTF-8 replaced, cut to 255 bytes.
     pub fn from_bytes(b: &[u8]) -> Self {
-        AttrValue::Str(cut(String::from_utf8_lossy(b).into_owned()))
+        let s = match std::str::from_utf8(b) {
+            Ok(s) => s.to_owned(),
+            Err(_) => String::from_utf8_lossy(b).into_owned(),
+        };
+        AttrValue::Str(cut(s))
     }
 
     pub fn str(s: &str) -> Self {
@@ -45,11 +51,44 @@ fn cut(mut s: String) -> String {
     s
 }
 
+/// An attribute name: the well-known ones are static, so building an event allocates
+/// only for values and the caller's own names.
+pub type Name = Cow<'static, str>;
+
+const KNOWN_NAMES: &[&str] = &[
+    "timestamp",
+    "api",
+    "http.request.method",
+    "http.response.status_code",
+    "server.address",
+    "server.port",
+    "url.full",
+    "url.template",
+    "error.type",
+    "duration.ms",
+    "shop.id",
+    "limiter",
+    "reason",
+    "allowed",
+    "retry_after.s",
+    "hot_shop",
+    "step",
+    "payment.channel",
+];
+
+/// The name as an attribute name: static when well known, else owned and cut to 255 bytes.
+pub fn name(n: &str) -> Name {
+    match KNOWN_NAMES.iter().find(|k| **k == n) {
+        Some(k) => Cow::Borrowed(k),
+        None => Cow::Owned(cut(n.to_string())),
+    }
+}
+
 /// One custom event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     pub event_type: String,
-    pub attrs: Vec<(String, AttrValue)>,
+    pub attrs: Vec<(Name, AttrValue)>,
 }
 
 impl Event {
@@ -84,11 +123,20 @@ impl Event {
 
     /// Sets an attribute: replaces a value of the same name, else appends while there is
     /// room for it (at most 64). Names are cut to 255 bytes.
-    pub fn set(&mut self, name: &str, value: AttrValue) {
-        if let Some(slot) = self.attrs.iter_mut().find(|(k, _)| k == name) {
+    pub fn set(&mut self, attr: &str, value: AttrValue) {
+        if let Some(slot) = self.attrs.iter_mut().find(|(k, _)| k == attr) {
             slot.1 = value;
         } else if self.attrs.len() < MAX_ATTRIBUTES {
-            self.attrs.push((cut(name.to_string()), value));
+            self.attrs.push((name(attr), value));
+        }
+    }
+
+    /// Like `set` for a name already made with [`name`].
+    pub fn set_named(&mut self, attr: Name, value: AttrValue) {
+        if let Some(slot) = self.attrs.iter_mut().find(|(k, _)| *k == attr) {
+            slot.1 = value;
+        } else if self.attrs.len() < MAX_ATTRIBUTES {
+            self.attrs.push((attr, value));
         }
     }
 
@@ -103,7 +151,10 @@ impl Event {
             return;
         };
         let (url, host) = sanitize_url(full);
-        self.set("url.full", AttrValue::Str(url));
+        if url.len() != full.len() {
+            let url = url.into_owned();
+            self.set("url.full", AttrValue::Str(url));
+        }
         if let Some(host) = host {
             if self.get("server.address").is_none() {
                 self.set("server.address", AttrValue::str(&host));
@@ -129,29 +180,35 @@ pub struct ExternalCall {
 /// attributes of the same name), then the caller's, with URLs sanitized.
 /// `error.type` follows OpenTelemetry: the status code for 4xx/5xx, else the exception
 /// class when the call failed without a response.
-pub fn external_call_event(call: &ExternalCall, caller: Vec<(String, AttrValue)>) -> Event {
+pub fn external_call_event(call: &ExternalCall, caller: Vec<(Name, AttrValue)>) -> Event {
     let mut e = Event::known(EXTERNAL_API_CALL);
+    e.attrs.push((
+        Cow::Borrowed("timestamp"),
+        AttrValue::Int(call.timestamp_ms),
+    ));
     e.attrs
-        .push(("timestamp".into(), AttrValue::Int(call.timestamp_ms)));
-    e.attrs.push(("api".into(), AttrValue::str(&call.api)));
+        .push((Cow::Borrowed("api"), AttrValue::str(&call.api)));
     e.attrs.push((
         "http.response.status_code".into(),
         AttrValue::Int(call.status),
     ));
-    e.attrs
-        .push(("duration.ms".into(), AttrValue::Float(call.duration_ms)));
+    e.attrs.push((
+        Cow::Borrowed("duration.ms"),
+        AttrValue::Float(call.duration_ms),
+    ));
     let error = if call.status >= 400 {
         Some(call.status.to_string())
     } else {
         call.exception.clone()
     };
     if let Some(error) = error {
-        e.attrs.push(("error.type".into(), AttrValue::str(&error)));
+        e.attrs
+            .push((Cow::Borrowed("error.type"), AttrValue::str(&error)));
     }
     let measured = e.attrs.len();
     for (k, v) in caller {
-        if !e.attrs[..measured].iter().any(|(name, _)| *name == k) {
-            e.set(&k, v);
+        if !e.attrs[..measured].iter().any(|(n, _)| *n == k) {
+            e.set_named(k, v);
         }
     }
     e.sanitize_urls();
@@ -162,17 +219,21 @@ pub fn external_call_event(call: &ExternalCall, caller: Vec<(String, AttrValue)>
 pub fn decision_event(limiter: &str, shop: &[u8], d: &Decision, timestamp_ms: i64) -> Event {
     let mut e = Event::known(RATE_LIMIT_DECISION);
     e.attrs
-        .push(("timestamp".into(), AttrValue::Int(timestamp_ms)));
-    e.attrs.push(("limiter".into(), AttrValue::str(limiter)));
+        .push((Cow::Borrowed("timestamp"), AttrValue::Int(timestamp_ms)));
     e.attrs
-        .push(("shop.id".into(), AttrValue::from_bytes(shop)));
+        .push((Cow::Borrowed("limiter"), AttrValue::str(limiter)));
     e.attrs
-        .push(("reason".into(), AttrValue::str(d.reason.as_str())));
-    e.attrs.push(("allowed".into(), AttrValue::Bool(d.allowed)));
+        .push((Cow::Borrowed("shop.id"), AttrValue::from_bytes(shop)));
     e.attrs
-        .push(("retry_after.s".into(), AttrValue::Float(d.retry_after)));
+        .push((Cow::Borrowed("reason"), AttrValue::str(d.reason.as_str())));
     e.attrs
-        .push(("hot_shop".into(), AttrValue::Bool(d.hot_shop)));
+        .push((Cow::Borrowed("allowed"), AttrValue::Bool(d.allowed)));
+    e.attrs.push((
+        Cow::Borrowed("retry_after.s"),
+        AttrValue::Float(d.retry_after),
+    ));
+    e.attrs
+        .push((Cow::Borrowed("hot_shop"), AttrValue::Bool(d.hot_shop)));
     e
 }
 
@@ -221,11 +282,11 @@ mod tests {
         let e = external_call_event(
             &call(200, None),
             vec![
-                ("shop.id".into(), AttrValue::str("s-1")),
-                ("api".into(), AttrValue::str("spoofed")),
-                ("http.request.method".into(), AttrValue::str("POST")),
+                (name("shop.id"), AttrValue::str("s-1")),
+                (name("api"), AttrValue::str("spoofed")),
+                (name("http.request.method"), AttrValue::str("POST")),
                 (
-                    "url.full".into(),
+                    name("url.full"),
                     AttrValue::str("https://u:p@pay.example/v1/charge?card=4111"),
                 ),
             ],
@@ -245,7 +306,7 @@ mod tests {
     #[test]
     fn new_relic_limits() {
         let caller = (0..100)
-            .map(|i| (format!("a{i}"), AttrValue::Int(i)))
+            .map(|i| (name(&format!("a{i}")), AttrValue::Int(i)))
             .collect();
         let e = external_call_event(&call(200, None), caller);
         assert_eq!(e.attrs.len(), MAX_ATTRIBUTES);

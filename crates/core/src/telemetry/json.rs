@@ -5,26 +5,65 @@ use std::fmt::Write;
 
 use super::event::{AttrValue, Event};
 
+/// Bytes that must be escaped in a JSON string: controls, `"` and `\\` (and DEL, kept
+/// readable). One table look-up a byte keeps the common case, nothing to escape, a copy.
+const NEEDS_ESCAPE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        t[i] = true;
+        i += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t[0x7f] = true;
+    t
+};
+
+/// The first byte that needs escaping. Eight bytes at a time (SWAR): most attribute
+/// values have none, and this runs for every string of every event.
+fn find_escape(bytes: &[u8]) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |x: u64| x.wrapping_sub(LO) & !x & HI;
+    let mut i = 0;
+    while i + 8 <= bytes.len() {
+        let x = u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
+        // Bytes < 0x20 (x - 0x20.. borrows), '"', '\\' and 0x7f (equal after xor).
+        let hit = (x.wrapping_sub(0x20 * LO) & !x & HI)
+            | has_zero(x ^ (b'"' as u64 * LO))
+            | has_zero(x ^ (b'\\' as u64 * LO))
+            | has_zero(x ^ (0x7f * LO));
+        if hit != 0 {
+            // The lowest flagged byte is a true hit (borrows only run upwards).
+            return Some(i + (hit.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    bytes[i..]
+        .iter()
+        .position(|&b| NEEDS_ESCAPE[b as usize])
+        .map(|p| i + p)
+}
+
 /// Appends `s` as a JSON string. Invalid UTF-8 has already been replaced when the event
 /// was built, so `s` is valid UTF-8 here.
 pub fn write_json_string(out: &mut String, s: &str) {
     out.push('"');
+    let bytes = s.as_bytes();
     let mut start = 0;
-    for (i, b) in s.bytes().enumerate() {
-        let esc = match b {
-            b'"' => "\\\"",
-            b'\\' => "\\\\",
-            b'\n' => "\\n",
-            b'\r' => "\\r",
-            b'\t' => "\\t",
-            0..=0x1f | 0x7f => "",
-            _ => continue,
-        };
+    while let Some(off) = find_escape(&bytes[start..]) {
+        let i = start + off;
         out.push_str(&s[start..i]);
-        if esc.is_empty() {
-            let _ = write!(out, "\\u{:04x}", b);
-        } else {
-            out.push_str(esc);
+        match bytes[i] {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            b => {
+                let _ = write!(out, "\\u{:04x}", b);
+            }
         }
         start = i + 1;
     }
@@ -64,6 +103,25 @@ pub fn write_event_line(out: &mut String, e: &Event) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_every_byte_that_needs_escaping_at_any_position() {
+        for len in 0..40 {
+            for pos in 0..len {
+                for special in [0u8, 0x1f, b'"', b'\\', 0x7f] {
+                    let mut v = vec![b'a'; len];
+                    v[pos] = special;
+                    assert_eq!(
+                        find_escape(&v),
+                        Some(pos),
+                        "len {len} pos {pos} byte {special}"
+                    );
+                }
+            }
+            let clean: Vec<u8> = (0..len).map(|i| b" !#[]~\xc3\xa9"[i % 8]).collect();
+            assert_eq!(find_escape(&clean), None, "{clean:?}");
+        }
+    }
 
     #[test]
     fn escapes_and_formats() {

@@ -1,13 +1,32 @@
 //! URLs are stored without query string, fragment or credentials: they may carry card
 //! tokens, session IDs and passwords.
 
+use std::borrow::Cow;
+
 /// Returns the URL without userinfo, query and fragment, and its host (for
 /// `server.address`). Anything that is not `scheme://authority/...` is returned cut at the
 /// first `?` or `#`, with no host.
-pub fn sanitize_url(url: &str) -> (String, Option<String>) {
-    let cut = url.find(['?', '#']).map_or(url, |i| &url[..i]);
+pub fn sanitize_url(url: &str) -> (Cow<'_, str>, Option<String>) {
+    let bytes = url.as_bytes();
+    let end = bytes
+        .iter()
+        .position(|&b| b == b'?' || b == b'#')
+        .unwrap_or(bytes.len());
+    let cut = &url[..end];
+    // The common case, a clean URL, costs no formatting.
+    if !cut.as_bytes().contains(&b'@') {
+        if let Some(scheme_end) = cut.find("://") {
+            let rest = &cut[scheme_end + 3..];
+            let host_end = rest
+                .as_bytes()
+                .iter()
+                .position(|&b| b == b'/')
+                .unwrap_or(rest.len());
+            return (Cow::Borrowed(cut), host_of(&rest[..host_end]));
+        }
+    }
     let Some(scheme_end) = cut.find("://") else {
-        return (cut.to_string(), None);
+        return (Cow::Borrowed(cut), None);
     };
     let auth_start = scheme_end + 3;
     let auth_end = cut[auth_start..]
@@ -15,14 +34,17 @@ pub fn sanitize_url(url: &str) -> (String, Option<String>) {
         .map_or(cut.len(), |i| auth_start + i);
     let authority = &cut[auth_start..auth_end];
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let sanitized = format!("{}{}{}", &cut[..auth_start], host_port, &cut[auth_end..]);
+    (Cow::Owned(sanitized), host_of(host_port))
+}
+
+fn host_of(host_port: &str) -> Option<String> {
     let host = if let Some(rest) = host_port.strip_prefix('[') {
         rest.split_once(']').map_or(rest, |(h, _)| h)
     } else {
         host_port.split(':').next().unwrap_or("")
     };
-    let sanitized = format!("{}{}{}", &cut[..auth_start], host_port, &cut[auth_end..]);
-    let host = (!host.is_empty()).then(|| host.to_ascii_lowercase());
-    (sanitized, host)
+    (!host.is_empty()).then(|| host.to_ascii_lowercase())
 }
 
 #[cfg(test)]
