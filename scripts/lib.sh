@@ -13,9 +13,28 @@ valkey_bin() {
   echo "$b"
 }
 
-# A free TCP port on loopback.
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+# N distinct free TCP ports on loopback (all bound at once, so they differ), one a line.
+free_ports() {
+  python3 -c '
+import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print("\n".join(str(s.getsockname()[1]) for s in socks))
+' "${1:-1}"
+}
+
+free_port() { free_ports 1; }
+
+# wait_port PORT: until something accepts on 127.0.0.1:PORT (5 s at most).
+wait_port() {
+  local i
+  for i in $(seq 1 100); do
+    php -r 'exit(@fsockopen("127.0.0.1", (int)$argv[1]) ? 0 : 1);' "$1" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "nothing listens on port $1" >&2
+  return 1
 }
 
 # start_valkey DIR PORT: a throw-away Valkey on 127.0.0.1:PORT, no persistence.
@@ -24,13 +43,7 @@ start_valkey() {
   mkdir -p "$dir"
   "$(valkey_bin)" --bind 127.0.0.1 --port "$port" --save '' --appendonly no \
     --daemonize yes --dir "$dir" --pidfile "$dir/valkey.pid" --logfile "$dir/valkey.log"
-  local i
-  for i in $(seq 1 100); do
-    if php -r 'exit(@fsockopen("127.0.0.1", (int)$argv[1]) ? 0 : 1);' "$port" 2>/dev/null; then return 0; fi
-    sleep 0.05
-  done
-  echo "valkey did not start on port $port; log: $dir/valkey.log" >&2
-  return 1
+  wait_port "$port" || { echo "valkey did not start; log: $dir/valkey.log" >&2; return 1; }
 }
 
 # stop_pidfile FILE: stops the process named in FILE and waits for it to go.

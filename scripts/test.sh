@@ -35,7 +35,7 @@ port=$(free_port)
 start_valkey "$run/valkey" "$port"
 url="redis://127.0.0.1:$port"
 log "php-fpm + nginx"
-http_port=$(bash scripts/stack.sh start "$run" tests/php/fixtures/www "$url/1")
+read -r http_port _ <<< "$(bash scripts/stack.sh start "$run" tests/php/fixtures/www "$url/1")"
 
 log "phpunit"
 # This process's telemetry goes to all three sinks, so the tests can compare them.

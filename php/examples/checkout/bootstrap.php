@@ -1,0 +1,61 @@
+<?php
+// Wiring of the example checkout: the provider's two APIs through measured PSR-18 clients,
+// the payment API behind the RateLimiter. Settings come from the php-fpm pool's env[...]
+// (see scripts/loadstack.sh), so one code base runs with the limiter on and off.
+declare(strict_types=1);
+
+require __DIR__ . '/../../autoload.php';
+require '/usr/share/php/GuzzleHttp/autoload.php';
+require '/usr/share/php/Nyholm/Psr7/autoload.php';
+
+use CheckoutGuard\Http\ApiNamer;
+use CheckoutGuard\Http\MeasuredClient;
+use CheckoutGuard\Http\RateLimitedClient;
+use CheckoutGuard\RateLimiter;
+use Psr\Http\Client\ClientInterface;
+use Psr\Http\Message\RequestInterface;
+
+function env(string $name, string $default): string
+{
+    $v = getenv($name);
+    return $v === false || $v === '' ? $default : $v;
+}
+
+/** The provider's APIs, named for events and call budgets. */
+function api_namer(): ApiNamer
+{
+    return new ApiNamer([
+        ['api' => 'zoneA', 'path' => '/items/{id}', 'method' => 'GET'],
+        ['api' => 'payment', 'path' => '/v1/charges', 'method' => 'POST'],
+    ]);
+}
+
+function limiter(): ?RateLimiter
+{
+    if (env('CHECKOUT_LIMITER', 'on') !== 'on') {
+        return null;
+    }
+    $hot = array_values(array_filter(explode(',', env('CHECKOUT_HOT_SHOPS', ''))));
+    return new RateLimiter([
+        'name' => 'payments',
+        // The provider allows 50 payments/s with bursts of 10: the global bucket stays just
+        // under both. A hot shop may use half of it, all hot shops together 30/s.
+        'global' => ['capacity' => (int) env('CG_GLOBAL_CAPACITY', '10'), 'refill_per_second' => (float) env('CG_GLOBAL_RATE', '45')],
+        'hot_lane' => ['capacity' => (int) env('CG_LANE_CAPACITY', '8'), 'refill_per_second' => (float) env('CG_LANE_RATE', '30')],
+        'hot_shop' => ['capacity' => (int) env('CG_SHOP_CAPACITY', '6'), 'refill_per_second' => (float) env('CG_SHOP_RATE', '25')],
+        'hot_shops' => $hot,
+    ]);
+}
+
+/** @return array{0: ClientInterface, 1: ClientInterface} the item client and the payment client */
+function clients(string $shopId): array
+{
+    $http = new GuzzleHttp\Client(['timeout' => 3, 'connect_timeout' => 1]);
+    $attributes = fn (RequestInterface $r) => ['shop.id' => $shopId];
+    $items = new MeasuredClient($http, api_namer(), $attributes);
+    $limiter = limiter();
+    $payments = $limiter === null
+        ? $http
+        : new RateLimitedClient($http, $limiter, fn (RequestInterface $r) => $r->getHeaderLine('X-Shop-Id') ?: null);
+    return [$items, new MeasuredClient($payments, api_namer(), $attributes)];
+}

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Flash sales reproduced on this machine: the example checkout (nginx + php-fpm with
+# checkout_guard) in front of a mock provider whose rate limits nginx enforces with 429s,
+# under Locust, for each scenario with the limiter on and off; then the verdict.
+#
+#   scripts/loadtest.sh short     # each run 20 s: the demo's version (~3 min in all)
+#   scripts/loadtest.sh full      # each run 60 s, Locust distributed: 1 master + 2 workers
+#   scripts/loadtest.sh smoke     # no Locust: a handful of checkouts, the 429 and 503 paths
+#
+# Every process runs on loopback, is bounded in time, and is stopped at the end, on
+# failure and on Ctrl-C. Results (logs, Locust CSVs, verdict, charts) go to
+# .run/loadtest/<mode>/.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+cd "$CG_ROOT"
+
+mode=${1:-short}
+case "$mode" in
+  short) duration=${DURATION:-20}; workers=0 ;;
+  full) duration=${DURATION:-60}; workers=${LOCUST_WORKERS:-2} ;;
+  smoke) duration=0; workers=0 ;;
+  *) echo "usage: scripts/loadtest.sh short|full|smoke" >&2; exit 2 ;;
+esac
+
+bash scripts/setup.sh >/dev/null
+build_extension
+
+out="$CG_ROOT/.run/loadtest/$mode"
+rm -rf "$out"; mkdir -p "$out"
+current=""
+stop_all() {
+  [ -n "$current" ] || return 0
+  bash scripts/stack.sh stop "$current" || true
+  stop_pidfile "$current/provider.pid"
+  stop_pidfile "$current/valkey/valkey.pid"
+  current=""
+}
+trap stop_all EXIT
+trap 'stop_all; exit 130' INT TERM
+
+# The provider's limits and the limiter's, sized for 2 cores (see README: load test).
+export ZONEA_RATE=${ZONEA_RATE:-400} PAYMENT_RATE=${PAYMENT_RATE:-50}
+
+# start_stack DIR LIMITER HOT_SHOPS [extra FPM_ENV lines]: prints the checkout's port.
+# Runs in a $(...) subshell: the caller sets `current=DIR` first, so stop_all knows it.
+start_stack() {
+  local dir=$1 limiter=$2 hot=$3 extra=${4:-}
+  mkdir -p "$dir"
+  local vport pport phttp
+  { read -r vport; read -r pport; read -r phttp; } < <(free_ports 3)
+  start_valkey "$dir/valkey" "$vport"
+  .venv/bin/python loadtest/provider.py "$pport" > "$dir/provider.out" 2>&1 &
+  echo $! > "$dir/provider.pid"
+  wait_port "$pport"
+  FPM_WORKERS=${FPM_WORKERS:-24} PROVIDER_PORT=$pport PROVIDER_HTTP_PORT=$phttp \
+  FPM_ENV="CHECKOUT_LIMITER=$limiter
+CHECKOUT_HOT_SHOPS=$hot
+CHECKOUT_PROVIDER_URL=http://127.0.0.1:$phttp
+$extra" \
+    bash scripts/stack.sh start "$dir" php/examples/checkout "redis://127.0.0.1:$vport" | cut -d' ' -f1
+}
+
+cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$5+$6+$7+$8, $5+$6}' /proc/stat; }
+
+run_one() { # scenario limiter hot_shops
+  local scenario=$1 limiter=$2 hot=$3 dir="$out/$1-$2" port
+  current="$dir"
+  port=$(start_stack "$dir" "$limiter" "$hot")
+  log "run $scenario, limiter $limiter, ${duration}s"
+  read -r t0 idle0 < <(cpu_ticks)
+  local locust=(.venv/bin/locust -f loadtest/locustfile.py --headless --host "http://127.0.0.1:$port"
+    --csv "$dir/locust" --only-summary --loglevel WARNING)
+  export SCENARIO=$scenario DURATION=$duration HOT_SHOPS=$hot
+  if [ "$workers" -gt 0 ]; then
+    local mport; mport=$(free_port)
+    for i in $(seq 1 "$workers"); do
+      timeout $((duration + 60)) "${locust[@]}" --worker --master-port "$mport" > "$dir/locust-worker-$i.log" 2>&1 &
+    done
+    timeout $((duration + 60)) "${locust[@]}" --master --master-bind-host 127.0.0.1 --master-bind-port "$mport" \
+      --expect-workers "$workers" > "$dir/locust.log" 2>&1 || true
+    wait
+  else
+    timeout $((duration + 60)) "${locust[@]}" > "$dir/locust.log" 2>&1 || true
+  fi
+  read -r t1 idle1 < <(cpu_ticks)
+  echo "{\"cpu_busy\": $(awk -v a="$t0" -v b="$t1" -v i="$idle0" -v j="$idle1" 'BEGIN{printf "%.3f", 1-(j-i)/(b-a)}'), \"duration\": $duration, \"hot_shops\": \"$hot\", \"locust_workers\": $workers}" > "$dir/run.json"
+  stop_all
+}
+
+if [ "$mode" = smoke ]; then
+  # Limiter on with a global bucket of 3 (no refill to speak of): 3 checkouts pass end to
+  # end, the 4th is answered 503 by the limiter. Then limiter off against a provider that
+  # allows 1 payment a second (burst 10): the 12th quick payment gets the provider's 429.
+  dir="$out/smoke-on"; current="$dir"
+  port=$(start_stack "$dir" on "" "CG_GLOBAL_CAPACITY=3
+CG_GLOBAL_RATE=0.001
+CG_LANE_CAPACITY=3
+CG_LANE_RATE=0.001
+CG_SHOP_CAPACITY=3
+CG_SHOP_RATE=0.001")
+  codes=""
+  for i in 1 2 3 4; do
+    codes+="$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/checkout.php?shop=s$i&channel=card") "
+  done
+  retry_after=$(curl -s -D - -o /dev/null "http://127.0.0.1:$port/checkout.php?shop=s5&channel=card" | tr -d '\r' | awk -F': ' 'tolower($1)=="retry-after"{print $2}')
+  events_on=$(wc -l < "$dir/events.jsonl")
+  stop_all
+  dir="$out/smoke-off"; current="$dir"
+  port=$(PAYMENT_RATE=1 start_stack "$dir" off "")
+  off=""
+  for i in $(seq 1 12); do
+    off+="$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/checkout.php?shop=s$i&channel=konbini") "
+  done
+  provider_429=$(grep -c '"s":429' "$dir/provider.log" || true)
+  stop_all
+  printf '{"limiter_on": "%s", "retry_after": "%s", "events_on": %d, "limiter_off": "%s", "provider_429": %d}\n' \
+    "${codes% }" "$retry_after" "$events_on" "${off% }" "$provider_429"
+  exit 0
+fi
+
+hot1="flash-1"; hot3="flash-1,flash-2,flash-3"
+for limiter in off on; do
+  run_one baseline "$limiter" ""
+  run_one flood "$limiter" "$hot1"
+  run_one lottery "$limiter" "$hot1"
+  HOT_USERS=${HOT_USERS:-17} run_one multi "$limiter" "$hot3"
+done
+.venv/bin/python loadtest/verdict.py "$out" | tee "$out/verdict.txt"
