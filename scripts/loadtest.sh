@@ -3,7 +3,7 @@
 # checkout_guard) in front of a mock provider whose rate limits nginx enforces with 429s,
 # under Locust, for each scenario with the limiter on and off; then the verdict.
 #
-#   scripts/loadtest.sh short     # each run 20 s: the demo's version (~3 min in all)
+#   scripts/loadtest.sh short     # each run 12 s: the demo's version (~2 min in all)
 #   scripts/loadtest.sh full      # each run 60 s, Locust distributed: 1 master + 2 workers
 #   scripts/loadtest.sh smoke     # no Locust: a handful of checkouts, the 429 and 503 paths
 #
@@ -16,7 +16,7 @@ cd "$CG_ROOT"
 
 mode=${1:-short}
 case "$mode" in
-  short) duration=${DURATION:-20}; workers=0 ;;
+  short) duration=${DURATION:-12}; workers=0 ;;
   full) duration=${DURATION:-60}; workers=${LOCUST_WORKERS:-2} ;;
   smoke) duration=0; workers=0 ;;
   *) echo "usage: scripts/loadtest.sh short|full|smoke" >&2; exit 2 ;;

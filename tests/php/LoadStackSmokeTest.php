@@ -1,0 +1,47 @@
+<?php
+declare(strict_types=1);
+
+namespace CheckoutGuard\Tests;
+
+use PHPUnit\Framework\TestCase;
+
+/**
+ * The load-test stack in one short run (scripts/loadtest.sh smoke): Valkey, the mock
+ * provider behind nginx limit_req, php-fpm with the example checkout, nginx in front.
+ * Checkouts pass end to end, the limiter's 503 path and the provider's 429 path are each
+ * exercised, and nothing is left running.
+ */
+final class LoadStackSmokeTest extends TestCase
+{
+    public function testTheStackStartsServesBothFailurePathsAndStops(): void
+    {
+        $root = dirname(__DIR__, 2);
+        $before = self::stackProcesses($root);
+        exec('bash ' . escapeshellarg("$root/scripts/loadtest.sh") . ' smoke 2>&1', $lines, $rc);
+        $this->assertSame(0, $rc, implode("\n", $lines));
+        $result = json_decode((string) end($lines), true, 512, JSON_THROW_ON_ERROR);
+
+        // Limiter on, global bucket of 3: three paid, then the limiter's 503 + Retry-After.
+        $this->assertSame('200 200 200 503', $result['limiter_on']);
+        $this->assertGreaterThanOrEqual(1, (int) $result['retry_after']);
+        $this->assertGreaterThan(0, $result['events_on'], 'telemetry wrote the checkout events');
+        // Limiter off, provider at 1 payment/s with a burst of 10: the provider's 429
+        // reaches the checkout as a 502.
+        $codes = explode(' ', $result['limiter_off']);
+        $this->assertSame(array_fill(0, 11, '200'), array_slice($codes, 0, 11));
+        $this->assertSame('502', $codes[11]);
+        $this->assertSame(1, $result['provider_429']);
+
+        $this->assertSame($before, self::stackProcesses($root), 'the smoke run left processes behind');
+    }
+
+    /** The load stack's live processes (not zombies): valkey, provider, php-fpm, nginx masters. */
+    private static function stackProcesses(string $root): array
+    {
+        exec('ps -eo stat=,args=', $ps);
+        $mine = array_filter($ps, fn ($l) => !str_starts_with(ltrim($l), 'Z')
+            && (str_contains($l, "$root/.run/loadtest/") || str_contains($l, 'loadtest/provider.py')));
+        sort($mine);
+        return array_values($mine);
+    }
+}
