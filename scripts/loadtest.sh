@@ -29,6 +29,8 @@ out="$CG_ROOT/.run/loadtest/$mode"
 rm -rf "$out"; mkdir -p "$out"
 current=""
 stop_all() {
+  # Locust (and its workers) if still running: Ctrl-C during a run.
+  local jobs; jobs=$(jobs -p); [ -z "$jobs" ] || kill $jobs 2>/dev/null || true
   [ -n "$current" ] || return 0
   bash scripts/stack.sh stop "$current" || true
   stop_pidfile "$current/provider.pid"
@@ -77,11 +79,12 @@ run_one() { # scenario limiter hot_shops
       timeout $((duration + 60)) "${locust[@]}" --worker --master-port "$mport" > "$dir/locust-worker-$i.log" 2>&1 &
     done
     timeout $((duration + 60)) "${locust[@]}" --master --master-bind-host 127.0.0.1 --master-bind-port "$mport" \
-      --expect-workers "$workers" > "$dir/locust.log" 2>&1 || true
-    wait
+      --expect-workers "$workers" > "$dir/locust.log" 2>&1 &
   else
-    timeout $((duration + 60)) "${locust[@]}" > "$dir/locust.log" 2>&1 || true
+    timeout $((duration + 60)) "${locust[@]}" > "$dir/locust.log" 2>&1 &
   fi
+  # Waiting on background jobs lets Ctrl-C run the trap at once (it kills them).
+  wait || true
   read -r t1 idle1 < <(cpu_ticks)
   echo "{\"cpu_busy\": $(awk -v a="$t0" -v b="$t1" -v i="$idle0" -v j="$idle1" 'BEGIN{printf "%.3f", 1-(j-i)/(b-a)}'), \"duration\": $duration, \"hot_shops\": \"$hot\", \"locust_workers\": $workers}" > "$dir/run.json"
   stop_all
