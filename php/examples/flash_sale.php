@@ -40,8 +40,11 @@ function sale(RateLimiter $limiter, array $demand, float $seconds): array
         $next[$shop] = $start;
         $stats[$shop] = ['attempts' => 0];
     }
+    $shops = array_keys($demand);
     while (($now = microtime(true)) - $start < $seconds) {
-        foreach ($demand as $shop => $rate) {
+        shuffle($shops); // nobody is first in line every time
+        foreach ($shops as $shop) {
+            $rate = $demand[$shop];
             while ($next[$shop] <= $now) {
                 $decision = $limiter->acquire($shop);
                 $stats[$shop]['attempts']++;
