@@ -6,6 +6,7 @@
 
 pub mod limiter;
 pub mod process;
+pub mod scan;
 pub mod store;
 pub mod telemetry;
 pub mod value;

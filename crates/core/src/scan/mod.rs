@@ -1,0 +1,14 @@
+//! Finding high-load windows in recorded events, as the talk did with a day of logs:
+//! a coarse pass over large buckets with a low threshold picks candidates (an average over
+//! 5 minutes hides spikes), a fine pass over 1-second buckets inside the candidates keeps
+//! the seconds whose rate really reached the threshold, and adjacent hot seconds merge
+//! into windows. Streaming: memory grows with the number of fine buckets that saw
+//! events, never with the number of events.
+
+mod record;
+mod scanner;
+
+pub use record::{parse_line, LineError, Record};
+pub use scanner::{
+    brute_force_windows, Accumulator, BadLine, Filter, Peak, ScanConfig, ScanResult, Window,
+};

@@ -1,0 +1,501 @@
+use std::collections::{BTreeMap, HashMap};
+
+use super::record::{parse_line, Record};
+
+/// Which events count.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// Event types whose rate is scanned (default: ExternalApiCall).
+    pub event_types: Vec<String>,
+    pub apis: Vec<String>,
+    pub shops: Vec<String>,
+    /// Unix ms, inclusive.
+    pub from_ms: Option<i64>,
+    /// Unix ms, exclusive.
+    pub to_ms: Option<i64>,
+}
+
+impl Filter {
+    fn time_ok(&self, ts: i64) -> bool {
+        self.from_ms.is_none_or(|f| ts >= f) && self.to_ms.is_none_or(|t| ts < t)
+    }
+
+    fn shop_ok(&self, r: &Record<'_>) -> bool {
+        self.shops.is_empty() || r.shop.as_deref().is_some_and(|s| self.shops.iter().any(|x| x == s))
+    }
+
+    fn counts(&self, r: &Record<'_>) -> bool {
+        let t = r.event_type.as_deref().unwrap_or("");
+        let type_ok = if self.event_types.is_empty() {
+            t == "ExternalApiCall"
+        } else {
+            self.event_types.iter().any(|x| x == t)
+        };
+        type_ok
+            && (self.apis.is_empty() || r.api.as_deref().is_some_and(|a| self.apis.iter().any(|x| x == a)))
+            && self.shop_ok(r)
+    }
+}
+
+/// Bucket sizes and thresholds of the two passes (thresholds in events per second).
+#[derive(Debug, Clone)]
+pub struct ScanConfig {
+    pub coarse_ms: i64,
+    pub coarse_threshold: f64,
+    pub fine_ms: i64,
+    pub fine_threshold: f64,
+}
+
+impl Default for ScanConfig {
+    fn default() -> Self {
+        Self {
+            coarse_ms: 300_000,
+            coarse_threshold: 5.0,
+            fine_ms: 1000,
+            fine_threshold: 50.0,
+        }
+    }
+}
+
+impl ScanConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.fine_ms <= 0 || self.coarse_ms <= 0 {
+            return Err("bucket sizes must be positive".into());
+        }
+        if self.coarse_ms % self.fine_ms != 0 {
+            return Err(format!(
+                "the coarse bucket ({} ms) must be a whole number of fine buckets ({} ms)",
+                self.coarse_ms, self.fine_ms
+            ));
+        }
+        if !(self.fine_threshold > 0.0) || self.coarse_threshold < 0.0 {
+            return Err("thresholds must be positive".into());
+        }
+        Ok(())
+    }
+
+    /// The coarse threshold at or below which the two passes find every window the
+    /// brute-force fine scan finds: a bucket holding one hot fine bucket averages at least
+    /// this much.
+    pub fn complete_coarse_threshold(&self) -> f64 {
+        self.fine_threshold * self.fine_ms as f64 / self.coarse_ms as f64
+    }
+}
+
+/// What one fine bucket saw.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Fine {
+    calls: u64,
+    status: BTreeMap<i64, u64>,
+    /// Denied or unavailable decisions by (reason, shop).
+    denials: BTreeMap<(String, String), u64>,
+}
+
+/// A line that could not be used, with why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadLine {
+    pub source: String,
+    pub line: u64,
+    pub what: String,
+}
+
+/// Streaming state of a scan: per fine bucket, per day and api, and the problems met.
+#[derive(Debug, Default)]
+pub struct Accumulator {
+    filter: Filter,
+    fine_ms: i64,
+    fine: HashMap<i64, Fine>,
+    /// (UTC day, api) -> per-second counts of that day, for peaks.
+    per_second_api: HashMap<(i64, String), HashMap<i64, u64>>,
+    pub events: u64,
+    pub counted: u64,
+    pub malformed: u64,
+    pub missing_timestamp: u64,
+    pub out_of_order: u64,
+    pub bad_lines: Vec<BadLine>,
+    last_ts: Option<i64>,
+}
+
+/// How many bad lines are listed one by one (all are counted).
+const LISTED_BAD_LINES: usize = 50;
+
+impl Accumulator {
+    pub fn new(filter: Filter, fine_ms: i64) -> Self {
+        Self {
+            filter,
+            fine_ms,
+            ..Default::default()
+        }
+    }
+
+    fn bad(&mut self, source: &str, line: u64, what: String) {
+        if self.bad_lines.len() < LISTED_BAD_LINES {
+            self.bad_lines.push(BadLine {
+                source: source.to_string(),
+                line,
+                what,
+            });
+        }
+    }
+
+    /// Takes one line of input (without its newline). `line_no` is 1-based.
+    pub fn line(&mut self, source: &str, line_no: u64, line: &[u8]) {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        self.events += 1;
+        let r = match parse_line(line) {
+            Ok(r) => r,
+            Err(e) => {
+                self.malformed += 1;
+                self.bad(source, line_no, format!("{} at column {}", e.what, e.column));
+                return;
+            }
+        };
+        let Some(ts) = r.timestamp_ms else {
+            self.missing_timestamp += 1;
+            self.bad(source, line_no, "no numeric timestamp".into());
+            return;
+        };
+        if self.last_ts.is_some_and(|last| ts < last) {
+            // Counted where it belongs; reported so nobody mistakes a merge of files or a
+            // clock step for a gap.
+            self.out_of_order += 1;
+            let last = self.last_ts.unwrap_or(ts);
+            self.bad(source, line_no, format!("out of order: {ts} after {last}"));
+        }
+        self.last_ts = Some(self.last_ts.map_or(ts, |l| l.max(ts)));
+        if !self.filter.time_ok(ts) {
+            return;
+        }
+        let bucket = ts.div_euclid(self.fine_ms);
+        if r.event_type.as_deref() == Some("RateLimitDecision") && r.allowed != Some(true) && self.filter.shop_ok(&r) {
+            let f = self.fine.entry(bucket).or_default();
+            let key = (
+                r.reason.as_deref().unwrap_or("?").to_string(),
+                r.shop.as_deref().unwrap_or("?").to_string(),
+            );
+            *f.denials.entry(key).or_default() += 1;
+        }
+        if !self.filter.counts(&r) {
+            return;
+        }
+        self.counted += 1;
+        let f = self.fine.entry(bucket).or_default();
+        f.calls += 1;
+        *f.status.entry(r.status.unwrap_or(0)).or_default() += 1;
+        let day = ts.div_euclid(86_400_000);
+        let api = r.api.as_deref().unwrap_or("");
+        let second = ts.div_euclid(1000);
+        for key in [(day, String::new()), (day, api.to_string())] {
+            *self
+                .per_second_api
+                .entry(key)
+                .or_default()
+                .entry(second)
+                .or_default() += 1;
+        }
+    }
+
+    /// The fine buckets' call counts, in time order.
+    pub fn fine_counts(&self) -> BTreeMap<i64, u64> {
+        self.fine.iter().map(|(&k, f)| (k, f.calls)).collect()
+    }
+
+    /// The two-stage scan over what was read.
+    pub fn scan(&self, cfg: &ScanConfig) -> ScanResult {
+        let per_coarse = cfg.coarse_ms / cfg.fine_ms;
+        let mut coarse: BTreeMap<i64, u64> = BTreeMap::new();
+        for (&b, f) in &self.fine {
+            *coarse.entry(b.div_euclid(per_coarse)).or_default() += f.calls;
+        }
+        let coarse_secs = cfg.coarse_ms as f64 / 1000.0;
+        let candidates: Vec<i64> = coarse
+            .iter()
+            .filter(|(_, &n)| n as f64 / coarse_secs >= cfg.coarse_threshold && n > 0)
+            .map(|(&c, _)| c)
+            .collect();
+        let fine_secs = cfg.fine_ms as f64 / 1000.0;
+        let mut hot = Vec::new();
+        for &c in &candidates {
+            for b in c * per_coarse..(c + 1) * per_coarse {
+                if let Some(f) = self.fine.get(&b) {
+                    if f.calls as f64 / fine_secs >= cfg.fine_threshold {
+                        hot.push(b);
+                    }
+                }
+            }
+        }
+        ScanResult {
+            windows: self.windows(&hot, cfg),
+            coarse_buckets: coarse.len() as u64,
+            candidates: candidates.len() as u64,
+            fine_examined: candidates.len() as u64 * per_coarse as u64,
+        }
+    }
+
+    /// Merges sorted hot fine buckets into windows with their statistics.
+    fn windows(&self, hot: &[i64], cfg: &ScanConfig) -> Vec<Window> {
+        let fine_secs = cfg.fine_ms as f64 / 1000.0;
+        let mut out: Vec<Window> = Vec::new();
+        for &b in hot {
+            let f = &self.fine[&b];
+            let rps = f.calls as f64 / fine_secs;
+            match out.last_mut() {
+                Some(w) if w.end_ms == b * cfg.fine_ms => {
+                    w.end_ms += cfg.fine_ms;
+                    if rps > w.peak_rps {
+                        w.peak_rps = rps;
+                        w.peak_at_ms = b * cfg.fine_ms;
+                    }
+                    w.add(f);
+                }
+                _ => {
+                    let mut w = Window {
+                        start_ms: b * cfg.fine_ms,
+                        end_ms: (b + 1) * cfg.fine_ms,
+                        peak_rps: rps,
+                        peak_at_ms: b * cfg.fine_ms,
+                        ..Default::default()
+                    };
+                    w.add(f);
+                    out.push(w);
+                }
+            }
+        }
+        out
+    }
+
+    /// Peak rate per UTC day, overall (api "") and per api, in events per second.
+    pub fn peaks(&self) -> Vec<Peak> {
+        let mut out: Vec<Peak> = self
+            .per_second_api
+            .iter()
+            .filter_map(|((day, api), secs)| {
+                let (&sec, &n) = secs.iter().max_by_key(|(&s, &n)| (n, std::cmp::Reverse(s)))?;
+                Some(Peak {
+                    day: *day,
+                    api: api.clone(),
+                    peak_rps: n,
+                    at_ms: sec * 1000,
+                    total: secs.values().sum(),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| (a.day, &a.api).cmp(&(b.day, &b.api)));
+        out
+    }
+}
+
+/// One high-load window.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Window {
+    pub start_ms: i64,
+    /// Exclusive.
+    pub end_ms: i64,
+    pub peak_rps: f64,
+    pub peak_at_ms: i64,
+    pub calls: u64,
+    pub status: BTreeMap<i64, u64>,
+    pub denials: BTreeMap<(String, String), u64>,
+}
+
+impl Window {
+    fn add(&mut self, f: &Fine) {
+        self.calls += f.calls;
+        for (k, v) in &f.status {
+            *self.status.entry(*k).or_default() += v;
+        }
+        for (k, v) in &f.denials {
+            *self.denials.entry(k.clone()).or_default() += v;
+        }
+    }
+}
+
+/// The scan's windows and how much work each pass did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScanResult {
+    pub windows: Vec<Window>,
+    pub coarse_buckets: u64,
+    pub candidates: u64,
+    /// Fine buckets examined in the fine pass (inside the candidates).
+    pub fine_examined: u64,
+}
+
+/// One day's peak, overall (`api` empty) or for one api.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Peak {
+    /// Days since the Unix epoch (UTC).
+    pub day: i64,
+    pub api: String,
+    pub peak_rps: u64,
+    pub at_ms: i64,
+    pub total: u64,
+}
+
+/// The reference: every fine bucket of the input checked against the fine threshold.
+pub fn brute_force_windows(acc: &Accumulator, cfg: &ScanConfig) -> Vec<Window> {
+    let fine_secs = cfg.fine_ms as f64 / 1000.0;
+    let hot: Vec<i64> = acc
+        .fine_counts()
+        .into_iter()
+        .filter(|&(_, n)| n as f64 / fine_secs >= cfg.fine_threshold)
+        .map(|(b, _)| b)
+        .collect();
+    acc.windows(&hot, cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(ts: i64, api: &str, status: i64) -> String {
+        format!(r#"{{"eventType":"ExternalApiCall","timestamp":{ts},"api":"{api}","http.response.status_code":{status},"shop.id":"s1"}}"#)
+    }
+
+    /// A small xorshift generator: days replay from their seed.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// A generated stretch of time: a low background, spikes of various lengths (some
+    /// shorter than a second, some straddling a 5-minute boundary), in time order.
+    fn generated(seed: u64, seconds: i64) -> Vec<String> {
+        let mut rng = Rng(seed * 2654435761 + 1);
+        let t0: i64 = 1_796_000_000_000 - 1_796_000_000_000 % 300_000;
+        let mut spikes: Vec<(i64, i64, u64)> = Vec::new(); // (start ms, length ms, per second)
+        for _ in 0..8 {
+            let start = t0 + rng.below(seconds as u64 * 1000) as i64;
+            let len = [300, 800, 1000, 2500, 7000][rng.below(5) as usize];
+            spikes.push((start, len, 60 + rng.below(200)));
+        }
+        // One spike across a 5-minute boundary, starting 1.5 s before it.
+        spikes.push((t0 + 600_000 - 1500, 3000, 120));
+        let mut events = Vec::new();
+        for s in 0..seconds {
+            let base = rng.below(4);
+            for _ in 0..base {
+                events.push(t0 + s * 1000 + rng.below(1000) as i64);
+            }
+        }
+        for (start, len, rate) in spikes {
+            let n = rate * len as u64 / 1000;
+            for _ in 0..n {
+                events.push(start + rng.below(len as u64) as i64);
+            }
+        }
+        events.sort();
+        events
+            .into_iter()
+            .map(|ts| line(ts, if ts % 3 == 0 { "zoneA" } else { "payment" }, if ts % 7 == 0 { 429 } else { 200 }))
+            .collect()
+    }
+
+    #[test]
+    fn two_stage_scan_matches_brute_force_when_the_coarse_threshold_is_low_enough() {
+        for seed in 1..=12 {
+            let mut acc = Accumulator::new(Filter::default(), 1000);
+            for (i, l) in generated(seed, 1800).iter().enumerate() {
+                acc.line("gen", i as u64 + 1, l.as_bytes());
+            }
+            let mut cfg = ScanConfig {
+                fine_threshold: 50.0,
+                ..Default::default()
+            };
+            cfg.coarse_threshold = cfg.complete_coarse_threshold();
+            let two = acc.scan(&cfg);
+            let brute = brute_force_windows(&acc, &cfg);
+            assert!(!brute.is_empty(), "seed {seed}: the generated day has spikes");
+            assert_eq!(two.windows, brute, "seed {seed}");
+            assert!(two.fine_examined <= 1800 + 300, "examined {}", two.fine_examined);
+            // A higher coarse threshold examines less and may only lose (parts of) windows.
+            cfg.coarse_threshold = 3.0;
+            let pruned = acc.scan(&cfg);
+            assert!(pruned.fine_examined <= two.fine_examined);
+            for w in &pruned.windows {
+                assert!(
+                    brute.iter().any(|b| b.start_ms <= w.start_ms && w.end_ms <= b.end_ms),
+                    "seed {seed}: {w:?} is not inside a brute-force window"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_spike_across_a_coarse_boundary_is_one_window() {
+        let t0 = 1_796_000_100_000 - 1_796_000_100_000 % 300_000 + 300_000;
+        let mut acc = Accumulator::new(Filter::default(), 1000);
+        let mut n = 0;
+        for ms in (t0 - 2000..t0 + 2000).step_by(10) {
+            n += 1;
+            acc.line("x", n, line(ms, "payment", 200).as_bytes());
+        }
+        let cfg = ScanConfig { fine_threshold: 90.0, coarse_threshold: 0.3, ..Default::default() };
+        let r = acc.scan(&cfg);
+        assert_eq!(r.windows.len(), 1);
+        assert_eq!((r.windows[0].start_ms, r.windows[0].end_ms), (t0 - 2000, t0 + 2000));
+        assert_eq!(r.windows[0].calls, 400);
+        assert_eq!(r.candidates, 2);
+        assert_eq!(r.fine_examined, 600);
+    }
+
+    #[test]
+    fn bad_input_is_counted_with_line_numbers_and_never_counted_as_calls() {
+        let mut acc = Accumulator::new(Filter::default(), 1000);
+        let lines = [
+            line(1_000_000, "a", 200),
+            "{\"eventType\":\"ExternalApiCall\",\"timestamp\":10".to_string(), // truncated
+            "garbage".to_string(),
+            r#"{"eventType":"ExternalApiCall","api":"a"}"#.to_string(),
+            line(999_000, "a", 200), // out of order: counted, reported
+            String::new(),
+        ];
+        for (i, l) in lines.iter().enumerate() {
+            acc.line("f.jsonl", i as u64 + 1, l.as_bytes());
+        }
+        assert_eq!((acc.events, acc.counted), (5, 2));
+        assert_eq!((acc.malformed, acc.missing_timestamp, acc.out_of_order), (2, 1, 1));
+        let lines: Vec<u64> = acc.bad_lines.iter().map(|b| b.line).collect();
+        assert_eq!(lines, vec![2, 3, 4, 5]);
+        assert!(acc.bad_lines[0].what.contains("column"));
+    }
+
+    #[test]
+    fn filters_denials_and_peaks() {
+        let mut acc = Accumulator::new(
+            Filter { apis: vec!["payment".into()], ..Default::default() },
+            1000,
+        );
+        let t = 1_796_000_000_000;
+        let mut n = 0;
+        let mut feed = |acc: &mut Accumulator, s: String| {
+            n += 1;
+            acc.line("x", n, s.as_bytes());
+        };
+        for i in 0..10 {
+            feed(&mut acc, line(t + i, "payment", 429));
+            feed(&mut acc, line(t + i, "zoneA", 200));
+        }
+        feed(&mut acc, format!(r#"{{"eventType":"RateLimitDecision","timestamp":{t},"shop.id":"hot","reason":"hot_shop","allowed":false}}"#));
+        feed(&mut acc, format!(r#"{{"eventType":"RateLimitDecision","timestamp":{t},"shop.id":"x","reason":"unavailable","allowed":true}}"#));
+        let cfg = ScanConfig { fine_threshold: 5.0, coarse_threshold: 0.0, ..Default::default() };
+        let r = acc.scan(&cfg);
+        assert_eq!(r.windows.len(), 1);
+        let w = &r.windows[0];
+        assert_eq!(w.calls, 10, "only the payment api counts");
+        assert_eq!(w.status.get(&429), Some(&10));
+        assert_eq!(w.denials.get(&("hot_shop".into(), "hot".into())), Some(&1));
+        assert_eq!(w.denials.len(), 1, "an allowed unavailable decision is not a denial");
+        let peaks = acc.peaks();
+        assert_eq!(peaks.iter().map(|p| (p.api.as_str(), p.peak_rps)).collect::<Vec<_>>(), vec![("", 10), ("payment", 10)]);
+    }
+}
