@@ -510,7 +510,8 @@ mod tests {
     #[test]
     fn bad_options_name_the_option_and_value() {
         let g = || ("global", bucket_v(10, 5.0));
-        let cases: Vec<(Vec<(&str, Value)>, &str, &str)> = vec![
+        type Case<'a> = (Vec<(&'a str, Value)>, &'a str, &'a str);
+        let cases: Vec<Case> = vec![
             (
                 vec![g(), ("capcity", Value::Int(1))],
                 "\"capcity\"",

@@ -11,4 +11,5 @@ mod scanner;
 pub use record::{parse_line, LineError, Record};
 pub use scanner::{
     brute_force_windows, Accumulator, BadLine, Filter, Peak, ScanConfig, ScanResult, Window,
+    DISORDER_TOLERANCE_MS,
 };

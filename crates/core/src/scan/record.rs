@@ -136,7 +136,9 @@ impl<'a> Cursor<'a> {
                 return self.err("unterminated object or array");
             }
             Some(_) => {
-                while self.i < self.b.len() && !matches!(self.b[self.i], b',' | b'}' | b' ' | b'\t' | b'\r' | b'\n') {
+                while self.i < self.b.len()
+                    && !matches!(self.b[self.i], b',' | b'}' | b' ' | b'\t' | b'\r' | b'\n')
+                {
                     self.i += 1;
                 }
                 if self.i == start {
@@ -184,7 +186,12 @@ fn number(raw: &[u8]) -> Option<f64> {
 
 fn integer(raw: &[u8]) -> Option<i64> {
     let s = std::str::from_utf8(raw).ok()?;
-    s.parse::<i64>().ok().or_else(|| s.parse::<f64>().ok().filter(|f| f.is_finite()).map(|f| f as i64))
+    s.parse::<i64>().ok().or_else(|| {
+        s.parse::<f64>()
+            .ok()
+            .filter(|f| f.is_finite())
+            .map(|f| f as i64)
+    })
 }
 
 /// Reads the scan's fields from one line. Unknown keys are skipped without decoding.
@@ -257,8 +264,13 @@ mod tests {
         assert_eq!(r.status, Some(429));
         assert_eq!(r.duration_ms, Some(12.5));
         assert_eq!(r.shop.as_deref(), Some("sé"));
-        let d = parse_line(br#"{"eventType":"RateLimitDecision","allowed":false,"reason":"hot_shop"}"#).unwrap();
-        assert_eq!((d.allowed, d.reason.as_deref()), (Some(false), Some("hot_shop")));
+        let d =
+            parse_line(br#"{"eventType":"RateLimitDecision","allowed":false,"reason":"hot_shop"}"#)
+                .unwrap();
+        assert_eq!(
+            (d.allowed, d.reason.as_deref()),
+            (Some(false), Some("hot_shop"))
+        );
     }
 
     #[test]

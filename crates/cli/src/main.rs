@@ -1,0 +1,291 @@
+//! `checkout-guard`: find the high-load windows and the daily peaks in the events that
+//! checkout_guard records (JSONL, plain or gzip, or `-` for stdin).
+//!
+//!   checkout-guard scan FILE...    the two-stage scan (coarse candidates, fine windows)
+//!   checkout-guard peaks FILE...   peak events per second per day, overall and per api
+
+mod input;
+mod time;
+
+use std::process::ExitCode;
+
+use checkout_guard_core::scan::{Accumulator, Filter, Peak, ScanConfig, ScanResult, Window};
+use clap::{Args, Parser, Subcommand};
+use serde_json::json;
+
+#[derive(Parser)]
+#[command(
+    name = "checkout-guard",
+    version,
+    about = "Find high-load windows in checkout_guard's recorded events"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The two-stage scan: coarse buckets with a low threshold pick candidates, fine
+    /// buckets inside them keep the windows whose rate really reached the threshold.
+    Scan(ScanArgs),
+    /// Peak events per second per day (UTC), overall and per api: the morning check.
+    Peaks(CommonArgs),
+}
+
+#[derive(Args)]
+struct CommonArgs {
+    /// JSONL event files (gzip is detected); `-` reads stdin.
+    #[arg(required = true)]
+    files: Vec<String>,
+    /// Only these apis (repeatable).
+    #[arg(long = "api")]
+    apis: Vec<String>,
+    /// Only these shops (repeatable).
+    #[arg(long = "shop")]
+    shops: Vec<String>,
+    /// Event types whose rate counts (repeatable; default ExternalApiCall).
+    #[arg(long = "event-type")]
+    event_types: Vec<String>,
+    /// From this time (Unix ms or YYYY-MM-DDTHH:MM:SS[.mmm]Z), inclusive.
+    #[arg(long, value_parser = time::parse_time)]
+    from: Option<i64>,
+    /// Up to this time, exclusive.
+    #[arg(long, value_parser = time::parse_time)]
+    to: Option<i64>,
+    /// JSON output.
+    #[arg(long, conflicts_with = "csv")]
+    json: bool,
+    /// CSV output.
+    #[arg(long)]
+    csv: bool,
+}
+
+#[derive(Args)]
+struct ScanArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Coarse bucket size.
+    #[arg(long, default_value = "5m", value_parser = time::parse_duration)]
+    coarse: i64,
+    /// Coarse threshold: average events per second over a coarse bucket. At or below
+    /// fine-threshold x fine / coarse the scan finds every window a full fine scan would.
+    #[arg(long, default_value_t = 5.0)]
+    coarse_threshold: f64,
+    /// Fine bucket size.
+    #[arg(long, default_value = "1s", value_parser = time::parse_duration)]
+    fine: i64,
+    /// Fine threshold: events per second within a fine bucket.
+    #[arg(long, default_value_t = 50.0)]
+    fine_threshold: f64,
+}
+
+fn filter(c: &CommonArgs) -> Filter {
+    Filter {
+        event_types: c.event_types.clone(),
+        apis: c.apis.clone(),
+        shops: c.shops.clone(),
+        from_ms: c.from,
+        to_ms: c.to,
+    }
+}
+
+fn read(c: &CommonArgs, fine_ms: i64) -> Result<Accumulator, String> {
+    let mut acc = Accumulator::new(filter(c), fine_ms);
+    input::read_all(&c.files, &mut acc).map_err(|e| e.to_string())?;
+    Ok(acc)
+}
+
+fn input_json(acc: &Accumulator) -> serde_json::Value {
+    json!({
+        "events": acc.events,
+        "counted": acc.counted,
+        "malformed": acc.malformed,
+        "missing_timestamp": acc.missing_timestamp,
+        "out_of_order": acc.out_of_order,
+        "bad_lines": acc.bad_lines.iter().map(|b| json!({"file": b.source, "line": b.line, "problem": b.what})).collect::<Vec<_>>(),
+    })
+}
+
+fn problems_text(acc: &Accumulator) -> String {
+    let mut s = format!(
+        "input: {} events read, {} counted; {} malformed, {} without timestamp, {} out of order (> 10 s behind)\n",
+        acc.events, acc.counted, acc.malformed, acc.missing_timestamp, acc.out_of_order
+    );
+    for b in &acc.bad_lines {
+        s.push_str(&format!("  {}:{}: {}\n", b.source, b.line, b.what));
+    }
+    let listed = acc.bad_lines.len() as u64;
+    let bad = acc.malformed + acc.missing_timestamp + acc.out_of_order;
+    if bad > listed {
+        s.push_str(&format!("  ... and {} more\n", bad - listed));
+    }
+    s
+}
+
+fn status_mix(w: &Window) -> String {
+    w.status
+        .iter()
+        .map(|(s, n)| format!("{s}:{n}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn denials(w: &Window) -> String {
+    w.denials
+        .iter()
+        .map(|((r, s), n)| format!("{r}/{s}:{n}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn window_json(w: &Window) -> serde_json::Value {
+    json!({
+        "start": time::format_ms(w.start_ms), "end": time::format_ms(w.end_ms),
+        "start_ms": w.start_ms, "end_ms": w.end_ms,
+        "peak_rps": w.peak_rps, "peak_at": time::format_ms(w.peak_at_ms),
+        "calls": w.calls,
+        "status": w.status.iter().map(|(s, n)| (s.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
+        "denials": w.denials.iter().map(|((r, s), n)| json!({"reason": r, "shop": s, "count": n})).collect::<Vec<_>>(),
+    })
+}
+
+fn print_scan(args: &ScanArgs, cfg: &ScanConfig, acc: &Accumulator, r: &ScanResult) {
+    let c = &args.common;
+    if c.json {
+        let out = json!({
+            "windows": r.windows.iter().map(window_json).collect::<Vec<_>>(),
+            "scan": {"coarse_ms": cfg.coarse_ms, "coarse_threshold": cfg.coarse_threshold,
+                     "fine_ms": cfg.fine_ms, "fine_threshold": cfg.fine_threshold,
+                     "coarse_buckets": r.coarse_buckets, "candidates": r.candidates,
+                     "fine_buckets_examined": r.fine_examined,
+                     "complete": cfg.coarse_threshold <= cfg.complete_coarse_threshold()},
+            "input": input_json(acc),
+        });
+        println!("{}", serde_json::to_string_pretty(&out).expect("JSON"));
+        return;
+    }
+    if c.csv {
+        println!("start,end,start_ms,end_ms,peak_rps,peak_at,calls,status,denials");
+        for w in &r.windows {
+            println!(
+                "{},{},{},{},{},{},{},{},{}",
+                time::format_ms(w.start_ms),
+                time::format_ms(w.end_ms),
+                w.start_ms,
+                w.end_ms,
+                w.peak_rps,
+                time::format_ms(w.peak_at_ms),
+                w.calls,
+                status_mix(w),
+                denials(w)
+            );
+        }
+        eprint!("{}", problems_text(acc));
+        return;
+    }
+    println!(
+        "{:<23}  {:<23}  {:>6}  {:>8}  {:<12}  {:>7}  {:<24}  denials (reason/shop:n)",
+        "window start (UTC)", "end", "secs", "peak/s", "peak at", "calls", "status:n"
+    );
+    for w in &r.windows {
+        println!(
+            "{:<23}  {:<23}  {:>6.1}  {:>8.1}  {:<12}  {:>7}  {:<24}  {}",
+            time::format_ms(w.start_ms),
+            time::format_ms(w.end_ms),
+            (w.end_ms - w.start_ms) as f64 / 1000.0,
+            w.peak_rps,
+            &time::format_ms(w.peak_at_ms)[11..],
+            w.calls,
+            status_mix(w),
+            denials(w)
+        );
+    }
+    println!(
+        "{} window(s). coarse pass: {} buckets of {} s, {} candidate(s) at >= {}/s; fine pass: {} buckets of {} ms examined at >= {}/s{}",
+        r.windows.len(), r.coarse_buckets, cfg.coarse_ms / 1000, r.candidates, cfg.coarse_threshold,
+        r.fine_examined, cfg.fine_ms, cfg.fine_threshold,
+        if cfg.coarse_threshold <= cfg.complete_coarse_threshold() { " (complete: same as a full fine scan)" } else { "" }
+    );
+    print!("{}", problems_text(acc));
+}
+
+fn print_peaks(c: &CommonArgs, acc: &Accumulator, peaks: &[Peak]) {
+    let api = |p: &Peak| {
+        if p.api.is_empty() {
+            "(all)".to_string()
+        } else {
+            p.api.clone()
+        }
+    };
+    if c.json {
+        let out = json!({
+            "peaks": peaks.iter().map(|p| json!({"day": time::format_day(p.day), "api": api(p), "peak_rps": p.peak_rps, "at": time::format_ms(p.at_ms), "events": p.total})).collect::<Vec<_>>(),
+            "input": input_json(acc),
+        });
+        println!("{}", serde_json::to_string_pretty(&out).expect("JSON"));
+        return;
+    }
+    if c.csv {
+        println!("day,api,peak_rps,at,events");
+        for p in peaks {
+            println!(
+                "{},{},{},{},{}",
+                time::format_day(p.day),
+                api(p),
+                p.peak_rps,
+                time::format_ms(p.at_ms),
+                p.total
+            );
+        }
+        eprint!("{}", problems_text(acc));
+        return;
+    }
+    println!(
+        "{:<10}  {:<16}  {:>8}  {:<12}  {:>10}",
+        "day (UTC)", "api", "peak/s", "at", "events"
+    );
+    for p in peaks {
+        println!(
+            "{:<10}  {:<16}  {:>8}  {:<12}  {:>10}",
+            time::format_day(p.day),
+            api(p),
+            p.peak_rps,
+            &time::format_ms(p.at_ms)[11..],
+            p.total
+        );
+    }
+    print!("{}", problems_text(acc));
+}
+
+fn run() -> Result<(), String> {
+    match Cli::parse().command {
+        Command::Scan(args) => {
+            let cfg = ScanConfig {
+                coarse_ms: args.coarse,
+                coarse_threshold: args.coarse_threshold,
+                fine_ms: args.fine,
+                fine_threshold: args.fine_threshold,
+            };
+            cfg.validate()?;
+            let acc = read(&args.common, cfg.fine_ms)?;
+            let r = acc.scan(&cfg);
+            print_scan(&args, &cfg, &acc, &r);
+        }
+        Command::Peaks(c) => {
+            let acc = read(&c, 1000)?;
+            print_peaks(&c, &acc, &acc.peaks());
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("checkout-guard: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

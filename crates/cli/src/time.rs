@@ -1,0 +1,111 @@
+//! Times as people write them on the command line and read them in a report: UTC,
+//! `YYYY-MM-DDTHH:MM:SS[.mmm][Z]` or Unix milliseconds; durations as `5m`, `1s`, `250ms`.
+
+/// Days since 1970-01-01 for a civil date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// `2026-11-30 08:54:31.250` (UTC).
+pub fn format_ms(ms: i64) -> String {
+    let days = ms.div_euclid(86_400_000);
+    let rem = ms.rem_euclid(86_400_000);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{:03}",
+        rem / 3_600_000,
+        rem / 60_000 % 60,
+        rem / 1000 % 60,
+        rem % 1000
+    )
+}
+
+/// `2026-11-30` for a day number.
+pub fn format_day(day: i64) -> String {
+    let (y, m, d) = civil_from_days(day);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// Unix ms, or an ISO-8601 UTC time.
+pub fn parse_time(s: &str) -> Result<i64, String> {
+    if let Ok(ms) = s.parse::<i64>() {
+        return Ok(ms);
+    }
+    let bad =
+        || format!("not a time: {s:?} (use Unix milliseconds or YYYY-MM-DDTHH:MM:SS[.mmm]Z, UTC)");
+    let t = s.trim_end_matches('Z');
+    let (date, clock) = t.split_once(['T', ' ']).unwrap_or((t, "00:00:00"));
+    let dp: Vec<i64> = date
+        .split('-')
+        .map(|p| p.parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    let (clock, frac) = clock.split_once('.').unwrap_or((clock, "0"));
+    let cp: Vec<i64> = clock
+        .split(':')
+        .map(|p| p.parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    if dp.len() != 3 || cp.is_empty() || cp.len() > 3 {
+        return Err(bad());
+    }
+    let ms_frac: i64 = format!("{frac:0<3}")[..3].parse().map_err(|_| bad())?;
+    let (h, mi, se) = (cp[0], *cp.get(1).unwrap_or(&0), *cp.get(2).unwrap_or(&0));
+    if !(1..=12).contains(&dp[1]) || !(1..=31).contains(&dp[2]) || h > 23 || mi > 59 || se > 60 {
+        return Err(bad());
+    }
+    Ok((days_from_civil(dp[0], dp[1], dp[2]) * 86_400 + h * 3600 + mi * 60 + se) * 1000 + ms_frac)
+}
+
+/// `5m`, `300s`, `1s`, `250ms`, `1h` in milliseconds.
+pub fn parse_duration(s: &str) -> Result<i64, String> {
+    let bad = || format!("not a duration: {s:?} (use e.g. 5m, 1s, 250ms)");
+    let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (n, unit) = s.split_at(split);
+    let n: i64 = n.parse().map_err(|_| bad())?;
+    let ms = match unit {
+        "ms" => n,
+        "s" => n * 1000,
+        "m" | "min" => n * 60_000,
+        "h" => n * 3_600_000,
+        _ => return Err(bad()),
+    };
+    if ms <= 0 {
+        return Err(bad());
+    }
+    Ok(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_parses() {
+        let ms = parse_time("2026-11-30T08:54:31.250Z").unwrap();
+        assert_eq!(format_ms(ms), "2026-11-30 08:54:31.250");
+        assert_eq!(parse_time("1970-01-01T00:00:00Z").unwrap(), 0);
+        assert_eq!(parse_time("2000-03-01 00:00:00").unwrap(), 951_868_800_000);
+        assert_eq!(parse_time("1796028608044").unwrap(), 1_796_028_608_044);
+        assert_eq!(format_day(ms.div_euclid(86_400_000)), "2026-11-30");
+        assert!(parse_time("yesterday").is_err());
+        assert_eq!(parse_duration("5m").unwrap(), 300_000);
+        assert_eq!(parse_duration("250ms").unwrap(), 250);
+        assert!(parse_duration("5").is_err() && parse_duration("0s").is_err());
+    }
+}

@@ -1,0 +1,216 @@
+//! The `checkout-guard` binary on generated event files: windows, formats, gzip, stdin,
+//! bad lines and arguments.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_checkout-guard");
+/// 2026-11-30 00:00:00 UTC, a multiple of 5 minutes.
+const DAY: i64 = 1_796_083_200_000 - 86_400_000;
+
+fn event(ts: i64, api: &str, status: i64) -> String {
+    format!(
+        r#"{{"eventType":"ExternalApiCall","timestamp":{ts},"api":"{api}","http.response.status_code":{status},"shop.id":"s1"}}"#
+    )
+}
+
+/// 10 minutes at 2 events/s, with a 3-second spike of 200/s at 00:06:10 (payment, 429s)
+/// and a denial of a hot shop inside it.
+fn day() -> String {
+    let mut lines = Vec::new();
+    for s in 0..600 {
+        lines.push(event(DAY + s * 1000, "zoneA", 200));
+        lines.push(event(DAY + s * 1000 + 500, "payment", 200));
+    }
+    for i in 0..600 {
+        lines.push(event(
+            DAY + 370_000 + i * 5,
+            "payment",
+            if i % 2 == 0 { 429 } else { 200 },
+        ));
+    }
+    lines.push(format!(r#"{{"eventType":"RateLimitDecision","timestamp":{},"shop.id":"flash","reason":"hot_shop","allowed":false}}"#, DAY + 371_000));
+    lines.sort_by_key(|l| {
+        l.split("\"timestamp\":")
+            .nth(1)
+            .unwrap()
+            .split(',')
+            .next()
+            .unwrap()
+            .parse::<i64>()
+            .unwrap()
+    });
+    lines.join("\n") + "\n"
+}
+
+fn run(args: &[&str], stdin: Option<&[u8]>) -> (i32, String, String) {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(input) = stdin {
+        child.stdin.take().unwrap().write_all(input).unwrap();
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn temp(name: &str, bytes: &[u8]) -> String {
+    let dir = std::env::temp_dir().join(format!("cg-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+#[test]
+fn scan_finds_the_spike_in_plain_gzip_and_stdin_alike() {
+    let plain = temp("day.jsonl", day().as_bytes());
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(day().as_bytes()).unwrap();
+    let gz = temp("day.jsonl.gz", &gz.finish().unwrap());
+    // The background averages 2/s, the spike's 5-minute bucket 4/s: a coarse threshold of 3
+    // keeps only that bucket (not complete in general, but enough here).
+    let args = [
+        "scan",
+        "--json",
+        "--fine-threshold",
+        "100",
+        "--coarse-threshold",
+        "3",
+    ];
+    let (rc, a, err) = run(&[&args[..], &[&plain]].concat(), None);
+    assert_eq!(rc, 0, "{err}");
+    let (_, b, _) = run(&[&args[..], &[&gz]].concat(), None);
+    let (_, c, _) = run(&[&args[..], &["-"]].concat(), Some(day().as_bytes()));
+    let a: serde_json::Value = serde_json::from_str(&a).unwrap();
+    assert_eq!(
+        a["windows"],
+        serde_json::from_str::<serde_json::Value>(&b).unwrap()["windows"]
+    );
+    assert_eq!(
+        a["windows"],
+        serde_json::from_str::<serde_json::Value>(&c).unwrap()["windows"]
+    );
+    let w = &a["windows"].as_array().unwrap()[..];
+    assert_eq!(w.len(), 1, "{a}");
+    assert_eq!(w[0]["start"], "2026-11-30 00:06:10.000");
+    assert_eq!(w[0]["end"], "2026-11-30 00:06:13.000");
+    assert_eq!(w[0]["calls"], 606);
+    assert_eq!(w[0]["peak_rps"], 202.0);
+    assert_eq!(w[0]["status"]["429"], 300);
+    assert_eq!(w[0]["denials"][0]["shop"], "flash");
+    assert_eq!(a["scan"]["candidates"], 1);
+    assert_eq!(a["scan"]["fine_buckets_examined"], 300);
+    assert_eq!(a["scan"]["complete"], false);
+    // At the complete threshold both buckets are examined, with the same window.
+    let (_, d, _) = run(
+        &[
+            "scan",
+            "--json",
+            "--fine-threshold",
+            "100",
+            "--coarse-threshold",
+            "0.3",
+            &plain,
+        ],
+        None,
+    );
+    let d: serde_json::Value = serde_json::from_str(&d).unwrap();
+    assert_eq!(d["windows"], a["windows"]);
+    assert_eq!(
+        (
+            d["scan"]["candidates"].as_i64(),
+            d["scan"]["complete"].as_bool()
+        ),
+        (Some(2), Some(true))
+    );
+    assert_eq!(a["input"]["events"], 1801);
+}
+
+#[test]
+fn filters_text_and_csv() {
+    let plain = temp("day2.jsonl", day().as_bytes());
+    let (rc, out, _) = run(
+        &["scan", "--api", "zoneA", "--fine-threshold", "100", &plain],
+        None,
+    );
+    assert_eq!(rc, 0);
+    assert!(out.starts_with("window start (UTC)"), "{out}");
+    assert!(out.contains("0 window(s)"), "zoneA never spikes: {out}");
+    let (rc, out, _) = run(
+        &[
+            "scan",
+            "--csv",
+            "--fine-threshold",
+            "100",
+            "--coarse-threshold",
+            "0.3",
+            "--from",
+            "2026-11-30T00:06:11Z",
+            &plain,
+        ],
+        None,
+    );
+    assert_eq!(rc, 0);
+    let rows: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        rows[0],
+        "start,end,start_ms,end_ms,peak_rps,peak_at,calls,status,denials"
+    );
+    assert_eq!(rows.len(), 2, "{out}");
+    assert!(
+        rows[1].starts_with("2026-11-30 00:06:11.000,2026-11-30 00:06:13.000,"),
+        "{out}"
+    );
+    let (rc, out, _) = run(&["peaks", "--csv", &plain], None);
+    assert_eq!(rc, 0);
+    assert!(
+        out.contains("2026-11-30,(all),202,2026-11-30 00:06:10.000,1800"),
+        "{out}"
+    );
+    assert!(out.contains("2026-11-30,payment,201,"), "{out}");
+}
+
+#[test]
+fn bad_lines_are_reported_with_line_numbers_and_bad_arguments_exit_2() {
+    let text = format!(
+        "{}\n{{\"eventType\":\"ExternalApiCall\",\"timestamp\":17\nnot json\n{{\"eventType\":\"ExternalApiCall\"}}\n{}\n",
+        event(DAY + 60_000, "a", 200),
+        event(DAY, "a", 200)
+    );
+    let f = temp("bad.jsonl", text.as_bytes());
+    let (rc, out, _) = run(&["scan", &f], None);
+    assert_eq!(rc, 0);
+    assert!(
+        out.contains("5 events read, 2 counted; 2 malformed, 1 without timestamp, 1 out of order"),
+        "{out}"
+    );
+    assert!(
+        out.contains("bad.jsonl:2: expected ',' or '}' at column"),
+        "{out}"
+    );
+    assert!(out.contains("bad.jsonl:3: not a JSON object"), "{out}");
+    assert!(out.contains("bad.jsonl:4: no numeric timestamp"), "{out}");
+    assert!(out.contains("bad.jsonl:5: out of order"), "{out}");
+    let (rc, _, err) = run(&["scan", "--coarse", "7s", "--fine", "2s", &f], None);
+    assert_eq!(rc, 2);
+    assert!(
+        err.contains("must be a whole number of fine buckets"),
+        "{err}"
+    );
+    let (rc, _, err) = run(&["scan", "/nonexistent/x.jsonl"], None);
+    assert_eq!(rc, 2);
+    assert!(err.contains("/nonexistent/x.jsonl"), "{err}");
+    let (rc, _, err) = run(&["scan", "--from", "yesterday", &f], None);
+    assert_eq!(rc, 2);
+    assert!(err.contains("not a time"), "{err}");
+}
