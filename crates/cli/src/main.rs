@@ -4,6 +4,7 @@
 //!   checkout-guard scan FILE...    the two-stage scan (coarse candidates, fine windows)
 //!   checkout-guard peaks FILE...   peak events per second per day, overall and per api
 
+mod generate;
 mod input;
 mod time;
 
@@ -31,6 +32,17 @@ enum Command {
     Scan(ScanArgs),
     /// Peak events per second per day (UTC), overall and per api: the morning check.
     Peaks(CommonArgs),
+    /// Writes a synthetic day of events (2026-11-30) for tests and benchmarks.
+    Generate {
+        /// About how many events.
+        #[arg(long, default_value_t = 1_000_000)]
+        events: u64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Output file; `-` for stdout.
+        #[arg(short, long, default_value = "-")]
+        output: String,
+    },
 }
 
 #[derive(Args)]
@@ -275,6 +287,20 @@ fn run() -> Result<(), String> {
         Command::Peaks(c) => {
             let acc = read(&c, 1000)?;
             print_peaks(&c, &acc, &acc.peaks());
+        }
+        Command::Generate {
+            events,
+            seed,
+            output,
+        } => {
+            let written = if output == "-" {
+                generate::day(events, seed, std::io::stdout().lock())
+            } else {
+                let f = std::fs::File::create(&output).map_err(|e| format!("{output}: {e}"))?;
+                generate::day(events, seed, f)
+            }
+            .map_err(|e| e.to_string())?;
+            eprintln!("checkout-guard: wrote {written} events");
         }
     }
     Ok(())

@@ -52,10 +52,12 @@ function clients(string $shopId): array
 {
     $http = new GuzzleHttp\Client(['timeout' => 3, 'connect_timeout' => 1]);
     $attributes = fn (RequestInterface $r) => ['shop.id' => $shopId];
-    $items = new MeasuredClient($http, api_namer(), $attributes);
+    $measured = new MeasuredClient($http, api_namer(), $attributes);
     $limiter = limiter();
+    // The limiter sits outside the measurement: a request it refuses is never sent, so it
+    // is not an external call (it is a RateLimitDecision event instead).
     $payments = $limiter === null
-        ? $http
-        : new RateLimitedClient($http, $limiter, fn (RequestInterface $r) => $r->getHeaderLine('X-Shop-Id') ?: null);
-    return [$items, new MeasuredClient($payments, api_namer(), $attributes)];
+        ? $measured
+        : new RateLimitedClient($measured, $limiter, fn (RequestInterface $r) => $r->getHeaderLine('X-Shop-Id') ?: null);
+    return [$measured, $payments];
 }

@@ -8,7 +8,7 @@
 mod record;
 mod scanner;
 
-pub use record::{parse_line, LineError, Record};
+pub use record::{parse_line, text, LineError, Record, Text};
 pub use scanner::{
     brute_force_windows, Accumulator, BadLine, Filter, Peak, ScanConfig, ScanResult, Window,
     DISORDER_TOLERANCE_MS,

@@ -4,20 +4,37 @@
 
 use std::borrow::Cow;
 
-/// What the scan reads from one event line.
+/// A string value's bytes: borrowed from the line unless it held escapes. Not checked for
+/// UTF-8 here (the scan compares bytes); `text()` decodes for display.
+pub type Text<'a> = Cow<'a, [u8]>;
+
+/// Decodes a value for display (invalid UTF-8 replaced).
+pub fn text(t: &Text<'_>) -> String {
+    String::from_utf8_lossy(t).into_owned()
+}
+
+/// What the scan reads from one event line. Numbers the scan does not need on every event
+/// (the duration) stay raw until asked for.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Record<'a> {
-    pub event_type: Option<Cow<'a, str>>,
+    pub event_type: Option<Text<'a>>,
     pub timestamp_ms: Option<i64>,
-    pub api: Option<Cow<'a, str>>,
+    pub api: Option<Text<'a>>,
     pub status: Option<i64>,
-    pub shop: Option<Cow<'a, str>>,
-    pub reason: Option<Cow<'a, str>>,
+    pub shop: Option<Text<'a>>,
+    pub reason: Option<Text<'a>>,
     pub allowed: Option<bool>,
-    pub duration_ms: Option<f64>,
-    pub step: Option<Cow<'a, str>>,
-    pub channel: Option<Cow<'a, str>>,
-    pub tag: Option<Cow<'a, str>>,
+    pub duration_raw: Option<&'a [u8]>,
+    pub step: Option<Text<'a>>,
+    pub channel: Option<Text<'a>>,
+    pub tag: Option<Text<'a>>,
+}
+
+impl Record<'_> {
+    /// `duration.ms`, parsed on demand.
+    pub fn duration_ms(&self) -> Option<f64> {
+        number(self.duration_raw?)
+    }
 }
 
 /// Why a line could not be read.
@@ -66,38 +83,53 @@ impl<'a> Cursor<'a> {
         self.i += 1; // opening quote
         let start = self.i;
         let mut escaped = false;
-        while self.i < self.b.len() {
+        // Keys and most values are short: a plain look at the first 24 bytes beats setting
+        // up a vector search.
+        let short_end = (self.i + 24).min(self.b.len());
+        while self.i < short_end {
             match self.b[self.i] {
                 b'"' => {
                     let s = &self.b[start..self.i];
                     self.i += 1;
-                    return Ok((s, escaped));
+                    return Ok((s, false));
                 }
-                b'\\' => {
-                    escaped = true;
-                    self.i += 2;
-                }
+                b'\\' => break,
                 _ => self.i += 1,
             }
         }
+        // memchr2 looks at 16-32 bytes a step: most values have no escape at all.
+        while let Some(off) = memchr::memchr2(b'"', b'\\', &self.b[self.i..]) {
+            self.i += off;
+            if self.b[self.i] == b'"' {
+                let s = &self.b[start..self.i];
+                self.i += 1;
+                return Ok((s, escaped));
+            }
+            escaped = true;
+            self.i += 2;
+            if self.i > self.b.len() {
+                break;
+            }
+        }
+        self.i = self.b.len();
         self.err("unterminated string")
     }
 
-    fn string(&mut self) -> Result<Cow<'a, str>, LineError> {
+    fn string(&mut self) -> Result<Text<'a>, LineError> {
         let (raw, escaped) = self.raw_string()?;
         if !escaped {
-            return std::str::from_utf8(raw)
-                .map(Cow::Borrowed)
-                .or_else(|_| self.err("invalid UTF-8"));
+            return Ok(Cow::Borrowed(raw));
         }
-        unescape(raw).map(Cow::Owned).ok_or(LineError {
-            column: self.i,
-            what: "invalid escape",
-        })
+        unescape(raw)
+            .map(|s| Cow::Owned(s.into_bytes()))
+            .ok_or(LineError {
+                column: self.i,
+                what: "invalid escape",
+            })
     }
 
     /// A string value, or None (skipped) when the value is not a string.
-    fn string_field(&mut self) -> Result<Option<Cow<'a, str>>, LineError> {
+    fn string_field(&mut self) -> Result<Option<Text<'a>>, LineError> {
         if self.peek() == Some(b'"') {
             self.string().map(Some)
         } else {
@@ -194,8 +226,89 @@ fn integer(raw: &[u8]) -> Option<i64> {
     })
 }
 
-/// Reads the scan's fields from one line. Unknown keys are skipped without decoding.
+/// The fast path for the lines the extension writes (flat and compact, no escapes): one
+/// walk from member to member, each key and string value found with `memchr`, only the
+/// needed values decoded. Returns None when anything is unusual (an escape, whitespace, a
+/// nested value, no timestamp), and the full parser decides and explains.
+fn fast_fields(line: &[u8]) -> Option<Record<'_>> {
+    let n = line.len();
+    if n < 2 || line[0] != b'{' || line[n - 1] != b'}' || memchr::memchr(b'\\', line).is_some() {
+        return None;
+    }
+    let mut r = Record::default();
+    let mut i = 1;
+    while i < n - 1 {
+        if line[i] != b'"' {
+            return None;
+        }
+        let key_end = i + 1 + memchr::memchr(b'"', &line[i + 1..])?;
+        let key = &line[i + 1..key_end];
+        if line.get(key_end + 1) != Some(&b':') {
+            return None;
+        }
+        let v = key_end + 2;
+        let (value, is_str, next) = match *line.get(v)? {
+            b'"' => {
+                let end = v + 1 + memchr::memchr(b'"', &line[v + 1..])?;
+                (&line[v + 1..end], true, end + 1)
+            }
+            b'{' | b'[' | b' ' => return None,
+            _ => {
+                let end = v + memchr::memchr2(b',', b'}', &line[v..])?;
+                (&line[v..end], false, end)
+            }
+        };
+        let text = || Some(Cow::Borrowed(value));
+        match (key, is_str) {
+            (b"eventType", true) => r.event_type = text(),
+            (b"timestamp", false) => r.timestamp_ms = Some(integer(value)?),
+            (b"api", true) => r.api = text(),
+            (b"http.response.status_code", false) => r.status = Some(integer(value)?),
+            (b"shop.id", true) => r.shop = text(),
+            (b"reason", true) => r.reason = text(),
+            (b"allowed", false) => {
+                r.allowed = match value {
+                    b"true" => Some(true),
+                    b"false" => Some(false),
+                    _ => return None,
+                }
+            }
+            (b"duration.ms", false) => r.duration_raw = Some(value),
+            (b"step", true) => r.step = text(),
+            (b"payment.channel", true) => r.channel = text(),
+            (b"tag", true) => r.tag = text(),
+            (
+                b"eventType" | b"api" | b"shop.id" | b"reason" | b"step" | b"payment.channel"
+                | b"tag",
+                false,
+            )
+            | (b"timestamp" | b"http.response.status_code" | b"allowed" | b"duration.ms", true) => {
+                return None
+            }
+            _ => {}
+        }
+        match line.get(next) {
+            Some(b',') => i = next + 1,
+            Some(b'}') if next == n - 1 => break,
+            _ => return None,
+        }
+    }
+    // A line without a timestamp is an error either way: let the full parser say why.
+    r.timestamp_ms.map(|_| r)
+}
+
+/// Reads the scan's fields from one line: the fast path for ordinary lines, the full
+/// parser (which checks the whole line) for anything else.
 pub fn parse_line(line: &[u8]) -> Result<Record<'_>, LineError> {
+    match fast_fields(line) {
+        Some(r) => Ok(r),
+        None => parse_line_fully(line),
+    }
+}
+
+/// Reads the scan's fields from one line, checking its whole structure. Unknown keys are
+/// skipped without decoding.
+pub fn parse_line_fully(line: &[u8]) -> Result<Record<'_>, LineError> {
     let mut c = Cursor { b: line, i: 0 };
     let mut r = Record::default();
     c.expect(b'{', "not a JSON object")?;
@@ -222,7 +335,7 @@ pub fn parse_line(line: &[u8]) -> Result<Record<'_>, LineError> {
             b"tag" => r.tag = c.string_field()?,
             b"timestamp" if !is_str => r.timestamp_ms = integer(c.skip_value()?),
             b"http.response.status_code" if !is_str => r.status = integer(c.skip_value()?),
-            b"duration.ms" if !is_str => r.duration_ms = number(c.skip_value()?),
+            b"duration.ms" if !is_str => r.duration_raw = Some(c.skip_value()?),
             b"allowed" if !is_str => {
                 r.allowed = match c.skip_value()? {
                     b"true" => Some(true),
@@ -258,18 +371,50 @@ mod tests {
     fn reads_the_fields_it_needs() {
         let line = br#"{"eventType":"ExternalApiCall","timestamp":1700000000123,"api":"zone\"A\"","http.response.status_code":429,"duration.ms":12.5,"shop.id":"s\u00e9","nested":{"a":[1,{"b":"}"}]},"x":null}"#;
         let r = parse_line(line).unwrap();
-        assert_eq!(r.event_type.as_deref(), Some("ExternalApiCall"));
+        assert_eq!(r.event_type.as_deref(), Some(&b"ExternalApiCall"[..]));
         assert_eq!(r.timestamp_ms, Some(1_700_000_000_123));
-        assert_eq!(r.api.as_deref(), Some("zone\"A\""));
+        assert_eq!(r.api.as_deref(), Some(&b"zone\"A\""[..]));
         assert_eq!(r.status, Some(429));
-        assert_eq!(r.duration_ms, Some(12.5));
-        assert_eq!(r.shop.as_deref(), Some("sé"));
+        assert_eq!(r.duration_ms(), Some(12.5));
+        assert_eq!(r.shop.as_deref(), Some("s\u{e9}".as_bytes()));
         let d =
             parse_line(br#"{"eventType":"RateLimitDecision","allowed":false,"reason":"hot_shop"}"#)
                 .unwrap();
         assert_eq!(
             (d.allowed, d.reason.as_deref()),
-            (Some(false), Some("hot_shop"))
+            (Some(false), Some(&b"hot_shop"[..]))
+        );
+        assert_eq!(integer(b"-12"), Some(-12));
+        assert_eq!(integer(b"1.7e3"), Some(1700));
+        let long = br#"{"eventType":"A","url.full":"https://a-very-long-value.example/with/a/long/path?and=query","timestamp":5}"#;
+        assert_eq!(parse_line(long).unwrap().timestamp_ms, Some(5));
+    }
+
+    #[test]
+    fn the_fast_path_agrees_with_the_full_parser() {
+        let lines: [&[u8]; 6] = [
+            br#"{"eventType":"ExternalApiCall","timestamp":1700000000123,"api":"zoneA","http.response.status_code":429,"duration.ms":12.5,"shop.id":"s1"}"#,
+            br#"{"eventType":"RateLimitDecision","timestamp":5,"limiter":"p","shop.id":"x","reason":"global","allowed":false,"retry_after.s":0.5}"#,
+            br#"{"eventType":"CheckoutStep","step":"paid","shop.id":"s","payment.channel":"card","timestamp":7}"#,
+            br#"{"eventType":"X","note":"mentions \"api\": inside","api":"real","timestamp":1}"#,
+            br#"{"eventType":"X","note":"a,\"timestamp\":9","timestamp":1}"#,
+            br#"{"eventType":"X","timestamp":"5"}"#,
+        ];
+        for line in lines {
+            assert_eq!(
+                parse_line(line),
+                parse_line_fully(line),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
+        assert!(
+            fast_fields(lines[0]).is_some(),
+            "ordinary lines take the fast path"
+        );
+        assert!(
+            fast_fields(lines[3]).is_none(),
+            "escapes go to the full parser"
         );
     }
 

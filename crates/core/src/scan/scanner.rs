@@ -1,6 +1,36 @@
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
-use super::record::{parse_line, Record};
+use super::record::{parse_line, text, Record};
+
+/// A fast hash for the scan's integer and short string keys (FxHash's multiply-rotate):
+/// the maps are updated once per event, and SipHash would dominate the scan.
+#[derive(Default, Clone, Copy)]
+struct Fx(u64);
+
+impl Hasher for Fx {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_i64(&mut self, n: i64) {
+        self.write_u64(n as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
 
 /// Which events count.
 #[derive(Debug, Clone, Default)]
@@ -24,21 +54,21 @@ impl Filter {
         self.shops.is_empty()
             || r.shop
                 .as_deref()
-                .is_some_and(|s| self.shops.iter().any(|x| x == s))
+                .is_some_and(|s| self.shops.iter().any(|x| x.as_bytes() == s))
     }
 
     fn counts(&self, r: &Record<'_>) -> bool {
-        let t = r.event_type.as_deref().unwrap_or("");
+        let t = r.event_type.as_deref().unwrap_or(b"");
         let type_ok = if self.event_types.is_empty() {
-            t == "ExternalApiCall"
+            t == b"ExternalApiCall"
         } else {
-            self.event_types.iter().any(|x| x == t)
+            self.event_types.iter().any(|x| x.as_bytes() == t)
         };
         type_ok
             && (self.apis.is_empty()
                 || r.api
                     .as_deref()
-                    .is_some_and(|a| self.apis.iter().any(|x| x == a)))
+                    .is_some_and(|a| self.apis.iter().any(|x| x.as_bytes() == a)))
             && self.shop_ok(r)
     }
 }
@@ -115,9 +145,10 @@ pub struct BadLine {
 pub struct Accumulator {
     filter: Filter,
     fine_ms: i64,
-    fine: HashMap<i64, Fine>,
-    /// (UTC day, api) -> per-second counts of that day, for peaks.
-    per_second_api: HashMap<(i64, String), HashMap<i64, u64>>,
+    fine: FastMap<i64, Fine>,
+    /// Per-second counts, overall and per api, for the daily peaks.
+    per_second: FastMap<i64, u64>,
+    per_second_api: FastMap<Vec<u8>, FastMap<i64, u64>>,
     pub events: u64,
     pub counted: u64,
     pub malformed: u64,
@@ -197,14 +228,14 @@ impl Accumulator {
             return;
         }
         let bucket = ts.div_euclid(self.fine_ms);
-        if r.event_type.as_deref() == Some("RateLimitDecision")
+        if r.event_type.as_deref() == Some(&b"RateLimitDecision"[..])
             && r.allowed != Some(true)
             && self.filter.shop_ok(&r)
         {
             let f = self.fine.entry(bucket).or_default();
             let key = (
-                r.reason.as_deref().unwrap_or("?").to_string(),
-                r.shop.as_deref().unwrap_or("?").to_string(),
+                r.reason.as_ref().map_or_else(|| "?".to_string(), text),
+                r.shop.as_ref().map_or_else(|| "?".to_string(), text),
             );
             *f.denials.entry(key).or_default() += 1;
         }
@@ -215,17 +246,14 @@ impl Accumulator {
         let f = self.fine.entry(bucket).or_default();
         f.calls += 1;
         *f.status.entry(r.status.unwrap_or(0)).or_default() += 1;
-        let day = ts.div_euclid(86_400_000);
-        let api = r.api.as_deref().unwrap_or("");
+        let api = r.api.as_deref().unwrap_or(b"");
         let second = ts.div_euclid(1000);
-        for key in [(day, String::new()), (day, api.to_string())] {
-            *self
-                .per_second_api
-                .entry(key)
-                .or_default()
-                .entry(second)
-                .or_default() += 1;
-        }
+        *self.per_second.entry(second).or_default() += 1;
+        let per_api = match self.per_second_api.get_mut(api) {
+            Some(m) => m,
+            None => self.per_second_api.entry(api.to_vec()).or_default(),
+        };
+        *per_api.entry(second).or_default() += 1;
     }
 
     /// The fine buckets' call counts, in time order.
@@ -299,22 +327,33 @@ impl Accumulator {
 
     /// Peak rate per UTC day, overall (api "") and per api, in events per second.
     pub fn peaks(&self) -> Vec<Peak> {
-        let mut out: Vec<Peak> = self
+        let mut out = Vec::new();
+        let all = std::iter::once((String::new(), &self.per_second));
+        let apis = self
             .per_second_api
             .iter()
-            .filter_map(|((day, api), secs)| {
-                let (&sec, &n) = secs
-                    .iter()
-                    .max_by_key(|(&s, &n)| (n, std::cmp::Reverse(s)))?;
-                Some(Peak {
-                    day: *day,
-                    api: api.clone(),
-                    peak_rps: n,
-                    at_ms: sec * 1000,
-                    total: secs.values().sum(),
-                })
-            })
-            .collect();
+            .map(|(a, m)| (String::from_utf8_lossy(a).into_owned(), m));
+        for (api, secs) in all.chain(apis) {
+            // day -> (peak, its second, total); the earliest second wins a tie.
+            let mut days: BTreeMap<i64, (u64, i64, u64)> = BTreeMap::new();
+            for (&sec, &n) in secs {
+                let d = days
+                    .entry(sec.div_euclid(86_400))
+                    .or_insert((0, i64::MAX, 0));
+                if n > d.0 || (n == d.0 && sec < d.1) {
+                    d.0 = n;
+                    d.1 = sec;
+                }
+                d.2 += n;
+            }
+            out.extend(days.into_iter().map(|(day, (peak, sec, total))| Peak {
+                day,
+                api: api.clone(),
+                peak_rps: peak,
+                at_ms: sec * 1000,
+                total,
+            }));
+        }
         out.sort_by(|a, b| (a.day, &a.api).cmp(&(b.day, &b.api)));
         out
     }
