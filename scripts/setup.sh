@@ -8,9 +8,11 @@ cd "$root"
 log() { printf '==> %s\n' "$*" >&2; }
 
 # Debian packages: PHP CLI + headers, libclang for bindgen, PHPUnit, php-fpm + nginx
-# for the end-to-end run, cgi-fcgi to talk FastCGI to php-fpm directly.
+# for the end-to-end run, cgi-fcgi to talk FastCGI to php-fpm directly, Chromium to
+# check that the incident report renders.
 apt_pkgs=(php8.2-cli php8.2-dev php8.2-fpm php8.2-redis php8.2-curl
           php-psr-http-client php-psr-http-message php-nyholm-psr7 php-guzzlehttp-guzzle clang libclang-dev phpunit nginx-light libfcgi-bin
+          chromium fonts-dejavu-core
           python3-venv ca-certificates)
 missing=()
 for p in "${apt_pkgs[@]}"; do

@@ -6,6 +6,7 @@
 
 mod generate;
 mod input;
+mod report;
 mod time;
 
 use std::process::ExitCode;
@@ -32,6 +33,8 @@ enum Command {
     Scan(ScanArgs),
     /// Peak events per second per day (UTC), overall and per api: the morning check.
     Peaks(CommonArgs),
+    /// An incident report for one time range: one self-contained HTML file.
+    Report(ReportArgs),
     /// Writes a synthetic day of events (2026-11-30) for tests and benchmarks.
     Generate {
         /// About how many events.
@@ -90,6 +93,32 @@ struct ScanArgs {
     /// Fine threshold: events per second within a fine bucket.
     #[arg(long, default_value_t = 50.0)]
     fine_threshold: f64,
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    #[command(flatten)]
+    scan: ScanArgs,
+    /// The incident's time range, START..END (Unix ms or YYYY-MM-DDTHH:MM:SS[.mmm]Z).
+    #[arg(long)]
+    window: String,
+    /// Where to write the HTML.
+    #[arg(short, long, default_value = "report.html")]
+    output: String,
+    /// The report's title.
+    #[arg(long, default_value = "Incident report")]
+    title: String,
+}
+
+fn scan_config(a: &ScanArgs) -> Result<ScanConfig, String> {
+    let cfg = ScanConfig {
+        coarse_ms: a.coarse,
+        coarse_threshold: a.coarse_threshold,
+        fine_ms: a.fine,
+        fine_threshold: a.fine_threshold,
+    };
+    cfg.validate()?;
+    Ok(cfg)
 }
 
 fn filter(c: &CommonArgs) -> Filter {
@@ -273,13 +302,7 @@ fn print_peaks(c: &CommonArgs, acc: &Accumulator, peaks: &[Peak]) {
 fn run() -> Result<(), String> {
     match Cli::parse().command {
         Command::Scan(args) => {
-            let cfg = ScanConfig {
-                coarse_ms: args.coarse,
-                coarse_threshold: args.coarse_threshold,
-                fine_ms: args.fine,
-                fine_threshold: args.fine_threshold,
-            };
-            cfg.validate()?;
+            let cfg = scan_config(&args)?;
             let acc = read(&args.common, cfg.fine_ms)?;
             let r = acc.scan(&cfg);
             print_scan(&args, &cfg, &acc, &r);
@@ -287,6 +310,31 @@ fn run() -> Result<(), String> {
         Command::Peaks(c) => {
             let acc = read(&c, 1000)?;
             print_peaks(&c, &acc, &acc.peaks());
+        }
+        Command::Report(args) => {
+            let cfg = scan_config(&args.scan)?;
+            let (a, b) = args
+                .window
+                .split_once("..")
+                .ok_or_else(|| format!("--window must be START..END, got {:?}", args.window))?;
+            let (t0, t1) = (time::parse_time(a)?, time::parse_time(b)?);
+            if t1 <= t0 {
+                return Err(format!("--window ends before it starts: {:?}", args.window));
+            }
+            let mut f = filter(&args.scan.common);
+            f.from_ms = Some(f.from_ms.map_or(t0, |x| x.max(t0)));
+            f.to_ms = Some(f.to_ms.map_or(t1, |x| x.min(t1)));
+            let mut acc = Accumulator::new(f, cfg.fine_ms);
+            acc.report = Some(Default::default());
+            input::read_all(&args.scan.common.files, &mut acc).map_err(|e| e.to_string())?;
+            let r = acc.scan(&cfg);
+            let html = report::html(&acc, &r, &cfg, t0, t1, &args.title);
+            std::fs::write(&args.output, html).map_err(|e| format!("{}: {e}", args.output))?;
+            eprintln!(
+                "checkout-guard: wrote {} ({} window(s))",
+                args.output,
+                r.windows.len()
+            );
         }
         Command::Generate {
             events,

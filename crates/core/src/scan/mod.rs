@@ -6,9 +6,11 @@
 //! events, never with the number of events.
 
 mod record;
+mod report;
 mod scanner;
 
 pub use record::{parse_line, text, LineError, Record, Text};
+pub use report::{Histogram, ReportData, CLASSES};
 pub use scanner::{
     brute_force_windows, Accumulator, BadLine, Filter, Peak, ScanConfig, ScanResult, Window,
     DISORDER_TOLERANCE_MS,

@@ -2,6 +2,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::record::{parse_line, text, Record};
+use super::report::ReportData;
 
 /// A fast hash for the scan's integer and short string keys (FxHash's multiply-rotate):
 /// the maps are updated once per event, and SipHash would dominate the scan.
@@ -155,6 +156,8 @@ pub struct Accumulator {
     pub missing_timestamp: u64,
     pub out_of_order: u64,
     pub bad_lines: Vec<BadLine>,
+    /// Report data, gathered only when asked for.
+    pub report: Option<ReportData>,
     /// The newest timestamp of the current source, and that source.
     last_ts: Option<i64>,
     last_source: String,
@@ -227,6 +230,10 @@ impl Accumulator {
         if !self.filter.time_ok(ts) {
             return;
         }
+        let counts = self.filter.counts(&r);
+        if let Some(report) = &mut self.report {
+            report.add(&r, ts, counts);
+        }
         let bucket = ts.div_euclid(self.fine_ms);
         if r.event_type.as_deref() == Some(&b"RateLimitDecision"[..])
             && r.allowed != Some(true)
@@ -239,7 +246,7 @@ impl Accumulator {
             );
             *f.denials.entry(key).or_default() += 1;
         }
-        if !self.filter.counts(&r) {
+        if !counts {
             return;
         }
         self.counted += 1;

@@ -1,0 +1,319 @@
+//! The incident report: one self-contained HTML file (no network, no scripts) with inline
+//! SVG charts, built from one pass over the events of a time range.
+
+use std::fmt::Write;
+
+use checkout_guard_core::scan::{Accumulator, ReportData, ScanConfig, ScanResult, CLASSES};
+
+use crate::time::format_ms;
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// One line of a chart: label, colour, (ms, value) points.
+type Series<'a> = (&'a str, &'a str, Vec<(i64, u64)>);
+
+const COLORS: [&str; 4] = ["#1b7837", "#b2182b", "#f1a340", "#5e3c99"];
+
+/// A line chart of per-second series over [t0, t1), with windows shaded.
+fn chart(t0: i64, t1: i64, series: &[Series<'_>], windows: &[(i64, i64)], title: &str) -> String {
+    let (w, h, pad) = (900.0, 200.0, 40.0);
+    let span = ((t1 - t0) as f64 / 1000.0).max(1.0);
+    let ymax = series
+        .iter()
+        .flat_map(|(_, _, pts)| pts.iter().map(|p| p.1))
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let x = |ms: i64| pad + (ms - t0) as f64 / 1000.0 / span * w;
+    let y = |v: f64| pad + h - v / ymax * h;
+    let mut s = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{}" height="{}" role="img" aria-label="{}">"#,
+        w + 2.0 * pad,
+        h + 2.0 * pad + 20.0,
+        esc(title)
+    );
+    for &(a, b) in windows {
+        let _ = write!(
+            s,
+            r##"<rect class="window-mark" x="{:.1}" y="{pad}" width="{:.1}" height="{h}" fill="#fde0dd"/>"##,
+            x(a),
+            (x(b) - x(a)).max(1.0)
+        );
+    }
+    let _ = write!(
+        s,
+        r##"<rect x="{pad}" y="{pad}" width="{w}" height="{h}" fill="none" stroke="#999"/>"##
+    );
+    let _ = write!(
+        s,
+        r#"<text x="{pad}" y="{}" font-size="12">{}</text>"#,
+        pad - 8.0,
+        esc(title)
+    );
+    let _ = write!(
+        s,
+        r#"<text x="{}" y="{}" font-size="10" text-anchor="end">{ymax:.0}/s</text>"#,
+        pad - 4.0,
+        pad + 4.0
+    );
+    let _ = write!(
+        s,
+        r#"<text x="{pad}" y="{}" font-size="10">{}</text>"#,
+        pad + h + 14.0,
+        esc(&format_ms(t0))
+    );
+    let _ = write!(
+        s,
+        r#"<text x="{}" y="{}" font-size="10" text-anchor="end">{}</text>"#,
+        pad + w,
+        pad + h + 14.0,
+        esc(&format_ms(t1))
+    );
+    for (i, (label, color, pts)) in series.iter().enumerate() {
+        let path: Vec<String> = pts
+            .iter()
+            .map(|&(t, v)| format!("{:.1},{:.1}", x(t), y(v as f64)))
+            .collect();
+        let _ = write!(
+            s,
+            r#"<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{}"/>"#,
+            path.join(" ")
+        );
+        let lx = pad + i as f64 * 180.0;
+        let _ = write!(
+            s,
+            r#"<rect x="{lx}" y="{}" width="10" height="10" fill="{color}"/><text x="{}" y="{}" font-size="11">{}</text>"#,
+            pad + h + 22.0,
+            lx + 14.0,
+            pad + h + 31.0,
+            esc(label)
+        );
+    }
+    s.push_str("</svg>");
+    s
+}
+
+/// Fills in missing seconds with zeros so lines drop to zero between bursts.
+fn dense(t0: i64, t1: i64, sparse: impl Fn(i64) -> u64) -> Vec<(i64, u64)> {
+    let (s0, s1) = (t0.div_euclid(1000), (t1 + 999).div_euclid(1000));
+    (s0..s1).map(|s| (s * 1000, sparse(s))).collect()
+}
+
+pub fn html(
+    acc: &Accumulator,
+    r: &ScanResult,
+    cfg: &ScanConfig,
+    t0: i64,
+    t1: i64,
+    title: &str,
+) -> String {
+    let empty = ReportData::default();
+    let d = acc.report.as_ref().unwrap_or(&empty);
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{t}</title><style>
+body{{font-family:sans-serif;margin:24px;color:#222}} table{{border-collapse:collapse;margin:8px 0 20px}}
+td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#f3f3f3}} td.l,th.l{{text-align:left}}
+h2{{margin-top:28px}} .muted{{color:#777}}</style></head><body><h1>{t}</h1>"#,
+        t = esc(title)
+    );
+    let peak = r
+        .windows
+        .iter()
+        .map(|w| (w.peak_rps, w.peak_at_ms))
+        .fold((0.0, 0), |a, b| if b.0 > a.0 { b } else { a });
+    let calls_429: u64 = d.shop_429.values().sum();
+    let denials: u64 = d.shop_denials.values().flat_map(|m| m.values()).sum();
+    let _ = write!(h, r#"<h2>Overview</h2><table id="overview">"#);
+    let rows: Vec<(&str, String)> = vec![
+        (
+            "period (UTC)",
+            format!("{} .. {}", format_ms(t0), format_ms(t1)),
+        ),
+        ("external API calls", acc.counted.to_string()),
+        (
+            "checkouts started",
+            d.checkouts().map_or("-".into(), |n| n.to_string()),
+        ),
+        (
+            "paid",
+            d.funnel.get("paid").map_or("-".into(), |n| n.to_string()),
+        ),
+        ("429 answers", calls_429.to_string()),
+        ("limiter denials", denials.to_string()),
+        ("high-load windows", r.windows.len().to_string()),
+        (
+            "highest peak",
+            if r.windows.is_empty() {
+                "-".into()
+            } else {
+                format!("{:.1}/s at {}", peak.0, format_ms(peak.1))
+            },
+        ),
+        (
+            "events read (bad lines)",
+            format!("{} ({})", acc.events, acc.malformed + acc.missing_timestamp),
+        ),
+    ];
+    for (k, v) in rows {
+        let _ = write!(
+            h,
+            r#"<tr><th class="l">{}</th><td class="l" data-key="{}">{}</td></tr>"#,
+            esc(k),
+            esc(k),
+            esc(&v)
+        );
+    }
+    h.push_str("</table>");
+
+    let _ = write!(
+        h,
+        r#"<h2>High-load windows</h2><p class="muted">fine buckets of {} ms at &ge; {}/s inside coarse buckets of {} s at &ge; {}/s</p><table id="windows"><tr><th class="l">start</th><th class="l">end</th><th>peak/s</th><th class="l">peak at</th><th>calls</th><th class="l">status</th><th class="l">denials</th></tr>"#,
+        cfg.fine_ms,
+        cfg.fine_threshold,
+        cfg.coarse_ms / 1000,
+        cfg.coarse_threshold
+    );
+    for w in &r.windows {
+        let status: Vec<String> = w.status.iter().map(|(s, n)| format!("{s}:{n}")).collect();
+        let den: Vec<String> = w
+            .denials
+            .iter()
+            .map(|((r, s), n)| format!("{r}/{s}:{n}"))
+            .collect();
+        let _ = write!(
+            h,
+            r#"<tr class="window" data-start-ms="{}" data-end-ms="{}" data-calls="{}"><td class="l">{}</td><td class="l">{}</td><td>{:.1}</td><td class="l">{}</td><td>{}</td><td class="l">{}</td><td class="l">{}</td></tr>"#,
+            w.start_ms,
+            w.end_ms,
+            w.calls,
+            format_ms(w.start_ms),
+            format_ms(w.end_ms),
+            w.peak_rps,
+            format_ms(w.peak_at_ms),
+            w.calls,
+            esc(&status.join(" ")),
+            esc(&den.join(" "))
+        );
+    }
+    h.push_str("</table>");
+
+    let marks: Vec<(i64, i64)> = r.windows.iter().map(|w| (w.start_ms, w.end_ms)).collect();
+    let fine = acc.fine_counts();
+    let per_second: std::collections::HashMap<i64, u64> = if cfg.fine_ms == 1000 {
+        fine.into_iter().collect()
+    } else {
+        let mut m = std::collections::HashMap::new();
+        for (b, n) in fine {
+            *m.entry(b * cfg.fine_ms / 1000).or_default() += n;
+        }
+        m
+    };
+    h.push_str("<h2>Calls per second</h2>");
+    h.push_str(&chart(
+        t0,
+        t1,
+        &[(
+            "calls/s",
+            "#2166ac",
+            dense(t0, t1, |s| per_second.get(&s).copied().unwrap_or(0)),
+        )],
+        &marks,
+        "all external API calls (high-load windows shaded)",
+    ));
+
+    h.push_str("<h2>Status codes over time, per api</h2>");
+    for (api, secs) in &d.status_over_time {
+        let series: Vec<Series<'_>> = (0..4)
+            .map(|c| {
+                (
+                    CLASSES[c],
+                    COLORS[c],
+                    dense(t0, t1, |s| secs.get(&s).map_or(0, |v| v[c])),
+                )
+            })
+            .collect();
+        h.push_str(&chart(t0, t1, &series, &marks, &format!("api {api}")));
+    }
+
+    h.push_str(r#"<h2>Latency per api</h2><table id="latency"><tr><th class="l">api</th><th>calls</th><th>p50 ms</th><th>p95 ms</th><th>p99 ms</th></tr>"#);
+    for (api, hist) in &d.latency {
+        let p = |q| hist.percentile(q).map_or("-".into(), |v| format!("{v:.1}"));
+        let _ = write!(
+            h,
+            r#"<tr><td class="l">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
+            esc(api),
+            hist.count(),
+            p(50.0),
+            p(95.0),
+            p(99.0)
+        );
+    }
+    h.push_str(r#"</table><p class="muted">percentiles from a histogram of 5%-wide buckets (upper bounds)</p>"#);
+
+    h.push_str(r#"<h2>429s and limiter decisions by shop</h2><table id="shops"><tr><th class="l">shop</th><th>429s</th><th class="l">denials by reason</th></tr>"#);
+    let mut shops: Vec<&String> = d.shop_429.keys().chain(d.shop_denials.keys()).collect();
+    shops.sort();
+    shops.dedup();
+    shops.sort_by_key(|s| {
+        std::cmp::Reverse(
+            d.shop_429.get(*s).copied().unwrap_or(0)
+                + d.shop_denials.get(*s).map_or(0, |m| m.values().sum()),
+        )
+    });
+    for shop in shops.iter().take(30) {
+        let den: Vec<String> = d
+            .shop_denials
+            .get(*shop)
+            .map(|m| m.iter().map(|(r, n)| format!("{r}:{n}")).collect())
+            .unwrap_or_default();
+        let _ = write!(
+            h,
+            r#"<tr><td class="l">{}</td><td>{}</td><td class="l">{}</td></tr>"#,
+            esc(shop),
+            d.shop_429.get(*shop).copied().unwrap_or(0),
+            esc(&den.join(" "))
+        );
+    }
+    h.push_str("</table>");
+
+    h.push_str(r#"<h2>External API call flow</h2><table id="flow"><tr><th class="l">api</th><th>calls</th><th>per checkout</th></tr>"#);
+    for (api, n) in &d.calls_per_api {
+        let per = d
+            .checkouts()
+            .filter(|&c| c > 0)
+            .map_or("-".into(), |c| format!("{:.2}", *n as f64 / c as f64));
+        let _ = write!(
+            h,
+            r#"<tr><td class="l">{}</td><td>{n}</td><td>{per}</td></tr>"#,
+            esc(api)
+        );
+    }
+    h.push_str("</table>");
+
+    if !d.funnel.is_empty() {
+        h.push_str(r#"<h2>Purchase funnel</h2><table id="funnel"><tr><th class="l">step</th><th>events</th></tr>"#);
+        let mut steps: Vec<(&String, &u64)> = d.funnel.iter().collect();
+        steps.sort_by_key(|(_, n)| std::cmp::Reverse(**n)); // a funnel narrows
+        for (step, n) in steps {
+            let _ = write!(
+                h,
+                r#"<tr><td class="l">{}</td><td>{n}</td></tr>"#,
+                esc(step)
+            );
+        }
+        h.push_str(r#"</table><h2>Payment channels (paid)</h2><table id="channels"><tr><th class="l">channel</th><th>paid</th></tr>"#);
+        for (c, n) in &d.channels {
+            let _ = write!(h, r#"<tr><td class="l">{}</td><td>{n}</td></tr>"#, esc(c));
+        }
+        h.push_str("</table>");
+    }
+    h.push_str("</body></html>\n");
+    h
+}

@@ -1,0 +1,148 @@
+//! The incident report: one self-contained HTML file that a real browser (Debian's
+//! headless Chromium) renders, showing the same windows as the scan.
+
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_checkout-guard");
+const T0: i64 = 1_796_030_000_000 - 1_796_030_000_000 % 300_000;
+
+fn events() -> String {
+    let mut lines = Vec::new();
+    for s in 0..120i64 {
+        let rate = if (40..50).contains(&s) { 150 } else { 3 };
+        for i in 0..rate {
+            let ts = T0 + s * 1000 + i * 1000 / rate;
+            let (api, status) = if i % 2 == 0 {
+                ("zoneA", 200)
+            } else {
+                ("payment", if s % 2 == 0 { 429 } else { 200 })
+            };
+            lines.push(format!(
+                r#"{{"eventType":"ExternalApiCall","timestamp":{ts},"api":"{api}","http.response.status_code":{status},"duration.ms":{}.5,"shop.id":"<b>shop-{}</b>"}}"#,
+                20 + i % 40,
+                i % 3
+            ));
+            if i % 2 == 0 {
+                lines.push(format!(r#"{{"eventType":"CheckoutStep","timestamp":{ts},"step":"cart","shop.id":"s","payment.channel":"card"}}"#));
+                if status == 200 && s % 3 == 0 {
+                    lines.push(format!(r#"{{"eventType":"CheckoutStep","timestamp":{ts},"step":"paid","shop.id":"s","payment.channel":"konbini"}}"#));
+                }
+            }
+        }
+        if (40..50).contains(&s) {
+            lines.push(format!(r#"{{"eventType":"RateLimitDecision","timestamp":{},"shop.id":"flash","reason":"hot_shop","allowed":false}}"#, T0 + s * 1000));
+        }
+    }
+    lines.join("\n") + "\n"
+}
+
+#[test]
+fn the_report_renders_in_a_browser_and_matches_the_scan() {
+    let dir = std::env::temp_dir().join(format!("cg-report-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("events.jsonl");
+    std::fs::write(&file, events()).unwrap();
+    let html = dir.join("report.html");
+    let window = format!("{}..{}", T0, T0 + 120_000);
+    let args = ["--fine-threshold", "100", "--coarse-threshold", "0.3"];
+    let out = Command::new(BIN)
+        .args([
+            "report",
+            file.to_str().unwrap(),
+            "--window",
+            &window,
+            "-o",
+            html.to_str().unwrap(),
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    // Self-contained: nothing to fetch, nothing to run; shop names are escaped.
+    for banned in ["<script", "src=", "href=", "<link", "@import", "<b>shop"] {
+        assert!(!page.contains(banned), "report contains {banned}");
+    }
+    for section in [
+        "id=\"overview\"",
+        "id=\"windows\"",
+        "id=\"latency\"",
+        "id=\"shops\"",
+        "id=\"flow\"",
+        "id=\"funnel\"",
+        "id=\"channels\"",
+        "<svg",
+    ] {
+        assert!(page.contains(section), "report lacks {section}");
+    }
+
+    let scan = Command::new(BIN)
+        .args([
+            "scan",
+            "--json",
+            "--from",
+            &T0.to_string(),
+            "--to",
+            &(T0 + 120_000).to_string(),
+            file.to_str().unwrap(),
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    let scan: serde_json::Value = serde_json::from_slice(&scan.stdout).unwrap();
+    let windows = scan["windows"].as_array().unwrap();
+    assert_eq!(windows.len(), 1);
+
+    // What a browser renders: Chromium's DOM after layout.
+    let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("no Chromium: run scripts/setup.sh (installs Debian's chromium)");
+    let profile = dir.join("profile");
+    let dom = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("file://{}", html.display()))
+        .output()
+        .unwrap();
+    assert!(
+        dom.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dom.stderr)
+    );
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    let w = &windows[0];
+    let row = format!(
+        r#"data-start-ms="{}" data-end-ms="{}" data-calls="{}""#,
+        w["start_ms"], w["end_ms"], w["calls"]
+    );
+    assert!(
+        dom.contains(&row),
+        "the rendered report does not show the scan's window {row}"
+    );
+    assert!(dom.contains(&format!(
+        r#"data-key="external API calls">{}<"#,
+        scan["input"]["counted"]
+    )));
+    assert!(dom.contains("hot_shop:10"), "denials by shop");
+    assert!(
+        dom.contains("&lt;b&gt;shop-1&lt;/b&gt;"),
+        "shop names shown as text"
+    );
+    let svgs = dom.matches("<svg").count();
+    assert_eq!(svgs, 3, "calls/s and one status chart per api");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
