@@ -26,52 +26,18 @@ fn open(path: &str) -> io::Result<Box<dyn BufRead>> {
     })
 }
 
-/// Feeds every line of every file to the accumulator. Lines are cut in place out of large
-/// blocks (no copy per line); a line longer than a block grows the buffer.
-pub fn read_all(paths: &[String], acc: &mut Accumulator) -> io::Result<()> {
-    const BLOCK: usize = 8 << 20;
+/// Feeds every line of every file to the accumulator. A large plain file is split at line
+/// boundaries and read by `threads` threads, each into its own accumulator, merged in
+/// order (line numbers stay those of the file).
+pub fn read_all(paths: &[String], acc: &mut Accumulator, threads: usize) -> io::Result<()> {
     let progress = io::stderr().is_terminal();
     let started = Instant::now();
-    let mut last_report = Instant::now();
     let mut total: u64 = 0;
-    let mut buf = vec![0u8; BLOCK];
     for path in paths {
-        let mut reader = open(path)?;
-        let mut n: u64 = 0;
-        let mut filled = 0; // bytes of buf holding data
-        loop {
-            if filled == buf.len() {
-                buf.resize(buf.len() * 2, 0);
-            }
-            let got = reader.read(&mut buf[filled..])?;
-            let eof = got == 0;
-            filled += got;
-            let mut start = 0;
-            for end in memchr::memchr_iter(b'\n', &buf[..filled]) {
-                n += 1;
-                acc.line(path, n, &buf[start..end]);
-                start = end + 1;
-            }
-            if eof {
-                if start < filled {
-                    n += 1;
-                    acc.line(path, n, &buf[start..filled]);
-                }
-                break;
-            }
-            buf.copy_within(start..filled, 0);
-            filled -= start;
-            if progress && last_report.elapsed() > Duration::from_millis(250) {
-                last_report = Instant::now();
-                let secs = started.elapsed().as_secs_f64();
-                let _ = write!(
-                    io::stderr(),
-                    "\r{path}: {n} lines ({:.1} M lines/s)   ",
-                    (total + n) as f64 / secs / 1e6
-                );
-            }
-        }
-        total += n;
+        total += match splittable(path, threads)? {
+            Some(len) => read_parallel(path, len, threads, acc)?,
+            None => feed(open(path)?, path, acc, progress.then_some((started, total)))?,
+        };
     }
     if progress && total >= 65_536 {
         let _ = writeln!(
@@ -82,4 +48,115 @@ pub fn read_all(paths: &[String], acc: &mut Accumulator) -> io::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The size of a plain (not gzip) regular file worth splitting across threads.
+fn splittable(path: &str, threads: usize) -> io::Result<Option<u64>> {
+    if threads < 2 || path == "-" {
+        return Ok(None);
+    }
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok(None);
+    };
+    if !meta.is_file() || meta.len() < 64 << 20 {
+        return Ok(None);
+    }
+    let mut magic = [0u8; 2];
+    let mut f = File::open(path)?;
+    let _ = f.read(&mut magic)?;
+    Ok((magic != [0x1f, 0x8b]).then_some(meta.len()))
+}
+
+fn read_parallel(path: &str, len: u64, threads: usize, acc: &mut Accumulator) -> io::Result<u64> {
+    use std::io::{Seek, SeekFrom};
+    // Range starts: after the first newline at or past each equal split point.
+    let mut starts = vec![0u64];
+    let mut f = File::open(path)?;
+    for k in 1..threads as u64 {
+        let mut at = len * k / threads as u64;
+        f.seek(SeekFrom::Start(at))?;
+        let mut r = BufReader::new(&mut f);
+        let mut skipped = Vec::new();
+        at += r.read_until(b'\n', &mut skipped)? as u64;
+        if at > *starts.last().expect("one") && at < len {
+            starts.push(at);
+        }
+    }
+    starts.push(len);
+    let parts: Vec<io::Result<(Accumulator, u64)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = starts
+            .windows(2)
+            .map(|w| {
+                let (from, to) = (w[0], w[1]);
+                let mut part = acc.sibling();
+                scope.spawn(move || -> io::Result<(Accumulator, u64)> {
+                    let mut f = File::open(path)?;
+                    f.seek(SeekFrom::Start(from))?;
+                    let lines = feed(Box::new(f.take(to - from)), path, &mut part, None)?;
+                    Ok((part, lines))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("reader thread"))
+            .collect()
+    });
+    let mut offset = 0;
+    for part in parts {
+        let (part, lines) = part?;
+        acc.merge(part, offset);
+        offset += lines;
+    }
+    Ok(offset)
+}
+
+/// Reads one stream to the end, feeding its lines (numbered from 1). Lines are cut in
+/// place out of large blocks (no copy per line); a line longer than a block grows the
+/// buffer. With `progress`, reports at a terminal.
+fn feed(
+    mut reader: Box<dyn Read + '_>,
+    path: &str,
+    acc: &mut Accumulator,
+    progress: Option<(Instant, u64)>,
+) -> io::Result<u64> {
+    const BLOCK: usize = 8 << 20;
+    let mut buf = vec![0u8; BLOCK];
+    let mut last_report = Instant::now();
+    let mut n: u64 = 0;
+    let mut filled = 0; // bytes of buf holding data
+    loop {
+        if filled == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        let got = reader.read(&mut buf[filled..])?;
+        let eof = got == 0;
+        filled += got;
+        let mut start = 0;
+        for end in memchr::memchr_iter(b'\n', &buf[..filled]) {
+            n += 1;
+            acc.line(path, n, &buf[start..end]);
+            start = end + 1;
+        }
+        if eof {
+            if start < filled {
+                n += 1;
+                acc.line(path, n, &buf[start..filled]);
+            }
+            return Ok(n);
+        }
+        buf.copy_within(start..filled, 0);
+        filled -= start;
+        if let Some((started, before)) = progress {
+            if last_report.elapsed() > Duration::from_millis(250) {
+                last_report = Instant::now();
+                let secs = started.elapsed().as_secs_f64();
+                let _ = write!(
+                    io::stderr(),
+                    "\r{path}: {n} lines ({:.1} M lines/s)   ",
+                    (before + n) as f64 / secs / 1e6
+                );
+            }
+        }
+    }
 }

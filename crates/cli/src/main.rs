@@ -74,6 +74,15 @@ struct CommonArgs {
     /// CSV output.
     #[arg(long)]
     csv: bool,
+    /// Threads reading a large plain file (default: the machine's cores).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+fn threads(c: &CommonArgs) -> usize {
+    c.threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1)
 }
 
 #[derive(Args)]
@@ -133,7 +142,7 @@ fn filter(c: &CommonArgs) -> Filter {
 
 fn read(c: &CommonArgs, fine_ms: i64) -> Result<Accumulator, String> {
     let mut acc = Accumulator::new(filter(c), fine_ms);
-    input::read_all(&c.files, &mut acc).map_err(|e| e.to_string())?;
+    input::read_all(&c.files, &mut acc, threads(c)).map_err(|e| e.to_string())?;
     Ok(acc)
 }
 
@@ -326,7 +335,12 @@ fn run() -> Result<(), String> {
             f.to_ms = Some(f.to_ms.map_or(t1, |x| x.min(t1)));
             let mut acc = Accumulator::new(f, cfg.fine_ms);
             acc.report = Some(Default::default());
-            input::read_all(&args.scan.common.files, &mut acc).map_err(|e| e.to_string())?;
+            input::read_all(
+                &args.scan.common.files,
+                &mut acc,
+                threads(&args.scan.common),
+            )
+            .map_err(|e| e.to_string())?;
             let r = acc.scan(&cfg);
             let html = report::html(&acc, &r, &cfg, t0, t1, &args.title);
             std::fs::write(&args.output, html).map_err(|e| format!("{}: {e}", args.output))?;

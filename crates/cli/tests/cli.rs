@@ -214,3 +214,64 @@ fn bad_lines_are_reported_with_line_numbers_and_bad_arguments_exit_2() {
     assert_eq!(rc, 2);
     assert!(err.contains("not a time"), "{err}");
 }
+
+#[test]
+fn a_large_file_read_by_two_threads_gives_the_same_answer_and_line_numbers() {
+    let dir = std::env::temp_dir().join(format!("cg-cli-par-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("big.jsonl");
+    let out = Command::new(BIN)
+        .args([
+            "generate",
+            "--events",
+            "320000",
+            "--seed",
+            "5",
+            "-o",
+            file.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    // A bad line near the end, far into the second thread's part.
+    let mut text = std::fs::read(&file).unwrap();
+    let lines = text.iter().filter(|&&b| b == b'\n').count();
+    text.extend_from_slice(b"{\"eventType\":\"ExternalApiCall\",\"timestamp\":\n");
+    std::fs::write(&file, &text).unwrap();
+    assert!(
+        text.len() > 64 << 20,
+        "large enough to be split: {}",
+        text.len()
+    );
+    let scan = |threads: &str| {
+        let (rc, out, err) = run(
+            &[
+                "scan",
+                "--json",
+                "--threads",
+                threads,
+                "--fine-threshold",
+                "40",
+                "--coarse-threshold",
+                "0.2",
+                file.to_str().unwrap(),
+            ],
+            None,
+        );
+        assert_eq!(rc, 0, "{err}");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()
+    };
+    let (one, two) = (scan("1"), scan("2"));
+    assert_eq!(one, two);
+    assert_eq!(one["input"]["bad_lines"][0]["line"], lines as u64 + 1);
+    assert!(!one["windows"].as_array().unwrap().is_empty());
+    let peaks = |threads: &str| {
+        run(
+            &["peaks", "--threads", threads, file.to_str().unwrap()],
+            None,
+        )
+        .1
+    };
+    assert_eq!(peaks("1"), peaks("2"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -33,6 +33,13 @@ impl Histogram {
         self.count
     }
 
+    pub fn merge(&mut self, other: Histogram) {
+        for (i, n) in other.buckets {
+            *self.buckets.entry(i).or_default() += n;
+        }
+        self.count += other.count;
+    }
+
     /// The upper bound of the bucket holding the `p`-th percentile.
     pub fn percentile(&self, p: f64) -> Option<f64> {
         if self.count == 0 {
@@ -124,6 +131,34 @@ impl ReportData {
             }
             _ => {}
         }
+    }
+
+    /// Adds the data of another part of the same input.
+    pub fn merge(&mut self, other: ReportData) {
+        fn add(a: &mut BTreeMap<String, u64>, b: BTreeMap<String, u64>) {
+            for (k, v) in b {
+                *a.entry(k).or_default() += v;
+            }
+        }
+        for (api, secs) in other.status_over_time {
+            let mine = self.status_over_time.entry(api).or_default();
+            for (s, c) in secs {
+                let m = mine.entry(s).or_default();
+                for i in 0..4 {
+                    m[i] += c[i];
+                }
+            }
+        }
+        for (api, h) in other.latency {
+            self.latency.entry(api).or_default().merge(h);
+        }
+        add(&mut self.calls_per_api, other.calls_per_api);
+        add(&mut self.shop_429, other.shop_429);
+        for (shop, reasons) in other.shop_denials {
+            add(self.shop_denials.entry(shop).or_default(), reasons);
+        }
+        add(&mut self.funnel, other.funnel);
+        add(&mut self.channels, other.channels);
     }
 
     /// Checkouts started (the funnel's first step, `cart`), when the events carry steps.

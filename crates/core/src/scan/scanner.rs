@@ -34,7 +34,7 @@ impl Hasher for Fx {
 type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
 
 /// Which events count.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Filter {
     /// Event types whose rate is scanned (default: ExternalApiCall).
     pub event_types: Vec<String>,
@@ -261,6 +261,54 @@ impl Accumulator {
             None => self.per_second_api.entry(api.to_vec()).or_default(),
         };
         *per_api.entry(second).or_default() += 1;
+    }
+
+    /// A new accumulator with the same filter and bucket size (and report, if any), for
+    /// another part of the input read in parallel.
+    pub fn sibling(&self) -> Self {
+        let mut a = Self::new(self.filter.clone(), self.fine_ms);
+        a.report = self.report.as_ref().map(|_| ReportData::default());
+        a
+    }
+
+    /// Adds what `other` read from a later part of the same input, whose line numbers
+    /// start after `line_offset` lines.
+    pub fn merge(&mut self, other: Accumulator, line_offset: u64) {
+        for (b, f) in other.fine {
+            let mine = self.fine.entry(b).or_default();
+            mine.calls += f.calls;
+            for (k, v) in f.status {
+                *mine.status.entry(k).or_default() += v;
+            }
+            for (k, v) in f.denials {
+                *mine.denials.entry(k).or_default() += v;
+            }
+        }
+        for (s, n) in other.per_second {
+            *self.per_second.entry(s).or_default() += n;
+        }
+        for (api, secs) in other.per_second_api {
+            let mine = self.per_second_api.entry(api).or_default();
+            for (s, n) in secs {
+                *mine.entry(s).or_default() += n;
+            }
+        }
+        self.events += other.events;
+        self.counted += other.counted;
+        self.malformed += other.malformed;
+        self.missing_timestamp += other.missing_timestamp;
+        self.out_of_order += other.out_of_order;
+        for mut b in other.bad_lines {
+            if self.bad_lines.len() >= LISTED_BAD_LINES {
+                break;
+            }
+            b.line += line_offset;
+            self.bad_lines.push(b);
+        }
+        if let (Some(mine), Some(theirs)) = (&mut self.report, other.report) {
+            mine.merge(theirs);
+        }
+        self.last_ts = self.last_ts.max(other.last_ts);
     }
 
     /// The fine buckets' call counts, in time order.
@@ -524,6 +572,37 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn reading_in_parts_and_merging_equals_one_pass() {
+        let lines = generated(3, 900);
+        let mut one = Accumulator::new(Filter::default(), 1000);
+        one.report = Some(ReportData::default());
+        for (i, l) in lines.iter().enumerate() {
+            one.line("f", i as u64 + 1, l.as_bytes());
+        }
+        let mut first = one.sibling();
+        let mut second = one.sibling();
+        let cut = lines.len() / 3;
+        for (i, l) in lines[..cut].iter().enumerate() {
+            first.line("f", i as u64 + 1, l.as_bytes());
+        }
+        for (i, l) in lines[cut..].iter().enumerate() {
+            second.line("f", i as u64 + 1, l.as_bytes());
+        }
+        first.merge(second, cut as u64);
+        let cfg = ScanConfig {
+            fine_threshold: 50.0,
+            coarse_threshold: 0.1,
+            ..Default::default()
+        };
+        assert_eq!(first.scan(&cfg), one.scan(&cfg));
+        assert_eq!(first.peaks(), one.peaks());
+        assert_eq!((first.events, first.counted), (one.events, one.counted));
+        let (a, b) = (first.report.unwrap(), one.report.unwrap());
+        assert_eq!(a.calls_per_api, b.calls_per_api);
+        assert_eq!(a.status_over_time, b.status_over_time);
     }
 
     #[test]
