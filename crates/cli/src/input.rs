@@ -35,7 +35,7 @@ pub fn read_all(paths: &[String], acc: &mut Accumulator, threads: usize) -> io::
     let mut total: u64 = 0;
     for path in paths {
         total += match splittable(path, threads)? {
-            Some(len) => read_parallel(path, len, threads, acc)?,
+            Some(len) => read_parallel(path, len, threads, acc, progress)?,
             None => feed(open(path)?, path, acc, progress.then_some((started, total)))?,
         };
     }
@@ -67,8 +67,15 @@ fn splittable(path: &str, threads: usize) -> io::Result<Option<u64>> {
     Ok((magic != [0x1f, 0x8b]).then_some(meta.len()))
 }
 
-fn read_parallel(path: &str, len: u64, threads: usize, acc: &mut Accumulator) -> io::Result<u64> {
+fn read_parallel(
+    path: &str,
+    len: u64,
+    threads: usize,
+    acc: &mut Accumulator,
+    progress: bool,
+) -> io::Result<u64> {
     use std::io::{Seek, SeekFrom};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     // Range starts: after the first newline at or past each equal split point.
     let mut starts = vec![0u64];
     let mut f = File::open(path)?;
@@ -83,7 +90,26 @@ fn read_parallel(path: &str, len: u64, threads: usize, acc: &mut Accumulator) ->
         }
     }
     starts.push(len);
+    // Bytes read by all threads, for the progress line.
+    let read = AtomicU64::new(0);
+    let done = AtomicBool::new(false);
     let parts: Vec<io::Result<(Accumulator, u64)>> = std::thread::scope(|scope| {
+        let (read, done) = (&read, &done);
+        if progress {
+            scope.spawn(move || {
+                let started = Instant::now();
+                while !done.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(250));
+                    let r = read.load(Ordering::Relaxed);
+                    let _ = write!(
+                        io::stderr(),
+                        "\r{path}: {:.0}% ({:.0} MB/s, {threads} threads)   ",
+                        r as f64 * 100.0 / len as f64,
+                        r as f64 / 1e6 / started.elapsed().as_secs_f64()
+                    );
+                }
+            });
+        }
         let handles: Vec<_> = starts
             .windows(2)
             .map(|w| {
@@ -92,15 +118,21 @@ fn read_parallel(path: &str, len: u64, threads: usize, acc: &mut Accumulator) ->
                 scope.spawn(move || -> io::Result<(Accumulator, u64)> {
                     let mut f = File::open(path)?;
                     f.seek(SeekFrom::Start(from))?;
-                    let lines = feed(Box::new(f.take(to - from)), path, &mut part, None)?;
+                    let counted = Counting {
+                        inner: f.take(to - from),
+                        read,
+                    };
+                    let lines = feed(Box::new(counted), path, &mut part, None)?;
                     Ok((part, lines))
                 })
             })
             .collect();
-        handles
+        let parts = handles
             .into_iter()
             .map(|h| h.join().expect("reader thread"))
-            .collect()
+            .collect();
+        done.store(true, Ordering::Relaxed);
+        parts
     });
     let mut offset = 0;
     for part in parts {
@@ -109,6 +141,21 @@ fn read_parallel(path: &str, len: u64, threads: usize, acc: &mut Accumulator) ->
         offset += lines;
     }
     Ok(offset)
+}
+
+/// A reader that adds what it reads to a shared counter (progress of parallel reads).
+struct Counting<'a, R> {
+    inner: R,
+    read: &'a std::sync::atomic::AtomicU64,
+}
+
+impl<R: Read> Read for Counting<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(n)
+    }
 }
 
 /// Reads one stream to the end, feeding its lines (numbered from 1). Lines are cut in
