@@ -40,11 +40,11 @@ pub fn read_all(paths: &[String], acc: &mut Accumulator, threads: usize) -> io::
         };
     }
     if progress && total >= 65_536 {
+        // "\x1b[K" clears what is left of the progress line.
         let _ = writeln!(
             io::stderr(),
-            "\r{total} lines in {:.1} s{:20}",
-            started.elapsed().as_secs_f64(),
-            ""
+            "\r\x1b[K{total} lines in {:.1} s",
+            started.elapsed().as_secs_f64()
         );
     }
     Ok(())
