@@ -4,7 +4,6 @@
 //!   checkout-guard scan FILE...    the two-stage scan (coarse candidates, fine windows)
 //!   checkout-guard peaks FILE...   peak events per second per day, overall and per api
 
-mod generate;
 mod input;
 mod report;
 mod time;
@@ -356,10 +355,10 @@ fn run() -> Result<(), String> {
             output,
         } => {
             let written = if output == "-" {
-                generate::day(events, seed, std::io::stdout().lock())
+                checkout_guard_core::scan::synthetic::day(events, seed, std::io::stdout().lock())
             } else {
                 let f = std::fs::File::create(&output).map_err(|e| format!("{output}: {e}"))?;
-                generate::day(events, seed, f)
+                checkout_guard_core::scan::synthetic::day(events, seed, f)
             }
             .map_err(|e| e.to_string())?;
             eprintln!("checkout-guard: wrote {written} events");

@@ -29,6 +29,21 @@ fn json(cmd: &mut Command) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// (start_ms, end_ms, calls) of each window, from either tool's JSON.
+fn windows(rows: &serde_json::Value) -> Vec<(i64, i64, u64)> {
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["start_ms"].as_i64().unwrap(),
+                w["end_ms"].as_i64().unwrap(),
+                w["calls"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn duckdb_runs_the_same_scan_and_peaks() {
     let file = std::env::temp_dir().join(format!("cg-duck-{}.jsonl", std::process::id()));
@@ -60,30 +75,7 @@ fn duckdb_runs_the_same_scan_and_peaks() {
                     coarse,
                 ]),
         );
-        let a: Vec<(i64, i64, u64)> = cli["windows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|w| {
-                (
-                    w["start_ms"].as_i64().unwrap(),
-                    w["end_ms"].as_i64().unwrap(),
-                    w["calls"].as_u64().unwrap(),
-                )
-            })
-            .collect();
-        let b: Vec<(i64, i64, u64)> = sql["rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|w| {
-                (
-                    w["start_ms"].as_i64().unwrap(),
-                    w["end_ms"].as_i64().unwrap(),
-                    w["calls"].as_u64().unwrap(),
-                )
-            })
-            .collect();
+        let (a, b) = (windows(&cli["windows"]), windows(&sql["rows"]));
         assert!(!a.is_empty(), "the generated day has spikes at {fine}/s");
         assert_eq!(a, b, "fine {fine}, coarse {coarse}");
     }

@@ -8,6 +8,7 @@
 mod record;
 mod report;
 mod scanner;
+pub mod synthetic;
 
 pub use record::{parse_line, text, LineError, Record, Text};
 pub use report::{Histogram, ReportData, CLASSES};

@@ -482,24 +482,12 @@ mod tests {
         )
     }
 
-    /// A small xorshift generator: days replay from their seed.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
+    use crate::scan::synthetic::Rng;
 
     /// A generated stretch of time: a low background, spikes of various lengths (some
     /// shorter than a second, some straddling a 5-minute boundary), in time order.
     fn generated(seed: u64, seconds: i64) -> Vec<String> {
-        let mut rng = Rng(seed * 2654435761 + 1);
+        let mut rng = Rng::new(seed);
         let t0: i64 = 1_796_000_000_000 - 1_796_000_000_000 % 300_000;
         let mut spikes: Vec<(i64, i64, u64)> = Vec::new(); // (start ms, length ms, per second)
         for _ in 0..8 {

@@ -8,25 +8,31 @@ use std::io::{self, BufWriter, Write};
 /// 2026-11-30 00:00:00 UTC.
 pub const DAY_START_MS: i64 = 1_796_083_200_000 - 86_400_000;
 
-struct Rng(u64);
+/// A small xorshift generator: generated days replay from their seed.
+pub struct Rng(u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
 
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+    /// Uniform in `0..n` (0 when n is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
     }
 }
 
 /// Writes about `events` events (ExternalApiCall, plus RateLimitDecision denials during
 /// spikes) to `out`.
 pub fn day(events: u64, seed: u64, out: impl Write) -> io::Result<u64> {
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = Rng::new(seed);
     let mut w = BufWriter::with_capacity(1 << 20, out);
     // A third of the events in spikes, the rest spread over the day by the hour's weight.
     let spike_events = events / 3;
