@@ -41,22 +41,42 @@ fn array(ht: &ZendHashTable, depth: usize) -> Result<Value, ConfigError> {
         .map(Value::Map)
 }
 
-fn zval(z: &Zval, depth: usize) -> Result<Value, ConfigError> {
+/// A PHP scalar or null, borrowed from its zval.
+enum Scalar<'a> {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(&'a [u8]),
+}
+
+/// The scalar a zval holds (references followed), or None for arrays and objects.
+fn scalar(z: &Zval) -> Option<Scalar<'_>> {
     let z = z.dereference();
-    Ok(if z.is_null() {
-        Value::Null
+    Some(if z.is_null() {
+        Scalar::Null
     } else if let Some(b) = z.bool() {
-        Value::Bool(b)
+        Scalar::Bool(b)
     } else if let Some(i) = z.long() {
-        Value::Int(i)
+        Scalar::Int(i)
     } else if let Some(f) = z.double() {
-        Value::Float(f)
-    } else if let Some(s) = z.zend_str() {
-        Value::Str(s.as_bytes().to_vec())
-    } else if let Some(ht) = z.array() {
-        array(ht, depth)?
+        Scalar::Float(f)
     } else {
-        Value::Other(z.get_type().to_string())
+        Scalar::Str(z.zend_str()?.as_bytes())
+    })
+}
+
+fn zval(z: &Zval, depth: usize) -> Result<Value, ConfigError> {
+    Ok(match scalar(z) {
+        Some(Scalar::Null) => Value::Null,
+        Some(Scalar::Bool(b)) => Value::Bool(b),
+        Some(Scalar::Int(i)) => Value::Int(i),
+        Some(Scalar::Float(f)) => Value::Float(f),
+        Some(Scalar::Str(s)) => Value::Str(s.to_vec()),
+        None => match z.dereference().array() {
+            Some(ht) => array(ht, depth)?,
+            None => Value::Other(z.dereference().get_type().to_string()),
+        },
     })
 }
 
@@ -72,23 +92,22 @@ pub fn attributes(ht: &ZendHashTable) -> Result<Vec<(Name, AttrValue)>, ConfigEr
         if failed.is_some() {
             return;
         }
-        let v = v.dereference();
-        let value = if v.is_null() {
-            AttrValue::Null
-        } else if let Some(b) = v.bool() {
-            AttrValue::Bool(b)
-        } else if let Some(i) = v.long() {
-            AttrValue::Int(i)
-        } else if let Some(f) = v.double() {
-            AttrValue::Float(f)
-        } else if let Some(s) = v.zend_str() {
-            AttrValue::from_bytes(s.as_bytes())
-        } else {
-            failed = Some(ConfigError::new(
-                format!("attributes[{}]", quote_bytes(&key.as_bytes())),
-                format!("must be a scalar or null, got {}", v.get_type()),
-            ));
-            return;
+        let value = match scalar(v) {
+            Some(Scalar::Null) => AttrValue::Null,
+            Some(Scalar::Bool(b)) => AttrValue::Bool(b),
+            Some(Scalar::Int(i)) => AttrValue::Int(i),
+            Some(Scalar::Float(f)) => AttrValue::Float(f),
+            Some(Scalar::Str(s)) => AttrValue::from_bytes(s),
+            None => {
+                failed = Some(ConfigError::new(
+                    format!("attributes[{}]", quote_bytes(&key.as_bytes())),
+                    format!(
+                        "must be a scalar or null, got {}",
+                        v.dereference().get_type()
+                    ),
+                ));
+                return;
+            }
         };
         let attr = match key {
             Key::Str(b) => match std::str::from_utf8(b) {

@@ -44,10 +44,6 @@ impl Limiter {
         &self.options
     }
 
-    pub fn keys(&self) -> &Keys {
-        &self.keys
-    }
-
     /// Whether `shop` is listed in the `hot_shops` option (no Valkey needed).
     pub fn is_statically_hot(&self, shop: &[u8]) -> bool {
         self.options.hot_shops.contains(shop)

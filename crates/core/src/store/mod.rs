@@ -41,16 +41,6 @@ impl StoreError {
     }
 }
 
-/// What an operator or a readiness check may want to know about one endpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EndpointStatus {
-    pub connected: bool,
-    pub backoff_remaining: Option<Duration>,
-    pub last_error: Option<String>,
-    pub connects: u64,
-    pub failures: u64,
-}
-
 struct Live {
     conn: Connection,
     /// The fork generation that opened the socket; a forked child must not use it.
@@ -64,8 +54,6 @@ struct Slot {
     live: Option<Live>,
     retry_at: Option<Instant>,
     last_error: Option<String>,
-    connects: u64,
-    failures: u64,
 }
 
 static POOL: Lazy<Mutex<HashMap<String, Arc<Mutex<Slot>>>>> = Lazy::new(Default::default);
@@ -94,7 +82,6 @@ impl Slot {
 
     fn fail(&mut self, cause: String, retry_interval: Duration) -> StoreError {
         self.live = None;
-        self.failures += 1;
         self.retry_at = Some(Instant::now() + retry_interval);
         self.last_error = Some(cause.clone());
         StoreError::Failed {
@@ -106,7 +93,6 @@ impl Slot {
     fn connect(&mut self, endpoint: &Endpoint, timeout: Duration) -> RedisResult<()> {
         let conn = redis::Client::open(endpoint.connection_info().clone())?
             .get_connection_with_timeout(timeout)?;
-        self.connects += 1;
         self.live = Some(Live {
             conn,
             generation: crate::process::generation(),
@@ -176,7 +162,6 @@ pub fn with_connection<T>(
                 return Ok(v);
             }
             Err(e) if is_reply_error(&e) => {
-                s.failures += 1;
                 s.last_error = Some(e.to_string());
                 return Err(StoreError::Failed {
                     cause: e.to_string(),
@@ -191,28 +176,4 @@ pub fn with_connection<T>(
             Err(e) => return Err(s.fail(e.to_string(), retry_interval)),
         }
     }
-}
-
-/// The state of this process's connection to `endpoint`, without touching the network.
-pub fn status(endpoint: &Endpoint) -> EndpointStatus {
-    let slot = slot(endpoint);
-    let mut s = slot.lock();
-    s.forget_if_forked();
-    let now = Instant::now();
-    EndpointStatus {
-        connected: s.live.is_some(),
-        backoff_remaining: s.retry_at.filter(|&at| at > now).map(|at| at - now),
-        last_error: s.last_error.clone(),
-        connects: s.connects,
-        failures: s.failures,
-    }
-}
-
-/// Closes this process's connection to `endpoint` and forgets any back-off.
-pub fn disconnect(endpoint: &Endpoint) {
-    let slot = slot(endpoint);
-    let mut s = slot.lock();
-    s.forget_if_forked();
-    s.live = None;
-    s.retry_at = None;
 }

@@ -104,14 +104,6 @@ impl Sinks {
         }
     }
 
-    /// Counts a batch that could not even be offered to the sinks.
-    pub fn drop_all(&mut self, n: usize, why: &str) {
-        for (_, stats) in &mut self.sinks {
-            stats.dropped += n as u64;
-            stats.last_error = Some(why.to_string());
-        }
-    }
-
     pub fn stats(&self) -> impl Iterator<Item = (&'static str, &SinkStats)> {
         self.sinks.iter().map(|(s, st)| (s.name(), st))
     }
