@@ -50,7 +50,15 @@ final class ConcurrencyTest extends LimiterTestCase
         // the buckets let through at least their capacity plus most of their refill.
         $this->assertGreaterThan(5 * $total, $decisions, 'the load must exceed the limit');
         $this->assertGreaterThanOrEqual(40 + 50 * 1.5 * 0.8, $total);
-        $this->assertGreaterThanOrEqual(10 + 10 * 1.5 * 0.8, $hot1);
+        // The hot shops also compete with the ordinary ones for global, so their share of
+        // it is not fixed; what is certain is that hot-1 got at least its burst and that
+        // the hot buckets did bind (hot shops were denied by them, not only by global).
+        $this->assertGreaterThanOrEqual(10, $hot1, "hot-1: $hot1");
+        $hotDenials = array_sum(array_map(
+            fn ($i) => ($results[$i]['hot_shop'] ?? 0) + ($results[$i]['hot_lane'] ?? 0),
+            [0, 1, 2]
+        ));
+        $this->assertGreaterThan(0, $hotDenials, 'the hot buckets were reached');
         // Every denial of a hot shop came from a hot bucket or global, never "unavailable".
         foreach ($results as $r) {
             $this->assertArrayNotHasKey('unavailable', $r);
