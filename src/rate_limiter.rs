@@ -4,6 +4,7 @@
 
 use checkout_guard_core::{Limiter, LimiterOptions};
 use ext_php_rs::binary_slice::BinarySlice;
+use ext_php_rs::boxed::ZBox;
 use ext_php_rs::flags::ClassFlags;
 use ext_php_rs::prelude::*;
 use ext_php_rs::types::ZendHashTable;
@@ -58,6 +59,42 @@ impl RateLimiter {
     /// Whether the shop is hot (listed in hot_shops, or marked and not expired).
     pub fn is_hot(&self, shopId: BinarySlice<u8>) -> PhpResult<bool> {
         self.inner.is_hot(&shopId).map_err(to_php)
+    }
+
+    /// What a readiness check needs, from this process's pooled connection to the
+    /// limiter's Valkey: ok, url (password masked), connected, circuit ("closed" or "open":
+    /// after a failure calls fail at once for retry_in_ms), last_error,
+    /// consecutive_failures, connects, ping_ms and last_ping_at (unix seconds), pid.
+    /// With `ping` one PING is sent over the pooled connection (never a new connection per
+    /// call, nothing while the circuit is open); without it nothing is sent.
+    #[php(defaults(ping = true))]
+    pub fn health(&self, ping: bool) -> PhpResult<ZBox<ZendHashTable>> {
+        let h = self.inner.health(ping);
+        let build = || -> ext_php_rs::error::Result<ZBox<ZendHashTable>> {
+            let mut out = ZendHashTable::new();
+            out.insert("ok", h.ok)?;
+            out.insert("url", self.inner.options().endpoint.display_url())?;
+            out.insert("connected", h.connected)?;
+            out.insert("circuit", if h.circuit_open { "open" } else { "closed" })?;
+            out.insert("retry_in_ms", h.retry_in.as_millis() as i64)?;
+            out.insert("last_error", h.last_error.clone())?;
+            out.insert("consecutive_failures", i64::from(h.consecutive_failures))?;
+            out.insert("connects", h.connects as i64)?;
+            let (ms, at) = match h.last_ping {
+                Some((rtt, at)) => (
+                    Some(rtt.as_secs_f64() * 1e3),
+                    at.duration_since(std::time::UNIX_EPOCH)
+                        .ok()
+                        .map(|d| d.as_secs_f64()),
+                ),
+                None => (None, None),
+            };
+            out.insert("ping_ms", ms)?;
+            out.insert("last_ping_at", at)?;
+            out.insert("pid", i64::from(std::process::id()))?;
+            Ok(out)
+        };
+        build().map_err(|e| PhpException::from(e.to_string()))
     }
 
     /// Forgets this limiter's bucket state: all buckets are full again. Hot marks stay.

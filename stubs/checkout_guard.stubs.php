@@ -69,6 +69,19 @@ namespace CheckoutGuard {
         public function acquire(string $shopId, int $tokens = 1): \CheckoutGuard\Decision {}
 
         /**
+         * What a readiness check needs, from this process's pooled connection to the
+         * limiter's Valkey: ok, url (password masked), connected, circuit ("closed" or "open":
+         * after a failure calls fail at once for retry_in_ms), last_error,
+         * consecutive_failures, connects, ping_ms and last_ping_at (unix seconds), pid.
+         * With `ping` one PING is sent over the pooled connection (never a new connection per
+         * call, nothing while the circuit is open); without it nothing is sent.
+         *
+         * @param bool $ping
+         * @return array
+         */
+        public function health(bool $ping = true): array {}
+
+        /**
          * Whether the shop is hot (listed in hot_shops, or marked and not expired).
          *
          * @param string $shopId

@@ -152,6 +152,17 @@ impl Limiter {
         })
     }
 
+    /// The state of this limiter's pooled connection; with `ping`, after one PING over it
+    /// (see [`store::ping`]: no new connection per check, none during the back-off).
+    pub fn health(&self, ping: bool) -> store::Health {
+        let o = &self.options;
+        if ping {
+            store::ping(&o.endpoint, o.timeout, o.retry_interval)
+        } else {
+            store::status(&o.endpoint)
+        }
+    }
+
     fn with_valkey<T>(
         &self,
         op: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,

@@ -15,7 +15,7 @@ pub use endpoint::{mask_password, Endpoint};
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
@@ -54,6 +54,30 @@ struct Slot {
     live: Option<Live>,
     retry_at: Option<Instant>,
     last_error: Option<String>,
+    /// Calls that failed in a row (reply errors excluded: Valkey answered).
+    failures: u32,
+    /// Connections this process opened to the endpoint.
+    connects: u64,
+    /// The last PING made by [`ping`]: its round trip and when it was made.
+    last_ping: Option<(Duration, SystemTime)>,
+}
+
+/// What a readiness check needs to know about the process's connection to one endpoint,
+/// read without any I/O ([`status`]) or after one PING over the pooled connection ([`ping`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Health {
+    /// The last call (or this PING) succeeded and no back-off is running.
+    pub ok: bool,
+    /// A connection is open in this process (and belongs to it, not to a parent).
+    pub connected: bool,
+    /// After a failure, calls fail at once without touching Valkey for `retry_in`.
+    pub circuit_open: bool,
+    pub retry_in: Duration,
+    pub last_error: Option<String>,
+    pub consecutive_failures: u32,
+    pub connects: u64,
+    /// Round trip of the last PING, and when it was sent.
+    pub last_ping: Option<(Duration, SystemTime)>,
 }
 
 static POOL: Lazy<Mutex<HashMap<String, Arc<Mutex<Slot>>>>> = Lazy::new(Default::default);
@@ -82,6 +106,7 @@ impl Slot {
 
     fn fail(&mut self, cause: String, retry_interval: Duration) -> StoreError {
         self.live = None;
+        self.failures = self.failures.saturating_add(1);
         self.retry_at = Some(Instant::now() + retry_interval);
         self.last_error = Some(cause.clone());
         StoreError::Failed {
@@ -98,6 +123,7 @@ impl Slot {
             generation: crate::process::generation(),
             timeout: None,
         });
+        self.connects += 1;
         Ok(())
     }
 }
@@ -159,6 +185,7 @@ pub fn with_connection<T>(
         match op(&mut live.conn) {
             Ok(v) => {
                 s.last_error = None;
+                s.failures = 0;
                 return Ok(v);
             }
             Err(e) if is_reply_error(&e) => {
@@ -176,4 +203,55 @@ pub fn with_connection<T>(
             Err(e) => return Err(s.fail(e.to_string(), retry_interval)),
         }
     }
+}
+
+impl Slot {
+    fn health(&self, ok: bool) -> Health {
+        let retry_in = self
+            .retry_at
+            .map(|at| at.saturating_duration_since(Instant::now()))
+            .unwrap_or_default();
+        let circuit_open = !retry_in.is_zero();
+        Health {
+            ok: ok && !circuit_open,
+            connected: self.live.is_some(),
+            circuit_open,
+            retry_in,
+            last_error: self.last_error.clone(),
+            consecutive_failures: self.failures,
+            connects: self.connects,
+            last_ping: self.last_ping,
+        }
+    }
+}
+
+/// The state of this process's connection to `endpoint`, without any I/O: `ok` when the
+/// connection is open and no failure is pending.
+pub fn status(endpoint: &Endpoint) -> Health {
+    let slot = slot(endpoint);
+    let mut s = slot.lock();
+    s.forget_if_forked();
+    let ok = s.live.is_some() && s.last_error.is_none();
+    s.health(ok)
+}
+
+/// One PING over the pooled connection (opened if none is, unless the back-off after a
+/// failure is running: then nothing is sent and the answer is not ok). Never a second
+/// connection: this is what a readiness probe calls on every period.
+pub fn ping(endpoint: &Endpoint, timeout: Duration, retry_interval: Duration) -> Health {
+    let started = Instant::now();
+    let sent = SystemTime::now();
+    let result = with_connection(endpoint, timeout, retry_interval, |c| {
+        redis::cmd("PING").query::<String>(c)
+    });
+    let slot = slot(endpoint);
+    let mut s = slot.lock();
+    let ok = match result {
+        Ok(_) => {
+            s.last_ping = Some((started.elapsed(), sent));
+            true
+        }
+        Err(_) => false,
+    };
+    s.health(ok)
 }

@@ -1,0 +1,155 @@
+<?php
+declare(strict_types=1);
+
+namespace CheckoutGuard\Tests;
+
+use CheckoutGuard\RateLimiter;
+
+/**
+ * RateLimiter::health(): what a readiness endpoint reads on every probe. It must use the
+ * pooled connection (never one per check), leave a down Valkey alone during the back-off,
+ * and say which state the connection is in. Each test runs its own Valkey.
+ */
+final class HealthTest extends LimiterTestCase
+{
+    private ValkeyProcess $valkey;
+
+    protected function setUp(): void
+    {
+        $this->valkey = new ValkeyProcess();
+        $this->valkey->start();
+        ini_set('checkout_guard.retry_interval_ms', '300');
+    }
+
+    protected function tearDown(): void
+    {
+        ini_restore('checkout_guard.retry_interval_ms');
+        $this->valkey->stop();
+    }
+
+    private function own(array $options = []): RateLimiter
+    {
+        return $this->limiter($options + [
+            'url' => $this->valkey->url(),
+            'global' => self::bucket(100),
+            'timeout_ms' => 50,
+        ]);
+    }
+
+    private function ourConnections(): int
+    {
+        return substr_count($this->valkey->client()->rawCommand('CLIENT', 'LIST'), 'lib-name=checkout_guard');
+    }
+
+    public function testAPingReusesThePooledConnection(): void
+    {
+        $l = $this->own();
+        $first = $l->health();
+        $this->assertTrue($first['ok']);
+        $this->assertTrue($first['connected']);
+        $this->assertSame('closed', $first['circuit']);
+        $this->assertNull($first['last_error']);
+        $this->assertSame(0, $first['consecutive_failures']);
+        $this->assertIsFloat($first['ping_ms']);
+        $this->assertGreaterThan(0.0, $first['ping_ms']);
+        $this->assertEqualsWithDelta(microtime(true), $first['last_ping_at'], 5.0);
+        $this->assertSame(getmypid(), $first['pid']);
+        $connects = $first['connects'];
+        for ($i = 0; $i < 50; $i++) {
+            $this->assertTrue($l->health()['ok']);
+        }
+        // acquire() and health() share one connection; fifty pings opened nothing new.
+        $this->assertTrue($l->acquire('s')->isAllowed());
+        $this->assertSame($connects, $l->health()['connects']);
+        $this->assertSame(1, $this->ourConnections());
+    }
+
+    public function testWithoutPingNothingIsSent(): void
+    {
+        $l = $this->own();
+        $before = $l->health(false);
+        $this->assertFalse($before['ok'], 'no connection has been opened yet');
+        $this->assertFalse($before['connected']);
+        $this->assertNull($before['ping_ms']);
+        $this->assertSame(0, $this->ourConnections());
+
+        $l->acquire('s');
+        $after = $l->health(false);
+        $this->assertTrue($after['ok']);
+        $this->assertTrue($after['connected']);
+        $this->assertNull($after['ping_ms'], 'no ping was ever made');
+        $pings = $this->pingCalls();
+        $l->health(false);
+        $this->assertSame($pings, $this->pingCalls());
+    }
+
+    public function testTheUrlIsShownWithoutItsPassword(): void
+    {
+        $admin = $this->valkey->client();
+        $admin->rawCommand('CONFIG', 'SET', 'requirepass', 'hunter2-secret');
+        $l = $this->own(['url' => str_replace('redis://', 'redis://:hunter2-secret@', $this->valkey->url())]);
+        $h = $l->health();
+        $this->assertTrue($h['ok'], (string) $h['last_error']);
+        $this->assertStringNotContainsString('hunter2', json_encode($h));
+        $this->assertStringContainsString('***', $h['url']);
+        $admin->rawCommand('CONFIG', 'SET', 'requirepass', '');
+    }
+
+    public function testADownValkeyOpensTheCircuitAndIsLeftAloneUntilTheRetryInterval(): void
+    {
+        $l = $this->own();
+        $this->assertTrue($l->health()['ok']);
+        $this->valkey->stop();
+
+        $down = $l->health();
+        $this->assertFalse($down['ok']);
+        $this->assertFalse($down['connected']);
+        $this->assertSame('open', $down['circuit']);
+        $this->assertGreaterThan(0, $down['retry_in_ms']);
+        $this->assertLessThanOrEqual(300, $down['retry_in_ms']);
+        $this->assertNotNull($down['last_error']);
+        $this->assertSame(1, $down['consecutive_failures']);
+
+        // During the back-off a probe costs nothing and does not count as another attempt.
+        $t = hrtime(true);
+        $again = $l->health();
+        $this->assertLessThan(0.05, (hrtime(true) - $t) / 1e9, 'a probe during the back-off must not wait');
+        $this->assertFalse($again['ok']);
+        $this->assertSame(1, $again['consecutive_failures']);
+
+        // Still down after the interval: one more attempt, one more failure.
+        usleep(350_000);
+        $this->assertSame(2, $l->health()['consecutive_failures']);
+
+        $this->valkey->start();
+        usleep(350_000);
+        $back = $l->health();
+        $this->assertTrue($back['ok'], (string) $back['last_error']);
+        $this->assertSame('closed', $back['circuit']);
+        $this->assertSame(0, $back['consecutive_failures']);
+        $this->assertNull($back['last_error']);
+    }
+
+    public function testAPausedValkeyFailsTheProbeWithinTheTimeout(): void
+    {
+        $l = $this->own();
+        $this->assertTrue($l->health()['ok']);
+        $this->valkey->pause();
+        try {
+            $t = hrtime(true);
+            $h = $l->health();
+            $elapsed = (hrtime(true) - $t) / 1e9;
+        } finally {
+            $this->valkey->resume();
+        }
+        $this->assertFalse($h['ok']);
+        $this->assertSame('open', $h['circuit']);
+        $this->assertLessThan(1.0, $elapsed, 'timeout_ms bounds the probe (hang detector)');
+    }
+
+    private function pingCalls(): int
+    {
+        $stats = $this->valkey->client()->rawCommand('INFO', 'commandstats');
+        return preg_match('/cmdstat_ping:calls=(\d+)/', $stats, $m) ? (int) $m[1] : 0;
+    }
+}
