@@ -70,3 +70,32 @@ build_extension() {
   log "cargo build --release"
   (cd "$CG_ROOT" && cargo build --release --quiet)
 }
+
+# start_checkout DIR LIMITER HOT_SHOPS [extra FPM_ENV lines]: Valkey, the mock provider
+# behind its nginx rate limits, and the example checkout (php/examples/checkout) on
+# php-fpm + nginx (scripts/stack.sh; FPM_WORKERS default 24, FLOW_LIMIT passed through),
+# all under DIR. Prints the checkout's port; DIR/ports has the others. Called in a $(...)
+# subshell, so a caller that must clean up on Ctrl-C records DIR before calling.
+start_checkout() {
+  local dir=$1 limiter=$2 hot=$3 extra=${4:-}
+  mkdir -p "$dir"
+  local vport pport phttp
+  { read -r vport; read -r pport; read -r phttp; } < <(free_ports 3)
+  start_valkey "$dir/valkey" "$vport"
+  "$CG_ROOT/.venv/bin/python" "$CG_ROOT/loadtest/provider.py" "$pport" > "$dir/provider.out" 2>&1 &
+  echo $! > "$dir/provider.pid"
+  wait_port "$pport"
+  FPM_WORKERS=${FPM_WORKERS:-24} PROVIDER_PORT=$pport PROVIDER_HTTP_PORT=$phttp \
+  FPM_ENV="CHECKOUT_LIMITER=$limiter
+CHECKOUT_HOT_SHOPS=$hot
+CHECKOUT_PROVIDER_URL=http://127.0.0.1:$phttp
+$extra" \
+    bash "$CG_ROOT/scripts/stack.sh" start "$dir" "$CG_ROOT/php/examples/checkout" "redis://127.0.0.1:$vport" | cut -d' ' -f1
+}
+
+# stop_checkout DIR: stops what start_checkout started.
+stop_checkout() {
+  bash "$CG_ROOT/scripts/stack.sh" stop "$1" || true
+  stop_pidfile "$1/provider.pid"
+  stop_pidfile "$1/valkey/valkey.pid"
+}

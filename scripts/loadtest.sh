@@ -32,9 +32,7 @@ stop_all() {
   # Locust (and its workers) if still running: Ctrl-C during a run.
   local jobs; jobs=$(jobs -p); [ -z "$jobs" ] || kill $jobs 2>/dev/null || true
   [ -n "$current" ] || return 0
-  bash scripts/stack.sh stop "$current" || true
-  stop_pidfile "$current/provider.pid"
-  stop_pidfile "$current/valkey/valkey.pid"
+  stop_checkout "$current"
   current=""
 }
 trap stop_all EXIT
@@ -43,31 +41,12 @@ trap 'stop_all; exit 130' INT TERM
 # The provider's limits and the limiter's, sized for 2 cores (see README: load test).
 export ZONEA_RATE=${ZONEA_RATE:-400} PAYMENT_RATE=${PAYMENT_RATE:-50}
 
-# start_stack DIR LIMITER HOT_SHOPS [extra FPM_ENV lines]: prints the checkout's port.
-# Runs in a $(...) subshell: the caller sets `current=DIR` first, so stop_all knows it.
-start_stack() {
-  local dir=$1 limiter=$2 hot=$3 extra=${4:-}
-  mkdir -p "$dir"
-  local vport pport phttp
-  { read -r vport; read -r pport; read -r phttp; } < <(free_ports 3)
-  start_valkey "$dir/valkey" "$vport"
-  .venv/bin/python loadtest/provider.py "$pport" > "$dir/provider.out" 2>&1 &
-  echo $! > "$dir/provider.pid"
-  wait_port "$pport"
-  FPM_WORKERS=${FPM_WORKERS:-24} PROVIDER_PORT=$pport PROVIDER_HTTP_PORT=$phttp \
-  FPM_ENV="CHECKOUT_LIMITER=$limiter
-CHECKOUT_HOT_SHOPS=$hot
-CHECKOUT_PROVIDER_URL=http://127.0.0.1:$phttp
-$extra" \
-    bash scripts/stack.sh start "$dir" php/examples/checkout "redis://127.0.0.1:$vport" | cut -d' ' -f1
-}
-
 cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$5+$6+$7+$8, $5+$6}' /proc/stat; }
 
 run_one() { # scenario limiter hot_shops
   local scenario=$1 limiter=$2 hot=$3 dir="$out/$1-$2" port
   current="$dir"
-  port=$(start_stack "$dir" "$limiter" "$hot")
+  port=$(start_checkout "$dir" "$limiter" "$hot")
   log "run $scenario, limiter $limiter, ${duration}s"
   read -r t0 idle0 < <(cpu_ticks)
   local locust=(.venv/bin/locust -f loadtest/locustfile.py --headless --host "http://127.0.0.1:$port"
@@ -96,7 +75,7 @@ if [ "$mode" = smoke ]; then
   # allows 1 payment a second (burst 10): of 20 quick payments, the first 11 pass and most
   # of the rest get the provider's 429 (one or two may find a token refilled meanwhile).
   dir="$out/smoke-on"; current="$dir"
-  port=$(start_stack "$dir" on "" "CG_GLOBAL_CAPACITY=3
+  port=$(start_checkout "$dir" on "" "CG_GLOBAL_CAPACITY=3
 CG_GLOBAL_RATE=0.001
 CG_LANE_CAPACITY=3
 CG_LANE_RATE=0.001
@@ -110,7 +89,7 @@ CG_SHOP_RATE=0.001")
   events_on=$(wc -l < "$dir/events.jsonl")
   stop_all
   dir="$out/smoke-off"; current="$dir"
-  port=$(PAYMENT_RATE=1 start_stack "$dir" off "")
+  port=$(PAYMENT_RATE=1 start_checkout "$dir" off "")
   off=""
   for i in $(seq 1 20); do
     off+="$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/checkout.php?shop=s$i&channel=konbini") "

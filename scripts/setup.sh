@@ -47,6 +47,11 @@ if ! .venv/bin/python -c 'import locust' 2>/dev/null; then
   log "pip install locust"
   .venv/bin/pip install -q --disable-pip-version-check 'locust==2.47.0'
 fi
+# Kubernetes' OpenAPI schemas, shipped in the package: deploy/k8s is validated offline.
+if ! .venv/bin/python -c 'import kubernetes_validate' 2>/dev/null; then
+  log "pip install kubernetes-validate"
+  .venv/bin/pip install -q --disable-pip-version-check 'kubernetes-validate==1.37.0'
+fi
 
 # cargo-php: generates the PHP stubs.
 if ! command -v cargo-php >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo-php" ]; then

@@ -4,8 +4,15 @@
 # RUN_DIR/events.jsonl; nginx writes JSON access logs to RUN_DIR/access.log.
 #   scripts/stack.sh start RUN_DIR DOCROOT VALKEY_URL  -> prints the HTTP port
 #   scripts/stack.sh stop RUN_DIR
+# RUN_DIR/ports lists every port as NAME=PORT lines: http (nginx, the application), fpm
+# (php-fpm's FastCGI listener), fpm_status (php-fpm's pm.status_listen, served by its own
+# hidden pool even when every worker is busy), ops (nginx: /fpm-status from that pool, no
+# flow control), provider (when PROVIDER_PORT is set).
 # Optional environment:
 #   FPM_WORKERS     pool size (default 4)
+#   FLOW_LIMIT      inbound flow control: at most this many requests in flight to PHP
+#                   (nginx limit_conn); past it nginx answers 503 + Retry-After at once
+#                   instead of queueing. Unset or 0: no limit.
 #   FPM_ENV         lines KEY=VALUE passed to the PHP code as env[KEY]
 #   PROVIDER_HTTP_PORT  the port for that nginx server (default: a free one)
 #   PROVIDER_PORT   a mock provider on this port gets an nginx server in front of it that
@@ -26,7 +33,7 @@ fi
 
 docroot=$(cd "${3:?DOCROOT}" && pwd); valkey_url=${4:?VALKEY_URL}
 mkdir -p "$run/conf.d" "$run/tmp"
-{ read -r fpm_port; read -r http_port; read -r spare_port; } < <(free_ports 3)
+{ read -r fpm_port; read -r http_port; read -r spare_port; read -r status_port; read -r ops_port; } < <(free_ports 5)
 fpm_env=""
 while IFS='=' read -r key value; do
   [ -n "$key" ] && [ -n "$value" ] && fpm_env+="env[$key] = \"$value\""$'\n'
@@ -81,12 +88,26 @@ pm = static
 pm.max_children = ${FPM_WORKERS:-4}
 pm.max_requests = 0
 listen.backlog = 1024
+; For operators: the pool's status from a hidden pool of its own, reachable while every
+; worker is busy (nginx serves it on the ops port as /fpm-status).
+pm.status_path = /status
+pm.status_listen = 127.0.0.1:$status_port
 $fpm_env
 catch_workers_output = yes
 clear_env = no
 php_admin_value[error_log] = $run/php-errors.log
 php_admin_flag[log_errors] = on
 CONF
+
+flow=""
+if [ "${FLOW_LIMIT:-0}" -gt 0 ]; then
+  # Refuse quickly above the threshold: a request that would only wait for a php-fpm
+  # worker gets 503 + Retry-After from nginx, costing no worker.
+  flow="
+      limit_conn inflight $FLOW_LIMIT;
+      limit_conn_status 503;
+      error_page 503 = @shed;"
+fi
 
 cat > "$run/nginx.conf" <<CONF
 worker_processes 1;
@@ -101,13 +122,30 @@ http {
   proxy_temp_path $run/tmp/proxy;
   uwsgi_temp_path $run/tmp/uwsgi;
   scgi_temp_path $run/tmp/scgi;
+  limit_conn_zone \$server_port zone=inflight:1m;
   server {
     listen 127.0.0.1:$http_port;
     root $docroot;
-    location ~ \.php\$ {
+    location ~ \.php\$ {$flow
       include /etc/nginx/fastcgi_params;
       fastcgi_param SCRIPT_FILENAME \$document_root\$fastcgi_script_name;
       fastcgi_pass 127.0.0.1:$fpm_port;
+    }
+    location @shed {
+      default_type application/json;
+      add_header Retry-After 1 always;
+      return 503 '{"error":"overloaded","retry_after":1}';
+    }
+  }
+  server {
+    listen 127.0.0.1:$ops_port;
+    access_log off;
+    location = /fpm-status {
+      fastcgi_param REQUEST_METHOD \$request_method;
+      fastcgi_param QUERY_STRING \$query_string;
+      fastcgi_param SCRIPT_NAME /status;
+      fastcgi_param SCRIPT_FILENAME /status;
+      fastcgi_pass 127.0.0.1:$status_port;
     }
   }$provider_server
 }
@@ -117,4 +155,6 @@ PHP_INI_SCAN_DIR="$run/conf.d" php-fpm8.2 --allow-to-run-as-root -y "$run/php-fp
   -c /etc/php/8.2/fpm/php.ini
 nginx -c "$run/nginx.conf" -p "$run" 2>>"$run/nginx-error.log"
 wait_port "$http_port" || { echo "nginx did not come up; see $run" >&2; exit 1; }
+printf 'http=%s\nfpm=%s\nfpm_status=%s\nops=%s\nprovider=%s\n' \
+  "$http_port" "$fpm_port" "$status_port" "$ops_port" "${provider_http:-}" > "$run/ports"
 echo "$http_port ${provider_http:-}"

@@ -3,6 +3,7 @@ declare(strict_types=1);
 
 namespace CheckoutGuard\Tests;
 
+use CheckoutGuard\Health\Readiness;
 use CheckoutGuard\RateLimiter;
 
 /**
@@ -145,6 +146,52 @@ final class HealthTest extends LimiterTestCase
         $this->assertFalse($h['ok']);
         $this->assertSame('open', $h['circuit']);
         $this->assertLessThan(1.0, $elapsed, 'timeout_ms bounds the probe (hang detector)');
+    }
+
+    public function testReadinessNamesTheCheckThatFailed(): void
+    {
+        $readiness = new Readiness($this->own());
+        $ok = $readiness->check();
+        $this->assertTrue($ok['ready']);
+        $this->assertSame([], $ok['failed']);
+        $this->assertSame('not running under php-fpm', $ok['checks']['fpm']['skipped']);
+        $this->assertIsFloat($ok['checks']['valkey']['ping_ms']);
+
+        $this->valkey->stop();
+        // The ping finds Valkey gone (the circuit was still closed when checked)...
+        $first = $readiness->check();
+        $this->assertFalse($first['ready']);
+        $this->assertSame(['valkey'], $first['failed']);
+        $this->assertNotNull($first['checks']['valkey']['error']);
+        // ...and from then on the limiter is in its unavailable state: not pinged at all.
+        $second = $readiness->check();
+        $this->assertSame(['limiter', 'valkey'], $second['failed']);
+        $this->assertSame('open', $second['checks']['limiter']['circuit']);
+        $this->assertSame('not pinged: circuit open', $second['checks']['valkey']['error']);
+    }
+
+    public function testReadinessUnderPhpFpmReadsThePoolsWorkers(): void
+    {
+        $base = getenv('CHECKOUT_GUARD_TEST_HTTP');
+        if ($base === false) {
+            $this->fail('CHECKOUT_GUARD_TEST_HTTP is not set: run via scripts/test.sh, which starts php-fpm and nginx');
+        }
+        $get = static function (string $query) use ($base): array {
+            $h = curl_init("$base/ready.php?$query");
+            curl_setopt_array($h, [CURLOPT_RETURNTRANSFER => true, CURLOPT_TIMEOUT => 5]);
+            $body = (string) curl_exec($h);
+            return [curl_getinfo($h, CURLINFO_RESPONSE_CODE), json_decode($body, true, 512, JSON_THROW_ON_ERROR)];
+        };
+        [$code, $body] = $get('idle=1');
+        $this->assertSame(200, $code, json_encode($body));
+        $this->assertTrue($body['checks']['fpm']['ok']);
+        $this->assertGreaterThanOrEqual(1, $body['checks']['fpm']['active'], 'the worker answering is active');
+        $this->assertTrue($body['checks']['valkey']['ok']);
+        // Asking for more free workers than the pool has: not ready, and it says why.
+        [$code, $body] = $get('idle=1000');
+        $this->assertSame(503, $code);
+        $this->assertSame(['fpm'], $body['failed']);
+        $this->assertFalse($body['checks']['fpm']['ok']);
     }
 
     private function pingCalls(): int

@@ -1,0 +1,114 @@
+<?php
+declare(strict_types=1);
+
+namespace CheckoutGuard\Tests;
+
+use PHPUnit\Framework\TestCase;
+
+/**
+ * Health checks under overload, in CI size (scripts/health-experiment.sh short), and the
+ * Kubernetes manifests those probes come from.
+ */
+final class HealthExperimentTest extends TestCase
+{
+    private static function root(): string
+    {
+        return dirname(__DIR__, 2);
+    }
+
+    public function testTcpLivenessSurvivesTheFloodWhereHttpLivenessWouldRestart(): void
+    {
+        $root = self::root();
+        exec('bash ' . escapeshellarg("$root/scripts/health-experiment.sh") . ' short 2>&1', $lines, $rc);
+        $output = implode("\n", $lines);
+        $results = json_decode((string) file_get_contents("$root/.run/health/short/results.json"), true, 512, JSON_THROW_ON_ERROR);
+        $this->assertSame(0, $rc, $output);
+
+        $probes = array_column($results['probes'], null, 'probe');
+        $this->assertSame(
+            ['liveness-http-app', 'liveness-tcp-php-fpm', 'liveness-tcp-nginx', 'readiness-http-nginx'],
+            array_keys($probes),
+            'the manifest\'s probes, plus HTTP liveness for comparison'
+        );
+        // The flood really went past the flow control, and it answered fast and honestly.
+        $this->assertGreaterThan(100, $results['flood']['shed']);
+        // The existing method restarts a healthy server; the proposed one never does.
+        $this->assertGreaterThan(0, $probes['liveness-http-app']['phases']['flood']['restarts']);
+        $this->assertGreaterThan(0, $probes['liveness-http-app']['phases']['flood']['failed']);
+        foreach (['liveness-tcp-php-fpm', 'liveness-tcp-nginx'] as $tcp) {
+            foreach (['baseline', 'flood', 'recovery'] as $phase) {
+                $this->assertSame(0, $probes[$tcp]['phases'][$phase]['failed'], "$tcp in $phase");
+            }
+        }
+        // Readiness leaves the rotation during the flood and comes back after it.
+        $ready = $probes['readiness-http-nginx'];
+        $this->assertGreaterThan($ready['phases']['flood']['sent'] / 2, $ready['phases']['flood']['failed']);
+        $this->assertContains(false, array_column($ready['phases']['flood']['transitions'], 1));
+        $this->assertContains(true, array_column($ready['phases']['recovery']['transitions'], 1));
+        // A really dead php-fpm is caught by TCP liveness on its port.
+        $this->assertGreaterThan(0, $probes['liveness-tcp-php-fpm']['phases']['dead']['restarts']);
+        foreach ($results['checks'] as $check) {
+            $this->assertTrue($check['holds'], $check['check']);
+        }
+        $this->assertFileExists("$root/.run/health/short/timeline.svg");
+        exec('ps -eo stat=,args=', $ps);
+        $left = array_filter($ps, fn ($l) => !str_starts_with(ltrim($l), 'Z')
+            && str_contains($l, "$root/.run/health/short/stack"));
+        $this->assertSame([], array_values($left), 'the experiment left processes behind');
+    }
+
+    public function testTheManifestsPassKubernetesSchemaValidation(): void
+    {
+        [$rc, $out] = self::validate(self::root() . '/deploy/k8s/checkout.yaml');
+        $this->assertSame(0, $rc, $out);
+        $this->assertSame(4, substr_count($out, 'passed for resource'), $out);
+    }
+
+    public function testTheSchemaCheckRejectsAMistypedProbe(): void
+    {
+        $yaml = (string) file_get_contents(self::root() . '/deploy/k8s/checkout.yaml');
+        $broken = tempnam(sys_get_temp_dir(), 'cg-k8s') . '.yaml';
+        file_put_contents($broken, preg_replace('/tcpSocket: \{port: 9000\}/', 'tcpSocket: {prot: 9000}', $yaml, 1));
+        try {
+            [$rc, $out] = self::validate($broken);
+        } finally {
+            unlink($broken);
+        }
+        $this->assertNotSame(0, $rc, $out);
+        $this->assertMatchesRegularExpression('/did not validate .*tcpSocket/', $out);
+    }
+
+    public function testTheProbesAreTheTwoLevelsThePaperProposes(): void
+    {
+        $root = self::root();
+        $code = <<<'PY'
+import json, sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+dep = next(d for d in docs if d["kind"] == "Deployment")
+cs = {c["name"]: c for c in dep["spec"]["template"]["spec"]["containers"]}
+ini = next(d for d in docs if d["kind"] == "ConfigMap" and "30-checkout_guard.ini" in d["data"])
+print(json.dumps({"containers": cs, "ini": ini["data"]["30-checkout_guard.ini"]}))
+PY;
+        exec(escapeshellarg("$root/.venv/bin/python") . ' -c ' . escapeshellarg($code) . ' ' . escapeshellarg("$root/deploy/k8s/checkout.yaml"), $out, $rc);
+        $this->assertSame(0, $rc);
+        $m = json_decode(implode('', $out), true, 512, JSON_THROW_ON_ERROR);
+        $fpm = $m['containers']['php-fpm'];
+        $nginx = $m['containers']['nginx'];
+        $this->assertSame(['port' => 9000], $fpm['livenessProbe']['tcpSocket']);
+        $this->assertSame(['port' => 9000], $fpm['startupProbe']['tcpSocket']);
+        $this->assertSame(['port' => 8080], $nginx['livenessProbe']['tcpSocket']);
+        $this->assertSame('/ready.php', $nginx['readinessProbe']['httpGet']['path']);
+        $this->assertArrayNotHasKey('httpGet', $fpm['livenessProbe']);
+        $this->assertStringContainsString('extension=checkout_guard.so', $m['ini']);
+        $this->assertStringNotContainsString('@', $m['ini'], 'no credentials in the ConfigMap');
+        $this->assertFileExists("$root/php/examples/checkout/ready.php");
+    }
+
+    /** @return array{0: int, 1: string} */
+    private static function validate(string $file): array
+    {
+        $root = self::root();
+        exec(escapeshellarg("$root/.venv/bin/kubernetes-validate") . ' --strict ' . escapeshellarg($file) . ' 2>&1', $out, $rc);
+        return [$rc, implode("\n", $out)];
+    }
+}
