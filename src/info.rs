@@ -18,7 +18,12 @@ pub extern "C" fn php_info(_module: *mut ModuleEntry) {
         );
         let url = ini::get(ini::URL).map(|u| mask_password(&u));
         info_table_row!(ini::URL, url.as_deref().unwrap_or(""));
-        for name in [ini::TIMEOUT_MS, ini::ON_UNAVAILABLE, ini::RETRY_INTERVAL_MS] {
+        for name in [
+            ini::TIMEOUT_MS,
+            ini::ON_UNAVAILABLE,
+            ini::RETRY_INTERVAL_MS,
+            ini::LOCAL_DENIALS,
+        ] {
             info_table_row!(name, ini::get(name).as_deref().unwrap_or(""));
         }
         for name in ini::EVENTS {

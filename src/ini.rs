@@ -9,6 +9,7 @@ pub const URL: &str = "checkout_guard.url";
 pub const TIMEOUT_MS: &str = "checkout_guard.timeout_ms";
 pub const ON_UNAVAILABLE: &str = "checkout_guard.on_unavailable";
 pub const RETRY_INTERVAL_MS: &str = "checkout_guard.retry_interval_ms";
+pub const LOCAL_DENIALS: &str = "checkout_guard.local_denials";
 pub const EVENTS_SINKS: &str = "checkout_guard.events.sinks";
 pub const EVENTS_JSONL_PATH: &str = "checkout_guard.events.jsonl_path";
 pub const EVENTS_STREAM_URL: &str = "checkout_guard.events.stream_url";
@@ -28,7 +29,7 @@ pub const EVENTS: [&str; 6] = [
 
 // Telemetry settings are read once per process (its sinks are built once), so they are
 // PHP_INI_SYSTEM: php.ini, -d, or php_admin_value in an FPM pool.
-static ENTRIES: IniEntryDefs<11> = IniEntryDefs::new([
+static ENTRIES: IniEntryDefs<12> = IniEntryDefs::new([
     entry(
         c"checkout_guard.url",
         c"redis://127.0.0.1:6379",
@@ -43,6 +44,11 @@ static ENTRIES: IniEntryDefs<11> = IniEntryDefs::new([
     entry(
         c"checkout_guard.retry_interval_ms",
         c"1000",
+        IniEntryPermission::All,
+    ),
+    entry(
+        c"checkout_guard.local_denials",
+        c"1",
         IniEntryPermission::All,
     ),
     entry(
@@ -127,5 +133,6 @@ pub fn defaults() -> Result<Defaults, ConfigError> {
         get(TIMEOUT_MS).as_deref(),
         get(ON_UNAVAILABLE).as_deref(),
         get(RETRY_INTERVAL_MS).as_deref(),
-    )
+    )?
+    .with_local_denials(get(LOCAL_DENIALS).as_deref())
 }

@@ -18,6 +18,8 @@ use ext_php_rs::prelude::*;
 /// registered by hand; see `errors.rs`). Must never panic: a panic here aborts PHP.
 fn startup(_ty: i32, module_number: i32) -> i32 {
     ini::register(module_number);
+    // Before php-fpm forks its workers: they all share the table of local denials.
+    checkout_guard_core::limiter::denials::init_shared();
     match errors::register_exception_classes() {
         Ok(()) => 0,
         Err(e) => {

@@ -113,6 +113,15 @@ pub enum Lane {
 
 impl Lane {
     pub const ALL: [Lane; 3] = [Lane::Global, Lane::HotLane, Lane::HotShop];
+
+    /// The option name of the lane's bucket.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lane::Global => "global",
+            Lane::HotLane => "hot_lane",
+            Lane::HotShop => "hot_shop",
+        }
+    }
 }
 
 /// The configured buckets of one limiter.

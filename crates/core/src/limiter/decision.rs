@@ -1,4 +1,4 @@
-use super::bucket::BucketSet;
+use super::bucket::{BucketSet, Lane};
 use super::step::{lanes_in, StepReply};
 
 /// Why a decision came out as it did. The strings are the PHP contract of
@@ -73,6 +73,22 @@ impl Decision {
             retry_after: if allowed { 0.0 } else { wait_us as f64 / 1e6 },
             remaining,
             hot_shop: reply.hot,
+        }
+    }
+
+    /// A denial made in the worker (the flood fast path): the bucket of `lane` is known to
+    /// lack the tokens for `retry_after` more seconds. `remaining` is 0: it lacks tokens.
+    pub fn local_denial(lane: Lane, retry_after: f64, hot_shop: bool) -> Self {
+        Self {
+            allowed: false,
+            reason: match lane {
+                Lane::Global => Reason::Global,
+                Lane::HotLane => Reason::HotLane,
+                Lane::HotShop => Reason::HotShop,
+            },
+            retry_after,
+            remaining: 0,
+            hot_shop: hot_shop || lane != Lane::Global,
         }
     }
 

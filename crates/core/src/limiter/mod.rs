@@ -9,6 +9,7 @@
 
 mod bucket;
 mod decision;
+pub mod denials;
 mod error;
 mod keys;
 mod options;

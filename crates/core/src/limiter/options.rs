@@ -65,6 +65,8 @@ pub struct Defaults {
     pub timeout_ms: i64,
     pub on_unavailable: OnUnavailable,
     pub retry_interval_ms: i64,
+    /// The flood fast path (`checkout_guard.local_denials`): see `denials.rs`.
+    pub local_denials: bool,
 }
 
 impl Default for Defaults {
@@ -74,6 +76,7 @@ impl Default for Defaults {
             timeout_ms: 50,
             on_unavailable: OnUnavailable::Allow,
             retry_interval_ms: 1000,
+            local_denials: true,
         }
     }
 }
@@ -118,6 +121,26 @@ impl Defaults {
         }
         Ok(d)
     }
+
+    /// Sets `local_denials` from its INI value: on/off, 1/0, true/false, yes/no.
+    pub fn with_local_denials(mut self, raw: Option<&str>) -> Result<Self, ConfigError> {
+        if let Some(raw) = raw {
+            self.local_denials = match raw.trim().to_ascii_lowercase().as_str() {
+                "1" | "on" | "true" | "yes" => true,
+                "0" | "off" | "false" | "no" | "" => false,
+                _ => {
+                    return Err(ConfigError::new(
+                        "checkout_guard.local_denials",
+                        format!(
+                            "must be on or off (1/0, true/false, yes/no), got {}",
+                            quote_bytes(raw.as_bytes())
+                        ),
+                    ))
+                }
+            };
+        }
+        Ok(self)
+    }
 }
 
 /// A limiter's validated options.
@@ -130,6 +153,8 @@ pub struct LimiterOptions {
     pub timeout: Duration,
     pub on_unavailable: OnUnavailable,
     pub retry_interval: Duration,
+    /// Deny in the worker what Valkey is certain to deny (INI only).
+    pub local_denials: bool,
 }
 
 const KNOWN: &[&str] = &[
@@ -232,6 +257,7 @@ impl LimiterOptions {
             timeout: Duration::from_millis(timeout_ms as u64),
             on_unavailable,
             retry_interval: Duration::from_millis(defaults.retry_interval_ms as u64),
+            local_denials: defaults.local_denials,
         })
     }
 }
@@ -681,5 +707,23 @@ mod tests {
         assert_eq!(e.option, "checkout_guard.on_unavailable");
         let e = Defaults::from_ini(None, None, None, Some("-1")).unwrap_err();
         assert_eq!(e.option, "checkout_guard.retry_interval_ms");
+        let d = Defaults::default();
+        assert!(d.local_denials);
+        assert!(
+            !d.clone()
+                .with_local_denials(Some(" Off "))
+                .unwrap()
+                .local_denials
+        );
+        assert!(
+            d.clone()
+                .with_local_denials(Some("1"))
+                .unwrap()
+                .local_denials
+        );
+        assert!(d.clone().with_local_denials(None).unwrap().local_denials);
+        let e = d.with_local_denials(Some("sometimes")).unwrap_err();
+        assert_eq!(e.option, "checkout_guard.local_denials");
+        assert!(e.to_string().contains("\"sometimes\""), "{e}");
     }
 }

@@ -8,6 +8,11 @@
 //!
 //! Time is Valkey's own (`TIME`), never the PHP host's. A bucket key expires when the
 //! bucket would be full again, so idle buckets vanish and a missing key means "full".
+//!
+//! Cost inside Valkey is mostly the number of `redis.call`s (each crosses from Lua into
+//! the command table): TIME, one MGET for the hot flag and every bucket, and one SET per
+//! applied bucket only when tokens are taken. Values go to SET as Lua numbers (Valkey
+//! writes integers below 2^53 exactly), not through `string.format`.
 
 /// Marks the clock block that tests swap for a clock they control.
 const CLOCK_BLOCK: &str = "\
@@ -19,7 +24,8 @@ local slack_ms = 1
 const BODY: &str = r#"
 local n = tonumber(ARGV[1])
 local hot = ARGV[2] == '1'
-if not hot then hot = redis.call('EXISTS', KEYS[4]) == 1 end
+local v = redis.call('MGET', KEYS[4], KEYS[1], KEYS[2], KEYS[3])
+if not hot then hot = v[1] ~= false end
 local last = 1
 if hot then last = 3 end
 local tat = {-1, -1, -1}
@@ -27,18 +33,17 @@ local reason = 0
 for i = 1, last do
   local interval = tonumber(ARGV[1 + 2 * i])
   if interval > 0 then
-    local v = tonumber(redis.call('GET', KEYS[i])) or now
-    if v < now then v = now end
-    tat[i] = v
-    if reason == 0 and v + n * interval - now > tonumber(ARGV[2 + 2 * i]) then reason = i end
+    local x = tonumber(v[i + 1]) or now
+    if x < now then x = now end
+    tat[i] = x
+    if reason == 0 and x + n * interval - now > tonumber(ARGV[2 + 2 * i]) then reason = i end
   end
 end
 if reason == 0 then
   for i = 1, last do
     if tat[i] >= 0 then
       tat[i] = tat[i] + n * tonumber(ARGV[1 + 2 * i])
-      redis.call('SET', KEYS[i], string.format('%d', tat[i]),
-        'PX', math.floor((tat[i] - now) / 1000) + slack_ms)
+      redis.call('SET', KEYS[i], tat[i], 'PX', math.floor((tat[i] - now) / 1000) + slack_ms)
     end
   end
 end

@@ -2,13 +2,14 @@ use std::time::Duration;
 
 use super::bucket::Lane;
 use super::decision::Decision;
+use super::denials;
 use super::error::LimiterError;
 use super::keys::Keys;
 use super::options::{
     validate_shop_id, validate_tokens, validate_ttl, LimiterOptions, OnUnavailable,
 };
 use super::script::DECIDE;
-use super::step::StepReply;
+use super::step::{lanes_in, StepReply};
 use crate::store::{self, StoreError};
 
 /// A configured limiter: validated options plus everything per-call work can reuse.
@@ -19,6 +20,8 @@ pub struct Limiter {
     keys: Keys,
     /// ARGV[3..8] of the script: interval and tolerance per lane ("0" when not configured).
     lane_args: [String; 6],
+    /// The local-denial key of the global bucket (the same for every shop).
+    global_denial_key: u64,
 }
 
 impl Limiter {
@@ -33,10 +36,79 @@ impl Limiter {
             lane_args[2 * lane as usize] = interval.to_string();
             lane_args[2 * lane as usize + 1] = tolerance.to_string();
         }
+        let global_denial_key = Self::denial_key_with(&keys, &options, Lane::Global, b"");
         Self {
             options,
             keys,
             lane_args,
+            global_denial_key,
+        }
+    }
+
+    /// The local-denial key of one bucket as `shop` sees it: the global bucket is shared
+    /// by every shop; the hot lane is shared too but applies only to hot shops, so each
+    /// hot shop learns its state for itself.
+    fn denial_key_with(keys: &Keys, options: &LimiterOptions, lane: Lane, shop: &[u8]) -> u64 {
+        let (interval, tolerance) = options
+            .buckets
+            .get(lane)
+            .map_or((0, 0), |b| (b.interval_us(), b.tolerance_us()));
+        let tag = [keys.hash_tag(), b":", lane.as_str().as_bytes()].concat();
+        let shop = if lane == Lane::Global { &b""[..] } else { shop };
+        denials::key(&tag, shop, interval, tolerance)
+    }
+
+    fn denial_key(&self, lane: Lane, shop: &[u8]) -> u64 {
+        if lane == Lane::Global {
+            self.global_denial_key
+        } else {
+            Self::denial_key_with(&self.keys, &self.options, lane, shop)
+        }
+    }
+
+    /// The flood fast path: a denial Valkey is certain to make, made here (`denials.rs`).
+    fn deny_locally(&self, shop: &[u8], tokens: i64, static_hot: bool) -> Option<Decision> {
+        let now = denials::now_ns();
+        let mut first: Option<Lane> = None;
+        let mut until = 0;
+        for lane in Lane::ALL {
+            if self.options.buckets.get(lane).is_none() {
+                continue;
+            }
+            if let Some(u) = denials::denied_until(self.denial_key(lane, shop), tokens as u64, now)
+            {
+                first.get_or_insert(lane);
+                until = until.max(u);
+            }
+        }
+        let lane = first?;
+        Some(Decision::local_denial(
+            lane,
+            (until - now) as f64 / 1e9,
+            static_hot,
+        ))
+    }
+
+    /// Remembers what a reply proved: for each bucket it applied, the local instant at
+    /// which it holds no token (see `denials.rs` for why this is conservative).
+    fn learn(&self, shop: &[u8], reply: &StepReply, sent_ns: u64) {
+        let now = denials::now_ns();
+        for lane in lanes_in(reply) {
+            let Some(spec) = self.options.buckets.get(lane) else {
+                continue;
+            };
+            let key = self.denial_key(lane, shop);
+            let tat = reply.tats[lane as usize];
+            // Local ns at which the bucket is empty: sent + (tat - tolerance - now_valkey).
+            let offset_ns = (tat - spec.tolerance_us() - reply.now_us).saturating_mul(1000);
+            let base = (sent_ns as i64).saturating_add(offset_ns).max(0) as u64;
+            let interval_ns = spec.interval_us() as u64 * 1000;
+            if base + interval_ns > now {
+                denials::record(key, base, interval_ns, sent_ns);
+            } else if denials::denied_until(key, 1, now).is_some() {
+                // Valkey just said there is room: an entry from before a reset() is stale.
+                denials::forget(key);
+            }
         }
     }
 
@@ -56,6 +128,13 @@ impl Limiter {
         validate_shop_id(shop)?;
         validate_tokens(tokens, &self.options.buckets)?;
         let static_hot = self.is_statically_hot(shop);
+        let local = self.options.local_denials;
+        if local {
+            if let Some(d) = self.deny_locally(shop, tokens, static_hot) {
+                return Ok(d);
+            }
+        }
+        let sent_ns = denials::now_ns();
         let result = self.with_valkey(|c| {
             let mut inv = DECIDE.prepare_invoke();
             inv.key(self.keys.global())
@@ -72,7 +151,10 @@ impl Limiter {
         let failure = match result {
             Ok(ints) => match StepReply::from_ints(&ints) {
                 Some(reply) => {
-                    return Ok(Decision::from_reply(&self.options.buckets, tokens, &reply))
+                    if local {
+                        self.learn(shop, &reply, sent_ns);
+                    }
+                    return Ok(Decision::from_reply(&self.options.buckets, tokens, &reply));
                 }
                 None => StoreError::Failed {
                     cause: format!("unexpected script reply {ints:?}"),
@@ -115,7 +197,11 @@ impl Limiter {
     pub fn unmark_hot(&self, shop: &[u8]) -> Result<(), LimiterError> {
         validate_shop_id(shop)?;
         let key = self.keys.hot_flag(shop);
-        self.admin(|c| redis::cmd("DEL").arg(&key).query::<()>(c))
+        self.admin(|c| redis::cmd("DEL").arg(&key).query::<()>(c))?;
+        // The shop's hot buckets no longer apply: forget what this host knew of them.
+        denials::forget(self.denial_key(Lane::HotLane, shop));
+        denials::forget(self.denial_key(Lane::HotShop, shop));
+        Ok(())
     }
 
     /// Whether `shop` is hot: listed in `hot_shops`, or marked and not yet expired.
@@ -149,7 +235,10 @@ impl Limiter {
                 }
                 cursor = next;
             }
-        })
+        })?;
+        // Every bucket is full again: nothing this host knew still holds.
+        denials::forget_all();
+        Ok(())
     }
 
     /// The state of this limiter's pooled connection; with `ping`, after one PING over it
