@@ -37,11 +37,13 @@ wait_port() {
   return 1
 }
 
-# start_valkey DIR PORT: a throw-away Valkey on 127.0.0.1:PORT, no persistence.
+# start_valkey DIR PORT [UNIX_SOCKET]: a throw-away Valkey on 127.0.0.1:PORT (and on a
+# Unix socket when given), no persistence.
 start_valkey() {
-  local dir=$1 port=$2
+  local dir=$1 port=$2 unix=()
+  [ -z "${3:-}" ] || unix=(--unixsocket "$3" --unixsocketperm 700)
   mkdir -p "$dir"
-  "$(valkey_bin)" --bind 127.0.0.1 --port "$port" --save '' --appendonly no \
+  "$(valkey_bin)" --bind 127.0.0.1 --port "$port" --save '' --appendonly no "${unix[@]}" \
     --daemonize yes --dir "$dir" --pidfile "$dir/valkey.pid" --logfile "$dir/valkey.log"
   wait_port "$port" || { echo "valkey did not start; log: $dir/valkey.log" >&2; return 1; }
 }

@@ -1,0 +1,435 @@
+<?php
+// The limiter benchmark (scripts/bench-limiter.sh runs it; README: performance).
+//
+//   php -d extension=... bench/limiter.php PORT UNIX_SOCKET MODE OUT.json
+//   MODE: full (N = 1, 2, 4, 8; 30 s accuracy run) or quick (N = 1, 2: the CI guard)
+//
+// Against one local Valkey, side by side in one run, each case from N processes forked
+// from this one (as php-fpm forks workers), every process timing each decision:
+//   ping         phpredis PING: the floor, one round trip
+//   acquire      RateLimiter::acquire(), global bucket only
+//   acquire_hot  RateLimiter::acquire() for a hot shop: global + hot_lane + hot_shop
+//   evalsha      the same decision script run by hand through phpredis evalSha
+//   symfony      Symfony RateLimiter token_bucket, Redis cache storage + Redis lock
+//   *_unix       the same over Valkey's Unix socket
+// and per case Valkey's cost (commandstats µs per call of the top-level command, and
+// Valkey's CPU per decision from INFO cpu) and the client's CPU per decision.
+// Then the flood fast path (a hot shop flooded at 10x its cap, local denials on and off)
+// and accuracy at saturation (8 processes at 2x a bucket's rate).
+declare(strict_types=1);
+
+use CheckoutGuard\RateLimiter;
+
+[$port, $socket, $mode, $out] = [(int) $argv[1], $argv[2], $argv[3], $argv[4]];
+$quick = $mode === 'quick';
+$procs = $quick ? [1, 2] : [1, 2, 4, 8];
+$ops = $quick ? 1500 : 6000;
+$tcp = "redis://127.0.0.1:$port";
+$unix = "unix://$socket";
+
+function admin(): Redis
+{
+    global $port;
+    static $r;
+    if ($r === null) {
+        $r = new Redis();
+        $r->connect('127.0.0.1', $port, 2.0);
+    }
+    return $r;
+}
+
+function redis_to(string $transport): Redis
+{
+    global $port, $socket;
+    $r = new Redis();
+    $transport === 'unix' ? $r->connect($socket, 0, 2.0) : $r->connect('127.0.0.1', $port, 2.0);
+    return $r;
+}
+
+/** Valkey's counters: commandstats and CPU seconds. */
+function valkey_stats(): array
+{
+    $r = admin();
+    $cpu = $r->info('cpu');
+    return [
+        'cpu' => (float) $cpu['used_cpu_user'] + (float) $cpu['used_cpu_sys'],
+        'cmd' => $r->info('commandstats'),
+    ];
+}
+
+function cmd_stat(array $cmd, string $name): array
+{
+    if (!isset($cmd["cmdstat_$name"]) || !preg_match('/calls=(\d+),usec=(\d+)/', $cmd["cmdstat_$name"], $m)) {
+        return [0, 0];
+    }
+    return [(int) $m[1], (int) $m[2]];
+}
+
+function percentile(array $sorted, float $p): float
+{
+    return $sorted[min(count($sorted) - 1, (int) floor($p * count($sorted)))];
+}
+
+function cpu_seconds(): float
+{
+    $u = getrusage();
+    return $u['ru_utime.tv_sec'] + $u['ru_utime.tv_usec'] / 1e6 + $u['ru_stime.tv_sec'] + $u['ru_stime.tv_usec'] / 1e6;
+}
+
+/**
+ * Runs $make() in each of $n forked processes; $make returns the operation (a closure
+ * returning whether the decision allowed). Each process warms up, waits for the common
+ * start, then times $count operations one by one.
+ */
+function run_case(string $name, int $n, int $count, callable $make, string $topCommand): array
+{
+    admin()->rawCommand('CONFIG', 'RESETSTAT');
+    $before = valkey_stats();
+    $startAt = microtime(true) + 0.4 + 0.1 * $n;
+    $files = [];
+    $pids = [];
+    for ($i = 0; $i < $n; $i++) {
+        $files[$i] = tempnam(sys_get_temp_dir(), 'cg-bench');
+        $pid = pcntl_fork();
+        if ($pid === 0) {
+            $op = $make($i);
+            $warm = min(200, $count);
+            for ($w = 0; $w < $warm; $w++) {
+                $op();
+            }
+            while (microtime(true) < $startAt) {
+                usleep(1000);
+            }
+            $lat = [];
+            $allowed = 0;
+            $cpu0 = cpu_seconds();
+            $t0 = hrtime(true);
+            for ($k = 0; $k < $count; $k++) {
+                $t = hrtime(true);
+                $allowed += (int) $op();
+                $lat[] = hrtime(true) - $t;
+            }
+            $elapsed = (hrtime(true) - $t0) / 1e9;
+            $cpu = cpu_seconds() - $cpu0;
+            file_put_contents($files[$i], json_encode(['elapsed' => $elapsed, 'cpu' => $cpu, 'allowed' => $allowed, 'warm' => $warm]) . "\n" . pack('P*', ...$lat));
+            posix_kill(getmypid(), SIGKILL);
+        }
+        $pids[] = $pid;
+    }
+    foreach ($pids as $pid) {
+        pcntl_waitpid($pid, $status);
+    }
+    $after = valkey_stats();
+    $lat = [];
+    $elapsed = $cpu = 0.0;
+    $allowed = $warm = 0;
+    foreach ($files as $f) {
+        $raw = (string) file_get_contents($f);
+        unlink($f);
+        [$head, $bin] = explode("\n", $raw, 2);
+        $h = json_decode($head, true, 512, JSON_THROW_ON_ERROR);
+        $elapsed = max($elapsed, $h['elapsed']);
+        $cpu += $h['cpu'];
+        $allowed += $h['allowed'];
+        $warm += $h['warm'];
+        array_push($lat, ...array_values(unpack('P*', $bin)));
+    }
+    sort($lat);
+    $decisions = $n * $count;
+    [$calls, $usec] = cmd_stat($after['cmd'], $topCommand);
+    return [
+        'case' => $name,
+        'procs' => $n,
+        'decisions' => $decisions,
+        'allowed' => $allowed,
+        'p50_us' => round(percentile($lat, 0.50) / 1e3, 2),
+        'p99_us' => round(percentile($lat, 0.99) / 1e3, 2),
+        'per_second' => round($decisions / $elapsed),
+        'client_cpu_us' => round($cpu / $decisions * 1e6, 2),
+        'valkey_cpu_us' => round(($after['cpu'] - $before['cpu']) / ($decisions + $warm) * 1e6, 2),
+        'valkey_usec_per_call' => $calls > 0 ? round($usec / $calls, 2) : null,
+        'valkey_calls_per_decision' => round($calls / ($decisions + $warm), 3),
+    ];
+}
+
+/** The decision script, as the extension runs it (read from its source). */
+function decide_script(): string
+{
+    $src = (string) file_get_contents(__DIR__ . '/../crates/core/src/limiter/script.rs');
+    preg_match('/const CLOCK_BLOCK: &str = "\\\\\n(.*?)";/s', $src, $clock);
+    preg_match('/const BODY: &str = r#"(.*?)"#;/s', $src, $body);
+    if (!$clock || !$body) {
+        throw new RuntimeException('decision script not found in script.rs');
+    }
+    return $clock[1] . $body[1];
+}
+
+$always = ['capacity' => 1_000_000, 'refill_per_second' => 1_000_000];
+$limiter = static fn (string $url, string $name, array $extra = []) => new RateLimiter(['name' => $name, 'url' => $url, 'global' => $always] + $extra);
+$shops = static fn () => 'shop-' . random_int(1, 1000);
+
+$cases = [
+    'ping' => ['ping', static function () {
+        $r = redis_to('tcp');
+        return static fn () => $r->ping() !== false;
+    }],
+    'acquire' => ['evalsha', static function () use ($limiter, $tcp, $shops) {
+        $l = $limiter($tcp, 'bench');
+        return static fn () => $l->acquire($shops())->isAllowed();
+    }],
+    'acquire_hot' => ['evalsha', static function () use ($limiter, $tcp, $always) {
+        $l = $limiter($tcp, 'bench-hot', ['hot_lane' => $always, 'hot_shop' => $always, 'hot_shops' => ['flash']]);
+        return static fn () => $l->acquire('flash')->isAllowed();
+    }],
+    'evalsha' => ['evalsha', static function () use ($shops) {
+        return evalsha_op(redis_to('tcp'), $shops);
+    }],
+    'symfony' => ['*', static function () use ($shops) {
+        return symfony_op(redis_to('tcp'), $shops);
+    }],
+    'ping_unix' => ['ping', static function () {
+        $r = redis_to('unix');
+        return static fn () => $r->ping() !== false;
+    }],
+    'acquire_unix' => ['evalsha', static function () use ($limiter, $unix, $shops) {
+        $l = $limiter($unix, 'bench');
+        return static fn () => $l->acquire($shops())->isAllowed();
+    }],
+    'evalsha_unix' => ['evalsha', static function () use ($shops) {
+        return evalsha_op(redis_to('unix'), $shops);
+    }],
+];
+
+/** What a PHP team would write by hand: the same script through phpredis evalSha. */
+function evalsha_op(Redis $r, callable $shops): Closure
+{
+    $script = decide_script();
+    $sha = $r->script('load', $script);
+    // The same arguments the extension sends: 1 token, not statically hot, global
+    // interval 1 µs / tolerance 1 s (1,000,000 tokens at 1,000,000/s), no hot buckets.
+    return static function () use ($r, $sha, $script, $shops): bool {
+        $shop = $shops();
+        $args = ['{cg:bench-php}:b:global', '{cg:bench-php}:b:hot_lane', "{cg:bench-php}:b:shop:$shop", "{cg:bench-php}:hot:$shop", 1, 0, 1, 1_000_000, 0, 0, 0, 0];
+        $reply = $r->evalSha($sha, $args, 4);
+        if ($reply === false) {
+            $reply = $r->eval($script, $args, 4);
+        }
+        return is_array($reply) && $reply[0] === 0;
+    };
+}
+
+function symfony_op(Redis $r, callable $shops): Closure
+{
+    require_once '/usr/share/php/Symfony/Component/RateLimiter/autoload.php';
+    require_once '/usr/share/php/Symfony/Component/Lock/autoload.php';
+    require_once '/usr/share/php/Symfony/Component/Cache/autoload.php';
+    $factory = new Symfony\Component\RateLimiter\RateLimiterFactory(
+        ['id' => 'bench', 'policy' => 'token_bucket', 'limit' => 1_000_000, 'rate' => ['interval' => '1 second', 'amount' => 1_000_000]],
+        new Symfony\Component\RateLimiter\Storage\CacheStorage(new Symfony\Component\Cache\Adapter\RedisAdapter($r, 'sf')),
+        new Symfony\Component\Lock\LockFactory(new Symfony\Component\Lock\Store\RedisStore($r)),
+    );
+    return static fn (): bool => $factory->create($shops())->consume(1)->isAccepted();
+}
+
+$results = ['mode' => $mode, 'cases' => [], 'flood' => [], 'accuracy' => null];
+// BENCH_ONLY=flood or accuracy: that part alone (while working on it).
+$only = (string) getenv('BENCH_ONLY');
+foreach ($only === '' ? $procs : [] as $n) {
+    foreach ($cases as $name => [$top, $make]) {
+        // Symfony is ~10x slower: fewer decisions keep the run bounded.
+        $count = $name === 'symfony' ? intdiv($ops, 10) : $ops;
+        $r = run_case($name, $n, $count, $make, $top === '*' ? 'evalsha' : $top);
+        if ($top === '*') {
+            // Symfony sends several commands per decision: count them all (a script's
+            // inner commands are counted inside its EVAL as well as on their own).
+            $r['valkey_usec_per_call'] = null;
+        }
+        $results['cases'][] = $r;
+        fprintf(STDERR, "%-13s N=%d p50 %8.1f us  p99 %8.1f us  %7d/s  valkey %5.1f us/call  cpu %5.1f us\n", $name, $n, $r['p50_us'], $r['p99_us'], $r['per_second'], $r['valkey_usec_per_call'] ?? -1, $r['client_cpu_us']);
+    }
+}
+
+/**
+ * A hot shop flooded at 10x its cap by 4 processes (random arrivals), while one process
+ * buys at ordinary shops; with local denials on or off. Then, for scale: denials of the
+ * same shop back to back (warm caches), and md5('abc') timed after the same 8 ms sleeps
+ * the flood's processes take (what any PHP call costs here with cold caches).
+ */
+function flood(bool $local, float $seconds): array
+{
+    global $tcp;
+    ini_set('checkout_guard.local_denials', $local ? '1' : '0');
+    $cap = 50.0;
+    $l = new RateLimiter([
+        'name' => 'flood-' . ($local ? 'on' : 'off'),
+        'url' => $tcp,
+        'global' => ['capacity' => 100, 'refill_per_second' => 1000],
+        'hot_shop' => ['capacity' => 10, 'refill_per_second' => $cap],
+        'hot_shops' => ['flash'],
+    ]);
+    $floodProcs = 4;
+    $pace = 1 / ($cap * 10 / $floodProcs);
+    admin()->rawCommand('CONFIG', 'RESETSTAT');
+    $startAt = microtime(true) + 0.3;
+    $files = [];
+    $pids = [];
+    for ($i = 0; $i <= $floodProcs; $i++) {
+        $files[$i] = tempnam(sys_get_temp_dir(), 'cg-flood');
+        $pid = pcntl_fork();
+        if ($pid === 0) {
+            $ordinary = $i === $floodProcs;
+            while (microtime(true) < $startAt) {
+                usleep(1000);
+            }
+            // Arrivals at random (exponential gaps), as independent buyers arrive.
+            $gap = static fn (float $mean) => -log(1 - mt_rand() / (mt_getrandmax() + 1)) * $mean;
+            mt_srand(getmypid());
+            $next = $startAt + $gap($ordinary ? 0.01 : $pace);
+            $denied = [];
+            $allowed = $n = 0;
+            while (($now = microtime(true)) < $startAt + $seconds) {
+                if ($now < $next) {
+                    usleep((int) (($next - $now) * 1e6));
+                }
+                $next += $gap($ordinary ? 0.01 : $pace);
+                $t = hrtime(true);
+                $d = $l->acquire($ordinary ? 'shop-' . random_int(1, 1000) : 'flash');
+                $ns = hrtime(true) - $t;
+                $n++;
+                if ($d->isAllowed()) {
+                    $allowed++;
+                } else {
+                    $denied[] = $ns;
+                }
+            }
+            file_put_contents($files[$i], json_encode(['n' => $n, 'allowed' => $allowed, 'denied' => $denied]));
+            posix_kill(getmypid(), SIGKILL);
+        }
+        $pids[] = $pid;
+    }
+    foreach ($pids as $pid) {
+        pcntl_waitpid($pid, $status);
+    }
+    [$calls] = cmd_stat(admin()->info('commandstats'), 'evalsha');
+    $flood = ['n' => 0, 'allowed' => 0, 'denied' => []];
+    $ordinary = null;
+    foreach ($files as $i => $f) {
+        $r = json_decode((string) file_get_contents($f), true, 512, JSON_THROW_ON_ERROR);
+        unlink($f);
+        if ($i === $floodProcs) {
+            $ordinary = $r;
+            continue;
+        }
+        $flood['n'] += $r['n'];
+        $flood['allowed'] += $r['allowed'];
+        array_push($flood['denied'], ...$r['denied']);
+    }
+    sort($flood['denied']);
+    $deniedCount = count($flood['denied']);
+    // Round trips spent on denials: all decision scripts, less one per admitted flood
+    // request and one per ordinary request.
+    $deniedTrips = $calls - $flood['allowed'] - $ordinary['n'];
+    $warm = [];
+    for ($i = 0; $i < 20000; $i++) {
+        $t = hrtime(true);
+        $l->acquire('flash');
+        $warm[] = hrtime(true) - $t;
+    }
+    sort($warm);
+    $cold = [];
+    for ($i = 0; $i < 200; $i++) {
+        usleep(8000);
+        $t = hrtime(true);
+        md5('abc');
+        $cold[] = hrtime(true) - $t;
+    }
+    sort($cold);
+    ini_restore('checkout_guard.local_denials');
+    return [
+        'local_denials' => $local,
+        'seconds' => $seconds,
+        'offered_per_second' => round($flood['n'] / $seconds, 1),
+        'cap_per_second' => $cap,
+        'admitted' => $flood['allowed'],
+        'admitted_limit' => 10 + $cap * $seconds,
+        'admitted_per_second' => round($flood['allowed'] / $seconds, 2),
+        'denied' => $deniedCount,
+        'round_trips_per_denied' => $deniedCount > 0 ? round(max(0, $deniedTrips) / $deniedCount, 4) : null,
+        'denied_p50_us' => $deniedCount > 0 ? round(percentile($flood['denied'], 0.5) / 1e3, 2) : null,
+        'denied_p99_us' => $deniedCount > 0 ? round(percentile($flood['denied'], 0.99) / 1e3, 2) : null,
+        'back_to_back_p50_us' => round(percentile($warm, 0.5) / 1e3, 2),
+        'cold_md5_p50_us' => round(percentile($cold, 0.5) / 1e3, 2),
+        'ordinary_requests' => $ordinary['n'],
+        'ordinary_allowed' => $ordinary['allowed'],
+    ];
+}
+
+foreach ($only === '' || $only === 'flood' ? [true, false] : [] as $local) {
+    $f = flood($local, $quick ? 3.0 : 10.0);
+    $results['flood'][] = $f;
+    fprintf(STDERR, "flood local_denials=%s: admitted %d (limit %.0f), %.4f round trips per denied, denied p50 %.2f us, ordinary %d/%d\n", $local ? 'on' : 'off', $f['admitted'], $f['admitted_limit'], $f['round_trips_per_denied'], $f['denied_p50_us'], $f['ordinary_allowed'], $f['ordinary_requests']);
+}
+
+/** 8 processes pushing 2x a bucket's rate: admitted against capacity + rate * t. */
+function accuracy(float $seconds): array
+{
+    global $tcp;
+    $rate = 100.0;
+    $capacity = 20;
+    $procs = 8;
+    $l = new RateLimiter(['name' => 'accuracy', 'url' => $tcp, 'global' => ['capacity' => $capacity, 'refill_per_second' => $rate]]);
+    $l->reset();
+    $pace = 1 / (2 * $rate / $procs);
+    $startAt = microtime(true) + 0.3;
+    $files = [];
+    $pids = [];
+    for ($i = 0; $i < $procs; $i++) {
+        $files[$i] = tempnam(sys_get_temp_dir(), 'cg-acc');
+        $pid = pcntl_fork();
+        if ($pid === 0) {
+            while (microtime(true) < $startAt) {
+                usleep(500);
+            }
+            $next = $startAt + $i * $pace / $procs;
+            $allowed = 0;
+            $first = $last = null;
+            while ($next < $startAt + $seconds) {
+                $now = microtime(true);
+                if ($now < $next) {
+                    usleep((int) (($next - $now) * 1e6));
+                }
+                $next += $pace;
+                $t = microtime(true);
+                $allowed += (int) $l->acquire('shop-' . $i)->isAllowed();
+                $first ??= $t;
+                $last = microtime(true);
+            }
+            file_put_contents($files[$i], json_encode([$allowed, $first, $last]));
+            posix_kill(getmypid(), SIGKILL);
+        }
+        $pids[] = $pid;
+    }
+    foreach ($pids as $pid) {
+        pcntl_waitpid($pid, $status);
+    }
+    $allowed = 0;
+    $first = INF;
+    $last = 0.0;
+    foreach ($files as $f) {
+        [$a, $f0, $f1] = json_decode((string) file_get_contents($f), true, 512, JSON_THROW_ON_ERROR);
+        unlink($f);
+        $allowed += $a;
+        $first = min($first, $f0);
+        $last = max($last, $f1);
+    }
+    // t: from the first request sent to the last answer received, over all processes.
+    $t = $last - $first;
+    $limit = $capacity + $rate * $t;
+    return ['procs' => $procs, 'seconds' => round($t, 3), 'offered_per_second' => 2 * $rate, 'rate' => $rate, 'capacity' => $capacity, 'admitted' => $allowed, 'limit' => $limit, 'ratio' => round($allowed / $limit, 4)];
+}
+
+if ($only === '' || $only === 'accuracy') {
+    $results['accuracy'] = accuracy($quick ? 3.0 : 30.0);
+    fprintf(STDERR, "accuracy: admitted %d of capacity + rate*t = %.0f (%.2f%%)\n", $results['accuracy']['admitted'], $results['accuracy']['limit'], 100 * $results['accuracy']['ratio']);
+}
+file_put_contents($out, json_encode($results, JSON_PRETTY_PRINT));
