@@ -231,7 +231,31 @@ function symfony_op(Redis $r, callable $shops): Closure
     return static fn (): bool => $factory->create($shops())->consume(1)->isAccepted();
 }
 
-$results = ['mode' => $mode, 'cases' => [], 'flood' => [], 'accuracy' => null];
+/**
+ * What scripts cost inside this Valkey at all: a script that does nothing, one that only
+ * reads TIME, and a plain SET ... PX sent as a command (commandstats µs per call).
+ */
+function script_floor(): array
+{
+    $r = admin();
+    $cost = static function (callable $run, string $cmd) use ($r): float {
+        $r->rawCommand('CONFIG', 'RESETSTAT');
+        for ($i = 0; $i < 3000; $i++) {
+            $run();
+        }
+        [$calls, $usec] = cmd_stat($r->info('commandstats'), $cmd);
+        return round($usec / max(1, $calls), 2);
+    };
+    $noop = $r->script('load', 'return 1');
+    $time = $r->script('load', "local t = redis.call('TIME') return 1");
+    return [
+        'noop_script_us' => $cost(static fn () => $r->evalSha($noop, [], 0), 'evalsha'),
+        'time_script_us' => $cost(static fn () => $r->evalSha($time, [], 0), 'evalsha'),
+        'set_px_command_us' => $cost(static fn () => $r->set('{cg:floor}:k', '1796036012345678', ['px' => 1000]), 'set'),
+    ];
+}
+
+$results = ['mode' => $mode, 'cases' => [], 'flood' => [], 'accuracy' => null, 'floor' => script_floor()];
 // BENCH_ONLY=flood or accuracy: that part alone (while working on it).
 $only = (string) getenv('BENCH_ONLY');
 foreach ($only === '' ? $procs : [] as $n) {
@@ -287,14 +311,18 @@ function flood(bool $local, float $seconds): array
             $next = $startAt + $gap($ordinary ? 0.01 : $pace);
             $denied = [];
             $allowed = $n = 0;
-            while (($now = microtime(true)) < $startAt + $seconds) {
+            $first = $last = null;
+            while ($next < $startAt + $seconds) {
+                $now = microtime(true);
                 if ($now < $next) {
                     usleep((int) (($next - $now) * 1e6));
                 }
                 $next += $gap($ordinary ? 0.01 : $pace);
+                $first ??= microtime(true);
                 $t = hrtime(true);
                 $d = $l->acquire($ordinary ? 'shop-' . random_int(1, 1000) : 'flash');
                 $ns = hrtime(true) - $t;
+                $last = microtime(true);
                 $n++;
                 if ($d->isAllowed()) {
                     $allowed++;
@@ -302,7 +330,7 @@ function flood(bool $local, float $seconds): array
                     $denied[] = $ns;
                 }
             }
-            file_put_contents($files[$i], json_encode(['n' => $n, 'allowed' => $allowed, 'denied' => $denied]));
+            file_put_contents($files[$i], json_encode(['n' => $n, 'allowed' => $allowed, 'denied' => $denied, 'first' => $first, 'last' => $last]));
             posix_kill(getmypid(), SIGKILL);
         }
         $pids[] = $pid;
@@ -311,7 +339,7 @@ function flood(bool $local, float $seconds): array
         pcntl_waitpid($pid, $status);
     }
     [$calls] = cmd_stat(admin()->info('commandstats'), 'evalsha');
-    $flood = ['n' => 0, 'allowed' => 0, 'denied' => []];
+    $flood = ['n' => 0, 'allowed' => 0, 'denied' => [], 'first' => INF, 'last' => 0.0];
     $ordinary = null;
     foreach ($files as $i => $f) {
         $r = json_decode((string) file_get_contents($f), true, 512, JSON_THROW_ON_ERROR);
@@ -321,6 +349,8 @@ function flood(bool $local, float $seconds): array
             continue;
         }
         $flood['n'] += $r['n'];
+        $flood['first'] = min($flood['first'], $r['first']);
+        $flood['last'] = max($flood['last'], $r['last']);
         $flood['allowed'] += $r['allowed'];
         array_push($flood['denied'], ...$r['denied']);
     }
@@ -351,7 +381,8 @@ function flood(bool $local, float $seconds): array
         'offered_per_second' => round($flood['n'] / $seconds, 1),
         'cap_per_second' => $cap,
         'admitted' => $flood['allowed'],
-        'admitted_limit' => 10 + $cap * $seconds,
+        // From the first flood request sent to the last answer received.
+        'admitted_limit' => round(10 + $cap * ($flood['last'] - $flood['first']), 2),
         'admitted_per_second' => round($flood['allowed'] / $seconds, 2),
         'denied' => $deniedCount,
         'round_trips_per_denied' => $deniedCount > 0 ? round(max(0, $deniedTrips) / $deniedCount, 4) : null,

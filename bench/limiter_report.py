@@ -96,12 +96,24 @@ def main() -> None:
     acc = res["accuracy"]
     out.append(f"| accuracy: 8 processes at 2x for {acc['seconds']:.1f} s, within 1% of capacity + rate*t, never above | {acc['admitted']} of {acc['limit']:.0f} ({100 * acc['ratio']:.2f}%) | {verdict(0.99 <= acc['ratio'] <= 1.0)} |")
 
+    fl0 = res.get("floor")
+    if fl0:
+        out += ["", "## What a script costs in this Valkey at all", "",
+                f"Same run, `INFO commandstats` µs per call: a script that does nothing (`return 1`) "
+                f"{fl0['noop_script_us']} µs; a script that only reads `TIME` {fl0['time_script_us']} µs; a plain "
+                f"`SET ... PX` sent as a command {fl0['set_px_command_us']} µs. The decision script needs `TIME`, one "
+                "`MGET` and, when it admits, one `SET ... PX` per bucket, so on this machine it cannot come "
+                "near 5 µs; the rest is the Lua around these calls."]
     out += ["", "## Flood fast path (`checkout_guard.local_denials`)", "",
-            "A hot shop (cap 50/s, capacity 10) flooded at 10x its cap by 4 paced processes, while a",
-            "fifth buys at ordinary shops (100/s); round trips per denied acquire are EVALSHA calls",
-            "less one per admitted and one per ordinary request, over denied acquires.", "",
-            "| local_denials | offered/s | admitted (limit) | admitted/s | denied | round trips per denied | denied p50 µs | denied p99 µs | ordinary allowed |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "A hot shop (cap 50/s, capacity 10) flooded at 10x its cap by 4 processes (random",
+            "arrivals), while a fifth buys at ordinary shops (100/s). Round trips per denied acquire:",
+            "EVALSHA calls less one per admitted and one per ordinary request, over denied acquires.",
+            "Limit: capacity + cap * t, t from the first request sent to the last answer. Back to",
+            "back: the same denial repeated in a tight loop (warm caches). Cold md5: `md5('abc')`",
+            "timed after the 8 ms sleeps the flood's processes take between requests, i.e. what any",
+            "PHP call costs on this machine once its caches went cold.", "",
+            "| local_denials | offered/s | admitted (limit) | admitted/s | denied | round trips per denied | denied p50 µs | denied p99 µs | back to back p50 µs | cold md5 p50 µs | ordinary allowed |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for f in (on, off):
         out.append(f"| {'on' if f['local_denials'] else 'off'} | {f['offered_per_second']} | {f['admitted']} ({f['admitted_limit']:.0f}) | {f['admitted_per_second']} | {f['denied']} | {f['round_trips_per_denied']} | {f['denied_p50_us']} | {f['denied_p99_us']} | {f['back_to_back_p50_us']} | {f['cold_md5_p50_us']} | {f['ordinary_allowed']}/{f['ordinary_requests']} |")
     print("\n".join(out) + "\n")
