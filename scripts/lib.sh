@@ -78,12 +78,17 @@ build_extension() {
 # php-fpm + nginx (scripts/stack.sh; FPM_WORKERS default 24, FLOW_LIMIT passed through),
 # all under DIR. Prints the checkout's port; DIR/ports has the others. Called in a $(...)
 # subshell, so a caller that must clean up on Ctrl-C records DIR before calling.
+# CHECKOUT_VALKEY_URL: use that Valkey (the caller runs it) instead of starting one.
 start_checkout() {
   local dir=$1 limiter=$2 hot=$3 extra=${4:-}
   mkdir -p "$dir"
-  local vport pport phttp
+  local vport pport phttp url
   { read -r vport; read -r pport; read -r phttp; } < <(free_ports 3)
-  start_valkey "$dir/valkey" "$vport"
+  url=${CHECKOUT_VALKEY_URL:-}
+  if [ -z "$url" ]; then
+    start_valkey "$dir/valkey" "$vport"
+    url="redis://127.0.0.1:$vport"
+  fi
   "$CG_ROOT/.venv/bin/python" "$CG_ROOT/loadtest/provider.py" "$pport" > "$dir/provider.out" 2>&1 &
   echo $! > "$dir/provider.pid"
   wait_port "$pport"
@@ -92,7 +97,7 @@ start_checkout() {
 CHECKOUT_HOT_SHOPS=$hot
 CHECKOUT_PROVIDER_URL=http://127.0.0.1:$phttp
 $extra" \
-    bash "$CG_ROOT/scripts/stack.sh" start "$dir" "$CG_ROOT/php/examples/checkout" "redis://127.0.0.1:$vport" | cut -d' ' -f1
+    bash "$CG_ROOT/scripts/stack.sh" start "$dir" "$CG_ROOT/php/examples/checkout" "$url" | cut -d' ' -f1
 }
 
 # stop_checkout DIR: stops what start_checkout started.

@@ -10,6 +10,7 @@
 # flow control), provider (when PROVIDER_PORT is set).
 # Optional environment:
 #   FPM_WORKERS     pool size (default 4)
+#   FPM_MAX_REQUESTS  pm.max_requests: recycle a worker after this many requests (default 0: never)
 #   FLOW_LIMIT      inbound flow control: at most this many requests in flight to PHP
 #                   (nginx limit_conn); past it nginx answers 503 + Retry-After at once
 #                   instead of queueing. Unset or 0: no limit.
@@ -86,7 +87,7 @@ daemonize = yes
 listen = 127.0.0.1:$fpm_port
 pm = static
 pm.max_children = ${FPM_WORKERS:-4}
-pm.max_requests = 0
+pm.max_requests = ${FPM_MAX_REQUESTS:-0}
 listen.backlog = 1024
 ; For operators: the pool's status from a hidden pool of its own, reachable while every
 ; worker is busy (nginx serves it on the ops port as /fpm-status).

@@ -68,16 +68,26 @@ fn class(slot: &AtomicPtr<ClassEntry>) -> &'static ClassEntry {
     unsafe { slot.load(Ordering::Acquire).as_ref() }.unwrap_or_else(ce::exception)
 }
 
+/// PHP refuses exception messages with NUL bytes (it throws a bare Error instead): a value
+/// quoted into a message must never take the real exception's place.
+fn printable(message: String) -> String {
+    if message.contains('\0') {
+        message.replace('\0', "\\x00")
+    } else {
+        message
+    }
+}
+
 /// Bad options or arguments.
 pub fn configuration(message: String) -> PhpException {
-    PhpException::new(message, 0, class(&CONFIGURATION_CE))
+    PhpException::new(printable(message), 0, class(&CONFIGURATION_CE))
 }
 
 pub fn to_php(e: LimiterError) -> PhpException {
     match e {
         LimiterError::Config(c) => configuration(c.to_string()),
         e @ LimiterError::Unavailable { .. } => {
-            PhpException::new(e.to_string(), 0, class(&UNAVAILABLE_CE))
+            PhpException::new(printable(e.to_string()), 0, class(&UNAVAILABLE_CE))
         }
     }
 }

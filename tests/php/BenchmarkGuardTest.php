@@ -10,10 +10,12 @@ use PHPUnit\Framework\TestCase;
  * regressions too gross to be noise on a shared 2-core machine; the targets themselves
  * are measured by the full run (BENCHMARKS.md). Ratios compare cases of the same run.
  *
- * Why not "acquire() within 3x PING": on this VM a PING's p50 is bimodal (about 25 µs when
- * the reply beats the client's CPU going idle, 140 µs when it does not), so the ratio
- * swings between 1.1x and 6x with no change in the code. The hand-written evalSha of the
- * same script is the stable reference for "our overhead".
+ * Why not "acquire() within 3x PING": on this VM any round trip's p50 is bimodal (about
+ * 25 µs when the reply beats the client's CPU going idle, 140 µs when it does not), for
+ * PING and for the hand-written evalSha alike, so a ratio to either swings between 1x and
+ * 6x with no change in the code. The latency guard is therefore 3x the slower of the two
+ * references; our own overhead is guarded by client CPU per decision, which the wake-up
+ * latency does not touch.
  */
 final class BenchmarkGuardTest extends TestCase
 {
@@ -46,8 +48,9 @@ final class BenchmarkGuardTest extends TestCase
             $hand = self::case('evalsha', $n);
             $ping = self::case('ping', $n);
             $this->assertSame($acquire['decisions'], $acquire['allowed'], 'every decision allowed: the bucket is unlimited');
-            $this->assertLessThan(2 * $hand['p50_us'], $acquire['p50_us'], "N=$n: acquire() p50 vs evalSha by hand");
-            $this->assertLessThan(10 * $ping['p50_us'], $acquire['p50_us'], "N=$n: acquire() p50 vs PING");
+            $floor = max($hand['p50_us'], $ping['p50_us']);
+            $this->assertLessThan(3 * $floor, $acquire['p50_us'], "N=$n: acquire() p50 vs the slower of PING and evalSha by hand");
+            $this->assertLessThan(2 * $hand['client_cpu_us'], $acquire['client_cpu_us'], "N=$n: client CPU per decision vs evalSha by hand");
             $this->assertEqualsWithDelta(1.0, $acquire['valkey_calls_per_decision'], 0.01, 'one script call per decision');
         }
     }

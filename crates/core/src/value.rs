@@ -66,6 +66,18 @@ impl From<f64> for Value {
 /// Renders bytes as a double-quoted string, escaping control and non-UTF-8 bytes and
 /// cutting after 64 bytes, so an error message never carries raw binary.
 pub fn quote_bytes(bytes: &[u8]) -> String {
+    // A URL given where it does not belong (say, as a limiter name) must not show its
+    // password in the message either.
+    let looks_like_url = memchr::memmem::find(bytes, b"://").is_some()
+        && (bytes.contains(&b'@') || memchr::memmem::find(bytes, b"pass").is_some());
+    if looks_like_url {
+        let masked = crate::store::mask_password(&String::from_utf8_lossy(bytes));
+        return quote_raw(masked.as_bytes());
+    }
+    quote_raw(bytes)
+}
+
+fn quote_raw(bytes: &[u8]) -> String {
     const MAX: usize = 64;
     let shown = &bytes[..bytes.len().min(MAX)];
     let mut out = String::with_capacity(shown.len() + 2);

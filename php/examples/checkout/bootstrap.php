@@ -44,6 +44,7 @@ function limiter(): ?RateLimiter
         'hot_lane' => ['capacity' => (int) env('CG_LANE_CAPACITY', '8'), 'refill_per_second' => (float) env('CG_LANE_RATE', '30')],
         'hot_shop' => ['capacity' => (int) env('CG_SHOP_CAPACITY', '6'), 'refill_per_second' => (float) env('CG_SHOP_RATE', '25')],
         'hot_shops' => $hot,
+        'on_unavailable' => env('CG_ON_UNAVAILABLE', 'allow'),
     ]);
 }
 

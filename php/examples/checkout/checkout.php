@@ -67,6 +67,12 @@ try {
     $step('limited', ['reason' => $e->getDecision()->reason()]);
     answer(503, ['error' => 'busy, please retry', 'retry_after' => $e->retryAfterSeconds()], ['Retry-After' => (string) $e->retryAfterSeconds()]);
     return;
+} catch (CheckoutGuard\UnavailableException $e) {
+    // on_unavailable = "throw": this checkout chose to stop paying while the limiter
+    // cannot ask Valkey, and says so (it never reaches the provider unlimited).
+    $step('failed', ['cause' => 'limiter_unavailable']);
+    answer(503, ['error' => 'limiter unavailable, please retry'], ['Retry-After' => '1']);
+    return;
 } catch (Psr\Http\Client\ClientExceptionInterface $e) {
     $step('failed', ['cause' => 'payment_unreachable']);
     answer(502, ['error' => 'payment service unreachable']);

@@ -138,10 +138,10 @@ pub fn denied_until(key: u64, tokens: u64, now: u64) -> Option<u64> {
     if s.seq.load(Ordering::Acquire) != seq || k != key {
         return None;
     }
-    let until = base
-        .saturating_add(interval.saturating_mul(tokens))
-        .min(expires);
-    (now < until).then_some(until)
+    // The answer is the real instant (it becomes retryAfter); the knowledge is used only
+    // until `expires`.
+    let until = base.saturating_add(interval.saturating_mul(tokens));
+    (now < until.min(expires)).then_some(until)
 }
 
 /// Records what a reply proved about a bucket: at local instant `base` it holds no
@@ -210,9 +210,14 @@ mod tests {
     fn no_denial_outlives_a_second_after_the_reply() {
         let k = key(b"{cg:slow}:b:global", b"", 60_000_000, 60_000_000);
         let now = now_ns();
-        // One token a minute: the reply's knowledge is still used for one second only.
+        // One token a minute: the reply's knowledge is used for one second only, and
+        // while it is, the instant it gives is the real one (retryAfter).
         record(k, now, 60_000_000_000, now);
-        assert_eq!(denied_until(k, 1, now), Some(now + MAX_LOCAL_DENIAL_NS));
+        assert_eq!(denied_until(k, 1, now), Some(now + 60_000_000_000));
+        assert_eq!(
+            denied_until(k, 1, now + MAX_LOCAL_DENIAL_NS - 1),
+            Some(now + 60_000_000_000)
+        );
         assert_eq!(denied_until(k, 1, now + MAX_LOCAL_DENIAL_NS), None);
     }
 

@@ -1,0 +1,224 @@
+"""The fault matrix (README: faults): real faults against the running checkout stack under
+steady load, for one on_unavailable policy. scripts/faults.sh starts the stack and calls
+this once per policy, then renders the table.
+
+While loadtest/steady.py buys at ordinary shops and loadtest/acquire_probe.php makes one
+decision every 10 ms (same Valkey URL, timeout and policy as the checkout), each fault is
+applied for --fault seconds, then given --recovery seconds. Per fault: checkouts answered
+and how, acquire() p99 during the fault, PHP errors and crashes, recovery time (fault end
+to the first decision made by Valkey again), checkout_guard connections left in Valkey.
+"""
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def send(s: socket.socket, *args: str) -> bytes:
+    s.sendall(f"*{len(args)}\r\n".encode() + b"".join(f"${len(a.encode())}\r\n{a}\r\n".encode() for a in args))
+    data = b""
+    s.settimeout(0.5)
+    try:
+        while chunk := s.recv(65536):
+            data += chunk
+            if data.endswith(b"\r\n") and (not data.startswith(b"$") or data.count(b"\r\n") >= 2):
+                break
+    except socket.timeout:
+        pass
+    return data
+
+
+def resp(port: int, *args: str) -> bytes:
+    """One command to Valkey (directly, not through the proxy), raw reply."""
+    with socket.create_connection(("127.0.0.1", port), timeout=3) as s:
+        return send(s, *args)
+
+
+def our_connections(port: int) -> int:
+    return resp(port, "CLIENT", "LIST").count(b"lib-name=checkout_guard")
+
+
+def log_size(path: str) -> int:
+    return os.path.getsize(path) if os.path.exists(path) else 0
+
+
+def new_lines(path: str, offset: int) -> list:
+    if not os.path.exists(path):
+        return []
+    with open(path, errors="replace") as f:
+        f.seek(offset)
+        return [line for line in f.read().splitlines() if line.strip()]
+
+
+class Valkey:
+    def __init__(self, a):
+        self.a = a
+
+    def pid(self) -> int:
+        return int(open(os.path.join(self.a.valkey_dir, "valkey.pid")).read().strip())
+
+    def stop(self) -> None:
+        pid = self.pid()
+        os.kill(pid, signal.SIGCONT)
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(200):
+            try:
+                stat = open(f"/proc/{pid}/stat").read()
+                if ") Z" in stat:
+                    break
+            except OSError:
+                break
+            time.sleep(0.02)
+
+    def start(self) -> None:
+        subprocess.run([self.a.valkey_bin, "--bind", "127.0.0.1", "--port", str(self.a.valkey_port), "--save", "",
+                        "--appendonly", "no", "--daemonize", "yes", "--dir", self.a.valkey_dir,
+                        "--pidfile", os.path.join(self.a.valkey_dir, "valkey.pid"),
+                        "--logfile", os.path.join(self.a.valkey_dir, "valkey.log")], check=True)
+        for _ in range(250):
+            try:
+                socket.create_connection(("127.0.0.1", self.a.valkey_port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.02)
+
+
+def busy_worker(ops_port: int):
+    """A php-fpm worker that is serving a request right now."""
+    with socket.create_connection(("127.0.0.1", ops_port), timeout=2) as s:
+        s.sendall(b"GET /fpm-status?json&full HTTP/1.0\r\nHost: ops\r\n\r\n")
+        raw = b""
+        while chunk := s.recv(65536):
+            raw += chunk
+    status = json.loads(raw.split(b"\r\n\r\n", 1)[1])
+    running = [p["pid"] for p in status["processes"] if p["state"] == "Running" and "/fpm-status" not in p.get("request uri", "")]
+    return running[0] if running else None
+
+
+def faults(a, v: Valkey):
+    """(name, apply, end) for each fault; apply/end return nothing."""
+    port = a.valkey_port
+
+    def worker_kill():
+        for _ in range(100):
+            pid = busy_worker(a.ops_port)
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+                return
+            time.sleep(0.01)
+
+    admin = {}
+
+    def maxclients_on():
+        # One connection kept for the fault's end: at maxclients 1 nobody else gets in.
+        admin["s"] = socket.create_connection(("127.0.0.1", port), timeout=3)
+        send(admin["s"], "CONFIG", "SET", "maxclients", "1")
+        send(admin["s"], "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+
+    def maxclients_off():
+        send(admin["s"], "CONFIG", "SET", "maxclients", "10000")
+        admin.pop("s").close()
+
+    def flush_and_restart():
+        resp(port, "SCRIPT", "FLUSH")
+        v.stop()
+        v.start()
+
+    return [
+        ("Valkey stopped, then started (empty)", v.stop, v.start),
+        ("Valkey paused (SIGSTOP), then resumed", lambda: os.kill(v.pid(), signal.SIGSTOP), lambda: os.kill(v.pid(), signal.SIGCONT)),
+        ("Valkey slow: +200 ms each way (TCP proxy)", lambda: open(a.proxy_control, "w").write("200"), lambda: open(a.proxy_control, "w").write("0")),
+        ("SCRIPT FLUSH and a restart between two requests", flush_and_restart, lambda: None),
+        ("Valkey at maxclients (connections killed, new ones refused)", maxclients_on, maxclients_off),
+        ("Valkey at maxmemory, noeviction (writes refused: OOM)",
+         lambda: (resp(port, "CONFIG", "SET", "maxmemory-policy", "noeviction"), resp(port, "CONFIG", "SET", "maxmemory", "1")),
+         lambda: resp(port, "CONFIG", "SET", "maxmemory", "0")),
+        ("a php-fpm worker killed mid-request (SIGKILL)", worker_kill, lambda: None),
+    ]
+
+
+def p99(values):
+    if not values:
+        return None
+    values = sorted(values)
+    return values[min(len(values) - 1, int(0.99 * len(values)))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    for name in ("run-dir", "valkey-dir", "valkey-bin", "proxy-url", "proxy-control", "policy", "ext", "out"):
+        ap.add_argument(f"--{name}", required=True)
+    ap.add_argument("--valkey-port", type=int, required=True)
+    ap.add_argument("--ops-port", type=int, required=True)
+    ap.add_argument("--http-port", type=int, required=True)
+    ap.add_argument("--workers", type=int, required=True)
+    ap.add_argument("--fault", type=float, default=5)
+    ap.add_argument("--recovery", type=float, default=5)
+    ap.add_argument("--warmup", type=float, default=3)
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    v = Valkey(a)
+    plan = faults(a, v)
+    total = a.warmup + len(plan) * (a.fault + a.recovery) + 1
+    steady_out = os.path.join(a.out, "checkouts.jsonl")
+    probe_out = os.path.join(a.out, "probe.jsonl")
+    php_errors = os.path.join(a.run_dir, "php-errors.log")
+    fpm_log = os.path.join(a.run_dir, "php-fpm.log")
+    t0 = time.monotonic()
+    steady = subprocess.Popen([sys.executable, os.path.join(HERE, "steady.py"), str(a.http_port), "4", "8", str(total), steady_out])
+    probe = subprocess.Popen(["php", "-n", "-d", f"extension={a.ext}", "-d", "checkout_guard.retry_interval_ms=1000",
+                              "-d", "checkout_guard.timeout_ms=50", os.path.join(HERE, "acquire_probe.php"),
+                              a.proxy_url, a.policy, str(total), probe_out])
+    time.sleep(a.warmup)
+    windows = []
+    for name, apply, end in plan:
+        errors_at, fpm_at = log_size(php_errors), log_size(fpm_log)
+        start = time.monotonic() - t0
+        apply()
+        time.sleep(a.fault)
+        end()
+        ended = time.monotonic() - t0
+        time.sleep(a.recovery)
+        windows.append({"fault": name, "start": start, "end": ended,
+                        "php_errors": new_lines(php_errors, errors_at),
+                        "crashes": [l for l in new_lines(fpm_log, fpm_at) if "signal" in l and "SIGKILL" not in l and "SIGQUIT" not in l],
+                        "killed": [l for l in new_lines(fpm_log, fpm_at) if "SIGKILL" in l],
+                        "connections": our_connections(a.valkey_port)})
+    steady.wait(timeout=60)
+    probe.wait(timeout=60)
+    checkouts = [json.loads(l) for l in open(steady_out)]
+    decisions = [json.loads(l) for l in open(probe_out)]
+    rows = []
+    for w in windows:
+        during = [c for c in checkouts if w["start"] <= c["t"] < w["end"]]
+        how = {}
+        for c in during:
+            how[c["class"]] = how.get(c["class"], 0) + 1
+        probe_during = [d["us"] / 1000 for d in decisions if w["start"] <= d["t"] < w["end"]]
+        unavailable = [d for d in decisions if w["start"] <= d["t"] < w["end"] and d["reason"] in ("unavailable", "threw")]
+        recovered = next((d["t"] for d in decisions if d["t"] >= w["end"] and d["reason"] not in ("unavailable", "threw")), None)
+        rows.append({
+            "fault": w["fault"], "policy": a.policy, "checkouts": how,
+            "acquire_p99_ms": round(p99(probe_during), 1) if probe_during else None,
+            "acquire_max_ms": round(max(probe_during), 1) if probe_during else None,
+            "decisions_by_policy": len(unavailable),
+            "php_errors": len(w["php_errors"]), "php_error_lines": w["php_errors"][:3],
+            "crashes": len(w["crashes"]), "workers_killed": len(w["killed"]),
+            "recovery_s": None if recovered is None else round(max(0.0, recovered - w["end"]), 3),
+            "connections_after": w["connections"],
+        })
+    json.dump({"policy": a.policy, "workers": a.workers, "fault_s": a.fault, "recovery_window_s": a.recovery, "rows": rows},
+              open(os.path.join(a.out, "faults.json"), "w"), indent=1)
+    for r in rows:
+        print(json.dumps(r))
+
+
+if __name__ == "__main__":
+    main()

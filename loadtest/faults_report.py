@@ -1,0 +1,62 @@
+"""The fault matrix's table and must-hold checks, from .run/faults/<mode>/<policy>/faults.json.
+
+  python faults_report.py OUT_DIR    -> markdown on stdout; exit 1 if a check fails
+"""
+
+import json
+import os
+import sys
+
+POLICIES = ("allow", "deny", "throw")
+# A decision waits at most timeout_ms (50) per attempt, twice (one transparent reconnect),
+# plus connect: anything near a second would be a hang.
+HANG_MS = 500
+# Recovery target: under 1 s plus retry_interval_ms (1000).
+RECOVERY_S = 2.0
+
+
+def main() -> None:
+    out = sys.argv[1]
+    results = {p: json.load(open(os.path.join(out, p, "faults.json"))) for p in POLICIES if os.path.exists(os.path.join(out, p, "faults.json"))}
+    any_r = next(iter(results.values()))
+    lines = [
+        f"# Fault matrix ({os.path.basename(out)})", "",
+        f"php-fpm {any_r['workers']} workers recycled every 25 requests (pm.max_requests), steady checkouts at ordinary shops",
+        f"(4 buyers x 8/s), one acquire() every 10 ms in a probe process; each fault {any_r['fault_s']:g} s, then {any_r['recovery_window_s']:g} s",
+        "of recovery. timeout_ms 50, retry_interval_ms 1000.", "",
+        "| fault | on_unavailable | checkouts during the fault | acquire() p99 / max ms | decided by the policy | PHP errors | crashes | recovery s | connections after |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    failures = []
+    for policy, res in results.items():
+        for r in res["rows"]:
+            how = ", ".join(f"{k} {v}" for k, v in sorted(r["checkouts"].items(), key=lambda kv: -kv[1])) or "none"
+            rec = "-" if r["recovery_s"] is None else f"{r['recovery_s']:.2f}"
+            lines.append(f"| {r['fault']} | {policy} | {how} | {r['acquire_p99_ms']} / {r['acquire_max_ms']} | {r['decisions_by_policy']} | {r['php_errors']} | {r['crashes']} | {rec} | {r['connections_after']} |")
+            where = f"{r['fault']} ({policy})"
+            if r["php_errors"]:
+                failures.append(f"{where}: {r['php_errors']} PHP errors, e.g. {r['php_error_lines'][:1]}")
+            if r["crashes"]:
+                failures.append(f"{where}: {r['crashes']} crashes")
+            if r["acquire_max_ms"] is not None and r["acquire_max_ms"] > HANG_MS and "slow" not in r["fault"] and "paused" not in r["fault"]:
+                failures.append(f"{where}: an acquire() took {r['acquire_max_ms']} ms")
+            if r["acquire_p99_ms"] is not None and r["acquire_p99_ms"] > HANG_MS:
+                failures.append(f"{where}: acquire() p99 {r['acquire_p99_ms']} ms: a hang, not a timeout")
+            if r["recovery_s"] is None or r["recovery_s"] > RECOVERY_S:
+                failures.append(f"{where}: recovery {r['recovery_s']} s (target < {RECOVERY_S} s)")
+            if r["connections_after"] > res["workers"] + 1:
+                failures.append(f"{where}: {r['connections_after']} connections left for {res['workers']} workers + 1 probe")
+            unexpected = {k: v for k, v in r["checkouts"].items() if k.startswith("error") or k == "io"}
+            if unexpected and "killed" not in r["fault"]:
+                failures.append(f"{where}: unexpected answers {unexpected}")
+    lines += ["", "Must hold: no PHP error or crash, no acquire() over 500 ms outside the slow and paused",
+              "faults (whose p99 must stay under it too), recovery under 2 s (1 s + retry_interval_ms),",
+              "at most one connection per worker and the probe, no 5xx other than the policy's and the",
+              "killed worker's own request.", ""]
+    lines += ["All checks hold." if not failures else "Failed:"] + [f"- {f}" for f in failures]
+    print("\n".join(lines))
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

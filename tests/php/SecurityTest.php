@@ -1,0 +1,173 @@
+<?php
+declare(strict_types=1);
+
+namespace CheckoutGuard\Tests;
+
+use CheckoutGuard\ConfigurationException;
+use CheckoutGuard\RateLimiter;
+use CheckoutGuard\Telemetry;
+use CheckoutGuard\UnavailableException;
+
+/**
+ * AUTH with an ACL user, secrets that never show, and hostile input from PHP. Runs its
+ * own Valkey (ACL users are server-wide).
+ */
+final class SecurityTest extends LimiterTestCase
+{
+    private const SECRET = 'Sup3r-s3cret_pw';
+
+    private ValkeyProcess $valkey;
+
+    protected function setUp(): void
+    {
+        $this->valkey = new ValkeyProcess();
+        $this->valkey->start();
+        // An ACL user allowed exactly what the limiter needs, on its own key namespace.
+        $this->valkey->client()->rawCommand(
+            'ACL', 'SETUSER', 'checkout', 'on', '>' . self::SECRET, 'resetkeys', '~{cg:*', 'resetchannels',
+            '-@all', '+evalsha', '+eval', '+script|load', '+time', '+mget', '+set', '+get', '+del',
+            '+exists', '+scan', '+unlink', '+ping', '+client|setinfo', '+hello', '+select'
+        );
+        // For the tests' own inspection only.
+        $this->valkey->client()->rawCommand('ACL', 'SETUSER', 'inspector', 'on', '>inspect', '~*', '+@all');
+        $this->valkey->client()->rawCommand('ACL', 'SETUSER', 'default', 'off');
+    }
+
+    protected function tearDown(): void
+    {
+        $this->valkey->stop();
+    }
+
+    private function aclUrl(string $password = self::SECRET): string
+    {
+        return "redis://checkout:$password@127.0.0.1:{$this->valkey->port}/0";
+    }
+
+    public function testAnAclUserWithItsPasswordInTheUrlDecides(): void
+    {
+        $l = $this->limiter(['url' => $this->aclUrl(), 'global' => self::bucket(2), 'hot_shop' => self::bucket(1)]);
+        $this->assertSame(['allowed' => 2, 'global' => 1], self::drain($l, 's', 3));
+        $l->markHot('h', 60);
+        $this->assertTrue($l->isHot('h'));
+        $l->reset();
+        $this->assertTrue($l->health()['ok']);
+    }
+
+    public function testAWrongPasswordIsUnavailableAndNeverShown(): void
+    {
+        $wrong = 'Wr0ng-' . self::SECRET;
+        $l = $this->limiter(['url' => $this->aclUrl($wrong), 'global' => self::bucket(2), 'on_unavailable' => 'throw']);
+        try {
+            $l->acquire('s');
+            $this->fail('expected UnavailableException');
+        } catch (UnavailableException $e) {
+            $this->assertStringNotContainsString($wrong, $e->getMessage());
+            $this->assertStringNotContainsString($wrong, $e->getTraceAsString());
+            $this->assertStringContainsString('checkout:***@', $e->getMessage());
+        }
+        $h = $l->health();
+        $this->assertFalse($h['ok']);
+        $this->assertStringNotContainsString($wrong, json_encode($h));
+        $allow = $this->limiter(['url' => $this->aclUrl($wrong), 'global' => self::bucket(2)]);
+        $this->assertSame('unavailable', $allow->acquire('s')->reason());
+    }
+
+    public function testSecretsAppearInNoEventNoPhpinfoAndNoLog(): void
+    {
+        $events = (string) getenv('CHECKOUT_GUARD_TEST_EVENTS');
+        $before = is_file($events) ? filesize($events) : 0;
+        // Denied and unavailable decisions become events; so do measured calls whose URL
+        // carries credentials and a token.
+        $ok = $this->limiter(['url' => $this->aclUrl(), 'global' => self::bucket(1)]);
+        self::drain($ok, 's', 2);
+        $this->limiter(['url' => $this->aclUrl('x' . self::SECRET), 'global' => self::bucket(1)])->acquire('s');
+        Telemetry::measure('payment', fn () => 200, [
+            'url.full' => 'https://shop:' . self::SECRET . '@api.example/v1/charges?token=' . self::SECRET,
+        ]);
+        Telemetry::flush();
+        $written = (string) file_get_contents($events, false, null, $before);
+        $this->assertStringContainsString('RateLimitDecision', $written);
+        $this->assertStringNotContainsString(self::SECRET, $written);
+
+        ini_set('checkout_guard.url', $this->aclUrl());
+        ob_start();
+        phpinfo(INFO_MODULES);
+        $info = (string) ob_get_clean();
+        ini_restore('checkout_guard.url');
+        $this->assertStringContainsString('checkout:***@', $info);
+        $this->assertStringNotContainsString(self::SECRET, $info);
+
+        // Nothing the extension logged (PHP's error log) names it either.
+        $log = (string) ini_get('error_log');
+        if ($log !== '' && is_file($log)) {
+            $this->assertStringNotContainsString(self::SECRET, (string) file_get_contents($log));
+        }
+    }
+
+    public function testThousandsOfRandomOptionArraysOnlyEverThrowConfigurationException(): void
+    {
+        mt_srand(20261130);
+        $values = [null, true, false, 0, 1, -1, 10, 1_000_000_001, PHP_INT_MAX, PHP_INT_MIN, 0.0, -0.5, 1.5, NAN, INF,
+            '', '10', 'allow', 'throw', "a\0b", "\xff\xfe", str_repeat('x', 300), 'redis://u:' . self::SECRET . '@h:1',
+            'unix:///tmp/none.sock', 'rediss://h', [], [1, 2], ['capacity' => 5], ['capacity' => 5, 'refill_per_second' => 2],
+            ['capacity' => '5', 'refill_per_second' => 2], ['x' => ['y' => ['z' => 1]]], new \stdClass(), fn () => 1];
+        $keys = ['name', 'global', 'hot_lane', 'hot_shop', 'hot_shops', 'url', 'timeout_ms', 'on_unavailable', 'other', 0];
+        $accepted = $rejected = 0;
+        for ($i = 0; $i < 3000; $i++) {
+            $options = [];
+            for ($k = mt_rand(0, 6); $k > 0; $k--) {
+                $options[$keys[mt_rand(0, count($keys) - 1)]] = $values[mt_rand(0, count($values) - 1)];
+            }
+            if (mt_rand(0, 1) === 1) {
+                $options['global'] = ['capacity' => mt_rand(-2, 20), 'refill_per_second' => mt_rand(-2, 20) / 2];
+            }
+            try {
+                new RateLimiter($options);
+                $accepted++;
+            } catch (ConfigurationException $e) {
+                $rejected++;
+                $this->assertNotSame('', $e->getMessage());
+                $this->assertStringStartsWith('checkout_guard: ', $e->getMessage());
+                $this->assertStringNotContainsString(self::SECRET, $e->getMessage());
+            }
+        }
+        $this->assertGreaterThan(100, $accepted);
+        $this->assertGreaterThan(100, $rejected);
+    }
+
+    public function testThousandsOfRandomShopIdsAreDecidedOrRejectedCleanly(): void
+    {
+        mt_srand(7);
+        // Hot shops get a bucket and a mark of their own that outlive the test's loop.
+        $l = $this->limiter(['url' => $this->aclUrl(), 'global' => self::bucket(100000, 100000), 'hot_shop' => self::bucket(10)]);
+        $decided = $rejected = 0;
+        for ($i = 0; $i < 2000; $i++) {
+            $len = mt_rand(0, 160);
+            $id = $len === 0 ? '' : random_bytes($len);
+            if (mt_rand(0, 3) === 0) {
+                $id = '{' . $id . '}:b:global';
+            }
+            try {
+                if ($i % 5 === 0 && $id !== '' && strlen($id) <= 128 && !preg_match('/[\x00-\x1f\x7f]/', $id)) {
+                    $l->markHot($id, 60);
+                }
+                $l->acquire($id);
+                $decided++;
+            } catch (ConfigurationException $e) {
+                $this->assertStringContainsString('shopId', $e->getMessage());
+                $rejected++;
+            }
+        }
+        $this->assertGreaterThan(0, $decided);
+        $this->assertGreaterThan(0, $rejected);
+        // Every key the limiter wrote is inside its namespace.
+        $admin = new \Redis();
+        $admin->connect('127.0.0.1', $this->valkey->port);
+        $admin->auth(['inspector', 'inspect']);
+        $keys = $admin->keys('*');
+        $this->assertNotEmpty($keys);
+        foreach ($keys as $key) {
+            $this->assertStringStartsWith('{cg:', $key);
+        }
+    }
+}
