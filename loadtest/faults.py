@@ -136,7 +136,7 @@ def faults(a, v: Valkey):
         ("Valkey paused (SIGSTOP), then resumed", lambda: os.kill(v.pid(), signal.SIGSTOP), lambda: os.kill(v.pid(), signal.SIGCONT)),
         ("Valkey slow: +200 ms each way (TCP proxy)", lambda: open(a.proxy_control, "w").write("200"), lambda: open(a.proxy_control, "w").write("0")),
         ("SCRIPT FLUSH and a restart between two requests", flush_and_restart, lambda: None),
-        ("Valkey at maxclients (connections killed, new ones refused)", maxclients_on, maxclients_off),
+        ("Valkey at maxclients (connections dropped, new ones refused)", maxclients_on, maxclients_off),
         ("Valkey at maxmemory, noeviction (writes refused: OOM)",
          lambda: (resp(port, "CONFIG", "SET", "maxmemory-policy", "noeviction"), resp(port, "CONFIG", "SET", "maxmemory", "1")),
          lambda: resp(port, "CONFIG", "SET", "maxmemory", "0")),
@@ -190,6 +190,7 @@ def main() -> None:
                         "php_errors": new_lines(php_errors, errors_at),
                         "crashes": [l for l in new_lines(fpm_log, fpm_at) if "signal" in l and "SIGKILL" not in l and "SIGQUIT" not in l],
                         "killed": [l for l in new_lines(fpm_log, fpm_at) if "SIGKILL" in l],
+                        "recycled": [l for l in new_lines(fpm_log, fpm_at) if "exited with code 0" in l],
                         "connections": our_connections(a.valkey_port)})
     steady.wait(timeout=60)
     probe.wait(timeout=60)
@@ -210,7 +211,7 @@ def main() -> None:
             "acquire_max_ms": round(max(probe_during), 1) if probe_during else None,
             "decisions_by_policy": len(unavailable),
             "php_errors": len(w["php_errors"]), "php_error_lines": w["php_errors"][:3],
-            "crashes": len(w["crashes"]), "workers_killed": len(w["killed"]),
+            "crashes": len(w["crashes"]), "workers_killed": len(w["killed"]), "workers_recycled": len(w["recycled"]),
             "recovery_s": None if recovered is None else round(max(0.0, recovered - w["end"]), 3),
             "connections_after": w["connections"],
         })

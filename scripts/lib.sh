@@ -98,6 +98,7 @@ CHECKOUT_HOT_SHOPS=$hot
 CHECKOUT_PROVIDER_URL=http://127.0.0.1:$phttp
 $extra" \
     bash "$CG_ROOT/scripts/stack.sh" start "$dir" "$CG_ROOT/php/examples/checkout" "$url" | cut -d' ' -f1
+  [ -n "${CHECKOUT_VALKEY_URL:-}" ] || echo "valkey=$vport" >> "$dir/ports"
 }
 
 # stop_checkout DIR: stops what start_checkout started.

@@ -11,7 +11,7 @@ log() { printf '==> %s\n' "$*" >&2; }
 # for the end-to-end run, cgi-fcgi to talk FastCGI to php-fpm directly, Chromium to
 # check that the incident report renders.
 apt_pkgs=(php8.2-cli php8.2-dev php8.2-fpm php8.2-redis php8.2-curl
-          php-psr-http-client php-psr-http-message php-nyholm-psr7 php-guzzlehttp-guzzle clang libclang-dev phpunit nginx-light libfcgi-bin
+          php-psr-http-client php-psr-http-message php-nyholm-psr7 php-guzzlehttp-guzzle clang libclang-dev phpunit nginx-light libfcgi-bin valgrind php-symfony-rate-limiter php-symfony-lock php-symfony-cache
           chromium fonts-dejavu-core
           python3-venv ca-certificates)
 missing=()

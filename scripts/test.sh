@@ -4,6 +4,7 @@
 #   2. Rust tests (bucket math, options, script/model equivalence against a real Valkey)
 #   3. stubs are fresh (cargo php stubs vs stubs/)
 #   4. PHPUnit against the built extension and a real Valkey, including php-fpm + nginx
+#   5. the limiter, telemetry and hostile-input suites again under valgrind
 # Arguments go to PHPUnit. While working on PHP code, PHP_ONLY=1 skips steps 1-3:
 #   PHP_ONLY=1 scripts/test.sh --filter HealthTest
 set -euo pipefail
@@ -58,4 +59,9 @@ VALKEY_SERVER="$(valkey_bin)" \
 
 if [ -s "$run/php-errors.log" ]; then
   echo "PHP errors under php-fpm:" >&2; cat "$run/php-errors.log" >&2; exit 1
+fi
+
+if [ -z "${PHP_ONLY:-}" ]; then
+  log "valgrind"
+  bash scripts/valgrind.sh
 fi

@@ -1,0 +1,98 @@
+"""The soak (README: faults): the checkout stack under steady load for a bounded time,
+sampled every --every seconds: RSS and open file descriptors of each php-fpm worker,
+Valkey's connected_clients and used_memory. They must stay flat.
+
+  python soak.py --run-dir DIR --valkey-port P --http-port H --seconds S --out DIR
+"""
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def valkey_info(port: int) -> dict:
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+        s.sendall(b"*1\r\n$4\r\nINFO\r\n")
+        data = b""
+        while b"\r\n" not in data or len(data) < int(data.split(b"\r\n", 1)[0][1:]) + 5:
+            data += s.recv(65536)
+    out = {}
+    for line in data.decode().split("\r\n"):
+        if ":" in line:
+            k, v = line.split(":", 1)
+            out[k] = v
+    return out
+
+
+def workers(master: int) -> list:
+    try:
+        kids = open(f"/proc/{master}/task/{master}/children").read().split()
+    except OSError:
+        return []
+    return [int(k) for k in kids]
+
+
+def proc_sample(pid: int):
+    try:
+        rss = next(int(l.split()[1]) for l in open(f"/proc/{pid}/status") if l.startswith("VmRSS:"))
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+        return rss, fds
+    except (OSError, StopIteration):
+        return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--run-dir", required=True)
+    ap.add_argument("--valkey-port", type=int, required=True)
+    ap.add_argument("--http-port", type=int, required=True)
+    ap.add_argument("--seconds", type=float, required=True)
+    ap.add_argument("--every", type=float, default=5)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    master = int(open(os.path.join(a.run_dir, "php-fpm.pid")).read().strip())
+    load = subprocess.Popen([sys.executable, os.path.join(HERE, "steady.py"), str(a.http_port), "8", "10",
+                             str(a.seconds), os.path.join(a.out, "soak-checkouts.jsonl")])
+    t0 = time.monotonic()
+    samples = []
+    print("    t s | workers | RSS kB per worker (min-max) | fds per worker (min-max) | Valkey clients | Valkey used_memory")
+    while time.monotonic() - t0 < a.seconds:
+        time.sleep(a.every)
+        procs = [s for s in (proc_sample(p) for p in workers(master)) if s]
+        info = valkey_info(a.valkey_port)
+        row = {"t": round(time.monotonic() - t0, 1), "workers": len(procs),
+               "rss_min": min(p[0] for p in procs), "rss_max": max(p[0] for p in procs),
+               "fds_min": min(p[1] for p in procs), "fds_max": max(p[1] for p in procs),
+               "clients": int(info["connected_clients"]), "used_memory": int(info["used_memory"])}
+        samples.append(row)
+        print(f"{row['t']:7.1f} | {row['workers']:7d} | {row['rss_min']:>8d}-{row['rss_max']:<8d}          | "
+              f"{row['fds_min']:>4d}-{row['fds_max']:<4d}                 | {row['clients']:14d} | {row['used_memory']}", flush=True)
+    load.wait(timeout=60)
+    answers = {}
+    for line in open(os.path.join(a.out, "soak-checkouts.jsonl")):
+        c = json.loads(line)["class"]
+        answers[c] = answers.get(c, 0) + 1
+    # Flat: after the first third (warm-up: OPcache, connections, buffers), RSS grows by
+    # less than 1 MiB per worker, fds and connected_clients do not move.
+    settled = samples[len(samples) // 3:]
+    checks = [
+        (settled[-1]["rss_max"] - settled[0]["rss_max"] < 1024, f"worker RSS max {settled[0]['rss_max']} -> {settled[-1]['rss_max']} kB"),
+        (len({(s["fds_min"], s["fds_max"]) for s in settled}) == 1, f"fds per worker {sorted({(s['fds_min'], s['fds_max']) for s in settled})}"),
+        (len({s["clients"] for s in settled}) == 1, f"Valkey connected_clients {sorted({s['clients'] for s in settled})}"),
+        (set(answers) <= {"paid", "limited"}, f"checkouts answered {answers}"),
+    ]
+    json.dump({"samples": samples, "answers": answers, "checks": [{"holds": h, "check": t} for h, t in checks]},
+              open(os.path.join(a.out, "soak.json"), "w"), indent=1)
+    for h, t in checks:
+        print(f"- [{'x' if h else ' '}] {t}")
+    sys.exit(0 if all(h for h, _ in checks) else 1)
+
+
+if __name__ == "__main__":
+    main()

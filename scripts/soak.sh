@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The soak (README: faults): the example checkout (8 php-fpm workers, never recycled, so a
+# leak cannot hide) under steady checkout traffic (8 buyers x 10/s) for a bounded time;
+# RSS and open fds per worker and Valkey's connected_clients printed over time, and they
+# must stay flat (exit 1 otherwise). Results in .run/soak/<mode>/.
+#
+#   scripts/soak.sh full     # 10 minutes, a sample every 30 s
+#   scripts/soak.sh short    # 45 s, a sample every 5 s (CI)
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+cd "$CG_ROOT"
+mode=${1:-full}
+case "$mode" in
+  full) timing=(--seconds 600 --every 30) ;;
+  short) timing=(--seconds 45 --every 5) ;;
+  *) echo "usage: scripts/soak.sh full|short" >&2; exit 2 ;;
+esac
+bash scripts/setup.sh >/dev/null
+build_extension
+out="$CG_ROOT/.run/soak/$mode"
+rm -rf "$out"; mkdir -p "$out"
+dir="$out/stack"
+stop_all() {
+  local jobs; jobs=$(jobs -p); [ -z "$jobs" ] || kill $jobs 2>/dev/null || true
+  stop_checkout "$dir"
+}
+trap stop_all EXIT
+trap 'stop_all; exit 130' INT TERM
+FPM_WORKERS=8 FPM_MAX_REQUESTS=0 start_checkout "$dir" on "" > /dev/null
+http=$(sed -n 's/^http=//p' "$dir/ports")
+vport=$(sed -n 's/^valkey=//p' "$dir/ports")
+log "soak ($mode): steady checkouts against $http, Valkey on $vport"
+timeout 900 .venv/bin/python loadtest/soak.py --run-dir "$dir" --valkey-port "$vport" --http-port "$http" \
+  --out "$out" "${timing[@]}" | tee "$out/soak.txt" &
+wait $!
