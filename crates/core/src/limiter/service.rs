@@ -20,6 +20,8 @@ pub struct Limiter {
     keys: Keys,
     /// ARGV[3..8] of the script: interval and tolerance per lane ("0" when not configured).
     lane_args: [String; 6],
+    /// Per lane, the prefix of its local-denial keys (`{cg:<name>}:<lane>`), built once.
+    denial_tags: [Vec<u8>; 3],
     /// The local-denial key of the global bucket (the same for every shop).
     global_denial_key: u64,
 }
@@ -36,47 +38,66 @@ impl Limiter {
             lane_args[2 * lane as usize] = interval.to_string();
             lane_args[2 * lane as usize + 1] = tolerance.to_string();
         }
-        let global_denial_key = Self::denial_key_with(&keys, &options, Lane::Global, b"");
-        Self {
+        let denial_tags =
+            Lane::ALL.map(|lane| [keys.hash_tag(), b":", lane.as_str().as_bytes()].concat());
+        let mut limiter = Self {
             options,
             keys,
             lane_args,
-            global_denial_key,
-        }
+            denial_tags,
+            global_denial_key: 0,
+        };
+        limiter.global_denial_key = limiter.hashed_denial_key(Lane::Global, b"");
+        limiter
     }
 
     /// The local-denial key of one bucket as `shop` sees it: the global bucket is shared
     /// by every shop; the hot lane is shared too but applies only to hot shops, so each
     /// hot shop learns its state for itself.
-    fn denial_key_with(keys: &Keys, options: &LimiterOptions, lane: Lane, shop: &[u8]) -> u64 {
-        let (interval, tolerance) = options
+    fn hashed_denial_key(&self, lane: Lane, shop: &[u8]) -> u64 {
+        let (interval, tolerance) = self
+            .options
             .buckets
             .get(lane)
             .map_or((0, 0), |b| (b.interval_us(), b.tolerance_us()));
-        let tag = [keys.hash_tag(), b":", lane.as_str().as_bytes()].concat();
         let shop = if lane == Lane::Global { &b""[..] } else { shop };
-        denials::key(&tag, shop, interval, tolerance)
+        denials::key(&self.denial_tags[lane as usize], shop, interval, tolerance)
     }
 
     fn denial_key(&self, lane: Lane, shop: &[u8]) -> u64 {
         if lane == Lane::Global {
             self.global_denial_key
         } else {
-            Self::denial_key_with(&self.keys, &self.options, lane, shop)
+            self.hashed_denial_key(lane, shop)
         }
     }
 
+    /// The local-denial keys of the configured buckets for `shop`, computed once per
+    /// acquire and used both to check and to learn.
+    fn denial_keys(&self, shop: &[u8]) -> [Option<u64>; 3] {
+        Lane::ALL.map(|lane| {
+            self.options
+                .buckets
+                .get(lane)
+                .map(|_| self.denial_key(lane, shop))
+        })
+    }
+
     /// The flood fast path: a denial Valkey is certain to make, made here (`denials.rs`).
-    fn deny_locally(&self, shop: &[u8], tokens: i64, static_hot: bool) -> Option<Decision> {
+    fn deny_locally(
+        &self,
+        keys: &[Option<u64>; 3],
+        tokens: i64,
+        static_hot: bool,
+    ) -> Option<Decision> {
         let now = denials::now_ns();
         let mut first: Option<Lane> = None;
         let mut until = 0;
         for lane in Lane::ALL {
-            if self.options.buckets.get(lane).is_none() {
+            let Some(key) = keys[lane as usize] else {
                 continue;
-            }
-            if let Some(u) = denials::denied_until(self.denial_key(lane, shop), tokens as u64, now)
-            {
+            };
+            if let Some(u) = denials::denied_until(key, tokens as u64, now) {
                 first.get_or_insert(lane);
                 until = until.max(u);
             }
@@ -91,13 +112,13 @@ impl Limiter {
 
     /// Remembers what a reply proved: for each bucket it applied, the local instant at
     /// which it holds no token (see `denials.rs` for why this is conservative).
-    fn learn(&self, shop: &[u8], reply: &StepReply, sent_ns: u64) {
+    fn learn(&self, keys: &[Option<u64>; 3], reply: &StepReply, sent_ns: u64) {
         let now = denials::now_ns();
         for lane in lanes_in(reply) {
-            let Some(spec) = self.options.buckets.get(lane) else {
+            let (Some(spec), Some(key)) = (self.options.buckets.get(lane), keys[lane as usize])
+            else {
                 continue;
             };
-            let key = self.denial_key(lane, shop);
             let tat = reply.tats[lane as usize];
             // Local ns at which the bucket is empty: sent + (tat - tolerance - now_valkey).
             let offset_ns = (tat - spec.tolerance_us() - reply.now_us).saturating_mul(1000);
@@ -128,9 +149,10 @@ impl Limiter {
         validate_shop_id(shop)?;
         validate_tokens(tokens, &self.options.buckets)?;
         let static_hot = self.is_statically_hot(shop);
-        let local = self.options.local_denials;
-        if local {
-            if let Some(d) = self.deny_locally(shop, tokens, static_hot) {
+        // With the fast path off, no key is hashed and nothing is learnt.
+        let denial_keys = self.options.local_denials.then(|| self.denial_keys(shop));
+        if let Some(keys) = &denial_keys {
+            if let Some(d) = self.deny_locally(keys, tokens, static_hot) {
                 return Ok(d);
             }
         }
@@ -151,8 +173,8 @@ impl Limiter {
         let failure = match result {
             Ok(ints) => match StepReply::from_ints(&ints) {
                 Some(reply) => {
-                    if local {
-                        self.learn(shop, &reply, sent_ns);
+                    if let Some(keys) = &denial_keys {
+                        self.learn(keys, &reply, sent_ns);
                     }
                     return Ok(Decision::from_reply(&self.options.buckets, tokens, &reply));
                 }
