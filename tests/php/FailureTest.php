@@ -14,21 +14,8 @@ use CheckoutGuard\UnavailableException;
  * The wall-clock bounds below are hang detectors (10x and more above the expected
  * times), not performance targets.
  */
-final class FailureTest extends LimiterTestCase
+final class FailureTest extends OwnValkeyTestCase
 {
-    private ValkeyProcess $valkey;
-
-    protected function setUp(): void
-    {
-        $this->valkey = new ValkeyProcess();
-        $this->valkey->start();
-    }
-
-    protected function tearDown(): void
-    {
-        $this->valkey->stop();
-    }
-
     private function own(array $options = []): RateLimiter
     {
         return $this->limiter($options + [
@@ -43,13 +30,6 @@ final class FailureTest extends LimiterTestCase
         $t = hrtime(true);
         $r = $f();
         return [$r, (hrtime(true) - $t) / 1e9];
-    }
-
-    /** Counts this Valkey's client connections opened by checkout_guard. */
-    private function ourConnections(): int
-    {
-        $list = $this->valkey->client()->rawCommand('CLIENT', 'LIST');
-        return substr_count($list, 'lib-name=checkout_guard');
     }
 
     public function testOnePersistentConnectionPerProcessAcrossLimiters(): void

@@ -11,21 +11,18 @@ use CheckoutGuard\RateLimiter;
  * pooled connection (never one per check), leave a down Valkey alone during the back-off,
  * and say which state the connection is in. Each test runs its own Valkey.
  */
-final class HealthTest extends LimiterTestCase
+final class HealthTest extends OwnValkeyTestCase
 {
-    private ValkeyProcess $valkey;
-
     protected function setUp(): void
     {
-        $this->valkey = new ValkeyProcess();
-        $this->valkey->start();
+        parent::setUp();
         ini_set('checkout_guard.retry_interval_ms', '300');
     }
 
     protected function tearDown(): void
     {
         ini_restore('checkout_guard.retry_interval_ms');
-        $this->valkey->stop();
+        parent::tearDown();
     }
 
     private function own(array $options = []): RateLimiter
@@ -35,11 +32,6 @@ final class HealthTest extends LimiterTestCase
             'global' => self::bucket(100),
             'timeout_ms' => 50,
         ]);
-    }
-
-    private function ourConnections(): int
-    {
-        return substr_count($this->valkey->client()->rawCommand('CLIENT', 'LIST'), 'lib-name=checkout_guard');
     }
 
     public function testAPingReusesThePooledConnection(): void
@@ -79,9 +71,9 @@ final class HealthTest extends LimiterTestCase
         $this->assertTrue($after['ok']);
         $this->assertTrue($after['connected']);
         $this->assertNull($after['ping_ms'], 'no ping was ever made');
-        $pings = $this->pingCalls();
+        $pings = $this->commandCalls('ping');
         $l->health(false);
-        $this->assertSame($pings, $this->pingCalls());
+        $this->assertSame($pings, $this->commandCalls('ping'));
     }
 
     public function testTheUrlIsShownWithoutItsPassword(): void
@@ -192,11 +184,5 @@ final class HealthTest extends LimiterTestCase
         $this->assertSame(503, $code);
         $this->assertSame(['fpm'], $body['failed']);
         $this->assertFalse($body['checks']['fpm']['ok']);
-    }
-
-    private function pingCalls(): int
-    {
-        $stats = $this->valkey->client()->rawCommand('INFO', 'commandstats');
-        return preg_match('/cmdstat_ping:calls=(\d+)/', $stats, $m) ? (int) $m[1] : 0;
     }
 }

@@ -10,20 +10,12 @@ use CheckoutGuard\RateLimiter;
  * make is made in the worker, without a round trip, and never admits anything.
  * Each test runs its own Valkey so that its command counts are its own.
  */
-final class LocalDenialsTest extends LimiterTestCase
+final class LocalDenialsTest extends OwnValkeyTestCase
 {
-    private ValkeyProcess $valkey;
-
-    protected function setUp(): void
-    {
-        $this->valkey = new ValkeyProcess();
-        $this->valkey->start();
-    }
-
     protected function tearDown(): void
     {
         ini_restore('checkout_guard.local_denials');
-        $this->valkey->stop();
+        parent::tearDown();
     }
 
     private function own(array $options = []): RateLimiter
@@ -34,8 +26,7 @@ final class LocalDenialsTest extends LimiterTestCase
     /** Decision scripts Valkey ran (EVALSHA calls, NOSCRIPT retries included). */
     private function scriptCalls(): int
     {
-        $stats = $this->valkey->client()->rawCommand('INFO', 'commandstats');
-        return preg_match('/cmdstat_evalsha:calls=(\d+)/', $stats, $m) ? (int) $m[1] : 0;
+        return $this->commandCalls('evalsha');
     }
 
     public function testADrainedBucketIsDeniedWithoutARoundTripUntilItsTokenComesBack(): void

@@ -12,16 +12,13 @@ use CheckoutGuard\UnavailableException;
  * AUTH with an ACL user, secrets that never show, and hostile input from PHP. Runs its
  * own Valkey (ACL users are server-wide).
  */
-final class SecurityTest extends LimiterTestCase
+final class SecurityTest extends OwnValkeyTestCase
 {
     private const SECRET = 'Sup3r-s3cret_pw';
 
-    private ValkeyProcess $valkey;
-
     protected function setUp(): void
     {
-        $this->valkey = new ValkeyProcess();
-        $this->valkey->start();
+        parent::setUp();
         // An ACL user allowed exactly what the limiter needs, on its own key namespace.
         $this->valkey->client()->rawCommand(
             'ACL', 'SETUSER', 'checkout', 'on', '>' . self::SECRET, 'resetkeys', '~{cg:*', 'resetchannels',
@@ -31,11 +28,6 @@ final class SecurityTest extends LimiterTestCase
         // For the tests' own inspection only.
         $this->valkey->client()->rawCommand('ACL', 'SETUSER', 'inspector', 'on', '>inspect', '~*', '+@all');
         $this->valkey->client()->rawCommand('ACL', 'SETUSER', 'default', 'off');
-    }
-
-    protected function tearDown(): void
-    {
-        $this->valkey->stop();
     }
 
     private function aclUrl(string $password = self::SECRET): string

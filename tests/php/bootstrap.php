@@ -25,3 +25,4 @@ require __DIR__ . '/support/NewRelicStandIn.php';
 require __DIR__ . '/support/ValkeyProcess.php';
 require __DIR__ . '/support/EventLog.php';
 require __DIR__ . '/support/LimiterTestCase.php';
+require __DIR__ . '/support/OwnValkeyTestCase.php';
