@@ -166,14 +166,6 @@ def phase_of(t: float, phases: list) -> str:
     return phases[-1][0]
 
 
-def readiness_at(p: Probe, t: float) -> bool:
-    state = False
-    for at, ready in p.transitions:
-        if at <= t:
-            state = ready
-    return state
-
-
 async def experiment(args) -> dict:
     ports = dict(line.strip().split("=", 1) for line in open(os.path.join(args.run_dir, "ports")) if "=" in line)
     ports = {k: int(v) for k, v in ports.items() if v}
@@ -340,7 +332,7 @@ def main() -> None:
     open(os.path.join(args.out, "timeline.svg"), "w").write(svg(res))
     total = res["flood"]["total"]
     md = [f"# Health checks under overload ({time.strftime('%Y-%m-%d')})", "",
-          f"Phases (s): " + ", ".join(f"{n} {a:g}-{b:g}" for n, a, b in res["phases"]) + f"; php-fpm stopped at {res['killed_at']:g}s.",
+          "Phases (s): " + ", ".join(f"{n} {a:g}-{b:g}" for n, a, b in res["phases"]) + f"; php-fpm stopped at {res['killed_at']:g}s.",
           f"Flood: {res['concurrency']} connections, answers {json.dumps(total, sort_keys=True)}, of which {res['flood']['shed']} shed by the flow control (limit {res['flow_limit']} in flight).",
           "", table(res), "", "Expectations:"]
     md += [f"- [{'x' if h else ' '}] {t}" for h, t in verdict]

@@ -32,7 +32,7 @@ def classify(status: int, body: bytes) -> str:
 
 
 async def buyer(port, rate, deadline, t0, out) -> None:
-    while (now := time.monotonic()) < deadline:
+    while time.monotonic() < deadline:
         await asyncio.sleep(random.expovariate(rate))
         shop = f"shop-{random.randrange(1000)}"
         started = time.monotonic()

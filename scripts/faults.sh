@@ -23,16 +23,7 @@ build_extension
 
 out="$CG_ROOT/.run/faults/$mode"
 rm -rf "$out"; mkdir -p "$out"
-current=""
-stop_all() {
-  local jobs; jobs=$(jobs -p); [ -z "$jobs" ] || kill $jobs 2>/dev/null || true
-  [ -n "$current" ] || return 0
-  stop_checkout "$current"
-  stop_pidfile "$current/proxy.pid"
-  current=""
-}
-trap stop_all EXIT
-trap 'stop_all; exit 130' INT TERM
+stop_current_on_exit
 
 workers=8
 for policy in allow deny throw; do
@@ -53,6 +44,6 @@ for policy in allow deny throw; do
     --proxy-control "$dir/proxy.ctl" --policy "$policy" --ext "$CG_EXT" --out "$dir" \
     --ops-port "$ops" --http-port "$http" --workers "$workers" "${timing[@]}" > "$dir/rows.jsonl" &
   wait $!
-  stop_all
+  stop_current
 done
 .venv/bin/python loadtest/faults_report.py "$out" | tee "$out/verdict.md"

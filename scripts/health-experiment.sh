@@ -29,12 +29,8 @@ build_extension
 out="$CG_ROOT/.run/health/$mode"
 rm -rf "$out"; mkdir -p "$out"
 dir="$out/stack"
-stop_all() {
-  local jobs; jobs=$(jobs -p); [ -z "$jobs" ] || kill $jobs 2>/dev/null || true
-  stop_checkout "$dir"
-}
-trap stop_all EXIT
-trap 'stop_all; exit 130' INT TERM
+current="$dir"
+stop_current_on_exit
 
 workers=${FPM_WORKERS:-8}
 export ZONEA_RATE=${ZONEA_RATE:-400} FLOW_LIMIT=${FLOW_LIMIT:-$workers}

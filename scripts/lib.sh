@@ -101,9 +101,25 @@ $extra" \
   [ -n "${CHECKOUT_VALKEY_URL:-}" ] || echo "valkey=$vport" >> "$dir/ports"
 }
 
-# stop_checkout DIR: stops what start_checkout started.
+# stop_checkout DIR: stops what start_checkout started (and a Valkey proxy in DIR).
 stop_checkout() {
   bash "$CG_ROOT/scripts/stack.sh" stop "$1" || true
   stop_pidfile "$1/provider.pid"
   stop_pidfile "$1/valkey/valkey.pid"
+  stop_pidfile "$1/proxy.pid"
+}
+
+# The checkout stack a script is running now: set current=DIR before starting it. After
+# stop_current_on_exit, it is stopped with every background job on exit, on failure and
+# on Ctrl-C; stop_current also stops it on the way.
+current=""
+stop_current() {
+  local jobs; jobs=$(jobs -p); [ -z "$jobs" ] || kill $jobs 2>/dev/null || true
+  [ -n "$current" ] || return 0
+  stop_checkout "$current"
+  current=""
+}
+stop_current_on_exit() {
+  trap stop_current EXIT
+  trap 'stop_current; exit 130' INT TERM
 }

@@ -27,16 +27,7 @@ build_extension
 
 out="$CG_ROOT/.run/loadtest/$mode"
 rm -rf "$out"; mkdir -p "$out"
-current=""
-stop_all() {
-  # Locust (and its workers) if still running: Ctrl-C during a run.
-  local jobs; jobs=$(jobs -p); [ -z "$jobs" ] || kill $jobs 2>/dev/null || true
-  [ -n "$current" ] || return 0
-  stop_checkout "$current"
-  current=""
-}
-trap stop_all EXIT
-trap 'stop_all; exit 130' INT TERM
+stop_current_on_exit
 
 # The provider's limits and the limiter's, sized for 2 cores (see README: load test).
 export ZONEA_RATE=${ZONEA_RATE:-400} PAYMENT_RATE=${PAYMENT_RATE:-50}
@@ -66,7 +57,7 @@ run_one() { # scenario limiter hot_shops
   wait || true
   read -r t1 idle1 < <(cpu_ticks)
   echo "{\"cpu_busy\": $(awk -v a="$t0" -v b="$t1" -v i="$idle0" -v j="$idle1" 'BEGIN{printf "%.3f", 1-(j-i)/(b-a)}'), \"duration\": $duration, \"hot_shops\": \"$hot\", \"locust_workers\": $workers}" > "$dir/run.json"
-  stop_all
+  stop_current
 }
 
 if [ "$mode" = smoke ]; then
@@ -87,7 +78,7 @@ CG_SHOP_RATE=0.001")
   done
   retry_after=$(curl -s -D - -o /dev/null "http://127.0.0.1:$port/checkout.php?shop=s5&channel=card" | tr -d '\r' | awk -F': ' 'tolower($1)=="retry-after"{print $2}')
   events_on=$(wc -l < "$dir/events.jsonl")
-  stop_all
+  stop_current
   dir="$out/smoke-off"; current="$dir"
   port=$(PAYMENT_RATE=1 start_checkout "$dir" off "")
   off=""
@@ -95,7 +86,7 @@ CG_SHOP_RATE=0.001")
     off+="$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/checkout.php?shop=s$i&channel=konbini") "
   done
   provider_429=$(grep -c '"s":429' "$dir/provider.log" || true)
-  stop_all
+  stop_current
   printf '{"limiter_on": "%s", "retry_after": "%s", "events_on": %d, "limiter_off": "%s", "provider_429": %d}\n' \
     "${codes% }" "$retry_after" "$events_on" "${off% }" "$provider_429"
   exit 0

@@ -20,12 +20,8 @@ build_extension
 out="$CG_ROOT/.run/soak/$mode"
 rm -rf "$out"; mkdir -p "$out"
 dir="$out/stack"
-stop_all() {
-  local jobs; jobs=$(jobs -p); [ -z "$jobs" ] || kill $jobs 2>/dev/null || true
-  stop_checkout "$dir"
-}
-trap stop_all EXIT
-trap 'stop_all; exit 130' INT TERM
+current="$dir"
+stop_current_on_exit
 FPM_WORKERS=8 FPM_MAX_REQUESTS=0 start_checkout "$dir" on "" > /dev/null
 http=$(sed -n 's/^http=//p' "$dir/ports")
 vport=$(sed -n 's/^valkey=//p' "$dir/ports")
