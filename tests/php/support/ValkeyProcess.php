@@ -29,11 +29,12 @@ final class ValkeyProcess
         return "redis://127.0.0.1:{$this->port}";
     }
 
-    public function start(): void
+    /** @param list<string> $args more valkey-server arguments (e.g. cluster mode) */
+    public function start(array $args = []): void
     {
         $cmd = [getenv('VALKEY_SERVER'), '--bind', '127.0.0.1', '--port', (string) $this->port,
             '--save', '', '--appendonly', 'no', '--daemonize', 'yes', '--dir', $this->dir,
-            '--pidfile', "{$this->dir}/valkey.pid", '--logfile', "{$this->dir}/valkey.log"];
+            '--pidfile', "{$this->dir}/valkey.pid", '--logfile', "{$this->dir}/valkey.log", ...$args];
         $p = proc_open($cmd, [], $pipes);
         proc_close($p);
         for ($i = 0; $i < 200; $i++) {
@@ -71,6 +72,19 @@ final class ValkeyProcess
     {
         $stat = @file_get_contents("/proc/$pid/stat");
         return $stat !== false && !preg_match('/^\d+ \(.*\) Z/', $stat);
+    }
+
+    /** Dies at once, as a crashed host would (no shutdown, no goodbye to the cluster). */
+    public function kill(): void
+    {
+        $pid = $this->pid();
+        if ($pid > 0) {
+            posix_kill($pid, SIGKILL);
+            for ($i = 0; $i < 200 && self::alive($pid); $i++) {
+                usleep(20000);
+            }
+            @unlink("{$this->dir}/valkey.pid");
+        }
     }
 
     public function pause(): void

@@ -71,6 +71,17 @@ local slack_ms = 3600000
 pub static DECIDE: once_cell::sync::Lazy<redis::Script> =
     once_cell::sync::Lazy::new(|| redis::Script::new(&decide_source()));
 
+/// One step of `reset()`: KEYS[1] routes it (any key of the limiter); ARGV: SCAN cursor,
+/// MATCH pattern (the limiter's bucket keys, all in KEYS[1]'s slot). Reply: next cursor,
+/// keys removed.
+pub static RESET_STEP: once_cell::sync::Lazy<redis::Script> = once_cell::sync::Lazy::new(|| {
+    redis::Script::new(
+        "local r = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', 1000)\n\
+         if #r[2] > 0 then redis.call('UNLINK', unpack(r[2])) end\n\
+         return {r[1], #r[2]}",
+    )
+});
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@ use super::keys::Keys;
 use super::options::{
     validate_shop_id, validate_tokens, validate_ttl, LimiterOptions, OnUnavailable,
 };
-use super::script::DECIDE;
+use super::script::{DECIDE, RESET_STEP};
 use super::step::{lanes_in, StepReply};
 use crate::store::{self, StoreError};
 
@@ -237,22 +237,22 @@ impl Limiter {
     }
 
     /// Forgets every bucket of this limiter (all full again). Hot marks are kept.
+    ///
+    /// A script step at a time (SCAN + UNLINK inside Valkey, 1000 keys per step) routed by
+    /// the limiter's hash tag, so on a cluster it runs on the node holding the limiter's
+    /// slot, and no step blocks Valkey for long.
     pub fn reset(&self) -> Result<(), LimiterError> {
         let pattern = self.keys.bucket_pattern();
+        let routing_key = self.keys.global();
         self.admin(|c| {
-            let mut cursor: u64 = 0;
+            let mut cursor = b"0".to_vec();
             loop {
-                let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
+                let (next, _removed): (Vec<u8>, i64) = RESET_STEP
+                    .key(&routing_key)
+                    .arg(&cursor)
                     .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(1000)
-                    .query(c)?;
-                if !keys.is_empty() {
-                    redis::cmd("UNLINK").arg(&keys).query::<()>(c)?;
-                }
-                if next == 0 {
+                    .invoke(c)?;
+                if next == b"0" {
                     return Ok(());
                 }
                 cursor = next;
@@ -268,7 +268,12 @@ impl Limiter {
     pub fn health(&self, ping: bool) -> store::Health {
         let o = &self.options;
         if ping {
-            store::ping(&o.endpoint, o.timeout, o.retry_interval)
+            store::ping(
+                &o.endpoint,
+                o.timeout,
+                o.retry_interval,
+                &self.keys.global(),
+            )
         } else {
             store::status(&o.endpoint)
         }
@@ -276,7 +281,7 @@ impl Limiter {
 
     fn with_valkey<T>(
         &self,
-        op: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
+        op: impl FnMut(&mut dyn redis::ConnectionLike) -> redis::RedisResult<T>,
     ) -> Result<T, StoreError> {
         store::with_connection(
             &self.options.endpoint,
@@ -289,7 +294,7 @@ impl Limiter {
     /// Administrative calls have no safe default: a failure is always an error.
     fn admin<T>(
         &self,
-        op: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
+        op: impl FnMut(&mut dyn redis::ConnectionLike) -> redis::RedisResult<T>,
     ) -> Result<T, LimiterError> {
         self.with_valkey(op).map_err(|e| self.unavailable(e))
     }

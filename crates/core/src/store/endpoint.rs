@@ -2,12 +2,20 @@ use std::fmt;
 
 use redis::{ConnectionInfo, IntoConnectionInfo};
 
+/// What an endpoint connects to: one server, or a cluster found from seed nodes.
+#[derive(Clone)]
+pub(crate) enum Target {
+    Single(ConnectionInfo),
+    /// Seed nodes of a Valkey Cluster: any one that answers gives the slot map.
+    Cluster(Vec<ConnectionInfo>),
+}
+
 /// A parsed Valkey URL: what to connect to, and how to show it without its password.
 #[derive(Clone)]
 pub struct Endpoint {
     url: String,
     display: String,
-    info: ConnectionInfo,
+    target: Target,
 }
 
 impl fmt::Debug for Endpoint {
@@ -17,11 +25,25 @@ impl fmt::Debug for Endpoint {
 }
 
 impl Endpoint {
-    /// Accepts `redis://[user[:password]@]host[:port][/db]`, `valkey://` (same form), and
-    /// `unix:///path/to/valkey.sock[?db=N&user=U&pass=P]` (also `redis+unix://`).
+    /// Accepts `redis://[user[:password]@]host[:port][/db]`, `valkey://` (same form),
+    /// `unix:///path/to/valkey.sock[?db=N&user=U&pass=P]` (also `redis+unix://`), and for a
+    /// Valkey Cluster `valkey+cluster://[user[:password]@]host:port[,host:port...]` (also
+    /// `redis+cluster://`): seed nodes, any of which gives the slot map.
     /// The error message shows the URL with its password masked.
     pub fn parse(url: &str) -> Result<Self, String> {
         let display = mask_password(url);
+        let cluster = ["valkey+cluster://", "redis+cluster://"]
+            .iter()
+            .find_map(|scheme| url.strip_prefix(scheme));
+        if let Some(rest) = cluster {
+            let seeds =
+                parse_cluster_seeds(rest).map_err(|why| format!("{why}, got \"{display}\""))?;
+            return Ok(Self {
+                url: url.to_string(),
+                display,
+                target: Target::Cluster(seeds),
+            });
+        }
         let normalized = match url.strip_prefix("valkey://") {
             Some(rest) => format!("redis://{rest}"),
             None => match url.strip_prefix("valkeys://") {
@@ -36,19 +58,20 @@ impl Endpoint {
         }
         let info = normalized.as_str().into_connection_info().map_err(|e| {
             format!(
-                "must be a redis://, valkey:// or unix:// URL ({}), got \"{display}\"",
+                "must be a redis://, valkey://, unix:// or valkey+cluster:// URL ({}), got \"{display}\"",
                 e.detail().unwrap_or("invalid URL")
             )
         })?;
-        let redis_settings = info
-            .redis_settings()
-            .clone()
-            .set_lib_name("checkout_guard", crate::VERSION);
         Ok(Self {
             url: url.to_string(),
             display,
-            info: info.set_redis_settings(redis_settings),
+            target: Target::Single(with_lib_name(info)),
         })
+    }
+
+    /// Whether this is a Valkey Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.target, Target::Cluster(_))
     }
 
     /// The URL with any password replaced by `***`.
@@ -60,9 +83,56 @@ impl Endpoint {
         &self.url
     }
 
-    pub(crate) fn connection_info(&self) -> &ConnectionInfo {
-        &self.info
+    pub(crate) fn target(&self) -> &Target {
+        &self.target
     }
+}
+
+/// Names the connections in `CLIENT LIST` (`lib-name=checkout_guard`).
+fn with_lib_name(info: ConnectionInfo) -> ConnectionInfo {
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_lib_name("checkout_guard", crate::VERSION);
+    info.set_redis_settings(settings)
+}
+
+/// `[user[:password]@]host:port[,host:port...]`: every seed gets the same credentials.
+/// No database number (a cluster has only database 0) and no query.
+fn parse_cluster_seeds(rest: &str) -> Result<Vec<ConnectionInfo>, String> {
+    let (userinfo, hosts) = match rest.rfind('@') {
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        None => (None, rest),
+    };
+    let hosts = hosts.strip_suffix('/').unwrap_or(hosts);
+    if hosts.is_empty() {
+        return Err("a cluster URL needs at least one host:port seed".into());
+    }
+    if hosts.contains(['/', '?', '#']) {
+        return Err("a cluster URL takes host:port seeds only (no database, no options)".into());
+    }
+    hosts
+        .split(',')
+        .map(|seed| {
+            let (host, port) = seed
+                .rsplit_once(':')
+                .filter(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0))
+                .ok_or_else(|| format!("cluster seed \"{seed}\" must be host:port"))?;
+            let url = match userinfo {
+                Some(u) => format!("redis://{u}@{host}:{port}"),
+                None => format!("redis://{host}:{port}"),
+            };
+            url.as_str()
+                .into_connection_info()
+                .map(with_lib_name)
+                .map_err(|e| {
+                    format!(
+                        "cluster seed \"{seed}\": {}",
+                        e.detail().unwrap_or("invalid")
+                    )
+                })
+        })
+        .collect()
 }
 
 /// Masks the password of `scheme://user:password@host` and of `?pass=`/`?password=`.
@@ -128,7 +198,41 @@ mod tests {
         let e = Endpoint::parse("rediss://u:topsecret@host").unwrap_err();
         assert!(e.contains("TLS") && !e.contains("topsecret"), "{e}");
         let ep = Endpoint::parse("redis://u:topsecret@host:1").unwrap();
+        assert!(!ep.is_cluster());
         assert!(!format!("{ep:?}").contains("topsecret"));
         assert_eq!(ep.display_url(), "redis://u:***@host:1");
+    }
+
+    #[test]
+    fn parses_cluster_seeds_with_shared_credentials() {
+        let ep =
+            Endpoint::parse("valkey+cluster://app:s3cret@10.0.0.1:7000,10.0.0.2:7001").unwrap();
+        assert!(ep.is_cluster());
+        assert_eq!(
+            ep.display_url(),
+            "valkey+cluster://app:***@10.0.0.1:7000,10.0.0.2:7001"
+        );
+        let Target::Cluster(seeds) = ep.target() else {
+            panic!("not a cluster")
+        };
+        assert_eq!(seeds.len(), 2);
+        for seed in seeds {
+            assert_eq!(seed.redis_settings().username(), Some("app"));
+            assert_eq!(seed.redis_settings().password(), Some("s3cret"));
+        }
+        assert!(Endpoint::parse("redis+cluster://127.0.0.1:7000").is_ok());
+        for bad in [
+            "valkey+cluster://",
+            "valkey+cluster://u:pw@host",
+            "valkey+cluster://host:0",
+            "valkey+cluster://host:7000/1",
+            "valkey+cluster://host:7000,:7001",
+        ] {
+            let e = Endpoint::parse(bad)
+                .err()
+                .unwrap_or_else(|| panic!("{bad} accepted"));
+            assert!(!e.contains(":pw@"), "{e}");
+            assert!(e.contains("got \""), "{e}");
+        }
     }
 }

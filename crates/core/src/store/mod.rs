@@ -8,9 +8,15 @@
 //! - after a failure nobody tries again for `retry_interval`: calls fail at once, so a
 //!   down Valkey costs a checkout nothing but the policy decision;
 //! - after `fork()` the child never touches the parent's socket.
+//!
+//! A Valkey Cluster endpoint (`valkey+cluster://`) is one redis-rs `ClusterConnection`
+//! under the same rules: it holds a connection per node it needed, follows MOVED and ASK,
+//! and after a failure the whole of it is dropped and the slot map asked for again from
+//! the seeds, so a failover is survived once the cluster has promoted a replica.
 
 mod endpoint;
 
+use endpoint::Target;
 pub use endpoint::{mask_password, Endpoint};
 
 use std::collections::HashMap;
@@ -19,7 +25,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
-use redis::{Connection, ErrorKind, RedisError, RedisResult};
+use redis::cluster::{ClusterClientBuilder, ClusterConnection};
+use redis::{Connection, ConnectionLike, ErrorKind, RedisError, RedisResult};
 
 /// Why a call to Valkey did not happen or did not succeed. Messages carry no password.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -41,8 +48,37 @@ impl StoreError {
     }
 }
 
+/// An open connection: to one server, or to the nodes of a cluster.
+enum Conn {
+    Single(Connection),
+    Cluster(ClusterConnection),
+}
+
+impl Conn {
+    fn set_timeouts(&mut self, t: Duration) -> RedisResult<()> {
+        match self {
+            Conn::Single(c) => {
+                c.set_read_timeout(Some(t))?;
+                c.set_write_timeout(Some(t))?;
+            }
+            Conn::Cluster(c) => {
+                c.set_read_timeout(Some(t))?;
+                c.set_write_timeout(Some(t))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn as_dyn(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            Conn::Single(c) => c,
+            Conn::Cluster(c) => c,
+        }
+    }
+}
+
 struct Live {
-    conn: Connection,
+    conn: Conn,
     /// The fork generation that opened the socket; a forked child must not use it.
     generation: u64,
     /// The read/write timeout currently set on the socket, to skip needless syscalls.
@@ -116,8 +152,25 @@ impl Slot {
     }
 
     fn connect(&mut self, endpoint: &Endpoint, timeout: Duration) -> RedisResult<()> {
-        let conn = redis::Client::open(endpoint.connection_info().clone())?
-            .get_connection_with_timeout(timeout)?;
+        let conn = match endpoint.target() {
+            Target::Single(info) => Conn::Single(
+                redis::Client::open(info.clone())?.get_connection_with_timeout(timeout)?,
+            ),
+            Target::Cluster(seeds) => {
+                // Redirects (MOVED, ASK) and one reconnection are retried inside the call;
+                // waits between retries stay a small part of the call's timeout.
+                let wait_ms = (timeout.as_millis() as u64 / 10).clamp(2, 50);
+                let client = ClusterClientBuilder::new(seeds.clone())
+                    .connection_timeout(timeout)
+                    .response_timeout(timeout)
+                    .retries(3)
+                    .min_retry_wait(1)
+                    .max_retry_wait(wait_ms)
+                    .build()?;
+                let conn = client.get_connection()?;
+                Conn::Cluster(conn)
+            }
+        };
         self.live = Some(Live {
             conn,
             generation: crate::process::generation(),
@@ -138,7 +191,7 @@ pub fn with_connection<T>(
     endpoint: &Endpoint,
     timeout: Duration,
     retry_interval: Duration,
-    mut op: impl FnMut(&mut Connection) -> RedisResult<T>,
+    mut op: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<T>,
 ) -> Result<T, StoreError> {
     let slot = slot(endpoint);
     let mut s = slot.lock();
@@ -173,16 +226,12 @@ pub fn with_connection<T>(
             .max(Duration::from_millis(1));
         let want = if fresh { left } else { timeout };
         if live.timeout != Some(want) {
-            let set = live
-                .conn
-                .set_read_timeout(Some(want))
-                .and_then(|_| live.conn.set_write_timeout(Some(want)));
-            if let Err(e) = set {
+            if let Err(e) = live.conn.set_timeouts(want) {
                 return Err(s.fail(format!("socket: {e}"), retry_interval));
             }
             live.timeout = Some(want);
         }
-        match op(&mut live.conn) {
+        match op(live.conn.as_dyn()) {
             Ok(v) => {
                 s.last_error = None;
                 s.failures = 0;
@@ -238,11 +287,28 @@ pub fn status(endpoint: &Endpoint) -> Health {
 /// One PING over the pooled connection (opened if none is, unless the back-off after a
 /// failure is running: then nothing is sent and the answer is not ok). Never a second
 /// connection: this is what a readiness probe calls on every period.
-pub fn ping(endpoint: &Endpoint, timeout: Duration, retry_interval: Duration) -> Health {
+///
+/// On a cluster, a PING would go to every node (a replica down would fail every pod's
+/// readiness); `EXISTS cluster_key` instead asks only the primary that holds the caller's
+/// slot, the one its decisions need.
+pub fn ping(
+    endpoint: &Endpoint,
+    timeout: Duration,
+    retry_interval: Duration,
+    cluster_key: &[u8],
+) -> Health {
     let started = Instant::now();
     let sent = SystemTime::now();
+    let cluster = endpoint.is_cluster();
     let result = with_connection(endpoint, timeout, retry_interval, |c| {
-        redis::cmd("PING").query::<String>(c)
+        if cluster {
+            redis::cmd("EXISTS")
+                .arg(cluster_key)
+                .query::<i64>(c)
+                .map(drop)
+        } else {
+            redis::cmd("PING").query::<String>(c).map(drop)
+        }
     });
     let slot = slot(endpoint);
     let mut s = slot.lock();

@@ -1,0 +1,161 @@
+<?php
+declare(strict_types=1);
+
+namespace CheckoutGuard\Tests;
+
+use CheckoutGuard\RateLimiter;
+use CheckoutGuard\UnavailableException;
+
+/**
+ * The limiter against a Valkey Cluster of three primaries with a replica each, started
+ * here from the same valkey-server binary: decisions on every primary, redirections
+ * followed (MOVED after a reshard, ASK during one), and a failover of the primary that
+ * holds a limiter's slot survived, the script loaded again on the promoted replica.
+ */
+final class ClusterTest extends LimiterTestCase
+{
+    private static ValkeyCluster $cluster;
+
+    public static function setUpBeforeClass(): void
+    {
+        self::$cluster = new ValkeyCluster();
+        self::$cluster->start();
+        ini_set('checkout_guard.retry_interval_ms', '100');
+    }
+
+    public static function tearDownAfterClass(): void
+    {
+        self::$cluster->stop();
+        ini_restore('checkout_guard.retry_interval_ms');
+    }
+
+    private function clustered(string $name, array $options = []): RateLimiter
+    {
+        return $this->limiter($options + [
+            'name' => $name,
+            'url' => self::$cluster->url(),
+            'global' => self::bucket(5),
+            'timeout_ms' => 200,
+        ]);
+    }
+
+    private static function slotKey(string $name): string
+    {
+        return "{cg:$name}:b:global";
+    }
+
+    /** A fresh limiter name whose slot is served by primary `$i`. */
+    private function nameOnPrimary(int $i): string
+    {
+        for ($n = 0; $n < 1000; $n++) {
+            $name = self::uniqueName('cl');
+            if (self::$cluster->primaryOf(self::$cluster->slotOf(self::slotKey($name))) === $i) {
+                return $name;
+            }
+        }
+        throw new \RuntimeException("no name found for primary $i");
+    }
+
+    public function testDecisionsOnEveryPrimaryKeepEachLimitersKeysInItsSlot(): void
+    {
+        foreach ([0, 1, 2] as $i) {
+            $name = $this->nameOnPrimary($i);
+            $l = $this->clustered($name, ['hot_lane' => self::bucket(3), 'hot_shop' => self::bucket(2), 'hot_shops' => ['flash']]);
+            $this->assertSame(['allowed' => 2, 'hot_shop' => 3], self::drain($l, 'flash', 5), "primary $i");
+            $this->assertSame(['allowed' => 3, 'global' => 2], self::drain($l, 'other', 5), "primary $i");
+            $l->markHot('marked', 60);
+            $this->assertTrue($l->isHot('marked'));
+            // Every key the limiter wrote lives on that primary, in the one slot.
+            $owner = self::$cluster->nodes[$i]->client();
+            $slot = self::$cluster->slotOf(self::slotKey($name));
+            $keys = $owner->rawCommand('CLUSTER', 'GETKEYSINSLOT', $slot, 100);
+            sort($keys);
+            $this->assertSame([
+                "{cg:$name}:b:global", "{cg:$name}:b:lane", "{cg:$name}:b:shop:flash", "{cg:$name}:hot:marked",
+            ], $keys);
+            // reset() runs on that primary too: the buckets go, the hot mark stays.
+            $l->reset();
+            $this->assertSame(["{cg:$name}:hot:marked"], $owner->rawCommand('CLUSTER', 'GETKEYSINSLOT', $slot, 100));
+            $this->assertTrue($l->acquire('other')->isAllowed());
+        }
+        $health = $l->health();
+        $this->assertTrue($health['ok'], json_encode($health));
+    }
+
+    public function testMovedAndAskAreFollowedAcrossAReshard(): void
+    {
+        $name = $this->nameOnPrimary(0);
+        $l = $this->clustered($name, ['on_unavailable' => 'throw']);
+        $this->assertSame(['allowed' => 3], self::drain($l, 's', 3));
+        $l->markHot('flagged', 60);
+        $slot = self::$cluster->slotOf(self::slotKey($name));
+        // While the slot is MIGRATING, its keys already on the target: node 0 answers ASK.
+        $seenDuringMigration = null;
+        self::$cluster->moveSlot($slot, 0, 1, function () use ($l, &$seenDuringMigration) {
+            $seenDuringMigration = $l->isHot('flagged');
+        });
+        $this->assertTrue($seenDuringMigration, 'ASK followed to the importing node');
+        // Migrated: node 0 answers MOVED; the bucket's level came along with its key.
+        $this->assertSame(1, self::$cluster->primaryOf($slot));
+        $this->assertSame(['allowed' => 2, 'global' => 1], self::drain($l, 's', 3));
+        $this->assertSame(1, (int) self::$cluster->nodes[1]->client()->exists(self::slotKey($name)));
+    }
+
+    public function testFailoverOfTheSlotsPrimaryIsSurvived(): void
+    {
+        $name = $this->nameOnPrimary(2);
+        $l = $this->clustered($name, ['global' => self::bucket(1000), 'on_unavailable' => 'throw']);
+        $this->assertSame(['allowed' => 10], self::drain($l, 's', 10));
+        $slot = self::$cluster->slotOf(self::slotKey($name));
+        $replica = self::$cluster->replicaOf(2);
+        // The replica has the bucket (replicated) but not the script: scripts are not replicated.
+        $this->assertSame(0, self::cachedScripts($replica));
+        self::$cluster->nodes[2]->kill();
+
+        $failed = 0;
+        $recovered = false;
+        $until = microtime(true) + 30;
+        while (microtime(true) < $until) {
+            try {
+                $d = $l->acquire('s');
+                $recovered = true;
+                break;
+            } catch (UnavailableException $e) {
+                // The cluster has not promoted the replica yet: a clear error, never a hang.
+                $this->assertStringContainsString('valkey+cluster://', $e->getMessage());
+                $failed++;
+                usleep(100000);
+            }
+        }
+        $this->assertTrue($recovered, 'no decision within 30 s of the failover');
+        $this->assertGreaterThan(0, $failed, 'the kill was noticed');
+        $this->assertSame('master', self::$cluster->role($replica));
+        $this->assertSame($replica, self::$cluster->primaryOf($slot));
+        // The promoted replica had the bucket: the decision continues the count.
+        $this->assertTrue($d->isAllowed());
+        $this->assertLessThanOrEqual(989, $d->remaining());
+        $this->assertGreaterThanOrEqual(1, self::cachedScripts($replica), 'the script was loaded on the new primary');
+        // And every call after recovery is an ordinary decision.
+        $this->assertSame(['allowed' => 20], self::drain($l, 's', 20));
+    }
+
+    public function testBadClusterUrlsAreRefusedByName(): void
+    {
+        foreach (['valkey+cluster://', 'valkey+cluster://127.0.0.1:7000/2', 'valkey+cluster://u:hunter2@127.0.0.1'] as $url) {
+            try {
+                new RateLimiter(['url' => $url, 'global' => self::bucket(1)]);
+                $this->fail("$url accepted");
+            } catch (\CheckoutGuard\ConfigurationException $e) {
+                $this->assertStringContainsString('url', $e->getMessage());
+                $this->assertStringNotContainsString('hunter2', $e->getMessage());
+            }
+        }
+    }
+
+    /** Scripts in node `$i`'s script cache (INFO memory). */
+    private static function cachedScripts(int $i): int
+    {
+        $info = self::$cluster->nodes[$i]->client()->rawCommand('INFO', 'memory');
+        return preg_match('/number_of_cached_scripts:(\d+)/', $info, $m) ? (int) $m[1] : -1;
+    }
+}
