@@ -51,7 +51,7 @@ impl StoreError {
 /// An open connection: to one server, or to the nodes of a cluster.
 enum Conn {
     Single(Connection),
-    Cluster(ClusterConnection),
+    Cluster(Box<ClusterConnection>),
 }
 
 impl Conn {
@@ -72,7 +72,7 @@ impl Conn {
     fn as_dyn(&mut self) -> &mut dyn ConnectionLike {
         match self {
             Conn::Single(c) => c,
-            Conn::Cluster(c) => c,
+            Conn::Cluster(c) => c.as_mut(),
         }
     }
 }
@@ -168,7 +168,7 @@ impl Slot {
                     .max_retry_wait(wait_ms)
                     .build()?;
                 let conn = client.get_connection()?;
-                Conn::Cluster(conn)
+                Conn::Cluster(Box::new(conn))
             }
         };
         self.live = Some(Live {
