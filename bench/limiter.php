@@ -161,7 +161,7 @@ function decide_script(): string
     if (!$clock || !$body) {
         throw new RuntimeException('decision script not found in script.rs');
     }
-    return $clock[1] . $body[1];
+    return "#!lua\n" . $clock[1] . $body[1];
 }
 
 $always = ['capacity' => 1_000_000, 'refill_per_second' => 1_000_000];

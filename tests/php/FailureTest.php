@@ -167,4 +167,39 @@ final class FailureTest extends OwnValkeyTestCase
         $this->assertSame('unavailable', $d->reason());
         $this->assertLessThan(0.5, $secs);
     }
+
+    public function testAReplicaNeverMakesADecision(): void
+    {
+        $this->valkey->client()->config('SET', 'repl-diskless-sync-delay', '0');
+        $replica = new ValkeyProcess();
+        $replica->start(['--replicaof', '127.0.0.1', (string) $this->valkey->port]);
+        // Every decision goes to Valkey here (no local denial from this process's table).
+        ini_set('checkout_guard.local_denials', '0');
+        try {
+            $name = self::uniqueName('replica');
+            $primary = $this->own(['name' => $name, 'global' => self::bucket(1)]);
+            $this->assertTrue($primary->acquire('s')->isAllowed());
+            for ($i = 0; $i < 200 && !$replica->client()->exists("{cg:$name}:b:global"); $i++) {
+                usleep(20000);
+            }
+            $this->assertSame(1, (int) $replica->client()->exists("{cg:$name}:b:global"), 'replicated');
+            // The drained bucket is on the replica: a denial there would need no write,
+            // and is still refused (the script is a write script), as is an allowance.
+            foreach ([$name, self::uniqueName('replica')] as $n) {
+                $l = $this->own(['name' => $n, 'global' => self::bucket(1), 'url' => $replica->url(), 'on_unavailable' => 'throw']);
+                try {
+                    $d = $l->acquire('s');
+                    $this->fail("a decision was made on a replica: {$d->reason()}");
+                } catch (UnavailableException $e) {
+                    $this->assertStringContainsString('read only replica', $e->getMessage());
+                }
+            }
+            $d = $this->own(['url' => $replica->url(), 'on_unavailable' => 'deny'])->acquire('s');
+            $this->assertSame('unavailable', $d->reason());
+            $this->assertFalse($d->isAllowed());
+        } finally {
+            ini_restore('checkout_guard.local_denials');
+            $replica->stop();
+        }
+    }
 }

@@ -14,6 +14,12 @@
 //! applied bucket only when tokens are taken. Values go to SET as Lua numbers (Valkey
 //! writes integers below 2^53 exactly), not through `string.format`.
 
+/// The shebang makes Valkey treat the script as a write script before it runs: a replica
+/// refuses it outright (READONLY), even on a path that would only have read, so a
+/// decision is never made on a replica's possibly stale levels; and a Valkey over
+/// `maxmemory` refuses it (OOM) rather than answering denials only.
+const SHEBANG: &str = "#!lua\n";
+
 /// Marks the clock block that tests swap for a clock they control.
 const CLOCK_BLOCK: &str = "\
 local t = redis.call('TIME')
@@ -53,7 +59,7 @@ return {reason, hot, now, tat[1], tat[2], tat[3]}
 
 /// The production script source.
 pub fn decide_source() -> String {
-    format!("{CLOCK_BLOCK}{BODY}")
+    format!("{SHEBANG}{CLOCK_BLOCK}{BODY}")
 }
 
 /// The same decision logic with the clock taken from ARGV[9] (µs), for tests that compare
@@ -64,7 +70,7 @@ pub fn decide_source_with_test_clock() -> String {
 local now = tonumber(ARGV[9])
 local slack_ms = 3600000
 ";
-    format!("{clock}{BODY}")
+    format!("{SHEBANG}{clock}{BODY}")
 }
 
 /// The production script, hashed once per process.
@@ -93,7 +99,8 @@ mod tests {
         assert!(prod.contains("redis.call('TIME')"));
         assert!(!test.contains("TIME"));
         assert_eq!(
-            prod.strip_prefix(CLOCK_BLOCK),
+            prod.strip_prefix(SHEBANG)
+                .and_then(|p| p.strip_prefix(CLOCK_BLOCK)),
             test.split_once("slack_ms = 3600000\n").map(|x| x.1)
         );
     }
