@@ -209,10 +209,12 @@ function evalsha_op(Redis $r, callable $shops): Closure
     // interval 1 µs / tolerance 1 s (1,000,000 tokens at 1,000,000/s), no hot buckets.
     return static function () use ($r, $sha, $script, $shops): bool {
         $shop = $shops();
-        $args = ['{cg:bench-php}:b:global', '{cg:bench-php}:b:hot_lane', "{cg:bench-php}:b:shop:$shop", "{cg:bench-php}:hot:$shop", 1, 0, 1, 1_000_000, 0, 0, 0, 0];
-        $reply = $r->evalSha($sha, $args, 4);
+        $args = ['{cg:bench-php}:b:global', '{cg:bench-php}:b:lane', "{cg:bench-php}:b:shop:$shop", "{cg:bench-php}:hot:$shop",
+            '{cg:bench-php}:limits:v', '{cg:bench-php}:ah:', '{cg:bench-php}:settings',
+            1, 0, 1, 1_000_000, 0, 0, 0, 0, 0, $shop, 0, 0, 0, 0, ''];
+        $reply = $r->evalSha($sha, $args, 7);
         if ($reply === false) {
-            $reply = $r->eval($script, $args, 4);
+            $reply = $r->eval($script, $args, 7);
         }
         return is_array($reply) && $reply[0] === 0;
     };

@@ -26,8 +26,8 @@ pub struct RateLimiter {
 
 #[php_impl]
 impl RateLimiter {
-    /// Options: name, global, hot_lane, hot_shop, hot_shops, url, timeout_ms, on_unavailable
-    /// (see the README). Unknown keys and bad values throw ConfigurationException.
+    /// Options: name, global, hot_lane, hot_shop, hot_shops, url, timeout_ms, on_unavailable,
+    /// auto_hot (see the README). Unknown keys and bad values throw ConfigurationException.
     pub fn __construct(options: &ZendHashTable) -> PhpResult<Self> {
         let defaults = ini::defaults().map_err(|e| configuration(e.to_string()))?;
         let value = array_to_value(options).map_err(|e| configuration(e.to_string()))?;
@@ -41,8 +41,13 @@ impl RateLimiter {
     /// Takes `tokens` tokens for `shopId` if every bucket that applies holds them.
     #[php(defaults(tokens = 1))]
     pub fn acquire(&self, shopId: BinarySlice<u8>, tokens: i64) -> PhpResult<Decision> {
-        let d = self.inner.acquire(&shopId, tokens).map_err(to_php)?;
-        telemetry::observe_decision(&self.inner.options().name, &shopId, &d);
+        let (d, notices) = self
+            .inner
+            .acquire_noticed(&shopId, tokens)
+            .map_err(to_php)?;
+        let o = self.inner.options();
+        telemetry::observe_notices(&o.name, &shopId, &notices, o.auto_hot.as_ref());
+        telemetry::observe_decision(&o.name, &shopId, &d);
         Ok(Decision::from(d))
     }
 

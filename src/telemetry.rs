@@ -192,6 +192,33 @@ pub fn request_startup() {
     });
 }
 
+/// Records what an acquire() learnt beside its decision: a shop made hot by `auto_hot`
+/// ("RateLimitHot") and new live limits picked up by this worker ("RateLimitChange").
+pub fn observe_notices(
+    limiter: &str,
+    shop: &[u8],
+    n: &checkout_guard_core::Notices,
+    auto_hot: Option<&checkout_guard_core::AutoHot>,
+) {
+    if n.became_hot.is_none() && n.limits_change.is_none() {
+        return;
+    }
+    if !with_state(|s| enabled(s)) {
+        return;
+    }
+    let now = now_ms();
+    if let (Some(share), Some(a)) = (n.became_hot, auto_hot) {
+        push(checkout_guard_core::telemetry::hot_event(
+            limiter, shop, share, a, now,
+        ));
+    }
+    if let Some(c) = &n.limits_change {
+        push(checkout_guard_core::telemetry::limits_change_event(
+            limiter, c, now,
+        ));
+    }
+}
+
 /// Counts a decision and records denied and unavailable ones as "RateLimitDecision".
 pub fn observe_decision(limiter: &str, shop: &[u8], d: &CoreDecision) {
     let record = with_state(|s| {

@@ -12,8 +12,8 @@ pub mod telemetry;
 pub mod value;
 
 pub use limiter::{
-    BucketSpec, ConfigError, Decision, Defaults, Limiter, LimiterError, LimiterOptions,
-    OnUnavailable, Reason,
+    AutoHot, BucketSpec, ConfigError, Decision, Defaults, Limiter, LimiterError, LimiterOptions,
+    LimitsChange, Notices, OnUnavailable, Reason,
 };
 pub use value::Value;
 

@@ -106,6 +106,9 @@ fn script_and_model_decide_identically_on_random_sequences() {
                 .key(keys.hot_lane())
                 .key(keys.hot_shop(shops[shop]))
                 .key(keys.hot_flag(shops[shop]))
+                .key(keys.limits_version())
+                .key(keys.auto_hot_prefix())
+                .key(keys.settings())
                 .arg(tokens)
                 .arg(if static_hot[shop] { "1" } else { "0" });
             for lane in Lane::ALL {
@@ -114,6 +117,14 @@ fn script_and_model_decide_identically_on_random_sequences() {
                     .map_or((0, 0), |b| (b.interval_us(), b.tolerance_us()));
                 inv.arg(i).arg(t);
             }
+            // No live limits, no auto-hot, nothing to publish; then the test clock.
+            inv.arg(0)
+                .arg(shops[shop])
+                .arg(0)
+                .arg(0)
+                .arg(0)
+                .arg(0)
+                .arg("");
             inv.arg(now);
             let got: Vec<i64> = inv.invoke(&mut conn).unwrap();
             let got = StepReply::from_ints(&got).expect("reply shape");
@@ -155,6 +166,9 @@ fn production_script_uses_valkeys_clock_and_lets_idle_buckets_expire() {
         .key(keys.hot_lane())
         .key(keys.hot_shop(b"s"))
         .key(keys.hot_flag(b"s"))
+        .key(keys.limits_version())
+        .key(keys.auto_hot_prefix())
+        .key(keys.settings())
         .arg(4)
         .arg("0");
     let g = set.global;
@@ -164,6 +178,7 @@ fn production_script_uses_valkeys_clock_and_lets_idle_buckets_expire() {
         .arg(0)
         .arg(0)
         .arg(0);
+    inv.arg(0).arg("s").arg(0).arg(0).arg(0).arg(0).arg("");
     let reply = StepReply::from_ints(&inv.invoke::<Vec<i64>>(&mut conn).unwrap()).unwrap();
     assert_eq!(reply.reason, 0);
     assert!(

@@ -46,6 +46,37 @@ impl Keys {
         self.key("hot:", shop)
     }
 
+    /// The live limits (a hash: per bucket "capacity refill_per_second", version, by, at).
+    pub fn limits(&self) -> Vec<u8> {
+        self.key("limits", b"")
+    }
+
+    /// The live limits' version, read by every decision (absent = none ever set).
+    pub fn limits_version(&self) -> Vec<u8> {
+        self.key("limits:v", b"")
+    }
+
+    /// Every change of the live limits: who, when, old, new (a stream).
+    pub fn changes(&self) -> Vec<u8> {
+        self.key("changes", b"")
+    }
+
+    /// The settings the workers run with, published for the CLI.
+    pub fn settings(&self) -> Vec<u8> {
+        self.key("settings", b"")
+    }
+
+    /// The prefix of the auto-hot window counters (`<prefix><window number>`, hashes of
+    /// tokens per shop and in all, field "").
+    pub fn auto_hot_prefix(&self) -> Vec<u8> {
+        self.key("ah:", b"")
+    }
+
+    /// A SCAN pattern matching every hot flag of this limiter.
+    pub fn hot_flag_pattern(&self) -> Vec<u8> {
+        self.key("hot:*", b"")
+    }
+
     /// A SCAN pattern matching every bucket key (not the hot flags) of this limiter.
     /// `{`, `}` and the name's characters are not glob-special.
     pub fn bucket_pattern(&self) -> Vec<u8> {

@@ -12,6 +12,7 @@ mod decision;
 pub mod denials;
 mod error;
 mod keys;
+pub mod live;
 mod options;
 pub mod script;
 mod service;
@@ -22,8 +23,8 @@ pub use decision::{Decision, Reason};
 pub use error::{ConfigError, LimiterError};
 pub use keys::Keys;
 pub use options::{
-    validate_shop_id, validate_tokens, validate_ttl, Defaults, LimiterOptions, OnUnavailable,
-    MAX_SHOP_ID_BYTES, MAX_TTL_SECONDS,
+    buckets_from_value, validate_shop_id, validate_tokens, validate_ttl, AutoHot, Defaults,
+    LimiterOptions, OnUnavailable, MAX_SHOP_ID_BYTES, MAX_TTL_SECONDS,
 };
-pub use service::Limiter;
+pub use service::{Limiter, LimitsChange, Notices};
 pub use step::{step, StepReply, StoredState};

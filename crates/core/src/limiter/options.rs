@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::bucket::{BucketSet, BucketSpec};
+use super::bucket::{BucketSet, BucketSpec, Lane};
 use super::error::ConfigError;
 use crate::store::Endpoint;
 use crate::value::{quote_bytes, Value};
@@ -155,6 +155,167 @@ pub struct LimiterOptions {
     pub retry_interval: Duration,
     /// Deny in the worker what Valkey is certain to deny (INI only).
     pub local_denials: bool,
+    /// Hot shops found by their share of the global bucket's consumption.
+    pub auto_hot: Option<AutoHot>,
+}
+
+/// The `auto_hot` option: a shop whose share of the tokens taken from the global bucket
+/// over the sliding `window` exceeds `share` (and that took at least `min_tokens` in it)
+/// becomes hot for `ttl_seconds`, for every worker at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AutoHot {
+    pub window: Duration,
+    pub share: f64,
+    pub ttl_seconds: i64,
+    pub min_tokens: i64,
+}
+
+const AUTO_HOT_KNOWN: &str = "window_seconds, share, ttl_seconds, min_tokens";
+
+impl AutoHot {
+    /// `true` for the defaults (10 s, 30%, 5 minutes, min_tokens 10% of what the global
+    /// bucket refills in one window, at least 1), or an array overriding any of them.
+    fn from_value(v: &Value, global: &BucketSpec) -> Result<Option<Self>, ConfigError> {
+        let entries: &[(String, Value)] = match v {
+            Value::Bool(false) => return Ok(None),
+            Value::Bool(true) => &[],
+            v => map_entries("auto_hot", v)?,
+        };
+        let mut window_s = 10.0;
+        let mut share = 0.3;
+        let mut ttl_seconds = 300;
+        let mut min_tokens = None;
+        for (key, value) in entries {
+            let option = format!("auto_hot.{key}");
+            let number = match value {
+                Value::Int(i) => Some(*i as f64),
+                Value::Float(f) => Some(*f),
+                _ => None,
+            };
+            match key.as_str() {
+                "window_seconds" => match number {
+                    Some(x) if (1.0..=3600.0).contains(&x) => window_s = x,
+                    _ => {
+                        return Err(range_error(
+                            &option,
+                            "a number of seconds from 1 to 3600",
+                            value,
+                        ))
+                    }
+                },
+                "share" => match number {
+                    Some(x) if x > 0.0 && x < 1.0 => share = x,
+                    _ => {
+                        return Err(range_error(
+                            &option,
+                            "a number above 0 and below 1 (0.3 = 30%)",
+                            value,
+                        ))
+                    }
+                },
+                "ttl_seconds" => match value {
+                    Value::Int(t) if (1..=MAX_TTL_SECONDS).contains(t) => ttl_seconds = *t,
+                    _ => {
+                        return Err(range_error(
+                            &option,
+                            &format!("an integer from 1 to {MAX_TTL_SECONDS}"),
+                            value,
+                        ))
+                    }
+                },
+                "min_tokens" => match value {
+                    Value::Int(t) if (1..=1_000_000_000).contains(t) => min_tokens = Some(*t),
+                    _ => {
+                        return Err(range_error(
+                            &option,
+                            "an integer from 1 to 1000000000",
+                            value,
+                        ))
+                    }
+                },
+                _ => {
+                    return Err(ConfigError::new(
+                        option,
+                        format!("is not a known option (known: {AUTO_HOT_KNOWN})"),
+                    ))
+                }
+            }
+        }
+        let min_tokens = min_tokens.unwrap_or_else(|| {
+            ((global.refill_per_second() * window_s * 0.1).ceil() as i64).max(1)
+        });
+        Ok(Some(Self {
+            window: Duration::from_secs_f64(window_s),
+            share,
+            ttl_seconds,
+            min_tokens,
+        }))
+    }
+}
+
+fn range_error(option: &str, expected: &str, got: &Value) -> ConfigError {
+    ConfigError::new(
+        option,
+        format!(
+            "must be {expected}, got {} {}",
+            got.type_name(),
+            got.describe()
+        ),
+    )
+}
+
+/// Validates the bucket options (`global` required, `hot_lane` and `hot_shop` optional and
+/// not above global): the constructor and live limits share this code.
+pub fn buckets_from_value(options: &Value) -> Result<BucketSet, ConfigError> {
+    let entries = map_entries("options", options)?;
+    let get = |k: &str| {
+        entries
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v)
+            .filter(|v| !matches!(v, Value::Null))
+    };
+    let global = match get("global") {
+        None => {
+            return Err(ConfigError::new(
+                "global",
+                "is required: ['capacity' => int >= 1, 'refill_per_second' => float > 0]",
+            ))
+        }
+        Some(v) => bucket("global", v)?,
+    };
+    let hot_lane = get("hot_lane").map(|v| bucket("hot_lane", v)).transpose()?;
+    let hot_shop = get("hot_shop").map(|v| bucket("hot_shop", v)).transpose()?;
+    for (option, spec) in [("hot_lane", &hot_lane), ("hot_shop", &hot_shop)] {
+        if let Some(spec) = spec {
+            not_above_global(option, spec, &global)?;
+        }
+    }
+    Ok(BucketSet {
+        global,
+        hot_lane,
+        hot_shop,
+    })
+}
+
+/// The bucket options as the constructor takes them, e.g. for live limits to override.
+pub fn buckets_to_value(set: &BucketSet) -> Value {
+    let mut entries = Vec::new();
+    for lane in Lane::ALL {
+        if let Some(b) = set.get(lane) {
+            entries.push((
+                lane.as_str().to_string(),
+                Value::Map(vec![
+                    ("capacity".into(), Value::Int(b.capacity())),
+                    (
+                        "refill_per_second".into(),
+                        Value::Float(b.refill_per_second()),
+                    ),
+                ]),
+            ));
+        }
+    }
+    Value::Map(entries)
 }
 
 const KNOWN: &[&str] = &[
@@ -166,6 +327,7 @@ const KNOWN: &[&str] = &[
     "url",
     "timeout_ms",
     "on_unavailable",
+    "auto_hot",
 ];
 
 impl LimiterOptions {
@@ -193,22 +355,11 @@ impl LimiterOptions {
             None => "default".to_string(),
             Some(v) => validate_name(v)?,
         };
-        let global = match get("global") {
-            None => {
-                return Err(ConfigError::new(
-                    "global",
-                    "is required: ['capacity' => int >= 1, 'refill_per_second' => float > 0]",
-                ))
-            }
-            Some(v) => bucket("global", v)?,
+        let buckets = buckets_from_value(options)?;
+        let auto_hot = match get("auto_hot") {
+            None => None,
+            Some(v) => AutoHot::from_value(v, &buckets.global)?,
         };
-        let hot_lane = get("hot_lane").map(|v| bucket("hot_lane", v)).transpose()?;
-        let hot_shop = get("hot_shop").map(|v| bucket("hot_shop", v)).transpose()?;
-        for (option, spec) in [("hot_lane", &hot_lane), ("hot_shop", &hot_shop)] {
-            if let Some(spec) = spec {
-                not_above_global(option, spec, &global)?;
-            }
-        }
         let hot_shops = match get("hot_shops") {
             None => HashSet::new(),
             Some(v) => shop_list("hot_shops", v)?,
@@ -247,17 +398,14 @@ impl LimiterOptions {
         };
         Ok(Self {
             name,
-            buckets: BucketSet {
-                global,
-                hot_lane,
-                hot_shop,
-            },
+            buckets,
             hot_shops,
             endpoint,
             timeout: Duration::from_millis(timeout_ms as u64),
             on_unavailable,
             retry_interval: Duration::from_millis(defaults.retry_interval_ms as u64),
             local_denials: defaults.local_denials,
+            auto_hot,
         })
     }
 }

@@ -1,10 +1,16 @@
+use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::bucket::Lane;
+use once_cell::sync::Lazy;
+use parking_lot::{Mutex, RwLock};
+
+use super::bucket::{BucketSet, Lane};
 use super::decision::Decision;
 use super::denials;
 use super::error::LimiterError;
 use super::keys::Keys;
+use super::live::{self, LiveLimits};
 use super::options::{
     validate_shop_id, validate_tokens, validate_ttl, LimiterOptions, OnUnavailable,
 };
@@ -14,49 +20,203 @@ use crate::store::{self, StoreError};
 
 /// A configured limiter: validated options plus everything per-call work can reuse.
 /// Cheap to build; all limiters of a process share the pooled connections.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Limiter {
     options: LimiterOptions,
     keys: Keys,
-    /// ARGV[3..8] of the script: interval and tolerance per lane ("0" when not configured).
-    lane_args: [String; 6],
     /// Per lane, the prefix of its local-denial keys (`{cg:<name>}:<lane>`), built once.
     denial_tags: [Vec<u8>; 3],
+    /// The buckets decided with: the constructor's, or live limits over them.
+    tuned: RwLock<Arc<Tuned>>,
+    /// Keys and arguments of the script that do not change per call.
+    limits_version_key: Vec<u8>,
+    auto_hot_prefix: Vec<u8>,
+    settings_key: Vec<u8>,
+    auto_hot_args: [String; 4],
+    /// What this limiter runs with, published once per process for the CLI.
+    settings: String,
+}
+
+/// The buckets in force and what each call derives from them.
+#[derive(Debug)]
+struct Tuned {
+    /// The live limits' version these buckets come from (0: none ever set).
+    version: i64,
+    buckets: BucketSet,
+    /// ARGV[3..8] of the script: interval and tolerance per lane ("0" when not configured).
+    lane_args: [String; 6],
     /// The local-denial key of the global bucket (the same for every shop).
     global_denial_key: u64,
 }
 
+/// What one acquire() learnt beside its decision, for telemetry.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Notices {
+    /// `auto_hot` made the shop hot in this call: its share of the global consumption.
+    pub became_hot: Option<f64>,
+    /// This worker changed to new live limits in this call.
+    pub limits_change: Option<LimitsChange>,
+}
+
+/// A change of live limits as one worker saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LimitsChange {
+    pub version: i64,
+    pub by: String,
+    pub at_ms: i64,
+    pub old: String,
+    pub new: String,
+    /// The stored limits were invalid for this limiter: it keeps its constructor values.
+    pub error: Option<String>,
+}
+
+/// (url, name, settings) published by this process (see `Limiter::settings`).
+type Published = (String, String, String);
+static PUBLISHED: Lazy<Mutex<HashSet<Published>>> = Lazy::new(Default::default);
+
 impl Limiter {
     pub fn new(options: LimiterOptions) -> Self {
         let keys = Keys::new(&options.name);
+        let denial_tags =
+            Lane::ALL.map(|lane| [keys.hash_tag(), b":", lane.as_str().as_bytes()].concat());
+        let auto_hot_args = match options.auto_hot {
+            Some(a) => [
+                (a.window.as_micros() as i64).to_string(),
+                a.share.to_string(),
+                a.ttl_seconds.to_string(),
+                a.min_tokens.to_string(),
+            ],
+            None => ["0".into(), "0".into(), "0".into(), "0".into()],
+        };
+        let mut settings = live::describe(&options.buckets);
+        if let Some(a) = options.auto_hot {
+            settings.push_str(&format!(
+                " auto_hot={}s/{}/{}s/{}",
+                a.window.as_secs_f64(),
+                a.share,
+                a.ttl_seconds,
+                a.min_tokens
+            ));
+        }
+        let mut limiter = Self {
+            limits_version_key: keys.limits_version(),
+            auto_hot_prefix: keys.auto_hot_prefix(),
+            settings_key: keys.settings(),
+            keys,
+            denial_tags,
+            tuned: RwLock::new(Arc::new(Tuned {
+                version: 0,
+                buckets: options.buckets.clone(),
+                lane_args: Default::default(),
+                global_denial_key: 0,
+            })),
+            auto_hot_args,
+            settings,
+            options,
+        };
+        let known = live::known(
+            limiter.options.endpoint.display_url(),
+            &limiter.options.name,
+        );
+        let tuned = limiter.tune(known.as_deref()).0;
+        limiter.tuned = RwLock::new(Arc::new(tuned));
+        limiter
+    }
+
+    /// The buckets for `live` over the constructor's (the constructor's alone when there
+    /// are none, or when they are invalid for this limiter: then the error too).
+    fn tune(&self, live: Option<&LiveLimits>) -> (Tuned, Option<String>) {
+        let (version, applied) = match live {
+            None => (0, Ok(self.options.buckets.clone())),
+            Some(l) => (l.version, l.apply(&self.options.buckets)),
+        };
+        let (buckets, error) = match applied {
+            Ok(b) => (b, None),
+            Err(e) => (self.options.buckets.clone(), Some(e.to_string())),
+        };
         let mut lane_args: [String; 6] = Default::default();
         for lane in Lane::ALL {
-            let (interval, tolerance) = options
-                .buckets
+            let (interval, tolerance) = buckets
                 .get(lane)
                 .map_or((0, 0), |b| (b.interval_us(), b.tolerance_us()));
             lane_args[2 * lane as usize] = interval.to_string();
             lane_args[2 * lane as usize + 1] = tolerance.to_string();
         }
-        let denial_tags =
-            Lane::ALL.map(|lane| [keys.hash_tag(), b":", lane.as_str().as_bytes()].concat());
-        let mut limiter = Self {
-            options,
-            keys,
+        let mut tuned = Tuned {
+            version,
+            buckets,
             lane_args,
-            denial_tags,
             global_denial_key: 0,
         };
-        limiter.global_denial_key = limiter.hashed_denial_key(Lane::Global, b"");
-        limiter
+        tuned.global_denial_key = self.hashed_denial_key(&tuned, Lane::Global, b"");
+        (tuned, error)
+    }
+
+    /// The buckets in force: the newest live limits this process knows of.
+    fn current(&self) -> Arc<Tuned> {
+        let tuned = self.tuned.read().clone();
+        let known = live::known(self.options.endpoint.display_url(), &self.options.name);
+        match known {
+            Some(l) if l.version != tuned.version => {
+                let fresh = Arc::new(self.tune(Some(&l)).0);
+                *self.tuned.write() = fresh.clone();
+                fresh
+            }
+            _ => tuned,
+        }
+    }
+
+    /// Reads the stored live limits after the script said they changed: one round trip,
+    /// only then. Returns the buckets now in force and the change to report.
+    fn reload(&self, old: &Tuned) -> Result<(Arc<Tuned>, LimitsChange), StoreError> {
+        let key = self.keys.limits();
+        let fields: Vec<(Vec<u8>, Vec<u8>)> =
+            self.with_valkey(|c| redis::cmd("HGETALL").arg(&key).query(c))?;
+        let (live, parse_error) = match LiveLimits::from_fields(&fields) {
+            Ok(l) => (l, None),
+            Err(e) => {
+                // Unreadable: keep the constructor's values, at the version now stored, so
+                // the next call is not sent back again.
+                let version: i64 = self
+                    .with_valkey(|c| {
+                        redis::cmd("GET")
+                            .arg(&self.limits_version_key)
+                            .query::<Option<i64>>(c)
+                    })?
+                    .unwrap_or(0);
+                (
+                    LiveLimits {
+                        version,
+                        ..Default::default()
+                    },
+                    Some(format!("stored live limits unreadable: {e}")),
+                )
+            }
+        };
+        let (tuned, apply_error) = self.tune(Some(&live));
+        let change = LimitsChange {
+            version: live.version,
+            by: live.by.clone(),
+            at_ms: live.at_ms,
+            old: live::describe(&old.buckets),
+            new: live::describe(&tuned.buckets),
+            error: parse_error.or(apply_error),
+        };
+        live::remember(
+            self.options.endpoint.display_url(),
+            &self.options.name,
+            Arc::new(live),
+        );
+        let tuned = Arc::new(tuned);
+        *self.tuned.write() = tuned.clone();
+        Ok((tuned, change))
     }
 
     /// The local-denial key of one bucket as `shop` sees it: the global bucket is shared
     /// by every shop; the hot lane is shared too but applies only to hot shops, so each
     /// hot shop learns its state for itself.
-    fn hashed_denial_key(&self, lane: Lane, shop: &[u8]) -> u64 {
-        let (interval, tolerance) = self
-            .options
+    fn hashed_denial_key(&self, tuned: &Tuned, lane: Lane, shop: &[u8]) -> u64 {
+        let (interval, tolerance) = tuned
             .buckets
             .get(lane)
             .map_or((0, 0), |b| (b.interval_us(), b.tolerance_us()));
@@ -64,22 +224,22 @@ impl Limiter {
         denials::key(&self.denial_tags[lane as usize], shop, interval, tolerance)
     }
 
-    fn denial_key(&self, lane: Lane, shop: &[u8]) -> u64 {
+    fn denial_key(&self, tuned: &Tuned, lane: Lane, shop: &[u8]) -> u64 {
         if lane == Lane::Global {
-            self.global_denial_key
+            tuned.global_denial_key
         } else {
-            self.hashed_denial_key(lane, shop)
+            self.hashed_denial_key(tuned, lane, shop)
         }
     }
 
     /// The local-denial keys of the configured buckets for `shop`, computed once per
     /// acquire and used both to check and to learn.
-    fn denial_keys(&self, shop: &[u8]) -> [Option<u64>; 3] {
+    fn denial_keys(&self, tuned: &Tuned, shop: &[u8]) -> [Option<u64>; 3] {
         Lane::ALL.map(|lane| {
-            self.options
+            tuned
                 .buckets
                 .get(lane)
-                .map(|_| self.denial_key(lane, shop))
+                .map(|_| self.denial_key(tuned, lane, shop))
         })
     }
 
@@ -112,11 +272,10 @@ impl Limiter {
 
     /// Remembers what a reply proved: for each bucket it applied, the local instant at
     /// which it holds no token (see `denials.rs` for why this is conservative).
-    fn learn(&self, keys: &[Option<u64>; 3], reply: &StepReply, sent_ns: u64) {
+    fn learn(&self, tuned: &Tuned, keys: &[Option<u64>; 3], reply: &StepReply, sent_ns: u64) {
         let now = denials::now_ns();
         for lane in lanes_in(reply) {
-            let (Some(spec), Some(key)) = (self.options.buckets.get(lane), keys[lane as usize])
-            else {
+            let (Some(spec), Some(key)) = (tuned.buckets.get(lane), keys[lane as usize]) else {
                 continue;
             };
             let tat = reply.tats[lane as usize];
@@ -146,58 +305,129 @@ impl Limiter {
     /// When Valkey cannot be asked, `on_unavailable` decides (or the error is returned
     /// for "throw").
     pub fn acquire(&self, shop: &[u8], tokens: i64) -> Result<Decision, LimiterError> {
+        self.acquire_noticed(shop, tokens).map(|(d, _)| d)
+    }
+
+    /// [`Self::acquire`], and what it learnt on the way (a shop made hot by `auto_hot`,
+    /// new live limits), for telemetry. A change of live limits costs one round trip
+    /// more, in the one call that finds it.
+    pub fn acquire_noticed(
+        &self,
+        shop: &[u8],
+        tokens: i64,
+    ) -> Result<(Decision, Notices), LimiterError> {
         validate_shop_id(shop)?;
-        validate_tokens(tokens, &self.options.buckets)?;
+        let mut tuned = self.current();
+        validate_tokens(tokens, &tuned.buckets)?;
         let static_hot = self.is_statically_hot(shop);
+        let mut notices = Notices::default();
         // With the fast path off, no key is hashed and nothing is learnt.
-        let denial_keys = self.options.local_denials.then(|| self.denial_keys(shop));
+        let mut denial_keys = self
+            .options
+            .local_denials
+            .then(|| self.denial_keys(&tuned, shop));
         if let Some(keys) = &denial_keys {
             if let Some(d) = self.deny_locally(keys, tokens, static_hot) {
-                return Ok(d);
+                return Ok((d, notices));
             }
         }
-        let sent_ns = denials::now_ns();
-        let result = self.with_valkey(|c| {
-            let mut inv = DECIDE.prepare_invoke();
-            inv.key(self.keys.global())
-                .key(self.keys.hot_lane())
-                .key(self.keys.hot_shop(shop))
-                .key(self.keys.hot_flag(shop))
-                .arg(tokens)
-                .arg(if static_hot { "1" } else { "0" });
-            for a in &self.lane_args {
-                inv.arg(a.as_str());
-            }
-            inv.invoke::<Vec<i64>>(c)
-        });
-        let failure = match result {
-            Ok(ints) => match StepReply::from_ints(&ints) {
-                Some(reply) => {
-                    if let Some(keys) = &denial_keys {
-                        self.learn(keys, &reply, sent_ns);
-                    }
-                    return Ok(Decision::from_reply(&self.options.buckets, tokens, &reply));
+        let url = self.options.endpoint.display_url();
+        let publish = (
+            url.to_string(),
+            self.options.name.clone(),
+            self.settings.clone(),
+        );
+        let mut failure = None;
+        for _attempt in 0..3 {
+            let publish_now = !PUBLISHED.lock().contains(&publish);
+            let sent_ns = denials::now_ns();
+            let result = self.with_valkey(|c| {
+                let mut inv = DECIDE.prepare_invoke();
+                inv.key(self.keys.global())
+                    .key(self.keys.hot_lane())
+                    .key(self.keys.hot_shop(shop))
+                    .key(self.keys.hot_flag(shop))
+                    .key(&self.limits_version_key)
+                    .key(&self.auto_hot_prefix)
+                    .key(&self.settings_key)
+                    .arg(tokens)
+                    .arg(if static_hot { "1" } else { "0" });
+                for a in &tuned.lane_args {
+                    inv.arg(a.as_str());
                 }
-                None => StoreError::Failed {
-                    cause: format!("unexpected script reply {ints:?}"),
-                    retry_in: Duration::ZERO,
+                inv.arg(tuned.version).arg(shop);
+                for a in &self.auto_hot_args {
+                    inv.arg(a.as_str());
+                }
+                inv.arg(if publish_now {
+                    self.settings.as_str()
+                } else {
+                    ""
+                });
+                inv.invoke::<Vec<i64>>(c)
+            });
+            match result {
+                Ok(ints) if ints.len() == 2 && ints[0] == -1 => {
+                    // The live limits changed: read them, decide again with them.
+                    match self.reload(&tuned) {
+                        Ok((fresh, change)) => {
+                            tuned = fresh;
+                            notices.limits_change = Some(change);
+                            if self.options.local_denials {
+                                denial_keys = Some(self.denial_keys(&tuned, shop));
+                            }
+                            if let Err(e) = validate_tokens(tokens, &tuned.buckets) {
+                                return Err(e.into());
+                            }
+                        }
+                        Err(e) => {
+                            failure = Some(e);
+                            break;
+                        }
+                    }
+                }
+                Ok(ints) => match StepReply::from_ints(&ints) {
+                    Some(reply) => {
+                        if publish_now {
+                            PUBLISHED.lock().insert(publish);
+                        }
+                        if let Some(keys) = &denial_keys {
+                            self.learn(&tuned, keys, &reply, sent_ns);
+                        }
+                        if reply.became_hot {
+                            notices.became_hot = Some(reply.share_permille as f64 / 1000.0);
+                        }
+                        let d = Decision::from_reply(&tuned.buckets, tokens, &reply);
+                        return Ok((d, notices));
+                    }
+                    None => {
+                        failure = Some(StoreError::Failed {
+                            cause: format!("unexpected script reply {ints:?}"),
+                            retry_in: Duration::ZERO,
+                        });
+                        break;
+                    }
                 },
-            },
-            Err(e) => e,
-        };
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        let failure = failure.unwrap_or_else(|| StoreError::Failed {
+            cause: "live limits kept changing during the call".into(),
+            retry_in: Duration::ZERO,
+        });
         let retry = match failure.retry_in() {
             Duration::ZERO => self.options.retry_interval,
             d => d,
         };
-        match self.options.on_unavailable {
-            OnUnavailable::Allow => Ok(Decision::unavailable(true, 0.0, static_hot)),
-            OnUnavailable::Deny => Ok(Decision::unavailable(
-                false,
-                retry.as_secs_f64(),
-                static_hot,
-            )),
-            OnUnavailable::Throw => Err(self.unavailable(failure)),
-        }
+        let d = match self.options.on_unavailable {
+            OnUnavailable::Allow => Decision::unavailable(true, 0.0, static_hot),
+            OnUnavailable::Deny => Decision::unavailable(false, retry.as_secs_f64(), static_hot),
+            OnUnavailable::Throw => return Err(self.unavailable(failure)),
+        };
+        Ok((d, notices))
     }
 
     /// Marks `shop` hot for every worker at once until `ttl_seconds` run out.
@@ -221,8 +451,9 @@ impl Limiter {
         let key = self.keys.hot_flag(shop);
         self.admin(|c| redis::cmd("DEL").arg(&key).query::<()>(c))?;
         // The shop's hot buckets no longer apply: forget what this host knew of them.
-        denials::forget(self.denial_key(Lane::HotLane, shop));
-        denials::forget(self.denial_key(Lane::HotShop, shop));
+        let tuned = self.current();
+        denials::forget(self.denial_key(&tuned, Lane::HotLane, shop));
+        denials::forget(self.denial_key(&tuned, Lane::HotShop, shop));
         Ok(())
     }
 

@@ -12,30 +12,39 @@ pub struct StoredState {
     pub marked_hot: bool,
 }
 
-/// The script's raw reply: `{reason, hot, now, tat_global, tat_lane, tat_shop}`.
+/// The script's raw reply: `{reason, hot, now, tat_global, tat_lane, tat_shop,
+/// became_hot, share_permille}`.
 ///
 /// `reason` is 0 when allowed, otherwise the 1-based index of the first bucket (global,
 /// hot lane, hot shop) that lacked tokens. Each TAT is the bucket's effective TAT after the
 /// decision (`max(stored, now)`, moved forward when allowed), or -1 when the bucket did not
-/// apply to this request.
+/// apply to this request. `became_hot`: `auto_hot` marked the shop hot in this call;
+/// `share_permille`: its share of the global consumption over the window (0 without
+/// `auto_hot` or when denied). The model leaves both 0: auto-hot is tested against Valkey.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepReply {
     pub reason: i64,
     pub hot: bool,
     pub now_us: i64,
     pub tats: [i64; 3],
+    pub became_hot: bool,
+    pub share_permille: i64,
 }
 
 impl StepReply {
     /// Parses the integers the script returns.
     pub fn from_ints(v: &[i64]) -> Option<Self> {
         match *v {
-            [reason, hot, now_us, g, l, s] if (0..=3).contains(&reason) => Some(Self {
-                reason,
-                hot: hot == 1,
-                now_us,
-                tats: [g, l, s],
-            }),
+            [reason, hot, now_us, g, l, s, became, share] if (0..=3).contains(&reason) => {
+                Some(Self {
+                    reason,
+                    hot: hot == 1,
+                    now_us,
+                    tats: [g, l, s],
+                    became_hot: became == 1,
+                    share_permille: share,
+                })
+            }
             _ => None,
         }
     }
@@ -76,6 +85,8 @@ pub fn step(
             hot,
             now_us: now,
             tats,
+            became_hot: false,
+            share_permille: 0,
         },
         next,
     )

@@ -5,10 +5,12 @@
 use std::borrow::Cow;
 
 use super::url::sanitize_url;
-use crate::limiter::{ConfigError, Decision};
+use crate::limiter::{AutoHot, ConfigError, Decision, LimitsChange};
 
 pub const EXTERNAL_API_CALL: &str = "ExternalApiCall";
 pub const RATE_LIMIT_DECISION: &str = "RateLimitDecision";
+pub const RATE_LIMIT_HOT: &str = "RateLimitHot";
+pub const RATE_LIMIT_CHANGE: &str = "RateLimitChange";
 /// Most attributes an event keeps (New Relic's limit for custom events from an agent).
 pub const MAX_ATTRIBUTES: usize = 64;
 /// Longest string value or attribute name, in bytes.
@@ -234,6 +236,54 @@ pub fn decision_event(limiter: &str, shop: &[u8], d: &Decision, timestamp_ms: i6
     ));
     e.attrs
         .push((Cow::Borrowed("hot_shop"), AttrValue::Bool(d.hot_shop)));
+    e
+}
+
+/// The "RateLimitHot" event: `auto_hot` made `shop` hot (when, why: its share of the global
+/// bucket's consumption over the window, above the threshold; until when).
+pub fn hot_event(limiter: &str, shop: &[u8], share: f64, a: &AutoHot, timestamp_ms: i64) -> Event {
+    let mut e = Event::known(RATE_LIMIT_HOT);
+    let attrs: [(&'static str, AttrValue); 9] = [
+        ("timestamp", AttrValue::Int(timestamp_ms)),
+        ("limiter", AttrValue::str(limiter)),
+        ("shop.id", AttrValue::from_bytes(shop)),
+        ("reason", AttrValue::str("auto_hot")),
+        ("share", AttrValue::Float(share)),
+        ("threshold", AttrValue::Float(a.share)),
+        ("window.s", AttrValue::Float(a.window.as_secs_f64())),
+        ("ttl.s", AttrValue::Int(a.ttl_seconds)),
+        (
+            "hot_until",
+            AttrValue::Int(timestamp_ms + a.ttl_seconds * 1000),
+        ),
+    ];
+    for (k, v) in attrs {
+        e.attrs.push((Cow::Borrowed(k), v));
+    }
+    e
+}
+
+/// The "RateLimitChange" event: this worker now decides with new live limits (who set
+/// them and when, the buckets before and after; `error` when they were invalid for this
+/// limiter and its constructor values stay).
+pub fn limits_change_event(limiter: &str, c: &LimitsChange, timestamp_ms: i64) -> Event {
+    let mut e = Event::known(RATE_LIMIT_CHANGE);
+    let attrs: [(&'static str, AttrValue); 8] = [
+        ("timestamp", AttrValue::Int(timestamp_ms)),
+        ("limiter", AttrValue::str(limiter)),
+        ("version", AttrValue::Int(c.version)),
+        ("changed_by", AttrValue::str(&c.by)),
+        ("changed_at", AttrValue::Int(c.at_ms)),
+        ("old", AttrValue::str(&c.old)),
+        ("new", AttrValue::str(&c.new)),
+        (
+            "error",
+            c.error.as_deref().map_or(AttrValue::Null, AttrValue::str),
+        ),
+    ];
+    for (k, v) in attrs {
+        e.attrs.push((Cow::Borrowed(k), v));
+    }
     e
 }
 

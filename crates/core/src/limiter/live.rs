@@ -1,0 +1,214 @@
+//! Live limits: capacities and rates changed while the limiter runs, without a deploy.
+//!
+//! Stored in Valkey under the limiter's hash tag: `limits` (a hash: per overridden bucket
+//! `"<capacity> <refill_per_second>"`, and `version`, `by`, `at`), `limits:v` (the version
+//! alone, read by every decision in the same MGET as the buckets) and `changes` (a stream:
+//! version, by, at, old, new). A worker decides with the version it knows; when the
+//! script sees another one it decides nothing and says so, the worker reads the hash once,
+//! validates it exactly like constructor options (same code), and asks again. Nothing
+//! stored means the constructor's values.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use once_cell::sync::Lazy;
+use parking_lot::Mutex;
+
+use super::bucket::{BucketSet, Lane};
+use super::error::ConfigError;
+use super::options::{buckets_from_value, buckets_to_value};
+use crate::value::Value;
+
+/// The live limits as stored: overrides of some buckets, and who set them when.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LiveLimits {
+    pub version: i64,
+    /// Per lane, the overriding (capacity, refill_per_second).
+    pub overrides: [Option<(i64, f64)>; 3],
+    pub by: String,
+    pub at_ms: i64,
+}
+
+impl LiveLimits {
+    /// Parses `HGETALL limits`. A field that is not understood is an error naming it.
+    pub fn from_fields(fields: &[(Vec<u8>, Vec<u8>)]) -> Result<Self, String> {
+        let mut out = Self::default();
+        for (k, v) in fields {
+            let text = String::from_utf8_lossy(v);
+            match k.as_slice() {
+                b"version" => {
+                    out.version = text.parse().map_err(|_| format!("version {text:?}"))?
+                }
+                b"by" => out.by = text.into_owned(),
+                b"at" => out.at_ms = text.parse().map_err(|_| format!("at {text:?}"))?,
+                field => {
+                    let lane = Lane::ALL
+                        .into_iter()
+                        .find(|l| l.as_str().as_bytes() == field)
+                        .ok_or_else(|| {
+                            format!("unknown field {:?}", String::from_utf8_lossy(field))
+                        })?;
+                    out.overrides[lane as usize] = Some(parse_pair(&text).ok_or_else(|| {
+                        format!(
+                            "{}: {text:?} is not \"capacity refill_per_second\"",
+                            lane.as_str()
+                        )
+                    })?);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The buckets with these overrides applied to `base`, validated exactly like the
+    /// constructor's options (a bucket may be overridden only if `base` configures it).
+    pub fn apply(&self, base: &BucketSet) -> Result<BucketSet, ConfigError> {
+        let mut value = buckets_to_value(base);
+        let Value::Map(entries) = &mut value else {
+            unreachable!("buckets_to_value returns a map")
+        };
+        for lane in Lane::ALL {
+            let Some((capacity, rate)) = self.overrides[lane as usize] else {
+                continue;
+            };
+            let Some(slot) = entries.iter_mut().find(|(k, _)| k == lane.as_str()) else {
+                return Err(ConfigError::new(
+                    lane.as_str(),
+                    "is not configured by this limiter's constructor: only configured buckets can be changed live",
+                ));
+            };
+            slot.1 = bucket_value(capacity, rate);
+        }
+        buckets_from_value(&value)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.overrides.iter().all(Option::is_none)
+    }
+}
+
+fn bucket_value(capacity: i64, rate: f64) -> Value {
+    Value::Map(vec![
+        ("capacity".into(), Value::Int(capacity)),
+        ("refill_per_second".into(), Value::Float(rate)),
+    ])
+}
+
+/// `"<capacity> <refill_per_second>"`.
+pub fn parse_pair(text: &str) -> Option<(i64, f64)> {
+    let (c, r) = text.trim().split_once(' ')?;
+    Some((c.parse().ok()?, r.trim().parse().ok()?))
+}
+
+/// How a bucket set is shown in events and by the CLI: `global=30/30 hot_lane=...`
+/// (capacity / refill per second).
+pub fn describe(set: &BucketSet) -> String {
+    Lane::ALL
+        .into_iter()
+        .filter_map(|lane| {
+            set.get(lane).map(|b| {
+                format!(
+                    "{}={}/{}",
+                    lane.as_str(),
+                    b.capacity(),
+                    b.refill_per_second()
+                )
+            })
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The newest live limits each (url, limiter name) is known by in this process: limiter
+/// objects are built per request, the knowledge outlives them.
+/// (url, limiter name).
+type LimiterId = (String, String);
+
+static KNOWN: Lazy<Mutex<HashMap<LimiterId, Arc<LiveLimits>>>> = Lazy::new(Default::default);
+
+pub(crate) fn known(url: &str, name: &str) -> Option<Arc<LiveLimits>> {
+    KNOWN
+        .lock()
+        .get(&(url.to_string(), name.to_string()))
+        .cloned()
+}
+
+pub(crate) fn remember(url: &str, name: &str, live: Arc<LiveLimits>) {
+    KNOWN
+        .lock()
+        .insert((url.to_string(), name.to_string()), live);
+}
+
+/// Writes new live limits atomically, only if the version is still `expected`.
+/// KEYS: limits, limits:v, changes. ARGV: expected version, by, at (ms), old, new, then
+/// (lane, "capacity rate" or "" to remove) pairs. Reply: the new version, or an error
+/// when someone else changed them first.
+pub static SET_LIMITS: Lazy<redis::Script> = Lazy::new(|| {
+    redis::Script::new(
+        r#"local v = tonumber(redis.call('GET', KEYS[2]) or '0')
+if v ~= tonumber(ARGV[1]) then
+  return redis.error_reply('live limits changed meanwhile (now version ' .. v .. '): read them again')
+end
+v = v + 1
+for i = 6, #ARGV, 2 do
+  if ARGV[i + 1] == '' then redis.call('HDEL', KEYS[1], ARGV[i])
+  else redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+end
+redis.call('HSET', KEYS[1], 'version', v, 'by', ARGV[2], 'at', ARGV[3])
+redis.call('SET', KEYS[2], v)
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', 1000, '*', 'version', v, 'by', ARGV[2], 'at', ARGV[3], 'old', ARGV[4], 'new', ARGV[5])
+return v"#,
+    )
+});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::bucket::BucketSpec;
+
+    fn base() -> BucketSet {
+        BucketSet {
+            global: BucketSpec::new("global", 30, 30.0).unwrap(),
+            hot_lane: Some(BucketSpec::new("hot_lane", 25, 25.0).unwrap()),
+            hot_shop: None,
+        }
+    }
+
+    fn fields(pairs: &[(&str, &str)]) -> Vec<(Vec<u8>, Vec<u8>)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .collect()
+    }
+
+    #[test]
+    fn overrides_apply_over_the_constructor_values() {
+        let live = LiveLimits::from_fields(&fields(&[
+            ("version", "3"),
+            ("by", "alice"),
+            ("at", "1700000000000"),
+            ("global", "60 45.5"),
+        ]))
+        .unwrap();
+        assert_eq!(live.version, 3);
+        let set = live.apply(&base()).unwrap();
+        assert_eq!(describe(&set), "global=60/45.5 hot_lane=25/25");
+    }
+
+    #[test]
+    fn invalid_overrides_are_refused_like_constructor_options() {
+        let refuse = |pairs: &[(&str, &str)]| {
+            LiveLimits::from_fields(&fields(pairs))
+                .map_err(|e| e.to_string())
+                .and_then(|l| l.apply(&base()).map_err(|e| e.to_string()))
+                .unwrap_err()
+        };
+        // A hot lane above global, as the constructor refuses it.
+        assert!(refuse(&[("global", "20 20")]).contains("hot_lane"));
+        assert!(refuse(&[("global", "0 5")]).contains("global.capacity"));
+        assert!(refuse(&[("global", "10 -1")]).contains("global.refill_per_second"));
+        assert!(refuse(&[("hot_shop", "5 5")]).contains("not configured"));
+        assert!(refuse(&[("global", "ten 5")]).contains("capacity refill_per_second"));
+        assert!(refuse(&[("bogus", "1 1")]).contains("unknown field"));
+    }
+}
