@@ -3,8 +3,10 @@
 //!
 //!   checkout-guard scan FILE...    the two-stage scan (coarse candidates, fine windows)
 //!   checkout-guard peaks FILE...   peak events per second per day, overall and per api
+//!   checkout-guard limiter status|set|hot|unhot   on-call view and controls of a limiter
 
 mod input;
+mod limiter;
 mod report;
 mod time;
 
@@ -18,7 +20,7 @@ use serde_json::json;
 #[command(
     name = "checkout-guard",
     version,
-    about = "Find high-load windows in checkout_guard's recorded events"
+    about = "Find high-load windows in checkout_guard's recorded events, and operate its limiters"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -34,6 +36,8 @@ enum Command {
     Peaks(CommonArgs),
     /// An incident report for one time range: one self-contained HTML file.
     Report(ReportArgs),
+    /// On-call: a running limiter's state, live limits and hot shops, in Valkey.
+    Limiter(limiter::LimiterArgs),
     /// Writes a synthetic day of events (2026-11-30) for tests and benchmarks.
     Generate {
         /// About how many events.
@@ -349,6 +353,7 @@ fn run() -> Result<(), String> {
                 r.windows.len()
             );
         }
+        Command::Limiter(args) => limiter::run(args)?,
         Command::Generate {
             events,
             seed,

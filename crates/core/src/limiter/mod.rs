@@ -7,6 +7,7 @@
 //! [`Decision::from_reply`]; `remaining` and `retry_after` are derived in Rust from the
 //! bucket states the script returns.
 
+pub mod admin;
 mod bucket;
 mod decision;
 pub mod denials;

@@ -429,7 +429,7 @@ fn map_entries<'a>(option: &str, v: &'a Value) -> Result<&'a [(String, Value)], 
     }
 }
 
-fn validate_name(v: &Value) -> Result<String, ConfigError> {
+pub(crate) fn validate_name(v: &Value) -> Result<String, ConfigError> {
     let ok = |s: &[u8]| {
         !s.is_empty()
             && s.len() <= MAX_NAME_BYTES

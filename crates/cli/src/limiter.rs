@@ -1,0 +1,209 @@
+//! `checkout-guard limiter`: what on-call needs of a running limiter, against the same
+//! Valkey URL forms as the extension (redis://, valkey://, unix://, valkey+cluster://,
+//! user:password@).
+
+use std::time::Duration;
+
+use checkout_guard_core::limiter::admin::{Admin, Status};
+use checkout_guard_core::limiter::Lane;
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+use crate::time;
+
+#[derive(Args)]
+pub struct LimiterArgs {
+    /// Valkey URL, as in checkout_guard.url.
+    #[arg(long, env = "CHECKOUT_GUARD_URL", default_value = "redis://127.0.0.1:6379", global = true)]
+    url: String,
+    /// The limiter's name (its `name` option).
+    #[arg(long, default_value = "default", global = true)]
+    name: String,
+    /// Per-call timeout.
+    #[arg(long, default_value_t = 2000, global = true)]
+    timeout_ms: u64,
+    #[command(subcommand)]
+    command: LimiterCommand,
+}
+
+#[derive(Subcommand)]
+enum LimiterCommand {
+    /// Bucket levels, limits in force, hot shops and until when, recent decisions by
+    /// reason, recent changes.
+    Status {
+        /// The telemetry stream to count recent decisions in (checkout_guard.events.stream_key).
+        #[arg(long, default_value = "checkout_guard:events")]
+        events_key: String,
+        /// How far back to count decisions.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Changes live limits, picked up by every worker within a second:
+    /// `global=40/40` (capacity/refill per second) or `hot_lane=default` (back to the
+    /// constructor's value). Validated like constructor options; nothing written if not.
+    Set {
+        /// BUCKET=CAPACITY/RATE or BUCKET=default; BUCKET is global, hot_lane or hot_shop.
+        #[arg(required = true)]
+        changes: Vec<String>,
+        /// Who makes the change (recorded with it).
+        #[arg(long, env = "USER", default_value = "unknown")]
+        by: String,
+    },
+    /// Marks a shop hot for every worker (as markHot()).
+    Hot {
+        shop: String,
+        /// How long.
+        #[arg(long, default_value_t = 3600)]
+        ttl: i64,
+    },
+    /// Ends a shop's hot mark (manual or automatic); hot_shops listed in code stay hot.
+    Unhot { shop: String },
+}
+
+pub fn run(args: LimiterArgs) -> Result<(), String> {
+    let admin = Admin::new(
+        &args.url,
+        &args.name,
+        Duration::from_millis(args.timeout_ms.clamp(1, 60_000)),
+    )?;
+    match args.command {
+        LimiterCommand::Status {
+            events_key,
+            seconds,
+            json,
+        } => {
+            let st = admin.status(&events_key, seconds)?;
+            if json {
+                println!("{}", status_json(&args.name, &st));
+            } else {
+                print!("{}", status_text(&args.name, &st));
+            }
+        }
+        LimiterCommand::Set { changes, by } => {
+            let parsed = changes
+                .iter()
+                .map(|c| parse_change(c))
+                .collect::<Result<Vec<_>, _>>()?;
+            let (version, old, new) = admin.set(&parsed, &by)?;
+            println!("limiter {}: live limits version {version} by {by}", args.name);
+            println!("  old: {old}");
+            println!("  new: {new}");
+        }
+        LimiterCommand::Hot { shop, ttl } => {
+            admin.hot(shop.as_bytes(), ttl)?;
+            println!("limiter {}: shop {shop:?} hot for {ttl} s", args.name);
+        }
+        LimiterCommand::Unhot { shop } => {
+            let was = admin.unhot(shop.as_bytes())?;
+            println!(
+                "limiter {}: shop {shop:?} {}",
+                args.name,
+                if was { "no longer marked hot" } else { "was not marked hot" }
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `global=40/40`, `hot_lane=default`.
+fn parse_change(arg: &str) -> Result<(Lane, Option<(i64, f64)>), String> {
+    let bad = || {
+        format!("{arg:?}: expected BUCKET=CAPACITY/RATE or BUCKET=default, BUCKET one of global, hot_lane, hot_shop")
+    };
+    let (bucket, value) = arg.split_once('=').ok_or_else(bad)?;
+    let lane = Lane::ALL
+        .into_iter()
+        .find(|l| l.as_str() == bucket)
+        .ok_or_else(bad)?;
+    if value == "default" {
+        return Ok((lane, None));
+    }
+    let (c, r) = value.split_once('/').ok_or_else(bad)?;
+    let c = c
+        .parse::<i64>()
+        .map_err(|_| format!("{bucket}.capacity: {c:?} is not an integer"))?;
+    let r = r
+        .parse::<f64>()
+        .map_err(|_| format!("{bucket}.refill_per_second: {r:?} is not a number"))?;
+    Ok((lane, Some((c, r))))
+}
+
+fn shop_text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn status_text(name: &str, st: &Status) -> String {
+    let mut out = format!("limiter {name} at {}\n", time::format_ms(st.now_ms));
+    match (&st.settings, &st.buckets) {
+        (Some(s), Some(b)) => {
+            out.push_str(&format!("  settings (workers): {s}\n"));
+            if st.live.is_empty() {
+                out.push_str("  limits in force: the settings (no live limits)\n");
+            } else {
+                out.push_str(&format!(
+                    "  limits in force: {} (live version {}, by {}, {})\n",
+                    checkout_guard_core::limiter::live::describe(b),
+                    st.live.version,
+                    st.live.by,
+                    time::format_ms(st.live.at_ms)
+                ));
+            }
+        }
+        _ => out.push_str("  settings: none published yet (no worker has decided with this limiter)\n"),
+    }
+    for (lane, level, cap) in &st.levels {
+        out.push_str(&format!("  bucket {}: {level} of {cap} tokens\n", lane.as_str()));
+    }
+    if st.hot.is_empty() {
+        out.push_str("  hot shops: none marked\n");
+    }
+    for (shop, kind, ttl) in &st.hot {
+        let until = if *ttl >= 0 {
+            format!("until {} ({} s left)", time::format_ms(st.now_ms + ttl), ttl / 1000)
+        } else {
+            "no expiry".to_string()
+        };
+        out.push_str(&format!("  hot shop {:?}: {kind}, {until}\n", shop_text(shop)));
+    }
+    if let Some((total, shops)) = &st.window {
+        out.push_str(&format!("  auto_hot window: {total:.0} tokens taken"));
+        for (shop, n) in shops.iter().take(5) {
+            let share = if *total > 0.0 { 100.0 * n / total } else { 0.0 };
+            out.push_str(&format!(", {:?} {share:.0}%", shop_text(shop)));
+        }
+        out.push('\n');
+    }
+    out.push_str(&format!("  denied/unavailable in the last {} s:", st.decisions_seconds));
+    if st.decisions.is_empty() {
+        out.push_str(" none recorded");
+    }
+    for (reason, n) in &st.decisions {
+        out.push_str(&format!(" {reason} {n}"));
+    }
+    out.push('\n');
+    for (v, by, at, old, new) in &st.changes {
+        out.push_str(&format!(
+            "  change v{v} by {by} at {}: {old} -> {new}\n",
+            time::format_ms(*at)
+        ));
+    }
+    out
+}
+
+fn status_json(name: &str, st: &Status) -> serde_json::Value {
+    json!({
+        "limiter": name,
+        "now": time::format_ms(st.now_ms),
+        "settings": st.settings,
+        "limits": st.buckets.as_ref().map(checkout_guard_core::limiter::live::describe),
+        "live_version": st.live.version,
+        "buckets": st.levels.iter().map(|(l, level, cap)| json!({"bucket": l.as_str(), "tokens": level, "capacity": cap})).collect::<Vec<_>>(),
+        "hot_shops": st.hot.iter().map(|(s, kind, ttl)| json!({"shop": shop_text(s), "kind": kind, "ttl_ms": ttl})).collect::<Vec<_>>(),
+        "window": st.window.as_ref().map(|(total, shops)| json!({"tokens": total, "shops": shops.iter().map(|(s, n)| json!({"shop": shop_text(s), "tokens": n})).collect::<Vec<_>>()})),
+        "decisions": st.decisions,
+        "decisions_seconds": st.decisions_seconds,
+        "changes": st.changes.iter().map(|(v, by, at, old, new)| json!({"version": v, "by": by, "at": time::format_ms(*at), "old": old, "new": new})).collect::<Vec<_>>(),
+    })
+}

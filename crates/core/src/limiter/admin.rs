@@ -1,0 +1,419 @@
+//! On-call operations on a running limiter, from outside PHP (the `checkout-guard limiter`
+//! CLI): its state, live limits, hot marks. They work on any URL form the extension takes
+//! (single server, Unix socket, cluster, ACL user) and know the limiter by its name; the
+//! buckets it runs with come from the settings its workers publish.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::bucket::{BucketSet, Lane};
+use super::keys::Keys;
+use super::live::{self, LiveLimits};
+use super::options::{buckets_from_value, validate_name, validate_shop_id, validate_ttl};
+use crate::store::{self, Endpoint};
+use crate::value::Value;
+
+/// Everything `limiter status` shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Status {
+    pub now_ms: i64,
+    /// As published by the workers (`global=30/30 hot_lane=... auto_hot=...`), if any.
+    pub settings: Option<String>,
+    pub live: LiveLimits,
+    /// The buckets in force (constructor settings with live limits over them).
+    pub buckets: Option<BucketSet>,
+    /// Whole tokens in the shared buckets now (global, hot lane).
+    pub levels: Vec<(Lane, i64, i64)>,
+    /// Hot shops: shop, "auto" or "marked", ms left.
+    pub hot: Vec<(Vec<u8>, String, i64)>,
+    /// Tokens taken over the auto-hot window (estimated as the script does), per shop,
+    /// most first, and in all.
+    pub window: Option<(f64, Vec<(Vec<u8>, f64)>)>,
+    /// Recent "RateLimitDecision" events of this limiter in the events stream, by reason.
+    pub decisions: BTreeMap<String, u64>,
+    pub decisions_seconds: u64,
+    /// Recent live-limit changes, newest first: (version, by, at ms, old, new).
+    pub changes: Vec<(i64, String, i64, String, String)>,
+}
+
+/// A connection to use from the command line: generous timeout, no back-off between calls.
+pub struct Admin {
+    endpoint: Endpoint,
+    keys: Keys,
+    name: String,
+    timeout: Duration,
+}
+
+/// SCAN step over the hot flags on the limiter's own node (routed by KEYS[1]):
+/// `{cursor, key, value, pttl, key, value, pttl, ...}`.
+static HOT_SCAN: once_cell::sync::Lazy<redis::Script> = once_cell::sync::Lazy::new(|| {
+    redis::Script::new(
+        "local r = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', 1000)\n\
+         local out = {r[1]}\n\
+         for _, k in ipairs(r[2]) do\n\
+           out[#out + 1] = k\n\
+           out[#out + 1] = redis.call('GET', k) or ''\n\
+           out[#out + 1] = redis.call('PTTL', k)\n\
+         end\n\
+         return out",
+    )
+});
+
+impl Admin {
+    pub fn new(url: &str, name: &str, timeout: Duration) -> Result<Self, String> {
+        let endpoint = Endpoint::parse(url).map_err(|e| format!("--url: {e}"))?;
+        // The same name rules as the constructor (the error names the option).
+        validate_name(&Value::Str(name.as_bytes().to_vec())).map_err(|e| e.to_string())?;
+        Ok(Self {
+            endpoint,
+            keys: Keys::new(name),
+            name: name.to_string(),
+            timeout,
+        })
+    }
+
+    fn call<T>(
+        &self,
+        op: impl FnMut(&mut dyn redis::ConnectionLike) -> redis::RedisResult<T>,
+    ) -> Result<T, String> {
+        store::with_connection(&self.endpoint, self.timeout, Duration::ZERO, op)
+            .map_err(|e| format!("Valkey at {}: {e}", self.endpoint.display_url()))
+    }
+
+    /// The constructor's buckets as the workers published them.
+    fn published(&self) -> Result<(Option<String>, Option<BucketSet>), String> {
+        let key = self.keys.settings();
+        let text: Option<String> = self.call(|c| redis::cmd("GET").arg(&key).query(c))?;
+        let set = match &text {
+            Some(t) => Some(parse_settings(t)?),
+            None => None,
+        };
+        Ok((text, set))
+    }
+
+    fn live(&self) -> Result<LiveLimits, String> {
+        let key = self.keys.limits();
+        let fields: Vec<(Vec<u8>, Vec<u8>)> =
+            self.call(|c| redis::cmd("HGETALL").arg(&key).query(c))?;
+        LiveLimits::from_fields(&fields).map_err(|e| format!("stored live limits: {e}"))
+    }
+
+    /// Changes live limits: `changes` are (lane, Some((capacity, rate))) to set or
+    /// (lane, None) to go back to the constructor's value. Validated exactly like
+    /// constructor options over the published settings; nothing is written when invalid or
+    /// when someone else changed them meanwhile. Returns (version, old, new).
+    pub fn set(
+        &self,
+        changes: &[(Lane, Option<(i64, f64)>)],
+        by: &str,
+    ) -> Result<(i64, String, String), String> {
+        let (_, base) = self.published()?;
+        let base = base.ok_or_else(|| {
+            format!(
+                "no settings published for limiter \"{}\" at {}: no worker has decided with it yet \
+                 (check --name and --url), so the change cannot be validated; nothing written",
+                self.name,
+                self.endpoint.display_url()
+            )
+        })?;
+        let current = self.live()?;
+        let mut next = current.clone();
+        for (lane, value) in changes {
+            next.overrides[*lane as usize] = *value;
+        }
+        let old = current.apply(&base).map_err(|e| e.to_string())?;
+        let new = next
+            .apply(&base)
+            .map_err(|e| format!("refused, nothing written: {e}"))?;
+        let (old, new) = (live::describe(&old), live::describe(&new));
+        let at = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let (limits, version_key, changes_key) =
+            (self.keys.limits(), self.keys.limits_version(), self.keys.changes());
+        let version: i64 = self.call(|c| {
+            let mut inv = live::SET_LIMITS.prepare_invoke();
+            inv.key(&limits)
+                .key(&version_key)
+                .key(&changes_key)
+                .arg(current.version)
+                .arg(by)
+                .arg(at)
+                .arg(&old)
+                .arg(&new);
+            for (lane, value) in changes {
+                inv.arg(lane.as_str()).arg(match value {
+                    Some((c, r)) => format!("{c} {r}"),
+                    None => String::new(),
+                });
+            }
+            inv.invoke(c)
+        })?;
+        Ok((version, old, new))
+    }
+
+    /// Marks `shop` hot for every worker until `ttl_seconds` run out (as markHot()).
+    pub fn hot(&self, shop: &[u8], ttl_seconds: i64) -> Result<(), String> {
+        validate_shop_id(shop).map_err(|e| e.to_string())?;
+        validate_ttl(ttl_seconds).map_err(|e| e.to_string())?;
+        let key = self.keys.hot_flag(shop);
+        self.call(|c| {
+            redis::cmd("SET")
+                .arg(&key)
+                .arg(1)
+                .arg("EX")
+                .arg(ttl_seconds)
+                .query::<()>(c)
+        })
+    }
+
+    /// Ends a hot mark (manual or automatic). Returns whether there was one.
+    pub fn unhot(&self, shop: &[u8]) -> Result<bool, String> {
+        validate_shop_id(shop).map_err(|e| e.to_string())?;
+        let key = self.keys.hot_flag(shop);
+        self.call(|c| redis::cmd("DEL").arg(&key).query::<i64>(c))
+            .map(|n| n > 0)
+    }
+
+    /// The limiter's state; `events_key` is the telemetry stream to count recent
+    /// decisions in (over the last `seconds`).
+    pub fn status(&self, events_key: &str, seconds: u64) -> Result<Status, String> {
+        let (settings, base) = self.published()?;
+        let live = self.live()?;
+        let buckets = match &base {
+            Some(b) => Some(live.apply(b).map_err(|e| e.to_string())?),
+            None => None,
+        };
+        let (secs, micros): (i64, i64) = self.call(|c| redis::cmd("TIME").query(c))?;
+        let now_us = secs * 1_000_000 + micros;
+        let mut levels = Vec::new();
+        if let Some(set) = &buckets {
+            let keys = [self.keys.global(), self.keys.hot_lane()];
+            let tats: Vec<Option<i64>> =
+                self.call(|c| redis::cmd("MGET").arg(&keys[0]).arg(&keys[1]).query(c))?;
+            for (lane, tat) in [Lane::Global, Lane::HotLane].into_iter().zip(tats) {
+                if let Some(spec) = set.get(lane) {
+                    let level = spec.whole_tokens(tat.unwrap_or(now_us), now_us);
+                    levels.push((lane, level, spec.capacity()));
+                }
+            }
+        }
+        let hot = self.hot_shops()?;
+        let window = match settings.as_deref().and_then(auto_hot_window_us) {
+            Some(w) => Some(self.window(w, now_us)?),
+            None => None,
+        };
+        let (decisions, changes) = (
+            self.recent_decisions(events_key, now_us / 1000, seconds)?,
+            self.recent_changes()?,
+        );
+        Ok(Status {
+            now_ms: now_us / 1000,
+            settings,
+            live,
+            buckets,
+            levels,
+            hot,
+            window,
+            decisions,
+            decisions_seconds: seconds,
+            changes,
+        })
+    }
+
+    fn hot_shops(&self) -> Result<Vec<(Vec<u8>, String, i64)>, String> {
+        let route = self.keys.global();
+        let pattern = self.keys.hot_flag_pattern();
+        let prefix_len = self.keys.hot_flag(b"").len();
+        let mut out = Vec::new();
+        let mut cursor = b"0".to_vec();
+        loop {
+            let reply: Vec<redis::Value> = self.call(|c| {
+                HOT_SCAN
+                    .key(&route)
+                    .arg(&cursor)
+                    .arg(&pattern)
+                    .invoke(c)
+            })?;
+            let mut it = reply.into_iter();
+            cursor = bytes(it.next());
+            while let (Some(k), Some(v), Some(ttl)) = (it.next(), it.next(), it.next()) {
+                let key = bytes(Some(k));
+                let kind = if bytes(Some(v)) == b"auto" { "auto" } else { "marked" };
+                let ttl = match ttl {
+                    redis::Value::Int(i) => i,
+                    _ => -1,
+                };
+                out.push((key[prefix_len..].to_vec(), kind.to_string(), ttl));
+            }
+            if cursor == b"0" {
+                break;
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn window(&self, w: i64, now_us: i64) -> Result<(f64, Vec<(Vec<u8>, f64)>), String> {
+        let win = now_us / w;
+        let prefix = self.keys.auto_hot_prefix();
+        let key = |n: i64| [prefix.as_slice(), n.to_string().as_bytes()].concat();
+        let (cur, prev) = (key(win), key(win - 1));
+        let read = |k: &Vec<u8>| -> Result<Vec<(Vec<u8>, i64)>, String> {
+            self.call(|c| redis::cmd("HGETALL").arg(k).query(c))
+        };
+        let f = 1.0 - (now_us % w) as f64 / w as f64;
+        let mut per: BTreeMap<Vec<u8>, f64> = BTreeMap::new();
+        for (field, n) in read(&cur)? {
+            *per.entry(field).or_default() += n as f64;
+        }
+        for (field, n) in read(&prev)? {
+            *per.entry(field).or_default() += n as f64 * f;
+        }
+        let total = per.remove(&b""[..]).unwrap_or(0.0);
+        let mut shops: Vec<(Vec<u8>, f64)> = per.into_iter().collect();
+        shops.sort_by(|a, b| b.1.total_cmp(&a.1));
+        shops.truncate(10);
+        Ok((total, shops))
+    }
+
+    fn recent_decisions(
+        &self,
+        events_key: &str,
+        now_ms: i64,
+        seconds: u64,
+    ) -> Result<BTreeMap<String, u64>, String> {
+        let from = now_ms - seconds as i64 * 1000;
+        let entries: Vec<(String, Vec<(String, String)>)> = self.call(|c| {
+            redis::cmd("XRANGE")
+                .arg(events_key)
+                .arg(format!("{from}"))
+                .arg("+")
+                .arg("COUNT")
+                .arg(100_000)
+                .query(c)
+        })?;
+        let mut by = BTreeMap::new();
+        let limiter = format!("\"limiter\":{}", json_string(&self.name));
+        for (_, fields) in entries {
+            for (k, line) in fields {
+                if k == "event"
+                    && line.contains("\"eventType\":\"RateLimitDecision\"")
+                    && line.contains(&limiter)
+                {
+                    if let Some(reason) = json_field(&line, "reason") {
+                        *by.entry(reason).or_insert(0) += 1;
+                    }
+                }
+            }
+        }
+        Ok(by)
+    }
+
+    fn recent_changes(&self) -> Result<Vec<(i64, String, i64, String, String)>, String> {
+        let key = self.keys.changes();
+        let entries: Vec<(String, BTreeMap<String, String>)> = self.call(|c| {
+            redis::cmd("XREVRANGE")
+                .arg(&key)
+                .arg("+")
+                .arg("-")
+                .arg("COUNT")
+                .arg(5)
+                .query(c)
+        })?;
+        Ok(entries
+            .into_iter()
+            .map(|(_, f)| {
+                let get = |k: &str| f.get(k).cloned().unwrap_or_default();
+                (
+                    get("version").parse().unwrap_or(0),
+                    get("by"),
+                    get("at").parse().unwrap_or(0),
+                    get("old"),
+                    get("new"),
+                )
+            })
+            .collect())
+    }
+}
+
+fn bytes(v: Option<redis::Value>) -> Vec<u8> {
+    match v {
+        Some(redis::Value::BulkString(b)) => b,
+        Some(redis::Value::SimpleString(s)) => s.into_bytes(),
+        Some(redis::Value::Int(i)) => i.to_string().into_bytes(),
+        _ => Vec::new(),
+    }
+}
+
+fn json_string(s: &str) -> String {
+    let mut out = String::new();
+    crate::telemetry::write_json_string(&mut out, s);
+    out
+}
+
+/// A string field of a compact JSON line (the events this project writes).
+fn json_field(line: &str, field: &str) -> Option<String> {
+    let start = line.find(&format!("\"{field}\":\""))? + field.len() + 4;
+    let end = line[start..].find('"')? + start;
+    Some(line[start..end].to_string())
+}
+
+/// Parses published settings (`global=30/30 hot_lane=25/25 auto_hot=...`) into buckets,
+/// through the constructor's validation.
+pub fn parse_settings(text: &str) -> Result<BucketSet, String> {
+    let mut entries = Vec::new();
+    for part in text.split_whitespace() {
+        let Some((k, v)) = part.split_once('=') else {
+            continue;
+        };
+        if Lane::ALL.iter().any(|l| l.as_str() == k) {
+            let (c, r) = v
+                .split_once('/')
+                .and_then(|(c, r)| Some((c.parse::<i64>().ok()?, r.parse::<f64>().ok()?)))
+                .ok_or_else(|| format!("published settings: {part:?} is not capacity/rate"))?;
+            entries.push((
+                k.to_string(),
+                Value::Map(vec![
+                    ("capacity".into(), Value::Int(c)),
+                    ("refill_per_second".into(), Value::Float(r)),
+                ]),
+            ));
+        }
+    }
+    buckets_from_value(&Value::Map(entries)).map_err(|e| format!("published settings: {e}"))
+}
+
+/// The auto-hot window (µs) in published settings, if auto_hot is on.
+fn auto_hot_window_us(text: &str) -> Option<i64> {
+    let v = text
+        .split_whitespace()
+        .find_map(|p| p.strip_prefix("auto_hot="))?;
+    let secs: f64 = v.split('/').next()?.strip_suffix('s')?.parse().ok()?;
+    Some((secs * 1e6) as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn published_settings_round_trip_through_validation() {
+        let set = parse_settings("global=30/30.5 hot_lane=25/25 auto_hot=10s/0.3/300s/31").unwrap();
+        assert_eq!(live::describe(&set), "global=30/30.5 hot_lane=25/25");
+        assert_eq!(
+            auto_hot_window_us("global=30/30 auto_hot=2.5s/0.3/300s/8"),
+            Some(2_500_000)
+        );
+        assert_eq!(auto_hot_window_us("global=30/30"), None);
+        assert!(parse_settings("global=x/1").is_err());
+        assert!(parse_settings("hot_lane=5/5").unwrap_err().contains("global"));
+    }
+
+    #[test]
+    fn json_fields_are_read_from_compact_lines() {
+        let line = r#"{"eventType":"RateLimitDecision","limiter":"p","reason":"hot_shop"}"#;
+        assert_eq!(json_field(line, "reason").as_deref(), Some("hot_shop"));
+        assert_eq!(json_field(line, "missing"), None);
+    }
+}
