@@ -176,11 +176,14 @@ fn status_text(name: &str, st: &Status) -> String {
         out.push('\n');
     }
     out.push_str(&format!("  denied/unavailable in the last {} s:", st.decisions_seconds));
-    if st.decisions.is_empty() {
-        out.push_str(" none recorded");
-    }
-    for (reason, n) in &st.decisions {
-        out.push_str(&format!(" {reason} {n}"));
+    match &st.decisions {
+        Ok(d) if d.is_empty() => out.push_str(" none recorded"),
+        Ok(d) => {
+            for (reason, n) in d {
+                out.push_str(&format!(" {reason} {n}"));
+            }
+        }
+        Err(e) => out.push_str(&format!(" events stream not readable ({e})")),
     }
     out.push('\n');
     for (v, by, at, old, new) in &st.changes {
@@ -202,7 +205,8 @@ fn status_json(name: &str, st: &Status) -> serde_json::Value {
         "buckets": st.levels.iter().map(|(l, level, cap)| json!({"bucket": l.as_str(), "tokens": level, "capacity": cap})).collect::<Vec<_>>(),
         "hot_shops": st.hot.iter().map(|(s, kind, ttl)| json!({"shop": shop_text(s), "kind": kind, "ttl_ms": ttl})).collect::<Vec<_>>(),
         "window": st.window.as_ref().map(|(total, shops)| json!({"tokens": total, "shops": shops.iter().map(|(s, n)| json!({"shop": shop_text(s), "tokens": n})).collect::<Vec<_>>()})),
-        "decisions": st.decisions,
+        "decisions": st.decisions.as_ref().ok(),
+        "decisions_error": st.decisions.as_ref().err(),
         "decisions_seconds": st.decisions_seconds,
         "changes": st.changes.iter().map(|(v, by, at, old, new)| json!({"version": v, "by": by, "at": time::format_ms(*at), "old": old, "new": new})).collect::<Vec<_>>(),
     })

@@ -29,8 +29,9 @@ pub struct Status {
     /// Tokens taken over the auto-hot window (estimated as the script does), per shop,
     /// most first, and in all.
     pub window: Option<(f64, Vec<(Vec<u8>, f64)>)>,
-    /// Recent "RateLimitDecision" events of this limiter in the events stream, by reason.
-    pub decisions: BTreeMap<String, u64>,
+    /// Recent "RateLimitDecision" events of this limiter in the events stream, by reason
+    /// (or why the stream could not be read: another key namespace, another Valkey).
+    pub decisions: Result<BTreeMap<String, u64>, String>,
     pub decisions_seconds: u64,
     /// Recent live-limit changes, newest first: (version, by, at ms, old, new).
     pub changes: Vec<(i64, String, i64, String, String)>,
@@ -203,10 +204,8 @@ impl Admin {
             Some(w) => Some(self.window(w, now_us)?),
             None => None,
         };
-        let (decisions, changes) = (
-            self.recent_decisions(events_key, now_us / 1000, seconds)?,
-            self.recent_changes()?,
-        );
+        let decisions = self.recent_decisions(events_key, now_us / 1000, seconds);
+        let changes = self.recent_changes()?;
         Ok(Status {
             now_ms: now_us / 1000,
             settings,

@@ -1,0 +1,143 @@
+<?php
+declare(strict_types=1);
+
+namespace CheckoutGuard\Tests;
+
+use CheckoutGuard\RateLimiter;
+
+/**
+ * Live limits and the on-call CLI against the test Valkey: `checkout-guard limiter set`
+ * changes a running limiter's buckets (validated like the constructor, nothing written
+ * when refused), the next decision of every worker uses them, the change is recorded
+ * (stream in Valkey, RateLimitChange event), and `status`, `hot`, `unhot` show and steer.
+ */
+final class LiveLimitsTest extends LimiterTestCase
+{
+    private EventLog $log;
+
+    protected function setUp(): void
+    {
+        $this->log = new EventLog(self::redis());
+        $this->log->mark();
+    }
+
+    private function named(string $name): RateLimiter
+    {
+        return $this->limiter([
+            'name' => $name,
+            'global' => self::bucket(10),
+            'hot_lane' => self::bucket(6),
+            'hot_shop' => self::bucket(3),
+        ]);
+    }
+
+    private function changeEvents(): array
+    {
+        return array_values(array_filter($this->log->jsonl(), fn ($e) => $e['eventType'] === 'RateLimitChange'));
+    }
+
+    public function testALiveChangeIsUsedByTheNextDecisionAndRecorded(): void
+    {
+        $name = self::uniqueName('live');
+        $l = $this->named($name);
+        $this->assertSame(9, $l->acquire('s')->remaining(), 'constructor values, settings published');
+        [$code, $out, $err] = Cli::limiter(self::url(), $name, 'set', 'global=100/0.001', '--by', 'alice');
+        $this->assertSame(0, $code, $err);
+        $this->assertStringContainsString('version 1 by alice', $out);
+        $this->assertStringContainsString('old: global=10/0.001 hot_lane=6/0.001 hot_shop=3/0.001', $out);
+        $this->assertStringContainsString('new: global=100/0.001 hot_lane=6/0.001 hot_shop=3/0.001', $out);
+        // The very next decision, in this process and in a new limiter object (a new request).
+        $this->assertSame(98, $l->acquire('s')->remaining());
+        $this->assertSame(97, $this->named($name)->acquire('s')->remaining());
+        $events = $this->changeEvents();
+        $this->assertCount(1, $events, 'one event per worker and change');
+        $this->assertSame(
+            [$name, 1, 'alice', 'global=10/0.001 hot_lane=6/0.001 hot_shop=3/0.001', 'global=100/0.001 hot_lane=6/0.001 hot_shop=3/0.001', null],
+            [$events[0]['limiter'], $events[0]['version'], $events[0]['changed_by'], $events[0]['old'], $events[0]['new'], $events[0]['error']]
+        );
+        // Back to the constructor's values.
+        [$code, , $err] = Cli::limiter(self::url(), $name, 'set', 'global=default');
+        $this->assertSame(0, $code, $err);
+        $this->assertSame(6, $l->acquire('s')->remaining(), '4 of 10 taken: the constructor bucket again, the tokens taken still count');
+        // Both changes are in the limiter's change stream.
+        $this->assertCount(2, self::redis()->xRange("{cg:$name}:changes", '-', '+'));
+    }
+
+    public function testInvalidChangesAreRefusedByNameAndNothingIsWritten(): void
+    {
+        $name = self::uniqueName('live');
+        $this->named($name)->acquire('s');
+        $cases = [
+            ['global=5/0.001', 'hot_lane.capacity may not exceed global.capacity'],
+            ['global=0/1', 'global.capacity'],
+            ['hot_shop=3/-1', 'hot_shop.refill_per_second'],
+            ['hot_shop=x/1', 'hot_shop.capacity'],
+            ['lane=5/5', 'BUCKET one of global, hot_lane, hot_shop'],
+        ];
+        foreach ($cases as [$arg, $message]) {
+            [$code, $out, $err] = Cli::limiter(self::url(), $name, 'set', $arg);
+            $this->assertSame(2, $code, $arg);
+            $this->assertStringContainsString($message, $err, $arg);
+            $this->assertSame('', $out);
+        }
+        $this->assertSame(0, (int) self::redis()->exists("{cg:$name}:limits", "{cg:$name}:limits:v", "{cg:$name}:changes"));
+        // A limiter no worker has run is refused too: nothing to validate against.
+        [$code, , $err] = Cli::limiter(self::url(), self::uniqueName('never'), 'set', 'global=5/5');
+        $this->assertSame(2, $code);
+        $this->assertStringContainsString('no settings published', $err);
+    }
+
+    public function testLimitsWrittenByHandThatAreInvalidKeepTheConstructorValues(): void
+    {
+        $name = self::uniqueName('live');
+        $l = $this->named($name);
+        $l->acquire('s');
+        $r = self::redis();
+        $r->hMSet("{cg:$name}:limits", ['global' => '2 1', 'version' => '7', 'by' => 'someone']);
+        $r->set("{cg:$name}:limits:v", '7');
+        // hot_lane (6) above global (2): refused as the constructor would, decisions go on.
+        $this->assertSame(8, $l->acquire('s')->remaining());
+        $this->assertSame(7, $l->acquire('s')->remaining());
+        $events = $this->changeEvents();
+        $this->assertCount(1, $events, 'read once, not on every call');
+        $this->assertStringContainsString('hot_lane.capacity may not exceed global.capacity', $events[0]['error']);
+        $this->assertSame($events[0]['old'], $events[0]['new']);
+    }
+
+    public function testHotUnhotAndStatusFromTheCommandLine(): void
+    {
+        $name = self::uniqueName('oncall');
+        $l = $this->named($name);
+        $this->assertSame(['allowed' => 10, 'global' => 2], self::drain($l, 's', 12));
+        [$code, $out, $err] = Cli::limiter(self::url(), $name, 'hot', 'flash sale', '--ttl', '120');
+        $this->assertSame(0, $code, $err);
+        $this->assertTrue($l->isHot('flash sale'));
+        \CheckoutGuard\Telemetry::flush();
+        [$code, $out, $err] = Cli::limiter(self::url(), $name, 'status', '--json', '--events-key', EventLog::streamKey());
+        $this->assertSame(0, $code, $err);
+        $st = json_decode($out, true, 512, JSON_THROW_ON_ERROR);
+        $this->assertSame('global=10/0.001 hot_lane=6/0.001 hot_shop=3/0.001', $st['limits']);
+        $this->assertSame(['bucket' => 'global', 'capacity' => 10, 'tokens' => 0], $st['buckets'][0]);
+        $this->assertSame(['bucket' => 'hot_lane', 'capacity' => 6, 'tokens' => 6], $st['buckets'][1]);
+        $this->assertCount(1, $st['hot_shops']);
+        $this->assertSame(['flash sale', 'marked'], [$st['hot_shops'][0]['shop'], $st['hot_shops'][0]['kind']]);
+        $this->assertGreaterThan(110_000, $st['hot_shops'][0]['ttl_ms']);
+        $this->assertSame(['global' => 2], $st['decisions'], 'the two denials, from the events stream');
+        [$code, $text] = Cli::limiter(self::url(), $name, 'status', '--events-key', EventLog::streamKey());
+        $this->assertSame(0, $code);
+        $this->assertStringContainsString('bucket global: 0 of 10 tokens', $text);
+        $this->assertStringContainsString('hot shop "flash sale": marked, until', $text);
+        $this->assertStringContainsString('denied/unavailable in the last 60 s: global 2', $text);
+
+        [$code, $out] = Cli::limiter(self::url(), $name, 'unhot', 'flash sale');
+        $this->assertSame(0, $code);
+        $this->assertStringContainsString('no longer marked hot', $out);
+        $this->assertFalse($l->isHot('flash sale'));
+        [$code, , $err] = Cli::limiter(self::url(), $name, 'hot', "bad\x01shop");
+        $this->assertSame(2, $code);
+        $this->assertStringContainsString('shopId', $err);
+        [$code, , $err] = Cli::limiter(self::url(), 'bad name!', 'status');
+        $this->assertSame(2, $code);
+        $this->assertStringContainsString('name', $err);
+    }
+}
