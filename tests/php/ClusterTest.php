@@ -111,7 +111,10 @@ final class ClusterTest extends LimiterTestCase
         $this->assertSame(['allowed' => 10], self::drain($l, 's', 10));
         $slot = self::$cluster->slotOf(self::slotKey($name));
         $replica = self::$cluster->replicaOf(2);
-        // The replica has the bucket (replicated) but not the script: scripts are not replicated.
+        // The replica has the bucket (replicated); its script cache is emptied, as on a
+        // replica that never had the script (script caches are not replicated), so the
+        // new primary must be given it again.
+        self::$cluster->nodes[$replica]->client()->rawCommand('SCRIPT', 'FLUSH');
         $this->assertSame(0, self::cachedScripts($replica));
         self::$cluster->nodes[2]->kill();
 
@@ -140,6 +143,30 @@ final class ClusterTest extends LimiterTestCase
         $this->assertGreaterThanOrEqual(1, self::cachedScripts($replica), 'the script was loaded on the new primary');
         // And every call after recovery is an ordinary decision.
         $this->assertSame(['allowed' => 20], self::drain($l, 's', 20));
+    }
+
+    public function testTheOnCallCommandLineWorksOnTheCluster(): void
+    {
+        $name = $this->nameOnPrimary(1);
+        $l = $this->clustered($name, ['auto_hot' => ['window_seconds' => 600, 'min_tokens' => 2]]);
+        $this->assertSame(['allowed' => 5], self::drain($l, 'flood', 5));
+        $this->assertTrue($l->isHot('flood'), 'auto_hot on a cluster: the window counters live in the slot');
+        [$code, , $err] = Cli::limiter(self::$cluster->url(), $name, 'set', 'global=50/0.001', '--by', 'cluster-test');
+        $this->assertSame(0, $code, $err);
+        // This worker drained the bucket: for at most a second it denies locally what it
+        // knows Valkey would (the flood fast path), then its next call finds the change.
+        $this->assertSame('global', $l->acquire('other')->reason());
+        usleep(1_100_000);
+        $this->assertSame(44, $l->acquire('other')->remaining());
+        [$code, , $err] = Cli::limiter(self::$cluster->url(), $name, 'hot', 'marked');
+        $this->assertSame(0, $code, $err);
+        [$code, $out, $err] = Cli::limiter(self::$cluster->url(), $name, 'status', '--json');
+        $this->assertSame(0, $code, $err);
+        $st = json_decode($out, true, 512, JSON_THROW_ON_ERROR);
+        $this->assertSame('global=50/0.001', $st['limits']);
+        $this->assertSame(1, $st['live_version']);
+        $this->assertSame([['flood', 'auto'], ['marked', 'marked']], array_map(fn ($h) => [$h['shop'], $h['kind']], $st['hot_shops']));
+        $this->assertSame(6.0, (float) $st['window']['tokens']);
     }
 
     public function testBadClusterUrlsAreRefusedByName(): void

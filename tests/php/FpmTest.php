@@ -112,4 +112,30 @@ final class FpmTest extends LimiterTestCase
         $this->assertCount($requests * $calls, $mine, 'no event lost or duplicated');
         $this->assertGreaterThan(1, count($pids), 'several workers wrote');
     }
+
+    public function testALiveLimitChangeReachesEveryWorkerAtItsNextRequest(): void
+    {
+        $limiter = self::uniqueName('fpm-live');
+        $before = [];
+        for ($i = 0; $i < 16; $i++) {
+            [, $body] = self::get("limiter=$limiter&shop=shop-$i");
+            $before[$body['pid']][] = $body['remaining'];
+        }
+        $this->assertGreaterThanOrEqual(2, count($before), 'several workers decided');
+        $this->assertSame(34, min(array_merge(...array_values($before))), '16 of the constructor\'s 50');
+        // The workers' Valkey is database 1 of the test Valkey (scripts/test.sh).
+        [$code, , $err] = Cli::limiter(self::url() . '/1', $limiter, 'set', 'global=500/0.001', '--by', 'fpm-test');
+        $this->assertSame(0, $code, $err);
+        $after = [];
+        for ($i = 0; $i < 16; $i++) {
+            [$status, $body] = self::get("limiter=$limiter&shop=shop-$i");
+            $this->assertSame(200, $status);
+            $after[$body['pid']][] = $body['remaining'];
+        }
+        // No request after the change was decided with the old 50: every worker's first
+        // request after it already used 500 (16 + 16 taken).
+        $this->assertSame(468, min(array_merge(...array_values($after))));
+        $this->assertGreaterThan(450, min(array_map('min', $after)));
+        $this->assertGreaterThanOrEqual(2, count(array_intersect_key($after, $before)), 'the same workers, changed without a restart');
+    }
 }

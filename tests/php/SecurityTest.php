@@ -23,7 +23,16 @@ final class SecurityTest extends OwnValkeyTestCase
         $this->valkey->client()->rawCommand(
             'ACL', 'SETUSER', 'checkout', 'on', '>' . self::SECRET, 'resetkeys', '~{cg:*', 'resetchannels',
             '-@all', '+evalsha', '+eval', '+script|load', '+time', '+mget', '+set', '+get', '+del',
-            '+exists', '+scan', '+unlink', '+ping', '+client|setinfo', '+hello', '+select'
+            '+exists', '+scan', '+unlink', '+ping', '+client|setinfo', '+hello', '+select',
+            // auto_hot's window counters and the live limits' reload
+            '+hincrby', '+hmget', '+pexpire', '+hgetall'
+        );
+        // On-call: the CLI's reads and the live limits' writes, same namespace.
+        $this->valkey->client()->rawCommand(
+            'ACL', 'SETUSER', 'oncall', 'on', '>' . self::SECRET, 'resetkeys', '~{cg:*', 'resetchannels',
+            '-@all', '+evalsha', '+eval', '+script|load', '+time', '+mget', '+set', '+get', '+del',
+            '+scan', '+pttl', '+hgetall', '+hset', '+hdel', '+xadd', '+xrange', '+xrevrange',
+            '+client|setinfo', '+hello', '+select'
         );
         // For the tests' own inspection only.
         $this->valkey->client()->rawCommand('ACL', 'SETUSER', 'inspector', 'on', '>inspect', '~*', '+@all');
@@ -43,6 +52,28 @@ final class SecurityTest extends OwnValkeyTestCase
         $this->assertTrue($l->isHot('h'));
         $l->reset();
         $this->assertTrue($l->health()['ok']);
+    }
+
+    public function testTheCommandLineWithAnAclUserNeverPrintsThePassword(): void
+    {
+        $name = self::uniqueName('acl');
+        $l = $this->limiter(['name' => $name, 'url' => $this->aclUrl(), 'global' => self::bucket(5), 'auto_hot' => ['min_tokens' => 1]]);
+        $this->assertTrue($l->acquire('s')->isAllowed());
+        $oncall = "redis://oncall:" . self::SECRET . "@127.0.0.1:{$this->valkey->port}/0";
+        foreach ([['set', 'global=9/0.001'], ['hot', 'x'], ['unhot', 'x'], ['status'], ['status', '--json']] as $args) {
+            [$code, $out, $err] = Cli::limiter($oncall, $name, ...$args);
+            $this->assertSame(0, $code, implode(' ', $args) . ": $err");
+            $this->assertStringNotContainsString(self::SECRET, $out . $err);
+        }
+        $this->assertSame(7, $l->acquire('s')->remaining(), 'the live change reached the ACL user');
+        // The events stream is outside the user's keys: status says so and goes on.
+        [, $out] = Cli::limiter($oncall, $name, 'status');
+        $this->assertStringContainsString('events stream not readable', $out);
+        $wrong = "redis://oncall:Wr0ng-" . self::SECRET . "@127.0.0.1:{$this->valkey->port}/0";
+        [$code, $out, $err] = Cli::limiter($wrong, $name, 'status');
+        $this->assertSame(2, $code);
+        $this->assertStringContainsString('oncall:***@', $err);
+        $this->assertStringNotContainsString(self::SECRET, $out . $err);
     }
 
     public function testAWrongPasswordIsUnavailableAndNeverShown(): void

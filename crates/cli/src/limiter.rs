@@ -14,7 +14,12 @@ use crate::time;
 #[derive(Args)]
 pub struct LimiterArgs {
     /// Valkey URL, as in checkout_guard.url.
-    #[arg(long, env = "CHECKOUT_GUARD_URL", default_value = "redis://127.0.0.1:6379", global = true)]
+    #[arg(
+        long,
+        env = "CHECKOUT_GUARD_URL",
+        default_value = "redis://127.0.0.1:6379",
+        global = true
+    )]
     url: String,
     /// The limiter's name (its `name` option).
     #[arg(long, default_value = "default", global = true)]
@@ -87,7 +92,10 @@ pub fn run(args: LimiterArgs) -> Result<(), String> {
                 .map(|c| parse_change(c))
                 .collect::<Result<Vec<_>, _>>()?;
             let (version, old, new) = admin.set(&parsed, &by)?;
-            println!("limiter {}: live limits version {version} by {by}", args.name);
+            println!(
+                "limiter {}: live limits version {version} by {by}",
+                args.name
+            );
             println!("  old: {old}");
             println!("  new: {new}");
         }
@@ -100,7 +108,11 @@ pub fn run(args: LimiterArgs) -> Result<(), String> {
             println!(
                 "limiter {}: shop {shop:?} {}",
                 args.name,
-                if was { "no longer marked hot" } else { "was not marked hot" }
+                if was {
+                    "no longer marked hot"
+                } else {
+                    "was not marked hot"
+                }
             );
         }
     }
@@ -151,21 +163,32 @@ fn status_text(name: &str, st: &Status) -> String {
                 ));
             }
         }
-        _ => out.push_str("  settings: none published yet (no worker has decided with this limiter)\n"),
+        _ => out
+            .push_str("  settings: none published yet (no worker has decided with this limiter)\n"),
     }
     for (lane, level, cap) in &st.levels {
-        out.push_str(&format!("  bucket {}: {level} of {cap} tokens\n", lane.as_str()));
+        out.push_str(&format!(
+            "  bucket {}: {level} of {cap} tokens\n",
+            lane.as_str()
+        ));
     }
     if st.hot.is_empty() {
         out.push_str("  hot shops: none marked\n");
     }
     for (shop, kind, ttl) in &st.hot {
         let until = if *ttl >= 0 {
-            format!("until {} ({} s left)", time::format_ms(st.now_ms + ttl), ttl / 1000)
+            format!(
+                "until {} ({} s left)",
+                time::format_ms(st.now_ms + ttl),
+                ttl / 1000
+            )
         } else {
             "no expiry".to_string()
         };
-        out.push_str(&format!("  hot shop {:?}: {kind}, {until}\n", shop_text(shop)));
+        out.push_str(&format!(
+            "  hot shop {:?}: {kind}, {until}\n",
+            shop_text(shop)
+        ));
     }
     if let Some((total, shops)) = &st.window {
         out.push_str(&format!("  auto_hot window: {total:.0} tokens taken"));
@@ -175,7 +198,10 @@ fn status_text(name: &str, st: &Status) -> String {
         }
         out.push('\n');
     }
-    out.push_str(&format!("  denied/unavailable in the last {} s:", st.decisions_seconds));
+    out.push_str(&format!(
+        "  denied/unavailable in the last {} s:",
+        st.decisions_seconds
+    ));
     match &st.decisions {
         Ok(d) if d.is_empty() => out.push_str(" none recorded"),
         Ok(d) => {

@@ -130,8 +130,11 @@ impl Admin {
         let at = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
-        let (limits, version_key, changes_key) =
-            (self.keys.limits(), self.keys.limits_version(), self.keys.changes());
+        let (limits, version_key, changes_key) = (
+            self.keys.limits(),
+            self.keys.limits_version(),
+            self.keys.changes(),
+        );
         let version: i64 = self.call(|c| {
             let mut inv = live::SET_LIMITS.prepare_invoke();
             inv.key(&limits)
@@ -227,18 +230,17 @@ impl Admin {
         let mut out = Vec::new();
         let mut cursor = b"0".to_vec();
         loop {
-            let reply: Vec<redis::Value> = self.call(|c| {
-                HOT_SCAN
-                    .key(&route)
-                    .arg(&cursor)
-                    .arg(&pattern)
-                    .invoke(c)
-            })?;
+            let reply: Vec<redis::Value> =
+                self.call(|c| HOT_SCAN.key(&route).arg(&cursor).arg(&pattern).invoke(c))?;
             let mut it = reply.into_iter();
             cursor = bytes(it.next());
             while let (Some(k), Some(v), Some(ttl)) = (it.next(), it.next(), it.next()) {
                 let key = bytes(Some(k));
-                let kind = if bytes(Some(v)) == b"auto" { "auto" } else { "marked" };
+                let kind = if bytes(Some(v)) == b"auto" {
+                    "auto"
+                } else {
+                    "marked"
+                };
                 let ttl = match ttl {
                     redis::Value::Int(i) => i,
                     _ => -1,
@@ -406,7 +408,9 @@ mod tests {
         );
         assert_eq!(auto_hot_window_us("global=30/30"), None);
         assert!(parse_settings("global=x/1").is_err());
-        assert!(parse_settings("hot_lane=5/5").unwrap_err().contains("global"));
+        assert!(parse_settings("hot_lane=5/5")
+            .unwrap_err()
+            .contains("global"));
     }
 
     #[test]
