@@ -190,10 +190,14 @@ fn status_text(name: &str, st: &Status) -> String {
             shop_text(shop)
         ));
     }
-    if let Some((total, shops)) = &st.window {
-        out.push_str(&format!("  auto_hot window: {total:.0} tokens taken"));
-        for (shop, n) in shops.iter().take(5) {
-            let share = if *total > 0.0 { 100.0 * n / total } else { 0.0 };
+    if let Some(w) = &st.window {
+        out.push_str(&format!("  auto_hot window: {:.0} tokens taken", w.total));
+        for (shop, n) in w.shops.iter().take(5) {
+            let share = if w.total > 0.0 {
+                100.0 * n / w.total
+            } else {
+                0.0
+            };
             out.push_str(&format!(", {:?} {share:.0}%", shop_text(shop)));
         }
         out.push('\n');
@@ -212,10 +216,14 @@ fn status_text(name: &str, st: &Status) -> String {
         Err(e) => out.push_str(&format!(" events stream not readable ({e})")),
     }
     out.push('\n');
-    for (v, by, at, old, new) in &st.changes {
+    for c in &st.changes {
         out.push_str(&format!(
-            "  change v{v} by {by} at {}: {old} -> {new}\n",
-            time::format_ms(*at)
+            "  change v{} by {} at {}: {} -> {}\n",
+            c.version,
+            c.by,
+            time::format_ms(c.at_ms),
+            c.old,
+            c.new
         ));
     }
     out
@@ -230,10 +238,10 @@ fn status_json(name: &str, st: &Status) -> serde_json::Value {
         "live_version": st.live.version,
         "buckets": st.levels.iter().map(|(l, level, cap)| json!({"bucket": l.as_str(), "tokens": level, "capacity": cap})).collect::<Vec<_>>(),
         "hot_shops": st.hot.iter().map(|(s, kind, ttl)| json!({"shop": shop_text(s), "kind": kind, "ttl_ms": ttl})).collect::<Vec<_>>(),
-        "window": st.window.as_ref().map(|(total, shops)| json!({"tokens": total, "shops": shops.iter().map(|(s, n)| json!({"shop": shop_text(s), "tokens": n})).collect::<Vec<_>>()})),
+        "window": st.window.as_ref().map(|w| json!({"tokens": w.total, "shops": w.shops.iter().map(|(s, n)| json!({"shop": shop_text(s), "tokens": n})).collect::<Vec<_>>()})),
         "decisions": st.decisions.as_ref().ok(),
         "decisions_error": st.decisions.as_ref().err(),
         "decisions_seconds": st.decisions_seconds,
-        "changes": st.changes.iter().map(|(v, by, at, old, new)| json!({"version": v, "by": by, "at": time::format_ms(*at), "old": old, "new": new})).collect::<Vec<_>>(),
+        "changes": st.changes.iter().map(|c| json!({"version": c.version, "by": c.by, "at": time::format_ms(c.at_ms), "old": c.old, "new": c.new})).collect::<Vec<_>>(),
     })
 }

@@ -26,15 +26,31 @@ pub struct Status {
     pub levels: Vec<(Lane, i64, i64)>,
     /// Hot shops: shop, "auto" or "marked", ms left.
     pub hot: Vec<(Vec<u8>, String, i64)>,
-    /// Tokens taken over the auto-hot window (estimated as the script does), per shop,
-    /// most first, and in all.
-    pub window: Option<(f64, Vec<(Vec<u8>, f64)>)>,
+    pub window: Option<WindowView>,
     /// Recent "RateLimitDecision" events of this limiter in the events stream, by reason
     /// (or why the stream could not be read: another key namespace, another Valkey).
     pub decisions: Result<BTreeMap<String, u64>, String>,
     pub decisions_seconds: u64,
-    /// Recent live-limit changes, newest first: (version, by, at ms, old, new).
-    pub changes: Vec<(i64, String, i64, String, String)>,
+    /// Recent live-limit changes, newest first.
+    pub changes: Vec<Change>,
+}
+
+/// Tokens taken over the auto-hot window (estimated as the script does): in all, and the
+/// top shops, most first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowView {
+    pub total: f64,
+    pub shops: Vec<(Vec<u8>, f64)>,
+}
+
+/// One recorded change of live limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    pub version: i64,
+    pub by: String,
+    pub at_ms: i64,
+    pub old: String,
+    pub new: String,
 }
 
 /// A connection to use from the command line: generous timeout, no back-off between calls.
@@ -255,7 +271,7 @@ impl Admin {
         Ok(out)
     }
 
-    fn window(&self, w: i64, now_us: i64) -> Result<(f64, Vec<(Vec<u8>, f64)>), String> {
+    fn window(&self, w: i64, now_us: i64) -> Result<WindowView, String> {
         let win = now_us / w;
         let prefix = self.keys.auto_hot_prefix();
         let key = |n: i64| [prefix.as_slice(), n.to_string().as_bytes()].concat();
@@ -275,7 +291,7 @@ impl Admin {
         let mut shops: Vec<(Vec<u8>, f64)> = per.into_iter().collect();
         shops.sort_by(|a, b| b.1.total_cmp(&a.1));
         shops.truncate(10);
-        Ok((total, shops))
+        Ok(WindowView { total, shops })
     }
 
     fn recent_decisions(
@@ -311,7 +327,7 @@ impl Admin {
         Ok(by)
     }
 
-    fn recent_changes(&self) -> Result<Vec<(i64, String, i64, String, String)>, String> {
+    fn recent_changes(&self) -> Result<Vec<Change>, String> {
         let key = self.keys.changes();
         let entries: Vec<(String, BTreeMap<String, String>)> = self.call(|c| {
             redis::cmd("XREVRANGE")
@@ -326,13 +342,13 @@ impl Admin {
             .into_iter()
             .map(|(_, f)| {
                 let get = |k: &str| f.get(k).cloned().unwrap_or_default();
-                (
-                    get("version").parse().unwrap_or(0),
-                    get("by"),
-                    get("at").parse().unwrap_or(0),
-                    get("old"),
-                    get("new"),
-                )
+                Change {
+                    version: get("version").parse().unwrap_or(0),
+                    by: get("by"),
+                    at_ms: get("at").parse().unwrap_or(0),
+                    old: get("old"),
+                    new: get("new"),
+                }
             })
             .collect())
     }
