@@ -1,5 +1,7 @@
 //! Automatic hot shops, live limits and the on-call operations, against a real Valkey.
 
+// This test uses the Valkey helper only.
+#[allow(dead_code)]
 mod common;
 
 use std::time::Duration;
