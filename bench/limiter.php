@@ -9,6 +9,7 @@
 //   ping         phpredis PING: the floor, one round trip
 //   acquire      RateLimiter::acquire(), global bucket only
 //   acquire_hot  RateLimiter::acquire() for a hot shop: global + hot_lane + hot_shop
+//   acquire_auto_hot  acquire() with auto_hot on (the window counters in the same script)
 //   evalsha      the same decision script run by hand through phpredis evalSha
 //   symfony      Symfony RateLimiter token_bucket, Redis cache storage + Redis lock
 //   *_unix       the same over Valkey's Unix socket
@@ -180,6 +181,10 @@ $cases = [
     'acquire_hot' => ['evalsha', static function () use ($limiter, $tcp, $always) {
         $l = $limiter($tcp, 'bench-hot', ['hot_lane' => $always, 'hot_shop' => $always, 'hot_shops' => ['flash']]);
         return static fn () => $l->acquire('flash')->isAllowed();
+    }],
+    'acquire_auto_hot' => ['evalsha', static function () use ($limiter, $tcp, $shops) {
+        $l = $limiter($tcp, 'bench-auto', ['auto_hot' => true]);
+        return static fn () => $l->acquire($shops())->isAllowed();
     }],
     'evalsha' => ['evalsha', static function () use ($shops) {
         return evalsha_op(redis_to('tcp'), $shops);

@@ -15,6 +15,7 @@ CASES = [
     ("ping", "phpredis `PING` (the floor: one round trip)"),
     ("acquire", "`RateLimiter::acquire()`, global bucket"),
     ("acquire_hot", "`RateLimiter::acquire()`, hot shop (global + hot_lane + hot_shop)"),
+    ("acquire_auto_hot", "`RateLimiter::acquire()`, global bucket, `auto_hot` on"),
     ("evalsha", "the same script by hand, phpredis `evalSha`"),
     ("symfony", "Symfony RateLimiter `token_bucket` (Redis cache + Redis lock)"),
     ("ping_unix", "phpredis `PING`, Unix socket"),
@@ -86,6 +87,10 @@ def main() -> None:
     one = by[("acquire", 1)]
     hot = by[("acquire_hot", 1)]
     out.append(f"| decision script <= 5 µs in Valkey | global {one['valkey_usec_per_call']:.1f} µs, hot shop {hot['valkey_usec_per_call']:.1f} µs per call | {verdict(one['valkey_usec_per_call'] <= 5)} |")
+    auto = by.get(("acquire_auto_hot", 1))
+    if auto:
+        extra = auto["valkey_usec_per_call"] - one["valkey_usec_per_call"]
+        out.append(f"| `auto_hot`: no extra request per acquire; its cost in Valkey | {auto['valkey_usec_per_call']:.1f} µs per call on vs {one['valkey_usec_per_call']:.1f} µs off (+{extra:.1f} µs); p50 {auto['p50_us']:.1f} vs {one['p50_us']:.1f} µs; {auto['valkey_calls_per_decision']} script calls per decision | {verdict(auto['valkey_calls_per_decision'] <= 1.01)} |")
     fl = {f["local_denials"]: f for f in res["flood"]}
     on, off = fl[True], fl[False]
     out.append(f"| flood: <= 0.05 round trips per denied acquire | {on['round_trips_per_denied']} (off: {off['round_trips_per_denied']}) | {verdict(on['round_trips_per_denied'] <= 0.05)} |")
