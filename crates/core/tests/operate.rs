@@ -1,6 +1,6 @@
 //! Automatic hot shops, live limits and the on-call operations, against a real Valkey.
 
-// This test uses the Valkey helper only.
+// This test uses the Valkey helper only (not the random generator).
 #[allow(dead_code)]
 mod common;
 
@@ -136,6 +136,25 @@ fn live_limits_are_picked_up_validated_and_recorded() {
     assert_eq!(status.levels, vec![(Lane::Global, 46, 50)]);
     assert_eq!(status.changes.len(), 1);
     assert_eq!(status.changes[0].by, "bob");
+
+    // A writer that read version 0 (someone else wrote version 1 meanwhile) is refused.
+    let mut conn = valkey.connection();
+    let keys = checkout_guard_core::limiter::Keys::new("live");
+    let stale: redis::RedisResult<i64> = checkout_guard_core::limiter::live::SET_LIMITS
+        .key(keys.limits())
+        .key(keys.limits_version())
+        .key(keys.changes())
+        .arg(0)
+        .arg("carol")
+        .arg(0)
+        .arg("old")
+        .arg("new")
+        .arg("global")
+        .arg("1 1")
+        .invoke(&mut conn);
+    let e = stale.unwrap_err().to_string();
+    assert!(e.contains("changed meanwhile"), "{e}");
+    assert_eq!(admin.status("none", 60).unwrap().live.version, 1);
 
     // Back to the constructor's values.
     admin.set(&[(Lane::Global, None)], "bob").unwrap();

@@ -45,6 +45,9 @@ function limiter(): ?RateLimiter
         'hot_shop' => ['capacity' => (int) env('CG_SHOP_CAPACITY', '6'), 'refill_per_second' => (float) env('CG_SHOP_RATE', '25')],
         'hot_shops' => $hot,
         'on_unavailable' => env('CG_ON_UNAVAILABLE', 'allow'),
+        // CHECKOUT_AUTO_HOT=on: shops taking over 30% of the global bucket for 10 s become
+        // hot by themselves (no hot_shops list needed).
+        'auto_hot' => env('CHECKOUT_AUTO_HOT', 'off') === 'on',
     ]);
 }
 
