@@ -275,3 +275,56 @@ fn a_large_file_read_by_two_threads_gives_the_same_answer_and_line_numbers() {
     assert_eq!(peaks("1"), peaks("2"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn limiter_commands_refuse_bad_input_before_touching_valkey_and_mask_passwords() {
+    // Nothing listens on port 1: any I/O would fail with a connection error instead.
+    let url = "redis://oncall:hunter2@127.0.0.1:1/0";
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["set", "global=ten/5"],
+            "global.capacity: \"ten\" is not an integer",
+        ),
+        (
+            &["set", "global=5/x"],
+            "global.refill_per_second: \"x\" is not a number",
+        ),
+        (
+            &["set", "lane=5/5"],
+            "BUCKET one of global, hot_lane, hot_shop",
+        ),
+        (
+            &["set", "global"],
+            "expected BUCKET=CAPACITY/RATE or BUCKET=default",
+        ),
+    ];
+    for (args, message) in cases {
+        let mut all = vec!["limiter", "--url", url, "--name", "payments"];
+        all.extend_from_slice(args);
+        let (code, out, err) = run(&all, None);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(message), "{args:?}: {err}");
+        assert!(out.is_empty());
+    }
+    let (code, _, err) = run(
+        &["limiter", "--url", url, "--name", "bad name", "status"],
+        None,
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("name"), "{err}");
+    // A URL that is not one: named, password masked.
+    let (code, _, err) = run(&["limiter", "--url", "http://u:hunter2@x", "status"], None);
+    assert_eq!(code, 2);
+    assert!(err.contains("--url") && err.contains("u:***@x"), "{err}");
+    // Valkey down: a clear error within the timeout, password masked.
+    let (code, _, err) = run(
+        &["limiter", "--url", url, "--timeout-ms", "200", "status"],
+        None,
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("Valkey at redis://oncall:***@127.0.0.1:1/0"),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"), "{err}");
+}

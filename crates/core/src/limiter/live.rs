@@ -119,24 +119,25 @@ pub fn describe(set: &BucketSet) -> String {
         .join(" ")
 }
 
-/// The newest live limits each (url, limiter name) is known by in this process: limiter
-/// objects are built per request, the knowledge outlives them.
-/// (url, limiter name).
-type LimiterId = (String, String);
-
-static KNOWN: Lazy<Mutex<HashMap<LimiterId, Arc<LiveLimits>>>> = Lazy::new(Default::default);
-
-pub(crate) fn known(url: &str, name: &str) -> Option<Arc<LiveLimits>> {
-    KNOWN
-        .lock()
-        .get(&(url.to_string(), name.to_string()))
-        .cloned()
+/// The identity of a limiter's live limits in this process: its URL and name, hashed once
+/// when the limiter is built so that a decision looks its limits up without allocating.
+pub(crate) fn limiter_id(url: &str, name: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (url, name).hash(&mut h);
+    h.finish()
 }
 
-pub(crate) fn remember(url: &str, name: &str, live: Arc<LiveLimits>) {
-    KNOWN
-        .lock()
-        .insert((url.to_string(), name.to_string()), live);
+/// The newest live limits each limiter (by [`limiter_id`]) is known by in this process:
+/// limiter objects are built per request, the knowledge outlives them.
+static KNOWN: Lazy<Mutex<HashMap<u64, Arc<LiveLimits>>>> = Lazy::new(Default::default);
+
+pub(crate) fn known(id: u64) -> Option<Arc<LiveLimits>> {
+    KNOWN.lock().get(&id).cloned()
+}
+
+pub(crate) fn remember(id: u64, live: Arc<LiveLimits>) {
+    KNOWN.lock().insert(id, live);
 }
 
 /// Writes new live limits atomically, only if the version is still `expected`.

@@ -35,6 +35,10 @@ pub struct Limiter {
     auto_hot_args: [String; 4],
     /// What this limiter runs with, published once per process for the CLI.
     settings: String,
+    /// [`live::limiter_id`] of this limiter, and the same with its settings (what
+    /// `PUBLISHED` holds once they are published).
+    live_id: u64,
+    publish_id: u64,
 }
 
 /// The buckets in force and what each call derives from them.
@@ -70,9 +74,9 @@ pub struct LimitsChange {
     pub error: Option<String>,
 }
 
-/// (url, name, settings) published by this process (see `Limiter::settings`).
-type Published = (String, String, String);
-static PUBLISHED: Lazy<Mutex<HashSet<Published>>> = Lazy::new(Default::default);
+/// The limiters (url, name and settings, as `Limiter::publish_id`) whose settings this
+/// process has published.
+static PUBLISHED: Lazy<Mutex<HashSet<u64>>> = Lazy::new(Default::default);
 
 impl Limiter {
     pub fn new(options: LimiterOptions) -> Self {
@@ -111,13 +115,15 @@ impl Limiter {
                 global_denial_key: 0,
             })),
             auto_hot_args,
+            live_id: live::limiter_id(options.endpoint.display_url(), &options.name),
+            publish_id: live::limiter_id(
+                options.endpoint.display_url(),
+                &format!("{}\n{settings}", options.name),
+            ),
             settings,
             options,
         };
-        let known = live::known(
-            limiter.options.endpoint.display_url(),
-            &limiter.options.name,
-        );
+        let known = live::known(limiter.live_id);
         let tuned = limiter.tune(known.as_deref()).0;
         limiter.tuned = RwLock::new(Arc::new(tuned));
         limiter
@@ -155,7 +161,7 @@ impl Limiter {
     /// The buckets in force: the newest live limits this process knows of.
     fn current(&self) -> Arc<Tuned> {
         let tuned = self.tuned.read().clone();
-        let known = live::known(self.options.endpoint.display_url(), &self.options.name);
+        let known = live::known(self.live_id);
         match known {
             Some(l) if l.version != tuned.version => {
                 let fresh = Arc::new(self.tune(Some(&l)).0);
@@ -202,11 +208,7 @@ impl Limiter {
             new: live::describe(&tuned.buckets),
             error: parse_error.or(apply_error),
         };
-        live::remember(
-            self.options.endpoint.display_url(),
-            &self.options.name,
-            Arc::new(live),
-        );
+        live::remember(self.live_id, Arc::new(live));
         let tuned = Arc::new(tuned);
         *self.tuned.write() = tuned.clone();
         Ok((tuned, change))
@@ -331,15 +333,9 @@ impl Limiter {
                 return Ok((d, notices));
             }
         }
-        let url = self.options.endpoint.display_url();
-        let publish = (
-            url.to_string(),
-            self.options.name.clone(),
-            self.settings.clone(),
-        );
         let mut failure = None;
         for _attempt in 0..3 {
-            let publish_now = !PUBLISHED.lock().contains(&publish);
+            let publish_now = !PUBLISHED.lock().contains(&self.publish_id);
             let sent_ns = denials::now_ns();
             let result = self.with_valkey(|c| {
                 let mut inv = DECIDE.prepare_invoke();
@@ -389,7 +385,7 @@ impl Limiter {
                 Ok(ints) => match StepReply::from_ints(&ints) {
                     Some(reply) => {
                         if publish_now {
-                            PUBLISHED.lock().insert(publish);
+                            PUBLISHED.lock().insert(self.publish_id);
                         }
                         if let Some(keys) = &denial_keys {
                             self.learn(&tuned, keys, &reply, sent_ns);

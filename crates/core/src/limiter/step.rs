@@ -160,8 +160,13 @@ mod tests {
 
     #[test]
     fn reply_parsing_rejects_wrong_shapes() {
-        assert!(StepReply::from_ints(&[0, 1, 2, 3, 4, 5]).is_some());
-        assert!(StepReply::from_ints(&[4, 1, 2, 3, 4, 5]).is_none());
+        let r = StepReply::from_ints(&[0, 1, 2, 3, 4, 5, 1, 420]).unwrap();
+        assert!(r.became_hot && r.hot);
+        assert_eq!((r.share_permille, r.tats), (420, [3, 4, 5]));
+        assert!(StepReply::from_ints(&[4, 1, 2, 3, 4, 5, 0, 0]).is_none());
+        // The reply before auto_hot, and the "live limits changed" reply, are not decisions.
+        assert!(StepReply::from_ints(&[0, 1, 2, 3, 4, 5]).is_none());
+        assert!(StepReply::from_ints(&[-1, 3]).is_none());
         assert!(StepReply::from_ints(&[0, 1, 2]).is_none());
     }
 }
