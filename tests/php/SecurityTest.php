@@ -133,8 +133,9 @@ final class SecurityTest extends OwnValkeyTestCase
         $values = [null, true, false, 0, 1, -1, 10, 1_000_000_001, PHP_INT_MAX, PHP_INT_MIN, 0.0, -0.5, 1.5, NAN, INF,
             '', '10', 'allow', 'throw', "a\0b", "\xff\xfe", str_repeat('x', 300), 'redis://u:' . self::SECRET . '@h:1',
             'unix:///tmp/none.sock', 'rediss://h', [], [1, 2], ['capacity' => 5], ['capacity' => 5, 'refill_per_second' => 2],
-            ['capacity' => '5', 'refill_per_second' => 2], ['x' => ['y' => ['z' => 1]]], new \stdClass(), fn () => 1];
-        $keys = ['name', 'global', 'hot_lane', 'hot_shop', 'hot_shops', 'url', 'timeout_ms', 'on_unavailable', 'other', 0];
+            ['capacity' => '5', 'refill_per_second' => 2], ['x' => ['y' => ['z' => 1]]], new \stdClass(), fn () => 1,
+            ['share' => 0.5, 'window_seconds' => 2], ['share' => NAN], ['ttl_seconds' => -1, 'min_tokens' => 3]];
+        $keys = ['name', 'global', 'hot_lane', 'hot_shop', 'hot_shops', 'url', 'timeout_ms', 'on_unavailable', 'auto_hot', 'other', 0];
         $accepted = $rejected = 0;
         for ($i = 0; $i < 3000; $i++) {
             $options = [];

@@ -3,7 +3,10 @@
 //! (never panic), keys must stay inside the limiter's namespace and hash tag, and events
 //! must encode to one valid JSON line whatever their bytes.
 
-use checkout_guard_core::limiter::{validate_shop_id, Defaults, Keys, LimiterOptions};
+use checkout_guard_core::limiter::live::LiveLimits;
+use checkout_guard_core::limiter::{
+    validate_shop_id, BucketSet, BucketSpec, Defaults, Keys, LimiterOptions,
+};
 use checkout_guard_core::telemetry::{write_event_line, AttrValue, Event};
 use checkout_guard_core::Value;
 use proptest::prelude::*;
@@ -50,6 +53,10 @@ fn php_value() -> impl Strategy<Value = Value> {
         let key = prop_oneof![
             Just("capacity".to_string()),
             Just("refill_per_second".to_string()),
+            Just("share".to_string()),
+            Just("window_seconds".to_string()),
+            Just("ttl_seconds".to_string()),
+            Just("min_tokens".to_string()),
             Just("0".to_string()),
             ".{0,6}".prop_map(|s: String| s),
         ];
@@ -70,6 +77,7 @@ fn options_array() -> impl Strategy<Value = Value> {
         Just("url"),
         Just("timeout_ms"),
         Just("on_unavailable"),
+        Just("auto_hot"),
         Just("unknown"),
     ]
     .prop_map(str::to_string);
@@ -85,6 +93,37 @@ fn hash_tag_of(key: &[u8]) -> Option<&[u8]> {
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+    /// Live limits as anyone could write them into Valkey: refused with a message or
+    /// applied as a coherent bucket set, never a panic.
+    #[test]
+    fn stored_live_limits_are_parsed_and_validated_without_panicking(
+        fields in proptest::collection::vec((
+            prop_oneof![Just(b"global".to_vec()), Just(b"hot_lane".to_vec()), Just(b"hot_shop".to_vec()),
+                        Just(b"version".to_vec()), Just(b"by".to_vec()), Just(b"at".to_vec()),
+                        proptest::collection::vec(any::<u8>(), 0..8)],
+            prop_oneof![Just(b"10 5".to_vec()), Just(b"1000000001 1".to_vec()), Just(b"5 NaN".to_vec()),
+                        Just(b"-1 1".to_vec()), Just(b"3 0.5".to_vec()), Just(b"7".to_vec()),
+                        proptest::collection::vec(any::<u8>(), 0..12)],
+        ), 0..6),
+    ) {
+        let base = BucketSet {
+            global: BucketSpec::new("global", 20, 20.0).unwrap(),
+            hot_lane: Some(BucketSpec::new("hot_lane", 10, 10.0).unwrap()),
+            hot_shop: None,
+        };
+        match LiveLimits::from_fields(&fields) {
+            Err(e) => prop_assert!(!e.is_empty()),
+            Ok(live) => match live.apply(&base) {
+                Ok(set) => {
+                    let lane = set.hot_lane.expect("kept");
+                    prop_assert!(lane.capacity() <= set.global.capacity());
+                    prop_assert!(set.hot_shop.is_none());
+                }
+                Err(e) => prop_assert!(!e.to_string().is_empty()),
+            },
+        }
+    }
 
     #[test]
     fn option_validation_names_the_problem_and_never_panics(options in options_array()) {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::bucket::{BucketSet, Lane};
-use super::keys::Keys;
+use super::keys::{mark_hot_cmd, Keys};
 use super::live::{self, LiveLimits};
 use super::options::{buckets_from_value, validate_name, validate_shop_id, validate_ttl};
 use crate::store::{self, Endpoint};
@@ -177,14 +177,7 @@ impl Admin {
         validate_shop_id(shop).map_err(|e| e.to_string())?;
         validate_ttl(ttl_seconds).map_err(|e| e.to_string())?;
         let key = self.keys.hot_flag(shop);
-        self.call(|c| {
-            redis::cmd("SET")
-                .arg(&key)
-                .arg(1)
-                .arg("EX")
-                .arg(ttl_seconds)
-                .query::<()>(c)
-        })
+        self.call(|c| mark_hot_cmd(&key, ttl_seconds).query::<()>(c))
     }
 
     /// Ends a hot mark (manual or automatic). Returns whether there was one.

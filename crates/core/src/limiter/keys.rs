@@ -89,6 +89,14 @@ impl Keys {
     }
 }
 
+/// The command that marks a shop hot (`key` = [`Keys::hot_flag`]) for `ttl_seconds`, as
+/// `markHot()` and the CLI's `hot` send it.
+pub fn mark_hot_cmd(key: &[u8], ttl_seconds: i64) -> redis::Cmd {
+    let mut cmd = redis::cmd("SET");
+    cmd.arg(key).arg(1).arg("EX").arg(ttl_seconds);
+    cmd
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -268,13 +268,7 @@ fn range_error(option: &str, expected: &str, got: &Value) -> ConfigError {
 /// not above global): the constructor and live limits share this code.
 pub fn buckets_from_value(options: &Value) -> Result<BucketSet, ConfigError> {
     let entries = map_entries("options", options)?;
-    let get = |k: &str| {
-        entries
-            .iter()
-            .find(|(key, _)| key == k)
-            .map(|(_, v)| v)
-            .filter(|v| !matches!(v, Value::Null))
-    };
+    let get = |k: &str| option(entries, k);
     let global = match get("global") {
         None => {
             return Err(ConfigError::new(
@@ -343,13 +337,7 @@ impl LimiterOptions {
                 ));
             }
         }
-        let get = |k: &str| {
-            entries
-                .iter()
-                .find(|(key, _)| key == k)
-                .map(|(_, v)| v)
-                .filter(|v| !matches!(v, Value::Null))
-        };
+        let get = |k: &str| option(entries, k);
 
         let name = match get("name") {
             None => "default".to_string(),
@@ -419,6 +407,15 @@ fn type_error(option: &str, expected: &str, got: &Value) -> ConfigError {
             got.describe()
         ),
     )
+}
+
+/// The value of option `k` in an options array; a `null` value counts as not given.
+fn option<'a>(entries: &'a [(String, Value)], k: &str) -> Option<&'a Value> {
+    entries
+        .iter()
+        .find(|(key, _)| key == k)
+        .map(|(_, v)| v)
+        .filter(|v| !matches!(v, Value::Null))
 }
 
 fn map_entries<'a>(option: &str, v: &'a Value) -> Result<&'a [(String, Value)], ConfigError> {

@@ -9,7 +9,7 @@ use super::bucket::{BucketSet, Lane};
 use super::decision::Decision;
 use super::denials;
 use super::error::LimiterError;
-use super::keys::Keys;
+use super::keys::{mark_hot_cmd, Keys};
 use super::live::{self, LiveLimits};
 use super::options::{
     validate_shop_id, validate_tokens, validate_ttl, LimiterOptions, OnUnavailable,
@@ -431,14 +431,7 @@ impl Limiter {
         validate_shop_id(shop)?;
         validate_ttl(ttl_seconds)?;
         let key = self.keys.hot_flag(shop);
-        self.admin(|c| {
-            redis::cmd("SET")
-                .arg(&key)
-                .arg(1)
-                .arg("EX")
-                .arg(ttl_seconds)
-                .query::<()>(c)
-        })
+        self.admin(|c| mark_hot_cmd(&key, ttl_seconds).query::<()>(c))
     }
 
     /// Ends a `markHot()` early. Shops listed in `hot_shops` stay hot.
