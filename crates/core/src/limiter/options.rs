@@ -196,7 +196,7 @@ impl AutoHot {
                 "window_seconds" => match number {
                     Some(x) if (1.0..=3600.0).contains(&x) => window_s = x,
                     _ => {
-                        return Err(range_error(
+                        return Err(type_error(
                             &option,
                             "a number of seconds from 1 to 3600",
                             value,
@@ -206,7 +206,7 @@ impl AutoHot {
                 "share" => match number {
                     Some(x) if x > 0.0 && x < 1.0 => share = x,
                     _ => {
-                        return Err(range_error(
+                        return Err(type_error(
                             &option,
                             "a number above 0 and below 1 (0.3 = 30%)",
                             value,
@@ -216,7 +216,7 @@ impl AutoHot {
                 "ttl_seconds" => match value {
                     Value::Int(t) if (1..=MAX_TTL_SECONDS).contains(t) => ttl_seconds = *t,
                     _ => {
-                        return Err(range_error(
+                        return Err(type_error(
                             &option,
                             &format!("an integer from 1 to {MAX_TTL_SECONDS}"),
                             value,
@@ -226,7 +226,7 @@ impl AutoHot {
                 "min_tokens" => match value {
                     Value::Int(t) if (1..=1_000_000_000).contains(t) => min_tokens = Some(*t),
                     _ => {
-                        return Err(range_error(
+                        return Err(type_error(
                             &option,
                             "an integer from 1 to 1000000000",
                             value,
@@ -251,17 +251,6 @@ impl AutoHot {
             min_tokens,
         }))
     }
-}
-
-fn range_error(option: &str, expected: &str, got: &Value) -> ConfigError {
-    ConfigError::new(
-        option,
-        format!(
-            "must be {expected}, got {} {}",
-            got.type_name(),
-            got.describe()
-        ),
-    )
 }
 
 /// Validates the bucket options (`global` required, `hot_lane` and `hot_shop` optional and
