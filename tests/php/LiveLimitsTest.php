@@ -93,7 +93,7 @@ final class LiveLimitsTest extends LimiterTestCase
         $l = $this->named($name);
         $l->acquire('s');
         $r = self::redis();
-        $r->hMSet("{cg:$name}:limits", ['global' => '2 1', 'version' => '7', 'by' => 'someone']);
+        $r->hMSet("{cg:$name}:limits", ['global' => '2/1', 'by' => 'someone']);
         $r->set("{cg:$name}:limits:v", '7');
         // hot_lane (6) above global (2): refused as the constructor would, decisions go on.
         $this->assertSame(8, $l->acquire('s')->remaining());
@@ -102,6 +102,19 @@ final class LiveLimitsTest extends LimiterTestCase
         $this->assertCount(1, $events, 'read once, not on every call');
         $this->assertStringContainsString('hot_lane.capacity may not exceed global.capacity', $events[0]['error']);
         $this->assertSame($events[0]['old'], $events[0]['new']);
+        // Garbage, then valid limits: the version is limits:v's, whatever the hash holds.
+        $r->hMSet("{cg:$name}:limits", ['global' => 'lots', 'version' => '99']);
+        $r->set("{cg:$name}:limits:v", '8');
+        $this->assertSame(6, $l->acquire('s')->remaining(), 'constructor values, decisions go on');
+        $r->del("{cg:$name}:limits");
+        $r->hMSet("{cg:$name}:limits", ['global' => '50/0.001']);
+        $r->set("{cg:$name}:limits:v", '9');
+        $this->assertSame(45, $l->acquire('s')->remaining());
+        $this->assertSame(44, $l->acquire('s')->remaining());
+        $events = $this->changeEvents();
+        $this->assertCount(3, $events);
+        $this->assertStringContainsString('stored live limits unreadable', $events[1]['error']);
+        $this->assertSame([9, null], [$events[2]['version'], $events[2]['error']]);
     }
 
     public function testHotUnhotAndStatusFromTheCommandLine(): void

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use checkout_guard_core::limiter::admin::{Admin, Status};
-use checkout_guard_core::limiter::Lane;
+use checkout_guard_core::limiter::{live, Lane};
 use clap::{Args, Subcommand};
 use serde_json::json;
 
@@ -125,21 +125,11 @@ fn parse_change(arg: &str) -> Result<(Lane, Option<(i64, f64)>), String> {
         format!("{arg:?}: expected BUCKET=CAPACITY/RATE or BUCKET=default, BUCKET one of global, hot_lane, hot_shop")
     };
     let (bucket, value) = arg.split_once('=').ok_or_else(bad)?;
-    let lane = Lane::ALL
-        .into_iter()
-        .find(|l| l.as_str() == bucket)
-        .ok_or_else(bad)?;
+    let lane = Lane::from_name(bucket).ok_or_else(bad)?;
     if value == "default" {
         return Ok((lane, None));
     }
-    let (c, r) = value.split_once('/').ok_or_else(bad)?;
-    let c = c
-        .parse::<i64>()
-        .map_err(|_| format!("{bucket}.capacity: {c:?} is not an integer"))?;
-    let r = r
-        .parse::<f64>()
-        .map_err(|_| format!("{bucket}.refill_per_second: {r:?} is not a number"))?;
-    Ok((lane, Some((c, r))))
+    live::parse_bucket(lane, value).map(|b| (lane, Some(b)))
 }
 
 fn shop_text(b: &[u8]) -> String {
@@ -156,7 +146,7 @@ fn status_text(name: &str, st: &Status) -> String {
             } else {
                 out.push_str(&format!(
                     "  limits in force: {} (live version {}, by {}, {})\n",
-                    checkout_guard_core::limiter::live::describe(b),
+                    live::describe(b),
                     st.live.version,
                     st.live.by,
                     time::format_ms(st.live.at_ms)
@@ -234,7 +224,7 @@ fn status_json(name: &str, st: &Status) -> serde_json::Value {
         "limiter": name,
         "now": time::format_ms(st.now_ms),
         "settings": st.settings,
-        "limits": st.buckets.as_ref().map(checkout_guard_core::limiter::live::describe),
+        "limits": st.buckets.as_ref().map(live::describe),
         "live_version": st.live.version,
         "buckets": st.levels.iter().map(|(l, level, cap)| json!({"bucket": l.as_str(), "tokens": level, "capacity": cap})).collect::<Vec<_>>(),
         "hot_shops": st.hot.iter().map(|(s, kind, ttl)| json!({"shop": shop_text(s), "kind": kind, "ttl_ms": ttl})).collect::<Vec<_>>(),

@@ -102,8 +102,8 @@ proptest! {
             prop_oneof![Just(b"global".to_vec()), Just(b"hot_lane".to_vec()), Just(b"hot_shop".to_vec()),
                         Just(b"version".to_vec()), Just(b"by".to_vec()), Just(b"at".to_vec()),
                         proptest::collection::vec(any::<u8>(), 0..8)],
-            prop_oneof![Just(b"10 5".to_vec()), Just(b"1000000001 1".to_vec()), Just(b"5 NaN".to_vec()),
-                        Just(b"-1 1".to_vec()), Just(b"3 0.5".to_vec()), Just(b"7".to_vec()),
+            prop_oneof![Just(b"10/5".to_vec()), Just(b"1000000001/1".to_vec()), Just(b"5/NaN".to_vec()),
+                        Just(b"-1/1".to_vec()), Just(b"3/0.5".to_vec()), Just(b"7".to_vec()),
                         proptest::collection::vec(any::<u8>(), 0..12)],
         ), 0..6),
     ) {
@@ -112,7 +112,7 @@ proptest! {
             hot_lane: Some(BucketSpec::new("hot_lane", 10, 10.0).unwrap()),
             hot_shop: None,
         };
-        match LiveLimits::from_fields(&fields) {
+        match LiveLimits::from_stored(1, &fields) {
             Err(e) => prop_assert!(!e.is_empty()),
             Ok(live) => match live.apply(&base) {
                 Ok(set) => {

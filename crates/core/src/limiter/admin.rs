@@ -9,7 +9,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use super::bucket::{BucketSet, Lane};
 use super::keys::{mark_hot_cmd, Keys};
 use super::live::{self, LiveLimits};
-use super::options::{buckets_from_value, validate_name, validate_shop_id, validate_ttl};
+use super::options::{
+    bucket_value, buckets_from_value, validate_name, validate_shop_id, validate_ttl,
+};
 use crate::store::{self, Endpoint};
 use crate::value::Value;
 
@@ -109,10 +111,8 @@ impl Admin {
     }
 
     fn live(&self) -> Result<LiveLimits, String> {
-        let key = self.keys.limits();
-        let fields: Vec<(Vec<u8>, Vec<u8>)> =
-            self.call(|c| redis::cmd("HGETALL").arg(&key).query(c))?;
-        LiveLimits::from_fields(&fields).map_err(|e| format!("stored live limits: {e}"))
+        let (version, fields) = self.call(|c| live::read(c, &self.keys))?;
+        LiveLimits::from_stored(version, &fields).map_err(|e| format!("stored live limits: {e}"))
     }
 
     /// Changes live limits: `changes` are (lane, Some((capacity, rate))) to set or
@@ -163,7 +163,7 @@ impl Admin {
                 .arg(&new);
             for (lane, value) in changes {
                 inv.arg(lane.as_str()).arg(match value {
-                    Some((c, r)) => format!("{c} {r}"),
+                    Some((c, r)) => format!("{c}/{r}"),
                     None => String::new(),
                 });
             }
@@ -377,18 +377,10 @@ pub fn parse_settings(text: &str) -> Result<BucketSet, String> {
         let Some((k, v)) = part.split_once('=') else {
             continue;
         };
-        if Lane::ALL.iter().any(|l| l.as_str() == k) {
-            let (c, r) = v
-                .split_once('/')
-                .and_then(|(c, r)| Some((c.parse::<i64>().ok()?, r.parse::<f64>().ok()?)))
-                .ok_or_else(|| format!("published settings: {part:?} is not capacity/rate"))?;
-            entries.push((
-                k.to_string(),
-                Value::Map(vec![
-                    ("capacity".into(), Value::Int(c)),
-                    ("refill_per_second".into(), Value::Float(r)),
-                ]),
-            ));
+        if let Some(lane) = Lane::from_name(k) {
+            let (c, r) =
+                live::parse_bucket(lane, v).map_err(|e| format!("published settings: {e}"))?;
+            entries.push((k.to_string(), bucket_value(c, r)));
         }
     }
     buckets_from_value(&Value::Map(entries)).map_err(|e| format!("published settings: {e}"))

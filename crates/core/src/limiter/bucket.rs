@@ -114,6 +114,11 @@ pub enum Lane {
 impl Lane {
     pub const ALL: [Lane; 3] = [Lane::Global, Lane::HotLane, Lane::HotShop];
 
+    /// The lane whose bucket option is called `name`.
+    pub fn from_name(name: &str) -> Option<Lane> {
+        Lane::ALL.into_iter().find(|l| l.as_str() == name)
+    }
+
     /// The option name of the lane's bucket.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -1,11 +1,11 @@
 //! Live limits: capacities and rates changed while the limiter runs, without a deploy.
 //!
 //! Stored in Valkey under the limiter's hash tag: `limits` (a hash: per overridden bucket
-//! `"<capacity> <refill_per_second>"`, and `version`, `by`, `at`), `limits:v` (the version
-//! alone, read by every decision in the same MGET as the buckets) and `changes` (a stream:
-//! version, by, at, old, new). A worker decides with the version it knows; when the
-//! script sees another one it decides nothing and says so, the worker reads the hash once,
-//! validates it exactly like constructor options (same code), and asks again. Nothing
+//! `"<capacity>/<refill_per_second>"`, and `by`, `at`), `limits:v` (the version, read by
+//! every decision in the same MGET as the buckets) and `changes` (a stream: version, by,
+//! at, old, new). A worker decides with the version it knows; when the script sees another
+//! one it decides nothing and says so, the worker reads version and hash together once,
+//! validates them exactly like constructor options (same code), and asks again. Nothing
 //! stored means the constructor's values.
 
 use std::collections::HashMap;
@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 
 use super::bucket::{BucketSet, Lane};
 use super::error::ConfigError;
-use super::options::{buckets_from_value, buckets_to_value};
+use super::options::{bucket_value, buckets_from_value, buckets_to_value};
 use crate::value::Value;
 
 /// The live limits as stored: overrides of some buckets, and who set them when.
@@ -30,30 +30,23 @@ pub struct LiveLimits {
 }
 
 impl LiveLimits {
-    /// Parses `HGETALL limits`. A field that is not understood is an error naming it.
-    pub fn from_fields(fields: &[(Vec<u8>, Vec<u8>)]) -> Result<Self, String> {
-        let mut out = Self::default();
+    /// The live limits of `version` from `HGETALL limits`. A field that is not understood
+    /// is an error naming it.
+    pub fn from_stored(version: i64, fields: &[(Vec<u8>, Vec<u8>)]) -> Result<Self, String> {
+        let mut out = Self {
+            version,
+            ..Self::default()
+        };
         for (k, v) in fields {
             let text = String::from_utf8_lossy(v);
-            match k.as_slice() {
-                b"version" => {
-                    out.version = text.parse().map_err(|_| format!("version {text:?}"))?
-                }
-                b"by" => out.by = text.into_owned(),
-                b"at" => out.at_ms = text.parse().map_err(|_| format!("at {text:?}"))?,
-                field => {
-                    let lane = Lane::ALL
-                        .into_iter()
-                        .find(|l| l.as_str().as_bytes() == field)
-                        .ok_or_else(|| {
-                            format!("unknown field {:?}", String::from_utf8_lossy(field))
-                        })?;
-                    out.overrides[lane as usize] = Some(parse_pair(&text).ok_or_else(|| {
-                        format!(
-                            "{}: {text:?} is not \"capacity refill_per_second\"",
-                            lane.as_str()
-                        )
-                    })?);
+            let field = String::from_utf8_lossy(k);
+            match &*field {
+                "by" => out.by = text.into_owned(),
+                "at" => out.at_ms = text.parse().map_err(|_| format!("at {text:?}"))?,
+                name => {
+                    let lane =
+                        Lane::from_name(name).ok_or_else(|| format!("unknown field {name:?}"))?;
+                    out.overrides[lane as usize] = Some(parse_bucket(lane, &text)?);
                 }
             }
         }
@@ -87,18 +80,42 @@ impl LiveLimits {
     }
 }
 
-fn bucket_value(capacity: i64, rate: f64) -> Value {
-    Value::Map(vec![
-        ("capacity".into(), Value::Int(capacity)),
-        ("refill_per_second".into(), Value::Float(rate)),
-    ])
+/// One bucket as the CLI takes it, the settings show it and the limits hash stores it:
+/// `"<capacity>/<refill_per_second>"`. Errors name the option, as the constructor's do.
+pub fn parse_bucket(lane: Lane, text: &str) -> Result<(i64, f64), String> {
+    let name = lane.as_str();
+    let (c, r) = text
+        .split_once('/')
+        .ok_or_else(|| format!("{name}: {text:?} is not CAPACITY/RATE"))?;
+    let c = c
+        .trim()
+        .parse::<i64>()
+        .map_err(|_| format!("{name}.capacity: {c:?} is not an integer"))?;
+    let r = r
+        .trim()
+        .parse::<f64>()
+        .map_err(|_| format!("{name}.refill_per_second: {r:?} is not a number"))?;
+    Ok((c, r))
 }
 
-/// `"<capacity> <refill_per_second>"`.
-pub fn parse_pair(text: &str) -> Option<(i64, f64)> {
-    let (c, r) = text.trim().split_once(' ')?;
-    Some((c.parse().ok()?, r.trim().parse().ok()?))
+/// The live limits as stored: the version (`limits:v`) and the hash's fields.
+pub type Stored = (i64, Vec<(Vec<u8>, Vec<u8>)>);
+
+/// Reads the live limits' version and hash in one atomic step (KEYS: limits, limits:v):
+/// the version is the one every decision compares with, never a copy that could differ.
+pub fn read(
+    c: &mut dyn redis::ConnectionLike,
+    keys: &super::keys::Keys,
+) -> redis::RedisResult<Stored> {
+    READ_LIMITS
+        .key(keys.limits())
+        .key(keys.limits_version())
+        .invoke(c)
 }
+
+static READ_LIMITS: Lazy<redis::Script> = Lazy::new(|| {
+    redis::Script::new("return {redis.call('GET', KEYS[2]) or '0', redis.call('HGETALL', KEYS[1])}")
+});
 
 /// How a bucket set is shown in events and by the CLI: `global=30/30 hot_lane=...`
 /// (capacity / refill per second).
@@ -142,7 +159,7 @@ pub(crate) fn remember(id: u64, live: Arc<LiveLimits>) {
 
 /// Writes new live limits atomically, only if the version is still `expected`.
 /// KEYS: limits, limits:v, changes. ARGV: expected version, by, at (ms), old, new, then
-/// (lane, "capacity rate" or "" to remove) pairs. Reply: the new version, or an error
+/// (lane, "capacity/rate" or "" to remove) pairs. Reply: the new version, or an error
 /// when someone else changed them first.
 pub static SET_LIMITS: Lazy<redis::Script> = Lazy::new(|| {
     redis::Script::new(
@@ -155,7 +172,7 @@ for i = 6, #ARGV, 2 do
   if ARGV[i + 1] == '' then redis.call('HDEL', KEYS[1], ARGV[i])
   else redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 end
-redis.call('HSET', KEYS[1], 'version', v, 'by', ARGV[2], 'at', ARGV[3])
+redis.call('HSET', KEYS[1], 'by', ARGV[2], 'at', ARGV[3])
 redis.call('SET', KEYS[2], v)
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', 1000, '*', 'version', v, 'by', ARGV[2], 'at', ARGV[3], 'old', ARGV[4], 'new', ARGV[5])
 return v"#,
@@ -184,14 +201,16 @@ mod tests {
 
     #[test]
     fn overrides_apply_over_the_constructor_values() {
-        let live = LiveLimits::from_fields(&fields(&[
-            ("version", "3"),
-            ("by", "alice"),
-            ("at", "1700000000000"),
-            ("global", "60 45.5"),
-        ]))
+        let live = LiveLimits::from_stored(
+            3,
+            &fields(&[
+                ("by", "alice"),
+                ("at", "1700000000000"),
+                ("global", "60/45.5"),
+            ]),
+        )
         .unwrap();
-        assert_eq!(live.version, 3);
+        assert_eq!((live.version, live.by.as_str()), (3, "alice"));
         let set = live.apply(&base()).unwrap();
         assert_eq!(describe(&set), "global=60/45.5 hot_lane=25/25");
     }
@@ -199,17 +218,20 @@ mod tests {
     #[test]
     fn invalid_overrides_are_refused_like_constructor_options() {
         let refuse = |pairs: &[(&str, &str)]| {
-            LiveLimits::from_fields(&fields(pairs))
+            LiveLimits::from_stored(1, &fields(pairs))
                 .map_err(|e| e.to_string())
                 .and_then(|l| l.apply(&base()).map_err(|e| e.to_string()))
                 .unwrap_err()
         };
         // A hot lane above global, as the constructor refuses it.
-        assert!(refuse(&[("global", "20 20")]).contains("hot_lane"));
-        assert!(refuse(&[("global", "0 5")]).contains("global.capacity"));
-        assert!(refuse(&[("global", "10 -1")]).contains("global.refill_per_second"));
-        assert!(refuse(&[("hot_shop", "5 5")]).contains("not configured"));
-        assert!(refuse(&[("global", "ten 5")]).contains("capacity refill_per_second"));
-        assert!(refuse(&[("bogus", "1 1")]).contains("unknown field"));
+        assert!(refuse(&[("global", "20/20")]).contains("hot_lane"));
+        assert!(refuse(&[("global", "0/5")]).contains("global.capacity"));
+        assert!(refuse(&[("global", "10/-1")]).contains("global.refill_per_second"));
+        assert!(refuse(&[("hot_shop", "5/5")]).contains("not configured"));
+        assert!(
+            refuse(&[("global", "ten/5")]).contains("global.capacity: \"ten\" is not an integer")
+        );
+        assert!(refuse(&[("global", "10 5")]).contains("is not CAPACITY/RATE"));
+        assert!(refuse(&[("bogus", "1/1")]).contains("unknown field"));
     }
 }

@@ -24,8 +24,8 @@ pub use decision::{Decision, Reason};
 pub use error::{ConfigError, LimiterError};
 pub use keys::Keys;
 pub use options::{
-    buckets_from_value, validate_shop_id, validate_tokens, validate_ttl, AutoHot, Defaults,
-    LimiterOptions, OnUnavailable, MAX_SHOP_ID_BYTES, MAX_TTL_SECONDS,
+    bucket_value, buckets_from_value, validate_shop_id, validate_tokens, validate_ttl, AutoHot,
+    Defaults, LimiterOptions, OnUnavailable, MAX_SHOP_ID_BYTES, MAX_TTL_SECONDS,
 };
 pub use service::{Limiter, LimitsChange, Notices};
 pub use step::{step, StepReply, StoredState};

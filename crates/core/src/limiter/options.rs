@@ -288,17 +288,19 @@ pub fn buckets_to_value(set: &BucketSet) -> Value {
         if let Some(b) = set.get(lane) {
             entries.push((
                 lane.as_str().to_string(),
-                Value::Map(vec![
-                    ("capacity".into(), Value::Int(b.capacity())),
-                    (
-                        "refill_per_second".into(),
-                        Value::Float(b.refill_per_second()),
-                    ),
-                ]),
+                bucket_value(b.capacity(), b.refill_per_second()),
             ));
         }
     }
     Value::Map(entries)
+}
+
+/// One bucket option as the constructor takes it.
+pub fn bucket_value(capacity: i64, refill_per_second: f64) -> Value {
+    Value::Map(vec![
+        ("capacity".into(), Value::Int(capacity)),
+        ("refill_per_second".into(), Value::Float(refill_per_second)),
+    ])
 }
 
 const KNOWN: &[&str] = &[

@@ -173,31 +173,20 @@ impl Limiter {
     }
 
     /// Reads the stored live limits after the script said they changed: one round trip,
-    /// only then. Returns the buckets now in force and the change to report.
+    /// only then (version and hash read together, so they cannot disagree). Returns the buckets now in force and the change to report.
     fn reload(&self, old: &Tuned) -> Result<(Arc<Tuned>, LimitsChange), StoreError> {
-        let key = self.keys.limits();
-        let fields: Vec<(Vec<u8>, Vec<u8>)> =
-            self.with_valkey(|c| redis::cmd("HGETALL").arg(&key).query(c))?;
-        let (live, parse_error) = match LiveLimits::from_fields(&fields) {
+        let (version, fields) = self.with_valkey(|c| live::read(c, &self.keys))?;
+        let (live, parse_error) = match LiveLimits::from_stored(version, &fields) {
             Ok(l) => (l, None),
-            Err(e) => {
-                // Unreadable: keep the constructor's values, at the version now stored, so
-                // the next call is not sent back again.
-                let version: i64 = self
-                    .with_valkey(|c| {
-                        redis::cmd("GET")
-                            .arg(&self.limits_version_key)
-                            .query::<Option<i64>>(c)
-                    })?
-                    .unwrap_or(0);
-                (
-                    LiveLimits {
-                        version,
-                        ..Default::default()
-                    },
-                    Some(format!("stored live limits unreadable: {e}")),
-                )
-            }
+            // Unreadable: the constructor's values at this version, so that the next call
+            // is not sent back again.
+            Err(e) => (
+                LiveLimits {
+                    version,
+                    ..Default::default()
+                },
+                Some(format!("stored live limits unreadable: {e}")),
+            ),
         };
         let (tuned, apply_error) = self.tune(Some(&live));
         let change = LimitsChange {
