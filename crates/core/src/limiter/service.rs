@@ -29,6 +29,8 @@ pub struct Limiter {
     /// The buckets decided with: the constructor's, or live limits over them.
     tuned: RwLock<Arc<Tuned>>,
     /// Keys and arguments of the script that do not change per call.
+    global_key: Vec<u8>,
+    hot_lane_key: Vec<u8>,
     limits_version_key: Vec<u8>,
     auto_hot_prefix: Vec<u8>,
     settings_key: Vec<u8>,
@@ -51,6 +53,53 @@ struct Tuned {
     lane_args: [String; 6],
     /// The local-denial key of the global bucket (the same for every shop).
     global_denial_key: u64,
+}
+
+impl Tuned {
+    /// The buckets for `live` over `base`, the constructor's (`base` alone when there are
+    /// no live limits, or when they are invalid for this limiter: then the error too).
+    fn new(
+        base: &BucketSet,
+        denial_tags: &[Vec<u8>; 3],
+        live: Option<&LiveLimits>,
+    ) -> (Self, Option<String>) {
+        let (version, applied) = match live {
+            None => (0, Ok(base.clone())),
+            Some(l) => (l.version, l.apply(base)),
+        };
+        let (buckets, error) = match applied {
+            Ok(b) => (b, None),
+            Err(e) => (base.clone(), Some(e.to_string())),
+        };
+        let mut lane_args: [String; 6] = Default::default();
+        for lane in Lane::ALL {
+            let (interval, tolerance) = buckets
+                .get(lane)
+                .map_or((0, 0), |b| (b.interval_us(), b.tolerance_us()));
+            lane_args[2 * lane as usize] = interval.to_string();
+            lane_args[2 * lane as usize + 1] = tolerance.to_string();
+        }
+        let mut tuned = Self {
+            version,
+            buckets,
+            lane_args,
+            global_denial_key: 0,
+        };
+        tuned.global_denial_key = tuned.hashed_denial_key(denial_tags, Lane::Global, b"");
+        (tuned, error)
+    }
+
+    /// The local-denial key of one bucket as `shop` sees it: the global bucket is shared
+    /// by every shop; the hot lane is shared too but applies only to hot shops, so each
+    /// hot shop learns its state for itself.
+    fn hashed_denial_key(&self, denial_tags: &[Vec<u8>; 3], lane: Lane, shop: &[u8]) -> u64 {
+        let (interval, tolerance) = self
+            .buckets
+            .get(lane)
+            .map_or((0, 0), |b| (b.interval_us(), b.tolerance_us()));
+        let shop = if lane == Lane::Global { &b""[..] } else { shop };
+        denials::key(&denial_tags[lane as usize], shop, interval, tolerance)
+    }
 }
 
 /// What one acquire() learnt beside its decision, for telemetry.
@@ -102,60 +151,32 @@ impl Limiter {
                 a.min_tokens
             ));
         }
-        let mut limiter = Self {
+        let live_id = live::limiter_id(options.endpoint.display_url(), &options.name);
+        let known = live::known(live_id);
+        let tuned = Tuned::new(&options.buckets, &denial_tags, known.as_deref()).0;
+        Self {
+            global_key: keys.global(),
+            hot_lane_key: keys.hot_lane(),
             limits_version_key: keys.limits_version(),
             auto_hot_prefix: keys.auto_hot_prefix(),
             settings_key: keys.settings(),
             keys,
             denial_tags,
-            tuned: RwLock::new(Arc::new(Tuned {
-                version: 0,
-                buckets: options.buckets.clone(),
-                lane_args: Default::default(),
-                global_denial_key: 0,
-            })),
+            tuned: RwLock::new(Arc::new(tuned)),
             auto_hot_args,
-            live_id: live::limiter_id(options.endpoint.display_url(), &options.name),
+            live_id,
             publish_id: live::limiter_id(
                 options.endpoint.display_url(),
                 &format!("{}\n{settings}", options.name),
             ),
             settings,
             options,
-        };
-        let known = live::known(limiter.live_id);
-        let tuned = limiter.tune(known.as_deref()).0;
-        limiter.tuned = RwLock::new(Arc::new(tuned));
-        limiter
+        }
     }
 
-    /// The buckets for `live` over the constructor's (the constructor's alone when there
-    /// are none, or when they are invalid for this limiter: then the error too).
+    /// The buckets for `live` over the constructor's (see [`Tuned::new`]).
     fn tune(&self, live: Option<&LiveLimits>) -> (Tuned, Option<String>) {
-        let (version, applied) = match live {
-            None => (0, Ok(self.options.buckets.clone())),
-            Some(l) => (l.version, l.apply(&self.options.buckets)),
-        };
-        let (buckets, error) = match applied {
-            Ok(b) => (b, None),
-            Err(e) => (self.options.buckets.clone(), Some(e.to_string())),
-        };
-        let mut lane_args: [String; 6] = Default::default();
-        for lane in Lane::ALL {
-            let (interval, tolerance) = buckets
-                .get(lane)
-                .map_or((0, 0), |b| (b.interval_us(), b.tolerance_us()));
-            lane_args[2 * lane as usize] = interval.to_string();
-            lane_args[2 * lane as usize + 1] = tolerance.to_string();
-        }
-        let mut tuned = Tuned {
-            version,
-            buckets,
-            lane_args,
-            global_denial_key: 0,
-        };
-        tuned.global_denial_key = self.hashed_denial_key(&tuned, Lane::Global, b"");
-        (tuned, error)
+        Tuned::new(&self.options.buckets, &self.denial_tags, live)
     }
 
     /// The buckets in force: the newest live limits this process knows of.
@@ -203,23 +224,11 @@ impl Limiter {
         Ok((tuned, change))
     }
 
-    /// The local-denial key of one bucket as `shop` sees it: the global bucket is shared
-    /// by every shop; the hot lane is shared too but applies only to hot shops, so each
-    /// hot shop learns its state for itself.
-    fn hashed_denial_key(&self, tuned: &Tuned, lane: Lane, shop: &[u8]) -> u64 {
-        let (interval, tolerance) = tuned
-            .buckets
-            .get(lane)
-            .map_or((0, 0), |b| (b.interval_us(), b.tolerance_us()));
-        let shop = if lane == Lane::Global { &b""[..] } else { shop };
-        denials::key(&self.denial_tags[lane as usize], shop, interval, tolerance)
-    }
-
     fn denial_key(&self, tuned: &Tuned, lane: Lane, shop: &[u8]) -> u64 {
         if lane == Lane::Global {
             tuned.global_denial_key
         } else {
-            self.hashed_denial_key(tuned, lane, shop)
+            tuned.hashed_denial_key(&self.denial_tags, lane, shop)
         }
     }
 
@@ -328,8 +337,8 @@ impl Limiter {
             let sent_ns = denials::now_ns();
             let result = self.with_valkey(|c| {
                 let mut inv = DECIDE.prepare_invoke();
-                inv.key(self.keys.global())
-                    .key(self.keys.hot_lane())
+                inv.key(&self.global_key)
+                    .key(&self.hot_lane_key)
                     .key(self.keys.hot_shop(shop))
                     .key(self.keys.hot_flag(shop))
                     .key(&self.limits_version_key)
@@ -452,12 +461,12 @@ impl Limiter {
     /// slot, and no step blocks Valkey for long.
     pub fn reset(&self) -> Result<(), LimiterError> {
         let pattern = self.keys.bucket_pattern();
-        let routing_key = self.keys.global();
+        let routing_key = &self.global_key;
         self.admin(|c| {
             let mut cursor = b"0".to_vec();
             loop {
                 let (next, _removed): (Vec<u8>, i64) = RESET_STEP
-                    .key(&routing_key)
+                    .key(routing_key)
                     .arg(&cursor)
                     .arg(&pattern)
                     .invoke(c)?;
@@ -477,12 +486,7 @@ impl Limiter {
     pub fn health(&self, ping: bool) -> store::Health {
         let o = &self.options;
         if ping {
-            store::ping(
-                &o.endpoint,
-                o.timeout,
-                o.retry_interval,
-                &self.keys.global(),
-            )
+            store::ping(&o.endpoint, o.timeout, o.retry_interval, &self.global_key)
         } else {
             store::status(&o.endpoint)
         }
