@@ -17,12 +17,7 @@ case "$mode" in
   full) duration=60 ;;
   *) echo "usage: scripts/auto-hot-demo.sh short|full" >&2; exit 2 ;;
 esac
-bash scripts/setup.sh >/dev/null
-build_extension
-
-out="$CG_ROOT/.run/auto-hot/$mode"
-rm -rf "$out"; mkdir -p "$out"
-stop_current_on_exit
+begin_run auto-hot "$mode"
 export ZONEA_RATE=${ZONEA_RATE:-400} PAYMENT_RATE=${PAYMENT_RATE:-50}
 dir="$out/run"; current="$dir"
 port=$(start_checkout "$dir" on "" "CHECKOUT_AUTO_HOT=on")

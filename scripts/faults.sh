@@ -18,12 +18,7 @@ case "$mode" in
   short) timing=(--fault 2 --recovery 3) ;;
   *) echo "usage: scripts/faults.sh full|short" >&2; exit 2 ;;
 esac
-bash scripts/setup.sh >/dev/null
-build_extension
-
-out="$CG_ROOT/.run/faults/$mode"
-rm -rf "$out"; mkdir -p "$out"
-stop_current_on_exit
+begin_run faults "$mode"
 
 workers=8
 for policy in allow deny throw; do

@@ -23,14 +23,9 @@ case "$mode" in
   *) echo "usage: scripts/health-experiment.sh full|short" >&2; exit 2 ;;
 esac
 
-bash scripts/setup.sh >/dev/null
-build_extension
-
-out="$CG_ROOT/.run/health/$mode"
-rm -rf "$out"; mkdir -p "$out"
+begin_run health "$mode"
 dir="$out/stack"
 current="$dir"
-stop_current_on_exit
 
 workers=${FPM_WORKERS:-8}
 export ZONEA_RATE=${ZONEA_RATE:-400} FLOW_LIMIT=${FLOW_LIMIT:-$workers}

@@ -123,3 +123,14 @@ stop_current_on_exit() {
   trap stop_current EXIT
   trap 'stop_current; exit 130' INT TERM
 }
+
+# begin_run NAME MODE: the common start of a run on the checkout stack: what it needs
+# installed and built, a fresh `out` directory (.run/NAME/MODE), and the stack of
+# `current` stopped on exit.
+begin_run() {
+  bash "$CG_ROOT/scripts/setup.sh" >/dev/null
+  build_extension
+  out="$CG_ROOT/.run/$1/$2"
+  rm -rf "$out"; mkdir -p "$out"
+  stop_current_on_exit
+}

@@ -22,12 +22,7 @@ case "$mode" in
   *) echo "usage: scripts/loadtest.sh short|full|smoke" >&2; exit 2 ;;
 esac
 
-bash scripts/setup.sh >/dev/null
-build_extension
-
-out="$CG_ROOT/.run/loadtest/$mode"
-rm -rf "$out"; mkdir -p "$out"
-stop_current_on_exit
+begin_run loadtest "$mode"
 
 # The provider's limits and the limiter's, sized for 2 cores (see README: load test).
 export ZONEA_RATE=${ZONEA_RATE:-400} PAYMENT_RATE=${PAYMENT_RATE:-50}

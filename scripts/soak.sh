@@ -15,13 +15,9 @@ case "$mode" in
   short) timing=(--seconds 45 --every 5) ;;
   *) echo "usage: scripts/soak.sh full|short" >&2; exit 2 ;;
 esac
-bash scripts/setup.sh >/dev/null
-build_extension
-out="$CG_ROOT/.run/soak/$mode"
-rm -rf "$out"; mkdir -p "$out"
+begin_run soak "$mode"
 dir="$out/stack"
 current="$dir"
-stop_current_on_exit
 FPM_WORKERS=8 FPM_MAX_REQUESTS=0 start_checkout "$dir" on "" > /dev/null
 http=$(sed -n 's/^http=//p' "$dir/ports")
 vport=$(sed -n 's/^valkey=//p' "$dir/ports")
