@@ -14,12 +14,10 @@ final class AutoHotDemoTest extends TestCase
 {
     public function testAFloodAtAnUndeclaredShopIsCappedByItself(): void
     {
-        $root = dirname(__DIR__, 2);
-        exec('bash ' . escapeshellarg("$root/scripts/auto-hot-demo.sh") . ' short 2>&1', $lines, $rc);
-        $out = implode("\n", $lines);
+        [$rc, $out] = ProjectScript::run('auto-hot-demo.sh', 'short');
         $this->assertSame(0, $rc, $out);
         $this->assertStringContainsString('All checks hold.', $out);
-        $res = json_decode((string) file_get_contents("$root/.run/auto-hot/short/results.json"), true, 512, JSON_THROW_ON_ERROR);
+        $res = ProjectScript::results('auto-hot/short/results.json');
         $this->assertCount(1, $res['hot_events']);
         $e = $res['hot_events'][0];
         $this->assertSame(['flash-1', 'auto_hot', 'payments'], [$e['shop.id'], $e['reason'], $e['limiter']]);

@@ -23,12 +23,11 @@ final class BenchmarkGuardTest extends TestCase
 
     public static function setUpBeforeClass(): void
     {
-        $root = dirname(__DIR__, 2);
-        exec('bash ' . escapeshellarg("$root/scripts/bench-limiter.sh") . ' quick 2>&1', $lines, $rc);
+        [$rc, $out] = ProjectScript::run('bench-limiter.sh', 'quick');
         if ($rc !== 0) {
-            self::fail(implode("\n", $lines));
+            self::fail($out);
         }
-        self::$results = json_decode((string) file_get_contents("$root/.run/bench-limiter/results.json"), true, 512, JSON_THROW_ON_ERROR);
+        self::$results = ProjectScript::results('bench-limiter/results.json');
     }
 
     private static function case(string $name, int $procs): array

@@ -12,21 +12,13 @@ use PHPUnit\Framework\TestCase;
  */
 final class FaultsTest extends TestCase
 {
-    private static function runScript(string $script, string $mode): array
-    {
-        $root = dirname(__DIR__, 2);
-        exec('bash ' . escapeshellarg("$root/scripts/$script") . " $mode 2>&1", $lines, $rc);
-        return [$rc, implode("\n", $lines)];
-    }
-
     public function testEveryFaultEndsInThePolicyNeverInAnErrorAndRecovers(): void
     {
-        [$rc, $out] = self::runScript('faults.sh', 'short');
+        [$rc, $out] = ProjectScript::run('faults.sh', 'short');
         $this->assertSame(0, $rc, $out);
         $this->assertStringContainsString('All checks hold.', $out);
-        $root = dirname(__DIR__, 2);
         foreach (['allow' => 'paid', 'deny' => 'limited', 'throw' => 'unavailable'] as $policy => $answer) {
-            $res = json_decode((string) file_get_contents("$root/.run/faults/short/$policy/faults.json"), true, 512, JSON_THROW_ON_ERROR);
+            $res = ProjectScript::results("faults/short/$policy/faults.json");
             $rows = array_column($res['rows'], null, 'fault');
             $this->assertCount(7, $rows);
             // Valkey stopped: the policy answered the checkouts, as configured.
@@ -47,10 +39,9 @@ final class FaultsTest extends TestCase
 
     public function testTheSoakStaysFlat(): void
     {
-        [$rc, $out] = self::runScript('soak.sh', 'short');
+        [$rc, $out] = ProjectScript::run('soak.sh', 'short');
         $this->assertSame(0, $rc, $out);
-        $root = dirname(__DIR__, 2);
-        $soak = json_decode((string) file_get_contents("$root/.run/soak/short/soak.json"), true, 512, JSON_THROW_ON_ERROR);
+        $soak = ProjectScript::results('soak/short/soak.json');
         $this->assertGreaterThanOrEqual(8, count($soak['samples']));
         foreach ($soak['checks'] as $c) {
             $this->assertTrue($c['holds'], $c['check']);

@@ -11,17 +11,11 @@ use PHPUnit\Framework\TestCase;
  */
 final class HealthExperimentTest extends TestCase
 {
-    private static function root(): string
-    {
-        return dirname(__DIR__, 2);
-    }
-
     public function testTcpLivenessSurvivesTheFloodWhereHttpLivenessWouldRestart(): void
     {
-        $root = self::root();
-        exec('bash ' . escapeshellarg("$root/scripts/health-experiment.sh") . ' short 2>&1', $lines, $rc);
-        $output = implode("\n", $lines);
-        $results = json_decode((string) file_get_contents("$root/.run/health/short/results.json"), true, 512, JSON_THROW_ON_ERROR);
+        $root = ProjectScript::root();
+        [$rc, $output] = ProjectScript::run('health-experiment.sh', 'short');
+        $results = ProjectScript::results('health/short/results.json');
         $this->assertSame(0, $rc, $output);
 
         $probes = array_column($results['probes'], null, 'probe');
@@ -59,14 +53,14 @@ final class HealthExperimentTest extends TestCase
 
     public function testTheManifestsPassKubernetesSchemaValidation(): void
     {
-        [$rc, $out] = self::validate(self::root() . '/deploy/k8s/checkout.yaml');
+        [$rc, $out] = self::validate(ProjectScript::root() . '/deploy/k8s/checkout.yaml');
         $this->assertSame(0, $rc, $out);
         $this->assertSame(4, substr_count($out, 'passed for resource'), $out);
     }
 
     public function testTheSchemaCheckRejectsAMistypedProbe(): void
     {
-        $yaml = (string) file_get_contents(self::root() . '/deploy/k8s/checkout.yaml');
+        $yaml = (string) file_get_contents(ProjectScript::root() . '/deploy/k8s/checkout.yaml');
         $broken = tempnam(sys_get_temp_dir(), 'cg-k8s') . '.yaml';
         file_put_contents($broken, preg_replace('/tcpSocket: \{port: 9000\}/', 'tcpSocket: {prot: 9000}', $yaml, 1));
         try {
@@ -80,7 +74,7 @@ final class HealthExperimentTest extends TestCase
 
     public function testTheProbesAreTheTwoLevelsThePaperProposes(): void
     {
-        $root = self::root();
+        $root = ProjectScript::root();
         $code = <<<'PY'
 import json, sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
@@ -107,7 +101,7 @@ PY;
     /** @return array{0: int, 1: string} */
     private static function validate(string $file): array
     {
-        $root = self::root();
+        $root = ProjectScript::root();
         exec(escapeshellarg("$root/.venv/bin/kubernetes-validate") . ' --strict ' . escapeshellarg($file) . ' 2>&1', $out, $rc);
         return [$rc, implode("\n", $out)];
     }

@@ -15,10 +15,11 @@ final class LoadStackSmokeTest extends TestCase
 {
     public function testTheStackStartsServesBothFailurePathsAndStops(): void
     {
-        $root = dirname(__DIR__, 2);
+        $root = ProjectScript::root();
         $before = self::stackProcesses($root);
-        exec('bash ' . escapeshellarg("$root/scripts/loadtest.sh") . ' smoke 2>&1', $lines, $rc);
-        $this->assertSame(0, $rc, implode("\n", $lines));
+        [$rc, $out] = ProjectScript::run('loadtest.sh', 'smoke');
+        $this->assertSame(0, $rc, $out);
+        $lines = explode("\n", $out);
         $result = json_decode((string) end($lines), true, 512, JSON_THROW_ON_ERROR);
 
         // Limiter on, global bucket of 3: three paid, then the limiter's 503 + Retry-After.

@@ -25,6 +25,7 @@ require __DIR__ . '/support/NewRelicStandIn.php';
 require __DIR__ . '/support/ValkeyProcess.php';
 require __DIR__ . '/support/ValkeyCluster.php';
 require __DIR__ . '/support/Cli.php';
+require __DIR__ . '/support/ProjectScript.php';
 require __DIR__ . '/support/EventLog.php';
 require __DIR__ . '/support/LimiterTestCase.php';
 require __DIR__ . '/support/OwnValkeyTestCase.php';
