@@ -91,13 +91,16 @@ pub fn run(args: LimiterArgs) -> Result<(), String> {
                 .iter()
                 .map(|c| parse_change(c))
                 .collect::<Result<Vec<_>, _>>()?;
-            let (version, old, new) = admin.set(&parsed, &by)?;
+            let done = admin.set(&parsed, &by)?;
+            for w in &done.warnings {
+                eprintln!("{w}");
+            }
             println!(
-                "limiter {}: live limits version {version} by {by}",
-                args.name
+                "limiter {}: live limits version {} by {by}",
+                args.name, done.version
             );
-            println!("  old: {old}");
-            println!("  new: {new}");
+            println!("  old: {}", done.old);
+            println!("  new: {}", done.new);
         }
         LimiterCommand::Hot { shop, ttl } => {
             admin.hot(shop.as_bytes(), ttl)?;
@@ -141,7 +144,13 @@ fn status_text(name: &str, st: &Status) -> String {
     match (&st.settings, &st.buckets) {
         (Some(s), Some(b)) => {
             out.push_str(&format!("  settings (workers): {s}\n"));
-            if st.live.is_empty() {
+            if !st.problems.is_empty() {
+                out.push_str(&format!(
+                    "  limits in force: {} (the settings: stored live limits version {} not used)\n",
+                    live::describe(b),
+                    st.live.version
+                ));
+            } else if st.live.is_empty() {
                 out.push_str("  limits in force: the settings (no live limits)\n");
             } else {
                 out.push_str(&format!(
@@ -155,6 +164,11 @@ fn status_text(name: &str, st: &Status) -> String {
         }
         _ => out
             .push_str("  settings: none published yet (no worker has decided with this limiter)\n"),
+    }
+    for p in &st.problems {
+        out.push_str(&format!(
+            "  PROBLEM: {p}; fix it with `limiter set BUCKET=...` or `BUCKET=default`\n"
+        ));
     }
     for (lane, level, cap) in &st.levels {
         out.push_str(&format!(
@@ -226,6 +240,7 @@ fn status_json(name: &str, st: &Status) -> serde_json::Value {
         "settings": st.settings,
         "limits": st.buckets.as_ref().map(live::describe),
         "live_version": st.live.version,
+        "problems": st.problems,
         "buckets": st.levels.iter().map(|(l, level, cap)| json!({"bucket": l.as_str(), "tokens": level, "capacity": cap})).collect::<Vec<_>>(),
         "hot_shops": st.hot.iter().map(|(s, kind, ttl)| json!({"shop": shop_text(s), "kind": kind, "ttl_ms": ttl})).collect::<Vec<_>>(),
         "window": st.window.as_ref().map(|w| json!({"tokens": w.total, "shops": w.shops.iter().map(|(s, n)| json!({"shop": shop_text(s), "tokens": n})).collect::<Vec<_>>()})),

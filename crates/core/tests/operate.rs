@@ -113,27 +113,35 @@ fn live_limits_are_picked_up_validated_and_recorded() {
         .unwrap_err();
     assert!(e.contains("not configured"), "{e}");
 
-    let (version, old, new) = admin
+    let done = admin
         .set(&[(Lane::Global, Some((50, 0.001)))], "bob")
         .unwrap();
-    assert_eq!(version, 1);
-    assert_eq!(old, "global=10000/0.001 hot_shop=5/0.001");
-    assert_eq!(new, "global=50/0.001 hot_shop=5/0.001");
+    assert_eq!(done.version, 1);
+    assert_eq!(done.old, "global=10000/0.001 hot_shop=5/0.001");
+    assert_eq!(done.new, "global=50/0.001 hot_shop=5/0.001");
+    assert_eq!(
+        done.warnings.len(),
+        1,
+        "capacity lowered: {:?}",
+        done.warnings
+    );
+    assert!(done.warnings[0].contains("global capacity lowered from 10000 to 50"));
     // The next call decides with it and reports the change, once per process: a later
     // limiter object of the process (the next request) already knows it.
+    // 9,999 tokens left, clamped to the new capacity of 50, one taken.
     let (d, n) = l.acquire_noticed(b"s", 1).unwrap();
-    assert_eq!(d.remaining, 48);
+    assert_eq!(d.remaining, 49);
     let c = n.limits_change.expect("change reported");
     assert_eq!((c.version, c.by.as_str(), c.error), (1, "bob", None));
     let (d, n) = worker2.acquire_noticed(b"s", 1).unwrap();
-    assert_eq!(d.remaining, 47);
+    assert_eq!(d.remaining, 48);
     assert!(n.limits_change.is_none(), "reported once per process");
     let (_, n) = l.acquire_noticed(b"s", 1).unwrap();
     assert!(n.limits_change.is_none());
 
     let status = admin.status("no-such-stream", 60).unwrap();
     assert_eq!(status.live.version, 1);
-    assert_eq!(status.levels, vec![(Lane::Global, 46, 50)]);
+    assert_eq!(status.levels, vec![(Lane::Global, 47, 50)]);
     assert_eq!(status.changes.len(), 1);
     assert_eq!(status.changes[0].by, "bob");
 
@@ -156,9 +164,10 @@ fn live_limits_are_picked_up_validated_and_recorded() {
     assert!(e.contains("changed meanwhile"), "{e}");
     assert_eq!(admin.status("none", 60).unwrap().live.version, 1);
 
-    // Back to the constructor's values.
-    admin.set(&[(Lane::Global, None)], "bob").unwrap();
-    assert_eq!(l.acquire(b"s", 1).unwrap().remaining, 9_995);
+    // Back to the constructor's values: the 47 tokens carry over, nothing more.
+    let done = admin.set(&[(Lane::Global, None)], "bob").unwrap();
+    assert!(done.warnings.is_empty(), "{:?}", done.warnings);
+    assert_eq!(l.acquire(b"s", 1).unwrap().remaining, 46);
 }
 
 #[test]

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::bucket::{BucketSet, Lane};
+use super::bucket::{BucketSet, Lane, StoredBucket};
 use super::keys::{mark_hot_cmd, Keys};
 use super::live::{self, LiveLimits};
 use super::options::{
@@ -22,8 +22,12 @@ pub struct Status {
     /// As published by the workers (`global=30/30 hot_lane=... auto_hot=...`), if any.
     pub settings: Option<String>,
     pub live: LiveLimits,
-    /// The buckets in force (constructor settings with live limits over them).
+    /// The buckets in force (constructor settings with live limits over them; the
+    /// constructor's alone while the stored live limits are invalid).
     pub buckets: Option<BucketSet>,
+    /// What is wrong with the stored live limits (the workers then use the constructor's
+    /// values): unreadable fields, or limits invalid over the published settings.
+    pub problems: Vec<String>,
     /// Whole tokens in the shared buckets now (global, hot lane).
     pub levels: Vec<(Lane, i64, i64)>,
     /// Hot shops: shop, "auto" or "marked", ms left.
@@ -43,6 +47,16 @@ pub struct Status {
 pub struct WindowView {
     pub total: f64,
     pub shops: Vec<(Vec<u8>, f64)>,
+}
+
+/// What `set` did: the new version's change count, the limits in force before and after,
+/// and warnings (a capacity lowered: requests above it are denied from now on).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SetOutcome {
+    pub version: i64,
+    pub old: String,
+    pub new: String,
+    pub warnings: Vec<String>,
 }
 
 /// One recorded change of live limits.
@@ -110,20 +124,52 @@ impl Admin {
         Ok((text, set))
     }
 
-    fn live(&self) -> Result<LiveLimits, String> {
+    /// The stored live limits, with what could not be read.
+    fn live(&self) -> Result<(LiveLimits, Vec<String>), String> {
         let (version, fields) = self.call(|c| live::read(c, &self.keys))?;
-        LiveLimits::from_stored(version, &fields).map_err(|e| format!("stored live limits: {e}"))
+        Ok(LiveLimits::from_stored_lenient(&version, &fields))
+    }
+
+    /// The buckets the workers decide with, as they do it: the live limits over `base`,
+    /// or `base` alone when the stored limits are unreadable or invalid (then the problems).
+    fn in_force(
+        live: &LiveLimits,
+        errors: &[String],
+        base: &BucketSet,
+    ) -> (BucketSet, Vec<String>) {
+        if !errors.is_empty() {
+            let problems = errors
+                .iter()
+                .map(|e| {
+                    format!(
+                        "stored live limits unreadable ({e}): the workers use the settings' values"
+                    )
+                })
+                .collect();
+            return (base.clone(), problems);
+        }
+        match live.apply(base) {
+            Ok(set) => (set, Vec::new()),
+            Err(e) => (
+                base.clone(),
+                vec![format!(
+                    "stored live limits invalid over the published settings ({e}): the workers use the settings' values"
+                )],
+            ),
+        }
     }
 
     /// Changes live limits: `changes` are (lane, Some((capacity, rate))) to set or
     /// (lane, None) to go back to the constructor's value. Validated exactly like
-    /// constructor options over the published settings; nothing is written when invalid or
-    /// when someone else changed them meanwhile. Returns (version, old, new).
+    /// constructor options over the published settings; nothing is written when the
+    /// result is invalid or when someone else changed them meanwhile. Any change that
+    /// leads to valid limits is accepted, also over stored limits that are broken (what
+    /// could not be read is dropped: the workers were not using it).
     pub fn set(
         &self,
         changes: &[(Lane, Option<(i64, f64)>)],
         by: &str,
-    ) -> Result<(i64, String, String), String> {
+    ) -> Result<SetOutcome, String> {
         let (_, base) = self.published()?;
         let base = base.ok_or_else(|| {
             format!(
@@ -133,15 +179,30 @@ impl Admin {
                 self.endpoint.display_url()
             )
         })?;
-        let current = self.live()?;
+        let (current, errors) = self.live()?;
         let mut next = current.clone();
         for (lane, value) in changes {
             next.overrides[*lane as usize] = *value;
         }
-        let old = current.apply(&base).map_err(|e| e.to_string())?;
+        let (old, _) = Self::in_force(&current, &errors, &base);
         let new = next
             .apply(&base)
             .map_err(|e| format!("refused, nothing written: {e}"))?;
+        let mut warnings = Vec::new();
+        for lane in Lane::ALL {
+            if let (Some(o), Some(n)) = (old.get(lane), new.get(lane)) {
+                if n.capacity() < o.capacity() {
+                    warnings.push(format!(
+                        "warning: {} capacity lowered from {} to {}: acquire() asking for more than {} tokens is denied ({}) while this holds",
+                        lane.as_str(),
+                        o.capacity(),
+                        n.capacity(),
+                        n.capacity(),
+                        lane.as_str()
+                    ));
+                }
+            }
+        }
         let (old, new) = (live::describe(&old), live::describe(&new));
         let at = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -151,25 +212,31 @@ impl Admin {
             self.keys.limits_version(),
             self.keys.changes(),
         );
-        let version: i64 = self.call(|c| {
+        let epoch = live::fresh_epoch();
+        let version: String = self.call(|c| {
             let mut inv = live::SET_LIMITS.prepare_invoke();
             inv.key(&limits)
                 .key(&version_key)
                 .key(&changes_key)
-                .arg(current.version)
+                .arg(&current.id)
                 .arg(by)
                 .arg(at)
                 .arg(&old)
-                .arg(&new);
-            for (lane, value) in changes {
-                inv.arg(lane.as_str()).arg(match value {
-                    Some((c, r)) => format!("{c}/{r}"),
-                    None => String::new(),
-                });
+                .arg(&new)
+                .arg(&epoch);
+            for lane in Lane::ALL {
+                if let Some((c, r)) = next.overrides[lane as usize] {
+                    inv.arg(lane.as_str()).arg(format!("{c}/{r}"));
+                }
             }
             inv.invoke(c)
         })?;
-        Ok((version, old, new))
+        Ok(SetOutcome {
+            version: live::version_number(&version),
+            old,
+            new,
+            warnings,
+        })
     }
 
     /// Marks `shop` hot for every worker until `ttl_seconds` run out (as markHot()).
@@ -192,21 +259,32 @@ impl Admin {
     /// decisions in (over the last `seconds`).
     pub fn status(&self, events_key: &str, seconds: u64) -> Result<Status, String> {
         let (settings, base) = self.published()?;
-        let live = self.live()?;
-        let buckets = match &base {
-            Some(b) => Some(live.apply(b).map_err(|e| e.to_string())?),
-            None => None,
+        let (live, errors) = self.live()?;
+        let (buckets, problems) = match &base {
+            Some(b) => {
+                let (set, problems) = Self::in_force(&live, &errors, b);
+                (Some(set), problems)
+            }
+            None => (None, errors),
         };
         let (secs, micros): (i64, i64) = self.call(|c| redis::cmd("TIME").query(c))?;
         let now_us = secs * 1_000_000 + micros;
         let mut levels = Vec::new();
         if let Some(set) = &buckets {
             let keys = [self.keys.global(), self.keys.hot_lane()];
-            let tats: Vec<Option<i64>> =
+            let stored: Vec<Option<Vec<u8>>> =
                 self.call(|c| redis::cmd("MGET").arg(&keys[0]).arg(&keys[1]).query(c))?;
-            for (lane, tat) in [Lane::Global, Lane::HotLane].into_iter().zip(tats) {
+            for (lane, raw) in [Lane::Global, Lane::HotLane].into_iter().zip(stored) {
                 if let Some(spec) = set.get(lane) {
-                    let level = spec.whole_tokens(tat.unwrap_or(now_us), now_us);
+                    // Read as the next decision reads it (the level carried over a change).
+                    let bucket = raw.as_deref().and_then(StoredBucket::parse);
+                    let tat = StoredBucket::effective_tat(
+                        bucket.as_ref(),
+                        spec,
+                        now_us,
+                        live::change_instant(&live.id),
+                    );
+                    let level = spec.whole_tokens(tat, now_us);
                     levels.push((lane, level, spec.capacity()));
                 }
             }
@@ -223,6 +301,7 @@ impl Admin {
             settings,
             live,
             buckets,
+            problems,
             levels,
             hot,
             window,

@@ -12,6 +12,8 @@ use super::error::ConfigError;
 
 /// Highest refill rate: one token per microsecond.
 pub const MAX_REFILL_PER_SECOND: f64 = 1_000_000.0;
+/// How far below the configured rate the effective rate may be (whole-µs intervals).
+pub const MAX_RATE_ERROR: f64 = 0.001;
 /// Largest capacity accepted.
 pub const MAX_CAPACITY: i64 = 1_000_000_000;
 /// Longest time a bucket may take to refill from empty: 10 years. Keeps every TAT far
@@ -51,6 +53,23 @@ impl BucketSpec {
             ));
         }
         let interval_us = (1_000_000.0 / refill_per_second).ceil() as i64;
+        // The interval is whole microseconds (the script's TATs are Valkey's TIME in µs,
+        // exact in Lua's doubles only as integers), so a rate whose interval is not close
+        // to a whole number of microseconds would run slower than configured, up to half
+        // near 1,000,000/s. Refused rather than silently cut: within 0.1% or not at all.
+        let effective = 1_000_000.0 / interval_us as f64;
+        if effective < refill_per_second * (1.0 - MAX_RATE_ERROR) {
+            let below = effective;
+            let above = 1_000_000.0 / (interval_us - 1).max(1) as f64;
+            return Err(ConfigError::new(
+                format!("{option}.refill_per_second"),
+                format!(
+                    "cannot be honoured within 0.1% (the limiter counts whole microseconds per token: {refill_per_second:?}/s would run at {below:.2}/s); the nearest exact rates are {} and {}, got {refill_per_second:?}",
+                    short_rate(below),
+                    short_rate(above)
+                ),
+            ));
+        }
         let refill_seconds = capacity as f64 * interval_us as f64 / 1_000_000.0;
         if refill_seconds > MAX_REFILL_SECONDS as f64 {
             return Err(ConfigError::new(
@@ -100,6 +119,77 @@ impl BucketSpec {
     /// Microseconds until `tokens` tokens are held, if nobody else takes any.
     pub fn wait_us(&self, tat: i64, now: i64, tokens: i64) -> i64 {
         (tokens * self.interval_us - self.credit_us(tat, now)).max(0)
+    }
+}
+
+/// A rate for an error message: at most two decimals, no trailing zeros.
+fn short_rate(r: f64) -> String {
+    let s = format!("{r:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// What the store holds for one bucket: its TAT and the (interval, tolerance) it was
+/// written with (`None`: a value from before they were stored, read as the current ones).
+///
+/// Stored as `"<tat>:<interval>:<tolerance>"` (legacy: `"<tat>"`). With the limits it was
+/// written under, a TAT can be read at other limits (a live change, a deploy): the level in
+/// tokens carries over, see [`StoredBucket::effective_tat`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredBucket {
+    pub tat: i64,
+    pub params: Option<(i64, i64)>,
+}
+
+impl StoredBucket {
+    /// The value as the script writes it.
+    pub fn encode(&self) -> String {
+        match self.params {
+            Some((i, t)) => format!("{}:{i}:{t}", self.tat),
+            None => self.tat.to_string(),
+        }
+    }
+
+    /// Parses a stored value (`None` when it is not one).
+    pub fn parse(raw: &[u8]) -> Option<Self> {
+        let text = std::str::from_utf8(raw).ok()?;
+        let mut parts = text.split(':');
+        let tat = parts.next()?.parse().ok()?;
+        let params = match (parts.next(), parts.next(), parts.next()) {
+            (None, _, _) => None,
+            (Some(i), Some(t), None) => Some((i.parse().ok()?, t.parse().ok()?)),
+            _ => return None,
+        };
+        Some(Self { tat, params })
+    }
+
+    /// The bucket's TAT at `now` under `spec`: `max(tat, now)` when written under the same
+    /// limits; otherwise the level in tokens it had at `change_at` (the live change's
+    /// instant; `now` when unknown, e.g. a deploy) carries over, clamped to the new
+    /// capacity, and refills at the new rate from then (a bucket that was full is full).
+    /// Nothing written after a live change has the old limits (the script refuses callers
+    /// that decide with an older version), so this is the level the bucket had then.
+    /// The arithmetic is the script's, operation for operation (Lua numbers are doubles):
+    /// the credit is rounded down, never up.
+    pub fn effective_tat(
+        stored: Option<&Self>,
+        spec: &BucketSpec,
+        now: i64,
+        change_at: Option<i64>,
+    ) -> i64 {
+        let Some(b) = stored else { return now };
+        let (interval, tolerance) = (spec.interval_us(), spec.tolerance_us());
+        let mut x = b.tat;
+        if let Some((old_interval, old_tolerance)) = b.params {
+            if (old_interval, old_tolerance) != (interval, tolerance) && x > now {
+                let c = change_at.unwrap_or(now).min(now);
+                let credit = (old_tolerance - (x - c)).max(0);
+                let credit = ((credit as f64 / old_interval as f64 * interval as f64).floor()
+                    as i64)
+                    .min(tolerance);
+                x = c + tolerance - credit;
+            }
+        }
+        x.max(now)
     }
 }
 

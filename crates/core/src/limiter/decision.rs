@@ -77,8 +77,9 @@ impl Decision {
     }
 
     /// A denial made in the worker (the flood fast path): the bucket of `lane` is known to
-    /// lack the tokens for `retry_after` more seconds. `remaining` is 0: it lacks tokens.
-    pub fn local_denial(lane: Lane, retry_after: f64, hot_shop: bool) -> Self {
+    /// lack the tokens; `retry_after` is when they are certainly back, `remaining` the
+    /// whole tokens of the tightest bucket that applies.
+    pub fn local_denial(lane: Lane, retry_after: f64, remaining: i64, hot_shop: bool) -> Self {
         Self {
             allowed: false,
             reason: match lane {
@@ -87,8 +88,8 @@ impl Decision {
                 Lane::HotShop => Reason::HotShop,
             },
             retry_after,
-            remaining: 0,
-            hot_shop: hot_shop || lane != Lane::Global,
+            remaining,
+            hot_shop,
         }
     }
 
@@ -119,14 +120,14 @@ mod tests {
             hot_shop: Some(BucketSpec::new("hot_shop", 2, 1.0).unwrap()),
         };
         let now = 1_000_000_000;
-        let (r, s) = step(&set, &StoredState::default(), now, 1, true);
+        let (r, s) = step(&set, &StoredState::default(), now, 1, true, "");
         let d = Decision::from_reply(&set, 1, &r);
         assert!(d.allowed);
         assert_eq!((d.remaining, d.retry_after), (1, 0.0));
         assert!(d.hot_shop);
-        let (r, s) = step(&set, &s, now, 1, true);
+        let (r, s) = step(&set, &s, now, 1, true, "");
         assert_eq!(Decision::from_reply(&set, 1, &r).remaining, 0);
-        let (r, _) = step(&set, &s, now + 250_000, 1, true);
+        let (r, _) = step(&set, &s, now + 250_000, 1, true, "");
         let d = Decision::from_reply(&set, 1, &r);
         assert_eq!(d.reason, Reason::HotShop);
         assert!(!d.allowed);

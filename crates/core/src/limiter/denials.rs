@@ -3,20 +3,28 @@
 //! A bucket's state is its theoretical arrival time `tat`: it admits `n` tokens at Valkey
 //! time `V` iff `tat + n * interval - V <= tolerance`. Any script reply tells us `tat`
 //! for every bucket it applied, at Valkey time `now`, and `tat` only grows while tokens
-//! are taken (it falls only when the keys are deleted: `reset()`). So until Valkey time
-//! `tat - tolerance + n * interval` a request for `n` tokens is certain to be denied.
+//! are taken (it falls only when the keys are deleted: `reset()`, data loss). Every reply
+//! is recorded here, for every bucket it applied, as the local instant `base` at which the
+//! bucket held no token (`tat - tolerance`) and the round trip it took.
 //!
-//! Mapped to this host's monotonic clock conservatively: Valkey read `now` after we sent
-//! the request, so at local instant `L` Valkey's clock reads at most
-//! `now + (L - sent)`. We deny locally only while `L < sent + (tat - tolerance - now) +
-//! n * interval`, i.e. while Valkey would deny too. Local denials therefore never admit
-//! anything (trivially) and never deny what Valkey would have admitted, except after a
-//! `reset()`, `unmarkHot()` or Valkey restart made elsewhere; to bound that, no local
-//! denial lasts more than [`MAX_LOCAL_DENIAL_NS`] past the reply that taught it.
+//! Mapped to this host's monotonic clock: Valkey read `now` after we sent the request and
+//! before we got the reply, so at local instant `L` Valkey's clock reads between
+//! `now + (L - received)` and `now + (L - sent)`.
+//! - A request for `n` tokens is certain to be denied while `L < sent + (tat - tolerance -
+//!   now) + n * interval` (the earliest mapping): only then is it denied here, so a local
+//!   denial never denies what Valkey would admit, except after a `reset()`, `unmarkHot()`
+//!   or data loss made elsewhere; to bound that, no entry is used more than
+//!   [`MAX_LOCAL_DENIAL_NS`] after the reply that taught it, nor after the hot mark it
+//!   depended on runs out.
+//! - Its `retryAfter` uses the latest mapping (`+ round trip`), so it is never early.
+//! - Its `reason` is the first bucket in order that is certain to lack the tokens, and
+//!   `remaining` the whole tokens of the tightest bucket at the earliest mapping: what
+//!   Valkey answers unless other hosts took tokens since (then Valkey may name an earlier
+//!   bucket or fewer tokens: it is still a denial Valkey makes).
 //!
 //! The table lives in memory shared by every process forked after [`init_shared`] (called
 //! at MINIT, so all php-fpm workers of a pool share it): one worker's reply spares every
-//! other worker the round trip. Each slot is a seqlock of four words; a reader that sees
+//! other worker the round trip. Each slot is a seqlock of six words; a reader that sees
 //! a write in progress treats the slot as empty (asks Valkey), a writer that finds the
 //! slot busy skips the write. Nothing here can make a decision more permissive.
 
@@ -29,7 +37,12 @@ use once_cell::sync::OnceCell;
 /// elsewhere is asked again within a second.
 pub const MAX_LOCAL_DENIAL_NS: u64 = 1_000_000_000;
 
-/// Slots in the table (a power of two): 4096 x 40 bytes = 160 KiB.
+/// Added to the monotonic clock so that every instant the table holds is positive: a
+/// bucket's empty instant lies up to its whole refill time (at most 10 years) before the
+/// reply, which may be long before this host booted.
+const CLOCK_OFFSET_NS: u64 = 1 << 62;
+
+/// Slots in the table (a power of two): 4096 x 48 bytes = 192 KiB.
 const SLOTS: usize = 4096;
 
 #[repr(C)]
@@ -37,11 +50,43 @@ struct Slot {
     /// Even: stable; odd: a write is in progress.
     seq: AtomicU64,
     key: AtomicU64,
-    /// Local monotonic ns at which the bucket holds zero tokens (`tat - tolerance`).
+    /// Local ns (earliest mapping) at which the bucket holds zero tokens.
     base: AtomicU64,
     interval_ns: AtomicU64,
-    /// No denial from this entry after this local instant.
+    /// The round trip of the reply (latest mapping = earliest + round trip).
+    rtt_ns: AtomicU64,
+    /// No knowledge from this entry at or after this local instant.
     expires: AtomicU64,
+}
+
+/// What one reply taught about one bucket (local clock, see [`now_ns`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// The earliest local instant at which the bucket may have held zero tokens.
+    pub base: u64,
+    /// Local ns to refill one token.
+    pub interval: u64,
+    /// The round trip of the reply: the latest such instant is `base + rtt`.
+    pub rtt: u64,
+}
+
+impl Entry {
+    /// The earliest local instant at which `tokens` tokens may be there.
+    pub fn earliest(&self, tokens: u64) -> u64 {
+        self.base
+            .saturating_add(self.interval.saturating_mul(tokens))
+    }
+
+    /// The local instant by which `tokens` tokens are certainly there, if nobody takes any.
+    pub fn certain(&self, tokens: u64) -> u64 {
+        self.earliest(tokens).saturating_add(self.rtt)
+    }
+
+    /// Whole tokens held at local instant `now` (earliest mapping), at most `capacity`.
+    pub fn whole_tokens(&self, now: u64, capacity: i64) -> i64 {
+        let t = now.saturating_sub(self.base) / self.interval.max(1);
+        t.min(capacity.max(0) as u64) as i64
+    }
 }
 
 struct Table {
@@ -94,7 +139,8 @@ pub fn init_shared() {
     });
 }
 
-/// This host's monotonic clock in ns: the same clock in every process.
+/// This host's monotonic clock in ns, plus a fixed offset: the same clock in every
+/// process, and far from 0 (see [`CLOCK_OFFSET_NS`]).
 pub fn now_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -102,11 +148,12 @@ pub fn now_ns() -> u64 {
     };
     // SAFETY: CLOCK_MONOTONIC always exists on Linux; `ts` is a valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    CLOCK_OFFSET_NS + ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// The slot key of one bucket as one shop sees it. The bucket's interval and tolerance
-/// are part of it, so limiters of the same name configured differently never mix.
+/// The slot key of one bucket as one shop sees it. `bucket_key` names the store too (the
+/// endpoint, with database or cluster seeds), and the bucket's interval and tolerance are
+/// part of it, so limiters on other Valkeys, or configured differently, never mix.
 pub fn key(bucket_key: &[u8], shop: &[u8], interval_us: i64, tolerance_us: i64) -> u64 {
     // SipHash with fixed keys: the same value in every process of the host.
     #[allow(deprecated)]
@@ -123,30 +170,34 @@ fn slot(t: &Table, key: u64) -> &Slot {
     &t.slots[(key as usize) & (SLOTS - 1)]
 }
 
-/// If a request for `tokens` tokens from this bucket is certain to be denied at local
-/// instant `now`: until when (local monotonic ns).
-pub fn denied_until(key: u64, tokens: u64, now: u64) -> Option<u64> {
+/// What is known of this bucket at local instant `now`, if anything still holds.
+pub fn lookup(key: u64, now: u64) -> Option<Entry> {
     let s = slot(table()?, key);
     let seq = s.seq.load(Ordering::Acquire);
     if seq & 1 == 1 {
         return None;
     }
     let k = s.key.load(Ordering::Relaxed);
-    let base = s.base.load(Ordering::Relaxed);
-    let interval = s.interval_ns.load(Ordering::Relaxed);
+    let entry = Entry {
+        base: s.base.load(Ordering::Relaxed),
+        interval: s.interval_ns.load(Ordering::Relaxed),
+        rtt: s.rtt_ns.load(Ordering::Relaxed),
+    };
     let expires = s.expires.load(Ordering::Relaxed);
-    if s.seq.load(Ordering::Acquire) != seq || k != key {
+    if s.seq.load(Ordering::Acquire) != seq || k != key || now >= expires {
         return None;
     }
-    // The answer is the real instant (it becomes retryAfter); the knowledge is used only
-    // until `expires`.
-    let until = base.saturating_add(interval.saturating_mul(tokens));
-    (now < until.min(expires)).then_some(until)
+    Some(entry)
 }
 
-/// Records what a reply proved about a bucket: at local instant `base` it holds no
-/// token, and one comes back every `interval_ns`; the reply was sent at `sent`.
-pub fn record(key: u64, base: u64, interval_ns: u64, sent: u64) {
+/// Records what a reply sent at local instant `sent` proved about a bucket; it is used
+/// until `sent + MAX_LOCAL_DENIAL_NS`, or `valid_until` if earlier (a hot mark's end).
+pub fn record(key: u64, entry: Entry, sent: u64, valid_until: u64) {
+    let expires = sent.saturating_add(MAX_LOCAL_DENIAL_NS).min(valid_until);
+    write(key, entry, expires);
+}
+
+fn write(key: u64, entry: Entry, expires: u64) {
     let Some(t) = table() else { return };
     let s = slot(t, key);
     let seq = s.seq.load(Ordering::Relaxed);
@@ -158,18 +209,24 @@ pub fn record(key: u64, base: u64, interval_ns: u64, sent: u64) {
         return;
     }
     s.key.store(key, Ordering::Relaxed);
-    s.base.store(base, Ordering::Relaxed);
-    s.interval_ns.store(interval_ns, Ordering::Relaxed);
-    s.expires
-        .store(sent.saturating_add(MAX_LOCAL_DENIAL_NS), Ordering::Relaxed);
+    s.base.store(entry.base, Ordering::Relaxed);
+    s.interval_ns.store(entry.interval, Ordering::Relaxed);
+    s.rtt_ns.store(entry.rtt, Ordering::Relaxed);
+    s.expires.store(expires, Ordering::Relaxed);
     s.seq.store(seq + 2, Ordering::Release);
 }
+
+const EMPTY: Entry = Entry {
+    base: 0,
+    interval: 0,
+    rtt: 0,
+};
 
 /// Forgets the entry for `key` (a `reset()` or `unmarkHot()` made here).
 pub fn forget(key: u64) {
     let Some(t) = table() else { return };
     if slot(t, key).key.load(Ordering::Relaxed) == key {
-        record(key, 0, 0, 0);
+        write(key, EMPTY, 0);
     }
 }
 
@@ -179,7 +236,7 @@ pub fn forget_all() {
     for s in t.slots {
         let k = s.key.load(Ordering::Relaxed);
         if k != 0 {
-            record(k, 0, 0, 0);
+            write(k, EMPTY, 0);
         }
     }
 }
@@ -188,51 +245,75 @@ pub fn forget_all() {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_recorded_bucket_denies_until_its_tokens_come_back() {
-        let k = key(b"{cg:t}:b:global", b"", 1000, 5000);
-        let now = now_ns();
-        // No token until now + 2 ms, then one every 1 ms.
-        record(k, now + 2_000_000, 1_000_000, now);
-        assert_eq!(denied_until(k, 1, now), Some(now + 3_000_000));
-        assert_eq!(denied_until(k, 3, now), Some(now + 5_000_000));
-        assert_eq!(denied_until(k, 1, now + 3_000_000), None);
-        assert_eq!(denied_until(k, 3, now + 4_999_999), Some(now + 5_000_000));
-        // Another key is unaffected, and forgetting ends it.
-        let other = key(b"{cg:t}:b:global", b"", 1000, 6000);
-        assert_ne!(k, other);
-        assert_eq!(denied_until(other, 1, now), None);
-        forget(k);
-        assert_eq!(denied_until(k, 1, now), None);
+    fn entry(base: u64, interval: u64, rtt: u64) -> Entry {
+        Entry {
+            base,
+            interval,
+            rtt,
+        }
     }
 
     #[test]
-    fn no_denial_outlives_a_second_after_the_reply() {
+    fn an_entry_says_when_tokens_may_and_must_be_back() {
+        let k = key(b"{cg:t}:b:global", b"", 1000, 5000);
+        let now = now_ns();
+        // No token until now + 2 ms, then one every 1 ms; the reply took 0.3 ms.
+        record(k, entry(now + 2_000_000, 1_000_000, 300_000), now, u64::MAX);
+        let e = lookup(k, now).unwrap();
+        assert_eq!(e.earliest(1), now + 3_000_000);
+        assert_eq!(e.earliest(3), now + 5_000_000);
+        assert_eq!(e.certain(1), now + 3_300_000);
+        assert_eq!(e.whole_tokens(now, 5), 0);
+        assert_eq!(e.whole_tokens(now + 4_500_000, 5), 2);
+        assert_eq!(
+            e.whole_tokens(now + 60_000_000, 5),
+            5,
+            "never above capacity"
+        );
+        // Another key is unaffected, and forgetting ends it.
+        let other = key(b"{cg:t}:b:global", b"", 1000, 6000);
+        assert_ne!(k, other);
+        assert_eq!(lookup(other, now), None);
+        forget(k);
+        assert_eq!(lookup(k, now), None);
+    }
+
+    #[test]
+    fn no_entry_outlives_a_second_after_the_reply_or_its_hot_mark() {
         let k = key(b"{cg:slow}:b:global", b"", 60_000_000, 60_000_000);
         let now = now_ns();
-        // One token a minute: the reply's knowledge is used for one second only, and
-        // while it is, the instant it gives is the real one (retryAfter).
-        record(k, now, 60_000_000_000, now);
-        assert_eq!(denied_until(k, 1, now), Some(now + 60_000_000_000));
-        assert_eq!(
-            denied_until(k, 1, now + MAX_LOCAL_DENIAL_NS - 1),
-            Some(now + 60_000_000_000)
-        );
-        assert_eq!(denied_until(k, 1, now + MAX_LOCAL_DENIAL_NS), None);
+        record(k, entry(now, 60_000_000_000, 0), now, u64::MAX);
+        assert!(lookup(k, now + MAX_LOCAL_DENIAL_NS - 1).is_some());
+        assert_eq!(lookup(k, now + MAX_LOCAL_DENIAL_NS), None);
+        // Learnt from a shop hot by a mark that runs out in 300 ms.
+        record(k, entry(now, 60_000_000_000, 0), now, now + 300_000_000);
+        assert!(lookup(k, now + 299_999_999).is_some());
+        assert_eq!(lookup(k, now + 300_000_000), None);
+    }
+
+    #[test]
+    fn instants_long_before_boot_are_representable() {
+        // A bucket that refills in 10 years: its empty instant lies far before this
+        // host booted, and must not be clamped to 0 (which would read as "empty").
+        let now = now_ns();
+        let ten_years = 10 * 365 * 86_400 * 1_000_000_000u64;
+        let e = entry(now - ten_years, ten_years / 10, 0);
+        assert_eq!(e.whole_tokens(now, 10), 10);
+        assert!(e.earliest(10) <= now);
     }
 
     #[test]
     fn a_write_in_progress_reads_as_empty() {
         let k = key(b"{cg:seq}:b:global", b"", 1, 1);
         let now = now_ns();
-        record(k, now + 1_000_000, 1, now);
+        record(k, entry(now + 1_000_000, 1, 0), now, u64::MAX);
         let s = slot(table().unwrap(), k);
         s.seq.fetch_add(1, Ordering::AcqRel);
-        assert_eq!(denied_until(k, 1, now), None);
+        assert_eq!(lookup(k, now), None);
         // A writer skips a busy slot rather than wait.
-        record(k, now + 9_000_000, 1, now);
+        record(k, entry(now + 9_000_000, 1, 0), now, u64::MAX);
         s.seq.fetch_add(1, Ordering::AcqRel);
-        assert_eq!(denied_until(k, 1, now), Some(now + 1_000_001));
+        assert_eq!(lookup(k, now).unwrap().base, now + 1_000_000);
     }
 
     #[test]

@@ -7,6 +7,12 @@
 //! one it decides nothing and says so, the worker reads version and hash together once,
 //! validates them exactly like constructor options (same code), and asks again. Nothing
 //! stored means the constructor's values.
+//!
+//! A version is `"<n>-<epoch>-<µs>"`: `n` counts the changes (what people see), `epoch` is
+//! drawn at random by the writer whenever the stored limits are created anew, `µs` is
+//! Valkey's time of the change (buckets carry their level over from that instant). After
+//! Valkey lost its data the count starts again at 1, but with another epoch, so no worker
+//! can take the new version 1 for the one it knew.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,6 +28,9 @@ use crate::value::Value;
 /// The live limits as stored: overrides of some buckets, and who set them when.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LiveLimits {
+    /// The version as stored in `limits:v` ("" = none): what decisions compare.
+    pub id: String,
+    /// Its change count, for people and events (0 = none).
     pub version: i64,
     /// Per lane, the overriding (capacity, refill_per_second).
     pub overrides: [Option<(i64, f64)>; 3],
@@ -30,27 +39,44 @@ pub struct LiveLimits {
 }
 
 impl LiveLimits {
-    /// The live limits of `version` from `HGETALL limits`. A field that is not understood
-    /// is an error naming it.
-    pub fn from_stored(version: i64, fields: &[(Vec<u8>, Vec<u8>)]) -> Result<Self, String> {
+    /// The live limits of version `id` from `HGETALL limits`. A field that is not
+    /// understood is an error naming it.
+    pub fn from_stored(id: &str, fields: &[(Vec<u8>, Vec<u8>)]) -> Result<Self, String> {
+        let (live, errors) = Self::from_stored_lenient(id, fields);
+        match errors.into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(live),
+        }
+    }
+
+    /// As [`Self::from_stored`], keeping what could be read and listing what could not
+    /// (the CLI shows a broken hash and can still repair it).
+    pub fn from_stored_lenient(id: &str, fields: &[(Vec<u8>, Vec<u8>)]) -> (Self, Vec<String>) {
         let mut out = Self {
-            version,
+            id: id.to_string(),
+            version: version_number(id),
             ..Self::default()
         };
+        let mut errors = Vec::new();
         for (k, v) in fields {
             let text = String::from_utf8_lossy(v);
             let field = String::from_utf8_lossy(k);
             match &*field {
                 "by" => out.by = text.into_owned(),
-                "at" => out.at_ms = text.parse().map_err(|_| format!("at {text:?}"))?,
-                name => {
-                    let lane =
-                        Lane::from_name(name).ok_or_else(|| format!("unknown field {name:?}"))?;
-                    out.overrides[lane as usize] = Some(parse_bucket(lane, &text)?);
-                }
+                "at" => match text.parse() {
+                    Ok(at) => out.at_ms = at,
+                    Err(_) => errors.push(format!("at {text:?}")),
+                },
+                name => match Lane::from_name(name) {
+                    None => errors.push(format!("unknown field {name:?}")),
+                    Some(lane) => match parse_bucket(lane, &text) {
+                        Ok(b) => out.overrides[lane as usize] = Some(b),
+                        Err(e) => errors.push(e),
+                    },
+                },
             }
         }
-        Ok(out)
+        (out, errors)
     }
 
     /// The buckets with these overrides applied to `base`, validated exactly like the
@@ -98,8 +124,46 @@ pub fn parse_bucket(lane: Lane, text: &str) -> Result<(i64, f64), String> {
     Ok((c, r))
 }
 
-/// The live limits as stored: the version (`limits:v`) and the hash's fields.
-pub type Stored = (i64, Vec<(Vec<u8>, Vec<u8>)>);
+/// The change count of a stored version (`"3-9f0c..."` → 3; a hand-written `"7"` → 7).
+pub fn version_number(id: &str) -> i64 {
+    let digits = id.bytes().take_while(u8::is_ascii_digit).count();
+    id[..digits].parse().unwrap_or(0)
+}
+
+/// The instant (Valkey µs) of the change a version comes from: `"<n>-<epoch>-<µs>"`.
+pub fn change_instant(id: &str) -> Option<i64> {
+    let mut parts = id.splitn(3, '-');
+    let (n, epoch, at) = (parts.next()?, parts.next()?, parts.next()?);
+    let digits = |s: &str, alnum: bool| {
+        !s.is_empty()
+            && s.bytes().all(|b| {
+                if alnum {
+                    b.is_ascii_alphanumeric()
+                } else {
+                    b.is_ascii_digit()
+                }
+            })
+    };
+    (digits(n, false) && digits(epoch, true) && digits(at, false))
+        .then(|| at.parse().ok())
+        .flatten()
+}
+
+/// A fresh epoch for limits stored anew: random, so never one a worker knew before.
+pub fn fresh_epoch() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    format!("{:016x}", h.finish())
+}
+
+/// The live limits as stored: the version (`limits:v`, "" = none) and the hash's fields.
+pub type Stored = (String, Vec<(Vec<u8>, Vec<u8>)>);
 
 /// Reads the live limits' version and hash in one atomic step (KEYS: limits, limits:v):
 /// the version is the one every decision compares with, never a copy that could differ.
@@ -114,7 +178,7 @@ pub fn read(
 }
 
 static READ_LIMITS: Lazy<redis::Script> = Lazy::new(|| {
-    redis::Script::new("return {redis.call('GET', KEYS[2]) or '0', redis.call('HGETALL', KEYS[1])}")
+    redis::Script::new("return {redis.call('GET', KEYS[2]) or '', redis.call('HGETALL', KEYS[1])}")
 });
 
 /// How a bucket set is shown in events and by the CLI: `global=30/30 hot_lane=...`
@@ -157,24 +221,27 @@ pub(crate) fn remember(id: u64, live: Arc<LiveLimits>) {
     KNOWN.lock().insert(id, live);
 }
 
-/// Writes new live limits atomically, only if the version is still `expected`.
-/// KEYS: limits, limits:v, changes. ARGV: expected version, by, at (ms), old, new, then
-/// (lane, "capacity/rate" or "" to remove) pairs. Reply: the new version, or an error
-/// when someone else changed them first.
+/// Writes new live limits atomically, only if the version is still `expected`: the hash
+/// is replaced whole by what the writer validated (so fields nobody could read are gone).
+/// KEYS: limits, limits:v, changes. ARGV: expected version ("" = none), by, at (ms), old,
+/// new, a fresh epoch (used when the stored limits are created anew), then (lane,
+/// "capacity/rate") pairs: every override of the new limits. Reply: the new version, or
+/// an error when someone else changed them first.
 pub static SET_LIMITS: Lazy<redis::Script> = Lazy::new(|| {
     redis::Script::new(
-        r#"local v = tonumber(redis.call('GET', KEYS[2]) or '0')
-if v ~= tonumber(ARGV[1]) then
-  return redis.error_reply('live limits changed meanwhile (now version ' .. v .. '): read them again')
+        r#"local cur = redis.call('GET', KEYS[2]) or ''
+if cur ~= ARGV[1] then
+  return redis.error_reply('live limits changed meanwhile (now version ' .. cur .. '): read them again')
 end
-v = v + 1
-for i = 6, #ARGV, 2 do
-  if ARGV[i + 1] == '' then redis.call('HDEL', KEYS[1], ARGV[i])
-  else redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-end
+local n = tonumber(string.match(cur, '^%d+') or '0') + 1
+local epoch = string.match(cur, '^%d+%-(%w+)') or ARGV[6]
+local t = redis.call('TIME')
+local v = n .. '-' .. epoch .. '-' .. t[1] .. string.format('%06d', tonumber(t[2]))
+redis.call('DEL', KEYS[1])
+for i = 7, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 redis.call('HSET', KEYS[1], 'by', ARGV[2], 'at', ARGV[3])
 redis.call('SET', KEYS[2], v)
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', 1000, '*', 'version', v, 'by', ARGV[2], 'at', ARGV[3], 'old', ARGV[4], 'new', ARGV[5])
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', 1000, '*', 'version', n, 'by', ARGV[2], 'at', ARGV[3], 'old', ARGV[4], 'new', ARGV[5])
 return v"#,
     )
 });
@@ -202,7 +269,7 @@ mod tests {
     #[test]
     fn overrides_apply_over_the_constructor_values() {
         let live = LiveLimits::from_stored(
-            3,
+            "3-abc",
             &fields(&[
                 ("by", "alice"),
                 ("at", "1700000000000"),
@@ -218,7 +285,7 @@ mod tests {
     #[test]
     fn invalid_overrides_are_refused_like_constructor_options() {
         let refuse = |pairs: &[(&str, &str)]| {
-            LiveLimits::from_stored(1, &fields(pairs))
+            LiveLimits::from_stored("1-abc", &fields(pairs))
                 .map_err(|e| e.to_string())
                 .and_then(|l| l.apply(&base()).map_err(|e| e.to_string()))
                 .unwrap_err()
@@ -233,5 +300,27 @@ mod tests {
         );
         assert!(refuse(&[("global", "10 5")]).contains("is not CAPACITY/RATE"));
         assert!(refuse(&[("bogus", "1/1")]).contains("unknown field"));
+    }
+
+    #[test]
+    fn versions_count_changes_and_epochs_differ() {
+        assert_eq!(version_number("3-9f0c"), 3);
+        assert_eq!(version_number("7"), 7);
+        assert_eq!(version_number(""), 0);
+        assert_ne!(fresh_epoch(), fresh_epoch());
+        assert_eq!(
+            change_instant("3-9f0c-1800000000000123"),
+            Some(1_800_000_000_000_123)
+        );
+        assert_eq!(change_instant("3-9f0c"), None);
+        assert_eq!(change_instant("7"), None);
+        assert_eq!(change_instant("x-9f0c-12"), None);
+        let (live, errors) = LiveLimits::from_stored_lenient(
+            "2-x",
+            &fields(&[("global", "lots"), ("hot_lane", "5/5"), ("bogus", "1")]),
+        );
+        assert_eq!(live.overrides[1], Some((5, 5.0)));
+        assert_eq!(live.overrides[0], None);
+        assert_eq!(errors.len(), 2, "{errors:?}");
     }
 }

@@ -19,7 +19,7 @@ pub mod script;
 mod service;
 mod step;
 
-pub use bucket::{BucketSet, BucketSpec, Lane};
+pub use bucket::{BucketSet, BucketSpec, Lane, StoredBucket};
 pub use decision::{Decision, Reason};
 pub use error::{ConfigError, LimiterError};
 pub use keys::Keys;

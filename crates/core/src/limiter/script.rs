@@ -1,24 +1,37 @@
 //! The Valkey script that makes one decision atomically: the Lua twin of [`super::step`].
 //!
+//! KEYS and ARGV are built by [`DecideCall`] only (the one encoder of the contract):
 //! KEYS: global bucket, hot-lane bucket, hot-shop bucket, hot flag, live-limits version,
 //! auto-hot window prefix (never read itself: `<prefix><window number>` are the counters),
 //! published settings (all share one hash tag, so a cluster routes the call to one slot).
 //! ARGV: tokens, static_hot (0/1), then interval and tolerance (µs) of global, hot lane and
 //! hot shop (interval 0 = bucket not configured), then the live-limits version the caller
-//! decided with, the shop ID, auto-hot window (µs, 0 = off), share, TTL (s) and minimum
-//! tokens, and the settings to publish ("" = nothing).
-//! Reply: `{reason, hot, now, tat_global, tat_lane, tat_shop, became_hot, share_permille}`
-//! (see `StepReply`), or `{-1, version}` when the live limits changed since the caller
-//! read them: nothing was decided, the caller reloads them and asks again.
+//! decided with ("" = none), the shop ID, auto-hot window (µs, 0 = off), share, TTL (s) and
+//! minimum tokens, and the caller's settings (published when the stored ones differ).
+//! Reply: `{reason, hot, now, tat_global, tat_lane, tat_shop, became_hot, share_permille,
+//! mark_ttl_ms}` (see `StepReply`), or `{-1, 0}` when the live limits changed since the
+//! caller read them: nothing was decided, the caller reloads them and asks again.
 //!
 //! Time is Valkey's own (`TIME`), never the PHP host's. A bucket key expires when the
-//! bucket would be full again, so idle buckets vanish and a missing key means "full".
+//! bucket would be full again, so idle buckets vanish and a missing key means "full". A
+//! bucket is stored as `"<tat>:<interval>:<tolerance>"`: read under other limits (a live
+//! change, a deploy), its level in tokens carries over (`StoredBucket::effective_tat`), as
+//! of the change's instant (carried in the version, `"<n>-<epoch>-<µs>"`), or of now
+//! when there is none.
+//!
+//! All or nothing: everything that can fail (reading the counters, a malformed value) is
+//! done before the first write, so an error leaves the store as it was.
 //!
 //! Cost inside Valkey is mostly the number of `redis.call`s (each crosses from Lua into
-//! the command table): TIME, one MGET for the hot flag and every bucket, and one SET per
-//! applied bucket only when tokens are taken; with auto-hot, two HINCRBY and one HMGET more
-//! when tokens are taken (and a PEXPIRE once per window). Values go to SET as Lua numbers (Valkey
-//! writes integers below 2^53 exactly), not through `string.format`.
+//! the command table): TIME, one MGET for the hot flag, every bucket, the version and the
+//! settings, a PTTL for a shop hot by a mark, and one SET per applied bucket only when
+//! tokens are taken; with auto-hot, two HMGET and one HSET more when tokens are taken (and
+//! a PEXPIRE once per window). TATs are written with `string.format('%d')`: Lua's own
+//! number formatting keeps 14 digits only.
+
+/// How long published settings live (refreshed whenever a worker publishes them): a
+/// worker that finds them missing or different publishes its own in the same call.
+pub const SETTINGS_TTL_SECONDS: i64 = 86_400;
 
 /// The shebang makes Valkey treat the script as a write script before it runs: a replica
 /// refuses it outright (READONLY), even on a path that would only have read, so a
@@ -36,40 +49,71 @@ local slack_ms = 1
 const BODY: &str = r#"
 local n = tonumber(ARGV[1])
 local hot = ARGV[2] == '1'
-local v = redis.call('MGET', KEYS[4], KEYS[1], KEYS[2], KEYS[3], KEYS[5])
-local version = tonumber(v[5]) or 0
-if version ~= tonumber(ARGV[9]) then return {-1, version} end
-if ARGV[15] ~= '' then redis.call('SET', KEYS[7], ARGV[15]) end
-if not hot then hot = v[1] ~= false end
+local v = redis.call('MGET', KEYS[4], KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[7])
+if (v[5] or '') ~= ARGV[9] then return {-1, 0} end
+local mark_ms = 0
+if not hot and v[1] then
+  hot = true
+  mark_ms = redis.call('PTTL', KEYS[4])
+end
 local last = 1
 if hot then last = 3 end
 local tat = {-1, -1, -1}
+local tags = {}
 local reason = 0
 for i = 1, last do
   local interval = tonumber(ARGV[1 + 2 * i])
   if interval > 0 then
-    local x = tonumber(v[i + 1]) or now
-    if x < now then x = now end
+    local tol = tonumber(ARGV[2 + 2 * i])
+    local tag = ':' .. ARGV[1 + 2 * i] .. ':' .. ARGV[2 + 2 * i]
+    tags[i] = tag
+    local x = now
+    local s = v[i + 1]
+    if s then
+      local p = string.find(s, ':', 1, true)
+      if p then
+        x = tonumber(string.sub(s, 1, p - 1))
+        if x > now and string.sub(s, p) ~= tag then
+          local c = tonumber(string.match(ARGV[9], '^%d+%-%w+%-(%d+)$')) or now
+          if c > now then c = now end
+          local q = string.find(s, ':', p + 1, true)
+          local credit = tonumber(string.sub(s, q + 1)) - (x - c)
+          if credit < 0 then credit = 0 end
+          credit = math.floor(credit / tonumber(string.sub(s, p + 1, q - 1)) * interval)
+          if credit > tol then credit = tol end
+          x = c + tol - credit
+        end
+      else
+        x = tonumber(s)
+      end
+      if x < now then x = now end
+    end
     tat[i] = x
-    if reason == 0 and x + n * interval - now > tonumber(ARGV[2 + 2 * i]) then reason = i end
+    if reason == 0 and x + n * interval - now > tol then reason = i end
   end
 end
 local became, share = 0, 0
 if reason == 0 then
+  local w = tonumber(ARGV[11])
+  local cur, c, p
+  if w > 0 then
+    local win = math.floor(now / w)
+    cur = KEYS[6] .. string.format('%d', win)
+    c = redis.call('HMGET', cur, ARGV[10], '')
+    p = redis.call('HMGET', KEYS[6] .. string.format('%d', win - 1), ARGV[10], '')
+  end
   for i = 1, last do
     if tat[i] >= 0 then
       tat[i] = tat[i] + n * tonumber(ARGV[1 + 2 * i])
-      redis.call('SET', KEYS[i], tat[i], 'PX', math.floor((tat[i] - now) / 1000) + slack_ms)
+      redis.call('SET', KEYS[i], string.format('%d', tat[i]) .. tags[i], 'PX', math.floor((tat[i] - now) / 1000) + slack_ms)
     end
   end
-  local w = tonumber(ARGV[11])
   if w > 0 then
-    local win = math.floor(now / w)
-    local cur = KEYS[6] .. string.format('%d', win)
-    local mine = redis.call('HINCRBY', cur, ARGV[10], n)
-    local all = redis.call('HINCRBY', cur, '', n)
-    if all == n then redis.call('PEXPIRE', cur, math.floor(2 * w / 1000) + 1000) end
-    local p = redis.call('HMGET', KEYS[6] .. string.format('%d', win - 1), ARGV[10], '')
+    local all0 = tonumber(c[2]) or 0
+    local mine = (tonumber(c[1]) or 0) + n
+    local all = all0 + n
+    redis.call('HSET', cur, ARGV[10], mine, '', all)
+    if all0 == 0 then redis.call('PEXPIRE', cur, math.floor(2 * w / 1000) + 1000) end
     local f = 1 - (now % w) / w
     mine = mine + (tonumber(p[1]) or 0) * f
     all = all + (tonumber(p[2]) or 0) * f
@@ -80,16 +124,101 @@ if reason == 0 then
     end
   end
 end
+if v[6] ~= ARGV[15] then redis.call('SET', KEYS[7], ARGV[15], 'EX', 86400) end
 if hot then hot = 1 else hot = 0 end
-return {reason, hot, now, tat[1], tat[2], tat[3], became, share}
+return {reason, hot, now, tat[1], tat[2], tat[3], became, share, mark_ms}
 "#;
+
+/// The keys of one decision, in the script's KEYS order.
+#[derive(Debug, Clone, Copy)]
+pub struct DecideKeys<'a> {
+    pub global: &'a [u8],
+    pub hot_lane: &'a [u8],
+    pub hot_shop: &'a [u8],
+    pub hot_flag: &'a [u8],
+    pub limits_version: &'a [u8],
+    pub auto_hot_prefix: &'a [u8],
+    pub settings: &'a [u8],
+}
+
+/// One call of the decision script, by name: the single encoder of its KEYS and ARGV
+/// (the extension, the tests and the benchmark all build calls with it).
+#[derive(Debug, Clone, Copy)]
+pub struct DecideCall<'a> {
+    pub keys: DecideKeys<'a>,
+    pub tokens: i64,
+    pub static_hot: bool,
+    /// Interval and tolerance (µs) per lane, as decimal strings ("0" = not configured):
+    /// see [`lane_args`].
+    pub lane_args: &'a [String; 6],
+    /// The live limits' version decided with ("" = none).
+    pub version: &'a str,
+    pub shop: &'a [u8],
+    /// Window (µs, "0" = off), share, TTL (s), minimum tokens: see [`auto_hot_args`].
+    pub auto_hot_args: &'a [String; 4],
+    /// The settings this worker runs with (published when the stored ones differ).
+    pub settings: &'a str,
+}
+
+impl DecideCall<'_> {
+    /// The script invocation with every key and argument in place.
+    pub fn invocation<'s>(&self, script: &'s redis::Script) -> redis::ScriptInvocation<'s> {
+        let k = &self.keys;
+        let mut inv = script.prepare_invoke();
+        inv.key(k.global)
+            .key(k.hot_lane)
+            .key(k.hot_shop)
+            .key(k.hot_flag)
+            .key(k.limits_version)
+            .key(k.auto_hot_prefix)
+            .key(k.settings)
+            .arg(self.tokens)
+            .arg(if self.static_hot { "1" } else { "0" });
+        for a in self.lane_args {
+            inv.arg(a.as_str());
+        }
+        inv.arg(self.version).arg(self.shop);
+        for a in self.auto_hot_args {
+            inv.arg(a.as_str());
+        }
+        inv.arg(self.settings);
+        inv
+    }
+}
+
+/// ARGV of the buckets: interval and tolerance per lane ("0" when not configured).
+pub fn lane_args(set: &super::BucketSet) -> [String; 6] {
+    let mut out: [String; 6] = Default::default();
+    for lane in super::Lane::ALL {
+        let (interval, tolerance) = set
+            .get(lane)
+            .map_or((0, 0), |b| (b.interval_us(), b.tolerance_us()));
+        out[2 * lane as usize] = interval.to_string();
+        out[2 * lane as usize + 1] = tolerance.to_string();
+    }
+    out
+}
+
+/// ARGV of `auto_hot` (all "0" when off).
+pub fn auto_hot_args(auto_hot: Option<&super::AutoHot>) -> [String; 4] {
+    match auto_hot {
+        Some(a) => [
+            (a.window.as_micros() as i64).to_string(),
+            a.share.to_string(),
+            a.ttl_seconds.to_string(),
+            a.min_tokens.to_string(),
+        ],
+        None => ["0".into(), "0".into(), "0".into(), "0".into()],
+    }
+}
 
 /// The production script source.
 pub fn decide_source() -> String {
     format!("{SHEBANG}{CLOCK_BLOCK}{BODY}")
 }
 
-/// The same decision logic with the clock taken from ARGV[16] (µs), for tests that compare
+/// The same decision logic with the clock taken from ARGV[16] (µs, appended after the
+/// [`DecideCall`] arguments), for tests that compare
 /// the script with the Rust model at times they choose. Keys live an hour so Valkey's real
 /// clock never expires a key the model still holds.
 pub fn decide_source_with_test_clock() -> String {
@@ -130,5 +259,10 @@ mod tests {
                 .and_then(|p| p.strip_prefix(CLOCK_BLOCK)),
             test.split_once("slack_ms = 3600000\n").map(|x| x.1)
         );
+    }
+
+    #[test]
+    fn settings_ttl_in_the_script_is_the_constant() {
+        assert!(BODY.contains(&format!("'EX', {SETTINGS_TTL_SECONDS})")));
     }
 }

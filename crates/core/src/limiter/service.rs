@@ -1,9 +1,7 @@
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use once_cell::sync::Lazy;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 
 use super::bucket::{BucketSet, Lane};
 use super::decision::Decision;
@@ -14,7 +12,7 @@ use super::live::{self, LiveLimits};
 use super::options::{
     validate_shop_id, validate_tokens, validate_ttl, LimiterOptions, OnUnavailable,
 };
-use super::script::{DECIDE, RESET_STEP};
+use super::script::{self, DecideCall, DecideKeys, DECIDE, RESET_STEP};
 use super::step::{lanes_in, StepReply};
 use crate::store::{self, StoreError};
 
@@ -24,7 +22,9 @@ use crate::store::{self, StoreError};
 pub struct Limiter {
     options: LimiterOptions,
     keys: Keys,
-    /// Per lane, the prefix of its local-denial keys (`{cg:<name>}:<lane>`), built once.
+    /// Per lane, the prefix of its local-denial keys (`<endpoint> {cg:<name>}:<lane>`),
+    /// built once: the endpoint (URL with database, or cluster seeds) keeps limiters of
+    /// the same name on other Valkeys apart.
     denial_tags: [Vec<u8>; 3],
     /// The buckets decided with: the constructor's, or live limits over them.
     tuned: RwLock<Arc<Tuned>>,
@@ -35,19 +35,18 @@ pub struct Limiter {
     auto_hot_prefix: Vec<u8>,
     settings_key: Vec<u8>,
     auto_hot_args: [String; 4],
-    /// What this limiter runs with, published once per process for the CLI.
+    /// What this limiter runs with, sent with every decision: the script publishes it for
+    /// the CLI when the stored settings are missing (data loss, expiry) or differ.
     settings: String,
-    /// [`live::limiter_id`] of this limiter, and the same with its settings (what
-    /// `PUBLISHED` holds once they are published).
+    /// [`live::limiter_id`] of this limiter.
     live_id: u64,
-    publish_id: u64,
 }
 
 /// The buckets in force and what each call derives from them.
 #[derive(Debug)]
 struct Tuned {
-    /// The live limits' version these buckets come from (0: none ever set).
-    version: i64,
+    /// The live limits' version these buckets come from ("": none stored).
+    version: String,
     buckets: BucketSet,
     /// ARGV[3..8] of the script: interval and tolerance per lane ("0" when not configured).
     lane_args: [String; 6],
@@ -64,21 +63,14 @@ impl Tuned {
         live: Option<&LiveLimits>,
     ) -> (Self, Option<String>) {
         let (version, applied) = match live {
-            None => (0, Ok(base.clone())),
-            Some(l) => (l.version, l.apply(base)),
+            None => (String::new(), Ok(base.clone())),
+            Some(l) => (l.id.clone(), l.apply(base)),
         };
         let (buckets, error) = match applied {
             Ok(b) => (b, None),
             Err(e) => (base.clone(), Some(e.to_string())),
         };
-        let mut lane_args: [String; 6] = Default::default();
-        for lane in Lane::ALL {
-            let (interval, tolerance) = buckets
-                .get(lane)
-                .map_or((0, 0), |b| (b.interval_us(), b.tolerance_us()));
-            lane_args[2 * lane as usize] = interval.to_string();
-            lane_args[2 * lane as usize + 1] = tolerance.to_string();
-        }
+        let lane_args = script::lane_args(&buckets);
         let mut tuned = Self {
             version,
             buckets,
@@ -123,24 +115,21 @@ pub struct LimitsChange {
     pub error: Option<String>,
 }
 
-/// The limiters (url, name and settings, as `Limiter::publish_id`) whose settings this
-/// process has published.
-static PUBLISHED: Lazy<Mutex<HashSet<u64>>> = Lazy::new(Default::default);
-
 impl Limiter {
     pub fn new(options: LimiterOptions) -> Self {
         let keys = Keys::new(&options.name);
-        let denial_tags =
-            Lane::ALL.map(|lane| [keys.hash_tag(), b":", lane.as_str().as_bytes()].concat());
-        let auto_hot_args = match options.auto_hot {
-            Some(a) => [
-                (a.window.as_micros() as i64).to_string(),
-                a.share.to_string(),
-                a.ttl_seconds.to_string(),
-                a.min_tokens.to_string(),
-            ],
-            None => ["0".into(), "0".into(), "0".into(), "0".into()],
-        };
+        let endpoint = options.endpoint.display_url().as_bytes();
+        let denial_tags = Lane::ALL.map(|lane| {
+            [
+                endpoint,
+                b" ",
+                keys.hash_tag(),
+                b":",
+                lane.as_str().as_bytes(),
+            ]
+            .concat()
+        });
+        let auto_hot_args = script::auto_hot_args(options.auto_hot.as_ref());
         let mut settings = live::describe(&options.buckets);
         if let Some(a) = options.auto_hot {
             settings.push_str(&format!(
@@ -165,10 +154,6 @@ impl Limiter {
             tuned: RwLock::new(Arc::new(tuned)),
             auto_hot_args,
             live_id,
-            publish_id: live::limiter_id(
-                options.endpoint.display_url(),
-                &format!("{}\n{settings}", options.name),
-            ),
             settings,
             options,
         }
@@ -184,7 +169,7 @@ impl Limiter {
         let tuned = self.tuned.read().clone();
         let known = live::known(self.live_id);
         match known {
-            Some(l) if l.version != tuned.version => {
+            Some(l) if l.id != tuned.version => {
                 let fresh = Arc::new(self.tune(Some(&l)).0);
                 *self.tuned.write() = fresh.clone();
                 fresh
@@ -197,13 +182,14 @@ impl Limiter {
     /// only then (version and hash read together, so they cannot disagree). Returns the buckets now in force and the change to report.
     fn reload(&self, old: &Tuned) -> Result<(Arc<Tuned>, LimitsChange), StoreError> {
         let (version, fields) = self.with_valkey(|c| live::read(c, &self.keys))?;
-        let (live, parse_error) = match LiveLimits::from_stored(version, &fields) {
+        let (live, parse_error) = match LiveLimits::from_stored(&version, &fields) {
             Ok(l) => (l, None),
             // Unreadable: the constructor's values at this version, so that the next call
             // is not sent back again.
             Err(e) => (
                 LiveLimits {
-                    version,
+                    version: live::version_number(&version),
+                    id: version,
                     ..Default::default()
                 },
                 Some(format!("stored live limits unreadable: {e}")),
@@ -243,52 +229,92 @@ impl Limiter {
         })
     }
 
-    /// The flood fast path: a denial Valkey is certain to make, made here (`denials.rs`).
+    /// The flood fast path: a denial Valkey is certain to make, made here (`denials.rs`),
+    /// with the reason, remaining tokens and a retry time Valkey would give. Only when
+    /// every bucket that applies is known: the global one, and for a hot shop its hot
+    /// buckets (a shop not listed in `hot_shops` counts as hot while entries learnt from
+    /// a reply that found it hot hold, i.e. no longer than its mark).
     fn deny_locally(
         &self,
+        tuned: &Tuned,
         keys: &[Option<u64>; 3],
         tokens: i64,
         static_hot: bool,
     ) -> Option<Decision> {
         let now = denials::now_ns();
-        let mut first: Option<Lane> = None;
-        let mut until = 0;
-        for lane in Lane::ALL {
-            let Some(key) = keys[lane as usize] else {
-                continue;
+        let entries = keys.map(|k| k.and_then(|k| denials::lookup(k, now)));
+        entries[Lane::Global as usize]?;
+        let hot_lanes: Vec<Lane> = [Lane::HotLane, Lane::HotShop]
+            .into_iter()
+            .filter(|&l| keys[l as usize].is_some())
+            .collect();
+        let known = hot_lanes
+            .iter()
+            .filter(|&&l| entries[l as usize].is_some())
+            .count();
+        let hot = match (static_hot, known) {
+            (_, k) if k == hot_lanes.len() && k > 0 => true,
+            (false, 0) => false,
+            _ => return None,
+        };
+        let lanes =
+            std::iter::once(Lane::Global).chain(hot.then_some(hot_lanes).into_iter().flatten());
+        let n = tokens as u64;
+        let mut reason = None;
+        let mut remaining = i64::MAX;
+        let mut until = now;
+        for lane in lanes {
+            let (Some(e), Some(spec)) = (entries[lane as usize], tuned.buckets.get(lane)) else {
+                return None;
             };
-            if let Some(u) = denials::denied_until(key, tokens as u64, now) {
-                first.get_or_insert(lane);
-                until = until.max(u);
+            if reason.is_none() && now < e.earliest(n) {
+                reason = Some(lane);
             }
+            remaining = remaining.min(e.whole_tokens(now, spec.capacity()));
+            until = until.max(e.certain(n));
         }
-        let lane = first?;
+        let lane = reason?;
+        // Whole microseconds, rounded up: never early.
+        let retry_us = (until - now).div_ceil(1000);
         Some(Decision::local_denial(
             lane,
-            (until - now) as f64 / 1e9,
-            static_hot,
+            retry_us as f64 / 1e6,
+            remaining,
+            hot,
         ))
     }
 
-    /// Remembers what a reply proved: for each bucket it applied, the local instant at
-    /// which it holds no token (see `denials.rs` for why this is conservative).
+    /// Remembers what a reply proved, for every bucket it applied: the local instant at
+    /// which it held no token, and the round trip (see `denials.rs` for the mapping).
+    /// What was learnt from the hot buckets of a shop hot by a mark ends with the mark.
     fn learn(&self, tuned: &Tuned, keys: &[Option<u64>; 3], reply: &StepReply, sent_ns: u64) {
-        let now = denials::now_ns();
+        let received = denials::now_ns();
+        let rtt = received.saturating_sub(sent_ns);
+        // The mark's TTL was read at the script's start, no later than Valkey's `now`
+        // (itself read after `sent`); a 2 ms margin covers the rounding to milliseconds.
+        let mark_end = match reply.mark_ttl_ms {
+            0 | -1 => u64::MAX,
+            ms => sent_ns.saturating_add((ms.max(2) as u64 - 2) * 1_000_000),
+        };
         for lane in lanes_in(reply) {
             let (Some(spec), Some(key)) = (tuned.buckets.get(lane), keys[lane as usize]) else {
                 continue;
             };
             let tat = reply.tats[lane as usize];
-            // Local ns at which the bucket is empty: sent + (tat - tolerance - now_valkey).
+            // Local ns at which the bucket was empty: sent + (tat - tolerance - now_valkey).
             let offset_ns = (tat - spec.tolerance_us() - reply.now_us).saturating_mul(1000);
             let base = (sent_ns as i64).saturating_add(offset_ns).max(0) as u64;
-            let interval_ns = spec.interval_us() as u64 * 1000;
-            if base + interval_ns > now {
-                denials::record(key, base, interval_ns, sent_ns);
-            } else if denials::denied_until(key, 1, now).is_some() {
-                // Valkey just said there is room: an entry from before a reset() is stale.
-                denials::forget(key);
-            }
+            let entry = denials::Entry {
+                base,
+                interval: spec.interval_us() as u64 * 1000,
+                rtt,
+            };
+            let valid_until = if lane == Lane::Global {
+                u64::MAX
+            } else {
+                mark_end
+            };
+            denials::record(key, entry, sent_ns, valid_until);
         }
     }
 
@@ -317,8 +343,11 @@ impl Limiter {
         tokens: i64,
     ) -> Result<(Decision, Notices), LimiterError> {
         validate_shop_id(shop)?;
+        // Checked against the constructor's buckets: misuse is the caller's, and no live
+        // change may turn into an exception in checkout code. A request more than a live
+        // limit can hold is denied by that bucket (with a finite retryAfter).
+        validate_tokens(tokens, &self.options.buckets)?;
         let mut tuned = self.current();
-        validate_tokens(tokens, &tuned.buckets)?;
         let static_hot = self.is_statically_hot(shop);
         let mut notices = Notices::default();
         // With the fast path off, no key is hashed and nothing is learnt.
@@ -327,39 +356,34 @@ impl Limiter {
             .local_denials
             .then(|| self.denial_keys(&tuned, shop));
         if let Some(keys) = &denial_keys {
-            if let Some(d) = self.deny_locally(keys, tokens, static_hot) {
+            if let Some(d) = self.deny_locally(&tuned, keys, tokens, static_hot) {
                 return Ok((d, notices));
             }
         }
+        let hot_shop_key = self.keys.hot_shop(shop);
+        let hot_flag_key = self.keys.hot_flag(shop);
         let mut failure = None;
         for _attempt in 0..3 {
-            let publish_now = !PUBLISHED.lock().contains(&self.publish_id);
             let sent_ns = denials::now_ns();
-            let result = self.with_valkey(|c| {
-                let mut inv = DECIDE.prepare_invoke();
-                inv.key(&self.global_key)
-                    .key(&self.hot_lane_key)
-                    .key(self.keys.hot_shop(shop))
-                    .key(self.keys.hot_flag(shop))
-                    .key(&self.limits_version_key)
-                    .key(&self.auto_hot_prefix)
-                    .key(&self.settings_key)
-                    .arg(tokens)
-                    .arg(if static_hot { "1" } else { "0" });
-                for a in &tuned.lane_args {
-                    inv.arg(a.as_str());
-                }
-                inv.arg(tuned.version).arg(shop);
-                for a in &self.auto_hot_args {
-                    inv.arg(a.as_str());
-                }
-                inv.arg(if publish_now {
-                    self.settings.as_str()
-                } else {
-                    ""
-                });
-                inv.invoke::<Vec<i64>>(c)
-            });
+            let call = DecideCall {
+                keys: DecideKeys {
+                    global: &self.global_key,
+                    hot_lane: &self.hot_lane_key,
+                    hot_shop: &hot_shop_key,
+                    hot_flag: &hot_flag_key,
+                    limits_version: &self.limits_version_key,
+                    auto_hot_prefix: &self.auto_hot_prefix,
+                    settings: &self.settings_key,
+                },
+                tokens,
+                static_hot,
+                lane_args: &tuned.lane_args,
+                version: &tuned.version,
+                shop,
+                auto_hot_args: &self.auto_hot_args,
+                settings: &self.settings,
+            };
+            let result = self.with_valkey(|c| call.invocation(&DECIDE).invoke::<Vec<i64>>(c));
             match result {
                 Ok(ints) if ints.len() == 2 && ints[0] == -1 => {
                     // The live limits changed: read them, decide again with them.
@@ -370,9 +394,6 @@ impl Limiter {
                             if self.options.local_denials {
                                 denial_keys = Some(self.denial_keys(&tuned, shop));
                             }
-                            if let Err(e) = validate_tokens(tokens, &tuned.buckets) {
-                                return Err(e.into());
-                            }
                         }
                         Err(e) => {
                             failure = Some(e);
@@ -382,9 +403,6 @@ impl Limiter {
                 }
                 Ok(ints) => match StepReply::from_ints(&ints) {
                     Some(reply) => {
-                        if publish_now {
-                            PUBLISHED.lock().insert(self.publish_id);
-                        }
                         if let Some(keys) = &denial_keys {
                             self.learn(&tuned, keys, &reply, sent_ns);
                         }
@@ -412,10 +430,9 @@ impl Limiter {
             cause: "live limits kept changing during the call".into(),
             retry_in: Duration::ZERO,
         });
-        let retry = match failure.retry_in() {
-            Duration::ZERO => self.options.retry_interval,
-            d => d,
-        };
+        // The real back-off: after a failed connection, the time until Valkey is tried
+        // again; after an error reply (Valkey answered), none: the next call asks again.
+        let retry = failure.retry_in();
         let d = match self.options.on_unavailable {
             OnUnavailable::Allow => Decision::unavailable(true, 0.0, static_hot),
             OnUnavailable::Deny => Decision::unavailable(false, retry.as_secs_f64(), static_hot),

@@ -2,25 +2,35 @@
 //! Valkey; `tests/script_model.rs` drives both with the same random sequences and requires
 //! identical replies. Keep the two in lock-step.
 
-use super::bucket::{BucketSet, Lane};
+use super::bucket::{BucketSet, Lane, StoredBucket};
 
-/// What the store holds for one shop's decision: the TAT of each bucket (`None` when the
-/// key is missing or expired) and whether the shop is marked hot in Valkey.
+/// What the store holds for one shop's decision: each bucket (`None` when the key is
+/// missing or expired) and the shop's hot mark: `None` when not marked, else its time to
+/// live in ms (-1: no expiry).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoredState {
-    pub tats: [Option<i64>; 3],
-    pub marked_hot: bool,
+    pub buckets: [Option<StoredBucket>; 3],
+    pub mark_ttl_ms: Option<i64>,
+}
+
+impl StoredState {
+    pub fn marked_hot(&self) -> bool {
+        self.mark_ttl_ms.is_some()
+    }
 }
 
 /// The script's raw reply: `{reason, hot, now, tat_global, tat_lane, tat_shop,
-/// became_hot, share_permille}`.
+/// became_hot, share_permille, mark_ttl_ms}`.
 ///
 /// `reason` is 0 when allowed, otherwise the 1-based index of the first bucket (global,
 /// hot lane, hot shop) that lacked tokens. Each TAT is the bucket's effective TAT after the
-/// decision (`max(stored, now)`, moved forward when allowed), or -1 when the bucket did not
-/// apply to this request. `became_hot`: `auto_hot` marked the shop hot in this call;
-/// `share_permille`: its share of the global consumption over the window (0 without
-/// `auto_hot` or when denied). The model leaves both 0: auto-hot is tested against Valkey.
+/// decision (`max(stored, now)` read at the current limits, moved forward when allowed), or
+/// -1 when the bucket did not apply to this request. `became_hot`: `auto_hot` marked the
+/// shop hot in this call; `share_permille`: its share of the global consumption over the
+/// window (0 without `auto_hot` or when denied). The model leaves both 0: auto-hot is
+/// tested against Valkey. `mark_ttl_ms`: when the shop is hot only by a mark, the mark's
+/// time to live (-1: none); 0 otherwise. Whatever was learnt from the hot buckets holds
+/// no longer than the mark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepReply {
     pub reason: i64,
@@ -29,13 +39,16 @@ pub struct StepReply {
     pub tats: [i64; 3],
     pub became_hot: bool,
     pub share_permille: i64,
+    pub mark_ttl_ms: i64,
 }
 
 impl StepReply {
     /// Parses the integers the script returns.
     pub fn from_ints(v: &[i64]) -> Option<Self> {
         match *v {
-            [reason, hot, now_us, g, l, s, became, share] if (0..=3).contains(&reason) => {
+            [reason, hot, now_us, g, l, s, became, share, mark_ttl_ms]
+                if (0..=3).contains(&reason) =>
+            {
                 Some(Self {
                     reason,
                     hot: hot == 1,
@@ -43,6 +56,7 @@ impl StepReply {
                     tats: [g, l, s],
                     became_hot: became == 1,
                     share_permille: share,
+                    mark_ttl_ms,
                 })
             }
             _ => None,
@@ -51,21 +65,26 @@ impl StepReply {
 }
 
 /// One decision for `tokens` tokens at `now` (µs). `static_hot` is true for shops listed
-/// in the `hot_shops` option. Returns the reply and the state to store (TATs written only
-/// when allowed).
+/// in the `hot_shops` option; `version` is the live limits' version decided with (its
+/// change instant, if any, is when a bucket written under other limits changed them).
+/// Returns the reply and the state to store (buckets written only when allowed, with the
+/// limits they were written under).
 pub fn step(
     set: &BucketSet,
     stored: &StoredState,
     now: i64,
     tokens: i64,
     static_hot: bool,
+    version: &str,
 ) -> (StepReply, StoredState) {
-    let hot = static_hot || stored.marked_hot;
+    let change_at = super::live::change_instant(version);
+    let by_mark = !static_hot && stored.marked_hot();
+    let hot = static_hot || by_mark;
     let mut tats = [-1i64; 3];
     let mut reason = 0;
     for (lane, spec) in set.applicable(hot) {
         let i = lane as usize;
-        let tat = stored.tats[i].unwrap_or(now).max(now);
+        let tat = StoredBucket::effective_tat(stored.buckets[i].as_ref(), spec, now, change_at);
         tats[i] = tat;
         if reason == 0 && tat + tokens * spec.interval_us() - now > spec.tolerance_us() {
             reason = i as i64 + 1;
@@ -76,7 +95,10 @@ pub fn step(
         for (lane, spec) in set.applicable(hot) {
             let i = lane as usize;
             tats[i] += tokens * spec.interval_us();
-            next.tats[i] = Some(tats[i]);
+            next.buckets[i] = Some(StoredBucket {
+                tat: tats[i],
+                params: Some((spec.interval_us(), spec.tolerance_us())),
+            });
         }
     }
     (
@@ -87,6 +109,11 @@ pub fn step(
             tats,
             became_hot: false,
             share_permille: 0,
+            mark_ttl_ms: if by_mark {
+                stored.mark_ttl_ms.unwrap_or(0)
+            } else {
+                0
+            },
         },
         next,
     )
@@ -130,7 +157,7 @@ mod tests {
             (250_000, 1, true, 1),  // global has 0.5 left
         ];
         for (k, &(dt, tokens, hot, want)) in cases.iter().enumerate() {
-            let (reply, next) = step(&set, &state, t0 + dt, tokens, hot);
+            let (reply, next) = step(&set, &state, t0 + dt, tokens, hot, "");
             assert_eq!(reply.reason, want, "case {k}: {reply:?}");
             if want != 0 {
                 assert_eq!(next, state, "case {k}: a denial must take nothing");
@@ -147,24 +174,31 @@ mod tests {
             hot_shop: Some(BucketSpec::new("hot_shop", 2, 1.0).unwrap()),
         };
         let state = StoredState {
-            tats: [None; 3],
-            marked_hot: true,
+            buckets: [None; 3],
+            mark_ttl_ms: Some(1500),
         };
-        let (reply, next) = step(&set, &state, 5_000_000, 2, false);
+        let (reply, next) = step(&set, &state, 5_000_000, 2, false, "");
         assert!(reply.hot);
         assert_eq!(reply.reason, 0);
         assert_eq!(reply.tats[1], -1);
-        assert_eq!(next.tats[1], None);
-        assert_eq!(next.tats[2], Some(5_000_000 + 2_000_000));
+        assert_eq!(reply.mark_ttl_ms, 1500);
+        assert_eq!(next.buckets[1], None);
+        assert_eq!(next.buckets[2].map(|b| b.tat), Some(5_000_000 + 2_000_000));
+        // Listed in hot_shops as well: hot whatever the mark, so its TTL bounds nothing.
+        assert_eq!(step(&set, &state, 5_000_000, 2, true, "").0.mark_ttl_ms, 0);
     }
 
     #[test]
     fn reply_parsing_rejects_wrong_shapes() {
-        let r = StepReply::from_ints(&[0, 1, 2, 3, 4, 5, 1, 420]).unwrap();
+        let r = StepReply::from_ints(&[0, 1, 2, 3, 4, 5, 1, 420, 900]).unwrap();
         assert!(r.became_hot && r.hot);
-        assert_eq!((r.share_permille, r.tats), (420, [3, 4, 5]));
-        assert!(StepReply::from_ints(&[4, 1, 2, 3, 4, 5, 0, 0]).is_none());
-        // The reply before auto_hot, and the "live limits changed" reply, are not decisions.
+        assert_eq!(
+            (r.share_permille, r.tats, r.mark_ttl_ms),
+            (420, [3, 4, 5], 900)
+        );
+        assert!(StepReply::from_ints(&[4, 1, 2, 3, 4, 5, 0, 0, 0]).is_none());
+        // Older reply shapes, and the "live limits changed" reply, are not decisions.
+        assert!(StepReply::from_ints(&[0, 1, 2, 3, 4, 5, 1, 420]).is_none());
         assert!(StepReply::from_ints(&[0, 1, 2, 3, 4, 5]).is_none());
         assert!(StepReply::from_ints(&[-1, 3]).is_none());
         assert!(StepReply::from_ints(&[0, 1, 2]).is_none());

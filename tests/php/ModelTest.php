@@ -1,0 +1,146 @@
+<?php
+declare(strict_types=1);
+
+namespace CheckoutGuard\Tests;
+
+require_once __DIR__ . '/support/LimiterModel.php';
+require_once __DIR__ . '/support/ModelDriver.php';
+
+/**
+ * The model-based test (issue 14): random sequences of operations (acquires from three
+ * forked workers on two databases, hot marks set, removed and running out, `auto_hot`,
+ * CLI `set`/`hot`/`unhot`, reset(), FLUSHALL, a Valkey restart) against the real extension
+ * and this test's own Valkey; every decision must be the reference model's
+ * (support/LimiterModel.php). A failure names its seed and the shortest failing sequence
+ * the shrinker found.
+ *
+ * CI: seeds 1, 2, 3 and one random seed. Environment:
+ *   MODEL_SEEDS=5,17        exactly these seeds (to replay a failure)
+ *   MODEL_SECONDS=600       random seeds for that long (scripts/model-test.sh full)
+ *   MODEL_LENGTH=120        operations per sequence (default: 80-150, from the seed)
+ *   MODEL_SHRINK_SECONDS=50 time spent shrinking a failure
+ *   MODEL_WAIT_AFTER_SET=1  1.05 s without acquires after each CLI `set`
+ *   MODEL_LOCAL_DENIALS=0   checkout_guard.local_denials off in the workers
+ *   MODEL_IGNORE=isHotShop  decision fields not compared (to look past a known bug)
+ *   MODEL_SUMMARY=FILE      a JSON summary for scripts/model-test.sh
+ */
+final class ModelTest extends OwnValkeyTestCase
+{
+    private const FIXED_SEEDS = [1, 2, 3];
+
+    private static function log(string $line): void
+    {
+        fwrite(STDERR, $line . "\n");
+    }
+
+    public function testRandomSequencesDecideAsTheModelSays(): void
+    {
+        $seeds = array_values(array_filter(array_map('trim', explode(',', (string) getenv('MODEL_SEEDS'))), 'strlen'));
+        $seconds = (float) getenv('MODEL_SECONDS');
+        $length = getenv('MODEL_LENGTH') ? (int) getenv('MODEL_LENGTH') : null;
+        $shrinkSeconds = getenv('MODEL_SHRINK_SECONDS') !== false ? (float) getenv('MODEL_SHRINK_SECONDS') : 50.0;
+        if ($seeds === [] && $seconds <= 0) {
+            $seeds = [...self::FIXED_SEEDS, random_int(4, PHP_INT_MAX >> 16)];
+        }
+        $seeds = array_map('intval', $seeds);
+
+        $driver = new ModelDriver(
+            $this->valkey,
+            (bool) getenv('MODEL_WAIT_AFTER_SET'),
+            getenv('MODEL_LOCAL_DENIALS') !== '0',
+            array_values(array_filter(explode(',', (string) getenv('MODEL_IGNORE')))),
+        );
+        $driver->start();
+        $started = microtime(true);
+        $results = [];
+        $failures = [];
+        try {
+            $next = 0;
+            while (true) {
+                if ($next < count($seeds)) {
+                    $seed = $seeds[$next++];
+                } elseif ($seconds > 0 && microtime(true) - $started < $seconds) {
+                    $seed = random_int(4, PHP_INT_MAX >> 16);
+                } else {
+                    break;
+                }
+                $seq = ModelDriver::generate($seed, $length);
+                $res = $driver->run($seq);
+                $results[] = ['seed' => $seed, 'ok' => $res['ok'], 'ops' => $res['checked'], 'of' => count($seq['ops'])];
+                if ($res['ok']) {
+                    self::log(sprintf('model: seed %d: %d operations, passed (%.1f s)', $seed, $res['checked'], $res['seconds']));
+                    continue;
+                }
+                $f = $res['failure'];
+                self::log(sprintf(
+                    "model: seed %d: FAILED at operation #%d of %d (%.1f s): %s\n  options: %s\n  operations:\n%s\n  first mismatch, at #%d %s:\n  %s",
+                    $seed,
+                    $f['index'],
+                    count($seq['ops']),
+                    $res['seconds'],
+                    $f['sig'],
+                    json_encode($seq['options']),
+                    ModelDriver::describeSequence($seq, $f['index']),
+                    $f['index'],
+                    ModelDriver::describeOp($f['op']),
+                    $f['message']
+                ));
+                $failures[] = ['seq' => $seq, 'failure' => $f];
+            }
+
+            // Shrink: the first failure gets the budget (in a long run, each of the first three).
+            $reports = [];
+            foreach ($failures as $k => $fail) {
+                $budget = $seconds > 0 ? ($k < 3 ? $shrinkSeconds : 0.0) : ($k === 0 ? $shrinkSeconds : 0.0);
+                $seq = $fail['seq'];
+                $f = $fail['failure'];
+                $runs = 0;
+                if ($budget > 0) {
+                    self::log(sprintf('model: shrinking seed %d (%s) for up to %.0f s', $seq['seed'], $f['sig'], $budget));
+                    [$seq, $f, $runs] = $driver->shrink($seq, $f, $budget);
+                }
+                $report = sprintf(
+                    "seed %d (%s)\n  options: %s\n  %s sequence (%d operations%s):\n%s\n  mismatch at #%d %s:\n  %s",
+                    $fail['seq']['seed'],
+                    $f['sig'],
+                    json_encode($seq['options']),
+                    $runs > 0 ? 'shortest failing' : 'failing',
+                    count($seq['ops']),
+                    $runs > 0 ? sprintf(', shrunk from %d in %d runs', $fail['failure']['index'] + 1, $runs) : '',
+                    ModelDriver::describeSequence($seq),
+                    $f['index'],
+                    ModelDriver::describeOp($f['op']),
+                    $f['message']
+                );
+                self::log("model: " . $report);
+                $reports[] = $report;
+            }
+        } finally {
+            $driver->stop();
+            $summary = getenv('MODEL_SUMMARY');
+            if ($summary) {
+                file_put_contents($summary, json_encode([
+                    'seeds' => array_column($results, 'seed'),
+                    'results' => $results,
+                    'operations_checked' => $driver->opsChecked,
+                    'passed' => count(array_filter($results, fn ($r) => $r['ok'])),
+                    'failed' => count(array_filter($results, fn ($r) => !$r['ok'])),
+                    'seconds' => round(microtime(true) - $started, 1),
+                    'failures' => $reports ?? [],
+                ], JSON_PRETTY_PRINT));
+            }
+        }
+        self::log(sprintf(
+            'model: %d sequences, %d operations checked, %d passed, %d failed (%.1f s)',
+            count($results),
+            $driver->opsChecked,
+            count($results) - count($failures),
+            count($failures),
+            microtime(true) - $started
+        ));
+        $this->assertNotEmpty($results);
+        if ($reports !== []) {
+            $this->fail(count($failures) . ' of ' . count($results) . " sequences failed:\n\n" . implode("\n\n", $reports));
+        }
+    }
+}

@@ -1,0 +1,480 @@
+<?php
+declare(strict_types=1);
+
+namespace CheckoutGuard\Tests;
+
+/**
+ * The reference model of one limiter (one name, one set of constructor options) on two
+ * Valkey databases: everything its decisions depend on, in pure PHP, no I/O.
+ *
+ * Time-independent by construction: the driver only uses rates so slow (one token per
+ * 500-2000 s) that no bucket refills a whole token during a sequence, so a bucket is an
+ * integer level of tokens. The only clocks are the deadlines of hot marks (short marks and
+ * `auto_hot` marks) and the `auto_hot` window, given by the driver as wall-clock seconds
+ * (the host's clock is Valkey's: same machine). A deadline is an interval [lo, hi], as
+ * uncertain as the operation that set it; the driver never asks while a deadline it
+ * cannot place is near (see guardUntil()).
+ *
+ * Per database: bucket levels (global, hot lane, one hot-shop bucket per shop), hot marks,
+ * live limits (overrides of the constructor's buckets), whether a worker has published
+ * its settings (the CLI's `set` needs them), and the `auto_hot` window counts.
+ *
+ * A level is `null` while the bucket is full (nothing taken since it was last full: it is
+ * full at whatever capacity is in force), else the level stored by the last decision that
+ * took tokens. A live change clamps it to the capacity in force when it is read
+ * ("the level in tokens carries over, clamped to the new capacity"); CLAMP_ON_READ says
+ * whether a later increase gives back what was clamped (the stored state is only
+ * rewritten by a decision that takes tokens) or not (clamped for good at the change).
+ */
+final class LimiterModel
+{
+    public const LANES = ['global', 'hot_lane', 'hot_shop'];
+
+    /** See the class comment: true = clamped when read, the stored level survives. */
+    public const CLAMP_ON_READ = true;
+
+    /** Largest refill rate the driver uses: bounds how far a level drifts above an integer. */
+    public const MAX_RATE = 0.002;
+
+    public const MAX_CAPACITY = 1_000_000_000;
+
+    /** Far future, for marks with a TTL of an hour or more (never run out in a sequence). */
+    private const FOREVER = 1e18;
+
+    /** @var array<string, array{0: int, 1: float}> the constructor's buckets by lane */
+    private array $base;
+    /** @var array<string, true> */
+    private array $staticHot;
+    /** @var array{share: float, ttl: int, min: int, window: int}|null */
+    private ?array $autoHot;
+    /** @var array<int, array> per database, see fresh() */
+    private array $db;
+
+    public function __construct(array $options)
+    {
+        $this->base = [];
+        foreach (self::LANES as $lane) {
+            if (isset($options[$lane])) {
+                $this->base[$lane] = [(int) $options[$lane]['capacity'], (float) $options[$lane]['refill_per_second']];
+            }
+        }
+        $this->staticHot = array_fill_keys(array_map('strval', $options['hot_shops'] ?? []), true);
+        $a = $options['auto_hot'] ?? null;
+        $this->autoHot = is_array($a) ? [
+            'share' => (float) $a['share'],
+            'ttl' => (int) $a['ttl_seconds'],
+            'min' => (int) $a['min_tokens'],
+            'window' => (int) $a['window_seconds'],
+        ] : null;
+        $this->db = [0 => self::fresh(), 1 => self::fresh()];
+    }
+
+    private static function fresh(): array
+    {
+        return [
+            'levels' => ['global' => null, 'hot_lane' => null],
+            /** hot_shop levels by shop */
+            'shops' => [],
+            /** shop => [lo, hi, kind] */
+            'marks' => [],
+            /** lane => [capacity, rate] */
+            'live' => [],
+            'published' => false,
+            /** window number => [shop => tokens, '' => total] */
+            'counts' => [],
+        ];
+    }
+
+    public function base(): array
+    {
+        return $this->base;
+    }
+
+    public function isStaticHot(string $shop): bool
+    {
+        return isset($this->staticHot[$shop]);
+    }
+
+    /** The buckets in force on `$db`: lane => [capacity, rate]. */
+    public function limits(int $db): array
+    {
+        return self::applyLive($this->base, $this->db[$db]['live']);
+    }
+
+    public static function applyLive(array $base, array $live): array
+    {
+        $out = $base;
+        foreach ($live as $lane => $bucket) {
+            if (isset($out[$lane])) {
+                $out[$lane] = $bucket;
+            }
+        }
+        return $out;
+    }
+
+    /**
+     * Why `$live` over `$base` is refused, or null when valid: the constructor's rules
+     * (only configured buckets, capacity 1..1e9, hot buckets not above global).
+     */
+    public static function refusal(array $base, array $live): ?string
+    {
+        foreach ($live as $lane => $_) {
+            if (!isset($base[$lane])) {
+                return "$lane is not configured by the constructor";
+            }
+        }
+        $limits = self::applyLive($base, $live);
+        foreach ($limits as $lane => [$cap, $rate]) {
+            if ($cap < 1 || $cap > self::MAX_CAPACITY) {
+                return "$lane.capacity $cap";
+            }
+            if (!($rate > 0.0) || $rate > 1e6) {
+                return "$lane.refill_per_second $rate";
+            }
+        }
+        foreach (['hot_lane', 'hot_shop'] as $lane) {
+            if (!isset($limits[$lane])) {
+                continue;
+            }
+            if ($limits[$lane][0] > $limits['global'][0]) {
+                return "$lane.capacity above global's";
+            }
+            if ($limits[$lane][1] > $limits['global'][1]) {
+                return "$lane.refill_per_second above global's";
+            }
+        }
+        return null;
+    }
+
+    // ---- hot marks -------------------------------------------------------------------
+
+    /** Whether the mark of `$shop` is in force at `$t`: true, false, or null (can't tell). */
+    public function markAt(int $db, string $shop, float $t): ?bool
+    {
+        $m = $this->db[$db]['marks'][$shop] ?? null;
+        if ($m === null) {
+            return false;
+        }
+        if ($t < $m[0]) {
+            return true;
+        }
+        if ($t > $m[1]) {
+            return false;
+        }
+        return null;
+    }
+
+    /** Whether an acquire for `$shop` between `$t0` and `$t1` cannot be told hot or not. */
+    public function hotAmbiguous(int $db, string $shop, float $t0, float $t1): bool
+    {
+        if ($this->isStaticHot($shop)) {
+            return false;
+        }
+        $a = $this->markAt($db, $shop, $t0);
+        $b = $this->markAt($db, $shop, $t1);
+        return $a === null || $b === null || $a !== $b;
+    }
+
+    /** markHot(), the CLI's `hot`: with a TTL of an hour, it never runs out here. */
+    public function markHot(int $db, string $shop, string $kind = 'marked'): void
+    {
+        $this->db[$db]['marks'][$shop] = [self::FOREVER, self::FOREVER, $kind];
+    }
+
+    /** A mark that runs out between `$lo` and `$hi`. */
+    public function markUntil(int $db, string $shop, float $lo, float $hi, string $kind = 'short'): void
+    {
+        $this->db[$db]['marks'][$shop] = [$lo, $hi, $kind];
+    }
+
+    public function unmarkHot(int $db, string $shop): void
+    {
+        unset($this->db[$db]['marks'][$shop]);
+    }
+
+    /** Forgets marks certainly run out by `$t`. */
+    public function expire(float $t): void
+    {
+        foreach ($this->db as $i => $st) {
+            foreach ($st['marks'] as $shop => $m) {
+                if ($t > $m[1]) {
+                    unset($this->db[$i]['marks'][$shop]);
+                }
+            }
+        }
+    }
+
+    /**
+     * The earliest instant at or after `$t` when no mark deadline is within
+     * [lo - $before, hi + $after], nor (with auto_hot) a window boundary within $edge.
+     */
+    public function guardUntil(float $t, float $before = 0.060, float $after = 0.040, float $edge = 0.050): float
+    {
+        for ($round = 0; $round < 100; $round++) {
+            $moved = false;
+            foreach ($this->db as $st) {
+                foreach ($st['marks'] as $m) {
+                    if ($m[1] >= self::FOREVER) {
+                        continue;
+                    }
+                    if ($t >= $m[0] - $before && $t <= $m[1] + $after) {
+                        $t = $m[1] + $after;
+                        $moved = true;
+                    }
+                }
+            }
+            if ($this->autoHot !== null) {
+                $w = $this->autoHot['window'];
+                $next = ceil($t / $w) * $w;
+                $prev = floor($t / $w) * $w;
+                if ($t - $prev <= $edge) {
+                    $t = $prev + $edge + 0.001;
+                    $moved = true;
+                } elseif ($next - $t <= $edge) {
+                    $t = $next + $edge + 0.001;
+                    $moved = true;
+                }
+            }
+            if (!$moved) {
+                return $t;
+            }
+        }
+        return $t;
+    }
+
+    // ---- decisions -------------------------------------------------------------------
+
+    /** The level of `$lane`'s bucket (for `$shop` when hot_shop) under the limits in force. */
+    private function level(int $db, string $lane, string $shop, array $limits): int
+    {
+        $stored = $lane === 'hot_shop'
+            ? ($this->db[$db]['shops'][$shop] ?? null)
+            : $this->db[$db]['levels'][$lane];
+        $cap = $limits[$lane][0];
+        return $stored === null ? $cap : min($stored, $cap);
+    }
+
+    private function store(int $db, string $lane, string $shop, int $level): void
+    {
+        if ($lane === 'hot_shop') {
+            $this->db[$db]['shops'][$shop] = $level;
+        } else {
+            $this->db[$db]['levels'][$lane] = $level;
+        }
+    }
+
+    /**
+     * One acquire of `$n` tokens for `$shop` on `$db`, asked between `$t0` and `$t1`.
+     * `$markInForce` settles a mark whose deadline fell inside the call (see
+     * hotAmbiguous()); otherwise the mark is judged at `$t0`.
+     *
+     * @return array{allowed: bool, reason: string, remaining: int, retryAfter: float,
+     *   isHotShop: bool, retryExact: bool, minRate: float, lanes: list<string>, becameHot: bool}
+     */
+    public function acquire(int $db, string $shop, int $n, float $t0, float $t1, ?bool $markInForce = null): array
+    {
+        $st = &$this->db[$db];
+        $st['published'] = true;
+        $limits = $this->limits($db);
+        $static = $this->isStaticHot($shop);
+        $marked = $markInForce ?? ($this->markAt($db, $shop, $t0) ?? true);
+        if (!$marked) {
+            unset($st['marks'][$shop]);
+        }
+        $hot = $static || $marked;
+        $lanes = ['global'];
+        if ($hot) {
+            foreach (['hot_lane', 'hot_shop'] as $lane) {
+                if (isset($limits[$lane])) {
+                    $lanes[] = $lane;
+                }
+            }
+        }
+        $levels = [];
+        $reason = 'allowed';
+        foreach ($lanes as $lane) {
+            $levels[$lane] = $this->level($db, $lane, $shop, $limits);
+            if ($reason === 'allowed' && $levels[$lane] < $n) {
+                $reason = $lane;
+            }
+        }
+        $allowed = $reason === 'allowed';
+        $retry = 0.0;
+        $exact = true;
+        $minRate = INF;
+        foreach ($lanes as $lane) {
+            [$cap, $rate] = $limits[$lane];
+            $minRate = min($minRate, $rate);
+            if (!$allowed) {
+                $retry = max($retry, max(0, $n - $levels[$lane]) / $rate);
+                if ($n > $cap) {
+                    $exact = false;
+                }
+            }
+        }
+        $became = false;
+        if ($allowed) {
+            foreach ($lanes as $lane) {
+                $levels[$lane] -= $n;
+                $this->store($db, $lane, $shop, $levels[$lane]);
+            }
+            if ($this->autoHot !== null) {
+                $became = $this->countAutoHot($db, $shop, $n, $hot, $t0, $t1);
+            }
+        }
+        return [
+            'allowed' => $allowed,
+            'reason' => $reason,
+            'remaining' => min($levels),
+            'retryAfter' => $retry,
+            'isHotShop' => $hot,
+            'retryExact' => $exact,
+            'minRate' => $minRate,
+            'lanes' => $lanes,
+            'becameHot' => $became,
+        ];
+    }
+
+    /**
+     * The `auto_hot` bookkeeping of an allowed acquire, as the script does it: this
+     * window's counts plus the previous window's weighted by how much of it still lies in
+     * the sliding window. Returns whether the shop became hot.
+     */
+    private function countAutoHot(int $db, string $shop, int $n, bool $hot, float $t0, float $t1): bool
+    {
+        $a = $this->autoHot;
+        $st = &$this->db[$db];
+        $wUs = $a['window'] * 1_000_000;
+        $nowUs = floor($t0 * 1e6);
+        $win = (int) floor($nowUs / $wUs);
+        $st['counts'][$win][$shop] = ($st['counts'][$win][$shop] ?? 0) + $n;
+        $st['counts'][$win][''] = ($st['counts'][$win][''] ?? 0) + $n;
+        $mine = $st['counts'][$win][$shop];
+        $all = $st['counts'][$win][''];
+        $prev = $st['counts'][$win - 1] ?? [];
+        if ($prev !== []) {
+            $f = 1 - fmod($nowUs, $wUs) / $wUs;
+            $mine = $mine + ($prev[$shop] ?? 0) * $f;
+            $all = $all + ($prev[''] ?? 0) * $f;
+        }
+        if (!$hot && $mine >= $a['min'] && $mine > $a['share'] * $all) {
+            if ($a['ttl'] >= 3600) {
+                $this->markHot($db, $shop, 'auto');
+            } else {
+                $this->markUntil($db, $shop, $t0 + $a['ttl'], $t1 + $a['ttl'], 'auto');
+            }
+            return true;
+        }
+        return false;
+    }
+
+    // ---- administration --------------------------------------------------------------
+
+    /** reset() from a worker: every bucket of `$db` full again; marks, live limits, counts stay. */
+    public function reset(int $db): void
+    {
+        $this->db[$db]['levels'] = ['global' => null, 'hot_lane' => null];
+        $this->db[$db]['shops'] = [];
+    }
+
+    /** FLUSHALL or an empty restart: everything gone on both databases. */
+    public function flushAll(): void
+    {
+        $this->db = [0 => self::fresh(), 1 => self::fresh()];
+    }
+
+    public function published(int $db): bool
+    {
+        return $this->db[$db]['published'];
+    }
+
+    public function live(int $db): array
+    {
+        return $this->db[$db]['live'];
+    }
+
+    /**
+     * The CLI's `set` on `$db`: `$changes` lane => [capacity, rate] or null (back to the
+     * constructor's value). Returns null when accepted (the model changed), or why it is
+     * refused (the model unchanged).
+     */
+    public function set(int $db, array $changes): ?string
+    {
+        if (!$this->db[$db]['published']) {
+            return 'no settings published';
+        }
+        $next = $this->db[$db]['live'];
+        foreach ($changes as $lane => $bucket) {
+            if (!isset($this->base[$lane])) {
+                return "$lane is not configured by the constructor";
+            }
+            if ($bucket === null) {
+                unset($next[$lane]);
+            } else {
+                $next[$lane] = $bucket;
+            }
+        }
+        $why = self::refusal($this->base, $next);
+        if ($why !== null) {
+            return $why;
+        }
+        if (!self::CLAMP_ON_READ) {
+            $this->clampAll($db, self::applyLive($this->base, $next));
+        }
+        $this->db[$db]['live'] = $next;
+        return null;
+    }
+
+    /** CLAMP_ON_READ = false: the levels are clamped for good when the limits change. */
+    private function clampAll(int $db, array $limits): void
+    {
+        foreach (['global', 'hot_lane'] as $lane) {
+            $l = $this->db[$db]['levels'][$lane];
+            if ($l !== null && isset($limits[$lane])) {
+                $this->db[$db]['levels'][$lane] = min($l, $limits[$lane][0]);
+            }
+        }
+        foreach ($this->db[$db]['shops'] as $shop => $l) {
+            if ($l !== null && isset($limits['hot_shop'])) {
+                $this->db[$db]['shops'][$shop] = min($l, $limits['hot_shop'][0]);
+            }
+        }
+    }
+
+    /** A readable summary of `$db`'s state, for failure messages. */
+    public function describe(int $db): string
+    {
+        $st = $this->db[$db];
+        $limits = $this->limits($db);
+        $parts = [];
+        foreach ($limits as $lane => [$cap, $rate]) {
+            $parts[] = "$lane=$cap/$rate";
+        }
+        $lv = [];
+        foreach ($st['levels'] as $lane => $l) {
+            if (isset($limits[$lane])) {
+                $lv[] = "$lane:" . ($l === null ? 'full' : $l);
+            }
+        }
+        foreach ($st['shops'] as $shop => $l) {
+            $lv[] = "shop[$shop]:$l";
+        }
+        $marks = [];
+        foreach ($st['marks'] as $shop => [$lo, $hi, $kind]) {
+            $marks[] = $lo >= self::FOREVER ? "$shop($kind)" : sprintf('%s(%s until %.3f..%.3f)', $shop, $kind, $lo, $hi);
+        }
+        $counts = [];
+        foreach ($st['counts'] as $win => $c) {
+            $counts[] = "$win:" . json_encode($c);
+        }
+        return sprintf(
+            'db%d limits [%s] levels [%s] marks [%s] published %s counts [%s]',
+            $db,
+            implode(' ', $parts),
+            implode(' ', $lv),
+            implode(' ', $marks),
+            $st['published'] ? 'yes' : 'no',
+            implode(' ', $counts)
+        );
+    }
+}
