@@ -216,7 +216,7 @@ function evalsha_op(Redis $r, callable $shops): Closure
         $shop = $shops();
         $args = ['{cg:bench-php}:b:global', '{cg:bench-php}:b:lane', "{cg:bench-php}:b:shop:$shop", "{cg:bench-php}:hot:$shop",
             '{cg:bench-php}:limits:v', '{cg:bench-php}:ah:', '{cg:bench-php}:settings',
-            1, 0, 1, 1_000_000, 0, 0, 0, 0, 0, $shop, 0, 0, 0, 0, ''];
+            1, 0, 1, 1_000_000, 0, 0, 0, 0, '', $shop, 0, 0, 0, 0, 'global=1000000/1000000'];
         $reply = $r->evalSha($sha, $args, 7);
         if ($reply === false) {
             $reply = $r->eval($script, $args, 7);

@@ -15,7 +15,7 @@ use CheckoutGuard\RateLimiter;
 final class DecisionSeamsTest extends OwnValkeyTestCase
 {
     /** What `status` or the stderr of `set` says about stored limits that are not valid. */
-    private const PROBLEM = '/invalid|garbage|unreadable|not CAPACITY\/RATE|may not exceed/i';
+    private const PROBLEM = '/problem|invalid|garbage|unreadable|not CAPACITY\/RATE|may not exceed/i';
 
     protected function tearDown(): void
     {
@@ -132,7 +132,7 @@ final class DecisionSeamsTest extends OwnValkeyTestCase
         // two while the CLI ran), from then on it refills at 1/s: not 100 tokens at once.
         $bound = 1 + (int) floor(100 * ($changed - $empty)) + 1 + (int) ceil($elapsed);
         $this->assertLessThanOrEqual(
-            min($bound, 40),
+            $bound,
             $by['allowed'] ?? 0,
             sprintf('%s after the change (CLI took %.0f ms)', json_encode($by), 1000 * ($changed - $empty))
         );
@@ -164,7 +164,6 @@ final class DecisionSeamsTest extends OwnValkeyTestCase
         $l = $this->own($options);
         $this->assertSame(['allowed' => 100, 'global' => 1], self::drain($l, 's', 101));
         $empty = microtime(true);
-        $sent = microtime(true);
         [$code, , $err] = $this->cli($name, 'set', 'global=100/100');
         $this->assertSame(0, $code, $err);
         $changed = microtime(true);
@@ -188,7 +187,7 @@ final class DecisionSeamsTest extends OwnValkeyTestCase
         $this->assertNotNull($first, 'no admission within 0.25 s of the change: the old time debt was reread at the new rate');
         $this->assertLessThanOrEqual(0.2, $first, 'the bucket (empty) refills at 100/s from the change');
         // Not refilled by the change either: what 1/s gave until the change, then 100/s.
-        $bound = 2 + (int) ceil($changed - $empty) + (int) ceil(100 * ($end - $sent));
+        $bound = 2 + (int) ceil($changed - $empty) + (int) ceil(100 * ($end - $empty));
         $this->assertLessThanOrEqual($bound, $admitted);
     }
 

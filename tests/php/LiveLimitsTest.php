@@ -47,8 +47,10 @@ final class LiveLimitsTest extends LimiterTestCase
         $this->assertStringContainsString('old: global=10/0.001 hot_lane=6/0.001 hot_shop=3/0.001', $out);
         $this->assertStringContainsString('new: global=100/0.001 hot_lane=6/0.001 hot_shop=3/0.001', $out);
         // The very next decision, in this process and in a new limiter object (a new request).
-        $this->assertSame(98, $l->acquire('s')->remaining());
-        $this->assertSame(97, $this->named($name)->acquire('s')->remaining());
+        // The bucket's level carries over (9 tokens, not a fresh 100), then refills at the
+        // new rate.
+        $this->assertSame(8, $l->acquire('s')->remaining());
+        $this->assertSame(7, $this->named($name)->acquire('s')->remaining());
         $events = $this->changeEvents();
         $this->assertCount(1, $events, 'one event per worker and change');
         $this->assertSame(
@@ -58,7 +60,7 @@ final class LiveLimitsTest extends LimiterTestCase
         // Back to the constructor's values.
         [$code, , $err] = Cli::limiter(self::url(), $name, 'set', 'global=default');
         $this->assertSame(0, $code, $err);
-        $this->assertSame(6, $l->acquire('s')->remaining(), '4 of 10 taken: the constructor bucket again, the tokens taken still count');
+        $this->assertSame(6, $l->acquire('s')->remaining(), 'the constructor bucket again, the 7 tokens left carry over');
         // Both changes are in the limiter's change stream.
         $this->assertCount(2, self::redis()->xRange("{cg:$name}:changes", '-', '+'));
     }
@@ -109,8 +111,9 @@ final class LiveLimitsTest extends LimiterTestCase
         $r->del("{cg:$name}:limits");
         $r->hMSet("{cg:$name}:limits", ['global' => '50/0.001']);
         $r->set("{cg:$name}:limits:v", '9');
-        $this->assertSame(45, $l->acquire('s')->remaining());
-        $this->assertSame(44, $l->acquire('s')->remaining());
+        // The 6 tokens left carry over into the bigger bucket.
+        $this->assertSame(5, $l->acquire('s')->remaining());
+        $this->assertSame(4, $l->acquire('s')->remaining());
         $events = $this->changeEvents();
         $this->assertCount(3, $events);
         $this->assertStringContainsString('stored live limits unreadable', $events[1]['error']);

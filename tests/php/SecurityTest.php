@@ -24,8 +24,8 @@ final class SecurityTest extends OwnValkeyTestCase
             'ACL', 'SETUSER', 'checkout', 'on', '>' . self::SECRET, 'resetkeys', '~{cg:*', 'resetchannels',
             '-@all', '+evalsha', '+eval', '+script|load', '+time', '+mget', '+set', '+get', '+del',
             '+exists', '+scan', '+unlink', '+ping', '+client|setinfo', '+hello', '+select',
-            // auto_hot's window counters and the live limits' reload
-            '+hincrby', '+hmget', '+pexpire', '+hgetall'
+            // a marked shop's mark TTL, auto_hot's window counters and the live limits' reload
+            '+pttl', '+hset', '+hmget', '+pexpire', '+hgetall'
         );
         // On-call: the CLI's reads and the live limits' writes, same namespace.
         $this->valkey->client()->rawCommand(

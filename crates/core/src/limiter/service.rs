@@ -26,6 +26,9 @@ pub struct Limiter {
     /// built once: the endpoint (URL with database, or cluster seeds) keeps limiters of
     /// the same name on other Valkeys apart.
     denial_tags: [Vec<u8>; 3],
+    /// The prefix of the local entries that say whether a shop was hot (`<endpoint>
+    /// {cg:<name>}:hot?`): a local denial must know which buckets apply.
+    hot_status_tag: Vec<u8>,
     /// The buckets decided with: the constructor's, or live limits over them.
     tuned: RwLock<Arc<Tuned>>,
     /// Keys and arguments of the script that do not change per call.
@@ -129,6 +132,7 @@ impl Limiter {
             ]
             .concat()
         });
+        let hot_status_tag = [endpoint, b" ", keys.hash_tag(), b":hot?"].concat();
         let auto_hot_args = script::auto_hot_args(options.auto_hot.as_ref());
         let mut settings = live::describe(&options.buckets);
         if let Some(a) = options.auto_hot {
@@ -151,6 +155,7 @@ impl Limiter {
             settings_key: keys.settings(),
             keys,
             denial_tags,
+            hot_status_tag,
             tuned: RwLock::new(Arc::new(tuned)),
             auto_hot_args,
             live_id,
@@ -229,36 +234,31 @@ impl Limiter {
         })
     }
 
+    /// The local entry saying whether `shop` was hot at the last reply about it.
+    fn hot_status_key(&self, shop: &[u8]) -> u64 {
+        denials::key(&self.hot_status_tag, shop, 0, 0)
+    }
+
     /// The flood fast path: a denial Valkey is certain to make, made here (`denials.rs`),
     /// with the reason, remaining tokens and a retry time Valkey would give. Only when
     /// every bucket that applies is known: the global one, and for a hot shop its hot
-    /// buckets (a shop not listed in `hot_shops` counts as hot while entries learnt from
-    /// a reply that found it hot hold, i.e. no longer than its mark).
+    /// buckets; a shop not listed in `hot_shops` is taken as hot or not as the last reply
+    /// about it found it, for no longer than a second or than its mark.
     fn deny_locally(
         &self,
         tuned: &Tuned,
         keys: &[Option<u64>; 3],
         tokens: i64,
         static_hot: bool,
+        shop: &[u8],
     ) -> Option<Decision> {
         let now = denials::now_ns();
         let entries = keys.map(|k| k.and_then(|k| denials::lookup(k, now)));
         entries[Lane::Global as usize]?;
-        let hot_lanes: Vec<Lane> = [Lane::HotLane, Lane::HotShop]
+        let hot = static_hot || denials::lookup(self.hot_status_key(shop), now)?.base == 1;
+        let lanes = Lane::ALL
             .into_iter()
-            .filter(|&l| keys[l as usize].is_some())
-            .collect();
-        let known = hot_lanes
-            .iter()
-            .filter(|&&l| entries[l as usize].is_some())
-            .count();
-        let hot = match (static_hot, known) {
-            (_, k) if k == hot_lanes.len() && k > 0 => true,
-            (false, 0) => false,
-            _ => return None,
-        };
-        let lanes =
-            std::iter::once(Lane::Global).chain(hot.then_some(hot_lanes).into_iter().flatten());
+            .filter(|&l| l == Lane::Global || (hot && keys[l as usize].is_some()));
         let n = tokens as u64;
         let mut reason = None;
         let mut remaining = i64::MAX;
@@ -287,7 +287,14 @@ impl Limiter {
     /// Remembers what a reply proved, for every bucket it applied: the local instant at
     /// which it held no token, and the round trip (see `denials.rs` for the mapping).
     /// What was learnt from the hot buckets of a shop hot by a mark ends with the mark.
-    fn learn(&self, tuned: &Tuned, keys: &[Option<u64>; 3], reply: &StepReply, sent_ns: u64) {
+    fn learn(
+        &self,
+        tuned: &Tuned,
+        keys: &[Option<u64>; 3],
+        shop: &[u8],
+        reply: &StepReply,
+        sent_ns: u64,
+    ) {
         let received = denials::now_ns();
         let rtt = received.saturating_sub(sent_ns);
         // The mark's TTL was read at the script's start, no later than Valkey's `now`
@@ -296,6 +303,21 @@ impl Limiter {
             0 | -1 => u64::MAX,
             ms => sent_ns.saturating_add((ms.max(2) as u64 - 2) * 1_000_000),
         };
+        if !self.is_statically_hot(shop) {
+            // Whether the shop was hot: a local denial needs it to know which buckets
+            // apply. A shop made hot by auto_hot in this very call is hot from now on.
+            let status = self.hot_status_key(shop);
+            if reply.became_hot {
+                denials::forget(status);
+            } else {
+                let hot = denials::Entry {
+                    base: reply.hot as u64,
+                    interval: 0,
+                    rtt: 0,
+                };
+                denials::record(status, hot, sent_ns, mark_end);
+            }
+        }
         for lane in lanes_in(reply) {
             let (Some(spec), Some(key)) = (tuned.buckets.get(lane), keys[lane as usize]) else {
                 continue;
@@ -356,7 +378,7 @@ impl Limiter {
             .local_denials
             .then(|| self.denial_keys(&tuned, shop));
         if let Some(keys) = &denial_keys {
-            if let Some(d) = self.deny_locally(&tuned, keys, tokens, static_hot) {
+            if let Some(d) = self.deny_locally(&tuned, keys, tokens, static_hot, shop) {
                 return Ok((d, notices));
             }
         }
@@ -404,7 +426,7 @@ impl Limiter {
                 Ok(ints) => match StepReply::from_ints(&ints) {
                     Some(reply) => {
                         if let Some(keys) = &denial_keys {
-                            self.learn(&tuned, keys, &reply, sent_ns);
+                            self.learn(&tuned, keys, shop, &reply, sent_ns);
                         }
                         if reply.became_hot {
                             notices.became_hot = Some(reply.share_permille as f64 / 1000.0);
@@ -446,7 +468,10 @@ impl Limiter {
         validate_shop_id(shop)?;
         validate_ttl(ttl_seconds)?;
         let key = self.keys.hot_flag(shop);
-        self.admin(|c| mark_hot_cmd(&key, ttl_seconds).query::<()>(c))
+        self.admin(|c| mark_hot_cmd(&key, ttl_seconds).query::<()>(c))?;
+        // The shop's hot buckets apply from now on: this host no longer knows its state.
+        denials::forget(self.hot_status_key(shop));
+        Ok(())
     }
 
     /// Ends a `markHot()` early. Shops listed in `hot_shops` stay hot.
@@ -456,6 +481,7 @@ impl Limiter {
         self.admin(|c| redis::cmd("DEL").arg(&key).query::<()>(c))?;
         // The shop's hot buckets no longer apply: forget what this host knew of them.
         let tuned = self.current();
+        denials::forget(self.hot_status_key(shop));
         denials::forget(self.denial_key(&tuned, Lane::HotLane, shop));
         denials::forget(self.denial_key(&tuned, Lane::HotShop, shop));
         Ok(())
