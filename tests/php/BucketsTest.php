@@ -192,7 +192,7 @@ final class BucketsTest extends LimiterTestCase
             "{cg:$name}:b:global",
             "{cg:$name}:b:shop:we{ird}:shop",
             "{cg:$name}:hot:we{ird}:shop",
-            // What this limiter runs with, published once per process for the CLI.
+            // What this limiter runs with, published for the CLI (whenever missing or different).
             "{cg:$name}:settings",
         ], $keys);
         $this->assertSame('global=10/10 hot_shop=5/5', $r->get("{cg:$name}:settings"));
