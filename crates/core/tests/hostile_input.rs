@@ -112,7 +112,7 @@ proptest! {
             hot_lane: Some(BucketSpec::new("hot_lane", 10, 10.0).unwrap()),
             hot_shop: None,
         };
-        match LiveLimits::from_stored("1-x-1", &fields) {
+        match LiveLimits::from_stored(b"1-x-1", &fields) {
             Err(e) => prop_assert!(!e.is_empty()),
             Ok(live) => match live.apply(&base) {
                 Ok(set) => {

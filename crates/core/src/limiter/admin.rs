@@ -126,8 +126,7 @@ impl Admin {
 
     /// The stored live limits, with what could not be read.
     fn live(&self) -> Result<(LiveLimits, Vec<String>), String> {
-        let (version, fields) = self.call(|c| live::read(c, &self.keys))?;
-        Ok(LiveLimits::from_stored_lenient(&version, &fields))
+        Ok(self.call(|c| live::read(c, &self.keys))?.parse())
     }
 
     /// The buckets the workers decide with, as they do it: the live limits over `base`,
@@ -213,7 +212,7 @@ impl Admin {
             self.keys.changes(),
         );
         let epoch = live::fresh_epoch();
-        let version: String = self.call(|c| {
+        let version: Vec<u8> = self.call(|c| {
             let mut inv = live::SET_LIMITS.prepare_invoke();
             inv.key(&limits)
                 .key(&version_key)
@@ -278,7 +277,7 @@ impl Admin {
                 if let Some(spec) = set.get(lane) {
                     // Read as the next decision reads it (the level carried over a change).
                     let bucket = raw.as_deref().and_then(StoredBucket::parse);
-                    let tat = StoredBucket::effective_tat(
+                    let (tat, _) = StoredBucket::effective_tat(
                         bucket.as_ref(),
                         spec,
                         now_us,

@@ -128,23 +128,29 @@ fn short_rate(r: f64) -> String {
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-/// What the store holds for one bucket: its TAT and the (interval, tolerance) it was
-/// written with (`None`: a value from before they were stored, read as the current ones).
+/// What the store holds for one bucket: its TAT, the (interval, tolerance) it was written
+/// with (`None`: a value from before they were stored, read as the current ones), and the
+/// instant of the live change its writer decided with (`None`: no live limits).
 ///
-/// Stored as `"<tat>:<interval>:<tolerance>"` (legacy: `"<tat>"`). With the limits it was
-/// written under, a TAT can be read at other limits (a live change, a deploy): the level in
-/// tokens carries over, see [`StoredBucket::effective_tat`].
+/// Stored as `"<tat>:<interval>:<tolerance>:<change>"` (legacy: `"<tat>"`). With the limits
+/// it was written under, a TAT can be read at other limits (a live change, a deploy): the
+/// level in tokens carries over, see [`StoredBucket::effective_tat`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoredBucket {
     pub tat: i64,
     pub params: Option<(i64, i64)>,
+    pub change: Option<i64>,
 }
 
 impl StoredBucket {
     /// The value as the script writes it.
     pub fn encode(&self) -> String {
         match self.params {
-            Some((i, t)) => format!("{}:{i}:{t}", self.tat),
+            Some((i, t)) => format!(
+                "{}:{i}:{t}:{}",
+                self.tat,
+                self.change.map_or(String::new(), |c| c.to_string())
+            ),
             None => self.tat.to_string(),
         }
     }
@@ -154,20 +160,32 @@ impl StoredBucket {
         let text = std::str::from_utf8(raw).ok()?;
         let mut parts = text.split(':');
         let tat = parts.next()?.parse().ok()?;
-        let params = match (parts.next(), parts.next(), parts.next()) {
-            (None, _, _) => None,
-            (Some(i), Some(t), None) => Some((i.parse().ok()?, t.parse().ok()?)),
+        let (params, change) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+            (None, ..) => (None, None),
+            (Some(i), Some(t), w, None) => {
+                let change = match w {
+                    None | Some("") => None,
+                    Some(w) => Some(w.parse().ok()?),
+                };
+                (Some((i.parse().ok()?, t.parse().ok()?)), change)
+            }
             _ => return None,
         };
-        Some(Self { tat, params })
+        Some(Self {
+            tat,
+            params,
+            change,
+        })
     }
 
-    /// The bucket's TAT at `now` under `spec`: `max(tat, now)` when written under the same
-    /// limits; otherwise the level in tokens it had at `change_at` (the live change's
-    /// instant; `now` when unknown, e.g. a deploy) carries over, clamped to the new
-    /// capacity, and refills at the new rate from then (a bucket that was full is full).
-    /// Nothing written after a live change has the old limits (the script refuses callers
-    /// that decide with an older version), so this is the level the bucket had then.
+    /// The bucket's TAT at `now` under `spec`, and whether it was carried over from other
+    /// limits (then the script writes it back, so that its key expires on the new limits'
+    /// schedule). Written under the same limits: `max(tat, now)`. Otherwise the level in
+    /// tokens carries over, clamped to the new capacity, and refills at the new rate from
+    /// the instant of the live change decided with (`change_at`) if the bucket was written
+    /// before it, else from now (a deploy with other constructor values); a bucket that was
+    /// full is full. Nothing written after a live change has the old version (the script
+    /// refuses callers that decide with an older one), so that is the level it had then.
     /// The arithmetic is the script's, operation for operation (Lua numbers are doubles):
     /// the credit is rounded down, never up.
     pub fn effective_tat(
@@ -175,21 +193,26 @@ impl StoredBucket {
         spec: &BucketSpec,
         now: i64,
         change_at: Option<i64>,
-    ) -> i64 {
-        let Some(b) = stored else { return now };
+    ) -> (i64, bool) {
+        let Some(b) = stored else { return (now, false) };
         let (interval, tolerance) = (spec.interval_us(), spec.tolerance_us());
         let mut x = b.tat;
+        let mut moved = false;
         if let Some((old_interval, old_tolerance)) = b.params {
             if (old_interval, old_tolerance) != (interval, tolerance) && x > now {
-                let c = change_at.unwrap_or(now).min(now);
+                let c = match change_at {
+                    Some(c) if b.change != Some(c) => c.min(now),
+                    _ => now,
+                };
                 let credit = (old_tolerance - (x - c)).max(0);
                 let credit = ((credit as f64 / old_interval as f64 * interval as f64).floor()
                     as i64)
                     .min(tolerance);
                 x = c + tolerance - credit;
+                moved = true;
             }
         }
-        x.max(now)
+        (x.max(now), moved)
     }
 }
 

@@ -71,21 +71,32 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// The earliest local instant at which `tokens` tokens may be there.
-    pub fn earliest(&self, tokens: u64) -> u64 {
-        self.base
-            .saturating_add(self.interval.saturating_mul(tokens))
+    /// Credit (ns of refill) held at local instant `at` if the bucket was empty at `base`:
+    /// negative before `base`, at most the whole bucket.
+    fn credit(&self, base: u64, at: u64, capacity: i64) -> i128 {
+        let tolerance = self.interval as i128 * capacity.max(0) as i128;
+        (at as i128 - base as i128).min(tolerance)
     }
 
-    /// The local instant by which `tokens` tokens are certainly there, if nobody takes any.
-    pub fn certain(&self, tokens: u64) -> u64 {
-        self.earliest(tokens).saturating_add(self.rtt)
+    /// Whether a request for `tokens` tokens is certain to be denied at local instant `now`
+    /// (earliest mapping: Valkey's clock can be no further on). Always, for more tokens
+    /// than the bucket holds.
+    pub fn lacks(&self, tokens: u64, now: u64, capacity: i64) -> bool {
+        self.credit(self.base, now, capacity) < self.interval as i128 * tokens as i128
+    }
+
+    /// Local ns from `now` until `tokens` tokens are certainly there (latest mapping), if
+    /// nobody takes any: Valkey's `retryAfter`, never shorter. For more tokens than the
+    /// bucket holds, the same finite figure Valkey gives (the full bucket's shortfall).
+    pub fn certain_wait(&self, tokens: u64, now: u64, capacity: i64) -> u64 {
+        let late = self.base.saturating_add(self.rtt);
+        let wait = self.interval as i128 * tokens as i128 - self.credit(late, now, capacity);
+        wait.clamp(0, u64::MAX as i128) as u64
     }
 
     /// Whole tokens held at local instant `now` (earliest mapping), at most `capacity`.
     pub fn whole_tokens(&self, now: u64, capacity: i64) -> i64 {
-        let t = now.saturating_sub(self.base) / self.interval.max(1);
-        t.min(capacity.max(0) as u64) as i64
+        (self.credit(self.base, now, capacity).max(0) / self.interval.max(1) as i128) as i64
     }
 }
 
@@ -260,9 +271,14 @@ mod tests {
         // No token until now + 2 ms, then one every 1 ms; the reply took 0.3 ms.
         record(k, entry(now + 2_000_000, 1_000_000, 300_000), now, u64::MAX);
         let e = lookup(k, now).unwrap();
-        assert_eq!(e.earliest(1), now + 3_000_000);
-        assert_eq!(e.earliest(3), now + 5_000_000);
-        assert_eq!(e.certain(1), now + 3_300_000);
+        assert!(e.lacks(1, now + 2_999_999, 5) && !e.lacks(1, now + 3_000_000, 5));
+        assert!(e.lacks(3, now + 4_999_999, 5) && !e.lacks(3, now + 5_000_000, 5));
+        assert_eq!(e.certain_wait(1, now, 5), 3_300_000);
+        assert_eq!(e.certain_wait(1, now + 3_300_000, 5), 0);
+        // More than the bucket holds: always lacking, and a finite wait that stops
+        // shrinking once the bucket is full (5 of 6 tokens: one interval short).
+        assert!(e.lacks(6, now + 60_000_000, 5));
+        assert_eq!(e.certain_wait(6, now + 60_000_000, 5), 1_000_000);
         assert_eq!(e.whole_tokens(now, 5), 0);
         assert_eq!(e.whole_tokens(now + 4_500_000, 5), 2);
         assert_eq!(
@@ -299,7 +315,7 @@ mod tests {
         let ten_years = 10 * 365 * 86_400 * 1_000_000_000u64;
         let e = entry(now - ten_years, ten_years / 10, 0);
         assert_eq!(e.whole_tokens(now, 10), 10);
-        assert!(e.earliest(10) <= now);
+        assert!(!e.lacks(10, now, 10));
     }
 
     #[test]

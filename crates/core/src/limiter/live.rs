@@ -28,8 +28,9 @@ use crate::value::Value;
 /// The live limits as stored: overrides of some buckets, and who set them when.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LiveLimits {
-    /// The version as stored in `limits:v` ("" = none): what decisions compare.
-    pub id: String,
+    /// The version as stored in `limits:v` (empty = none), byte for byte: what decisions
+    /// compare (a version written by hand need not be UTF-8).
+    pub id: Vec<u8>,
     /// Its change count, for people and events (0 = none).
     pub version: i64,
     /// Per lane, the overriding (capacity, refill_per_second).
@@ -41,7 +42,7 @@ pub struct LiveLimits {
 impl LiveLimits {
     /// The live limits of version `id` from `HGETALL limits`. A field that is not
     /// understood is an error naming it.
-    pub fn from_stored(id: &str, fields: &[(Vec<u8>, Vec<u8>)]) -> Result<Self, String> {
+    pub fn from_stored(id: &[u8], fields: &[(Vec<u8>, Vec<u8>)]) -> Result<Self, String> {
         let (live, errors) = Self::from_stored_lenient(id, fields);
         match errors.into_iter().next() {
             Some(e) => Err(e),
@@ -51,9 +52,9 @@ impl LiveLimits {
 
     /// As [`Self::from_stored`], keeping what could be read and listing what could not
     /// (the CLI shows a broken hash and can still repair it).
-    pub fn from_stored_lenient(id: &str, fields: &[(Vec<u8>, Vec<u8>)]) -> (Self, Vec<String>) {
+    pub fn from_stored_lenient(id: &[u8], fields: &[(Vec<u8>, Vec<u8>)]) -> (Self, Vec<String>) {
         let mut out = Self {
-            id: id.to_string(),
+            id: id.to_vec(),
             version: version_number(id),
             ..Self::default()
         };
@@ -125,13 +126,17 @@ pub fn parse_bucket(lane: Lane, text: &str) -> Result<(i64, f64), String> {
 }
 
 /// The change count of a stored version (`"3-9f0c..."` → 3; a hand-written `"7"` → 7).
-pub fn version_number(id: &str) -> i64 {
-    let digits = id.bytes().take_while(u8::is_ascii_digit).count();
-    id[..digits].parse().unwrap_or(0)
+pub fn version_number(id: &[u8]) -> i64 {
+    let digits = id.iter().take_while(|b| b.is_ascii_digit()).count();
+    std::str::from_utf8(&id[..digits])
+        .ok()
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The instant (Valkey µs) of the change a version comes from: `"<n>-<epoch>-<µs>"`.
-pub fn change_instant(id: &str) -> Option<i64> {
+pub fn change_instant(id: &[u8]) -> Option<i64> {
+    let id = std::str::from_utf8(id).ok()?;
     let mut parts = id.splitn(3, '-');
     let (n, epoch, at) = (parts.next()?, parts.next()?, parts.next()?);
     let digits = |s: &str, alnum: bool| {
@@ -162,8 +167,26 @@ pub fn fresh_epoch() -> String {
     format!("{:016x}", h.finish())
 }
 
-/// The live limits as stored: the version (`limits:v`, "" = none) and the hash's fields.
-pub type Stored = (String, Vec<(Vec<u8>, Vec<u8>)>);
+/// The live limits as stored: the version (`limits:v`, empty = none) and the hash's
+/// fields; a key of another type reads as empty, with the hash's error.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Stored {
+    pub version: Vec<u8>,
+    pub fields: Vec<(Vec<u8>, Vec<u8>)>,
+    pub error: Option<String>,
+}
+
+impl Stored {
+    /// What a worker decides with, and what could not be read (see
+    /// [`LiveLimits::from_stored_lenient`]).
+    pub fn parse(&self) -> (LiveLimits, Vec<String>) {
+        let (live, mut errors) = LiveLimits::from_stored_lenient(&self.version, &self.fields);
+        if let Some(e) = &self.error {
+            errors.insert(0, format!("limits: {e}"));
+        }
+        (live, errors)
+    }
+}
 
 /// Reads the live limits' version and hash in one atomic step (KEYS: limits, limits:v):
 /// the version is the one every decision compares with, never a copy that could differ.
@@ -171,14 +194,28 @@ pub fn read(
     c: &mut dyn redis::ConnectionLike,
     keys: &super::keys::Keys,
 ) -> redis::RedisResult<Stored> {
-    READ_LIMITS
+    type Reply = (Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>, String);
+    let (version, fields, error): Reply = READ_LIMITS
         .key(keys.limits())
         .key(keys.limits_version())
-        .invoke(c)
+        .invoke(c)?;
+    Ok(Stored {
+        version,
+        fields,
+        error: (!error.is_empty()).then_some(error),
+    })
 }
 
+/// Keys of the wrong type (written by hand) read as empty, with the error: the version as
+/// the decisions' MGET sees it (nil), the hash as unreadable.
 static READ_LIMITS: Lazy<redis::Script> = Lazy::new(|| {
-    redis::Script::new("return {redis.call('GET', KEYS[2]) or '', redis.call('HGETALL', KEYS[1])}")
+    redis::Script::new(
+        "local v = redis.pcall('GET', KEYS[2])\n\
+         if type(v) ~= 'string' then v = '' end\n\
+         local h = redis.pcall('HGETALL', KEYS[1])\n\
+         if h.err then return {v, {}, h.err} end\n\
+         return {v, h, ''}",
+    )
 });
 
 /// How a bucket set is shown in events and by the CLI: `global=30/30 hot_lane=...`
@@ -229,7 +266,8 @@ pub(crate) fn remember(id: u64, live: Arc<LiveLimits>) {
 /// an error when someone else changed them first.
 pub static SET_LIMITS: Lazy<redis::Script> = Lazy::new(|| {
     redis::Script::new(
-        r#"local cur = redis.call('GET', KEYS[2]) or ''
+        r#"local cur = redis.pcall('GET', KEYS[2])
+if type(cur) ~= 'string' then cur = '' end
 if cur ~= ARGV[1] then
   return redis.error_reply('live limits changed meanwhile (now version ' .. cur .. '): read them again')
 end
@@ -237,7 +275,7 @@ local n = tonumber(string.match(cur, '^%d+') or '0') + 1
 local epoch = string.match(cur, '^%d+%-(%w+)') or ARGV[6]
 local t = redis.call('TIME')
 local v = n .. '-' .. epoch .. '-' .. t[1] .. string.format('%06d', tonumber(t[2]))
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[2])
 for i = 7, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 redis.call('HSET', KEYS[1], 'by', ARGV[2], 'at', ARGV[3])
 redis.call('SET', KEYS[2], v)
@@ -269,7 +307,7 @@ mod tests {
     #[test]
     fn overrides_apply_over_the_constructor_values() {
         let live = LiveLimits::from_stored(
-            "3-abc",
+            b"3-abc",
             &fields(&[
                 ("by", "alice"),
                 ("at", "1700000000000"),
@@ -285,7 +323,7 @@ mod tests {
     #[test]
     fn invalid_overrides_are_refused_like_constructor_options() {
         let refuse = |pairs: &[(&str, &str)]| {
-            LiveLimits::from_stored("1-abc", &fields(pairs))
+            LiveLimits::from_stored(b"1-abc", &fields(pairs))
                 .map_err(|e| e.to_string())
                 .and_then(|l| l.apply(&base()).map_err(|e| e.to_string()))
                 .unwrap_err()
@@ -304,19 +342,20 @@ mod tests {
 
     #[test]
     fn versions_count_changes_and_epochs_differ() {
-        assert_eq!(version_number("3-9f0c"), 3);
-        assert_eq!(version_number("7"), 7);
-        assert_eq!(version_number(""), 0);
+        assert_eq!(version_number(b"3-9f0c"), 3);
+        assert_eq!(version_number(b"7"), 7);
+        assert_eq!(version_number(b""), 0);
+        assert_eq!(version_number(b"\xff"), 0);
         assert_ne!(fresh_epoch(), fresh_epoch());
         assert_eq!(
-            change_instant("3-9f0c-1800000000000123"),
+            change_instant(b"3-9f0c-1800000000000123"),
             Some(1_800_000_000_000_123)
         );
-        assert_eq!(change_instant("3-9f0c"), None);
-        assert_eq!(change_instant("7"), None);
-        assert_eq!(change_instant("x-9f0c-12"), None);
+        assert_eq!(change_instant(b"3-9f0c"), None);
+        assert_eq!(change_instant(b"7"), None);
+        assert_eq!(change_instant(b"x-9f0c-12"), None);
         let (live, errors) = LiveLimits::from_stored_lenient(
-            "2-x",
+            b"2-x",
             &fields(&[("global", "lots"), ("hot_lane", "5/5"), ("bogus", "1")]),
         );
         assert_eq!(live.overrides[1], Some((5, 5.0)));

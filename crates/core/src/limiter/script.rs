@@ -14,10 +14,13 @@
 //!
 //! Time is Valkey's own (`TIME`), never the PHP host's. A bucket key expires when the
 //! bucket would be full again, so idle buckets vanish and a missing key means "full". A
-//! bucket is stored as `"<tat>:<interval>:<tolerance>"`: read under other limits (a live
-//! change, a deploy), its level in tokens carries over (`StoredBucket::effective_tat`), as
-//! of the change's instant (carried in the version, `"<n>-<epoch>-<µs>"`), or of now
-//! when there is none.
+//! bucket is stored as `"<tat>:<interval>:<tolerance>:<change>"` (the limits it was
+//! written under, and the instant of the live change its writer decided with, "" for
+//! none): read under other limits, its level in tokens carries over
+//! (`StoredBucket::effective_tat`) as of the live change's instant (carried in the version,
+//! `"<n>-<epoch>-<µs>"`) when it was written before that change, else as of now (a
+//! deploy). A bucket carried over is written back at once, denied or not, so its key
+//! expires on the new limits' schedule.
 //!
 //! All or nothing: everything that can fail (reading the counters, a malformed value) is
 //! done before the first write, so an error leaves the store as it was.
@@ -51,37 +54,39 @@ local n = tonumber(ARGV[1])
 local hot = ARGV[2] == '1'
 local v = redis.call('MGET', KEYS[4], KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[7])
 if (v[5] or '') ~= ARGV[9] then return {-1, 0} end
-local mark_ms = 0
+local mark_ms = -2
 if not hot and v[1] then
   hot = true
   mark_ms = redis.call('PTTL', KEYS[4])
 end
 local last = 1
 if hot then last = 3 end
+local change = string.match(ARGV[9], '^%d+%-%w+%-(%d+)$') or ''
 local tat = {-1, -1, -1}
-local tags = {}
+local moved = {false, false, false}
 local reason = 0
 for i = 1, last do
   local interval = tonumber(ARGV[1 + 2 * i])
   if interval > 0 then
     local tol = tonumber(ARGV[2 + 2 * i])
-    local tag = ':' .. ARGV[1 + 2 * i] .. ':' .. ARGV[2 + 2 * i]
-    tags[i] = tag
     local x = now
     local s = v[i + 1]
     if s then
-      local p = string.find(s, ':', 1, true)
-      if p then
-        x = tonumber(string.sub(s, 1, p - 1))
-        if x > now and string.sub(s, p) ~= tag then
-          local c = tonumber(string.match(ARGV[9], '^%d+%-%w+%-(%d+)$')) or now
-          if c > now then c = now end
-          local q = string.find(s, ':', p + 1, true)
-          local credit = tonumber(string.sub(s, q + 1)) - (x - c)
+      local a, oi, ot, w = string.match(s, '^(%d+):(%d+):(%d+):?(%d*)$')
+      if a then
+        x = tonumber(a)
+        if x > now and (oi ~= ARGV[1 + 2 * i] or ot ~= ARGV[2 + 2 * i]) then
+          local c = now
+          if change ~= '' and w ~= change then
+            c = tonumber(change)
+            if c > now then c = now end
+          end
+          local credit = tonumber(ot) - (x - c)
           if credit < 0 then credit = 0 end
-          credit = math.floor(credit / tonumber(string.sub(s, p + 1, q - 1)) * interval)
+          credit = math.floor(credit / tonumber(oi) * interval)
           if credit > tol then credit = tol end
           x = c + tol - credit
+          moved[i] = true
         end
       else
         x = tonumber(s)
@@ -93,35 +98,36 @@ for i = 1, last do
   end
 end
 local became, share = 0, 0
+local w = 0
+local cur, c, p
 if reason == 0 then
-  local w = tonumber(ARGV[11])
-  local cur, c, p
+  w = tonumber(ARGV[11])
   if w > 0 then
     local win = math.floor(now / w)
     cur = KEYS[6] .. string.format('%d', win)
     c = redis.call('HMGET', cur, ARGV[10], '')
     p = redis.call('HMGET', KEYS[6] .. string.format('%d', win - 1), ARGV[10], '')
   end
-  for i = 1, last do
-    if tat[i] >= 0 then
-      tat[i] = tat[i] + n * tonumber(ARGV[1 + 2 * i])
-      redis.call('SET', KEYS[i], string.format('%d', tat[i]) .. tags[i], 'PX', math.floor((tat[i] - now) / 1000) + slack_ms)
-    end
+end
+for i = 1, last do
+  if tat[i] >= 0 and (reason == 0 or moved[i]) then
+    if reason == 0 then tat[i] = tat[i] + n * tonumber(ARGV[1 + 2 * i]) end
+    redis.call('SET', KEYS[i], string.format('%d:%s:%s:%s', tat[i], ARGV[1 + 2 * i], ARGV[2 + 2 * i], change), 'PX', math.floor((tat[i] - now) / 1000) + slack_ms)
   end
-  if w > 0 then
-    local all0 = tonumber(c[2]) or 0
-    local mine = (tonumber(c[1]) or 0) + n
-    local all = all0 + n
-    redis.call('HSET', cur, ARGV[10], mine, '', all)
-    if all0 == 0 then redis.call('PEXPIRE', cur, math.floor(2 * w / 1000) + 1000) end
-    local f = 1 - (now % w) / w
-    mine = mine + (tonumber(p[1]) or 0) * f
-    all = all + (tonumber(p[2]) or 0) * f
-    share = math.floor(1000 * mine / all)
-    if not hot and mine >= tonumber(ARGV[14]) and mine > tonumber(ARGV[12]) * all then
-      redis.call('SET', KEYS[4], 'auto', 'EX', ARGV[13])
-      became = 1
-    end
+end
+if w > 0 then
+  local all0 = tonumber(c[2]) or 0
+  local mine = (tonumber(c[1]) or 0) + n
+  local all = all0 + n
+  redis.call('HSET', cur, ARGV[10], mine, '', all)
+  if all0 == 0 then redis.call('PEXPIRE', cur, math.floor(2 * w / 1000) + 1000) end
+  local f = 1 - (now % w) / w
+  mine = mine + (tonumber(p[1]) or 0) * f
+  all = all + (tonumber(p[2]) or 0) * f
+  share = math.floor(1000 * mine / all)
+  if not hot and mine >= tonumber(ARGV[14]) and mine > tonumber(ARGV[12]) * all then
+    redis.call('SET', KEYS[4], 'auto', 'EX', ARGV[13])
+    became = 1
   end
 end
 if v[6] ~= ARGV[15] then redis.call('SET', KEYS[7], ARGV[15], 'EX', 86400) end
@@ -151,8 +157,8 @@ pub struct DecideCall<'a> {
     /// Interval and tolerance (µs) per lane, as decimal strings ("0" = not configured):
     /// see [`lane_args`].
     pub lane_args: &'a [String; 6],
-    /// The live limits' version decided with ("" = none).
-    pub version: &'a str,
+    /// The live limits' version decided with (empty = none).
+    pub version: &'a [u8],
     pub shop: &'a [u8],
     /// Window (µs, "0" = off), share, TTL (s), minimum tokens: see [`auto_hot_args`].
     pub auto_hot_args: &'a [String; 4],

@@ -48,8 +48,8 @@ pub struct Limiter {
 /// The buckets in force and what each call derives from them.
 #[derive(Debug)]
 struct Tuned {
-    /// The live limits' version these buckets come from ("": none stored).
-    version: String,
+    /// The live limits' version these buckets come from (empty: none stored).
+    version: Vec<u8>,
     buckets: BucketSet,
     /// ARGV[3..8] of the script: interval and tolerance per lane ("0" when not configured).
     lane_args: [String; 6],
@@ -66,7 +66,7 @@ impl Tuned {
         live: Option<&LiveLimits>,
     ) -> (Self, Option<String>) {
         let (version, applied) = match live {
-            None => (String::new(), Ok(base.clone())),
+            None => (Vec::new(), Ok(base.clone())),
             Some(l) => (l.id.clone(), l.apply(base)),
         };
         let (buckets, error) = match applied {
@@ -186,18 +186,21 @@ impl Limiter {
     /// Reads the stored live limits after the script said they changed: one round trip,
     /// only then (version and hash read together, so they cannot disagree). Returns the buckets now in force and the change to report.
     fn reload(&self, old: &Tuned) -> Result<(Arc<Tuned>, LimitsChange), StoreError> {
-        let (version, fields) = self.with_valkey(|c| live::read(c, &self.keys))?;
-        let (live, parse_error) = match LiveLimits::from_stored(&version, &fields) {
-            Ok(l) => (l, None),
+        let stored = self.with_valkey(|c| live::read(c, &self.keys))?;
+        let (live, parse_error) = match stored.parse() {
+            (l, errors) if errors.is_empty() => (l, None),
             // Unreadable: the constructor's values at this version, so that the next call
             // is not sent back again.
-            Err(e) => (
+            (_, errors) => (
                 LiveLimits {
-                    version: live::version_number(&version),
-                    id: version,
+                    version: live::version_number(&stored.version),
+                    id: stored.version.clone(),
                     ..Default::default()
                 },
-                Some(format!("stored live limits unreadable: {e}")),
+                Some(format!(
+                    "stored live limits unreadable: {}",
+                    errors.join("; ")
+                )),
             ),
         };
         let (tuned, apply_error) = self.tune(Some(&live));
@@ -262,20 +265,20 @@ impl Limiter {
         let n = tokens as u64;
         let mut reason = None;
         let mut remaining = i64::MAX;
-        let mut until = now;
+        let mut wait = 0;
         for lane in lanes {
             let (Some(e), Some(spec)) = (entries[lane as usize], tuned.buckets.get(lane)) else {
                 return None;
             };
-            if reason.is_none() && now < e.earliest(n) {
+            if reason.is_none() && e.lacks(n, now, spec.capacity()) {
                 reason = Some(lane);
             }
             remaining = remaining.min(e.whole_tokens(now, spec.capacity()));
-            until = until.max(e.certain(n));
+            wait = wait.max(e.certain_wait(n, now, spec.capacity()));
         }
         let lane = reason?;
         // Whole microseconds, rounded up: never early.
-        let retry_us = (until - now).div_ceil(1000);
+        let retry_us = wait.div_ceil(1000);
         Some(Decision::local_denial(
             lane,
             retry_us as f64 / 1e6,
@@ -300,7 +303,7 @@ impl Limiter {
         // The mark's TTL was read at the script's start, no later than Valkey's `now`
         // (itself read after `sent`); a 2 ms margin covers the rounding to milliseconds.
         let mark_end = match reply.mark_ttl_ms {
-            0 | -1 => u64::MAX,
+            ms if ms < 0 => u64::MAX,
             ms => sent_ns.saturating_add((ms.max(2) as u64 - 2) * 1_000_000),
         };
         if !self.is_statically_hot(shop) {

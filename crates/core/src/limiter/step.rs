@@ -29,8 +29,8 @@ impl StoredState {
 /// shop hot in this call; `share_permille`: its share of the global consumption over the
 /// window (0 without `auto_hot` or when denied). The model leaves both 0: auto-hot is
 /// tested against Valkey. `mark_ttl_ms`: when the shop is hot only by a mark, the mark's
-/// time to live (-1: none); 0 otherwise. Whatever was learnt from the hot buckets holds
-/// no longer than the mark.
+/// time to live in ms (0 in its last millisecond; -1: no expiry); -2 otherwise. Whatever
+/// was learnt from the hot buckets holds no longer than the mark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepReply {
     pub reason: i64,
@@ -77,29 +77,37 @@ pub fn step(
     static_hot: bool,
     version: &str,
 ) -> (StepReply, StoredState) {
-    let change_at = super::live::change_instant(version);
+    let change_at = super::live::change_instant(version.as_bytes());
     let by_mark = !static_hot && stored.marked_hot();
     let hot = static_hot || by_mark;
     let mut tats = [-1i64; 3];
+    let mut moved = [false; 3];
     let mut reason = 0;
     for (lane, spec) in set.applicable(hot) {
         let i = lane as usize;
-        let tat = StoredBucket::effective_tat(stored.buckets[i].as_ref(), spec, now, change_at);
+        let (tat, m) =
+            StoredBucket::effective_tat(stored.buckets[i].as_ref(), spec, now, change_at);
         tats[i] = tat;
+        moved[i] = m;
         if reason == 0 && tat + tokens * spec.interval_us() - now > spec.tolerance_us() {
             reason = i as i64 + 1;
         }
     }
+    // Taken tokens are written; a bucket carried over from other limits is written back
+    // even on a denial, so its key expires on the new limits' schedule.
     let mut next = *stored;
-    if reason == 0 {
-        for (lane, spec) in set.applicable(hot) {
-            let i = lane as usize;
+    for (lane, spec) in set.applicable(hot) {
+        let i = lane as usize;
+        if reason == 0 {
             tats[i] += tokens * spec.interval_us();
-            next.buckets[i] = Some(StoredBucket {
-                tat: tats[i],
-                params: Some((spec.interval_us(), spec.tolerance_us())),
-            });
+        } else if !moved[i] {
+            continue;
         }
+        next.buckets[i] = Some(StoredBucket {
+            tat: tats[i],
+            params: Some((spec.interval_us(), spec.tolerance_us())),
+            change: change_at,
+        });
     }
     (
         StepReply {
@@ -110,9 +118,9 @@ pub fn step(
             became_hot: false,
             share_permille: 0,
             mark_ttl_ms: if by_mark {
-                stored.mark_ttl_ms.unwrap_or(0)
+                stored.mark_ttl_ms.unwrap_or(-2)
             } else {
-                0
+                -2
             },
         },
         next,
@@ -185,7 +193,7 @@ mod tests {
         assert_eq!(next.buckets[1], None);
         assert_eq!(next.buckets[2].map(|b| b.tat), Some(5_000_000 + 2_000_000));
         // Listed in hot_shops as well: hot whatever the mark, so its TTL bounds nothing.
-        assert_eq!(step(&set, &state, 5_000_000, 2, true, "").0.mark_ttl_ms, 0);
+        assert_eq!(step(&set, &state, 5_000_000, 2, true, "").0.mark_ttl_ms, -2);
     }
 
     #[test]
