@@ -546,4 +546,209 @@ final class DecisionSeamsTest extends OwnValkeyTestCase
         $r->del($bad);
         $this->assertSame(['allowed' => 5, 'global' => 1], self::drain($l, 's', 6), 'the failed decision took nothing');
     }
+
+    // Review of the fixes ---------------------------------------------------------------
+
+    public function testABucketCarriedOverALiveChangeExpiresOnTheNewLimitsSchedule(): void
+    {
+        $name = self::uniqueName('carry');
+        $options = ['name' => $name, 'global' => self::bucket(100, 100)];
+        $l = $this->own($options);
+        $allowed = 0;
+        while ($allowed < 1000 && $l->acquire('s')->isAllowed()) {
+            $allowed++;
+        }
+        $this->assertGreaterThanOrEqual(100, $allowed);
+        $empty = microtime(true);
+        [$code, , $err] = $this->cli($name, 'set', 'global=100/1');
+        $this->assertSame(0, $code, $err);
+        $changed = microtime(true);
+        // One decision reads the bucket under the new limits: a denial (all 100 tokens),
+        // asked of Valkey (a limiter with local denials off; this process's would answer
+        // from what the drain taught it). It carries the level over and must write it back:
+        // left as the drain wrote it, the key would expire 1 s after the drain (when 100/s
+        // had refilled it) and the bucket read as full.
+        ini_set('checkout_guard.local_denials', '0');
+        $d = $this->own($options)->acquire('s', 100);
+        $this->assertSame('global', $d->reason(), 'the carried bucket holds less than 100 tokens');
+        usleep(1_200_000); // nobody decides: past the old schedule's expiry
+        $by = self::drain($l, 's', 200);
+        $elapsed = microtime(true) - $changed;
+        // What 100/s refilled until the change, then 1/s: a few tokens, not a full bucket.
+        $bound = 1 + (int) floor(100 * ($changed - $empty)) + 1 + (int) ceil($elapsed);
+        $this->assertLessThanOrEqual(
+            $bound,
+            $by['allowed'] ?? 0,
+            sprintf('%s %.1f s after the change (CLI took %.0f ms)', json_encode($by), $elapsed, 1000 * ($changed - $empty))
+        );
+    }
+
+    public function testAlternatingDeploysUnderLiveLimitsRefillOnlyAtTheirRate(): void
+    {
+        // Two deploys of one limiter with other global values, while live limits exist (a
+        // change of another bucket, made a second before): a bucket written by one and read
+        // by the other carries its level over from the reading, not from the live change's
+        // instant (which would refill it by all the time since). Every decision is asked of
+        // Valkey (local denials off), where the level is carried: a local denial can only
+        // deny, and would hide what Valkey admits.
+        ini_set('checkout_guard.local_denials', '0');
+        $name = self::uniqueName('deploys');
+        $deploy = fn (int $global) => $this->own([
+            'name' => $name,
+            'global' => self::bucket($global, 10),
+            'hot_lane' => self::bucket(5, 10),
+        ]);
+        $a = $deploy(10);
+        $b = $deploy(20);
+        $this->assertTrue($a->acquire('s')->isAllowed(), 'settings published');
+        [$code, , $err] = $this->cli($name, 'set', 'hot_lane=4/10');
+        $this->assertSame(0, $code, $err);
+        usleep(1_000_000); // 10 tokens' worth of time at 10/s since the change
+        $t0 = microtime(true);
+        $total = 0;
+        $turns = [];
+        for ($round = 0; $round < 4; $round++) {
+            foreach (['A' => $a, 'B' => $b] as $which => $l) {
+                $allowed = self::drain($l, 's', 30)['allowed'] ?? 0;
+                $total += $allowed;
+                $turns[] = "$which $allowed";
+            }
+        }
+        $elapsed = microtime(true) - $t0;
+        // At most a full bucket (the larger capacity) and what 10/s refilled meanwhile.
+        $this->assertLessThanOrEqual(
+            20 + (int) ceil(10 * $elapsed) + 1,
+            $total,
+            sprintf('admitted by turns in %.0f ms: %s', 1000 * $elapsed, implode(', ', $turns))
+        );
+    }
+
+    public function testALocalDenialEndsWithAHotMarkSeenInItsLastMillisecond(): void
+    {
+        $name = self::uniqueName('lastms');
+        $l = $this->own([
+            'name' => $name,
+            'global' => self::bucket(1000),
+            'hot_lane' => self::bucket(100),
+            'hot_shop' => self::bucket(3),
+        ]);
+        $r = $this->valkey->client();
+        // A flood on a drained hot_shop bucket: answered locally while the mark lasts, by
+        // Valkey in its last milliseconds, one of them (given a dense enough flood) in its
+        // very last (PTTL 0). What that reply teaches must end with the mark too, not last
+        // up to a second. A few rounds, each with a shop and a mark of its own: a flood
+        // this host's scheduler interrupts may miss one mark's last millisecond, hardly all.
+        for ($round = 0; $round < 4; $round++) {
+            $shop = "flash$round";
+            $key = "{cg:$name}:hot:$shop";
+            [$s, $us] = $r->time();
+            $expires = intdiv((int) $s * 1_000_000 + (int) $us, 1000) + 200; // Valkey ms
+            $r->rawCommand('SET', $key, '1', 'PXAT', (string) $expires);
+            // Gone once Valkey's clock (this host's) reaches the next millisecond.
+            $gone = ($expires + 1) / 1000;
+            $this->assertSame(['allowed' => 3], self::drain($l, $shop, 3), "round $round");
+            $free = null; // when a decision first said the shop was not hot
+            $flushed = false;
+            while (($now = microtime(true)) < $gone + 1.2) {
+                $d = $l->acquire($shop);
+                if (!$d->isHotShop()) {
+                    $free = microtime(true);
+                    break;
+                }
+                if ($d->reason() !== 'hot_shop') {
+                    $this->fail("round $round: a hot shop with its bucket drained; got " . $d->reason());
+                }
+                if ($now < $gone - 0.004 || $now > $gone + 0.005) {
+                    usleep(100); // far from the mark's end: no need to flood
+                    if (!$flushed && $now > $gone - 0.015) {
+                        // Events written now, not by a decision in the mark's last ms.
+                        \CheckoutGuard\Telemetry::flush();
+                        $flushed = true;
+                    }
+                } else {
+                    // Densely but not flat out: a thousand local denials in a row would
+                    // fill the event buffer, and its writing would pause the flood.
+                    $until = hrtime(true) + 20_000;
+                    while (hrtime(true) < $until) {
+                        // spin
+                    }
+                }
+            }
+            $this->assertNotNull($free, "round $round: still denied as hot 1.2 s after the mark ran out");
+            $this->assertSame(-2, $r->pttl($key), "round $round: not hot only once the mark is gone");
+            $this->assertTrue($d->isAllowed(), "round $round: not hot any more, global has room; got " . $d->reason());
+            $this->assertLessThan(
+                0.05,
+                $free - $gone,
+                sprintf('round %d: denied as hot for %.0f ms after the mark ran out', $round, 1000 * ($free - $gone))
+            );
+        }
+    }
+
+    public function testHandWrittenLimitsNotUtf8OrOfTheWrongTypeStopNeitherDecisionsNorTheCli(): void
+    {
+        $r = $this->valkey->client();
+        $cases = [
+            'a version not UTF-8' => fn (string $tag) => $r->set("$tag:limits:v", "7-\xe9t\xe9-1"),
+            'limits a string, not a hash' => function (string $tag) use ($r) {
+                $r->set("$tag:limits:v", '9');
+                $r->set("$tag:limits", 'global=1/1');
+            },
+        ];
+        foreach ($cases as $case => $write) {
+            $name = self::uniqueName('hand');
+            $l = $this->own(['name' => $name, 'global' => self::bucket(3), 'on_unavailable' => 'deny']);
+            $this->assertTrue($l->acquire('s')->isAllowed(), "$case: settings published");
+            $write("{cg:$name}");
+            // The constructor's values: the bucket's 2 tokens left, then a denial by it.
+            $this->assertSame(['allowed' => 2, 'global' => 1], self::drain($l, 's', 3), $case);
+            [$code, $out, $err] = $this->cli($name, 'status');
+            $this->assertSame(0, $code, "$case: status must show the limits, not fail on them: $out$err");
+            [$code, $out, $err] = $this->cli($name, 'set', 'global=default');
+            $this->assertSame(0, $code, "$case: the set that repairs them is accepted: $out$err");
+            [$code, $out, $err] = $this->cli($name, 'status');
+            $this->assertSame(0, $code, "$case: $err");
+            $this->assertDoesNotMatchRegularExpression(self::PROBLEM, self::withoutChanges($out) . $err, $case);
+            $this->assertSame(\Redis::REDIS_HASH, $r->type("{cg:$name}:limits"), "$case: repaired");
+            $d = $l->acquire('s');
+            $this->assertSame('global', $d->reason(), "$case: decided after the repair, the bucket still empty");
+        }
+    }
+
+    public function testARequestAboveALiveCapacityIsToldValkeysRetryAfterEveryTime(): void
+    {
+        $name = self::uniqueName('above');
+        $l = $this->own([
+            'name' => $name,
+            'global' => self::bucket(10, 5),
+            'hot_lane' => self::bucket(10, 5),
+            'hot_shop' => self::bucket(10, 5),
+            'hot_shops' => ['h'],
+        ]);
+        $this->assertTrue($l->acquire('s')->isAllowed(), 'settings published');
+        [$code, , $err] = $this->cli($name, 'set', 'hot_shop=2/1');
+        $this->assertSame(0, $code, $err);
+        // 3 tokens from a full 2-token bucket at 1/s: Valkey denies, "come back in 1 s"
+        // (the full bucket's shortfall), however often it is asked. The local denials that
+        // follow (this process learnt the bucket from the reply) must say the same, not
+        // count down toward 0 as if 3 tokens were coming; after a second Valkey is asked again.
+        $first = $l->acquire('h', 3);
+        $this->assertSame([false, 'hot_shop'], [$first->isAllowed(), $first->reason()]);
+        $this->assertEqualsWithDelta(1.0, $first->retryAfter(), 0.005, "Valkey's");
+        $waits = [];
+        for ($i = 0; $i < 6; $i++) {
+            usleep(200_000);
+            $d = $l->acquire('h', 3);
+            $this->assertSame('hot_shop', $d->reason());
+            $waits[] = $d->retryAfter();
+        }
+        foreach ($waits as $i => $wait) {
+            $this->assertEqualsWithDelta(
+                $first->retryAfter(),
+                $wait,
+                0.005,
+                "decision $i of those 0.2 s apart: retryAfter " . implode(', ', $waits)
+            );
+        }
+    }
 }
