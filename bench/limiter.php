@@ -157,12 +157,13 @@ function run_case(string $name, int $n, int $count, callable $make, string $topC
 function decide_script(): string
 {
     $src = (string) file_get_contents(__DIR__ . '/../crates/core/src/limiter/script.rs');
+    preg_match('/const CARRY: &str = r#"(.*?)"#;/s', $src, $carry);
     preg_match('/const CLOCK_BLOCK: &str = "\\\\\n(.*?)";/s', $src, $clock);
     preg_match('/const BODY: &str = r#"(.*?)"#;/s', $src, $body);
-    if (!$clock || !$body) {
+    if (!$carry || !$clock || !$body) {
         throw new RuntimeException('decision script not found in script.rs');
     }
-    return "#!lua\n" . $clock[1] . $body[1];
+    return "#!lua\n" . $carry[1] . $clock[1] . $body[1];
 }
 
 $always = ['capacity' => 1_000_000, 'refill_per_second' => 1_000_000];

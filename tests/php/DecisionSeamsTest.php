@@ -583,6 +583,32 @@ final class DecisionSeamsTest extends OwnValkeyTestCase
         );
     }
 
+    public function testTheCliCarriesEveryBucketOverWithoutWaitingForADecision(): void
+    {
+        // On-call lowers the rate of a drained bucket and nobody decides for 1.2 s (the
+        // workers deny locally, or the shop is quiet): `set` itself carries the buckets over,
+        // so the key the drain wrote (full again 1 s after it, at 100/s) does not expire on
+        // the old schedule and come back as a full bucket at the new capacity.
+        $name = self::uniqueName('carry-cli');
+        $l = $this->own(['name' => $name, 'global' => self::bucket(100, 100), 'hot_shop' => self::bucket(50, 50), 'hot_shops' => ['h']]);
+        $allowed = 0;
+        while ($allowed < 1000 && $l->acquire('h')->isAllowed()) {
+            $allowed++;
+        }
+        $this->assertGreaterThanOrEqual(50, $allowed);
+        $empty = microtime(true);
+        [$code, , $err] = $this->cli($name, 'set', 'global=100/1', 'hot_shop=50/1');
+        $this->assertSame(0, $code, $err);
+        $changed = microtime(true);
+        usleep(1_200_000);
+        $hot = self::drain($l, 'h', 100);
+        $elapsed = microtime(true) - $changed;
+        // hot_shop: what 50/s refilled until the change, then 1/s (global keeps more).
+        $bound = 1 + (int) floor(50 * ($changed - $empty)) + 1 + (int) ceil($elapsed);
+        $this->assertLessThanOrEqual($bound, $hot['allowed'] ?? 0, json_encode($hot));
+        $this->assertSame('hot_shop', $l->acquire('h')->reason());
+    }
+
     public function testAlternatingDeploysUnderLiveLimitsRefillOnlyAtTheirRate(): void
     {
         // Two deploys of one limiter with other global values, while live limits exist (a

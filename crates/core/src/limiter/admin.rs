@@ -12,6 +12,7 @@ use super::live::{self, LiveLimits};
 use super::options::{
     bucket_value, buckets_from_value, validate_name, validate_shop_id, validate_ttl,
 };
+use super::script;
 use crate::store::{self, Endpoint};
 use crate::value::Value;
 
@@ -184,9 +185,10 @@ impl Admin {
             next.overrides[*lane as usize] = *value;
         }
         let (old, _) = Self::in_force(&current, &errors, &base);
-        let new = next
+        let new_set = next
             .apply(&base)
             .map_err(|e| format!("refused, nothing written: {e}"))?;
+        let new = new_set.clone();
         let mut warnings = Vec::new();
         for lane in Lane::ALL {
             if let (Some(o), Some(n)) = (old.get(lane), new.get(lane)) {
@@ -230,12 +232,50 @@ impl Admin {
             }
             inv.invoke(c)
         })?;
+        // Every bucket carried over now, as of the change: a key written under the old
+        // limits must not expire on their schedule before a decision reads it (a drained
+        // bucket whose rate was lowered would come back full).
+        if let Err(e) = self.carry_over(&version, &new_set) {
+            warnings.push(format!(
+                "warning: buckets not carried over yet ({e}): each is at its next decision"
+            ));
+        }
         Ok(SetOutcome {
             version: live::version_number(&version),
             old,
             new,
             warnings,
         })
+    }
+
+    /// Carries every bucket of the limiter over to `set` (version `version`), a script
+    /// step at a time (SCAN inside Valkey, 1,000 keys a step, routed by the hash tag).
+    fn carry_over(&self, version: &[u8], set: &BucketSet) -> Result<(), String> {
+        let (global, lane, pattern) = (
+            self.keys.global(),
+            self.keys.hot_lane(),
+            self.keys.bucket_pattern(),
+        );
+        let args = script::lane_args(set);
+        let mut cursor = b"0".to_vec();
+        loop {
+            let (next, _carried): (Vec<u8>, i64) = self.call(|c| {
+                let mut inv = script::CARRY_STEP.prepare_invoke();
+                inv.key(&global)
+                    .key(&lane)
+                    .arg(&cursor)
+                    .arg(&pattern)
+                    .arg(version);
+                for a in &args {
+                    inv.arg(a.as_str());
+                }
+                inv.invoke(c)
+            })?;
+            if next == b"0" {
+                return Ok(());
+            }
+            cursor = next;
+        }
     }
 
     /// Marks `shop` hot for every worker until `ttl_seconds` run out (as markHot()).

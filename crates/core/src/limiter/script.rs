@@ -42,6 +42,29 @@ pub const SETTINGS_TTL_SECONDS: i64 = 86_400;
 /// `maxmemory` refuses it (OOM) rather than answering denials only.
 const SHEBANG: &str = "#!lua\n";
 
+/// A stored bucket (`s`) read under the limits `si`/`st` (interval and tolerance, as the
+/// decimal strings of ARGV): its TAT, and whether it was carried over from other limits.
+/// The Lua twin of `StoredBucket::effective_tat` (before `max(tat, now)`); shared by the
+/// decision and by [`CARRY_STEP`].
+const CARRY: &str = r#"
+local function carry(s, si, st, interval, tol, now, change)
+  local a, oi, ot, w = string.match(s, '^(%d+):(%d+):(%d+):?(%d*)$')
+  if not a then return tonumber(s), false end
+  local x = tonumber(a)
+  if x <= now or (oi == si and ot == st) then return x, false end
+  local c = now
+  if change ~= '' and w ~= change then
+    c = tonumber(change)
+    if c > now then c = now end
+  end
+  local credit = tonumber(ot) - (x - c)
+  if credit < 0 then credit = 0 end
+  credit = math.floor(credit / tonumber(oi) * interval)
+  if credit > tol then credit = tol end
+  return c + tol - credit, true
+end
+"#;
+
 /// Marks the clock block that tests swap for a clock they control.
 const CLOCK_BLOCK: &str = "\
 local t = redis.call('TIME')
@@ -72,25 +95,7 @@ for i = 1, last do
     local x = now
     local s = v[i + 1]
     if s then
-      local a, oi, ot, w = string.match(s, '^(%d+):(%d+):(%d+):?(%d*)$')
-      if a then
-        x = tonumber(a)
-        if x > now and (oi ~= ARGV[1 + 2 * i] or ot ~= ARGV[2 + 2 * i]) then
-          local c = now
-          if change ~= '' and w ~= change then
-            c = tonumber(change)
-            if c > now then c = now end
-          end
-          local credit = tonumber(ot) - (x - c)
-          if credit < 0 then credit = 0 end
-          credit = math.floor(credit / tonumber(oi) * interval)
-          if credit > tol then credit = tol end
-          x = c + tol - credit
-          moved[i] = true
-        end
-      else
-        x = tonumber(s)
-      end
+      x, moved[i] = carry(s, ARGV[1 + 2 * i], ARGV[2 + 2 * i], interval, tol, now, change)
       if x < now then x = now end
     end
     tat[i] = x
@@ -220,7 +225,7 @@ pub fn auto_hot_args(auto_hot: Option<&super::AutoHot>) -> [String; 4] {
 
 /// The production script source.
 pub fn decide_source() -> String {
-    format!("{SHEBANG}{CLOCK_BLOCK}{BODY}")
+    format!("{SHEBANG}{CARRY}{CLOCK_BLOCK}{BODY}")
 }
 
 /// The same decision logic with the clock taken from ARGV[16] (µs, appended after the
@@ -232,12 +237,48 @@ pub fn decide_source_with_test_clock() -> String {
 local now = tonumber(ARGV[16])
 local slack_ms = 3600000
 ";
-    format!("{SHEBANG}{clock}{BODY}")
+    format!("{SHEBANG}{CARRY}{clock}{BODY}")
 }
 
 /// The production script, hashed once per process.
 pub static DECIDE: once_cell::sync::Lazy<redis::Script> =
     once_cell::sync::Lazy::new(|| redis::Script::new(&decide_source()));
+
+/// One step of carrying every bucket of a limiter over a live change at once (the CLI
+/// runs it after `set` until the cursor is 0), so that no key written under the old limits
+/// expires on their schedule before a decision reads it. KEYS: global, hot lane (KEYS[1]
+/// routes it). ARGV: SCAN cursor, MATCH pattern (the bucket keys), the new version, then
+/// interval and tolerance of global, hot lane, hot shop as the decision takes them.
+/// Reply: next cursor, buckets carried over. A bucket full under the new limits is deleted
+/// (a missing key means full).
+pub static CARRY_STEP: once_cell::sync::Lazy<redis::Script> = once_cell::sync::Lazy::new(|| {
+    redis::Script::new(&format!(
+        "{SHEBANG}{CARRY}{}",
+        r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local change = string.match(ARGV[3], '^%d+%-%w+%-(%d+)$') or ''
+local r = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', 1000)
+local carried = 0
+for _, k in ipairs(r[2]) do
+  local i = 3
+  if k == KEYS[1] then i = 1 elseif k == KEYS[2] then i = 2 end
+  local si, st = ARGV[2 + 2 * i], ARGV[3 + 2 * i]
+  local interval = tonumber(si)
+  local s = redis.pcall('GET', k)
+  if interval > 0 and type(s) == 'string' then
+    local x, moved = carry(s, si, st, interval, tonumber(st), now, change)
+    if moved then
+      if x <= now then redis.call('DEL', k)
+      else redis.call('SET', k, string.format('%d:%s:%s:%s', x, si, st, change), 'PX', math.floor((x - now) / 1000) + 1) end
+      carried = carried + 1
+    end
+  end
+end
+return {r[1], carried}
+"#
+    ))
+});
 
 /// One step of `reset()`: KEYS[1] routes it (any key of the limiter); ARGV: SCAN cursor,
 /// MATCH pattern (the limiter's bucket keys, all in KEYS[1]'s slot). Reply: next cursor,
@@ -262,6 +303,7 @@ mod tests {
         assert!(!test.contains("TIME"));
         assert_eq!(
             prod.strip_prefix(SHEBANG)
+                .and_then(|p| p.strip_prefix(CARRY))
                 .and_then(|p| p.strip_prefix(CLOCK_BLOCK)),
             test.split_once("slack_ms = 3600000\n").map(|x| x.1)
         );
