@@ -7,6 +7,7 @@
 mod convert;
 mod decision;
 mod errors;
+mod hostile;
 mod info;
 mod ini;
 mod rate_limiter;

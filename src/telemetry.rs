@@ -22,12 +22,12 @@ use ext_php_rs::flags::ClassFlags;
 use ext_php_rs::flags::ErrorType;
 use ext_php_rs::prelude::*;
 use ext_php_rs::types::{ZendCallable, ZendHashTable, ZendObject, Zval};
-use ext_php_rs::zend::ExecutorGlobals;
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
 
 use crate::convert::{attributes, OptionalArray};
 use crate::errors::configuration;
+use crate::hostile::{self, Ended};
 use crate::ini;
 
 struct State {
@@ -181,6 +181,12 @@ pub fn flush_now() -> usize {
     };
     let written = sinks.write(&batch);
     with_state(|s| s.sinks = Some(sinks));
+    drop(batch);
+    if BAILED_OUT.with(|b| b.replace(false)) {
+        // SAFETY: the sinks are back in the state and the batch is dropped: nothing on
+        // this frame needs dropping.
+        unsafe { hostile::resume_bailout() }
+    }
     written
 }
 
@@ -260,49 +266,65 @@ impl Sink for NewRelicSink {
                 };
                 r.map_err(|e| e.to_string())?;
             }
-            if f.try_call(vec![&e.event_type.as_str(), &attrs]).is_err() {
-                let why = ExecutorGlobals::take_exception()
-                    .and_then(|ex| ex.get_class_name().ok())
-                    .unwrap_or_else(|| "call failed".into());
-                return Err(format!("newrelic_record_custom_event() threw {why}"));
+            // A call into PHP: see `hostile.rs` for what it may do.
+            match hostile::call(|| f.try_call(vec![&e.event_type.as_str(), &attrs])) {
+                Ended::Returned(_) => {}
+                Ended::Threw(ex) => {
+                    let class = ex.get_class_name().unwrap_or_else(|_| "?".into());
+                    return Err(format!("newrelic_record_custom_event() threw {class}"));
+                }
+                Ended::Failed(why) => {
+                    return Err(format!("newrelic_record_custom_event() failed: {why}"))
+                }
+                Ended::Exit | Ended::FatalExit | Ended::FiberDestroyed => {
+                    return Err("newrelic_record_custom_event() exited".into())
+                }
+                Ended::Bailout => {
+                    // A fatal error: no further call into PHP; `flush_now` puts the sinks
+                    // back and lets the engine bail out on.
+                    BAILED_OUT.with(|b| b.set(true));
+                    return Err("newrelic_record_custom_event() hit a fatal error".into());
+                }
             }
         }
         Ok(())
     }
 }
 
+thread_local! {
+    /// Set by a sink whose call into PHP bailed out (a fatal error) during `flush_now`.
+    static BAILED_OUT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// The status code in what a call returned: an int, an array with a `status` key, or an
-/// object with `getStatusCode()` (a PSR-7 response). 0 when there is none.
-fn status_of(v: &Zval) -> i64 {
+/// object with `getStatusCode()` (a PSR-7 response); 0 when there is none. `Err` when a
+/// method probed ended the script's normal flow (exit, fiber destroyed, fatal error).
+fn status_of(v: &Zval) -> Result<i64, Ended> {
     let v = v.dereference();
     if let Some(i) = v.long() {
-        return i;
+        return Ok(i);
     }
     if let Some(ht) = v.array() {
-        return ht
+        return Ok(ht
             .get("status")
             .and_then(|s| s.dereference().long())
-            .unwrap_or(0);
+            .unwrap_or(0));
     }
     if let Some(obj) = v.object() {
-        return call_status_method(obj, "getStatusCode").unwrap_or(0);
+        return Ok(call_status_method(obj, "getStatusCode")?.unwrap_or(0));
     }
-    0
+    Ok(0)
 }
 
 /// Calls a method that takes no argument and returns the status it leads to; swallows
-/// whatever the method throws (the call's own outcome matters, not this probe's).
-fn call_status_method(obj: &ZendObject, method: &str) -> Option<i64> {
-    let r = obj.try_call_method(method, vec![]);
-    if ExecutorGlobals::has_exception() {
-        drop(ExecutorGlobals::take_exception());
-        return None;
-    }
-    let r = r.ok()?;
-    if method == "getStatusCode" {
-        r.long()
-    } else {
-        Some(status_of(&r))
+/// whatever the method throws or returns that is not a status (the call's own outcome
+/// matters, not this probe's). A call into PHP: see `hostile.rs`.
+fn call_status_method(obj: &ZendObject, method: &str) -> Result<Option<i64>, Ended> {
+    match hostile::call(|| obj.try_call_method(method, vec![])) {
+        Ended::Returned(r) if method == "getStatusCode" => Ok(r.long()),
+        Ended::Returned(r) => status_of(&r).map(Some),
+        Ended::Threw(_) | Ended::Failed(_) => Ok(None),
+        stop => Err(stop),
     }
 }
 
@@ -330,22 +352,22 @@ impl Telemetry {
         let api = String::from_utf8_lossy(&api).into_owned();
         let timestamp_ms = now_ms();
         let started = Instant::now();
-        let result = call.try_call(vec![]);
+        // A call into PHP: see `hostile.rs` for what it may do and how each is handled.
+        let ended = hostile::call(|| call.try_call(vec![]));
+        drop(call);
         let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
-        let (ret, thrown) = match result {
-            Ok(v) => (Some(v), None),
-            Err(e) => match ExecutorGlobals::take_exception() {
-                Some(ex) => (None, Some(ex)),
-                None => return Err(PhpException::from(e.to_string())),
+        // The status probes call into PHP too, and may end the script's flow themselves.
+        let (status, exception, stop) = match &ended {
+            Ended::Returned(v) => match status_of(v) {
+                Ok(status) => (status, None, None),
+                Err(stop) => (0, stop.error_type().map(String::from), Some(stop)),
             },
-        };
-        let (status, exception) = match (&ret, &thrown) {
-            (Some(v), _) => (status_of(v), None),
-            (None, Some(ex)) => (
-                call_status_method(ex, "getResponse").unwrap_or(0),
-                ex.get_class_name().ok(),
-            ),
-            (None, None) => (0, None),
+            Ended::Threw(ex) => match call_status_method(ex, "getResponse") {
+                Ok(status) => (status.unwrap_or(0), ex.get_class_name().ok(), None),
+                Err(stop) => (0, stop.error_type().map(String::from), Some(stop)),
+            },
+            Ended::Failed(e) => return Err(PhpException::from(e.clone())),
+            unwinding => (0, unwinding.error_type().map(String::from), None),
         };
         push_call(
             ExternalCall {
@@ -357,15 +379,37 @@ impl Telemetry {
             },
             caller,
         );
-        if let Some(ex) = thrown {
-            // Rethrow the very exception object: its class, message and trace unchanged.
-            let zv = ex
-                .into_zval(false)
-                .map_err(|e| PhpException::from(e.to_string()))?;
-            throw_object(zv).map_err(|e| PhpException::from(e.to_string()))?;
-            return Ok(Zval::new());
+        let stop = match stop {
+            Some(stop) => Some(stop),
+            None if ended.is_unwinding() => Some(ended),
+            None => {
+                return match ended {
+                    // Rethrow the very exception object: its class, message and trace
+                    // unchanged.
+                    Ended::Threw(ex) => {
+                        let zv = ex
+                            .into_zval(false)
+                            .map_err(|e| PhpException::from(e.to_string()))?;
+                        throw_object(zv).map_err(|e| PhpException::from(e.to_string()))?;
+                        Ok(Zval::new())
+                    }
+                    Ended::Returned(v) => Ok(v),
+                    _ => Ok(Zval::new()),
+                };
+            }
+        };
+        match stop {
+            Some(Ended::Bailout) => {
+                // Everything this frame owned is dropped (`ended` is moved into `stop`,
+                // the rest went above): jump on to the engine's enclosing zend_try.
+                drop(stop);
+                // SAFETY: nothing on this frame needs dropping any more.
+                unsafe { hostile::resume_bailout() }
+            }
+            // exit() or a destroyed fiber: its object stays pending; returning lets the
+            // engine unwind on, and the event is written at request end.
+            _ => Ok(Zval::new()),
         }
-        Ok(ret.unwrap_or_else(Zval::new))
     }
 
     /// Records one custom event; attribute values must be scalars or null.

@@ -20,18 +20,22 @@ namespace CheckoutGuard\Tests;
  * its settings (the CLI's `set` needs them), and the `auto_hot` window counts.
  *
  * A level is `null` while the bucket is full (nothing taken since it was last full: it is
- * full at whatever capacity is in force), else the level stored by the last decision that
- * took tokens. A live change clamps it to the capacity in force when it is read
- * ("the level in tokens carries over, clamped to the new capacity"); CLAMP_ON_READ says
- * whether a later increase gives back what was clamped (the stored state is only
- * rewritten by a decision that takes tokens) or not (clamped for good at the change).
+ * full at whatever capacity is in force), else the level stored. A live change carries
+ * the level over, clamped to the capacity in force; CARRY_OVER says when the clamped level
+ * is stored (what a later increase of the capacity finds):
+ *   'applied': by the first decision the bucket applies to, denied or not (README, "Live
+ *              limits": "a bucket carried over is written back at once (denied or not)";
+ *              "a bucket nobody touched across two changes is read as if the older limits
+ *              held until the later change");
+ *   'taken':   only by a decision that takes tokens from it;
+ *   'change':  at the change itself, for every bucket.
  */
 final class LimiterModel
 {
     public const LANES = ['global', 'hot_lane', 'hot_shop'];
 
-    /** See the class comment: true = clamped when read, the stored level survives. */
-    public const CLAMP_ON_READ = true;
+    /** See the class comment: 'applied', 'taken' or 'change'. */
+    public const CARRY_OVER = 'applied';
 
     /** Largest refill rate the driver uses: bounds how far a level drifts above an integer. */
     public const MAX_RATE = 0.002;
@@ -245,11 +249,16 @@ final class LimiterModel
     // ---- decisions -------------------------------------------------------------------
 
     /** The level of `$lane`'s bucket (for `$shop` when hot_shop) under the limits in force. */
-    private function level(int $db, string $lane, string $shop, array $limits): int
+    private function stored(int $db, string $lane, string $shop): ?int
     {
-        $stored = $lane === 'hot_shop'
+        return $lane === 'hot_shop'
             ? ($this->db[$db]['shops'][$shop] ?? null)
             : $this->db[$db]['levels'][$lane];
+    }
+
+    private function level(int $db, string $lane, string $shop, array $limits): int
+    {
+        $stored = $this->stored($db, $lane, $shop);
         $cap = $limits[$lane][0];
         return $stored === null ? $cap : min($stored, $cap);
     }
@@ -313,6 +322,14 @@ final class LimiterModel
             }
         }
         $became = false;
+        if (self::CARRY_OVER === 'applied') {
+            // Carried over and written back, denied or not (a no-op under the same limits).
+            foreach ($lanes as $lane) {
+                if ($this->stored($db, $lane, $shop) !== null) {
+                    $this->store($db, $lane, $shop, $levels[$lane]);
+                }
+            }
+        }
         if ($allowed) {
             foreach ($lanes as $lane) {
                 $levels[$lane] -= $n;
@@ -418,14 +435,14 @@ final class LimiterModel
         if ($why !== null) {
             return $why;
         }
-        if (!self::CLAMP_ON_READ) {
+        if (self::CARRY_OVER === 'change') {
             $this->clampAll($db, self::applyLive($this->base, $next));
         }
         $this->db[$db]['live'] = $next;
         return null;
     }
 
-    /** CLAMP_ON_READ = false: the levels are clamped for good when the limits change. */
+    /** CARRY_OVER 'change': the levels are clamped for good when the limits change. */
     private function clampAll(int $db, array $limits): void
     {
         foreach (['global', 'hot_lane'] as $lane) {

@@ -190,17 +190,26 @@ final class ModelDriver
     private ModelWorkers $workers;
     private ?\Redis $redis = null;
     private int $runs = 0;
+    /** Per database and shop, when its last acquire ended (for $waitBeforeOutsideMark). */
+    private array $lastAcquire = [[], []];
     /** Operations checked, over every run (shrinking included). */
     public int $opsChecked = 0;
 
     /**
-     * @param bool $waitAfterSet no acquire for QUIET_SECONDS after a CLI `set`
+     * @param bool $waitAfterSet no acquire on that database for QUIET_SECONDS after an
+     *   accepted CLI `set` (README, "Live limits": a worker denying locally asks Valkey
+     *   again within a second; until then its local denials use the limits it knew)
+     * @param bool $waitBeforeOutsideMark a hot mark set outside the workers (CLI `hot`, a
+     *   SET by hand) only once 1.05 s passed since the shop's last decision on that database
+     *   (README, "How it decides": a shop marked hot elsewhere is answered as not hot by a
+     *   local denial for up to 1 s); off: such a local denial must be exactly right
      * @param bool $localDenials checkout_guard.local_denials in the workers
      * @param list<string> $ignore decision fields not compared (to look past a known bug)
      */
     public function __construct(
         private ValkeyProcess $valkey,
-        private bool $waitAfterSet = false,
+        private bool $waitAfterSet = true,
+        private bool $waitBeforeOutsideMark = true,
         private bool $localDenials = true,
         private array $ignore = [],
     ) {
@@ -459,7 +468,8 @@ final class ModelDriver
         $this->flushAll();
         $model = new LimiterModel($seq['options']);
         $t0 = microtime(true);
-        $quietUntil = 0.0;
+        $quietUntil = [0.0, 0.0];
+        $this->lastAcquire = [[], []];
         $restartedAt = null;
         $checked = 0;
         foreach ($seq['ops'] as $i => $op) {
@@ -500,7 +510,7 @@ final class ModelDriver
     }
 
     /** One operation: done, checked against the model, the model moved on. Null when right. */
-    private function step(array $seq, string $name, array $op, LimiterModel &$model, float $t0, float &$quietUntil, ?float &$restartedAt): ?array
+    private function step(array $seq, string $name, array $op, LimiterModel &$model, float $t0, array &$quietUntil, ?float &$restartedAt): ?array
     {
         $db = $op['db'] ?? 0;
         switch ($op['op']) {
@@ -508,7 +518,7 @@ final class ModelDriver
                 // Never while a mark runs out (or an auto_hot window turns), never while a
                 // local denial may outlive data loss or a change made outside the workers.
                 $now = microtime(true);
-                $until = $model->guardUntil(max($now, $quietUntil));
+                $until = $model->guardUntil(max($now, $quietUntil[$db]));
                 if ($until > $now) {
                     self::sleepUntil($until);
                 }
@@ -517,6 +527,7 @@ final class ModelDriver
                 $ta = microtime(true);
                 $got = $this->workers->call($op['w'], $cmd);
                 $tb = microtime(true);
+                $this->lastAcquire[$db][$op['shop']] = $tb;
                 if (isset($got['error'])) {
                     return ['sig' => 'acquire:threw', 'message' => "acquire threw {$got['error']}\n  model: " . $model->describe($db)];
                 }
@@ -566,6 +577,7 @@ final class ModelDriver
                 return null;
 
             case 'shortMark':
+                $this->beforeOutsideMark($db, $op['shop']);
                 $r = $this->redis();
                 $r->select($db);
                 $ta = microtime(true);
@@ -577,6 +589,9 @@ final class ModelDriver
             case 'cliHot':
             case 'cliUnhot':
                 $args = $op['op'] === 'cliHot' ? ['hot', $op['shop'], '--ttl', '3600'] : ['unhot', $op['shop']];
+                if ($op['op'] === 'cliHot') {
+                    $this->beforeOutsideMark($db, $op['shop']);
+                }
                 [$code, $out, $err] = Cli::limiter($this->url($db), $name, ...$args);
                 if ($code !== 0) {
                     return ['sig' => "{$op['op']}:exit", 'message' => "`limiter {$args[0]}` exit $code: " . trim($err . $out)];
@@ -585,7 +600,7 @@ final class ModelDriver
                     $model->markHot($db, $op['shop']);
                 } else {
                     $model->unmarkHot($db, $op['shop']);
-                    $quietUntil = microtime(true) + self::QUIET_SECONDS;
+                    $quietUntil[$db] = microtime(true) + self::QUIET_SECONDS;
                 }
                 return null;
 
@@ -611,15 +626,15 @@ final class ModelDriver
                         ),
                     ];
                 }
-                if ($this->waitAfterSet) {
-                    $quietUntil = microtime(true) + self::QUIET_SECONDS;
+                if ($this->waitAfterSet && $why === null) {
+                    $quietUntil[$db] = microtime(true) + self::QUIET_SECONDS;
                 }
                 return null;
 
             case 'flushall':
                 $this->flushAll();
                 $model->flushAll();
-                $quietUntil = microtime(true) + self::QUIET_SECONDS;
+                $quietUntil = array_fill(0, 2, microtime(true) + self::QUIET_SECONDS);
                 return null;
 
             case 'restart':
@@ -628,10 +643,17 @@ final class ModelDriver
                 $this->valkey->start();
                 $model->flushAll();
                 $restartedAt = microtime(true);
-                $quietUntil = $restartedAt + self::QUIET_SECONDS;
+                $quietUntil = array_fill(0, 2, $restartedAt + self::QUIET_SECONDS);
                 return null;
         }
         throw new \LogicException('unknown op ' . json_encode($op));
+    }
+
+    private function beforeOutsideMark(int $db, string $shop): void
+    {
+        if ($this->waitBeforeOutsideMark && isset($this->lastAcquire[$db][$shop])) {
+            self::sleepUntil($this->lastAcquire[$db][$shop] + self::QUIET_SECONDS);
+        }
     }
 
     /** The fields of `$got` that differ from the model's `$want` (field => why). */

@@ -203,8 +203,31 @@ pub fn lookup(key: u64, now: u64) -> Option<Entry> {
 
 /// Records what a reply sent at local instant `sent` proved about a bucket; it is used
 /// until `sent + MAX_LOCAL_DENIAL_NS`, or `valid_until` if earlier (a hot mark's end).
+///
+/// Replies arrive out of order (several workers): an entry that knows of more tokens taken
+/// (a later empty instant) is kept until it expires rather than replaced by one that knows
+/// of fewer, and its expiry is not extended by it, so what a `reset()` or data loss made
+/// elsewhere still ends within [`MAX_LOCAL_DENIAL_NS`].
 pub fn record(key: u64, entry: Entry, sent: u64, valid_until: u64) {
     let expires = sent.saturating_add(MAX_LOCAL_DENIAL_NS).min(valid_until);
+    if let Some(t) = table() {
+        let s = slot(t, key);
+        let seq = s.seq.load(Ordering::Acquire);
+        let (k, base, until) = (
+            s.key.load(Ordering::Relaxed),
+            s.base.load(Ordering::Relaxed),
+            s.expires.load(Ordering::Relaxed),
+        );
+        if seq & 1 == 0
+            && s.seq.load(Ordering::Acquire) == seq
+            && k == key
+            && until > sent
+            && base > entry.base
+            && s.interval_ns.load(Ordering::Relaxed) == entry.interval
+        {
+            return;
+        }
+    }
     write(key, entry, expires);
 }
 
@@ -316,6 +339,44 @@ mod tests {
         let e = entry(now - ten_years, ten_years / 10, 0);
         assert_eq!(e.whole_tokens(now, 10), 10);
         assert!(!e.lacks(10, now, 10));
+    }
+
+    #[test]
+    fn an_older_reply_does_not_replace_what_a_newer_one_taught() {
+        let k = key(b"{cg:merge}:b:global", b"", 1000, 5000);
+        let now = now_ns();
+        record(k, entry(now + 2_000_000, 1_000_000, 0), now, u64::MAX);
+        // Knows of fewer tokens taken: ignored, and the first entry keeps its expiry.
+        record(
+            k,
+            entry(now + 1_000_000, 1_000_000, 0),
+            now + 500_000_000,
+            u64::MAX,
+        );
+        assert_eq!(lookup(k, now).unwrap().base, now + 2_000_000);
+        assert_eq!(lookup(k, now + MAX_LOCAL_DENIAL_NS), None);
+        // Once it expired, the lower one is taken (a reset elsewhere ends within a second).
+        record(
+            k,
+            entry(now + 1_000_000, 1_000_000, 0),
+            now + MAX_LOCAL_DENIAL_NS,
+            u64::MAX,
+        );
+        assert_eq!(
+            lookup(k, now + MAX_LOCAL_DENIAL_NS).unwrap().base,
+            now + 1_000_000
+        );
+        // Knows of more: replaces it.
+        record(
+            k,
+            entry(now + 3_000_000, 1_000_000, 0),
+            now + MAX_LOCAL_DENIAL_NS,
+            u64::MAX,
+        );
+        assert_eq!(
+            lookup(k, now + MAX_LOCAL_DENIAL_NS).unwrap().base,
+            now + 3_000_000
+        );
     }
 
     #[test]

@@ -84,15 +84,20 @@ impl Tuned {
         (tuned, error)
     }
 
-    /// The local-denial key of one bucket as `shop` sees it: the global bucket is shared
-    /// by every shop; the hot lane is shared too but applies only to hot shops, so each
-    /// hot shop learns its state for itself.
+    /// The local-denial key of one bucket as `shop` sees it: the global bucket and the hot
+    /// lane are shared (every reply that applied them teaches every shop, so one hot shop
+    /// sees what another took from the lane); the hot-shop bucket is the shop's own.
+    /// Whether the hot buckets apply to a shop is its hot-status entry's to say.
     fn hashed_denial_key(&self, denial_tags: &[Vec<u8>; 3], lane: Lane, shop: &[u8]) -> u64 {
         let (interval, tolerance) = self
             .buckets
             .get(lane)
             .map_or((0, 0), |b| (b.interval_us(), b.tolerance_us()));
-        let shop = if lane == Lane::Global { &b""[..] } else { shop };
+        let shop = if lane == Lane::HotShop {
+            shop
+        } else {
+            &b""[..]
+        };
         denials::key(&denial_tags[lane as usize], shop, interval, tolerance)
     }
 }
@@ -485,7 +490,6 @@ impl Limiter {
         // The shop's hot buckets no longer apply: forget what this host knew of them.
         let tuned = self.current();
         denials::forget(self.hot_status_key(shop));
-        denials::forget(self.denial_key(&tuned, Lane::HotLane, shop));
         denials::forget(self.denial_key(&tuned, Lane::HotShop, shop));
         Ok(())
     }
