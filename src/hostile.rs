@@ -178,3 +178,24 @@ fn pass_function() -> Option<*mut ext_php_rs::ffi::zend_function> {
 pub unsafe fn resume_bailout() -> ! {
     unsafe { ext_php_rs::zend::bailout() }
 }
+
+/// Writes one line to PHP's error log (`error_log`, or stderr), bypassing the error
+/// handlers an application may have set (which could turn a warning into an exception).
+pub fn log_error(message: &str) {
+    type LogErr = unsafe extern "C" fn(*const std::ffi::c_char, std::ffi::c_int);
+    static LOG: OnceCell<usize> = OnceCell::new();
+    let p = *LOG.get_or_init(|| {
+        // SAFETY: dlsym with a NUL-terminated name; PHP's
+        // `void php_log_err_with_severity(const char *msg, int syslog_type)`.
+        unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"php_log_err_with_severity".as_ptr()) as usize }
+    });
+    let Ok(text) = std::ffi::CString::new(message.replace('\0', " ")) else {
+        return;
+    };
+    if p == 0 {
+        eprintln!("{message}");
+        return;
+    }
+    // SAFETY: the symbol has this signature; `text` outlives the call; 4 = LOG_WARNING.
+    unsafe { std::mem::transmute::<usize, LogErr>(p)(text.as_ptr(), 4) }
+}

@@ -9,8 +9,9 @@ use std::collections::HashMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use checkout_guard_core::telemetry::{
-    decision_event, external_call_event, AttrValue, Buffer, Event, ExternalCall, JsonlSink, Name,
-    RawTelemetryIni, Sink, SinkKind, Sinks, StreamSink, TelemetryConfig, EXTERNAL_API_CALL,
+    decision_event, drop_owned, external_call_event, AttrValue, Buffer, Event, ExternalCall,
+    JsonlSink, Name, RawTelemetryIni, Sink, SinkKind, Sinks, StreamSink, TelemetryConfig,
+    EXTERNAL_API_CALL, EXTERNAL_CALL_OWNED, RECORD_OWNED,
 };
 use checkout_guard_core::{ConfigError, Decision as CoreDecision, Reason};
 use ext_php_rs::binary_slice::BinarySlice;
@@ -42,6 +43,8 @@ struct State {
     calls_total: u64,
     /// Decisions seen since process start: allowed, denied, unavailable.
     decisions: [u64; 3],
+    /// Caller attributes dropped since process start: names the recorder owns.
+    dropped_attributes: u64,
 }
 
 static STATE: Lazy<Mutex<Option<State>>> = Lazy::new(|| Mutex::new(None));
@@ -100,6 +103,7 @@ fn build_state() -> State {
         calls: HashMap::new(),
         calls_total: 0,
         decisions: [0; 3],
+        dropped_attributes: 0,
     }
 }
 
@@ -188,6 +192,24 @@ pub fn flush_now() -> usize {
         unsafe { hostile::resume_bailout() }
     }
     written
+}
+
+/// Counts caller attributes dropped because the recorder owns their names, and says so
+/// once per process in the PHP error log (never through PHP's error handlers, which an
+/// application may turn into exceptions: telemetry never throws into a checkout).
+fn note_dropped(event_type: &str, dropped: &[String]) {
+    if dropped.is_empty() {
+        return;
+    }
+    with_state(|s| s.dropped_attributes += dropped.len() as u64);
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        crate::hostile::log_error(&format!(
+            "checkout_guard: attribute(s) {} of a {event_type} event dropped: the recorder sets them \
+             (counted in Telemetry::stats()['dropped_attributes']; said once per process)",
+            dropped.join(", ")
+        ));
+    }
 }
 
 /// Request start: call counts are per request.
@@ -345,10 +367,14 @@ impl Telemetry {
         call: ZendCallable,
         attributes: OptionalArray,
     ) -> PhpResult<Zval> {
-        let caller = match attributes.0 {
+        let mut caller = match attributes.0 {
             Some(ht) => self::attributes(ht).map_err(|e| configuration(e.to_string()))?,
             None => Vec::new(),
         };
+        note_dropped(
+            EXTERNAL_API_CALL,
+            &drop_owned(&mut caller, EXTERNAL_CALL_OWNED),
+        );
         let api = String::from_utf8_lossy(&api).into_owned();
         let timestamp_ms = now_ms();
         let started = Instant::now();
@@ -415,11 +441,11 @@ impl Telemetry {
     /// Records one custom event; attribute values must be scalars or null.
     pub fn record(eventType: BinarySlice<u8>, attributes: &ZendHashTable) -> PhpResult<()> {
         let mut e = Event::new(&eventType).map_err(|e| configuration(e.to_string()))?;
-        for (k, v) in self::attributes(attributes).map_err(|e| configuration(e.to_string()))? {
+        let mut attrs = self::attributes(attributes).map_err(|e| configuration(e.to_string()))?;
+        note_dropped(e.event_type.as_str(), &drop_owned(&mut attrs, RECORD_OWNED));
+        e.set("timestamp", AttrValue::Int(now_ms()));
+        for (k, v) in attrs {
             e.set_named(k, v);
-        }
-        if e.get("timestamp").is_none() {
-            e.set("timestamp", AttrValue::Int(now_ms()));
         }
         e.sanitize_urls();
         push(e);
@@ -455,12 +481,14 @@ impl Telemetry {
                 decisions.insert(*name, s.decisions[i] as i64)?;
             }
             out.insert("decisions", decisions)?;
+            out.insert("dropped_attributes", s.dropped_attributes as i64)?;
             let mut sinks = ZendHashTable::new();
             if let Some(all) = &s.sinks {
                 for (name, st) in all.stats() {
                     let mut one = ZendHashTable::new();
                     one.insert("written", st.written as i64)?;
                     one.insert("dropped", st.dropped as i64)?;
+                    one.insert("failures", st.failures as i64)?;
                     one.insert("last_error", st.last_error.clone())?;
                     sinks.insert(name, one)?;
                 }

@@ -12,6 +12,9 @@ use super::sinks::Sink;
 pub struct SinkStats {
     pub written: u64,
     pub dropped: u64,
+    /// Writes that failed (each dropped its batch): a sink's failure is counted, never
+    /// surfaced.
+    pub failures: u64,
     pub last_error: Option<String>,
 }
 
@@ -93,6 +96,7 @@ impl Sinks {
                 }
                 Err(e) => {
                     stats.dropped += n as u64;
+                    stats.failures += 1;
                     stats.last_error = Some(e);
                 }
             }
@@ -163,11 +167,12 @@ mod tests {
                 &SinkStats {
                     written: 3,
                     dropped: 0,
+                    failures: 0,
                     last_error: None
                 }
             )
         );
-        assert_eq!(stats[1].1.dropped, 3);
+        assert_eq!((stats[1].1.dropped, stats[1].1.failures), (3, 1));
         assert_eq!(stats[1].1.last_error.as_deref(), Some("down"));
         assert_eq!(b.recorded(), 3);
     }

@@ -178,6 +178,34 @@ pub struct ExternalCall {
     pub exception: Option<String>,
 }
 
+/// Names a `record()` caller may not set: the recorder writes them.
+pub const RECORD_OWNED: &[&str] = &["eventType", "timestamp"];
+
+/// Names a `measure()` caller may not set: the recorder measures them.
+pub const EXTERNAL_CALL_OWNED: &[&str] = &[
+    "eventType",
+    "timestamp",
+    "api",
+    "http.response.status_code",
+    "duration.ms",
+    "error.type",
+];
+
+/// Removes the caller attributes named in `owned` (they would duplicate or falsify what
+/// the recorder writes, e.g. a second `"eventType"` key in the JSON line); returns the
+/// names removed.
+pub fn drop_owned(attrs: &mut Vec<(Name, AttrValue)>, owned: &[&str]) -> Vec<String> {
+    let mut dropped = Vec::new();
+    attrs.retain(|(k, _)| {
+        let keep = !owned.contains(&k.as_ref());
+        if !keep {
+            dropped.push(k.to_string());
+        }
+        keep
+    });
+    dropped
+}
+
 /// The "ExternalApiCall" event: the measured attributes first (they win over caller
 /// attributes of the same name), then the caller's, with URLs sanitized.
 /// `error.type` follows OpenTelemetry: the status code for 4xx/5xx, else the exception
@@ -209,7 +237,9 @@ pub fn external_call_event(call: &ExternalCall, caller: Vec<(Name, AttrValue)>) 
     }
     let measured = e.attrs.len();
     for (k, v) in caller {
-        if !e.attrs[..measured].iter().any(|(n, _)| *n == k) {
+        if !e.attrs[..measured].iter().any(|(n, _)| *n == k)
+            && !EXTERNAL_CALL_OWNED.contains(&k.as_ref())
+        {
             e.set_named(k, v);
         }
     }
@@ -291,6 +321,26 @@ pub fn limits_change_event(limiter: &str, c: &LimitsChange, timestamp_ms: i64) -
 mod tests {
     use super::*;
     use crate::limiter::Reason;
+
+    #[test]
+    fn callers_cannot_set_what_the_recorder_owns() {
+        let mut attrs = vec![
+            (name("eventType"), AttrValue::str("ExternalApiCall")),
+            (name("order"), AttrValue::Int(1)),
+            (name("timestamp"), AttrValue::Int(0)),
+            (name("error.type"), AttrValue::str("none")),
+        ];
+        let dropped = drop_owned(&mut attrs, EXTERNAL_CALL_OWNED);
+        assert_eq!(dropped, ["eventType", "timestamp", "error.type"]);
+        assert_eq!(attrs.len(), 1);
+        let mut e = Event::new(b"CheckoutStep").unwrap();
+        for (k, v) in attrs {
+            e.set_named(k, v);
+        }
+        let mut line = String::new();
+        crate::telemetry::write_event_line(&mut line, &e);
+        assert_eq!(line.matches("eventType").count(), 1, "{line}");
+    }
 
     fn call(status: i64, exception: Option<&str>) -> ExternalCall {
         ExternalCall {
