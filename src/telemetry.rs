@@ -438,6 +438,52 @@ impl Telemetry {
         }
     }
 
+    /// Records one "ExternalApiCall" event for a call that ended after the code that
+    /// started it returned (a Guzzle promise settled later), timed by the caller:
+    /// `$timestampMs` Unix ms when it started, `$durationMs` measured on a monotonic clock
+    /// (`hrtime()`). `$outcome` is what the call resolved to, or the Throwable it failed
+    /// with; status and error type are found in it as measure() finds them, and the call
+    /// counts in callCount() like a measured one.
+    #[php(defaults(attributes = OptionalArray::default()))]
+    pub fn recordCall(
+        api: BinarySlice<u8>,
+        timestampMs: i64,
+        durationMs: f64,
+        outcome: &Zval,
+        attributes: OptionalArray,
+    ) -> PhpResult<()> {
+        if !durationMs.is_finite() || durationMs < 0.0 {
+            return Err(configuration(format!(
+                "recordCall(): durationMs must be a finite number >= 0, got {durationMs}"
+            )));
+        }
+        let caller = match attributes.0 {
+            Some(ht) => self::attributes(ht).map_err(|e| configuration(e.to_string()))?,
+            None => Vec::new(),
+        };
+        let failure = outcome
+            .object()
+            .filter(|o| o.instance_of(ext_php_rs::zend::ce::throwable()));
+        let (status, exception) = match failure {
+            Some(ex) => (
+                call_status_method(ex, "getResponse").unwrap_or(0),
+                ex.get_class_name().ok(),
+            ),
+            None => (status_of(outcome), None),
+        };
+        push_call(
+            ExternalCall {
+                api: String::from_utf8_lossy(&api).into_owned(),
+                timestamp_ms: timestampMs,
+                duration_ms: durationMs,
+                status,
+                exception,
+            },
+            caller,
+        );
+        Ok(())
+    }
+
     /// Records one custom event; attribute values must be scalars or null.
     pub fn record(eventType: BinarySlice<u8>, attributes: &ZendHashTable) -> PhpResult<()> {
         let mut e = Event::new(&eventType).map_err(|e| configuration(e.to_string()))?;

@@ -156,6 +156,23 @@ namespace CheckoutGuard {
         public static function record(string $eventType, array $attributes): void {}
 
         /**
+         * Records one "ExternalApiCall" event for a call that ended after the code that
+         * started it returned (a Guzzle promise settled later), timed by the caller:
+         * `$timestampMs` Unix ms when it started, `$durationMs` measured on a monotonic clock
+         * (`hrtime()`). `$outcome` is what the call resolved to, or the Throwable it failed
+         * with; status and error type are found in it as measure() finds them, and the call
+         * counts in callCount() like a measured one.
+         *
+         * @param string $api
+         * @param int $timestampMs
+         * @param float $durationMs
+         * @param mixed $outcome
+         * @param array $attributes
+         * @return void
+         */
+        public static function recordCall(string $api, int $timestampMs, float $durationMs, mixed $outcome, array $attributes = []): void {}
+
+        /**
          * Counters since process start: recorded, written and dropped, per sink.
          *
          * @return array

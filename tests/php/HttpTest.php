@@ -10,6 +10,9 @@ use CheckoutGuard\Http\RateLimitedClient;
 use CheckoutGuard\Http\RateLimitedException;
 use GuzzleHttp\Client as Guzzle;
 use GuzzleHttp\HandlerStack;
+use GuzzleHttp\Pool;
+use GuzzleHttp\Promise\Utils;
+use GuzzleHttp\Psr7\Request as GuzzleRequest;
 use Nyholm\Psr7\Factory\Psr17Factory;
 use Psr\Http\Client\ClientExceptionInterface;
 use Psr\Http\Client\ClientInterface;
@@ -155,6 +158,138 @@ final class HttpTest extends LimiterTestCase
             array_map(fn ($e) => [$e['api'], $e['http.response.status_code'], $e['error.type'] ?? null], $events)
         );
         $this->assertSame(['g', 'g', 'g'], array_column($events, 'shop.id'));
+    }
+
+    /**
+     * A slow endpoint that answers any number of requests at once (fixtures/slow_server.php,
+     * one process), ended when its stdin closes.
+     *
+     * @return array{0: resource, 1: resource, 2: string} process, its stdin, base URL
+     */
+    private static function concurrentServer(): array
+    {
+        $proc = proc_open(
+            [PHP_BINARY, '-n', __DIR__ . '/fixtures/slow_server.php'],
+            [0 => ['pipe', 'r'], 1 => ['pipe', 'w'], 2 => ['file', '/dev/null', 'w']],
+            $pipes,
+        );
+        $port = (int) fgets($pipes[1]);
+        self::assertGreaterThan(0, $port, 'slow_server.php did not start');
+        return [$proc, $pipes[0], "http://127.0.0.1:$port"];
+    }
+
+    /** Seconds that 10 requests of 200 ms take through Pool and through Utils::all(getAsync). */
+    private static function tenAtOnce(Guzzle $client, string $url): array
+    {
+        $t = hrtime(true);
+        $requests = (function () use ($url) {
+            for ($i = 0; $i < 10; $i++) {
+                yield new GuzzleRequest('GET', $url);
+            }
+        })();
+        $ok = 0;
+        (new Pool($client, $requests, ['concurrency' => 10, 'fulfilled' => function () use (&$ok) {
+            $ok++;
+        }]))->promise()->wait();
+        $pool = (hrtime(true) - $t) / 1e9;
+        $t = hrtime(true);
+        $responses = Utils::all(array_map(fn () => $client->getAsync($url), range(1, 10)))->wait();
+        $all = (hrtime(true) - $t) / 1e9;
+        self::assertSame(10, $ok);
+        self::assertSame(array_fill(0, 10, 200), array_map(fn ($r) => $r->getStatusCode(), $responses));
+        return [$pool, $all];
+    }
+
+    public function testGuzzleMiddlewareKeepsConcurrentTransfersConcurrent(): void
+    {
+        [$proc, $stdin, $base] = self::concurrentServer();
+        try {
+            $url = "$base/provider.php?delay_ms=200";
+            $plain = new Guzzle(['timeout' => 5]);
+            $stack = HandlerStack::create();
+            $stack->push(GuzzleMiddleware::measure($this->namer, fn () => ['shop.id' => 'g']));
+            $measured = new Guzzle(['handler' => $stack, 'timeout' => 5]);
+            self::tenAtOnce($plain, $url); // the server's workers warmed up
+            $t = hrtime(true);
+            $plain->get($url);
+            $one = (hrtime(true) - $t) / 1e9;
+            $this->log->mark();
+            // Alternated, so a slow moment of the machine does not favour one side.
+            [$plainPool, $plainAll] = self::tenAtOnce($plain, $url);
+            [$measuredPool, $measuredAll] = self::tenAtOnce($measured, $url);
+            [$plainPool2, $plainAll2] = self::tenAtOnce($plain, $url);
+            $plainPool = min($plainPool, $plainPool2);
+            $plainAll = min($plainAll, $plainAll2);
+            $times = sprintf('one request %.3f s; Pool %.3f s plain, %.3f s measured; Utils::all %.3f s plain, %.3f s measured', $one, $plainPool, $measuredPool, $plainAll, $measuredAll);
+            // The endpoint itself serves the 10 at once (else the comparison means nothing)...
+            $this->assertLessThan(5 * $one, $plainPool, $times);
+            // ...and so does the middleware: serialized, it took 10x as long.
+            $this->assertLessThan(2 * $plainPool, $measuredPool, $times);
+            $this->assertLessThan(2 * $plainAll, $measuredAll, $times);
+
+            // Every transfer recorded once, timed over the whole transfer.
+            $events = $this->log->jsonl();
+            $this->assertCount(20, $events, $times);
+            foreach ($events as $e) {
+                $this->assertSame(['ExternalApiCall', 'zoneA', 200, 'g', 'GET'], [$e['eventType'], $e['api'], $e['http.response.status_code'], $e['shop.id'], $e['http.request.method']]);
+                $this->assertGreaterThanOrEqual(195.0, $e['duration.ms']);
+                $this->assertArrayNotHasKey('error.type', $e);
+            }
+
+            // Rejections are recorded too, and settle with the handler's very reason.
+            $this->log->mark();
+            $closed = ValkeyProcess::freePort();
+            $results = Utils::settle([
+                $measured->getAsync("$base/provider.php?status=503&delay_ms=200"),
+                $measured->postAsync("http://127.0.0.1:$closed/provider.php"),
+                $measured->getAsync("$base/provider.php?status=429", ['http_errors' => false]),
+            ])->wait();
+            $this->assertSame(['rejected', 'rejected', 'fulfilled'], array_column($results, 'state'));
+            $this->assertInstanceOf(\GuzzleHttp\Exception\ServerException::class, $results[0]['reason']);
+            $this->assertSame(503, $results[0]['reason']->getResponse()->getStatusCode());
+            $this->assertInstanceOf(\GuzzleHttp\Exception\ConnectException::class, $results[1]['reason']);
+            $this->assertSame(429, $results[2]['value']->getStatusCode());
+            $events = $this->log->jsonl();
+            usort($events, fn ($a, $b) => $a['http.response.status_code'] <=> $b['http.response.status_code']);
+            $this->assertSame(
+                [['payment', 0, \GuzzleHttp\Exception\ConnectException::class], ['zoneA', 429, '429'], ['zoneA', 503, '503']],
+                array_map(fn ($e) => [$e['api'], $e['http.response.status_code'], $e['error.type'] ?? null], $events)
+            );
+            $this->assertGreaterThanOrEqual(195.0, $events[2]['duration.ms']);
+            $this->assertSame("127.0.0.1:$closed", $events[0]['server.address'] . ':' . parse_url($events[0]['url.full'], PHP_URL_PORT));
+        } finally {
+            fclose($stdin);
+            proc_close($proc);
+        }
+    }
+
+    public function testRecordCallTakesTheCallersTimingAndFindsTheStatusAsMeasureDoes(): void
+    {
+        $request = $this->factory->createRequest('GET', 'https://items.example/x');
+        $response = $this->factory->createResponse(503);
+        $before = \CheckoutGuard\Telemetry::callCount('zoneA');
+        \CheckoutGuard\Telemetry::recordCall('zoneA', 1_796_000_000_123, 12.5, $this->factory->createResponse(200), ['shop.id' => 's']);
+        \CheckoutGuard\Telemetry::recordCall('zoneA', 1_796_000_000_124, 3.0, new \GuzzleHttp\Exception\ServerException('no', $request, $response));
+        \CheckoutGuard\Telemetry::recordCall('zoneA', 1_796_000_000_125, 0.0, new \GuzzleHttp\Exception\ConnectException('down', $request));
+        \CheckoutGuard\Telemetry::recordCall('zoneA', 1_796_000_000_126, 0.0, 'a rejection that is not a Throwable');
+        $this->assertSame($before + 4, \CheckoutGuard\Telemetry::callCount('zoneA'));
+        $this->assertSame(
+            [
+                [1_796_000_000_123, 200, 12.5, null, 's'],
+                [1_796_000_000_124, 503, 3.0, '503', null],
+                [1_796_000_000_125, 0, 0.0, \GuzzleHttp\Exception\ConnectException::class, null],
+                [1_796_000_000_126, 0, 0.0, null, null],
+            ],
+            array_map(fn ($e) => [$e['timestamp'], $e['http.response.status_code'], (float) $e['duration.ms'], $e['error.type'] ?? null, $e['shop.id'] ?? null], $this->log->jsonl())
+        );
+        foreach ([-1.0, NAN, INF] as $bad) {
+            try {
+                \CheckoutGuard\Telemetry::recordCall('zoneA', 1, $bad, 200);
+                $this->fail("duration $bad accepted");
+            } catch (\CheckoutGuard\ConfigurationException $e) {
+                $this->assertStringContainsString('durationMs', $e->getMessage());
+            }
+        }
     }
 
     public function testApiNamerMatchesHostPathTemplateAndMethod(): void

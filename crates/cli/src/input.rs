@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, IsTerminal, Read, Write};
 use std::time::{Duration, Instant};
 
-use checkout_guard_core::scan::Accumulator;
+use checkout_guard_core::scan::{Accumulator, MAX_LINE_BYTES};
 use flate2::read::MultiGzDecoder;
 
 fn open(path: &str) -> io::Result<Box<dyn BufRead>> {
@@ -82,9 +82,8 @@ fn read_parallel(
     for k in 1..threads as u64 {
         let mut at = len * k / threads as u64;
         f.seek(SeekFrom::Start(at))?;
-        let mut r = BufReader::new(&mut f);
-        let mut skipped = Vec::new();
-        at += r.read_until(b'\n', &mut skipped)? as u64;
+        // Skipped, not read into memory: the line may be any length.
+        at += BufReader::new(&mut f).skip_until(b'\n')? as u64;
         if at > *starts.last().expect("one") && at < len {
             starts.push(at);
         }
@@ -159,41 +158,77 @@ impl<R: Read> Read for Counting<'_, R> {
 }
 
 /// Reads one stream to the end, feeding its lines (numbered from 1). Lines are cut in
-/// place out of large blocks (no copy per line); a line longer than a block grows the
-/// buffer. With `progress`, reports at a terminal.
+/// place out of large blocks (no copy per line). A line longer than `MAX_LINE_BYTES` is
+/// skipped as it streams by (never held) and counted as malformed, so memory stays one
+/// block whatever the input. With `progress`, reports at a terminal.
 fn feed(
     mut reader: Box<dyn Read + '_>,
     path: &str,
     acc: &mut Accumulator,
     progress: Option<(Instant, u64)>,
 ) -> io::Result<u64> {
+    // Larger than the cap, so the rest of a line that fits it always fits the block.
     const BLOCK: usize = 8 << 20;
     let mut buf = vec![0u8; BLOCK];
     let mut last_report = Instant::now();
     let mut n: u64 = 0;
     let mut filled = 0; // bytes of buf holding data
-    loop {
-        if filled == buf.len() {
-            buf.resize(buf.len() * 2, 0);
+                        // While inside a line longer than the cap: its bytes so far, none of them kept.
+    let mut skipping: Option<u64> = None;
+    let take = |acc: &mut Accumulator, n: u64, line: &[u8]| {
+        if line.len() > MAX_LINE_BYTES {
+            acc.too_long(path, n, line.len() as u64);
+        } else {
+            acc.line(path, n, line);
         }
+    };
+    loop {
         let got = reader.read(&mut buf[filled..])?;
         let eof = got == 0;
         filled += got;
         let mut start = 0;
-        for end in memchr::memchr_iter(b'\n', &buf[..filled]) {
+        if let Some(skipped) = skipping {
+            match memchr::memchr(b'\n', &buf[..filled]) {
+                Some(end) => {
+                    n += 1;
+                    acc.too_long(path, n, skipped + end as u64);
+                    start = end + 1;
+                    skipping = None;
+                }
+                None if eof => {
+                    n += 1;
+                    acc.too_long(path, n, skipped + filled as u64);
+                    return Ok(n);
+                }
+                None => {
+                    skipping = Some(skipped + filled as u64);
+                    filled = 0;
+                    continue;
+                }
+            }
+        }
+        let from = start;
+        for end in memchr::memchr_iter(b'\n', &buf[from..filled]) {
+            let end = from + end;
             n += 1;
-            acc.line(path, n, &buf[start..end]);
+            take(acc, n, &buf[start..end]);
             start = end + 1;
         }
         if eof {
             if start < filled {
                 n += 1;
-                acc.line(path, n, &buf[start..filled]);
+                take(acc, n, &buf[start..filled]);
             }
             return Ok(n);
         }
-        buf.copy_within(start..filled, 0);
-        filled -= start;
+        let rest = filled - start;
+        if rest > MAX_LINE_BYTES {
+            skipping = Some(rest as u64);
+            filled = 0;
+        } else {
+            buf.copy_within(start..filled, 0);
+            filled = rest;
+        }
         if let Some((started, before)) = progress {
             if last_report.elapsed() > Duration::from_millis(250) {
                 last_report = Instant::now();

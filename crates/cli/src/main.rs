@@ -330,9 +330,7 @@ fn run() -> Result<(), String> {
                 .split_once("..")
                 .ok_or_else(|| format!("--window must be START..END, got {:?}", args.window))?;
             let (t0, t1) = (time::parse_time(a)?, time::parse_time(b)?);
-            if t1 <= t0 {
-                return Err(format!("--window ends before it starts: {:?}", args.window));
-            }
+            report::check_window(t0, t1, &args.window)?;
             let mut f = filter(&args.scan.common);
             f.from_ms = Some(f.from_ms.map_or(t0, |x| x.max(t0)));
             f.to_ms = Some(f.to_ms.map_or(t1, |x| x.min(t1)));

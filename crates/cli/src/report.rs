@@ -98,10 +98,76 @@ fn chart(t0: i64, t1: i64, series: &[Series<'_>], windows: &[(i64, i64)], title:
     s
 }
 
-/// Fills in missing seconds with zeros so lines drop to zero between bursts.
-fn dense(t0: i64, t1: i64, sparse: impl Fn(i64) -> u64) -> Vec<(i64, u64)> {
-    let (s0, s1) = (t0.div_euclid(1000), (t1 + 999).div_euclid(1000));
-    (s0..s1).map(|s| (s * 1000, sparse(s))).collect()
+/// At most this many points per chart line, whatever the window: the bucket a point stands
+/// for grows with the window (a day: 1 min, a month: 30 min, a year: 6 h).
+pub const MAX_POINTS: i64 = 2000;
+
+/// The longest window a report covers. Memory follows the data inside the window, not its
+/// length, but a window of centuries is a typo, refused rather than guessed at.
+pub const MAX_WINDOW_DAYS: i64 = 400;
+
+/// Refuses a window that is empty, reversed or longer than `MAX_WINDOW_DAYS`, naming it.
+pub fn check_window(t0: i64, t1: i64, given: &str) -> Result<(), String> {
+    if t1 <= t0 {
+        return Err(format!("--window ends before it starts: {given:?}"));
+    }
+    let span = i128::from(t1) - i128::from(t0);
+    if span > i128::from(MAX_WINDOW_DAYS) * 86_400_000 {
+        return Err(format!(
+            "--window {given:?} spans {:.0} days; a report covers at most {MAX_WINDOW_DAYS} days (narrow the window to the incident)",
+            span as f64 / 86_400_000.0
+        ));
+    }
+    Ok(())
+}
+
+/// The bucket size of a chart over [t0, t1): the smallest round size that keeps a line
+/// within `MAX_POINTS`.
+pub fn bucket_ms(t0: i64, t1: i64) -> i64 {
+    const STEPS_S: [i64; 20] = [
+        1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10_800, 21_600, 43_200,
+        86_400, 172_800, 604_800,
+    ];
+    let span = (t1 - t0).max(1);
+    STEPS_S
+        .iter()
+        .map(|s| s * 1000)
+        .find(|step| (span + step - 1) / step <= MAX_POINTS)
+        .unwrap_or_else(|| (span + MAX_POINTS - 1) / MAX_POINTS)
+}
+
+/// One point per bucket of `step` ms over [t0, t1), buckets without data at zero: the
+/// busiest second of each bucket (for 1 s buckets, the second itself). Costs one pass over
+/// the per-second data plus the (bounded) points.
+fn bucketed(
+    t0: i64,
+    t1: i64,
+    step: i64,
+    secs: impl Iterator<Item = (i64, u64)>,
+) -> Vec<(i64, u64)> {
+    let b0 = t0.div_euclid(step) * step;
+    let n = (t1 - b0 + step - 1) / step;
+    let mut pts: Vec<(i64, u64)> = (0..n).map(|i| (b0 + i * step, 0)).collect();
+    for (s, v) in secs {
+        let ms = s * 1000;
+        if ms < b0 {
+            continue;
+        }
+        if let Some(p) = pts.get_mut(((ms - b0) / step) as usize) {
+            p.1 = p.1.max(v);
+        }
+    }
+    pts
+}
+
+fn bucket_text(step: i64) -> String {
+    match step {
+        s if s % 86_400_000 == 0 => format!("{} d", s / 86_400_000),
+        s if s % 3_600_000 == 0 => format!("{} h", s / 3_600_000),
+        s if s % 60_000 == 0 => format!("{} min", s / 60_000),
+        s if s % 1000 == 0 => format!("{} s", s / 1000),
+        s => format!("{s} ms"),
+    }
 }
 
 pub fn html(
@@ -215,14 +281,22 @@ h2{{margin-top:28px}} .muted{{color:#777}}</style></head><body><h1>{t}</h1>"#,
         }
         m
     };
+    let step = bucket_ms(t0, t1);
     h.push_str("<h2>Calls per second</h2>");
+    if step > 1000 {
+        let _ = write!(
+            h,
+            r#"<p class="muted" id="resolution">each point: the busiest second of {}</p>"#,
+            bucket_text(step)
+        );
+    }
     h.push_str(&chart(
         t0,
         t1,
         &[(
             "calls/s",
             "#2166ac",
-            dense(t0, t1, |s| per_second.get(&s).copied().unwrap_or(0)),
+            bucketed(t0, t1, step, per_second.into_iter()),
         )],
         &marks,
         "all external API calls (high-load windows shaded)",
@@ -235,7 +309,7 @@ h2{{margin-top:28px}} .muted{{color:#777}}</style></head><body><h1>{t}</h1>"#,
                 (
                     CLASSES[c],
                     COLORS[c],
-                    dense(t0, t1, |s| secs.get(&s).map_or(0, |v| v[c])),
+                    bucketed(t0, t1, step, secs.iter().map(|(&s, v)| (s, v[c]))),
                 )
             })
             .collect();

@@ -328,3 +328,130 @@ fn limiter_commands_refuse_bad_input_before_touching_valkey_and_mask_passwords()
     );
     assert!(!err.contains("hunter2"), "{err}");
 }
+
+/// `checkout-guard ARGS` under `/usr/bin/time -v`, `stdin` written by a thread as it
+/// streams (never whole in this process): (exit code, stdout, peak RSS in KB, stderr).
+fn run_measured(
+    args: &[&str],
+    stdin: impl FnOnce(&mut dyn Write) + Send,
+) -> (i32, String, u64, String) {
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(r#"ulimit -v 2000000; exec /usr/bin/time -v "$@""#)
+        .arg("sh")
+        .arg(BIN)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let out = std::thread::scope(|s| {
+        s.spawn(move || stdin(&mut input));
+        child.wait_with_output().unwrap()
+    });
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let field = |name: &str| {
+        err.lines()
+            .find_map(|l| l.trim().strip_prefix(name))
+            .unwrap_or_else(|| panic!("no {name:?} from /usr/bin/time -v: {err}"))
+            .parse::<u64>()
+            .unwrap()
+    };
+    (
+        field("Exit status: ") as i32,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        field("Maximum resident set size (kbytes): "),
+        err,
+    )
+}
+
+fn write_bytes(w: &mut dyn Write, byte: u8, n: usize) {
+    let block = vec![byte; 1 << 20];
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(block.len());
+        // The reader may stop early (a failed run): nothing more to write then.
+        if w.write_all(&block[..k]).is_err() {
+            return;
+        }
+        left -= k;
+    }
+}
+
+fn bad_lines(scan: &serde_json::Value) -> Vec<(u64, String)> {
+    scan["input"]["bad_lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["line"].as_u64().unwrap(),
+                b["problem"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn lines_longer_than_the_cap_are_skipped_unheld_and_counted_as_malformed() {
+    const CAP: usize = 1 << 20;
+    // A 200 MB line of NUL bytes (what a crash can leave), a line one byte over the cap
+    // (inside one read block), and a 3 MB line of NULs without a newline at the end.
+    let (rc, out, kb, err) = run_measured(&["scan", "--json", "-"], |w| {
+        let _ = writeln!(w, "{}", event(DAY, "a", 200));
+        write_bytes(w, 0, 200 << 20);
+        let _ = writeln!(w, "\n{}", event(DAY + 1000, "a", 200));
+        write_bytes(w, b'x', CAP + 1);
+        let _ = writeln!(w, "\n{}", event(DAY + 2000, "a", 200));
+        write_bytes(w, 0, 3 << 20);
+    });
+    assert_eq!(rc, 0, "{err}");
+    let scan: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(scan["input"]["events"], 6, "{out}");
+    assert_eq!(scan["input"]["counted"], 3);
+    assert_eq!(scan["input"]["malformed"], 3);
+    let cap = |n: usize| format!("line of {n} bytes, longer than the cap of {CAP}: skipped");
+    assert_eq!(
+        bad_lines(&scan),
+        [(2, cap(200 << 20)), (4, cap(CAP + 1)), (6, cap(3 << 20))]
+    );
+    assert_eq!(scan["input"]["bad_lines"][0]["file"], "-");
+    // Before the cap, the reader's buffer grew to hold the line: 529 MB for a 400 MB line.
+    assert!(kb < 64 * 1024, "peak RSS {kb} KB for a 200 MB line");
+}
+
+#[test]
+fn a_long_line_across_the_split_of_a_two_thread_read_is_skipped_too() {
+    let dir = std::env::temp_dir().join(format!("cg-cli-long-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("crashed.jsonl");
+    {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&file).unwrap());
+        for i in 0..1000 {
+            writeln!(f, "{}", event(DAY + i * 100, "a", 200)).unwrap();
+        }
+        // 100 MB of NULs: the middle of the file, where the two threads' parts meet.
+        write_bytes(&mut f, 0, 100 << 20);
+        writeln!(f).unwrap();
+        for i in 0..1000 {
+            writeln!(f, "{}", event(DAY + 100_000 + i * 100, "a", 200)).unwrap();
+        }
+    }
+    let path = file.to_str().unwrap();
+    let mut answers = Vec::new();
+    for threads in ["1", "2"] {
+        let (rc, out, kb, err) =
+            run_measured(&["scan", "--json", "--threads", threads, path], |_| {});
+        assert_eq!(rc, 0, "{err}");
+        assert!(kb < 64 * 1024, "{threads} thread(s): peak RSS {kb} KB");
+        let scan: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(scan["input"]["counted"], 2000);
+        assert_eq!(scan["input"]["malformed"], 1);
+        assert_eq!(bad_lines(&scan)[0].0, 1001);
+        answers.push(scan);
+    }
+    assert_eq!(answers[0], answers[1]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -146,3 +146,135 @@ fn the_report_renders_in_a_browser_and_matches_the_scan() {
     assert_eq!(svgs, 3, "calls/s and one status chart per api");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Peak RSS in KB of `checkout-guard ARGS`, run under `/usr/bin/time -v` with its address
+/// space capped at 2 GB (so a build that sizes its memory by the window fails fast
+/// instead of taking the machine): (exit code, peak RSS, stderr).
+fn peak_rss(args: &[&str]) -> (i32, u64, String) {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(r#"ulimit -v 2000000; exec /usr/bin/time -v "$@""#)
+        .arg("sh")
+        .arg(BIN)
+        .args(args)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let rss = err
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("Maximum resident set size (kbytes): ")
+        })
+        .unwrap_or_else(|| panic!("no RSS from /usr/bin/time -v: {err}"))
+        .parse()
+        .unwrap();
+    let code = err
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Exit status: "))
+        .map_or(-1, |c| c.parse().unwrap());
+    (code, rss, err)
+}
+
+/// Points of every line of every chart in a report.
+fn polyline_points(page: &str) -> Vec<usize> {
+    page.split("<polyline ")
+        .skip(1)
+        .map(|p| {
+            let pts = p.split("points=\"").nth(1).unwrap();
+            pts[..pts.find('"').unwrap()].split(' ').count()
+        })
+        .collect()
+}
+
+#[test]
+fn memory_follows_the_data_in_the_window_not_the_window() {
+    let dir = std::env::temp_dir().join(format!("cg-report-rss-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("day.jsonl");
+    let out = Command::new(BIN)
+        .args(["generate", "--events", "100000", "--seed", "3"])
+        .args(["-o", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    // The synthetic day starts at a midnight (UTC) and lasts one day.
+    let first = std::fs::read_to_string(&file).unwrap();
+    let ts: i64 = first.split("\"timestamp\":").nth(1).unwrap()[..13]
+        .parse()
+        .unwrap();
+    let day0 = ts - ts % 86_400_000;
+    const D: i64 = 86_400_000;
+    let mut rss = Vec::new();
+    for (name, t0, t1) in [
+        ("day", day0, day0 + D),
+        ("month", day0 - 15 * D, day0 + 16 * D),
+        ("year", day0 - 180 * D, day0 + 185 * D),
+    ] {
+        let html = dir.join(format!("{name}.html"));
+        let window = format!("{t0}..{t1}");
+        let (code, kb, err) = peak_rss(&[
+            "report",
+            file.to_str().unwrap(),
+            "--window",
+            &window,
+            "-o",
+            html.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{name}: {err}");
+        let page = std::fs::read_to_string(&html).unwrap();
+        let points = polyline_points(&page);
+        assert!(!points.is_empty());
+        assert!(
+            points.iter().all(|&n| n <= 2000),
+            "{name}: a chart line has {:?} points",
+            points.iter().max()
+        );
+        assert!(
+            page.contains("data-key=\"external API calls\">"),
+            "{name}: the overview"
+        );
+        rss.push((name, kb, page.len()));
+    }
+    let (day_kb, day_html) = (rss[0].1, rss[0].2);
+    for &(name, kb, html) in &rss[1..] {
+        // The old report drew one point per second of the window: a month took 900 MB
+        // over a 1M-event day, a year more than 6 GB.
+        assert!(
+            kb < day_kb + 32 * 1024,
+            "{name} window: peak RSS {kb} KB, the day's {day_kb} KB ({rss:?})"
+        );
+        assert!(
+            html < day_html * 2,
+            "{name} window: {html} bytes of HTML, the day's {day_html}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn an_unreasonable_window_is_refused_by_name() {
+    let dir = std::env::temp_dir().join(format!("cg-report-refuse-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("events.jsonl");
+    std::fs::write(&file, events()).unwrap();
+    let html = dir.join("report.html");
+    for window in [
+        "0..99999999999999",
+        "-9223372036854775808..9223372036854775807",
+        "2025-01-01T00:00:00Z..2027-01-01T00:00:00Z",
+    ] {
+        let (code, _, err) = peak_rss(&[
+            "report",
+            file.to_str().unwrap(),
+            &format!("--window={window}"),
+            "-o",
+            html.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 2, "{window}: {err}");
+        assert!(err.contains(window), "{window} not named: {err}");
+        assert!(err.contains("at most 400 days"), "{err}");
+        assert!(!html.exists(), "no report written for {window}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

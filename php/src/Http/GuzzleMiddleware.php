@@ -16,11 +16,14 @@ use Psr\Http\Message\RequestInterface;
  *     $stack->push(GuzzleMiddleware::measure($namer));
  *     $client = new GuzzleHttp\Client(['handler' => $stack]);
  *
- * The transfer is measured by Telemetry::measure(), so the event is exactly the one
- * MeasuredClient records (status from the response, or from a RequestException's
- * response; 0 and the exception class when there was none). It waits for the transfer
- * inside the middleware: fine for the synchronous calls of a checkout, but it serializes
- * concurrent requests of a Pool.
+ * It never waits for the transfer: it notes when the transfer started (Unix ms, and
+ * hrtime() for a monotonic duration) and records the event in the promise chain, when the
+ * promise is fulfilled or rejected (Telemetry::recordCall()), so a Pool or
+ * Promise\Utils::all() of getAsync() calls runs as concurrently as without it. The event is
+ * the one MeasuredClient records: status from the response, or from a RequestException's
+ * response; 0 and the exception class when there was none. The promise settles with the
+ * very response or reason the handler gave. A transfer whose promise never settles (never
+ * waited for) records nothing.
  */
 final class GuzzleMiddleware
 {
@@ -38,12 +41,27 @@ final class GuzzleMiddleware
                 if ($attributes !== null) {
                     $attrs += $attributes($request);
                 }
+                $timestampMs = (int) floor(microtime(true) * 1000);
+                $started = hrtime(true);
+                $record = static function (mixed $outcome) use ($api, $timestampMs, $started, $attrs): void {
+                    Telemetry::recordCall($api, $timestampMs, (hrtime(true) - $started) / 1e6, $outcome, $attrs);
+                };
                 try {
-                    $response = Telemetry::measure($api, static fn () => $handler($request, $options)->wait(), $attrs);
-                    return Create::promiseFor($response);
+                    $promise = $handler($request, $options);
                 } catch (\Throwable $e) {
+                    $record($e);
                     return Create::rejectionFor($e);
                 }
+                return $promise->then(
+                    static function (mixed $response) use ($record): mixed {
+                        $record($response);
+                        return $response;
+                    },
+                    static function (mixed $reason) use ($record): PromiseInterface {
+                        $record($reason);
+                        return Create::rejectionFor($reason);
+                    }
+                );
             };
         };
     }

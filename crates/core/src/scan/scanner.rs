@@ -167,6 +167,11 @@ pub struct Accumulator {
 /// order; only an event older than this behind the newest one is reported.
 pub const DISORDER_TOLERANCE_MS: i64 = 10_000;
 
+/// The longest line a scan reads. A longer one (the NUL bytes a crash can leave in a file,
+/// a binary pasted by mistake) is counted as malformed, listed with its file and line, and
+/// skipped by the reader without being held in memory.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+
 /// How many bad lines are listed one by one (all are counted).
 const LISTED_BAD_LINES: usize = 50;
 
@@ -187,6 +192,18 @@ impl Accumulator {
                 what,
             });
         }
+    }
+
+    /// Counts a line longer than `MAX_LINE_BYTES` (of `bytes` bytes, without its newline)
+    /// that the reader skipped.
+    pub fn too_long(&mut self, source: &str, line_no: u64, bytes: u64) {
+        self.events += 1;
+        self.malformed += 1;
+        self.bad(
+            source,
+            line_no,
+            format!("line of {bytes} bytes, longer than the cap of {MAX_LINE_BYTES}: skipped"),
+        );
     }
 
     /// Takes one line of input (without its newline). `line_no` is 1-based.
