@@ -457,19 +457,27 @@ impl Telemetry {
                 "recordCall(): durationMs must be a finite number >= 0, got {durationMs}"
             )));
         }
-        let caller = match attributes.0 {
+        let mut caller = match attributes.0 {
             Some(ht) => self::attributes(ht).map_err(|e| configuration(e.to_string()))?,
             None => Vec::new(),
         };
+        note_dropped(
+            EXTERNAL_API_CALL,
+            &drop_owned(&mut caller, EXTERNAL_CALL_OWNED),
+        );
         let failure = outcome
             .object()
             .filter(|o| o.instance_of(ext_php_rs::zend::ce::throwable()));
-        let (status, exception) = match failure {
-            Some(ex) => (
-                call_status_method(ex, "getResponse").unwrap_or(0),
-                ex.get_class_name().ok(),
-            ),
-            None => (status_of(outcome), None),
+        // The probes call into PHP (see `hostile.rs`) and may end the script's flow.
+        let (status, exception, stop) = match failure {
+            Some(ex) => match call_status_method(ex, "getResponse") {
+                Ok(status) => (status.unwrap_or(0), ex.get_class_name().ok(), None),
+                Err(stop) => (0, stop.error_type().map(String::from), Some(stop)),
+            },
+            None => match status_of(outcome) {
+                Ok(status) => (status, None, None),
+                Err(stop) => (0, stop.error_type().map(String::from), Some(stop)),
+            },
         };
         push_call(
             ExternalCall {
@@ -481,6 +489,12 @@ impl Telemetry {
             },
             caller,
         );
+        if let Some(Ended::Bailout) = stop {
+            drop(stop);
+            // SAFETY: nothing on this frame needs dropping any more.
+            unsafe { hostile::resume_bailout() }
+        }
+        // exit() or a destroyed fiber in a probe: its object stays pending.
         Ok(())
     }
 
