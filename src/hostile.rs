@@ -137,11 +137,15 @@ pub fn call(f: impl FnOnce() -> ext_php_rs::error::Result<Zval>) -> Ended {
     };
     match pending() {
         Pending::Exit | Pending::FiberDestroyed if top_level => {
-            // Nothing above to unwind: released as the engine would release it, and the
-            // process's exit status is not the callee's to set.
+            // Nothing above to unwind: released as the engine would release it. The
+            // process's exit status is not the callee's to set, unless a fatal error set it
+            // (255): a fatal error stays one.
             drop(ExecutorGlobals::take_exception());
-            ExecutorGlobals::get_mut().exit_status = exit_status;
-            Ended::Failed("exited".into())
+            let fatal = ExecutorGlobals::get().exit_status == 255 && exit_status != 255;
+            if !fatal {
+                ExecutorGlobals::get_mut().exit_status = exit_status;
+            }
+            Ended::Failed(if fatal { "fatal error" } else { "exited" }.into())
         }
         // A fatal error unwinds like exit() (status 255) where the engine can.
         Pending::Exit if ExecutorGlobals::get().exit_status == 255 && exit_status != 255 => {

@@ -1,0 +1,607 @@
+<?php
+declare(strict_types=1);
+
+namespace CheckoutGuard\Tests;
+
+/**
+ * Every call the extension makes into PHP is hostile (src/hostile.rs): a measured
+ * callback, the status probes on what it returned or threw, the New Relic agent's
+ * newrelic_record_custom_event(). Whatever they do (exit, die, a fatal error, a fiber
+ * destroyed while suspended inside measure(), throw, return garbage) the process ends the
+ * way PHP would end it without checkout_guard, never with a signal, and the measured call
+ * is recorded. Each case runs in a child PHP process (exit codes, fatal errors), with
+ * telemetry written to a JSONL file of its own; the php-fpm case goes through the stack
+ * scripts/test.sh started.
+ */
+final class HostileCallsTest extends LimiterTestCase
+{
+    /** The start of every child script: probe classes whose methods run a closure. */
+    private const PRELUDE = <<<'PHP'
+        <?php
+        declare(strict_types=1);
+
+        use CheckoutGuard\Telemetry;
+
+        /** A response whose getStatusCode() runs $status. */
+        final class Probe
+        {
+            public function __construct(private \Closure $status)
+            {
+            }
+
+            public function getStatusCode()
+            {
+                return ($this->status)();
+            }
+        }
+
+        /** An exception whose getResponse() runs $response. */
+        final class ProbeFailure extends \RuntimeException
+        {
+            public function __construct(private \Closure $response)
+            {
+                parent::__construct('provider said no');
+            }
+
+            public function getResponse()
+            {
+                return ($this->response)();
+            }
+        }
+
+        PHP;
+
+    private string $dir;
+    private int $children = 0;
+
+    protected function setUp(): void
+    {
+        $this->dir = sys_get_temp_dir() . '/cg-hostile-' . bin2hex(random_bytes(5));
+        mkdir($this->dir);
+    }
+
+    protected function tearDown(): void
+    {
+        foreach (glob($this->dir . '/*') ?: [] as $file) {
+            unlink($file);
+        }
+        rmdir($this->dir);
+    }
+
+    private function eventsFile(): string
+    {
+        return $this->dir . '/events.jsonl';
+    }
+
+    /** @return list<string> the JSON lines the children wrote so far */
+    private function lines(): array
+    {
+        clearstatcache();
+        if (!is_file($this->eventsFile())) {
+            return [];
+        }
+        return file($this->eventsFile(), FILE_IGNORE_NEW_LINES | FILE_SKIP_EMPTY_LINES);
+    }
+
+    /** @return list<array> the events the children wrote so far (then starts afresh) */
+    private function takeEvents(): array
+    {
+        $events = array_map(fn ($l) => json_decode($l, true, 512, JSON_THROW_ON_ERROR), $this->lines());
+        @unlink($this->eventsFile());
+        return $events;
+    }
+
+    /** [eventType, api or step, error.type] of each event. */
+    private static function summary(array $events): array
+    {
+        return array_map(
+            fn ($e) => [$e['eventType'], $e['api'] ?? $e['step'] ?? null, $e['error.type'] ?? null],
+            $events
+        );
+    }
+
+    /**
+     * Runs PHP code (after PRELUDE) in a child PHP process with the extension loaded and
+     * telemetry going to this test's JSONL file. $wrap is a command to run PHP under
+     * (valgrind). The child runs with PHP's own allocator (the memory limit needs it), even
+     * when this process runs under scripts/valgrind.sh.
+     *
+     * @return array{code: int, signal: int, out: string, err: string}
+     */
+    private function child(string $code, array $ini = [], array $wrap = [], array $env = []): array
+    {
+        $n = ++$this->children;
+        $script = "$this->dir/child$n.php";
+        file_put_contents($script, self::PRELUDE . $code);
+        $ini += [
+            'checkout_guard.events.sinks' => 'jsonl',
+            'checkout_guard.events.jsonl_path' => $this->eventsFile(),
+            'display_errors' => 'stderr',
+            'log_errors' => '0',
+        ];
+        $cmd = [...$wrap, ...self::phpWithExtension()];
+        foreach ($ini as $k => $v) {
+            $cmd[] = '-d';
+            $cmd[] = "$k=$v";
+        }
+        $cmd[] = $script;
+        $environment = array_diff_key(getenv(), ['USE_ZEND_ALLOC' => true, 'ZEND_DONT_UNLOAD_MODULES' => true]);
+        $out = "$this->dir/child$n.out";
+        $err = "$this->dir/child$n.err";
+        $p = proc_open(
+            $cmd,
+            [0 => ['file', '/dev/null', 'r'], 1 => ['file', $out, 'w'], 2 => ['file', $err, 'w']],
+            $pipes,
+            $this->dir,
+            $env + $environment
+        );
+        $deadline = microtime(true) + 60;
+        while (($status = proc_get_status($p))['running']) {
+            if (microtime(true) > $deadline) {
+                proc_terminate($p, 9);
+                proc_close($p);
+                $this->fail("hang detector: child $n ran for 60 s:\n$code");
+            }
+            usleep(2000);
+        }
+        proc_close($p);
+        return [
+            'code' => $status['signaled'] ? 128 + $status['termsig'] : $status['exitcode'],
+            'signal' => $status['signaled'] ? $status['termsig'] : 0,
+            'out' => (string) file_get_contents($out),
+            'err' => (string) file_get_contents($err),
+        ];
+    }
+
+    /** The child ended with exit status $code by itself, not by a signal. */
+    private function assertEnded(int $code, array $r): void
+    {
+        $what = "\nstdout: {$r['out']}\nstderr: {$r['err']}";
+        $this->assertSame(0, $r['signal'], "killed by signal {$r['signal']}$what");
+        $this->assertSame($code, $r['code'], "exit status$what");
+    }
+
+    public function testExitOrDieInsideMeasureEndsTheProcessWithItsStatusAndEveryEventIsWritten(): void
+    {
+        $r = $this->child('
+            register_shutdown_function(fn () => Telemetry::record("CheckoutStep", ["step" => "shutdown"]));
+            Telemetry::record("CheckoutStep", ["step" => "before"]);
+            Telemetry::measure("zoneA", fn () => 200);
+            Telemetry::measure("redirect", function () {
+                echo "body;";
+                exit(3);
+            }, ["shop.id" => "s1"]);
+            echo "not reached";
+        ');
+        $this->assertEnded(3, $r);
+        $this->assertSame('body;', $r['out']);
+        $this->assertSame('', $r['err']);
+        $events = $this->takeEvents();
+        $this->assertSame([
+            ['CheckoutStep', 'before', null],
+            ['ExternalApiCall', 'zoneA', null],
+            ['ExternalApiCall', 'redirect', 'exit'],
+            ['CheckoutStep', 'shutdown', null],
+        ], self::summary($events));
+        $this->assertSame([0, 's1'], [$events[2]['http.response.status_code'], $events[2]['shop.id']]);
+        $this->assertLessThan(1000.0, $events[2]['duration.ms']);
+
+        $r = $this->child('Telemetry::measure("redirect", fn () => die("x")); echo "not reached";');
+        $this->assertEnded(0, $r);
+        $this->assertSame('x', $r['out']);
+        $this->assertSame([['ExternalApiCall', 'redirect', 'exit']], self::summary($this->takeEvents()));
+
+        // Nested measured calls, and a measured call in a running fiber: every one is
+        // recorded, the exit status is the callee's.
+        $r = $this->child('
+            Telemetry::measure("outer", fn () => Telemetry::measure("inner", function () { exit(6); }));
+            echo "not reached";
+        ');
+        $this->assertEnded(6, $r);
+        $this->assertSame([['ExternalApiCall', 'inner', 'exit'], ['ExternalApiCall', 'outer', 'exit']], self::summary($this->takeEvents()));
+
+        $r = $this->child('
+            $f = new Fiber(fn () => Telemetry::measure("in-fiber", function () { exit(8); }));
+            $f->start();
+            echo "not reached";
+        ');
+        $this->assertEnded(8, $r);
+        $this->assertSame('', $r['out'] . $r['err']);
+        $this->assertSame([['ExternalApiCall', 'in-fiber', 'exit']], self::summary($this->takeEvents()));
+    }
+
+    public function testAFatalErrorInsideMeasureStaysPhpsOwnFatalError(): void
+    {
+        // Bounded at 100 MB, should the limit not hold.
+        $r = $this->child('
+            Telemetry::record("CheckoutStep", ["step" => "before"]);
+            Telemetry::measure("export", function () {
+                $rows = [];
+                for ($i = 0; $i < 1000; $i++) {
+                    $rows[] = str_repeat("x", 100000);
+                }
+                return 200;
+            });
+            echo "not reached";
+        ', ['memory_limit' => '16M']);
+        $this->assertEnded(255, $r);
+        $this->assertSame('', $r['out']);
+        $this->assertStringContainsString('Fatal error: Allowed memory size of 16777216 bytes exhausted', $r['err']);
+        $events = $this->takeEvents();
+        $this->assertSame([['CheckoutStep', 'before', null], ['ExternalApiCall', 'export', 'fatal_error']], self::summary($events));
+        $this->assertSame(0, $events[1]['http.response.status_code']);
+
+        // The same from the status probe of what the call returned.
+        $r = $this->child('
+            Telemetry::measure("export", fn () => new Probe(function () {
+                $rows = [];
+                for ($i = 0; $i < 1000; $i++) {
+                    $rows[] = str_repeat("x", 100000);
+                }
+                return 200;
+            }));
+            echo "not reached";
+        ', ['memory_limit' => '16M']);
+        $this->assertEnded(255, $r);
+        $this->assertSame('', $r['out']);
+        $this->assertStringContainsString('Allowed memory size of 16777216 bytes exhausted', $r['err']);
+        $this->assertSame([['ExternalApiCall', 'export', 'fatal_error']], self::summary($this->takeEvents()));
+
+        // Any other fatal error.
+        $r = $this->child('Telemetry::measure("zoneA", fn () => trigger_error("boom", E_USER_ERROR)); echo "not reached";');
+        $this->assertEnded(255, $r);
+        $this->assertStringContainsString('Fatal error: boom', $r['err']);
+        $this->assertSame([['ExternalApiCall', 'zoneA', 'fatal_error']], self::summary($this->takeEvents()));
+    }
+
+    public function testAFiberDestroyedWhileSuspendedInsideMeasureLeavesTheProcessRunning(): void
+    {
+        $r = $this->child('
+            $resumed = new Fiber(fn () => Telemetry::measure("resumed", fn () => "got " . Fiber::suspend("waiting")));
+            echo $resumed->start(), ";";
+            $resumed->resume("reply");
+            echo $resumed->getReturn(), ";";
+
+            $destroyed = new Fiber(function () {
+                Telemetry::measure("destroyed", function () {
+                    Fiber::suspend();
+                    return 200;
+                });
+                echo "not reached";
+            });
+            $destroyed->start();
+            unset($destroyed);
+            gc_collect_cycles();
+
+            // Suspended in the status probe of what the call returned.
+            $probe = new Fiber(fn () => Telemetry::measure("probe", fn () => new Probe(function () {
+                Fiber::suspend();
+                return 200;
+            })));
+            $probe->start();
+            unset($probe);
+            gc_collect_cycles();
+
+            // Still suspended when the script ends: destroyed at shutdown.
+            $left = new Fiber(fn () => Telemetry::measure("left", fn () => Fiber::suspend()));
+            $left->start();
+            echo "after";
+        ');
+        $this->assertEnded(0, $r);
+        $this->assertSame('waiting;got reply;after', $r['out']);
+        $this->assertSame('', $r['err']);
+        $events = $this->takeEvents();
+        $this->assertSame([
+            ['ExternalApiCall', 'resumed', null],
+            ['ExternalApiCall', 'destroyed', 'fiber_destroyed'],
+            ['ExternalApiCall', 'probe', 'fiber_destroyed'],
+            ['ExternalApiCall', 'left', 'fiber_destroyed'],
+        ], self::summary($events));
+        $this->assertSame([0, 0, 0, 0], array_column($events, 'http.response.status_code'));
+    }
+
+    public function testStatusProbesThatExitThrowOrReturnGarbage(): void
+    {
+        // getStatusCode() of the returned object exits.
+        $r = $this->child('
+            Telemetry::measure("probe", fn () => new Probe(function () {
+                echo "probe;";
+                exit(4);
+            }));
+            echo "not reached";
+        ');
+        $this->assertEnded(4, $r);
+        $this->assertSame('probe;', $r['out']);
+        $events = $this->takeEvents();
+        $this->assertSame([['ExternalApiCall', 'probe', 'exit']], self::summary($events));
+        $this->assertSame(0, $events[0]['http.response.status_code']);
+
+        // getResponse() of the thrown exception exits: nothing catches the exception.
+        $r = $this->child('
+            try {
+                Telemetry::measure("payment", function () {
+                    throw new ProbeFailure(function () { exit(5); });
+                });
+            } catch (\Throwable $t) {
+                echo "caught ", get_class($t);
+            }
+            echo "not reached";
+        ');
+        $this->assertEnded(5, $r);
+        $this->assertSame('', $r['out'] . $r['err']);
+        $this->assertSame([['ExternalApiCall', 'payment', 'exit']], self::summary($this->takeEvents()));
+
+        // getResponse() returns a response whose getStatusCode() exits.
+        $r = $this->child('
+            try {
+                Telemetry::measure("payment", function () {
+                    throw new ProbeFailure(fn () => new Probe(function () { exit(7); }));
+                });
+            } catch (\Throwable $t) {
+                echo "caught ", get_class($t);
+            }
+            echo "not reached";
+        ');
+        $this->assertEnded(7, $r);
+        $this->assertSame('', $r['out'] . $r['err']);
+        $this->assertSame([['ExternalApiCall', 'payment', 'exit']], self::summary($this->takeEvents()));
+
+        // A probe that throws or returns what is not a status is swallowed: status 0, the
+        // call's own result returned (or its own exception rethrown, the same object).
+        $r = $this->child('
+            $same = [];
+            $returned = [
+                "throws" => new Probe(function () { throw new \RuntimeException("probe broke"); }),
+                "string" => new Probe(fn () => "503"),
+                "array" => new Probe(fn () => [503]),
+                "float" => new Probe(fn () => 503.0),
+                "object" => new Probe(fn () => new \stdClass()),
+                "null" => new Probe(fn () => null),
+            ];
+            foreach ($returned as $api => $object) {
+                $same[$api] = Telemetry::measure($api, fn () => $object) === $object;
+            }
+            $thrown = new ProbeFailure(function () { throw new \LogicException("probe broke"); });
+            try {
+                Telemetry::measure("exception", function () use ($thrown) { throw $thrown; });
+            } catch (\Throwable $t) {
+                $same["exception"] = $t === $thrown && $t->getPrevious() === null;
+            }
+            echo json_encode($same);
+        ');
+        $this->assertEnded(0, $r);
+        $this->assertSame('', $r['err']);
+        $this->assertSame(
+            ['throws' => true, 'string' => true, 'array' => true, 'float' => true, 'object' => true, 'null' => true, 'exception' => true],
+            json_decode($r['out'], true)
+        );
+        $events = $this->takeEvents();
+        $this->assertSame(['throws', 'string', 'array', 'float', 'object', 'null', 'exception'], array_column($events, 'api'));
+        $this->assertSame([0, 0, 0, 0, 0, 0, 0], array_column($events, 'http.response.status_code'));
+        $this->assertSame([null, null, null, null, null, null, 'ProbeFailure'], array_map(fn ($e) => $e['error.type'] ?? null, $events));
+    }
+
+    private const AGENT = '
+        function newrelic_record_custom_event(string $name, array $attributes): void
+        {
+            %s
+        }
+    ';
+
+    public function testANewRelicAgentThatThrowsOrExitsAtRequestEndNeverReachesTheCheckout(): void
+    {
+        $script = '
+            Telemetry::record("CheckoutStep", ["step" => "pay"]);
+            Telemetry::measure("zoneA", fn () => 200);
+            echo "done;";
+        ';
+        $ini = ['checkout_guard.events.sinks' => 'newrelic,jsonl'];
+        $r = $this->child(sprintf(self::AGENT, 'throw new \RuntimeException("agent broke");') . $script, $ini);
+        $this->assertEnded(0, $r);
+        $this->assertSame('done;', $r['out']);
+        $this->assertStringNotContainsString('Fatal', $r['err']);
+        $this->assertStringNotContainsString('Uncaught', $r['err']);
+        $this->assertSame('', $r['err']);
+        $this->assertSame([['CheckoutStep', 'pay', null], ['ExternalApiCall', 'zoneA', null]], self::summary($this->takeEvents()), 'the next sink still written');
+
+        // The exit status is the script's own, not the agent's.
+        $r = $this->child(sprintf(self::AGENT, 'echo "agent;"; exit(9);') . $script, $ini);
+        $this->assertEnded(0, $r);
+        $this->assertStringStartsWith('done;', $r['out']);
+        $this->assertSame('', $r['err']);
+        $this->assertSame([['CheckoutStep', 'pay', null], ['ExternalApiCall', 'zoneA', null]], self::summary($this->takeEvents()));
+
+        $r = $this->child(sprintf(self::AGENT, 'throw new \RuntimeException("agent broke");') . $script . 'exit(4);', $ini);
+        $this->assertEnded(4, $r);
+        $this->assertSame('', $r['err']);
+
+        // A fatal error in the agent at request end stays a fatal error: exit 255.
+        $r = $this->child(sprintf(self::AGENT, '$x = []; for ($i = 0; $i < 1000; $i++) { $x[] = str_repeat("x", 100000); }') . $script, $ini + ['memory_limit' => '16M']);
+        $this->assertEnded(255, $r);
+        $this->assertStringContainsString('Allowed memory size', $r['out'] . $r['err']);
+    }
+
+    public function testANewRelicAgentThatThrowsDuringARequestIsCountedNeverSurfaced(): void
+    {
+        $agent = sprintf(self::AGENT, 'throw new \RuntimeException("agent broke");');
+        // A buffer of one event: every record() and measure() writes to the sinks at once.
+        $r = $this->child($agent . '
+            $results = [];
+            for ($i = 0; $i < 3; $i++) {
+                $results[] = Telemetry::measure("zoneA", fn () => 200 + $i);
+            }
+            Telemetry::record("CheckoutStep", ["step" => "pay"]);
+            echo json_encode(["results" => $results, "sinks" => Telemetry::stats()["sinks"]]);
+        ', ['checkout_guard.events.sinks' => 'newrelic,jsonl', 'checkout_guard.events.buffer_size' => '1']);
+        $this->assertEnded(0, $r);
+        $this->assertSame('', $r['err']);
+        $out = json_decode($r['out'], true);
+        $this->assertSame([200, 201, 202], $out['results']);
+        $newRelic = $out['sinks']['newrelic'];
+        $this->assertSame([0, 4, 4], [$newRelic['written'], $newRelic['dropped'], $newRelic['failures'] ?? null], $r['out']);
+        $this->assertStringContainsString('threw RuntimeException', $newRelic['last_error']);
+        $this->assertSame([4, 0, 0], [$out['sinks']['jsonl']['written'], $out['sinks']['jsonl']['dropped'], $out['sinks']['jsonl']['failures'] ?? null]);
+        $this->assertCount(4, $this->takeEvents());
+
+        // Explicit flushes: one failure per batch, every event of it dropped.
+        $r = $this->child($agent . '
+            for ($i = 0; $i < 3; $i++) {
+                Telemetry::measure("zoneA", fn () => 200);
+            }
+            $first = Telemetry::flush();
+            Telemetry::record("CheckoutStep", ["step" => "pay"]);
+            $second = Telemetry::flush();
+            echo json_encode(["flushed" => [$first, $second], "sinks" => Telemetry::stats()["sinks"]]);
+        ', ['checkout_guard.events.sinks' => 'newrelic,jsonl']);
+        $this->assertEnded(0, $r);
+        $this->assertSame('', $r['err']);
+        $out = json_decode($r['out'], true);
+        $this->assertSame([3, 1], $out['flushed'], 'written by the JSONL sink');
+        $newRelic = $out['sinks']['newrelic'];
+        $this->assertSame([0, 4, 2], [$newRelic['written'], $newRelic['dropped'], $newRelic['failures'] ?? null], $r['out']);
+        $this->assertCount(4, $this->takeEvents());
+    }
+
+    public function testAttributesTheRecorderOwnsAreDroppedCountedAndSaidOnceOutsideErrorHandlers(): void
+    {
+        $script = '
+            $handled = [];
+            set_error_handler(function (int $no, string $message) use (&$handled) {
+                $handled[] = $message;
+                throw new \ErrorException($message);
+            });
+            $start = (int) floor(microtime(true) * 1000);
+            Telemetry::record("CheckoutStep", ["eventType" => "ExternalApiCall", "timestamp" => 5, "step" => "cart"]);
+            $result = Telemetry::measure("payment", fn () => 200, ["eventType" => "X", "api" => "y", "duration.ms" => 1, "shop.id" => "s1"]);
+            Telemetry::record("CheckoutStep", ["eventType" => "Again", "step" => "pay"]);
+            Telemetry::measure("payment", fn () => 201, ["http.response.status_code" => 500, "error.type" => "fake", "timestamp" => 1]);
+            echo json_encode([
+                "result" => $result,
+                "start" => $start,
+                "dropped" => Telemetry::stats()["dropped_attributes"] ?? null,
+                "handled" => $handled,
+            ]);
+        ';
+        $errorLog = "$this->dir/php-errors.log";
+        $r = $this->child($script, ['error_log' => $errorLog, 'log_errors' => '1']);
+        $this->assertEnded(0, $r);
+        $this->assertSame('', $r['err']);
+        $out = json_decode($r['out'], true);
+        $this->assertSame(200, $out['result']);
+        $this->assertSame([], $out['handled'], 'never through the error handler');
+        $this->assertSame(2 + 3 + 1 + 3, $out['dropped']);
+
+        $lines = $this->lines();
+        $this->assertCount(4, $lines);
+        foreach ($lines as $line) {
+            $this->assertSame(1, substr_count($line, '"eventType":'), $line);
+            $this->assertSame(1, substr_count($line, '"timestamp":'), $line);
+        }
+        [$step, $call, $again, $status] = $this->takeEvents();
+        $this->assertSame(['CheckoutStep', 'cart'], [$step['eventType'], $step['step']]);
+        $this->assertGreaterThanOrEqual($out['start'] - 5, $step['timestamp']);
+        $this->assertSame(['ExternalApiCall', 'payment', 200, 's1'], [$call['eventType'], $call['api'], $call['http.response.status_code'], $call['shop.id']]);
+        $this->assertIsFloat($call['duration.ms'], 'measured, not the caller\'s 1');
+        $this->assertSame(['CheckoutStep', 'pay'], [$again['eventType'], $again['step']]);
+        $this->assertSame([201, false], [$status['http.response.status_code'], isset($status['error.type'])]);
+        $this->assertGreaterThanOrEqual($out['start'] - 5, $status['timestamp']);
+
+        $log = file($errorLog, FILE_IGNORE_NEW_LINES);
+        $this->assertCount(1, $log, 'said once per process');
+        $this->assertStringContainsString('checkout_guard: attribute(s) eventType, timestamp of a CheckoutStep event dropped', $log[0]);
+        $this->assertStringContainsString("Telemetry::stats()['dropped_attributes']", $log[0]);
+
+        // Without an error_log setting: once on stderr.
+        $r = $this->child($script);
+        $this->assertEnded(0, $r);
+        $this->assertSame(1, substr_count($r['err'], 'checkout_guard: attribute(s)'), $r['err']);
+        $this->assertSame(1, substr_count($r['err'], "\n"), $r['err']);
+        $this->assertSame([], json_decode($r['out'], true)['handled']);
+    }
+
+    public function testUnderPhpFpmAMeasuredCallbackThatExitsSendsItsResponseAndNoWorkerDies(): void
+    {
+        $http = getenv('CHECKOUT_GUARD_TEST_HTTP');
+        $events = getenv('CHECKOUT_GUARD_TEST_FPM_EVENTS');
+        if ($http === false || $events === false) {
+            $this->markTestSkipped('no php-fpm stack here: scripts/test.sh starts one');
+        }
+        $fpmLog = dirname($events) . '/php-fpm.log';
+        clearstatcache();
+        $offset = is_file($fpmLog) ? filesize($fpmLog) : 0;
+        $tag = 'hostile-' . bin2hex(random_bytes(4));
+        $ctx = stream_context_create(['http' => ['ignore_errors' => true, 'timeout' => 5, 'follow_location' => 0]]);
+
+        $body = @file_get_contents("$http/measure_exit.php?case=exit&tag=$tag", false, $ctx);
+        $this->assertIsString($body, 'no response: the connection was reset');
+        $this->assertStringContainsString(' 302 ', $http_response_header[0] ?? '', $body);
+        $this->assertContains('Location: /next.php', $http_response_header);
+        $sent = json_decode($body, true);
+        $this->assertSame(['tag' => $tag, 'case' => 'exit'], ['tag' => $sent['tag'] ?? null, 'case' => $sent['case'] ?? null], $body);
+        $pids = [$sent['pid']];
+
+        $body = @file_get_contents("$http/measure_exit.php?case=fiber&tag=$tag", false, $ctx);
+        $this->assertIsString($body, 'no response: the connection was reset');
+        $this->assertStringContainsString(' 200 ', $http_response_header[0] ?? '', $body);
+        $sent = json_decode($body, true);
+        $this->assertSame(true, $sent['after'] ?? null, $body);
+        $pids[] = $sent['pid'];
+
+        // Both calls recorded (written at the end of each request).
+        $deadline = microtime(true) + 3;
+        while (true) {
+            $mine = [];
+            foreach (file($events, FILE_IGNORE_NEW_LINES) as $line) {
+                $e = json_decode($line, true);
+                if (($e['tag'] ?? null) === $tag) {
+                    $mine[] = [$e['api'], $e['error.type'] ?? null];
+                }
+            }
+            if (count($mine) >= 2 || microtime(true) > $deadline) {
+                break;
+            }
+            usleep(20_000);
+        }
+        sort($mine);
+        $this->assertSame([['fiber', 'fiber_destroyed'], ['redirect', 'exit']], $mine);
+
+        // The workers that served them are alive, and the master saw no child die.
+        usleep(100_000);
+        foreach (array_unique($pids) as $pid) {
+            $this->assertFileExists("/proc/$pid", "worker $pid is gone");
+        }
+        clearstatcache();
+        $log = (string) file_get_contents($fpmLog, false, null, $offset);
+        $this->assertStringNotContainsString('signal', $log, 'php-fpm: "child N exited on signal"');
+    }
+
+    public function testUnderValgrindTheHostileEndsMakeNoInvalidAccess(): void
+    {
+        $valgrind = trim((string) shell_exec('command -v valgrind'));
+        if ($valgrind === '') {
+            $this->markTestSkipped('valgrind is not installed (scripts/setup.sh installs it)');
+        }
+        $cases = [
+            'exit' => [3, 'Telemetry::record("CheckoutStep", ["step" => "x"]); Telemetry::measure("redirect", function () { exit(3); });'],
+            'fatal' => [255, 'Telemetry::measure("zoneA", fn () => trigger_error("boom", E_USER_ERROR));'],
+            'fiber' => [0, '$f = new Fiber(fn () => Telemetry::measure("f", fn () => Fiber::suspend())); $f->start(); unset($f); gc_collect_cycles();'],
+            'probe' => [4, 'Telemetry::measure("probe", fn () => new Probe(function () { exit(4); }));'],
+            'agent' => [0, sprintf(self::AGENT, 'throw new \RuntimeException("agent broke");') . 'Telemetry::measure("zoneA", fn () => 200);'],
+        ];
+        foreach ($cases as $name => [$code, $script]) {
+            $log = "$this->dir/valgrind-$name.log";
+            $r = $this->child(
+                $script,
+                ['checkout_guard.events.sinks' => 'newrelic,jsonl'],
+                [$valgrind, '--tool=memcheck', '--error-exitcode=99', '--errors-for-leak-kinds=none', "--log-file=$log"],
+                ['USE_ZEND_ALLOC' => '0', 'ZEND_DONT_UNLOAD_MODULES' => '1']
+            );
+            // Valgrind's records are separated by lines holding only "==PID==".
+            $records = preg_split('/^==\d+== ?$/m', (string) file_get_contents($log));
+            $errors = preg_grep('/Invalid (read|write|free)|uninitialised|Mismatched free/', $records);
+            $this->assertSame([], array_values(array_map('trim', $errors)), "valgrind, $name case");
+            $this->assertEnded($code, $r);
+        }
+        $this->assertCount(5, array_filter($this->takeEvents(), fn ($e) => $e['eventType'] === 'ExternalApiCall'));
+    }
+}
