@@ -142,8 +142,9 @@ final class DecisionSeamsTest extends OwnValkeyTestCase
         $this->assertSame('global', $d->reason());
         $this->assertLessThanOrEqual(1.05, $d->retryAfter(), 'the next token comes at the new rate, 1/s');
 
-        // And a full bucket stays full, at the new capacity, whether it grows or shrinks.
-        foreach ([200, 50] as $capacity) {
+        // And a full bucket keeps its level too: raised to 200 it holds its 100 tokens and
+        // refills toward 200 at the rate; lowered to 50 it holds 50.
+        foreach ([200 => 100, 50 => 50] as $capacity => $level) {
             $name = self::uniqueName('full');
             $l = $this->own(['name' => $name, 'global' => self::bucket(100, 100)]);
             $this->assertTrue($l->acquire('s')->isAllowed(), 'settings published');
@@ -154,8 +155,8 @@ final class DecisionSeamsTest extends OwnValkeyTestCase
             $t0 = microtime(true);
             $by = self::drain($l, 's', $capacity + 60);
             $refilled = (int) ceil(100 * (microtime(true) - $t0)) + 1;
-            $this->assertGreaterThanOrEqual($capacity, $by['allowed'] ?? 0, "full at $capacity: " . json_encode($by));
-            $this->assertLessThanOrEqual($capacity + $refilled, $by['allowed'] ?? 0, "full at $capacity: " . json_encode($by));
+            $this->assertGreaterThanOrEqual($level, $by['allowed'] ?? 0, "full at 100, set to $capacity: " . json_encode($by));
+            $this->assertLessThanOrEqual($level + $refilled, $by['allowed'] ?? 0, "full at 100, set to $capacity: " . json_encode($by));
         }
     }
 

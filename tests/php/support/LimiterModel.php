@@ -28,14 +28,14 @@ namespace CheckoutGuard\Tests;
  *              "a bucket nobody touched across two changes is read as if the older limits
  *              held until the later change");
  *   'taken':   only by a decision that takes tokens from it;
- *   'change':  at the change itself, for every bucket.
+ *   'change':  at the change itself, for every bucket (what `set` does: see clampAll()).
  */
 final class LimiterModel
 {
     public const LANES = ['global', 'hot_lane', 'hot_shop'];
 
     /** See the class comment: 'applied', 'taken' or 'change'. */
-    public const CARRY_OVER = 'applied';
+    public const CARRY_OVER = 'change';
 
     /** Largest refill rate the driver uses: bounds how far a level drifts above an integer. */
     public const MAX_RATE = 0.002;
@@ -436,24 +436,31 @@ final class LimiterModel
             return $why;
         }
         if (self::CARRY_OVER === 'change') {
-            $this->clampAll($db, self::applyLive($this->base, $next));
+            $this->clampAll($db, $this->limits($db), self::applyLive($this->base, $next));
         }
         $this->db[$db]['live'] = $next;
         return null;
     }
 
-    /** CARRY_OVER 'change': the levels are clamped for good when the limits change. */
-    private function clampAll(int $db, array $limits): void
+    /**
+     * CARRY_OVER 'change' (what `set` does): every bucket is carried over at the change. The
+     * global bucket and the hot lane are known keys: a full one (no key) carries its old
+     * capacity, clamped to the new one. A hot-shop bucket without a key (full) stays full at
+     * whatever capacity comes; one clamped to the new capacity is full (its key deleted).
+     */
+    private function clampAll(int $db, array $old, array $limits): void
     {
         foreach (['global', 'hot_lane'] as $lane) {
-            $l = $this->db[$db]['levels'][$lane];
-            if ($l !== null && isset($limits[$lane])) {
-                $this->db[$db]['levels'][$lane] = min($l, $limits[$lane][0]);
+            if (!isset($limits[$lane], $old[$lane])) {
+                continue;
             }
+            $l = $this->db[$db]['levels'][$lane] ?? $old[$lane][0];
+            $this->db[$db]['levels'][$lane] = min($l, $limits[$lane][0]);
         }
         foreach ($this->db[$db]['shops'] as $shop => $l) {
             if ($l !== null && isset($limits['hot_shop'])) {
-                $this->db[$db]['shops'][$shop] = min($l, $limits['hot_shop'][0]);
+                $c = min($l, $limits['hot_shop'][0]);
+                $this->db[$db]['shops'][$shop] = $c >= $limits['hot_shop'][0] ? null : $c;
             }
         }
     }

@@ -189,6 +189,7 @@ impl Admin {
             .apply(&base)
             .map_err(|e| format!("refused, nothing written: {e}"))?;
         let new = new_set.clone();
+        let (old_args, new_args) = (script::lane_args(&old), script::lane_args(&new_set));
         let mut warnings = Vec::new();
         for lane in Lane::ALL {
             if let (Some(o), Some(n)) = (old.get(lane), new.get(lane)) {
@@ -208,10 +209,12 @@ impl Admin {
         let at = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
-        let (limits, version_key, changes_key) = (
+        let (limits, version_key, changes_key, global, lane) = (
             self.keys.limits(),
             self.keys.limits_version(),
             self.keys.changes(),
+            self.keys.global(),
+            self.keys.hot_lane(),
         );
         let epoch = live::fresh_epoch();
         let version: Vec<u8> = self.call(|c| {
@@ -219,12 +222,18 @@ impl Admin {
             inv.key(&limits)
                 .key(&version_key)
                 .key(&changes_key)
+                .key(&global)
+                .key(&lane)
                 .arg(&current.id)
                 .arg(by)
                 .arg(at)
                 .arg(&old)
                 .arg(&new)
                 .arg(&epoch);
+            // Global and hot lane (the first four of each): old limits, then new.
+            for a in old_args[..4].iter().chain(&new_args[..4]) {
+                inv.arg(a.as_str());
+            }
             for lane in Lane::ALL {
                 if let Some((c, r)) = next.overrides[lane as usize] {
                     inv.arg(lane.as_str()).arg(format!("{c}/{r}"));

@@ -181,10 +181,10 @@ impl StoredBucket {
     /// The bucket's TAT at `now` under `spec`, and whether it was carried over from other
     /// limits (then the script writes it back, so that its key expires on the new limits'
     /// schedule). Written under the same limits: `max(tat, now)`. Otherwise the level in
-    /// tokens carries over, clamped to the new capacity, and refills at the new rate from
-    /// the instant of the live change decided with (`change_at`) if the bucket was written
-    /// before it, else from now (a deploy with other constructor values); a bucket that was
-    /// full is full. Nothing written after a live change has the old version (the script
+    /// tokens carries over, clamped to the new capacity (a full bucket's level is its old
+    /// capacity), and refills at the new rate from the instant of the live change decided
+    /// with (`change_at`) if the bucket was written before it, else from now (a deploy with
+    /// other constructor values). Nothing written after a live change has the old version (the script
     /// refuses callers that decide with an older one), so that is the level it had then.
     /// The arithmetic is the script's, operation for operation (Lua numbers are doubles):
     /// the credit is rounded down, never up.
@@ -199,12 +199,12 @@ impl StoredBucket {
         let mut x = b.tat;
         let mut moved = false;
         if let Some((old_interval, old_tolerance)) = b.params {
-            if (old_interval, old_tolerance) != (interval, tolerance) && x > now {
+            if (old_interval, old_tolerance) != (interval, tolerance) {
                 let c = match change_at {
                     Some(c) if b.change != Some(c) => c.min(now),
                     _ => now,
                 };
-                let credit = (old_tolerance - (x - c)).max(0);
+                let credit = (old_tolerance - (x - c)).clamp(0, old_tolerance);
                 let credit = ((credit as f64 / old_interval as f64 * interval as f64).floor()
                     as i64)
                     .min(tolerance);

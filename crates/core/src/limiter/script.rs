@@ -46,18 +46,19 @@ const SHEBANG: &str = "#!lua\n";
 /// decimal strings of ARGV): its TAT, and whether it was carried over from other limits.
 /// The Lua twin of `StoredBucket::effective_tat` (before `max(tat, now)`); shared by the
 /// decision and by [`CARRY_STEP`].
-const CARRY: &str = r#"
+pub(crate) const CARRY: &str = r#"
 local function carry(s, si, st, interval, tol, now, change)
   local a, oi, ot, w = string.match(s, '^(%d+):(%d+):(%d+):?(%d*)$')
   if not a then return tonumber(s), false end
   local x = tonumber(a)
-  if x <= now or (oi == si and ot == st) then return x, false end
+  if oi == si and ot == st then return x, false end
   local c = now
   if change ~= '' and w ~= change then
     c = tonumber(change)
     if c > now then c = now end
   end
   local credit = tonumber(ot) - (x - c)
+  if credit > tonumber(ot) then credit = tonumber(ot) end
   if credit < 0 then credit = 0 end
   credit = math.floor(credit / tonumber(oi) * interval)
   if credit > tol then credit = tol end
