@@ -212,6 +212,19 @@ fn note_dropped(event_type: &str, dropped: &[String]) {
     }
 }
 
+/// A measured call's caller attributes, without the names the recorder owns.
+fn call_attributes(attributes: OptionalArray) -> PhpResult<Vec<(Name, AttrValue)>> {
+    let mut caller = match attributes.0 {
+        Some(ht) => self::attributes(ht).map_err(|e| configuration(e.to_string()))?,
+        None => Vec::new(),
+    };
+    note_dropped(
+        EXTERNAL_API_CALL,
+        &drop_owned(&mut caller, EXTERNAL_CALL_OWNED),
+    );
+    Ok(caller)
+}
+
 /// Request start: call counts are per request.
 pub fn request_startup() {
     with_state(|s| {
@@ -367,14 +380,7 @@ impl Telemetry {
         call: ZendCallable,
         attributes: OptionalArray,
     ) -> PhpResult<Zval> {
-        let mut caller = match attributes.0 {
-            Some(ht) => self::attributes(ht).map_err(|e| configuration(e.to_string()))?,
-            None => Vec::new(),
-        };
-        note_dropped(
-            EXTERNAL_API_CALL,
-            &drop_owned(&mut caller, EXTERNAL_CALL_OWNED),
-        );
+        let caller = call_attributes(attributes)?;
         let api = String::from_utf8_lossy(&api).into_owned();
         let timestamp_ms = now_ms();
         let started = Instant::now();
@@ -457,14 +463,7 @@ impl Telemetry {
                 "recordCall(): durationMs must be a finite number >= 0, got {durationMs}"
             )));
         }
-        let mut caller = match attributes.0 {
-            Some(ht) => self::attributes(ht).map_err(|e| configuration(e.to_string()))?,
-            None => Vec::new(),
-        };
-        note_dropped(
-            EXTERNAL_API_CALL,
-            &drop_owned(&mut caller, EXTERNAL_CALL_OWNED),
-        );
+        let caller = call_attributes(attributes)?;
         let failure = outcome
             .object()
             .filter(|o| o.instance_of(ext_php_rs::zend::ce::throwable()));
