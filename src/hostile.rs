@@ -23,7 +23,7 @@ use std::panic::AssertUnwindSafe;
 
 use ext_php_rs::boxed::ZBox;
 use ext_php_rs::types::{ZendObject, Zval};
-use ext_php_rs::zend::{try_catch, CatchError, ExecutorGlobals};
+use ext_php_rs::zend::{try_catch, CatchError, ExecutorGlobals, ProcessGlobals};
 use once_cell::sync::OnceCell;
 
 /// How a call into PHP ended.
@@ -116,10 +116,35 @@ fn pending() -> Pending {
 /// exception stays an exception, and an exit or fiber unwind (nothing left to unwind) is
 /// released here and reported as [`Ended::Failed`].
 pub fn call(f: impl FnOnce() -> ext_php_rs::error::Result<Zval>) -> Ended {
+    call_inner(f, false)
+}
+
+/// As [`call`], for a callee that is not the application's (a telemetry sink): an `exit()`
+/// in it is released too, and the exit status restored, wherever it happens. A fatal error
+/// still bails out, and a destroyed fiber still unwinds.
+pub fn call_contained(f: impl FnOnce() -> ext_php_rs::error::Result<Zval>) -> Ended {
+    call_inner(f, true)
+}
+
+/// PHP's last error as far as telling a new one apart goes: its message, type and line.
+fn last_error() -> (usize, i32, u32) {
+    let pg = ProcessGlobals::get();
+    (
+        pg.last_error_message as usize,
+        pg.last_error_type,
+        pg.last_error_lineno as u32,
+    )
+}
+
+/// E_ERROR, E_PARSE, E_CORE_ERROR, E_COMPILE_ERROR, E_USER_ERROR, E_RECOVERABLE_ERROR.
+const FATAL_ERRORS: i32 = 1 | 4 | 16 | 64 | 256 | 4096;
+
+fn call_inner(f: impl FnOnce() -> ext_php_rs::error::Result<Zval>, contain_exit: bool) -> Ended {
     let (top_level, exit_status) = {
         let eg = ExecutorGlobals::get();
         (eg.current_execute_data.is_null(), eg.exit_status)
     };
+    let error_before = last_error();
     let dummy = top_level.then(pass_function).flatten();
     let mut frame: ext_php_rs::ffi::zend_execute_data = unsafe { std::mem::zeroed() };
     if let Some(func) = dummy {
@@ -135,21 +160,31 @@ pub fn call(f: impl FnOnce() -> ext_php_rs::error::Result<Zval>) -> Ended {
         Err(e) => Err(e.to_string()),
         Ok(r) => r.map_err(|e| e.to_string()),
     };
+    // A fatal error unwinds like exit(255) where the engine can: told apart from an exit by
+    // a new fatal error in PHP's last error.
+    let fatal = || {
+        let now = last_error();
+        now != error_before && now.1 & FATAL_ERRORS != 0
+    };
     match pending() {
-        Pending::Exit | Pending::FiberDestroyed if top_level => {
-            // Nothing above to unwind: released as the engine would release it. The
-            // process's exit status is not the callee's to set, unless a fatal error set it
-            // (255): a fatal error stays one.
-            drop(ExecutorGlobals::take_exception());
-            let fatal = ExecutorGlobals::get().exit_status == 255 && exit_status != 255;
-            if !fatal {
-                ExecutorGlobals::get_mut().exit_status = exit_status;
+        Pending::Exit if fatal() => {
+            if top_level {
+                // Nothing above to unwind: released as the engine would; a fatal error
+                // stays one (its status 255 kept).
+                drop(ExecutorGlobals::take_exception());
+                Ended::Failed("fatal error".into())
+            } else {
+                Ended::FatalExit
             }
-            Ended::Failed(if fatal { "fatal error" } else { "exited" }.into())
         }
-        // A fatal error unwinds like exit() (status 255) where the engine can.
-        Pending::Exit if ExecutorGlobals::get().exit_status == 255 && exit_status != 255 => {
-            Ended::FatalExit
+        Pending::Exit | Pending::FiberDestroyed
+            if top_level || (contain_exit && matches!(pending(), Pending::Exit)) =>
+        {
+            // Nothing above to unwind, or an exit that is not the callee's to make:
+            // released as the engine releases it, and the exit status restored.
+            drop(ExecutorGlobals::take_exception());
+            ExecutorGlobals::get_mut().exit_status = exit_status;
+            Ended::Failed("exited".into())
         }
         Pending::Exit => Ended::Exit,
         Pending::FiberDestroyed => Ended::FiberDestroyed,

@@ -39,7 +39,14 @@ unsafe extern "C" fn request_startup(_ty: i32, _module_number: i32) -> i32 {
 
 /// RSHUTDOWN: the request's events go to the sinks (the response body is already flushed).
 unsafe extern "C" fn request_shutdown(_ty: i32, _module_number: i32) -> i32 {
-    let _ = std::panic::catch_unwind(telemetry::flush_now);
+    let _ = std::panic::catch_unwind(telemetry::flush_at_request_end);
+    0
+}
+
+/// Post-deactivate: events measured after our RSHUTDOWN (another module's request end,
+/// e.g. a session save handler) are written too.
+unsafe extern "C" fn post_deactivate() -> i32 {
+    let _ = std::panic::catch_unwind(telemetry::flush_after_request);
     0
 }
 
@@ -54,5 +61,6 @@ pub fn get_module(module: ModuleBuilder) -> ModuleBuilder {
         .class::<telemetry::Telemetry>()
         .request_startup_function(request_startup)
         .request_shutdown_function(request_shutdown)
+        .post_deactivate_function(post_deactivate)
         .info_function(info::php_info)
 }

@@ -17,10 +17,8 @@ use checkout_guard_core::{ConfigError, Decision as CoreDecision, Reason};
 use ext_php_rs::binary_slice::BinarySlice;
 use ext_php_rs::boxed::ZBox;
 use ext_php_rs::convert::IntoZval;
-use ext_php_rs::error::php_error;
 use ext_php_rs::exception::throw_object;
 use ext_php_rs::flags::ClassFlags;
-use ext_php_rs::flags::ErrorType;
 use ext_php_rs::prelude::*;
 use ext_php_rs::types::{ZendCallable, ZendHashTable, ZendObject, Zval};
 use once_cell::sync::Lazy;
@@ -90,10 +88,11 @@ fn build_state() -> State {
                 });
             }
         }
-        Err(e) => php_error(
-            &ErrorType::Warning,
-            &format!("{e}; telemetry is off in this process"),
-        ),
+        // Straight to the error log: this runs under the state lock, and an error handler
+        // (which may record telemetry, throw or bail out) must not run here.
+        Err(e) => crate::hostile::log_error(&format!(
+            "PHP Warning:  {e}; telemetry is off in this process"
+        )),
     }
     State {
         generation: checkout_guard_core::process::generation(),
@@ -225,6 +224,38 @@ fn call_attributes(attributes: OptionalArray) -> PhpResult<Vec<(Name, AttrValue)
     Ok(caller)
 }
 
+/// Request end (RSHUTDOWN): writes what is buffered, again while the sinks themselves
+/// (the New Relic agent) recorded more, a few passes at most.
+pub fn flush_at_request_end() {
+    for _ in 0..3 {
+        if flush_now() == 0 {
+            break;
+        }
+    }
+}
+
+/// After every module's request end (post-deactivate: a session save handler measured
+/// after our RSHUTDOWN): what is still buffered goes to the sinks that need no PHP; the New
+/// Relic sink cannot be called any more, and counts it as dropped.
+pub fn flush_after_request() {
+    let taken = with_state(|s| {
+        if s.buffer.buffered() == 0 {
+            return None;
+        }
+        let sinks = s.sinks.take()?;
+        Some((s.buffer.take(), sinks))
+    });
+    let Some((batch, mut sinks)) = taken else {
+        return;
+    };
+    sinks.write_without(
+        &batch,
+        "newrelic",
+        "the request had ended: PHP cannot be called",
+    );
+    with_state(|s| s.sinks = Some(sinks));
+}
+
 /// Request start: call counts are per request.
 pub fn request_startup() {
     with_state(|s| {
@@ -302,7 +333,7 @@ impl Sink for NewRelicSink {
                 r.map_err(|e| e.to_string())?;
             }
             // A call into PHP: see `hostile.rs` for what it may do.
-            match hostile::call(|| f.try_call(vec![&e.event_type.as_str(), &attrs])) {
+            match hostile::call_contained(|| f.try_call(vec![&e.event_type.as_str(), &attrs])) {
                 Ended::Returned(_) => {}
                 Ended::Threw(ex) => {
                     let class = ex.get_class_name().unwrap_or_else(|_| "?".into());
@@ -355,9 +386,29 @@ fn status_of(v: &Zval) -> Result<i64, Ended> {
 /// whatever the method throws or returns that is not a status (the call's own outcome
 /// matters, not this probe's). A call into PHP: see `hostile.rs`.
 fn call_status_method(obj: &ZendObject, method: &str) -> Result<Option<i64>, Ended> {
-    match hostile::call(|| obj.try_call_method(method, vec![])) {
-        Ended::Returned(r) if method == "getStatusCode" => Ok(r.long()),
-        Ended::Returned(r) => status_of(&r).map(Some),
+    // What the method returned is read and dropped inside the guarded call: dropping it may
+    // run a destructor (PHP code) that exits or hits a fatal error.
+    let inner = std::cell::Cell::new(None);
+    let ended = hostile::call(|| {
+        let r = obj.try_call_method(method, vec![])?;
+        let status = if method == "getStatusCode" {
+            Ok(r.long())
+        } else {
+            status_of(&r).map(Some)
+        };
+        drop(r);
+        match status {
+            Ok(status) => inner.set(Some(status)),
+            // A fatal error in a nested probe: bail on out of this call too.
+            // SAFETY: `r` is dropped; nothing on this closure's frame needs dropping.
+            Err(Ended::Bailout) => unsafe { hostile::resume_bailout() },
+            // exit() or a destroyed fiber in a nested probe: still pending, seen below.
+            Err(_) => {}
+        }
+        Ok(Zval::new())
+    });
+    match ended {
+        Ended::Returned(_) => Ok(inner.take().flatten()),
         Ended::Threw(_) | Ended::Failed(_) => Ok(None),
         stop => Err(stop),
     }
@@ -501,7 +552,13 @@ impl Telemetry {
     pub fn record(eventType: BinarySlice<u8>, attributes: &ZendHashTable) -> PhpResult<()> {
         let mut e = Event::new(&eventType).map_err(|e| configuration(e.to_string()))?;
         let mut attrs = self::attributes(attributes).map_err(|e| configuration(e.to_string()))?;
-        note_dropped(e.event_type.as_str(), &drop_owned(&mut attrs, RECORD_OWNED));
+        // An "ExternalApiCall" is measured, never told: its measured names are dropped too.
+        let owned = if e.event_type == EXTERNAL_API_CALL {
+            EXTERNAL_CALL_OWNED
+        } else {
+            RECORD_OWNED
+        };
+        note_dropped(e.event_type.as_str(), &drop_owned(&mut attrs, owned));
         e.set("timestamp", AttrValue::Int(now_ms()));
         for (k, v) in attrs {
             e.set_named(k, v);

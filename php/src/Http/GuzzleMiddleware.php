@@ -44,7 +44,13 @@ final class GuzzleMiddleware
                 $timestampMs = (int) floor(microtime(true) * 1000);
                 $started = hrtime(true);
                 $record = static function (mixed $outcome) use ($api, $timestampMs, $started, $attrs): void {
-                    Telemetry::recordCall($api, $timestampMs, (hrtime(true) - $started) / 1e6, $outcome, $attrs);
+                    try {
+                        Telemetry::recordCall($api, $timestampMs, (hrtime(true) - $started) / 1e6, $outcome, $attrs);
+                    } catch (\CheckoutGuard\ConfigurationException) {
+                        // Attributes that are not scalars: the transfer already happened, its
+                        // response or rejection goes on unchanged (telemetry never throws into
+                        // the checkout); the event is lost.
+                    }
                 };
                 try {
                     $promise = $handler($request, $options);

@@ -108,6 +108,30 @@ impl Sinks {
         }
     }
 
+    /// Writes a batch to every sink but the one named `skip`, which drops it and counts a
+    /// failure (`why`).
+    pub fn write_without(&mut self, events: &[Event], skip: &str, why: &str) {
+        if events.is_empty() {
+            return;
+        }
+        let n = events.len() as u64;
+        for (sink, stats) in &mut self.sinks {
+            let result = if sink.name() == skip {
+                Err(why.to_string())
+            } else {
+                sink.write(events)
+            };
+            match result {
+                Ok(()) => stats.written += n,
+                Err(e) => {
+                    stats.dropped += n;
+                    stats.failures += 1;
+                    stats.last_error = Some(e);
+                }
+            }
+        }
+    }
+
     pub fn stats(&self) -> impl Iterator<Item = (&'static str, &SinkStats)> {
         self.sinks.iter().map(|(s, st)| (s.name(), st))
     }
