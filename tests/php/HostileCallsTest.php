@@ -519,6 +519,230 @@ final class HostileCallsTest extends LimiterTestCase
         $this->assertSame([], json_decode($r['out'], true)['handled']);
     }
 
+    public function testAForkedChildWithBadTelemetrySettingsNeverCallsItsErrorHandlerUnderTheLock(): void
+    {
+        // The warning that telemetry is off comes on the first call in the forked child (its
+        // state is built afresh). An error handler that records, throws, exits or turns it
+        // into a fatal error must not run then: it deadlocked the child (record, fatal
+        // error) or replaced the measured call's result. Each child is bounded by an alarm
+        // (SIGALRM, 14): the parent always sees it end.
+        $r = $this->child('
+            $handlers = [
+                "record" => function (int $no, string $message) {
+                    Telemetry::record("Warned", ["message" => $message]);
+                    return true;
+                },
+                "throw" => function (int $no, string $message) {
+                    throw new \ErrorException($message);
+                },
+                "exit" => function () {
+                    exit(3);
+                },
+                "fatal" => function (int $no, string $message) {
+                    trigger_error("converted: $message", E_USER_ERROR);
+                },
+            ];
+            Telemetry::record("CheckoutStep", ["step" => "parent"]);
+            $ended = [];
+            foreach ($handlers as $name => $handler) {
+                $pid = pcntl_fork();
+                if ($pid === 0) {
+                    pcntl_alarm(2);
+                    set_error_handler($handler);
+                    exit(Telemetry::measure("child-call", fn () => 42));
+                }
+                pcntl_waitpid($pid, $status);
+                $ended[$name] = pcntl_wifexited($status) ? pcntl_wexitstatus($status) : "signal " . pcntl_wtermsig($status);
+            }
+            echo json_encode($ended);
+        ', ['checkout_guard.events.sinks' => 'jsonl,kafka']);
+        $this->assertEnded(0, $r);
+        $this->assertSame(
+            ['record' => 42, 'throw' => 42, 'exit' => 42, 'fatal' => 42],
+            json_decode($r['out'], true),
+            "each child's exit status is what measure() returned\nstderr: {$r['err']}"
+        );
+        $this->assertSame([], $this->takeEvents(), 'telemetry is off');
+    }
+
+    public function testEventsRecordedByTheAgentAtRequestEndOrBySessionSaveHandlerAreWritten(): void
+    {
+        // The New Relic agent (called at request end) records and measures while the sinks
+        // run: written too, to every sink.
+        $r = $this->child(sprintf(self::AGENT, '
+            static $calls = 0;
+            echo "agent:$name:", $attributes["api"] ?? "", ";";
+            if (++$calls === 1) {
+                Telemetry::record("FromAgent", ["k" => "v"]);
+                Telemetry::measure("agent-call", fn () => 201);
+            }
+        ') . '
+            Telemetry::measure("zoneA", fn () => 200);
+            echo "done;";
+        ', ['checkout_guard.events.sinks' => 'newrelic,jsonl']);
+        $this->assertEnded(0, $r);
+        $this->assertSame('', $r['err']);
+        $this->assertSame('done;agent:ExternalApiCall:zoneA;agent:FromAgent:;agent:ExternalApiCall:agent-call;', $r['out']);
+        $this->assertSame(
+            [['ExternalApiCall', 'zoneA', null], ['FromAgent', null, null], ['ExternalApiCall', 'agent-call', null]],
+            self::summary($this->takeEvents())
+        );
+
+        // A session save handler (not registered as a shutdown function) writes the session
+        // after checkout_guard's own request end: its measured call is written too.
+        $r = $this->child('
+            final class MeasuredSessions implements \SessionHandlerInterface
+            {
+                public function open(string $path, string $name): bool { return true; }
+                public function close(): bool { return true; }
+                public function read(string $id): string|false { return Telemetry::measure("session-read", fn () => ""); }
+                public function write(string $id, string $data): bool { return Telemetry::measure("session-write", fn () => true); }
+                public function destroy(string $id): bool { return true; }
+                public function gc(int $max): int|false { return 0; }
+            }
+            session_set_save_handler(new MeasuredSessions(), false);
+            session_id("abc");
+            session_start();
+            $_SESSION["cart"] = 1;
+            Telemetry::record("CheckoutStep", ["step" => "confirm"]);
+            echo "done;";
+        ', ['session.use_cookies' => '0', 'session.cache_limiter' => '']);
+        $this->assertEnded(0, $r);
+        $this->assertSame('', $r['err']);
+        $this->assertSame('done;', $r['out']);
+        $this->assertSame(
+            [['ExternalApiCall', 'session-read', null], ['CheckoutStep', 'confirm', null], ['ExternalApiCall', 'session-write', null]],
+            self::summary($this->takeEvents())
+        );
+    }
+
+    public function testAFatalErrorInTheDestructorOfWhatAProbeReturnedIsRecordedAsAFatalError(): void
+    {
+        $prelude = '
+            /** Runs $dtor when destroyed. */
+            final class Doomed
+            {
+                public function __construct(private \Closure $dtor)
+                {
+                }
+
+                public function __destruct()
+                {
+                    ($this->dtor)();
+                }
+            }
+        ';
+        // getResponse() of the thrown exception returns it.
+        $r = $this->child($prelude . '
+            try {
+                Telemetry::measure("payment", function () {
+                    throw new ProbeFailure(fn () => new Doomed(fn () => trigger_error("destructor broke", E_USER_ERROR)));
+                });
+            } catch (\Throwable $t) {
+                echo "caught ", get_class($t);
+            }
+            echo "not reached";
+        ');
+        $this->assertEnded(255, $r);
+        $this->assertSame('', $r['out']);
+        $this->assertStringContainsString('Fatal error: destructor broke', $r['err']);
+        $events = $this->takeEvents();
+        $this->assertSame([['ExternalApiCall', 'payment', 'fatal_error']], self::summary($events));
+        $this->assertSame(0, $events[0]['http.response.status_code']);
+
+        // getStatusCode() of the returned object returns it.
+        $r = $this->child($prelude . '
+            Telemetry::measure("zoneA", fn () => new Probe(fn () => new Doomed(fn () => trigger_error("destructor broke", E_USER_ERROR))));
+            echo "not reached";
+        ');
+        $this->assertEnded(255, $r);
+        $this->assertSame('', $r['out']);
+        $this->assertStringContainsString('Fatal error: destructor broke', $r['err']);
+        $events = $this->takeEvents();
+        $this->assertSame([['ExternalApiCall', 'zoneA', 'fatal_error']], self::summary($events));
+        $this->assertSame(0, $events[0]['http.response.status_code']);
+    }
+
+    public function testRecordCannotForgeAnExternalApiCall(): void
+    {
+        $r = $this->child('
+            $before = [Telemetry::callCount("payment"), Telemetry::callCount()];
+            for ($i = 0; $i < 3; $i++) {
+                Telemetry::record("ExternalApiCall", [
+                    "api" => "payment",
+                    "http.response.status_code" => 500,
+                    "duration.ms" => 99999,
+                    "error.type" => "500",
+                    "step" => "confirm",
+                ]);
+            }
+            echo json_encode([
+                "before" => $before,
+                "after" => [Telemetry::callCount("payment"), Telemetry::callCount()],
+                "dropped" => Telemetry::stats()["dropped_attributes"] ?? null,
+            ]);
+        ');
+        $this->assertEnded(0, $r);
+        $out = json_decode($r['out'], true);
+        $this->assertSame([0, 0], $out['before'], $r['out']);
+        $this->assertSame([0, 0], $out['after'], 'no call counted for the call budget');
+        $this->assertSame(3 * 4, $out['dropped'], 'api, status, duration and error.type of each');
+        $this->assertStringContainsString('checkout_guard: attribute(s) api, http.response.status_code, duration.ms, error.type of a ExternalApiCall event dropped', $r['err']);
+        foreach ($this->takeEvents() as $e) {
+            foreach (['api', 'http.response.status_code', 'duration.ms', 'error.type'] as $forged) {
+                $this->assertArrayNotHasKey($forged, $e, json_encode($e));
+            }
+            $this->assertSame('confirm', $e['step']);
+        }
+    }
+
+    public function testExit255IsAnExitNotAFatalErrorAndAnAgentsExit255LeavesTheScriptsStatus(): void
+    {
+        $r = $this->child('Telemetry::measure("redirect", function () { exit(255); }); echo "not reached";');
+        $this->assertEnded(255, $r);
+        $this->assertSame('', $r['out'] . $r['err']);
+        $this->assertSame([['ExternalApiCall', 'redirect', 'exit']], self::summary($this->takeEvents()));
+
+        // The New Relic agent exits with 255 at request end: the script's status stays 0.
+        $r = $this->child(sprintf(self::AGENT, 'exit(255);') . '
+            Telemetry::measure("zoneA", fn () => 200);
+            Telemetry::record("CheckoutStep", ["step" => "pay"]);
+            echo "done;";
+        ', ['checkout_guard.events.sinks' => 'newrelic,jsonl']);
+        $this->assertEnded(0, $r);
+        $this->assertSame('done;', $r['out']);
+        $this->assertSame('', $r['err']);
+        $this->assertSame([['ExternalApiCall', 'zoneA', null], ['CheckoutStep', 'pay', null]], self::summary($this->takeEvents()));
+    }
+
+    public function testANewRelicAgentThatExitsDuringARequestIsCountedNeverEndsTheScript(): void
+    {
+        // A buffer of one event: every record() and measure() writes to the sinks at once;
+        // the agent exits on the second event, the measured call's.
+        $r = $this->child(sprintf(self::AGENT, '
+            static $calls = 0;
+            if (++$calls === 2) {
+                exit(7);
+            }
+        ') . '
+            Telemetry::record("CheckoutStep", ["step" => "cart"]);
+            $result = Telemetry::measure("zoneA", fn () => 200);
+            Telemetry::record("CheckoutStep", ["step" => "pay"]);
+            echo json_encode(["result" => $result, "sinks" => Telemetry::stats()["sinks"]]);
+        ', ['checkout_guard.events.sinks' => 'newrelic,jsonl', 'checkout_guard.events.buffer_size' => '1']);
+        $this->assertEnded(0, $r);
+        $this->assertSame('', $r['err']);
+        $out = json_decode($r['out'], true);
+        $this->assertSame(200, $out['result'] ?? null, $r['out']);
+        $newRelic = $out['sinks']['newrelic'];
+        $this->assertSame([2, 1, 1], [$newRelic['written'], $newRelic['dropped'], $newRelic['failures'] ?? null], $r['out']);
+        $this->assertSame(3, $out['sinks']['jsonl']['written']);
+        $this->assertSame(
+            [['CheckoutStep', 'cart', null], ['ExternalApiCall', 'zoneA', null], ['CheckoutStep', 'pay', null]],
+            self::summary($this->takeEvents())
+        );
+    }
+
     public function testUnderPhpFpmAMeasuredCallbackThatExitsSendsItsResponseAndNoWorkerDies(): void
     {
         $http = getenv('CHECKOUT_GUARD_TEST_HTTP');

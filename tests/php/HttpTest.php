@@ -263,6 +263,30 @@ final class HttpTest extends LimiterTestCase
         }
     }
 
+    public function testGuzzleMiddlewareHandsOnTheTransferWhenTheAttributesAreNotScalars(): void
+    {
+        $response = new \GuzzleHttp\Psr7\Response(200);
+        $request = new GuzzleRequest('GET', 'https://items.example/x');
+        $rejection = new \GuzzleHttp\Exception\RequestException('boom', $request, new \GuzzleHttp\Psr7\Response(503));
+        $stack = HandlerStack::create(new \GuzzleHttp\Handler\MockHandler([$response, $rejection]));
+        $stack->push(GuzzleMiddleware::measure(
+            fn () => ['zoneA', null],
+            fn () => ['shop.id' => new class () {
+                public function __toString(): string
+                {
+                    return 's1';
+                }
+            }]
+        ));
+        $client = new Guzzle(['handler' => $stack, 'http_errors' => false]);
+
+        // The transfer happened: the caller gets its response, not a ConfigurationException.
+        $this->assertSame($response, $client->get('https://items.example/x'));
+        $results = Utils::settle([$client->getAsync('https://items.example/x')])->wait();
+        $this->assertSame('rejected', $results[0]['state']);
+        $this->assertSame($rejection, $results[0]['reason'], 'the handler\'s very reason');
+    }
+
     public function testRecordCallTakesTheCallersTimingAndFindsTheStatusAsMeasureDoes(): void
     {
         $request = $this->factory->createRequest('GET', 'https://items.example/x');

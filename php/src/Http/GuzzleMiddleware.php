@@ -46,10 +46,11 @@ final class GuzzleMiddleware
                 $record = static function (mixed $outcome) use ($api, $timestampMs, $started, $attrs): void {
                     try {
                         Telemetry::recordCall($api, $timestampMs, (hrtime(true) - $started) / 1e6, $outcome, $attrs);
-                    } catch (\CheckoutGuard\ConfigurationException) {
-                        // Attributes that are not scalars: the transfer already happened, its
-                        // response or rejection goes on unchanged (telemetry never throws into
-                        // the checkout); the event is lost.
+                    } catch (\Throwable) {
+                        // Attributes that are not scalars, a namer breaking its contract: the
+                        // transfer already happened, its response or rejection goes on
+                        // unchanged (telemetry never throws into the checkout); the event is
+                        // lost.
                     }
                 };
                 try {
