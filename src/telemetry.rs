@@ -169,16 +169,22 @@ fn push_call(call: ExternalCall, caller: Vec<(Name, AttrValue)>) {
     }
 }
 
-/// Writes the buffer to every sink without holding the state lock while sinks run (the
-/// New Relic sink calls PHP, which may record again). Returns the events written.
-pub fn flush_now() -> usize {
-    let taken = with_state(|s| {
+/// The buffered events and the sinks, taken out of the state so that no lock is held
+/// while sinks run; `None` when nothing is buffered (or a flush already has them out).
+fn take_batch() -> Option<(Vec<Event>, Sinks)> {
+    with_state(|s| {
         if s.buffer.buffered() == 0 {
             return None;
         }
         let sinks = s.sinks.take()?;
         Some((s.buffer.take(), sinks))
-    });
+    })
+}
+
+/// Writes the buffer to every sink without holding the state lock while sinks run (the
+/// New Relic sink calls PHP, which may record again). Returns the events written.
+pub fn flush_now() -> usize {
+    let taken = take_batch();
     let Some((batch, mut sinks)) = taken else {
         return 0;
     };
@@ -238,13 +244,7 @@ pub fn flush_at_request_end() {
 /// after our RSHUTDOWN): what is still buffered goes to the sinks that need no PHP; the New
 /// Relic sink cannot be called any more, and counts it as dropped.
 pub fn flush_after_request() {
-    let taken = with_state(|s| {
-        if s.buffer.buffered() == 0 {
-            return None;
-        }
-        let sinks = s.sinks.take()?;
-        Some((s.buffer.take(), sinks))
-    });
+    let taken = take_batch();
     let Some((batch, mut sinks)) = taken else {
         return;
     };
