@@ -251,7 +251,7 @@ impl Limiter {
     /// with the reason, remaining tokens and a retry time Valkey would give. Only when
     /// every bucket that applies is known: the global one, and for a hot shop its hot
     /// buckets; a shop not listed in `hot_shops` is taken as hot or not as the last reply
-    /// about it found it, for no longer than a second or than its mark.
+    /// about it found it, for no longer than `MAX_LOCAL_DENIAL_NS` or than its mark.
     fn deny_locally(
         &self,
         tuned: &Tuned,
