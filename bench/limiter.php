@@ -153,17 +153,19 @@ function run_case(string $name, int $n, int $count, callable $make, string $topC
     ];
 }
 
-/** The decision script, as the extension runs it (read from its source). */
+/** The decision script, as the extension runs it (the same .lua files it includes). */
 function decide_script(): string
 {
-    $src = (string) file_get_contents(__DIR__ . '/../crates/core/src/limiter/script.rs');
-    preg_match('/const CARRY: &str = r#"(.*?)"#;/s', $src, $carry);
-    preg_match('/const CLOCK_BLOCK: &str = "\\\\\n(.*?)";/s', $src, $clock);
-    preg_match('/const BODY: &str = r#"(.*?)"#;/s', $src, $body);
-    if (!$carry || !$clock || !$body) {
-        throw new RuntimeException('decision script not found in script.rs');
+    $dir = __DIR__ . '/../crates/core/src/limiter/scripts';
+    $parts = [];
+    foreach (['carry.lua', 'clock.lua', 'decide.lua'] as $file) {
+        $text = file_get_contents("$dir/$file");
+        if ($text === false) {
+            throw new RuntimeException("decision script part $dir/$file not found");
+        }
+        $parts[] = $text;
     }
-    return "#!lua\n" . $carry[1] . $clock[1] . $body[1];
+    return "#!lua\n" . implode('', $parts);
 }
 
 $always = ['capacity' => 1_000_000, 'refill_per_second' => 1_000_000];
