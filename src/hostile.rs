@@ -177,15 +177,10 @@ fn call_inner(f: impl FnOnce() -> ext_php_rs::error::Result<Zval>, contain_exit:
                 Ended::FatalExit
             }
         }
-        Pending::Exit | Pending::FiberDestroyed
-            if top_level || (contain_exit && matches!(pending(), Pending::Exit)) =>
-        {
-            // Nothing above to unwind, or an exit that is not the callee's to make:
-            // released as the engine releases it, and the exit status restored.
-            drop(ExecutorGlobals::take_exception());
-            ExecutorGlobals::get_mut().exit_status = exit_status;
-            Ended::Failed("exited".into())
-        }
+        // Nothing above to unwind, or an exit that is not the callee's to make: released
+        // as the engine releases it, and the exit status restored.
+        Pending::Exit if top_level || contain_exit => release_exit(exit_status),
+        Pending::FiberDestroyed if top_level => release_exit(exit_status),
         Pending::Exit => Ended::Exit,
         Pending::FiberDestroyed => Ended::FiberDestroyed,
         Pending::Exception => match ExecutorGlobals::take_exception() {
@@ -197,6 +192,14 @@ fn call_inner(f: impl FnOnce() -> ext_php_rs::error::Result<Zval>, contain_exit:
             Err(e) => Ended::Failed(e),
         },
     }
+}
+
+/// Releases a pending exit (or fiber unwind) object as the engine would, and puts back the
+/// exit status the process had before the call.
+fn release_exit(exit_status: i32) -> Ended {
+    drop(ExecutorGlobals::take_exception());
+    ExecutorGlobals::get_mut().exit_status = exit_status;
+    Ended::Failed("exited".into())
 }
 
 /// The engine's `zend_pass_function`, the internal function of its own dummy frames.

@@ -55,6 +55,8 @@ struct Tuned {
     lane_args: [String; 6],
     /// The local-denial key of the global bucket (the same for every shop).
     global_denial_key: u64,
+    /// The local-denial key of the hot lane (shared by every hot shop, like global's).
+    hot_lane_denial_key: u64,
 }
 
 impl Tuned {
@@ -79,8 +81,10 @@ impl Tuned {
             buckets,
             lane_args,
             global_denial_key: 0,
+            hot_lane_denial_key: 0,
         };
         tuned.global_denial_key = tuned.hashed_denial_key(denial_tags, Lane::Global, b"");
+        tuned.hot_lane_denial_key = tuned.hashed_denial_key(denial_tags, Lane::HotLane, b"");
         (tuned, error)
     }
 
@@ -224,10 +228,10 @@ impl Limiter {
     }
 
     fn denial_key(&self, tuned: &Tuned, lane: Lane, shop: &[u8]) -> u64 {
-        if lane == Lane::Global {
-            tuned.global_denial_key
-        } else {
-            tuned.hashed_denial_key(&self.denial_tags, lane, shop)
+        match lane {
+            Lane::Global => tuned.global_denial_key,
+            Lane::HotLane => tuned.hot_lane_denial_key,
+            Lane::HotShop => tuned.hashed_denial_key(&self.denial_tags, lane, shop),
         }
     }
 
