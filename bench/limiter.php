@@ -153,19 +153,21 @@ function run_case(string $name, int $n, int $count, callable $make, string $topC
     ];
 }
 
-/** The decision script, as the extension runs it (the same .lua files it includes). */
-function decide_script(): string
+/**
+ * The decision script and, per shop, its KEYS and ARGV exactly as the extension encodes
+ * them: `checkout-guard limiter call` prints both from the model's encoder (DecideCall),
+ * so this hand-written client can never drift from the extension's contract.
+ */
+function encoded_calls(string $name, array $shops): array
 {
-    $dir = __DIR__ . '/../crates/core/src/limiter/scripts';
-    $parts = [];
-    foreach (['carry.lua', 'clock.lua', 'decide.lua'] as $file) {
-        $text = file_get_contents("$dir/$file");
-        if ($text === false) {
-            throw new RuntimeException("decision script part $dir/$file not found");
-        }
-        $parts[] = $text;
+    $cli = getenv('CG_CLI') ?: __DIR__ . '/../target/release/checkout-guard';
+    $cmd = array_merge([$cli, 'limiter', '--name', $name, 'call', '--global', '1000000/1000000'], $shops);
+    $out = shell_exec(implode(' ', array_map('escapeshellarg', $cmd)));
+    $decoded = is_string($out) ? json_decode($out, true) : null;
+    if (!is_array($decoded) || !isset($decoded['script'], $decoded['calls'])) {
+        throw new RuntimeException("`checkout-guard limiter call` gave no encoded calls (is $cli built?)");
     }
-    return "#!lua\n" . implode('', $parts);
+    return $decoded;
 }
 
 $always = ['capacity' => 1_000_000, 'refill_per_second' => 1_000_000];
@@ -211,15 +213,17 @@ $cases = [
 /** What a PHP team would write by hand: the same script through phpredis evalSha. */
 function evalsha_op(Redis $r, callable $shops): Closure
 {
-    $script = decide_script();
+    // The same call the extension sends for 1 token of a shop that is not hot, global
+    // 1,000,000 tokens at 1,000,000/s, no hot buckets; one encoded call per shop.
+    $encoded = encoded_calls('bench-php', array_map(static fn ($i) => "shop-$i", range(1, 1000)));
+    $script = $encoded['script'];
+    $calls = [];
+    foreach ($encoded['calls'] as $c) {
+        $calls[$c['shop']] = array_merge($c['keys'], $c['argv']);
+    }
     $sha = $r->script('load', $script);
-    // The same arguments the extension sends: 1 token, not statically hot, global
-    // interval 1 µs / tolerance 1 s (1,000,000 tokens at 1,000,000/s), no hot buckets.
-    return static function () use ($r, $sha, $script, $shops): bool {
-        $shop = $shops();
-        $args = ['{cg:bench-php}:b:global', '{cg:bench-php}:b:lane', "{cg:bench-php}:b:shop:$shop", "{cg:bench-php}:hot:$shop",
-            '{cg:bench-php}:limits:v', '{cg:bench-php}:ah:', '{cg:bench-php}:settings',
-            1, 0, 1, 1_000_000, 0, 0, 0, 0, '', $shop, 0, 0, 0, 0, 'global=1000000/1000000'];
+    return static function () use ($r, $sha, $script, $shops, $calls): bool {
+        $args = $calls[$shops()];
         $reply = $r->evalSha($sha, $args, 7);
         if ($reply === false) {
             $reply = $r->eval($script, $args, 7);

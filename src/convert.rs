@@ -1,8 +1,8 @@
 //! PHP values into the core's `Value` tree, so that all validation happens in the core.
 
-use checkout_guard_core::telemetry::{name, AttrValue, Name};
-use checkout_guard_core::value::quote_bytes;
-use checkout_guard_core::{ConfigError, Value};
+use checkout_guard_model::value::quote_bytes;
+use checkout_guard_model::{ConfigError, Value};
+use checkout_guard_runtime::telemetry::{name, AttrValue, Name};
 use ext_php_rs::convert::{FromZval, StubLiteral};
 use ext_php_rs::flags::DataType;
 use ext_php_rs::types::{ArrayKey, ZendHashTable, Zval};

@@ -1,4 +1,4 @@
-use checkout_guard_core::Decision as CoreDecision;
+use checkout_guard_model::Decision as CoreDecision;
 use ext_php_rs::flags::ClassFlags;
 use ext_php_rs::prelude::*;
 

@@ -10,7 +10,7 @@
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-use checkout_guard_core::LimiterError;
+use checkout_guard_model::LimiterError;
 use ext_php_rs::builders::ClassBuilder;
 use ext_php_rs::exception::PhpException;
 use ext_php_rs::zend::{ce, ClassEntry};

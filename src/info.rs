@@ -1,6 +1,6 @@
 //! The `phpinfo()` section: version and settings, with any password masked.
 
-use checkout_guard_core::store::mask_password;
+use checkout_guard_model::mask_password;
 use ext_php_rs::zend::ModuleEntry;
 use ext_php_rs::{info_table_end, info_table_header, info_table_row, info_table_start};
 
@@ -11,7 +11,7 @@ pub extern "C" fn php_info(_module: *mut ModuleEntry) {
     let _ = std::panic::catch_unwind(|| {
         info_table_start!();
         info_table_header!("checkout_guard", "enabled");
-        info_table_row!("version", checkout_guard_core::VERSION);
+        info_table_row!("version", checkout_guard_model::VERSION);
         info_table_row!(
             "decision script",
             "token bucket (GCRA), EVALSHA, one round trip on Valkey's clock"

@@ -1,6 +1,6 @@
 //! The `checkout_guard.*` INI settings: process-wide defaults for every limiter.
 
-use checkout_guard_core::{ConfigError, Defaults};
+use checkout_guard_model::{ConfigError, Defaults};
 use ext_php_rs::ffi::zend_ini_entry;
 use ext_php_rs::flags::IniEntryPermission;
 use ext_php_rs::zend::{ExecutorGlobals, IniEntryDef, IniEntryDefs};

@@ -1,6 +1,6 @@
-//! checkout_guard: the PHP extension. This crate only wires PHP to the core crate:
-//! classes, INI entries, the phpinfo() section. Decision logic lives in
-//! `crates/core` (checkout-guard-core), which has no PHP symbols.
+//! checkout_guard: the PHP extension. This crate only wires PHP to the runtime:
+//! classes, INI entries, the phpinfo() section. Decisions live in `crates/model` (pure)
+//! and `crates/runtime` (store, caches, telemetry), which have no PHP symbols.
 
 #![cfg_attr(windows, feature(abi_vectorcall))]
 
@@ -20,7 +20,7 @@ use ext_php_rs::prelude::*;
 fn startup(_ty: i32, module_number: i32) -> i32 {
     ini::register(module_number);
     // Before php-fpm forks its workers: they all share the table of local denials.
-    checkout_guard_core::limiter::denials::init_shared();
+    checkout_guard_runtime::denials::init_shared();
     match errors::register_exception_classes() {
         Ok(()) => 0,
         Err(e) => {
@@ -55,7 +55,7 @@ unsafe extern "C" fn post_deactivate() -> i32 {
 pub fn get_module(module: ModuleBuilder) -> ModuleBuilder {
     module
         .name("checkout_guard")
-        .version(checkout_guard_core::VERSION)
+        .version(checkout_guard_model::VERSION)
         .class::<rate_limiter::RateLimiter>()
         .class::<decision::Decision>()
         .class::<telemetry::Telemetry>()

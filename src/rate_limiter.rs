@@ -2,7 +2,8 @@
 // named arguments: they follow the PHP contract (camelCase), not Rust style.
 #![allow(non_snake_case)]
 
-use checkout_guard_core::{Limiter, LimiterOptions};
+use checkout_guard_model::LimiterOptions;
+use checkout_guard_runtime::Limiter;
 use ext_php_rs::binary_slice::BinarySlice;
 use ext_php_rs::boxed::ZBox;
 use ext_php_rs::flags::ClassFlags;

@@ -8,12 +8,12 @@
 use std::collections::HashMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use checkout_guard_core::telemetry::{
+use checkout_guard_model::{ConfigError, Decision as CoreDecision, Reason};
+use checkout_guard_runtime::telemetry::{
     decision_event, drop_owned, external_call_event, AttrValue, Buffer, Event, ExternalCall,
     JsonlSink, Name, RawTelemetryIni, Sink, SinkKind, Sinks, StreamSink, TelemetryConfig,
     EXTERNAL_API_CALL, EXTERNAL_CALL_OWNED, RECORD_OWNED,
 };
-use checkout_guard_core::{ConfigError, Decision as CoreDecision, Reason};
 use ext_php_rs::binary_slice::BinarySlice;
 use ext_php_rs::boxed::ZBox;
 use ext_php_rs::convert::IntoZval;
@@ -95,7 +95,7 @@ fn build_state() -> State {
         )),
     }
     State {
-        generation: checkout_guard_core::process::generation(),
+        generation: checkout_guard_runtime::process::generation(),
         config,
         buffer: Buffer::new(capacity),
         sinks: Some(Sinks::new(sinks)),
@@ -109,7 +109,7 @@ fn build_state() -> State {
 /// Runs `f` on the process's state, building it on first use (and again after fork).
 fn with_state<T>(f: impl FnOnce(&mut State) -> T) -> T {
     let mut guard = STATE.lock();
-    let generation = checkout_guard_core::process::generation();
+    let generation = checkout_guard_runtime::process::generation();
     if guard.as_ref().is_some_and(|s| s.generation != generation) {
         // A forked child: its copy of the parent's buffer belongs to the parent.
         if let Some(mut old) = guard.take() {
@@ -269,8 +269,8 @@ pub fn request_startup() {
 pub fn observe_notices(
     limiter: &str,
     shop: &[u8],
-    n: &checkout_guard_core::Notices,
-    auto_hot: Option<&checkout_guard_core::AutoHot>,
+    n: &checkout_guard_runtime::Notices,
+    auto_hot: Option<&checkout_guard_model::AutoHot>,
 ) {
     if n.became_hot.is_none() && n.limits_change.is_none() {
         return;
@@ -280,12 +280,12 @@ pub fn observe_notices(
     }
     let now = now_ms();
     if let (Some(share), Some(a)) = (n.became_hot, auto_hot) {
-        push(checkout_guard_core::telemetry::hot_event(
+        push(checkout_guard_runtime::telemetry::hot_event(
             limiter, shop, share, a, now,
         ));
     }
     if let Some(c) = &n.limits_change {
-        push(checkout_guard_core::telemetry::limits_change_event(
+        push(checkout_guard_runtime::telemetry::limits_change_event(
             limiter, c, now,
         ));
     }

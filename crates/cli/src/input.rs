@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, IsTerminal, Read, Write};
 use std::time::{Duration, Instant};
 
-use checkout_guard_core::scan::{Accumulator, MAX_LINE_BYTES};
+use checkout_guard_cli::scan::{Accumulator, MAX_LINE_BYTES};
 use flate2::read::MultiGzDecoder;
 
 fn open(path: &str) -> io::Result<Box<dyn BufRead>> {

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use checkout_guard_core::limiter::admin::{Admin, Status};
-use checkout_guard_core::limiter::{live, Lane};
+use checkout_guard_cli::admin::{Admin, Status};
+use checkout_guard_model::{live, Lane};
 use clap::{Args, Subcommand};
 use serde_json::json;
 
@@ -65,9 +65,30 @@ enum LimiterCommand {
     },
     /// Ends a shop's hot mark (manual or automatic); hot_shops listed in code stay hot.
     Unhot { shop: String },
+    /// Prints the decision script and, per shop, the KEYS and ARGV of one decision as the
+    /// extension encodes it (JSON; nothing is sent): for benchmarks and hand checks with
+    /// `EVAL`/`EVALSHA`.
+    Call {
+        /// The global bucket, CAPACITY/RATE.
+        #[arg(long)]
+        global: String,
+        #[arg(long, default_value_t = 1)]
+        tokens: i64,
+        #[arg(required = true)]
+        shops: Vec<String>,
+    },
 }
 
 pub fn run(args: LimiterArgs) -> Result<(), String> {
+    if let LimiterCommand::Call {
+        global,
+        tokens,
+        shops,
+    } = &args.command
+    {
+        println!("{}", encoded_calls(&args.name, global, *tokens, shops)?);
+        return Ok(());
+    }
     let admin = Admin::new(
         &args.url,
         &args.name,
@@ -106,6 +127,7 @@ pub fn run(args: LimiterArgs) -> Result<(), String> {
             admin.hot(shop.as_bytes(), ttl)?;
             println!("limiter {}: shop {shop:?} hot for {ttl} s", args.name);
         }
+        LimiterCommand::Call { .. } => unreachable!("handled above"),
         LimiterCommand::Unhot { shop } => {
             let was = admin.unhot(shop.as_bytes())?;
             println!(
@@ -249,4 +271,68 @@ fn status_json(name: &str, st: &Status) -> serde_json::Value {
         "decisions_seconds": st.decisions_seconds,
         "changes": st.changes.iter().map(|c| json!({"version": c.version, "by": c.by, "at": time::format_ms(c.at_ms), "old": c.old, "new": c.new})).collect::<Vec<_>>(),
     })
+}
+
+/// The decision script and one encoded call per shop (see `LimiterCommand::Call`), built
+/// by the model's encoder, the one the extension uses.
+fn encoded_calls(
+    name: &str,
+    global: &str,
+    tokens: i64,
+    shops: &[String],
+) -> Result<String, String> {
+    use checkout_guard_model::call::{
+        decide_source, AutoHotArgs, DecideCall, DecideKeys, LaneArgs,
+    };
+    use checkout_guard_model::options::validate_name;
+    use checkout_guard_model::{bucket_value, buckets_from_value, Keys, Value};
+
+    validate_name(&Value::Str(name.as_bytes().to_vec())).map_err(|e| e.to_string())?;
+    let (c, r) = live::parse_bucket(Lane::Global, global).map_err(|e| format!("--global: {e}"))?;
+    let set = buckets_from_value(&Value::Map(vec![("global".into(), bucket_value(c, r))]))
+        .map_err(|e| e.to_string())?;
+    let (lanes, auto) = (LaneArgs::new(&set), AutoHotArgs::new(None));
+    let settings = live::describe(&set);
+    let keys = Keys::new(name);
+    let (g, l, v, a, st) = (
+        keys.global(),
+        keys.hot_lane(),
+        keys.limits_version(),
+        keys.auto_hot_prefix(),
+        keys.settings(),
+    );
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let calls: Vec<_> = shops
+        .iter()
+        .map(|shop| {
+            let (s, f) = (
+                keys.hot_shop(shop.as_bytes()),
+                keys.hot_flag(shop.as_bytes()),
+            );
+            let call = DecideCall {
+                keys: DecideKeys {
+                    global: &g,
+                    hot_lane: &l,
+                    hot_shop: &s,
+                    hot_flag: &f,
+                    limits_version: &v,
+                    auto_hot_prefix: &a,
+                    settings: &st,
+                },
+                tokens,
+                static_hot: false,
+                lanes: &lanes,
+                version: b"",
+                shop: shop.as_bytes(),
+                auto_hot: &auto,
+                settings: &settings,
+            };
+            json!({
+                "shop": shop,
+                "keys": call.keys().iter().map(|k| text(k)).collect::<Vec<_>>(),
+                "argv": call.argv().iter().map(|a| text(a)).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    Ok(json!({"script": decide_source(), "calls": calls}).to_string())
 }

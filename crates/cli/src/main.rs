@@ -12,7 +12,7 @@ mod time;
 
 use std::process::ExitCode;
 
-use checkout_guard_core::scan::{Accumulator, Filter, Peak, ScanConfig, ScanResult, Window};
+use checkout_guard_cli::scan::{Accumulator, Filter, Peak, ScanConfig, ScanResult, Window};
 use clap::{Args, Parser, Subcommand};
 use serde_json::json;
 
@@ -358,10 +358,10 @@ fn run() -> Result<(), String> {
             output,
         } => {
             let written = if output == "-" {
-                checkout_guard_core::scan::synthetic::day(events, seed, std::io::stdout().lock())
+                checkout_guard_cli::scan::synthetic::day(events, seed, std::io::stdout().lock())
             } else {
                 let f = std::fs::File::create(&output).map_err(|e| format!("{output}: {e}"))?;
-                checkout_guard_core::scan::synthetic::day(events, seed, f)
+                checkout_guard_cli::scan::synthetic::day(events, seed, f)
             }
             .map_err(|e| e.to_string())?;
             eprintln!("checkout-guard: wrote {written} events");

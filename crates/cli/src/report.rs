@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use checkout_guard_core::scan::{Accumulator, ReportData, ScanConfig, ScanResult, CLASSES};
+use checkout_guard_cli::scan::{Accumulator, ReportData, ScanConfig, ScanResult, CLASSES};
 
 use crate::time::format_ms;
 

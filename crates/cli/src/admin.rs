@@ -1,0 +1,570 @@
+//! On-call operations on a running limiter, from outside PHP (the `checkout-guard limiter`
+//! CLI): its state, live limits, hot marks. They work on any URL form the extension takes
+//! (single server, Unix socket, cluster, ACL user) and know the limiter by its name; the
+//! buckets it runs with come from the settings its workers publish.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use checkout_guard_model::call::{self, LaneArgs};
+use checkout_guard_model::keys::mark_hot_command;
+use checkout_guard_model::live::{self, LiveLimits, Stored};
+use checkout_guard_model::options::validate_name;
+use checkout_guard_model::{
+    bucket_value, buckets_from_value, validate_shop_id, validate_ttl, BucketSet, Endpoint, Keys,
+    Lane, StoredBucket, Value,
+};
+use once_cell::sync::Lazy;
+
+use crate::valkey::Valkey;
+
+/// Everything `limiter status` shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Status {
+    pub now_ms: i64,
+    /// As published by the workers (`global=30/30 hot_lane=... auto_hot=...`), if any.
+    pub settings: Option<String>,
+    pub live: LiveLimits,
+    /// The buckets in force (constructor settings with live limits over them; the
+    /// constructor's alone while the stored live limits are invalid).
+    pub buckets: Option<BucketSet>,
+    /// What is wrong with the stored live limits (the workers then use the constructor's
+    /// values): unreadable fields, or limits invalid over the published settings.
+    pub problems: Vec<String>,
+    /// Whole tokens in the shared buckets now (global, hot lane).
+    pub levels: Vec<(Lane, i64, i64)>,
+    /// Hot shops: shop, "auto" or "marked", ms left.
+    pub hot: Vec<(Vec<u8>, String, i64)>,
+    pub window: Option<WindowView>,
+    /// Recent "RateLimitDecision" events of this limiter in the events stream, by reason
+    /// (or why the stream could not be read: another key namespace, another Valkey).
+    pub decisions: Result<BTreeMap<String, u64>, String>,
+    pub decisions_seconds: u64,
+    /// Recent live-limit changes, newest first.
+    pub changes: Vec<Change>,
+}
+
+/// Tokens taken over the auto-hot window (estimated as the script does): in all, and the
+/// top shops, most first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowView {
+    pub total: f64,
+    pub shops: Vec<(Vec<u8>, f64)>,
+}
+
+/// What `set` did: the new version's change count, the limits in force before and after,
+/// and warnings (a capacity lowered: requests above it are denied from now on).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SetOutcome {
+    pub version: i64,
+    pub old: String,
+    pub new: String,
+    pub warnings: Vec<String>,
+}
+
+/// One recorded change of live limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    pub version: i64,
+    pub by: String,
+    pub at_ms: i64,
+    pub old: String,
+    pub new: String,
+}
+
+/// A connection to use from the command line: generous timeout, no back-off between calls.
+pub struct Admin {
+    valkey: Valkey,
+    keys: Keys,
+    name: String,
+}
+
+/// The scripts the CLI runs (their sources are the model's `.lua` files).
+static HOT_SCAN: Lazy<redis::Script> = Lazy::new(|| redis::Script::new(call::HOT_SCAN));
+static READ_LIMITS: Lazy<redis::Script> = Lazy::new(|| redis::Script::new(call::READ_LIMITS));
+static SET_LIMITS: Lazy<redis::Script> =
+    Lazy::new(|| redis::Script::new(&call::set_limits_source()));
+static CARRY_STEP: Lazy<redis::Script> =
+    Lazy::new(|| redis::Script::new(&call::carry_step_source()));
+
+impl Admin {
+    pub fn new(url: &str, name: &str, timeout: Duration) -> Result<Self, String> {
+        let endpoint = Endpoint::parse(url).map_err(|e| format!("--url: {e}"))?;
+        // The same name rules as the constructor (the error names the option).
+        validate_name(&Value::Str(name.as_bytes().to_vec())).map_err(|e| e.to_string())?;
+        Ok(Self {
+            valkey: Valkey::new(endpoint, timeout),
+            keys: Keys::new(name),
+            name: name.to_string(),
+        })
+    }
+
+    fn call<T>(
+        &self,
+        op: impl FnMut(&mut dyn redis::ConnectionLike) -> redis::RedisResult<T>,
+    ) -> Result<T, String> {
+        self.valkey.call(op)
+    }
+
+    /// The live limits' version and hash, read together (as a worker reads them).
+    fn read_live(&self) -> Result<Stored, String> {
+        type Reply = (Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>, String);
+        let (version, fields, error): Reply = self.call(|c| {
+            READ_LIMITS
+                .key(self.keys.limits())
+                .key(self.keys.limits_version())
+                .invoke(c)
+        })?;
+        Ok(Stored {
+            version,
+            fields,
+            error: (!error.is_empty()).then_some(error),
+        })
+    }
+
+    /// The constructor's buckets as the workers published them.
+    fn published(&self) -> Result<(Option<String>, Option<BucketSet>), String> {
+        let key = self.keys.settings();
+        let text: Option<String> = self.call(|c| redis::cmd("GET").arg(&key).query(c))?;
+        let set = match &text {
+            Some(t) => Some(parse_settings(t)?),
+            None => None,
+        };
+        Ok((text, set))
+    }
+
+    /// The stored live limits, with what could not be read.
+    fn live(&self) -> Result<(LiveLimits, Vec<String>), String> {
+        Ok(self.read_live()?.parse())
+    }
+
+    /// The buckets the workers decide with, as they do it: the live limits over `base`,
+    /// or `base` alone when the stored limits are unreadable or invalid (then the problems).
+    fn in_force(
+        live: &LiveLimits,
+        errors: &[String],
+        base: &BucketSet,
+    ) -> (BucketSet, Vec<String>) {
+        if !errors.is_empty() {
+            let problems = errors
+                .iter()
+                .map(|e| {
+                    format!(
+                        "stored live limits unreadable ({e}): the workers use the settings' values"
+                    )
+                })
+                .collect();
+            return (base.clone(), problems);
+        }
+        match live.apply(base) {
+            Ok(set) => (set, Vec::new()),
+            Err(e) => (
+                base.clone(),
+                vec![format!(
+                    "stored live limits invalid over the published settings ({e}): the workers use the settings' values"
+                )],
+            ),
+        }
+    }
+
+    /// Changes live limits: `changes` are (lane, Some((capacity, rate))) to set or
+    /// (lane, None) to go back to the constructor's value. Validated exactly like
+    /// constructor options over the published settings; nothing is written when the
+    /// result is invalid or when someone else changed them meanwhile. Any change that
+    /// leads to valid limits is accepted, also over stored limits that are broken (what
+    /// could not be read is dropped: the workers were not using it).
+    pub fn set(
+        &self,
+        changes: &[(Lane, Option<(i64, f64)>)],
+        by: &str,
+    ) -> Result<SetOutcome, String> {
+        let (_, base) = self.published()?;
+        let base = base.ok_or_else(|| {
+            format!(
+                "no settings published for limiter \"{}\" at {}: no worker has decided with it yet \
+                 (check --name and --url), so the change cannot be validated; nothing written",
+                self.name,
+                self.valkey.endpoint().display_url()
+            )
+        })?;
+        let (current, errors) = self.live()?;
+        let mut next = current.clone();
+        for (lane, value) in changes {
+            next.overrides[*lane as usize] = *value;
+        }
+        let (old, _) = Self::in_force(&current, &errors, &base);
+        let new_set = next
+            .apply(&base)
+            .map_err(|e| format!("refused, nothing written: {e}"))?;
+        let new = new_set.clone();
+        let (old_args, new_args) = (LaneArgs::new(&old), LaneArgs::new(&new_set));
+        let (old_args, new_args) = (old_args.text(), new_args.text());
+        let mut warnings = Vec::new();
+        for lane in Lane::ALL {
+            if let (Some(o), Some(n)) = (old.get(lane), new.get(lane)) {
+                if n.capacity() < o.capacity() {
+                    warnings.push(format!(
+                        "warning: {} capacity lowered from {} to {}: acquire() asking for more than {} tokens is denied ({}) while this holds",
+                        lane.as_str(),
+                        o.capacity(),
+                        n.capacity(),
+                        n.capacity(),
+                        lane.as_str()
+                    ));
+                }
+            }
+        }
+        let (old, new) = (live::describe(&old), live::describe(&new));
+        let at = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let (limits, version_key, changes_key, global, lane) = (
+            self.keys.limits(),
+            self.keys.limits_version(),
+            self.keys.changes(),
+            self.keys.global(),
+            self.keys.hot_lane(),
+        );
+        let epoch = fresh_epoch();
+        let version: Vec<u8> = self.call(|c| {
+            let mut inv = SET_LIMITS.prepare_invoke();
+            inv.key(&limits)
+                .key(&version_key)
+                .key(&changes_key)
+                .key(&global)
+                .key(&lane)
+                .arg(&current.id)
+                .arg(by)
+                .arg(at)
+                .arg(&old)
+                .arg(&new)
+                .arg(&epoch);
+            // Global and hot lane (the first four of each): old limits, then new.
+            for a in old_args[..4].iter().chain(&new_args[..4]) {
+                inv.arg(a.as_str());
+            }
+            for lane in Lane::ALL {
+                if let Some((c, r)) = next.overrides[lane as usize] {
+                    inv.arg(lane.as_str()).arg(format!("{c}/{r}"));
+                }
+            }
+            inv.invoke(c)
+        })?;
+        // Every bucket carried over now, as of the change: a key written under the old
+        // limits must not expire on their schedule before a decision reads it (a drained
+        // bucket whose rate was lowered would come back full).
+        if let Err(e) = self.carry_over(&version, &new_set) {
+            warnings.push(format!(
+                "warning: buckets not carried over yet ({e}): each is at its next decision"
+            ));
+        }
+        Ok(SetOutcome {
+            version: live::version_number(&version),
+            old,
+            new,
+            warnings,
+        })
+    }
+
+    /// Carries every bucket of the limiter over to `set` (version `version`), a script
+    /// step at a time (SCAN inside Valkey, 1,000 keys a step, routed by the hash tag).
+    fn carry_over(&self, version: &[u8], set: &BucketSet) -> Result<(), String> {
+        let (global, lane, pattern) = (
+            self.keys.global(),
+            self.keys.hot_lane(),
+            self.keys.bucket_pattern(),
+        );
+        let args = LaneArgs::new(set);
+        let mut cursor = b"0".to_vec();
+        loop {
+            let (next, _carried): (Vec<u8>, i64) = self.call(|c| {
+                let mut inv = CARRY_STEP.prepare_invoke();
+                inv.key(&global)
+                    .key(&lane)
+                    .arg(&cursor)
+                    .arg(&pattern)
+                    .arg(version);
+                for a in args.text() {
+                    inv.arg(a.as_str());
+                }
+                inv.invoke(c)
+            })?;
+            if next == b"0" {
+                return Ok(());
+            }
+            cursor = next;
+        }
+    }
+
+    /// Marks `shop` hot for every worker until `ttl_seconds` run out (as markHot()).
+    pub fn hot(&self, shop: &[u8], ttl_seconds: i64) -> Result<(), String> {
+        validate_shop_id(shop).map_err(|e| e.to_string())?;
+        validate_ttl(ttl_seconds).map_err(|e| e.to_string())?;
+        let key = self.keys.hot_flag(shop);
+        let mut cmd = redis::Cmd::new();
+        for a in mark_hot_command(&key, ttl_seconds) {
+            cmd.arg(a);
+        }
+        self.call(|c| cmd.query::<()>(c))
+    }
+
+    /// Ends a hot mark (manual or automatic). Returns whether there was one.
+    pub fn unhot(&self, shop: &[u8]) -> Result<bool, String> {
+        validate_shop_id(shop).map_err(|e| e.to_string())?;
+        let key = self.keys.hot_flag(shop);
+        self.call(|c| redis::cmd("DEL").arg(&key).query::<i64>(c))
+            .map(|n| n > 0)
+    }
+
+    /// The limiter's state; `events_key` is the telemetry stream to count recent
+    /// decisions in (over the last `seconds`).
+    pub fn status(&self, events_key: &str, seconds: u64) -> Result<Status, String> {
+        let (settings, base) = self.published()?;
+        let (live, errors) = self.live()?;
+        let (buckets, problems) = match &base {
+            Some(b) => {
+                let (set, problems) = Self::in_force(&live, &errors, b);
+                (Some(set), problems)
+            }
+            None => (None, errors),
+        };
+        let (secs, micros): (i64, i64) = self.call(|c| redis::cmd("TIME").query(c))?;
+        let now_us = secs * 1_000_000 + micros;
+        let mut levels = Vec::new();
+        if let Some(set) = &buckets {
+            let keys = [self.keys.global(), self.keys.hot_lane()];
+            let stored: Vec<Option<Vec<u8>>> =
+                self.call(|c| redis::cmd("MGET").arg(&keys[0]).arg(&keys[1]).query(c))?;
+            for (lane, raw) in [Lane::Global, Lane::HotLane].into_iter().zip(stored) {
+                if let Some(spec) = set.get(lane) {
+                    // Read as the next decision reads it (the level carried over a change).
+                    let bucket = raw.as_deref().and_then(StoredBucket::parse);
+                    let (tat, _) = StoredBucket::effective_tat(
+                        bucket.as_ref(),
+                        spec,
+                        now_us,
+                        live::change_instant(&live.id),
+                    );
+                    let level = spec.whole_tokens(tat, now_us);
+                    levels.push((lane, level, spec.capacity()));
+                }
+            }
+        }
+        let hot = self.hot_shops()?;
+        let window = match settings.as_deref().and_then(auto_hot_window_us) {
+            Some(w) => Some(self.window(w, now_us)?),
+            None => None,
+        };
+        let decisions = self.recent_decisions(events_key, now_us / 1000, seconds);
+        let changes = self.recent_changes()?;
+        Ok(Status {
+            now_ms: now_us / 1000,
+            settings,
+            live,
+            buckets,
+            problems,
+            levels,
+            hot,
+            window,
+            decisions,
+            decisions_seconds: seconds,
+            changes,
+        })
+    }
+
+    fn hot_shops(&self) -> Result<Vec<(Vec<u8>, String, i64)>, String> {
+        let route = self.keys.global();
+        let pattern = self.keys.hot_flag_pattern();
+        let prefix_len = self.keys.hot_flag(b"").len();
+        let mut out = Vec::new();
+        let mut cursor = b"0".to_vec();
+        loop {
+            let reply: Vec<redis::Value> =
+                self.call(|c| HOT_SCAN.key(&route).arg(&cursor).arg(&pattern).invoke(c))?;
+            let mut it = reply.into_iter();
+            cursor = bytes(it.next());
+            while let (Some(k), Some(v), Some(ttl)) = (it.next(), it.next(), it.next()) {
+                let key = bytes(Some(k));
+                let kind = if bytes(Some(v)) == b"auto" {
+                    "auto"
+                } else {
+                    "marked"
+                };
+                let ttl = match ttl {
+                    redis::Value::Int(i) => i,
+                    _ => -1,
+                };
+                out.push((key[prefix_len..].to_vec(), kind.to_string(), ttl));
+            }
+            if cursor == b"0" {
+                break;
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn window(&self, w: i64, now_us: i64) -> Result<WindowView, String> {
+        let win = now_us / w;
+        let prefix = self.keys.auto_hot_prefix();
+        let key = |n: i64| [prefix.as_slice(), n.to_string().as_bytes()].concat();
+        let (cur, prev) = (key(win), key(win - 1));
+        let read = |k: &Vec<u8>| -> Result<Vec<(Vec<u8>, i64)>, String> {
+            self.call(|c| redis::cmd("HGETALL").arg(k).query(c))
+        };
+        let f = 1.0 - (now_us % w) as f64 / w as f64;
+        let mut per: BTreeMap<Vec<u8>, f64> = BTreeMap::new();
+        for (field, n) in read(&cur)? {
+            *per.entry(field).or_default() += n as f64;
+        }
+        for (field, n) in read(&prev)? {
+            *per.entry(field).or_default() += n as f64 * f;
+        }
+        let total = per.remove(&b""[..]).unwrap_or(0.0);
+        let mut shops: Vec<(Vec<u8>, f64)> = per.into_iter().collect();
+        shops.sort_by(|a, b| b.1.total_cmp(&a.1));
+        shops.truncate(10);
+        Ok(WindowView { total, shops })
+    }
+
+    fn recent_decisions(
+        &self,
+        events_key: &str,
+        now_ms: i64,
+        seconds: u64,
+    ) -> Result<BTreeMap<String, u64>, String> {
+        let from = now_ms - seconds as i64 * 1000;
+        let entries: Vec<(String, Vec<(String, String)>)> = self.call(|c| {
+            redis::cmd("XRANGE")
+                .arg(events_key)
+                .arg(format!("{from}"))
+                .arg("+")
+                .arg("COUNT")
+                .arg(100_000)
+                .query(c)
+        })?;
+        let mut by = BTreeMap::new();
+        for (_, fields) in entries {
+            for (k, line) in fields {
+                // Cheap filter first: most events of the stream are other kinds.
+                if k == "event"
+                    && line.contains("RateLimitDecision")
+                    && json_field(&line, "eventType").as_deref() == Some("RateLimitDecision")
+                    && json_field(&line, "limiter").as_deref() == Some(self.name.as_str())
+                {
+                    if let Some(reason) = json_field(&line, "reason") {
+                        *by.entry(reason).or_insert(0) += 1;
+                    }
+                }
+            }
+        }
+        Ok(by)
+    }
+
+    fn recent_changes(&self) -> Result<Vec<Change>, String> {
+        let key = self.keys.changes();
+        let entries: Vec<(String, BTreeMap<String, String>)> = self.call(|c| {
+            redis::cmd("XREVRANGE")
+                .arg(&key)
+                .arg("+")
+                .arg("-")
+                .arg("COUNT")
+                .arg(5)
+                .query(c)
+        })?;
+        Ok(entries
+            .into_iter()
+            .map(|(_, f)| {
+                let get = |k: &str| f.get(k).cloned().unwrap_or_default();
+                Change {
+                    version: get("version").parse().unwrap_or(0),
+                    by: get("by"),
+                    at_ms: get("at").parse().unwrap_or(0),
+                    old: get("old"),
+                    new: get("new"),
+                }
+            })
+            .collect())
+    }
+}
+
+fn bytes(v: Option<redis::Value>) -> Vec<u8> {
+    match v {
+        Some(redis::Value::BulkString(b)) => b,
+        Some(redis::Value::SimpleString(s)) => s.into_bytes(),
+        Some(redis::Value::Int(i)) => i.to_string().into_bytes(),
+        _ => Vec::new(),
+    }
+}
+
+/// A fresh epoch for limits stored anew: random, so never one a worker knew before.
+fn fresh_epoch() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    format!("{:016x}", h.finish())
+}
+
+/// The string `field` of an event line (JSON), if it has one.
+fn json_field(line: &str, field: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    v.get(field)?.as_str().map(str::to_string)
+}
+
+/// Parses published settings (`global=30/30 hot_lane=25/25 auto_hot=...`) into buckets,
+/// through the constructor's validation.
+pub fn parse_settings(text: &str) -> Result<BucketSet, String> {
+    let mut entries = Vec::new();
+    for part in text.split_whitespace() {
+        let Some((k, v)) = part.split_once('=') else {
+            continue;
+        };
+        if let Some(lane) = Lane::from_name(k) {
+            let (c, r) =
+                live::parse_bucket(lane, v).map_err(|e| format!("published settings: {e}"))?;
+            entries.push((k.to_string(), bucket_value(c, r)));
+        }
+    }
+    buckets_from_value(&Value::Map(entries)).map_err(|e| format!("published settings: {e}"))
+}
+
+/// The auto-hot window (µs) in published settings, if auto_hot is on.
+fn auto_hot_window_us(text: &str) -> Option<i64> {
+    let v = text
+        .split_whitespace()
+        .find_map(|p| p.strip_prefix("auto_hot="))?;
+    let secs: f64 = v.split('/').next()?.strip_suffix('s')?.parse().ok()?;
+    Some((secs * 1e6) as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn published_settings_round_trip_through_validation() {
+        let set = parse_settings("global=30/30.5 hot_lane=25/25 auto_hot=10s/0.3/300s/31").unwrap();
+        assert_eq!(live::describe(&set), "global=30/30.5 hot_lane=25/25");
+        assert_eq!(
+            auto_hot_window_us("global=30/30 auto_hot=2.5s/0.3/300s/8"),
+            Some(2_500_000)
+        );
+        assert_eq!(auto_hot_window_us("global=30/30"), None);
+        assert!(parse_settings("global=x/1").is_err());
+        assert!(parse_settings("hot_lane=5/5")
+            .unwrap_err()
+            .contains("global"));
+    }
+
+    #[test]
+    fn json_fields_are_read_from_compact_lines() {
+        let line = r#"{"eventType":"RateLimitDecision","limiter":"p","reason":"hot_shop"}"#;
+        assert_eq!(json_field(line, "reason").as_deref(), Some("hot_shop"));
+        assert_eq!(json_field(line, "missing"), None);
+    }
+}

@@ -1,0 +1,341 @@
+//! Token-bucket arithmetic in whole microseconds.
+//!
+//! A bucket is stored as one integer, its "theoretical arrival time" (TAT, as in GCRA):
+//! the instant at which it will be full again. With `interval` = microseconds to refill
+//! one token and `tolerance` = `capacity * interval`, the credit at `now` is
+//! `tolerance - (max(tat, now) - now)` microseconds, i.e. `credit / interval` tokens.
+//! Taking `n` tokens moves the TAT forward by `n * interval`. This is exactly a token
+//! bucket that starts full and refills continuously, but it needs no floats (the Lua
+//! script and Rust agree to the microsecond) and a missing key simply means "full".
+
+use crate::error::ConfigError;
+
+/// Highest refill rate: one token per microsecond.
+pub const MAX_REFILL_PER_SECOND: f64 = 1_000_000.0;
+/// How far below the configured rate the effective rate may be (whole-µs intervals).
+pub const MAX_RATE_ERROR: f64 = 0.001;
+/// Largest capacity accepted.
+pub const MAX_CAPACITY: i64 = 1_000_000_000;
+/// Longest time a bucket may take to refill from empty: 10 years. Keeps every TAT far
+/// below 2^53 so Lua's doubles hold it exactly.
+pub const MAX_REFILL_SECONDS: i64 = 10 * 365 * 86_400;
+
+/// One validated bucket: capacity and refill rate, with the integer forms the script uses.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BucketSpec {
+    capacity: i64,
+    refill_per_second: f64,
+    interval_us: i64,
+    tolerance_us: i64,
+}
+
+impl BucketSpec {
+    /// Validates a bucket; `option` is the option's name for error messages (e.g. `global`).
+    ///
+    /// The refill interval is rounded *up* to whole microseconds, so the effective rate is
+    /// never above the configured one and "allowed <= capacity + rate * t" holds exactly.
+    pub fn new(option: &str, capacity: i64, refill_per_second: f64) -> Result<Self, ConfigError> {
+        if !(1..=MAX_CAPACITY).contains(&capacity) {
+            return Err(ConfigError::new(
+                format!("{option}.capacity"),
+                format!("must be an integer from 1 to {MAX_CAPACITY}, got {capacity}"),
+            ));
+        }
+        if !refill_per_second.is_finite()
+            || refill_per_second <= 0.0
+            || refill_per_second > MAX_REFILL_PER_SECOND
+        {
+            return Err(ConfigError::new(
+                format!("{option}.refill_per_second"),
+                format!(
+                    "must be a number greater than 0 and at most {MAX_REFILL_PER_SECOND}, got {refill_per_second:?}"
+                ),
+            ));
+        }
+        let interval_us = (1_000_000.0 / refill_per_second).ceil() as i64;
+        // The interval is whole microseconds (the script's TATs are Valkey's TIME in µs,
+        // exact in Lua's doubles only as integers), so a rate whose interval is not close
+        // to a whole number of microseconds would run slower than configured, up to half
+        // near 1,000,000/s. Refused rather than silently cut: within 0.1% or not at all.
+        let effective = 1_000_000.0 / interval_us as f64;
+        if effective < refill_per_second * (1.0 - MAX_RATE_ERROR) {
+            let below = effective;
+            let above = 1_000_000.0 / (interval_us - 1).max(1) as f64;
+            return Err(ConfigError::new(
+                format!("{option}.refill_per_second"),
+                format!(
+                    "cannot be honoured within 0.1% (the limiter counts whole microseconds per token: {refill_per_second:?}/s would run at {below:.2}/s); the nearest exact rates are {} and {}, got {refill_per_second:?}",
+                    short_rate(below),
+                    short_rate(above)
+                ),
+            ));
+        }
+        let refill_seconds = capacity as f64 * interval_us as f64 / 1_000_000.0;
+        if refill_seconds > MAX_REFILL_SECONDS as f64 {
+            return Err(ConfigError::new(
+                option,
+                format!(
+                    "takes {refill_seconds:.0} s to refill from empty (capacity {capacity} / refill_per_second {refill_per_second:?}); at most {MAX_REFILL_SECONDS} s (10 years) is allowed"
+                ),
+            ));
+        }
+        Ok(Self {
+            capacity,
+            refill_per_second,
+            interval_us,
+            tolerance_us: capacity * interval_us,
+        })
+    }
+
+    pub fn capacity(&self) -> i64 {
+        self.capacity
+    }
+
+    pub fn refill_per_second(&self) -> f64 {
+        self.refill_per_second
+    }
+
+    /// Microseconds to refill one token.
+    pub fn interval_us(&self) -> i64 {
+        self.interval_us
+    }
+
+    /// Microseconds to refill the whole bucket from empty (`capacity * interval`).
+    pub fn tolerance_us(&self) -> i64 {
+        self.tolerance_us
+    }
+
+    /// Credit in microseconds at `now` for a bucket whose effective TAT is `tat`.
+    /// Negative only if the bucket was shrunk while it held state.
+    pub fn credit_us(&self, tat: i64, now: i64) -> i64 {
+        self.tolerance_us - (tat.max(now) - now)
+    }
+
+    /// Whole tokens held at `now`.
+    pub fn whole_tokens(&self, tat: i64, now: i64) -> i64 {
+        self.credit_us(tat, now).max(0) / self.interval_us
+    }
+
+    /// Microseconds until `tokens` tokens are held, if nobody else takes any.
+    pub fn wait_us(&self, tat: i64, now: i64, tokens: i64) -> i64 {
+        (tokens * self.interval_us - self.credit_us(tat, now)).max(0)
+    }
+}
+
+/// A rate for an error message: at most two decimals, no trailing zeros.
+fn short_rate(r: f64) -> String {
+    let s = format!("{r:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// What the store holds for one bucket: its TAT, the (interval, tolerance) it was written
+/// with (`None`: a value from before they were stored, read as the current ones), and the
+/// instant of the live change its writer decided with (`None`: no live limits).
+///
+/// Stored as `"<tat>:<interval>:<tolerance>:<change>"` (legacy: `"<tat>"`). With the limits
+/// it was written under, a TAT can be read at other limits (a live change, a deploy): the
+/// level in tokens carries over, see [`StoredBucket::effective_tat`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredBucket {
+    pub tat: i64,
+    pub params: Option<(i64, i64)>,
+    pub change: Option<i64>,
+}
+
+impl StoredBucket {
+    /// The value as the script writes it.
+    pub fn encode(&self) -> String {
+        match self.params {
+            Some((i, t)) => format!(
+                "{}:{i}:{t}:{}",
+                self.tat,
+                self.change.map_or(String::new(), |c| c.to_string())
+            ),
+            None => self.tat.to_string(),
+        }
+    }
+
+    /// Parses a stored value (`None` when it is not one).
+    pub fn parse(raw: &[u8]) -> Option<Self> {
+        let text = std::str::from_utf8(raw).ok()?;
+        let mut parts = text.split(':');
+        let tat = parts.next()?.parse().ok()?;
+        let (params, change) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+            (None, ..) => (None, None),
+            (Some(i), Some(t), w, None) => {
+                let change = match w {
+                    None | Some("") => None,
+                    Some(w) => Some(w.parse().ok()?),
+                };
+                (Some((i.parse().ok()?, t.parse().ok()?)), change)
+            }
+            _ => return None,
+        };
+        Some(Self {
+            tat,
+            params,
+            change,
+        })
+    }
+
+    /// The bucket's TAT at `now` under `spec`, and whether it was carried over from other
+    /// limits (then the script writes it back, so that its key expires on the new limits'
+    /// schedule). Written under the same limits: `max(tat, now)`. Otherwise the level in
+    /// tokens carries over, clamped to the new capacity (a full bucket's level is its old
+    /// capacity), and refills at the new rate from the instant of the live change decided
+    /// with (`change_at`) if the bucket was written before it, else from now (a deploy with
+    /// other constructor values). Nothing written after a live change has the old version (the script
+    /// refuses callers that decide with an older one), so that is the level it had then.
+    /// The arithmetic is the script's, operation for operation (Lua numbers are doubles):
+    /// the credit is rounded down, never up.
+    pub fn effective_tat(
+        stored: Option<&Self>,
+        spec: &BucketSpec,
+        now: i64,
+        change_at: Option<i64>,
+    ) -> (i64, bool) {
+        let Some(b) = stored else { return (now, false) };
+        let (interval, tolerance) = (spec.interval_us(), spec.tolerance_us());
+        let mut x = b.tat;
+        let mut moved = false;
+        if let Some((old_interval, old_tolerance)) = b.params {
+            if (old_interval, old_tolerance) != (interval, tolerance) {
+                let c = match change_at {
+                    Some(c) if b.change != Some(c) => c.min(now),
+                    _ => now,
+                };
+                let credit = (old_tolerance - (x - c)).clamp(0, old_tolerance);
+                let credit = ((credit as f64 / old_interval as f64 * interval as f64).floor()
+                    as i64)
+                    .min(tolerance);
+                x = c + tolerance - credit;
+                moved = true;
+            }
+        }
+        (x.max(now), moved)
+    }
+}
+
+/// The buckets a limiter checks, in the order a denial is attributed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    Global = 0,
+    HotLane = 1,
+    HotShop = 2,
+}
+
+impl Lane {
+    pub const ALL: [Lane; 3] = [Lane::Global, Lane::HotLane, Lane::HotShop];
+
+    /// The lane whose bucket option is called `name`.
+    pub fn from_name(name: &str) -> Option<Lane> {
+        Lane::ALL.into_iter().find(|l| l.as_str() == name)
+    }
+
+    /// The option name of the lane's bucket.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lane::Global => "global",
+            Lane::HotLane => "hot_lane",
+            Lane::HotShop => "hot_shop",
+        }
+    }
+}
+
+/// The configured buckets of one limiter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BucketSet {
+    pub global: BucketSpec,
+    pub hot_lane: Option<BucketSpec>,
+    pub hot_shop: Option<BucketSpec>,
+}
+
+impl BucketSet {
+    pub fn get(&self, lane: Lane) -> Option<&BucketSpec> {
+        match lane {
+            Lane::Global => Some(&self.global),
+            Lane::HotLane => self.hot_lane.as_ref(),
+            Lane::HotShop => self.hot_shop.as_ref(),
+        }
+    }
+
+    /// The buckets a request must find room in: global, plus the hot buckets for a hot shop.
+    pub fn applicable(&self, hot: bool) -> impl Iterator<Item = (Lane, &BucketSpec)> {
+        let lanes: &[Lane] = if hot { &Lane::ALL } else { &Lane::ALL[..1] };
+        lanes
+            .iter()
+            .filter_map(move |&lane| self.get(lane).map(|spec| (lane, spec)))
+    }
+
+    /// The smallest configured capacity: the most tokens one request may ask for.
+    pub fn min_capacity(&self) -> i64 {
+        Lane::ALL
+            .iter()
+            .filter_map(|&l| self.get(l))
+            .map(BucketSpec::capacity)
+            .min()
+            .unwrap_or(self.global.capacity)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_rounds_up_so_rate_never_exceeds_configured() {
+        let b = BucketSpec::new("global", 10, 3.0).unwrap();
+        assert_eq!(b.interval_us(), 333_334);
+        assert!(1_000_000.0 / b.interval_us() as f64 <= 3.0);
+        assert_eq!(b.tolerance_us(), 3_333_340);
+        let b = BucketSpec::new("global", 1, 1_000_000.0).unwrap();
+        assert_eq!(b.interval_us(), 1);
+        let b = BucketSpec::new("global", 5, 0.5).unwrap();
+        assert_eq!(b.interval_us(), 2_000_000);
+    }
+
+    #[test]
+    fn rejects_out_of_range_values_naming_the_option() {
+        let e = BucketSpec::new("hot_lane", 0, 1.0).unwrap_err();
+        assert_eq!(e.option, "hot_lane.capacity");
+        assert!(e.message.contains("got 0"), "{}", e.message);
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 1_000_001.0] {
+            let e = BucketSpec::new("global", 1, bad).unwrap_err();
+            assert_eq!(e.option, "global.refill_per_second");
+        }
+        let e = BucketSpec::new("global", 1_000_000_000, 0.001).unwrap_err();
+        assert_eq!(e.option, "global");
+        assert!(e.message.contains("10 years"), "{}", e.message);
+    }
+
+    #[test]
+    fn credit_tokens_and_wait() {
+        // capacity 4, 2 tokens/s: interval 0.5 s, full after 2 s.
+        let b = BucketSpec::new("global", 4, 2.0).unwrap();
+        let now = 1_000_000_000;
+        // Missing or past TAT: full.
+        assert_eq!(b.whole_tokens(now - 5, now), 4);
+        assert_eq!(b.wait_us(now - 5, now, 4), 0);
+        // TAT 1.25 s ahead: 0.75 s of credit = 1.5 tokens.
+        let tat = now + 1_250_000;
+        assert_eq!(b.credit_us(tat, now), 750_000);
+        assert_eq!(b.whole_tokens(tat, now), 1);
+        assert_eq!(b.wait_us(tat, now, 1), 0);
+        assert_eq!(b.wait_us(tat, now, 2), 250_000);
+        assert_eq!(b.wait_us(tat, now, 4), 1_250_000);
+    }
+
+    #[test]
+    fn applicable_lanes_follow_hotness_and_configuration() {
+        let set = BucketSet {
+            global: BucketSpec::new("global", 10, 10.0).unwrap(),
+            hot_lane: None,
+            hot_shop: Some(BucketSpec::new("hot_shop", 3, 1.0).unwrap()),
+        };
+        let cold: Vec<_> = set.applicable(false).map(|(l, _)| l).collect();
+        let hot: Vec<_> = set.applicable(true).map(|(l, _)| l).collect();
+        assert_eq!(cold, vec![Lane::Global]);
+        assert_eq!(hot, vec![Lane::Global, Lane::HotShop]);
+        assert_eq!(set.min_capacity(), 3);
+    }
+}

@@ -1,0 +1,318 @@
+//! The Valkey script that makes one decision atomically: the Lua twin of [`crate::step`].
+//!
+//! KEYS and ARGV are built by [`DecideCall`] only (the one encoder of the contract):
+//! KEYS: global bucket, hot-lane bucket, hot-shop bucket, hot flag, live-limits version,
+//! auto-hot window prefix (never read itself: `<prefix><window number>` are the counters),
+//! published settings (all share one hash tag, so a cluster routes the call to one slot).
+//! ARGV: tokens, static_hot (0/1), then interval and tolerance (µs) of global, hot lane and
+//! hot shop (interval 0 = bucket not configured), then the live-limits version the caller
+//! decided with ("" = none), the shop ID, auto-hot window (µs, 0 = off), share, TTL (s) and
+//! minimum tokens, and the caller's settings (published when the stored ones differ).
+//! Reply: `{reason, hot, now, tat_global, tat_lane, tat_shop, became_hot, share_permille,
+//! mark_ttl_ms}` (see `StepReply`), or `{-1, 0}` when the live limits changed since the
+//! caller read them: nothing was decided, the caller reloads them and asks again.
+//!
+//! Time is Valkey's own (`TIME`), never the PHP host's. A bucket key expires when the
+//! bucket would be full again, so idle buckets vanish and a missing key means "full". A
+//! bucket is stored as `"<tat>:<interval>:<tolerance>:<change>"` (the limits it was
+//! written under, and the instant of the live change its writer decided with, "" for
+//! none): read under other limits, its level in tokens carries over
+//! (`StoredBucket::effective_tat`) as of the live change's instant (carried in the version,
+//! `"<n>-<epoch>-<µs>"`) when it was written before that change, else as of now (a
+//! deploy). A bucket carried over is written back at once, denied or not, so its key
+//! expires on the new limits' schedule.
+//!
+//! All or nothing: everything that can fail (reading the counters, a malformed value) is
+//! done before the first write, so an error leaves the store as it was.
+//!
+//! Cost inside Valkey is mostly the number of `redis.call`s (each crosses from Lua into
+//! the command table): TIME, one MGET for the hot flag, every bucket, the version and the
+//! settings, a PTTL for a shop hot by a mark, and one SET per applied bucket only when
+//! tokens are taken; with auto-hot, two HMGET and one HSET more when tokens are taken (and
+//! a PEXPIRE once per window). TATs are written with `string.format('%d')`: Lua's own
+//! number formatting keeps 14 digits only.
+
+use std::borrow::Cow;
+
+use crate::bucket::{BucketSet, Lane};
+use crate::options::AutoHot;
+use crate::step::StepReply;
+
+/// How long published settings live (refreshed whenever a worker publishes them): a
+/// worker that finds them missing or different publishes its own in the same call.
+pub const SETTINGS_TTL_SECONDS: i64 = 86_400;
+
+/// The shebang makes Valkey treat the script as a write script before it runs: a replica
+/// refuses it outright (READONLY), even on a path that would only have read, so a
+/// decision is never made on a replica's possibly stale levels; and a Valkey over
+/// `maxmemory` refuses it (OOM) rather than answering denials only.
+const SHEBANG: &str = "#!lua\n";
+
+/// A stored bucket (`s`) read under the limits `si`/`st` (interval and tolerance, as the
+/// decimal strings of ARGV): its TAT, and whether it was carried over from other limits.
+/// The Lua twin of `StoredBucket::effective_tat` (before `max(tat, now)`); shared by the
+/// decision and by [`CARRY_STEP`].
+pub const CARRY: &str = include_str!("scripts/carry.lua");
+
+/// Marks the clock block that tests swap for a clock they control.
+const CLOCK_BLOCK: &str = include_str!("scripts/clock.lua");
+
+const BODY: &str = include_str!("scripts/decide.lua");
+
+/// The keys of one decision, in the script's KEYS order.
+#[derive(Debug, Clone, Copy)]
+pub struct DecideKeys<'a> {
+    pub global: &'a [u8],
+    pub hot_lane: &'a [u8],
+    pub hot_shop: &'a [u8],
+    pub hot_flag: &'a [u8],
+    pub limits_version: &'a [u8],
+    pub auto_hot_prefix: &'a [u8],
+    pub settings: &'a [u8],
+}
+
+/// The buckets of a call, as the script takes them: the typed set, and its ARGV
+/// (interval and tolerance in µs per lane, "0" when not configured) formatted once when
+/// the limits change, not per call. Built only from a set, so the two always agree.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaneArgs {
+    buckets: BucketSet,
+    text: [String; 6],
+}
+
+impl LaneArgs {
+    pub fn new(buckets: &BucketSet) -> Self {
+        let mut text: [String; 6] = Default::default();
+        for lane in Lane::ALL {
+            let (interval, tolerance) = buckets
+                .get(lane)
+                .map_or((0, 0), |b| (b.interval_us(), b.tolerance_us()));
+            text[2 * lane as usize] = interval.to_string();
+            text[2 * lane as usize + 1] = tolerance.to_string();
+        }
+        Self {
+            buckets: buckets.clone(),
+            text,
+        }
+    }
+
+    pub fn buckets(&self) -> &BucketSet {
+        &self.buckets
+    }
+
+    /// ARGV[3..8]: interval and tolerance of global, hot lane, hot shop.
+    pub fn text(&self) -> &[String; 6] {
+        &self.text
+    }
+}
+
+/// `auto_hot` as the script takes it: window (µs, "0" = off), share, TTL (s), minimum
+/// tokens, formatted once per limiter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AutoHotArgs {
+    auto_hot: Option<AutoHot>,
+    text: [String; 4],
+}
+
+impl AutoHotArgs {
+    pub fn new(auto_hot: Option<&AutoHot>) -> Self {
+        let text = match auto_hot {
+            Some(a) => [
+                (a.window.as_micros() as i64).to_string(),
+                a.share.to_string(),
+                a.ttl_seconds.to_string(),
+                a.min_tokens.to_string(),
+            ],
+            None => ["0".into(), "0".into(), "0".into(), "0".into()],
+        };
+        Self {
+            auto_hot: auto_hot.copied(),
+            text,
+        }
+    }
+
+    pub fn auto_hot(&self) -> Option<&AutoHot> {
+        self.auto_hot.as_ref()
+    }
+
+    pub fn text(&self) -> &[String; 4] {
+        &self.text
+    }
+}
+
+/// One call of the decision script, by name: the single encoder of its KEYS and ARGV
+/// and decoder of its reply (the extension, the tests, the in-memory store and the
+/// benchmark all go through it).
+#[derive(Debug, Clone, Copy)]
+pub struct DecideCall<'a> {
+    pub keys: DecideKeys<'a>,
+    pub tokens: i64,
+    pub static_hot: bool,
+    pub lanes: &'a LaneArgs,
+    /// The live limits' version decided with (empty = none).
+    pub version: &'a [u8],
+    pub shop: &'a [u8],
+    pub auto_hot: &'a AutoHotArgs,
+    /// The settings this worker runs with (published when the stored ones differ).
+    pub settings: &'a str,
+}
+
+/// What the decision script answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecideReply {
+    /// A decision (see [`StepReply`]).
+    Decided(StepReply),
+    /// `{-1, 0}`: the live limits changed since the caller read them; nothing was
+    /// decided: the caller reloads them and asks again.
+    LimitsChanged,
+}
+
+impl DecideCall<'_> {
+    /// Number of KEYS.
+    pub const KEYS: usize = 7;
+    /// Number of ARGV.
+    pub const ARGS: usize = 15;
+
+    /// KEYS in the script's order.
+    pub fn keys(&self) -> [&[u8]; 7] {
+        let k = &self.keys;
+        [
+            k.global,
+            k.hot_lane,
+            k.hot_shop,
+            k.hot_flag,
+            k.limits_version,
+            k.auto_hot_prefix,
+            k.settings,
+        ]
+    }
+
+    /// ARGV in the script's order: tokens, static_hot, the lanes, version, shop,
+    /// auto_hot, settings.
+    pub fn argv(&self) -> Vec<Cow<'_, [u8]>> {
+        let mut out: Vec<Cow<'_, [u8]>> = Vec::with_capacity(Self::ARGS);
+        out.push(Cow::Owned(self.tokens.to_string().into_bytes()));
+        out.push(Cow::Borrowed(if self.static_hot { b"1" } else { b"0" }));
+        out.extend(
+            self.lanes
+                .text()
+                .iter()
+                .map(|a| Cow::Borrowed(a.as_bytes())),
+        );
+        out.push(Cow::Borrowed(self.version));
+        out.push(Cow::Borrowed(self.shop));
+        out.extend(
+            self.auto_hot
+                .text()
+                .iter()
+                .map(|a| Cow::Borrowed(a.as_bytes())),
+        );
+        out.push(Cow::Borrowed(self.settings.as_bytes()));
+        out
+    }
+
+    /// The script's reply, or why it is not one.
+    pub fn decode_reply(ints: &[i64]) -> Result<DecideReply, String> {
+        if ints.len() == 2 && ints[0] == -1 {
+            return Ok(DecideReply::LimitsChanged);
+        }
+        StepReply::from_ints(ints)
+            .map(DecideReply::Decided)
+            .ok_or_else(|| format!("unexpected script reply {ints:?}"))
+    }
+}
+
+/// The reply [`DecideCall::decode_reply`] reads as [`DecideReply::LimitsChanged`].
+pub const LIMITS_CHANGED_REPLY: [i64; 2] = [-1, 0];
+
+/// The production script source.
+pub fn decide_source() -> String {
+    format!("{SHEBANG}{CARRY}{CLOCK_BLOCK}{BODY}")
+}
+
+/// The same decision logic with the clock taken from ARGV[16] (µs, appended after the
+/// [`DecideCall`] arguments), for tests that compare
+/// the script with the Rust model at times they choose. Keys live an hour so Valkey's real
+/// clock never expires a key the model still holds.
+pub fn decide_source_with_test_clock() -> String {
+    let clock = "\
+local now = tonumber(ARGV[16])
+local slack_ms = 3600000
+";
+    format!("{SHEBANG}{CARRY}{clock}{BODY}")
+}
+
+/// One step of carrying every bucket of a limiter over a live change at once (the CLI
+/// runs it after `set` until the cursor is 0), so that no key written under the old limits
+/// expires on their schedule before a decision reads it. KEYS: global, hot lane (KEYS[1]
+/// routes it). ARGV: SCAN cursor, MATCH pattern (the bucket keys), the new version, then
+/// interval and tolerance of global, hot lane, hot shop as the decision takes them.
+/// Reply: next cursor, buckets carried over. A bucket full under the new limits is deleted
+/// (a missing key means full).
+pub fn carry_step_source() -> String {
+    format!("{SHEBANG}{CARRY}{}", include_str!("scripts/carry_step.lua"))
+}
+
+/// One step of `reset()`: KEYS[1] routes it (any key of the limiter); ARGV: SCAN cursor,
+/// MATCH pattern (the limiter's bucket keys, all in KEYS[1]'s slot). Reply: next cursor,
+/// keys removed.
+pub const RESET_STEP: &str = include_str!("scripts/reset_step.lua");
+
+/// Reads the live limits' version and hash in one atomic step (KEYS: limits, limits:v):
+/// the version is the one every decision compares with, never a copy that could differ.
+/// Keys of the wrong type (written by hand) read as empty, with the error: the version as
+/// the decisions' MGET sees it (nil), the hash as unreadable. Reply: version, fields, error.
+pub const READ_LIMITS: &str = include_str!("scripts/read_limits.lua");
+
+/// Writes new live limits atomically, only if the version is still `expected`: the hash
+/// is replaced whole by what the writer validated (so fields nobody could read are gone),
+/// and in the same step the global and hot-lane buckets are carried over to the new
+/// limits as of the change, a missing one (full) at the old limits' capacity.
+/// KEYS: limits, limits:v, changes, global bucket, hot-lane bucket. ARGV: expected version
+/// ("" = none), by, at (ms), old, new, a fresh epoch (used when the stored limits are
+/// created anew), then interval and tolerance of global and hot lane under the old
+/// limits, then the same under the new ("0" = not configured), then (lane, "capacity/rate")
+/// pairs: every override of the new limits. Reply: the new version, or an error when
+/// someone else changed them first.
+pub fn set_limits_source() -> String {
+    format!("{CARRY}{}", include_str!("scripts/set_limits.lua"))
+}
+
+/// The hot shops of a limiter for `limiter status` (the CLI): KEYS[1] routes it; ARGV:
+/// SCAN cursor, MATCH pattern of the hot flags. Reply: next cursor, then per flag its key,
+/// value and PTTL.
+pub const HOT_SCAN: &str = include_str!("scripts/hot_scan.lua");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_clock_variant_differs_only_in_the_clock_block() {
+        let prod = decide_source();
+        let test = decide_source_with_test_clock();
+        assert!(prod.contains("redis.call('TIME')"));
+        assert!(!test.contains("TIME"));
+        assert_eq!(
+            prod.strip_prefix(SHEBANG)
+                .and_then(|p| p.strip_prefix(CARRY))
+                .and_then(|p| p.strip_prefix(CLOCK_BLOCK)),
+            test.split_once("slack_ms = 3600000\n").map(|x| x.1)
+        );
+    }
+
+    #[test]
+    fn the_script_is_the_lua_files_in_order() {
+        // "#!lua\n" + carry.lua + clock.lua + decide.lua, as `checkout-guard limiter call`
+        // prints it for the benchmark.
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/scripts/");
+        let read = |f: &str| std::fs::read_to_string(format!("{dir}{f}")).unwrap();
+        let files = ["carry.lua", "clock.lua", "decide.lua"].map(read).concat();
+        assert_eq!(decide_source(), format!("#!lua\n{files}"));
+    }
+
+    #[test]
+    fn settings_ttl_in_the_script_is_the_constant() {
+        assert!(BODY.contains(&format!("'EX', {SETTINGS_TTL_SECONDS})")));
+    }
+}

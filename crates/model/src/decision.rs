@@ -1,0 +1,147 @@
+use crate::bucket::{BucketSet, Lane};
+use crate::step::{lanes_in, StepReply};
+
+/// Why a decision came out as it did. The strings are the PHP contract of
+/// `Decision::reason()`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    Allowed,
+    /// The global bucket lacked tokens.
+    Global,
+    /// The bucket shared by all hot shops lacked tokens.
+    HotLane,
+    /// The shop's own hot bucket lacked tokens.
+    HotShop,
+    /// Valkey could not be asked; `on_unavailable` decided.
+    Unavailable,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Allowed => "allowed",
+            Reason::Global => "global",
+            Reason::HotLane => "hot_lane",
+            Reason::HotShop => "hot_shop",
+            Reason::Unavailable => "unavailable",
+        }
+    }
+
+    fn from_script_code(code: i64) -> Self {
+        match code {
+            1 => Reason::Global,
+            2 => Reason::HotLane,
+            3 => Reason::HotShop,
+            _ => Reason::Allowed,
+        }
+    }
+}
+
+/// The outcome of one `acquire()`. Being limited is a value, not an error.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Decision {
+    pub allowed: bool,
+    pub reason: Reason,
+    /// Seconds until this request could pass if nobody else took tokens; 0 when allowed.
+    pub retry_after: f64,
+    /// Whole tokens left in the tightest bucket that applied, after this decision.
+    pub remaining: i64,
+    pub hot_shop: bool,
+}
+
+impl Decision {
+    /// Derives the decision from the script's reply: the request waits for the slowest
+    /// bucket, and `remaining` is the smallest whole-token count among the buckets applied.
+    pub fn from_reply(set: &BucketSet, tokens: i64, reply: &StepReply) -> Self {
+        let now = reply.now_us;
+        let mut remaining = i64::MAX;
+        let mut wait_us = 0;
+        for lane in lanes_in(reply) {
+            let Some(spec) = set.get(lane) else { continue };
+            let tat = reply.tats[lane as usize];
+            remaining = remaining.min(spec.whole_tokens(tat, now));
+            wait_us = wait_us.max(spec.wait_us(tat, now, tokens));
+        }
+        if remaining == i64::MAX {
+            remaining = 0;
+        }
+        let reason = Reason::from_script_code(reply.reason);
+        let allowed = reason == Reason::Allowed;
+        Self {
+            allowed,
+            reason,
+            retry_after: if allowed { 0.0 } else { wait_us as f64 / 1e6 },
+            remaining,
+            hot_shop: reply.hot,
+        }
+    }
+
+    /// A denial made in the worker (the flood fast path): the bucket of `lane` is known to
+    /// lack the tokens; `retry_after` is when they are certainly back, `remaining` the
+    /// whole tokens of the tightest bucket that applies.
+    pub fn local_denial(lane: Lane, retry_after: f64, remaining: i64, hot_shop: bool) -> Self {
+        Self {
+            allowed: false,
+            reason: match lane {
+                Lane::Global => Reason::Global,
+                Lane::HotLane => Reason::HotLane,
+                Lane::HotShop => Reason::HotShop,
+            },
+            retry_after,
+            remaining,
+            hot_shop,
+        }
+    }
+
+    /// The decision when Valkey cannot be asked and `on_unavailable` is allow or deny.
+    /// `retry_after` (deny) is the time until the limiter will try Valkey again.
+    pub fn unavailable(allowed: bool, retry_after: f64, hot_shop: bool) -> Self {
+        Self {
+            allowed,
+            reason: Reason::Unavailable,
+            retry_after: if allowed { 0.0 } else { retry_after },
+            remaining: 0,
+            hot_shop,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bucket::BucketSpec;
+    use crate::step::{step, StoredState};
+
+    #[test]
+    fn remaining_is_tightest_bucket_and_retry_after_waits_for_slowest() {
+        let set = BucketSet {
+            global: BucketSpec::new("global", 10, 10.0).unwrap(),
+            hot_lane: None,
+            hot_shop: Some(BucketSpec::new("hot_shop", 2, 1.0).unwrap()),
+        };
+        let now = 1_000_000_000;
+        let (r, s) = step(&set, &StoredState::default(), now, 1, true, "");
+        let d = Decision::from_reply(&set, 1, &r);
+        assert!(d.allowed);
+        assert_eq!((d.remaining, d.retry_after), (1, 0.0));
+        assert!(d.hot_shop);
+        let (r, s) = step(&set, &s, now, 1, true, "");
+        assert_eq!(Decision::from_reply(&set, 1, &r).remaining, 0);
+        let (r, _) = step(&set, &s, now + 250_000, 1, true, "");
+        let d = Decision::from_reply(&set, 1, &r);
+        assert_eq!(d.reason, Reason::HotShop);
+        assert!(!d.allowed);
+        // The shop bucket refills 1 token/s; 0.25 s have passed.
+        assert!((d.retry_after - 0.75).abs() < 1e-9, "{}", d.retry_after);
+        assert_eq!(d.remaining, 0);
+    }
+
+    #[test]
+    fn unavailable_decisions() {
+        let d = Decision::unavailable(true, 0.7, false);
+        assert!(d.allowed && d.retry_after == 0.0 && d.reason == Reason::Unavailable);
+        let d = Decision::unavailable(false, 0.7, true);
+        assert!(!d.allowed && d.retry_after == 0.7 && d.hot_shop);
+        assert_eq!(d.reason.as_str(), "unavailable");
+    }
+}

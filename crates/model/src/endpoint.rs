@@ -1,0 +1,252 @@
+use std::fmt;
+
+/// What an endpoint connects to: one server (its URL, `valkey://` written `redis://`),
+/// or a cluster found from seed nodes (each a `redis://[user:password@]host:port` URL).
+/// Plain data: the runtime turns it into a connection (`runtime::store`).
+#[derive(Clone, PartialEq, Eq)]
+pub enum Target {
+    Single(String),
+    /// Seed nodes of a Valkey Cluster: any one that answers gives the slot map.
+    Cluster(Vec<String>),
+}
+
+/// A parsed Valkey URL: what to connect to, and how to show it without its password.
+#[derive(Clone)]
+pub struct Endpoint {
+    url: String,
+    display: String,
+    target: Target,
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Endpoint").field(&self.display).finish()
+    }
+}
+
+impl Endpoint {
+    /// Accepts `redis://[user[:password]@]host[:port][/db]`, `valkey://` (same form),
+    /// `unix:///path/to/valkey.sock[?db=N&user=U&pass=P]` (also `redis+unix://`), and for a
+    /// Valkey Cluster `valkey+cluster://[user[:password]@]host:port[,host:port...]` (also
+    /// `redis+cluster://`): seed nodes, any of which gives the slot map.
+    /// The error message shows the URL with its password masked.
+    pub fn parse(url: &str) -> Result<Self, String> {
+        let display = mask_password(url);
+        let cluster = ["valkey+cluster://", "redis+cluster://"]
+            .iter()
+            .find_map(|scheme| url.strip_prefix(scheme));
+        if let Some(rest) = cluster {
+            let seeds =
+                parse_cluster_seeds(rest).map_err(|why| format!("{why}, got \"{display}\""))?;
+            return Ok(Self {
+                url: url.to_string(),
+                display,
+                target: Target::Cluster(seeds),
+            });
+        }
+        let normalized = match url.strip_prefix("valkey://") {
+            Some(rest) => format!("redis://{rest}"),
+            None => match url.strip_prefix("valkeys://") {
+                Some(rest) => format!("rediss://{rest}"),
+                None => url.to_string(),
+            },
+        };
+        if normalized.starts_with("rediss://") {
+            return Err(format!(
+                "TLS (rediss://) is not supported by this build, got \"{display}\""
+            ));
+        }
+        check_single(&normalized).map_err(|detail| {
+            format!(
+                "must be a redis://, valkey://, unix:// or valkey+cluster:// URL ({detail}), got \"{display}\""
+            )
+        })?;
+        Ok(Self {
+            url: url.to_string(),
+            display,
+            target: Target::Single(normalized),
+        })
+    }
+
+    /// Whether this is a Valkey Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.target, Target::Cluster(_))
+    }
+
+    /// The URL with any password replaced by `***`.
+    pub fn display_url(&self) -> &str {
+        &self.display
+    }
+
+    /// The URL as given: processes keep one connection per distinct URL.
+    pub fn pool_key(&self) -> &str {
+        &self.url
+    }
+
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+}
+
+/// The checks the connection layer makes of a single-server URL, made here without it:
+/// a known scheme, a host (or socket path), a port and a database number that parse.
+fn check_single(url: &str) -> Result<(), &'static str> {
+    let parsed = url::Url::parse(url).map_err(|_| "invalid URL")?;
+    match parsed.scheme() {
+        "redis" => {
+            if parsed.host_str().is_none_or(str::is_empty) {
+                return Err("missing hostname");
+            }
+            let db = parsed.path().trim_matches('/');
+            if !db.is_empty() && db.parse::<i64>().is_err() {
+                return Err("invalid database number");
+            }
+            Ok(())
+        }
+        "unix" | "redis+unix" => {
+            if parsed.path().is_empty() || parsed.path() == "/" {
+                return Err("missing socket path");
+            }
+            for (k, v) in parsed.query_pairs() {
+                if k == "db" && v.parse::<i64>().is_err() {
+                    return Err("invalid database number");
+                }
+            }
+            Ok(())
+        }
+        _ => Err("URL provided is not a redis URL"),
+    }
+}
+
+/// `[user[:password]@]host:port[,host:port...]`: every seed gets the same credentials.
+/// No database number (a cluster has only database 0) and no query.
+fn parse_cluster_seeds(rest: &str) -> Result<Vec<String>, String> {
+    let (userinfo, hosts) = match rest.rfind('@') {
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        None => (None, rest),
+    };
+    let hosts = hosts.strip_suffix('/').unwrap_or(hosts);
+    if hosts.is_empty() {
+        return Err("a cluster URL needs at least one host:port seed".into());
+    }
+    if hosts.contains(['/', '?', '#']) {
+        return Err("a cluster URL takes host:port seeds only (no database, no options)".into());
+    }
+    hosts
+        .split(',')
+        .map(|seed| {
+            let (host, port) = seed
+                .rsplit_once(':')
+                .filter(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0))
+                .ok_or_else(|| format!("cluster seed \"{seed}\" must be host:port"))?;
+            let url = match userinfo {
+                Some(u) => format!("redis://{u}@{host}:{port}"),
+                None => format!("redis://{host}:{port}"),
+            };
+            check_single(&url)
+                .map(|()| url)
+                .map_err(|e| format!("cluster seed \"{seed}\": {e}"))
+        })
+        .collect()
+}
+
+/// Masks the password of `scheme://user:password@host` and of `?pass=`/`?password=`.
+pub fn mask_password(url: &str) -> String {
+    let mut out = url.to_string();
+    if let Some(scheme_end) = out.find("://") {
+        let auth_start = scheme_end + 3;
+        let auth_end = out[auth_start..]
+            .find(['/', '?', '#'])
+            .map_or(out.len(), |i| auth_start + i);
+        if let Some(at) = out[auth_start..auth_end].rfind('@') {
+            let userinfo = &out[auth_start..auth_start + at];
+            let masked = match userinfo.find(':') {
+                Some(colon) => format!("{}:***", &userinfo[..colon]),
+                None => "***".to_string(),
+            };
+            out.replace_range(auth_start..auth_start + at, &masked);
+        }
+    }
+    if let Some(q) = out.find('?') {
+        let (head, query) = out.split_at(q + 1);
+        let masked: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((k, _)) if k == "pass" || k == "password" => format!("{k}=***"),
+                _ => pair.to_string(),
+            })
+            .collect();
+        out = format!("{head}{}", masked.join("&"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_passwords_everywhere() {
+        assert_eq!(
+            mask_password("redis://127.0.0.1:6379"),
+            "redis://127.0.0.1:6379"
+        );
+        assert_eq!(
+            mask_password("redis://app:s3cr@t@10.0.0.1:6379/0"),
+            "redis://app:***@10.0.0.1:6379/0"
+        );
+        assert_eq!(mask_password("redis://:pw@host"), "redis://:***@host");
+        assert_eq!(mask_password("redis://tokenonly@host"), "redis://***@host");
+        assert_eq!(
+            mask_password("unix:///run/valkey.sock?db=1&pass=pw&user=u"),
+            "unix:///run/valkey.sock?db=1&pass=***&user=u"
+        );
+    }
+
+    #[test]
+    fn parses_supported_forms_and_rejects_others_without_leaking() {
+        assert!(Endpoint::parse("redis://127.0.0.1:6379/1").is_ok());
+        assert!(Endpoint::parse("valkey://user:pw@localhost:7000").is_ok());
+        assert!(Endpoint::parse("unix:///tmp/valkey.sock").is_ok());
+        let e = Endpoint::parse("http://x").unwrap_err();
+        assert!(e.contains("\"http://x\""), "{e}");
+        let e = Endpoint::parse("rediss://u:topsecret@host").unwrap_err();
+        assert!(e.contains("TLS") && !e.contains("topsecret"), "{e}");
+        let ep = Endpoint::parse("redis://u:topsecret@host:1").unwrap();
+        assert!(!ep.is_cluster());
+        assert!(!format!("{ep:?}").contains("topsecret"));
+        assert_eq!(ep.display_url(), "redis://u:***@host:1");
+    }
+
+    #[test]
+    fn parses_cluster_seeds_with_shared_credentials() {
+        let ep =
+            Endpoint::parse("valkey+cluster://app:s3cret@10.0.0.1:7000,10.0.0.2:7001").unwrap();
+        assert!(ep.is_cluster());
+        assert_eq!(
+            ep.display_url(),
+            "valkey+cluster://app:***@10.0.0.1:7000,10.0.0.2:7001"
+        );
+        let Target::Cluster(seeds) = ep.target() else {
+            panic!("not a cluster")
+        };
+        assert_eq!(seeds.len(), 2);
+        for seed in seeds {
+            assert!(seed.starts_with("redis://app:s3cret@10.0.0."), "{seed}");
+        }
+        assert!(Endpoint::parse("redis+cluster://127.0.0.1:7000").is_ok());
+        for bad in [
+            "valkey+cluster://",
+            "valkey+cluster://u:pw@host",
+            "valkey+cluster://host:0",
+            "valkey+cluster://host:7000/1",
+            "valkey+cluster://host:7000,:7001",
+        ] {
+            let e = Endpoint::parse(bad)
+                .err()
+                .unwrap_or_else(|| panic!("{bad} accepted"));
+            assert!(!e.contains(":pw@"), "{e}");
+            assert!(e.contains("got \""), "{e}");
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! checkout-guard's model: what a decision is, without any I/O.
+//!
+//! Pure Rust: no Valkey client, no sockets, no statics, no PHP. It runs wherever a
+//! decision is reasoned about: in the PHP worker (through `checkout-guard-runtime`), in the
+//! CLI, and in tests that check random operation sequences against the reference [`step`].
+//!
+//! - [`bucket`]: the token-bucket arithmetic (GCRA on microseconds) and stored buckets;
+//! - [`step`]: the reference decision, the Lua script's twin;
+//! - [`decision`]: the [`Decision`] a caller gets, derived from a reply;
+//! - [`options`]: typed options, valid by construction, and [`options::DEFAULTS`], the one
+//!   table of the INI settings' defaults;
+//! - [`call`]: the decision script (the `.lua` files under `src/scripts/`) and
+//!   [`DecideCall`], the one encoder of its KEYS/ARGV and decoder of its reply;
+//! - [`keys`], [`live`], [`endpoint`], [`value`]: key names, the live-limits codec,
+//!   Valkey URLs, PHP-like values.
+
+pub mod bucket;
+pub mod call;
+pub mod decision;
+pub mod endpoint;
+pub mod error;
+pub mod keys;
+pub mod live;
+pub mod options;
+pub mod step;
+pub mod value;
+
+pub use bucket::{BucketSet, BucketSpec, Lane, StoredBucket};
+pub use call::{AutoHotArgs, DecideCall, DecideKeys, DecideReply, LaneArgs};
+pub use decision::{Decision, Reason};
+pub use endpoint::{mask_password, Endpoint};
+pub use error::{ConfigError, LimiterError};
+pub use keys::Keys;
+pub use options::{
+    bucket_value, buckets_from_value, validate_shop_id, validate_tokens, validate_ttl, AutoHot,
+    Defaults, LimiterOptions, OnUnavailable, MAX_SHOP_ID_BYTES, MAX_TTL_SECONDS,
+};
+pub use step::{lanes_in, step, StepReply, StoredState};
+pub use value::Value;
+
+/// The version of checkout-guard, shown in `phpinfo()` and sent as the client's library
+/// version to Valkey.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,268 @@
+//! Live limits: capacities and rates changed while the limiter runs, without a deploy.
+//!
+//! Stored in Valkey under the limiter's hash tag: `limits` (a hash: per overridden bucket
+//! `"<capacity>/<refill_per_second>"`, and `by`, `at`), `limits:v` (the version, read by
+//! every decision in the same MGET as the buckets) and `changes` (a stream: version, by,
+//! at, old, new). A worker decides with the version it knows; when the script sees another
+//! one it decides nothing and says so, the worker reads version and hash together once,
+//! validates them exactly like constructor options (same code), and asks again. Nothing
+//! stored means the constructor's values.
+//!
+//! A version is `"<n>-<epoch>-<µs>"`: `n` counts the changes (what people see), `epoch` is
+//! drawn at random by the writer whenever the stored limits are created anew, `µs` is
+//! Valkey's time of the change (buckets carry their level over from that instant). After
+//! Valkey lost its data the count starts again at 1, but with another epoch, so no worker
+//! can take the new version 1 for the one it knew.
+
+use crate::bucket::{BucketSet, Lane};
+use crate::error::ConfigError;
+use crate::options::{bucket_value, buckets_from_value, buckets_to_value};
+use crate::value::Value;
+
+/// The live limits as stored: overrides of some buckets, and who set them when.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LiveLimits {
+    /// The version as stored in `limits:v` (empty = none), byte for byte: what decisions
+    /// compare (a version written by hand need not be UTF-8).
+    pub id: Vec<u8>,
+    /// Its change count, for people and events (0 = none).
+    pub version: i64,
+    /// Per lane, the overriding (capacity, refill_per_second).
+    pub overrides: [Option<(i64, f64)>; 3],
+    pub by: String,
+    pub at_ms: i64,
+}
+
+impl LiveLimits {
+    /// The live limits of version `id` from `HGETALL limits`. A field that is not
+    /// understood is an error naming it.
+    pub fn from_stored(id: &[u8], fields: &[(Vec<u8>, Vec<u8>)]) -> Result<Self, String> {
+        let (live, errors) = Self::from_stored_lenient(id, fields);
+        match errors.into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(live),
+        }
+    }
+
+    /// As [`Self::from_stored`], keeping what could be read and listing what could not
+    /// (the CLI shows a broken hash and can still repair it).
+    pub fn from_stored_lenient(id: &[u8], fields: &[(Vec<u8>, Vec<u8>)]) -> (Self, Vec<String>) {
+        let mut out = Self {
+            id: id.to_vec(),
+            version: version_number(id),
+            ..Self::default()
+        };
+        let mut errors = Vec::new();
+        for (k, v) in fields {
+            let text = String::from_utf8_lossy(v);
+            let field = String::from_utf8_lossy(k);
+            match &*field {
+                "by" => out.by = text.into_owned(),
+                "at" => match text.parse() {
+                    Ok(at) => out.at_ms = at,
+                    Err(_) => errors.push(format!("at {text:?}")),
+                },
+                name => match Lane::from_name(name) {
+                    None => errors.push(format!("unknown field {name:?}")),
+                    Some(lane) => match parse_bucket(lane, &text) {
+                        Ok(b) => out.overrides[lane as usize] = Some(b),
+                        Err(e) => errors.push(e),
+                    },
+                },
+            }
+        }
+        (out, errors)
+    }
+
+    /// The buckets with these overrides applied to `base`, validated exactly like the
+    /// constructor's options (a bucket may be overridden only if `base` configures it).
+    pub fn apply(&self, base: &BucketSet) -> Result<BucketSet, ConfigError> {
+        let mut value = buckets_to_value(base);
+        let Value::Map(entries) = &mut value else {
+            unreachable!("buckets_to_value returns a map")
+        };
+        for lane in Lane::ALL {
+            let Some((capacity, rate)) = self.overrides[lane as usize] else {
+                continue;
+            };
+            let Some(slot) = entries.iter_mut().find(|(k, _)| k == lane.as_str()) else {
+                return Err(ConfigError::new(
+                    lane.as_str(),
+                    "is not configured by this limiter's constructor: only configured buckets can be changed live",
+                ));
+            };
+            slot.1 = bucket_value(capacity, rate);
+        }
+        buckets_from_value(&value)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.overrides.iter().all(Option::is_none)
+    }
+}
+
+/// One bucket as the CLI takes it, the settings show it and the limits hash stores it:
+/// `"<capacity>/<refill_per_second>"`. Errors name the option, as the constructor's do.
+pub fn parse_bucket(lane: Lane, text: &str) -> Result<(i64, f64), String> {
+    let name = lane.as_str();
+    let (c, r) = text
+        .split_once('/')
+        .ok_or_else(|| format!("{name}: {text:?} is not CAPACITY/RATE"))?;
+    let c = c
+        .trim()
+        .parse::<i64>()
+        .map_err(|_| format!("{name}.capacity: {c:?} is not an integer"))?;
+    let r = r
+        .trim()
+        .parse::<f64>()
+        .map_err(|_| format!("{name}.refill_per_second: {r:?} is not a number"))?;
+    Ok((c, r))
+}
+
+/// The change count of a stored version (`"3-9f0c..."` → 3; a hand-written `"7"` → 7).
+pub fn version_number(id: &[u8]) -> i64 {
+    let digits = id.iter().take_while(|b| b.is_ascii_digit()).count();
+    std::str::from_utf8(&id[..digits])
+        .ok()
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The instant (Valkey µs) of the change a version comes from: `"<n>-<epoch>-<µs>"`.
+pub fn change_instant(id: &[u8]) -> Option<i64> {
+    let id = std::str::from_utf8(id).ok()?;
+    let mut parts = id.splitn(3, '-');
+    let (n, epoch, at) = (parts.next()?, parts.next()?, parts.next()?);
+    let digits = |s: &str, alnum: bool| {
+        !s.is_empty()
+            && s.bytes().all(|b| {
+                if alnum {
+                    b.is_ascii_alphanumeric()
+                } else {
+                    b.is_ascii_digit()
+                }
+            })
+    };
+    (digits(n, false) && digits(epoch, true) && digits(at, false))
+        .then(|| at.parse().ok())
+        .flatten()
+}
+
+/// The live limits as stored: the version (`limits:v`, empty = none) and the hash's
+/// fields; a key of another type reads as empty, with the hash's error.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Stored {
+    pub version: Vec<u8>,
+    pub fields: Vec<(Vec<u8>, Vec<u8>)>,
+    pub error: Option<String>,
+}
+
+impl Stored {
+    /// What a worker decides with, and what could not be read (see
+    /// [`LiveLimits::from_stored_lenient`]).
+    pub fn parse(&self) -> (LiveLimits, Vec<String>) {
+        let (live, mut errors) = LiveLimits::from_stored_lenient(&self.version, &self.fields);
+        if let Some(e) = &self.error {
+            errors.insert(0, format!("limits: {e}"));
+        }
+        (live, errors)
+    }
+}
+
+/// How a bucket set is shown in events and by the CLI: `global=30/30 hot_lane=...`
+/// (capacity / refill per second).
+pub fn describe(set: &BucketSet) -> String {
+    Lane::ALL
+        .into_iter()
+        .filter_map(|lane| {
+            set.get(lane).map(|b| {
+                format!(
+                    "{}={}/{}",
+                    lane.as_str(),
+                    b.capacity(),
+                    b.refill_per_second()
+                )
+            })
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bucket::BucketSpec;
+
+    fn base() -> BucketSet {
+        BucketSet {
+            global: BucketSpec::new("global", 30, 30.0).unwrap(),
+            hot_lane: Some(BucketSpec::new("hot_lane", 25, 25.0).unwrap()),
+            hot_shop: None,
+        }
+    }
+
+    fn fields(pairs: &[(&str, &str)]) -> Vec<(Vec<u8>, Vec<u8>)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .collect()
+    }
+
+    #[test]
+    fn overrides_apply_over_the_constructor_values() {
+        let live = LiveLimits::from_stored(
+            b"3-abc",
+            &fields(&[
+                ("by", "alice"),
+                ("at", "1700000000000"),
+                ("global", "60/45.5"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!((live.version, live.by.as_str()), (3, "alice"));
+        let set = live.apply(&base()).unwrap();
+        assert_eq!(describe(&set), "global=60/45.5 hot_lane=25/25");
+    }
+
+    #[test]
+    fn invalid_overrides_are_refused_like_constructor_options() {
+        let refuse = |pairs: &[(&str, &str)]| {
+            LiveLimits::from_stored(b"1-abc", &fields(pairs))
+                .map_err(|e| e.to_string())
+                .and_then(|l| l.apply(&base()).map_err(|e| e.to_string()))
+                .unwrap_err()
+        };
+        // A hot lane above global, as the constructor refuses it.
+        assert!(refuse(&[("global", "20/20")]).contains("hot_lane"));
+        assert!(refuse(&[("global", "0/5")]).contains("global.capacity"));
+        assert!(refuse(&[("global", "10/-1")]).contains("global.refill_per_second"));
+        assert!(refuse(&[("hot_shop", "5/5")]).contains("not configured"));
+        assert!(
+            refuse(&[("global", "ten/5")]).contains("global.capacity: \"ten\" is not an integer")
+        );
+        assert!(refuse(&[("global", "10 5")]).contains("is not CAPACITY/RATE"));
+        assert!(refuse(&[("bogus", "1/1")]).contains("unknown field"));
+    }
+
+    #[test]
+    fn versions_count_changes_and_epochs_differ() {
+        assert_eq!(version_number(b"3-9f0c"), 3);
+        assert_eq!(version_number(b"7"), 7);
+        assert_eq!(version_number(b""), 0);
+        assert_eq!(version_number(b"\xff"), 0);
+        assert_eq!(
+            change_instant(b"3-9f0c-1800000000000123"),
+            Some(1_800_000_000_000_123)
+        );
+        assert_eq!(change_instant(b"3-9f0c"), None);
+        assert_eq!(change_instant(b"7"), None);
+        assert_eq!(change_instant(b"x-9f0c-12"), None);
+        let (live, errors) = LiveLimits::from_stored_lenient(
+            b"2-x",
+            &fields(&[("global", "lots"), ("hot_lane", "5/5"), ("bogus", "1")]),
+        );
+        assert_eq!(live.overrides[1], Some((5, 5.0)));
+        assert_eq!(live.overrides[0], None);
+        assert_eq!(errors.len(), 2, "{errors:?}");
+    }
+}

@@ -1,0 +1,865 @@
+//! Validation of the options array given to `new RateLimiter([...])`, and of the INI
+//! defaults behind it. Everything that can be wrong is caught here, with a message naming
+//! the option and the value.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use crate::bucket::{BucketSet, BucketSpec, Lane};
+use crate::endpoint::Endpoint;
+use crate::error::ConfigError;
+use crate::value::{quote_bytes, Value};
+
+/// Longest shop ID, in bytes.
+pub const MAX_SHOP_ID_BYTES: usize = 128;
+/// Longest `markHot()` TTL: one year.
+pub const MAX_TTL_SECONDS: i64 = 365 * 86_400;
+/// Longest limiter name, in bytes.
+const MAX_NAME_BYTES: usize = 64;
+/// Most shops in `hot_shops`.
+const MAX_HOT_SHOPS: usize = 10_000;
+/// Longest `timeout_ms`.
+const MAX_TIMEOUT_MS: i64 = 60_000;
+
+/// What to do when Valkey cannot be asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnUnavailable {
+    /// Let the checkout through (fail open): the provider's own limit still applies.
+    Allow,
+    /// Refuse the request (fail closed).
+    Deny,
+    /// Throw `UnavailableException`.
+    Throw,
+}
+
+impl OnUnavailable {
+    pub fn parse(option: &str, s: &[u8]) -> Result<Self, ConfigError> {
+        match s {
+            b"allow" => Ok(Self::Allow),
+            b"deny" => Ok(Self::Deny),
+            b"throw" => Ok(Self::Throw),
+            _ => Err(ConfigError::new(
+                option,
+                format!(
+                    "must be \"allow\", \"deny\" or \"throw\", got {}",
+                    quote_bytes(s)
+                ),
+            )),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allow => "allow",
+            Self::Deny => "deny",
+            Self::Throw => "throw",
+        }
+    }
+}
+
+/// Process-wide defaults, from the INI settings `checkout_guard.*`. The option array
+/// overrides `url`, `timeout_ms` and `on_unavailable`; `retry_interval_ms` is INI only.
+#[derive(Debug, Clone)]
+pub struct Defaults {
+    pub url: String,
+    pub timeout_ms: i64,
+    pub on_unavailable: OnUnavailable,
+    pub retry_interval_ms: i64,
+    /// The flood fast path (`checkout_guard.local_denials`): see `denials.rs`.
+    pub local_denials: bool,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Self {
+            url: "redis://127.0.0.1:6379".into(),
+            timeout_ms: 50,
+            on_unavailable: OnUnavailable::Allow,
+            retry_interval_ms: 1000,
+            local_denials: true,
+        }
+    }
+}
+
+impl Defaults {
+    /// Builds the defaults from raw INI strings, validating each; the error names the INI
+    /// setting. A missing value keeps the built-in default.
+    pub fn from_ini(
+        url: Option<&str>,
+        timeout_ms: Option<&str>,
+        on_unavailable: Option<&str>,
+        retry_interval_ms: Option<&str>,
+    ) -> Result<Self, ConfigError> {
+        let mut d = Self::default();
+        if let Some(u) = url.filter(|u| !u.trim().is_empty()) {
+            d.url = u.trim().to_string();
+        }
+        let int = |name: &str, raw: &str, min: i64, max: i64| -> Result<i64, ConfigError> {
+            raw.trim()
+                .parse::<i64>()
+                .ok()
+                .filter(|v| (min..=max).contains(v))
+                .ok_or_else(|| {
+                    ConfigError::new(
+                        name,
+                        format!(
+                            "must be an integer from {min} to {max}, got {}",
+                            quote_bytes(raw.as_bytes())
+                        ),
+                    )
+                })
+        };
+        if let Some(t) = timeout_ms {
+            d.timeout_ms = int("checkout_guard.timeout_ms", t, 1, MAX_TIMEOUT_MS)?;
+        }
+        if let Some(p) = on_unavailable {
+            d.on_unavailable =
+                OnUnavailable::parse("checkout_guard.on_unavailable", p.trim().as_bytes())?;
+        }
+        if let Some(r) = retry_interval_ms {
+            d.retry_interval_ms = int("checkout_guard.retry_interval_ms", r, 0, 3_600_000)?;
+        }
+        Ok(d)
+    }
+
+    /// Sets `local_denials` from its INI value: on/off, 1/0, true/false, yes/no.
+    pub fn with_local_denials(mut self, raw: Option<&str>) -> Result<Self, ConfigError> {
+        if let Some(raw) = raw {
+            self.local_denials = match raw.trim().to_ascii_lowercase().as_str() {
+                "1" | "on" | "true" | "yes" => true,
+                "0" | "off" | "false" | "no" | "" => false,
+                _ => {
+                    return Err(ConfigError::new(
+                        "checkout_guard.local_denials",
+                        format!(
+                            "must be on or off (1/0, true/false, yes/no), got {}",
+                            quote_bytes(raw.as_bytes())
+                        ),
+                    ))
+                }
+            };
+        }
+        Ok(self)
+    }
+}
+
+/// A limiter's validated options.
+#[derive(Debug, Clone)]
+pub struct LimiterOptions {
+    pub name: String,
+    pub buckets: BucketSet,
+    pub hot_shops: HashSet<Vec<u8>>,
+    pub endpoint: Endpoint,
+    pub timeout: Duration,
+    pub on_unavailable: OnUnavailable,
+    pub retry_interval: Duration,
+    /// Deny in the worker what Valkey is certain to deny (INI only).
+    pub local_denials: bool,
+    /// Hot shops found by their share of the global bucket's consumption.
+    pub auto_hot: Option<AutoHot>,
+}
+
+/// The `auto_hot` option: a shop whose share of the tokens taken from the global bucket
+/// over the sliding `window` exceeds `share` (and that took at least `min_tokens` in it)
+/// becomes hot for `ttl_seconds`, for every worker at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AutoHot {
+    pub window: Duration,
+    pub share: f64,
+    pub ttl_seconds: i64,
+    pub min_tokens: i64,
+}
+
+const AUTO_HOT_KNOWN: &str = "window_seconds, share, ttl_seconds, min_tokens";
+
+impl AutoHot {
+    /// `true` for the defaults (10 s, 30%, 5 minutes, min_tokens 10% of what the global
+    /// bucket refills in one window, at least 1), or an array overriding any of them.
+    fn from_value(v: &Value, global: &BucketSpec) -> Result<Option<Self>, ConfigError> {
+        let entries: &[(String, Value)] = match v {
+            Value::Bool(false) => return Ok(None),
+            Value::Bool(true) => &[],
+            v => map_entries("auto_hot", v)?,
+        };
+        let mut window_s = 10.0;
+        let mut share = 0.3;
+        let mut ttl_seconds = 300;
+        let mut min_tokens = None;
+        for (key, value) in entries {
+            let option = format!("auto_hot.{key}");
+            let number = match value {
+                Value::Int(i) => Some(*i as f64),
+                Value::Float(f) => Some(*f),
+                _ => None,
+            };
+            match key.as_str() {
+                "window_seconds" => match number {
+                    Some(x) if (1.0..=3600.0).contains(&x) => window_s = x,
+                    _ => {
+                        return Err(type_error(
+                            &option,
+                            "a number of seconds from 1 to 3600",
+                            value,
+                        ))
+                    }
+                },
+                "share" => match number {
+                    Some(x) if x > 0.0 && x < 1.0 => share = x,
+                    _ => {
+                        return Err(type_error(
+                            &option,
+                            "a number above 0 and below 1 (0.3 = 30%)",
+                            value,
+                        ))
+                    }
+                },
+                "ttl_seconds" => match value {
+                    Value::Int(t) if (1..=MAX_TTL_SECONDS).contains(t) => ttl_seconds = *t,
+                    _ => {
+                        return Err(type_error(
+                            &option,
+                            &format!("an integer from 1 to {MAX_TTL_SECONDS}"),
+                            value,
+                        ))
+                    }
+                },
+                "min_tokens" => match value {
+                    Value::Int(t) if (1..=1_000_000_000).contains(t) => min_tokens = Some(*t),
+                    _ => {
+                        return Err(type_error(
+                            &option,
+                            "an integer from 1 to 1000000000",
+                            value,
+                        ))
+                    }
+                },
+                _ => {
+                    return Err(ConfigError::new(
+                        option,
+                        format!("is not a known option (known: {AUTO_HOT_KNOWN})"),
+                    ))
+                }
+            }
+        }
+        let min_tokens = min_tokens.unwrap_or_else(|| {
+            ((global.refill_per_second() * window_s * 0.1).ceil() as i64).max(1)
+        });
+        Ok(Some(Self {
+            window: Duration::from_secs_f64(window_s),
+            share,
+            ttl_seconds,
+            min_tokens,
+        }))
+    }
+}
+
+/// Validates the bucket options (`global` required, `hot_lane` and `hot_shop` optional and
+/// not above global): the constructor and live limits share this code.
+pub fn buckets_from_value(options: &Value) -> Result<BucketSet, ConfigError> {
+    let entries = map_entries("options", options)?;
+    let get = |k: &str| option(entries, k);
+    let global = match get("global") {
+        None => {
+            return Err(ConfigError::new(
+                "global",
+                "is required: ['capacity' => int >= 1, 'refill_per_second' => float > 0]",
+            ))
+        }
+        Some(v) => bucket("global", v)?,
+    };
+    let hot_lane = get("hot_lane").map(|v| bucket("hot_lane", v)).transpose()?;
+    let hot_shop = get("hot_shop").map(|v| bucket("hot_shop", v)).transpose()?;
+    for (option, spec) in [("hot_lane", &hot_lane), ("hot_shop", &hot_shop)] {
+        if let Some(spec) = spec {
+            not_above_global(option, spec, &global)?;
+        }
+    }
+    Ok(BucketSet {
+        global,
+        hot_lane,
+        hot_shop,
+    })
+}
+
+/// The bucket options as the constructor takes them, e.g. for live limits to override.
+pub fn buckets_to_value(set: &BucketSet) -> Value {
+    let mut entries = Vec::new();
+    for lane in Lane::ALL {
+        if let Some(b) = set.get(lane) {
+            entries.push((
+                lane.as_str().to_string(),
+                bucket_value(b.capacity(), b.refill_per_second()),
+            ));
+        }
+    }
+    Value::Map(entries)
+}
+
+/// One bucket option as the constructor takes it.
+pub fn bucket_value(capacity: i64, refill_per_second: f64) -> Value {
+    Value::Map(vec![
+        ("capacity".into(), Value::Int(capacity)),
+        ("refill_per_second".into(), Value::Float(refill_per_second)),
+    ])
+}
+
+const KNOWN: &[&str] = &[
+    "name",
+    "global",
+    "hot_lane",
+    "hot_shop",
+    "hot_shops",
+    "url",
+    "timeout_ms",
+    "on_unavailable",
+    "auto_hot",
+];
+
+impl LimiterOptions {
+    /// Validates an options array. Unknown keys, missing `global`, out-of-range numbers,
+    /// hot buckets larger than global and unusable URLs are errors naming the option.
+    pub fn from_value(options: &Value, defaults: &Defaults) -> Result<Self, ConfigError> {
+        let entries = map_entries("options", options)?;
+        for (key, _) in entries {
+            if !KNOWN.contains(&key.as_str()) {
+                return Err(ConfigError::new(
+                    quote_bytes(key.as_bytes()),
+                    format!("is not a known option (known: {})", KNOWN.join(", ")),
+                ));
+            }
+        }
+        let get = |k: &str| option(entries, k);
+
+        let name = match get("name") {
+            None => "default".to_string(),
+            Some(v) => validate_name(v)?,
+        };
+        let buckets = buckets_from_value(options)?;
+        let auto_hot = match get("auto_hot") {
+            None => None,
+            Some(v) => AutoHot::from_value(v, &buckets.global)?,
+        };
+        let hot_shops = match get("hot_shops") {
+            None => HashSet::new(),
+            Some(v) => shop_list("hot_shops", v)?,
+        };
+        let url = match get("url") {
+            None => defaults.url.clone(),
+            Some(Value::Str(s)) => String::from_utf8(s.clone()).map_err(|_| {
+                ConfigError::new("url", format!("must be UTF-8, got {}", quote_bytes(s)))
+            })?,
+            Some(v) => return Err(type_error("url", "a string", v)),
+        };
+        let endpoint = Endpoint::parse(&url).map_err(|msg| ConfigError::new("url", msg))?;
+        let timeout_ms = match get("timeout_ms") {
+            None => defaults.timeout_ms,
+            Some(Value::Int(t)) if (1..=MAX_TIMEOUT_MS).contains(t) => *t,
+            Some(v) => {
+                return Err(ConfigError::new(
+                    "timeout_ms",
+                    format!(
+                        "must be an integer from 1 to {MAX_TIMEOUT_MS}, got {}",
+                        v.describe()
+                    ),
+                ))
+            }
+        };
+        let on_unavailable = match get("on_unavailable") {
+            None => defaults.on_unavailable,
+            Some(Value::Str(s)) => OnUnavailable::parse("on_unavailable", s)?,
+            Some(v) => {
+                return Err(type_error(
+                    "on_unavailable",
+                    "\"allow\", \"deny\" or \"throw\"",
+                    v,
+                ))
+            }
+        };
+        Ok(Self {
+            name,
+            buckets,
+            hot_shops,
+            endpoint,
+            timeout: Duration::from_millis(timeout_ms as u64),
+            on_unavailable,
+            retry_interval: Duration::from_millis(defaults.retry_interval_ms as u64),
+            local_denials: defaults.local_denials,
+            auto_hot,
+        })
+    }
+}
+
+fn type_error(option: &str, expected: &str, got: &Value) -> ConfigError {
+    ConfigError::new(
+        option,
+        format!(
+            "must be {expected}, got {} {}",
+            got.type_name(),
+            got.describe()
+        ),
+    )
+}
+
+/// The value of option `k` in an options array; a `null` value counts as not given.
+fn option<'a>(entries: &'a [(String, Value)], k: &str) -> Option<&'a Value> {
+    entries
+        .iter()
+        .find(|(key, _)| key == k)
+        .map(|(_, v)| v)
+        .filter(|v| !matches!(v, Value::Null))
+}
+
+fn map_entries<'a>(option: &str, v: &'a Value) -> Result<&'a [(String, Value)], ConfigError> {
+    match v {
+        Value::Map(entries) => Ok(entries),
+        Value::List(items) if items.is_empty() => Ok(&[]),
+        _ => Err(type_error(option, "an array with string keys", v)),
+    }
+}
+
+pub fn validate_name(v: &Value) -> Result<String, ConfigError> {
+    let ok = |s: &[u8]| {
+        !s.is_empty()
+            && s.len() <= MAX_NAME_BYTES
+            && s.iter()
+                .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
+    };
+    match v {
+        Value::Str(s) if ok(s) => Ok(String::from_utf8(s.clone()).expect("ASCII")),
+        Value::Str(s) => Err(ConfigError::new(
+            "name",
+            format!(
+                "must be 1 to {MAX_NAME_BYTES} characters from A-Z a-z 0-9 _ . : -, got {}",
+                quote_bytes(s)
+            ),
+        )),
+        v => Err(type_error("name", "a string", v)),
+    }
+}
+
+fn bucket(option: &str, v: &Value) -> Result<BucketSpec, ConfigError> {
+    let entries = map_entries(option, v)?;
+    let mut capacity = None;
+    let mut rate = None;
+    for (key, value) in entries {
+        match key.as_str() {
+            "capacity" => capacity = Some(value),
+            "refill_per_second" => rate = Some(value),
+            _ => {
+                return Err(ConfigError::new(
+                    format!("{option}.{key}"),
+                    "is not a known option (known: capacity, refill_per_second)",
+                ))
+            }
+        }
+    }
+    let capacity = match capacity {
+        Some(Value::Int(c)) => *c,
+        Some(v) => {
+            return Err(type_error(
+                &format!("{option}.capacity"),
+                "an integer >= 1",
+                v,
+            ))
+        }
+        None => {
+            return Err(ConfigError::new(
+                format!("{option}.capacity"),
+                "is required (an integer >= 1)",
+            ))
+        }
+    };
+    let rate = match rate {
+        Some(Value::Int(r)) => *r as f64,
+        Some(Value::Float(r)) => *r,
+        Some(v) => {
+            return Err(type_error(
+                &format!("{option}.refill_per_second"),
+                "a number > 0",
+                v,
+            ))
+        }
+        None => {
+            return Err(ConfigError::new(
+                format!("{option}.refill_per_second"),
+                "is required (a number > 0)",
+            ))
+        }
+    };
+    BucketSpec::new(option, capacity, rate)
+}
+
+fn not_above_global(
+    option: &str,
+    spec: &BucketSpec,
+    global: &BucketSpec,
+) -> Result<(), ConfigError> {
+    if spec.capacity() > global.capacity() {
+        return Err(ConfigError::new(
+            format!("{option}.capacity"),
+            format!(
+                "may not exceed global.capacity ({}), got {}",
+                global.capacity(),
+                spec.capacity()
+            ),
+        ));
+    }
+    if spec.refill_per_second() > global.refill_per_second() {
+        return Err(ConfigError::new(
+            format!("{option}.refill_per_second"),
+            format!(
+                "may not exceed global.refill_per_second ({:?}), got {:?}",
+                global.refill_per_second(),
+                spec.refill_per_second()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn shop_list(option: &str, v: &Value) -> Result<HashSet<Vec<u8>>, ConfigError> {
+    let items: Vec<&Value> = match v {
+        Value::List(items) => items.iter().collect(),
+        Value::Map(entries) => entries.iter().map(|(_, v)| v).collect(),
+        v => return Err(type_error(option, "a list of shop IDs", v)),
+    };
+    if items.len() > MAX_HOT_SHOPS {
+        return Err(ConfigError::new(
+            option,
+            format!(
+                "may list at most {MAX_HOT_SHOPS} shops, got {}",
+                items.len()
+            ),
+        ));
+    }
+    let mut set = HashSet::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        match item {
+            Value::Str(s) => {
+                validate_shop_id(s)
+                    .map_err(|e| ConfigError::new(format!("{option}[{i}]"), e.message))?;
+                set.insert(s.clone());
+            }
+            Value::Int(n) => {
+                // PHP turns numeric string keys into ints; accept an int shop ID as its digits.
+                set.insert(n.to_string().into_bytes());
+            }
+            v => return Err(type_error(&format!("{option}[{i}]"), "a string", v)),
+        }
+    }
+    Ok(set)
+}
+
+/// A shop ID is 1 to 128 bytes without control characters (bytes below 0x20, and 0x7f).
+/// Any other byte, including non-UTF-8, is allowed: keys are binary-safe.
+pub fn validate_shop_id(shop: &[u8]) -> Result<(), ConfigError> {
+    if shop.is_empty() || shop.len() > MAX_SHOP_ID_BYTES {
+        return Err(ConfigError::new(
+            "shopId",
+            format!(
+                "must be 1 to {MAX_SHOP_ID_BYTES} bytes, got {} bytes: {}",
+                shop.len(),
+                quote_bytes(shop)
+            ),
+        ));
+    }
+    if let Some(pos) = shop.iter().position(|&b| b < 0x20 || b == 0x7f) {
+        return Err(ConfigError::new(
+            "shopId",
+            format!(
+                "must not contain control characters (byte 0x{:02x} at offset {pos}), got {}",
+                shop[pos],
+                quote_bytes(shop)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `tokens` is between 1 and the smallest configured capacity.
+pub fn validate_tokens(tokens: i64, buckets: &BucketSet) -> Result<(), ConfigError> {
+    let max = buckets.min_capacity();
+    if !(1..=max).contains(&tokens) {
+        return Err(ConfigError::new(
+            "tokens",
+            format!("must be from 1 to {max} (the smallest configured capacity), got {tokens}"),
+        ));
+    }
+    Ok(())
+}
+
+/// `markHot()`'s TTL is 1 second to one year.
+pub fn validate_ttl(ttl_seconds: i64) -> Result<(), ConfigError> {
+    if !(1..=MAX_TTL_SECONDS).contains(&ttl_seconds) {
+        return Err(ConfigError::new(
+            "ttlSeconds",
+            format!("must be from 1 to {MAX_TTL_SECONDS}, got {ttl_seconds}"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(entries: &[(&str, Value)]) -> Value {
+        Value::Map(
+            entries
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        )
+    }
+
+    fn bucket_v(capacity: i64, rate: f64) -> Value {
+        map(&[
+            ("capacity", Value::Int(capacity)),
+            ("refill_per_second", Value::Float(rate)),
+        ])
+    }
+
+    fn parse(entries: &[(&str, Value)]) -> Result<LimiterOptions, ConfigError> {
+        LimiterOptions::from_value(&map(entries), &Defaults::default())
+    }
+
+    fn err(entries: &[(&str, Value)]) -> ConfigError {
+        parse(entries).expect_err("should be rejected")
+    }
+
+    #[test]
+    fn minimal_options_take_the_defaults() {
+        let o = parse(&[("global", bucket_v(100, 50.0))]).unwrap();
+        assert_eq!(o.name, "default");
+        assert_eq!(o.buckets.global.capacity(), 100);
+        assert!(o.buckets.hot_lane.is_none() && o.buckets.hot_shop.is_none());
+        assert_eq!(o.timeout, Duration::from_millis(50));
+        assert_eq!(o.on_unavailable, OnUnavailable::Allow);
+        assert_eq!(o.retry_interval, Duration::from_millis(1000));
+        assert_eq!(o.endpoint.display_url(), "redis://127.0.0.1:6379");
+    }
+
+    #[test]
+    fn full_options() {
+        let o = parse(&[
+            ("name", "payments".into()),
+            ("global", bucket_v(100, 50.0)),
+            ("hot_lane", bucket_v(80, 40.0)),
+            (
+                "hot_shop",
+                map(&[
+                    ("capacity", Value::Int(30)),
+                    ("refill_per_second", Value::Int(15)),
+                ]),
+            ),
+            (
+                "hot_shops",
+                Value::List(vec!["shop-a".into(), Value::Int(42)]),
+            ),
+            ("url", "redis://127.0.0.1:7000/2".into()),
+            ("timeout_ms", Value::Int(20)),
+            ("on_unavailable", "deny".into()),
+        ])
+        .unwrap();
+        assert_eq!(o.name, "payments");
+        assert_eq!(o.buckets.hot_shop.unwrap().refill_per_second(), 15.0);
+        assert!(o.hot_shops.contains(&b"shop-a"[..]) && o.hot_shops.contains(&b"42"[..]));
+        assert_eq!(o.on_unavailable, OnUnavailable::Deny);
+        assert_eq!(o.timeout, Duration::from_millis(20));
+    }
+
+    /// Each bad input is rejected with a message naming the option and the value.
+    #[test]
+    fn bad_options_name_the_option_and_value() {
+        let g = || ("global", bucket_v(10, 5.0));
+        type Case<'a> = (Vec<(&'a str, Value)>, &'a str, &'a str);
+        let cases: Vec<Case> = vec![
+            (
+                vec![g(), ("capcity", Value::Int(1))],
+                "\"capcity\"",
+                "not a known option",
+            ),
+            (vec![], "global", "is required"),
+            (
+                vec![("global", bucket_v(0, 5.0))],
+                "global.capacity",
+                "got 0",
+            ),
+            (
+                vec![("global", bucket_v(10, -1.0))],
+                "global.refill_per_second",
+                "got -1.0",
+            ),
+            (
+                vec![(
+                    "global",
+                    map(&[
+                        ("capacity", Value::Float(2.5)),
+                        ("refill_per_second", Value::Int(1)),
+                    ]),
+                )],
+                "global.capacity",
+                "got float 2.5",
+            ),
+            (
+                vec![(
+                    "global",
+                    map(&[
+                        ("capacity", Value::Int(2)),
+                        ("refill_per_second", Value::Int(1)),
+                        ("burst", Value::Int(1)),
+                    ]),
+                )],
+                "global.burst",
+                "not a known option",
+            ),
+            (
+                vec![("global", map(&[("capacity", Value::Int(2))]))],
+                "global.refill_per_second",
+                "is required",
+            ),
+            (
+                vec![g(), ("hot_lane", bucket_v(11, 5.0))],
+                "hot_lane.capacity",
+                "got 11",
+            ),
+            (
+                vec![g(), ("hot_lane", bucket_v(10, 5.5))],
+                "hot_lane.refill_per_second",
+                "got 5.5",
+            ),
+            (
+                vec![g(), ("hot_shop", bucket_v(20, 1.0))],
+                "hot_shop.capacity",
+                "got 20",
+            ),
+            (vec![g(), ("name", "a{b}".into())], "name", "\"a{b}\""),
+            (vec![g(), ("name", "".into())], "name", "got \"\""),
+            (vec![g(), ("name", Value::Int(3))], "name", "got int 3"),
+            (
+                vec![
+                    g(),
+                    ("hot_shops", Value::List(vec!["ok".into(), "bad\n".into()])),
+                ],
+                "hot_shops[1]",
+                "control",
+            ),
+            (
+                vec![g(), ("hot_shops", "shop".into())],
+                "hot_shops",
+                "a list",
+            ),
+            (
+                vec![g(), ("url", "http://example".into())],
+                "url",
+                "http://example",
+            ),
+            (vec![g(), ("url", Value::Int(6379))], "url", "got int 6379"),
+            (
+                vec![g(), ("timeout_ms", Value::Int(0))],
+                "timeout_ms",
+                "got 0",
+            ),
+            (
+                vec![g(), ("timeout_ms", "50".into())],
+                "timeout_ms",
+                "got \"50\"",
+            ),
+            (
+                vec![g(), ("on_unavailable", "maybe".into())],
+                "on_unavailable",
+                "got \"maybe\"",
+            ),
+        ];
+        for (entries, option, needle) in cases {
+            let e = err(&entries);
+            assert_eq!(e.option, option, "{e}");
+            assert!(
+                e.to_string().contains(needle),
+                "{e} should contain {needle}"
+            );
+        }
+    }
+
+    #[test]
+    fn non_map_options_are_rejected() {
+        let e = LimiterOptions::from_value(&Value::Int(1), &Defaults::default()).unwrap_err();
+        assert_eq!(e.option, "options");
+        let e = LimiterOptions::from_value(&Value::List(vec![]), &Defaults::default()).unwrap_err();
+        assert_eq!(e.option, "global");
+    }
+
+    #[test]
+    fn password_in_a_bad_url_is_masked() {
+        let e = err(&[
+            ("global", bucket_v(1, 1.0)),
+            ("url", "redis://user:s3cret@:notaport".into()),
+        ]);
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+    }
+
+    #[test]
+    fn shop_ids_tokens_and_ttl() {
+        assert!(validate_shop_id(b"shop-1").is_ok());
+        assert!(validate_shop_id("ショップ{1}:x y".as_bytes()).is_ok());
+        assert!(validate_shop_id(b"\xff\xfe").is_ok());
+        assert!(validate_shop_id(&[b'a'; 128]).is_ok());
+        for bad in [&b""[..], &[b'a'; 129], b"a\tb", b"\x7f", b"a\0"] {
+            let e = validate_shop_id(bad).unwrap_err();
+            assert_eq!(e.option, "shopId");
+        }
+        let set = BucketSet {
+            global: BucketSpec::new("global", 10, 1.0).unwrap(),
+            hot_lane: Some(BucketSpec::new("hot_lane", 5, 1.0).unwrap()),
+            hot_shop: None,
+        };
+        assert!(validate_tokens(5, &set).is_ok());
+        let e = validate_tokens(6, &set).unwrap_err();
+        assert!(e.to_string().contains("from 1 to 5") && e.to_string().contains("got 6"));
+        assert!(validate_tokens(0, &set).is_err());
+        assert!(
+            validate_ttl(1).is_ok()
+                && validate_ttl(0).is_err()
+                && validate_ttl(MAX_TTL_SECONDS + 1).is_err()
+        );
+    }
+
+    #[test]
+    fn ini_defaults_are_validated_naming_the_setting() {
+        let d = Defaults::from_ini(
+            Some("redis://10.0.0.1:6380"),
+            Some("25"),
+            Some("deny"),
+            Some("0"),
+        )
+        .unwrap();
+        assert_eq!(
+            (d.timeout_ms, d.on_unavailable, d.retry_interval_ms),
+            (25, OnUnavailable::Deny, 0)
+        );
+        let e = Defaults::from_ini(None, Some("abc"), None, None).unwrap_err();
+        assert_eq!(e.option, "checkout_guard.timeout_ms");
+        let e = Defaults::from_ini(None, None, Some("open"), None).unwrap_err();
+        assert_eq!(e.option, "checkout_guard.on_unavailable");
+        let e = Defaults::from_ini(None, None, None, Some("-1")).unwrap_err();
+        assert_eq!(e.option, "checkout_guard.retry_interval_ms");
+        let d = Defaults::default();
+        assert!(d.local_denials);
+        assert!(
+            !d.clone()
+                .with_local_denials(Some(" Off "))
+                .unwrap()
+                .local_denials
+        );
+        assert!(
+            d.clone()
+                .with_local_denials(Some("1"))
+                .unwrap()
+                .local_denials
+        );
+        assert!(d.clone().with_local_denials(None).unwrap().local_denials);
+        let e = d.with_local_denials(Some("sometimes")).unwrap_err();
+        assert_eq!(e.option, "checkout_guard.local_denials");
+        assert!(e.to_string().contains("\"sometimes\""), "{e}");
+    }
+}

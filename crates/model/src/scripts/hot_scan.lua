@@ -1,0 +1,8 @@
+local r = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', 1000)
+local out = {r[1]}
+for _, k in ipairs(r[2]) do
+  out[#out + 1] = k
+  out[#out + 1] = redis.call('GET', k) or ''
+  out[#out + 1] = redis.call('PTTL', k)
+end
+return out

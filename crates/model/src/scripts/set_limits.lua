@@ -1,0 +1,35 @@
+local cur = redis.pcall('GET', KEYS[2])
+if type(cur) ~= 'string' then cur = '' end
+if cur ~= ARGV[1] then
+  return redis.error_reply('live limits changed meanwhile (now version ' .. cur .. '): read them again')
+end
+local n = tonumber(string.match(cur, '^%d+') or '0') + 1
+local epoch = string.match(cur, '^%d+%-(%w+)') or ARGV[6]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local change = t[1] .. string.format('%06d', tonumber(t[2]))
+local v = n .. '-' .. epoch .. '-' .. change
+redis.call('DEL', KEYS[1], KEYS[2])
+for i = 15, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('HSET', KEYS[1], 'by', ARGV[2], 'at', ARGV[3])
+redis.call('SET', KEYS[2], v)
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', 1000, '*', 'version', n, 'by', ARGV[2], 'at', ARGV[3], 'old', ARGV[4], 'new', ARGV[5])
+for j = 0, 1 do
+  local oi, ot, ni, nt = ARGV[7 + 2 * j], ARGV[8 + 2 * j], ARGV[11 + 2 * j], ARGV[12 + 2 * j]
+  if tonumber(ni) > 0 then
+    local s = redis.pcall('GET', KEYS[4 + j])
+    if type(s) ~= 'string' then
+      s = nil
+      if tonumber(oi) > 0 then s = string.format('%d:%s:%s:', now, oi, ot) end
+    end
+    if s then
+      local x, moved = carry(s, ni, nt, tonumber(ni), tonumber(nt), now, change)
+      if moved and x and x > now then
+        redis.call('SET', KEYS[4 + j], string.format('%d:%s:%s:%s', x, ni, nt, change), 'PX', math.floor((x - now) / 1000) + 1)
+      elseif moved then
+        redis.call('DEL', KEYS[4 + j])
+      end
+    end
+  end
+end
+return v

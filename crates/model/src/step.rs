@@ -1,0 +1,229 @@
+//! The atomic step of one decision, in Rust. `script::DECIDE` is its Lua twin, run inside
+//! Valkey; `tests/script_model.rs` drives both with the same random sequences and requires
+//! identical replies. Keep the two in lock-step.
+
+use crate::bucket::{BucketSet, Lane, StoredBucket};
+
+/// What the store holds for one shop's decision: each bucket (`None` when the key is
+/// missing or expired) and the shop's hot mark: `None` when not marked, else its time to
+/// live in ms (-1: no expiry).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoredState {
+    pub buckets: [Option<StoredBucket>; 3],
+    pub mark_ttl_ms: Option<i64>,
+}
+
+impl StoredState {
+    pub fn marked_hot(&self) -> bool {
+        self.mark_ttl_ms.is_some()
+    }
+}
+
+/// The script's raw reply: `{reason, hot, now, tat_global, tat_lane, tat_shop,
+/// became_hot, share_permille, mark_ttl_ms}`.
+///
+/// `reason` is 0 when allowed, otherwise the 1-based index of the first bucket (global,
+/// hot lane, hot shop) that lacked tokens. Each TAT is the bucket's effective TAT after the
+/// decision (`max(stored, now)` read at the current limits, moved forward when allowed), or
+/// -1 when the bucket did not apply to this request. `became_hot`: `auto_hot` marked the
+/// shop hot in this call; `share_permille`: its share of the global consumption over the
+/// window (0 without `auto_hot` or when denied). The model leaves both 0: auto-hot is
+/// tested against Valkey. `mark_ttl_ms`: when the shop is hot only by a mark, the mark's
+/// time to live in ms (0 in its last millisecond; -1: no expiry); -2 otherwise. Whatever
+/// was learnt from the hot buckets holds no longer than the mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepReply {
+    pub reason: i64,
+    pub hot: bool,
+    pub now_us: i64,
+    pub tats: [i64; 3],
+    pub became_hot: bool,
+    pub share_permille: i64,
+    pub mark_ttl_ms: i64,
+}
+
+impl StepReply {
+    /// The integers the script returns for this reply (what an in-memory store answers).
+    pub fn to_ints(&self) -> [i64; 9] {
+        [
+            self.reason,
+            self.hot as i64,
+            self.now_us,
+            self.tats[0],
+            self.tats[1],
+            self.tats[2],
+            self.became_hot as i64,
+            self.share_permille,
+            self.mark_ttl_ms,
+        ]
+    }
+
+    /// Parses the integers the script returns.
+    pub fn from_ints(v: &[i64]) -> Option<Self> {
+        match *v {
+            [reason, hot, now_us, g, l, s, became, share, mark_ttl_ms]
+                if (0..=3).contains(&reason) =>
+            {
+                Some(Self {
+                    reason,
+                    hot: hot == 1,
+                    now_us,
+                    tats: [g, l, s],
+                    became_hot: became == 1,
+                    share_permille: share,
+                    mark_ttl_ms,
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// One decision for `tokens` tokens at `now` (µs). `static_hot` is true for shops listed
+/// in the `hot_shops` option; `version` is the live limits' version decided with (its
+/// change instant, if any, is when a bucket written under other limits changed them).
+/// Returns the reply and the state to store (buckets written only when allowed, with the
+/// limits they were written under).
+pub fn step(
+    set: &BucketSet,
+    stored: &StoredState,
+    now: i64,
+    tokens: i64,
+    static_hot: bool,
+    version: &str,
+) -> (StepReply, StoredState) {
+    let change_at = crate::live::change_instant(version.as_bytes());
+    let by_mark = !static_hot && stored.marked_hot();
+    let hot = static_hot || by_mark;
+    let mut tats = [-1i64; 3];
+    let mut moved = [false; 3];
+    let mut reason = 0;
+    for (lane, spec) in set.applicable(hot) {
+        let i = lane as usize;
+        let (tat, m) =
+            StoredBucket::effective_tat(stored.buckets[i].as_ref(), spec, now, change_at);
+        tats[i] = tat;
+        moved[i] = m;
+        if reason == 0 && tat + tokens * spec.interval_us() - now > spec.tolerance_us() {
+            reason = i as i64 + 1;
+        }
+    }
+    // Taken tokens are written; a bucket carried over from other limits is written back
+    // even on a denial, so its key expires on the new limits' schedule.
+    let mut next = *stored;
+    for (lane, spec) in set.applicable(hot) {
+        let i = lane as usize;
+        if reason == 0 {
+            tats[i] += tokens * spec.interval_us();
+        } else if !moved[i] {
+            continue;
+        }
+        next.buckets[i] = Some(StoredBucket {
+            tat: tats[i],
+            params: Some((spec.interval_us(), spec.tolerance_us())),
+            change: change_at,
+        });
+    }
+    (
+        StepReply {
+            reason,
+            hot,
+            now_us: now,
+            tats,
+            became_hot: false,
+            share_permille: 0,
+            mark_ttl_ms: if by_mark {
+                stored.mark_ttl_ms.unwrap_or(-2)
+            } else {
+                -2
+            },
+        },
+        next,
+    )
+}
+
+/// The lanes that applied to a reply (those with a TAT).
+pub fn lanes_in(reply: &StepReply) -> impl Iterator<Item = Lane> + '_ {
+    Lane::ALL
+        .into_iter()
+        .filter(move |&l| reply.tats[l as usize] >= 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bucket::BucketSpec;
+
+    fn set() -> BucketSet {
+        BucketSet {
+            global: BucketSpec::new("global", 10, 10.0).unwrap(),
+            hot_lane: Some(BucketSpec::new("hot_lane", 6, 6.0).unwrap()),
+            hot_shop: Some(BucketSpec::new("hot_shop", 4, 4.0).unwrap()),
+        }
+    }
+
+    /// A table of (µs since start, tokens, hot, expected reason) against one evolving state.
+    #[test]
+    fn table_of_decisions_with_a_controlled_clock() {
+        let set = set();
+        let t0 = 1_700_000_000_000_000;
+        let mut state = StoredState::default();
+        let cases: &[(i64, i64, bool, i64)] = &[
+            (0, 4, true, 0),        // hot shop takes its whole cap (4 of 4)
+            (0, 1, true, 3),        // its own bucket is empty: hot_shop
+            (0, 2, true, 3),        // still hot_shop (lane has 2 left, shop has 0)
+            (0, 6, false, 0),       // others take the rest of global (10 - 4)
+            (0, 1, false, 1),       // global empty: global
+            (0, 1, true, 1),        // global is checked first, even for a hot shop
+            (100_000, 1, false, 0), // 0.1 s later global has refilled one token
+            (250_000, 1, true, 0),  // 0.25 s: shop refilled 1, lane had 2, global 1.5
+            (250_000, 1, true, 1),  // global has 0.5 left
+        ];
+        for (k, &(dt, tokens, hot, want)) in cases.iter().enumerate() {
+            let (reply, next) = step(&set, &state, t0 + dt, tokens, hot, "");
+            assert_eq!(reply.reason, want, "case {k}: {reply:?}");
+            if want != 0 {
+                assert_eq!(next, state, "case {k}: a denial must take nothing");
+            }
+            state = next;
+        }
+    }
+
+    #[test]
+    fn marked_hot_in_store_counts_as_hot_and_lanes_not_configured_are_skipped() {
+        let set = BucketSet {
+            global: BucketSpec::new("global", 10, 1.0).unwrap(),
+            hot_lane: None,
+            hot_shop: Some(BucketSpec::new("hot_shop", 2, 1.0).unwrap()),
+        };
+        let state = StoredState {
+            buckets: [None; 3],
+            mark_ttl_ms: Some(1500),
+        };
+        let (reply, next) = step(&set, &state, 5_000_000, 2, false, "");
+        assert!(reply.hot);
+        assert_eq!(reply.reason, 0);
+        assert_eq!(reply.tats[1], -1);
+        assert_eq!(reply.mark_ttl_ms, 1500);
+        assert_eq!(next.buckets[1], None);
+        assert_eq!(next.buckets[2].map(|b| b.tat), Some(5_000_000 + 2_000_000));
+        // Listed in hot_shops as well: hot whatever the mark, so its TTL bounds nothing.
+        assert_eq!(step(&set, &state, 5_000_000, 2, true, "").0.mark_ttl_ms, -2);
+    }
+
+    #[test]
+    fn reply_parsing_rejects_wrong_shapes() {
+        let r = StepReply::from_ints(&[0, 1, 2, 3, 4, 5, 1, 420, 900]).unwrap();
+        assert!(r.became_hot && r.hot);
+        assert_eq!(
+            (r.share_permille, r.tats, r.mark_ttl_ms),
+            (420, [3, 4, 5], 900)
+        );
+        assert!(StepReply::from_ints(&[4, 1, 2, 3, 4, 5, 0, 0, 0]).is_none());
+        // Older reply shapes, and the "live limits changed" reply, are not decisions.
+        assert!(StepReply::from_ints(&[0, 1, 2, 3, 4, 5, 1, 420]).is_none());
+        assert!(StepReply::from_ints(&[0, 1, 2, 3, 4, 5]).is_none());
+        assert!(StepReply::from_ints(&[-1, 3]).is_none());
+        assert!(StepReply::from_ints(&[0, 1, 2]).is_none());
+    }
+}

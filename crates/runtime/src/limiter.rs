@@ -1,0 +1,552 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+
+use checkout_guard_model::live::{self, LiveLimits};
+use checkout_guard_model::{
+    lanes_in, validate_shop_id, validate_tokens, validate_ttl, AutoHotArgs, BucketSet, DecideCall,
+    DecideKeys, DecideReply, Decision, Keys, Lane, LaneArgs, LimiterError, LimiterOptions,
+    OnUnavailable, StepReply,
+};
+
+use crate::denials;
+use crate::live_cache;
+use crate::store::{self, Store, StoreError, ValkeyStore};
+
+/// A configured limiter: validated options plus everything per-call work can reuse.
+/// Cheap to build; all limiters of a process share the pooled connections.
+#[derive(Debug)]
+pub struct Limiter {
+    options: LimiterOptions,
+    /// Where it decides: the pooled Valkey connection, or a test's store.
+    store: Arc<dyn Store>,
+    keys: Keys,
+    /// Per lane, the prefix of its local-denial keys (`<endpoint> {cg:<name>}:<lane>`),
+    /// built once: the endpoint (URL with database, or cluster seeds) keeps limiters of
+    /// the same name on other Valkeys apart.
+    denial_tags: [Vec<u8>; 3],
+    /// The prefix of the local entries that say whether a shop was hot (`<endpoint>
+    /// {cg:<name>}:hot?`): a local denial must know which buckets apply.
+    hot_status_tag: Vec<u8>,
+    /// The buckets decided with: the constructor's, or live limits over them.
+    tuned: RwLock<Arc<Tuned>>,
+    /// Keys and arguments of the script that do not change per call.
+    global_key: Vec<u8>,
+    hot_lane_key: Vec<u8>,
+    limits_version_key: Vec<u8>,
+    auto_hot_prefix: Vec<u8>,
+    settings_key: Vec<u8>,
+    auto_hot_args: AutoHotArgs,
+    /// What this limiter runs with, sent with every decision: the script publishes it for
+    /// the CLI when the stored settings are missing (data loss, expiry) or differ.
+    settings: String,
+    /// [`live_cache::limiter_id`] of this limiter.
+    live_id: u64,
+}
+
+/// The buckets in force and what each call derives from them.
+#[derive(Debug)]
+struct Tuned {
+    /// The live limits' version these buckets come from (empty: none stored).
+    version: Vec<u8>,
+    buckets: BucketSet,
+    /// The buckets as the script takes them, formatted once.
+    lane_args: LaneArgs,
+    /// The local-denial key of the global bucket (the same for every shop).
+    global_denial_key: u64,
+    /// The local-denial key of the hot lane (shared by every hot shop, like global's).
+    hot_lane_denial_key: u64,
+}
+
+impl Tuned {
+    /// The buckets for `live` over `base`, the constructor's (`base` alone when there are
+    /// no live limits, or when they are invalid for this limiter: then the error too).
+    fn new(
+        base: &BucketSet,
+        denial_tags: &[Vec<u8>; 3],
+        live: Option<&LiveLimits>,
+    ) -> (Self, Option<String>) {
+        let (version, applied) = match live {
+            None => (Vec::new(), Ok(base.clone())),
+            Some(l) => (l.id.clone(), l.apply(base)),
+        };
+        let (buckets, error) = match applied {
+            Ok(b) => (b, None),
+            Err(e) => (base.clone(), Some(e.to_string())),
+        };
+        let lane_args = LaneArgs::new(&buckets);
+        let mut tuned = Self {
+            version,
+            buckets,
+            lane_args,
+            global_denial_key: 0,
+            hot_lane_denial_key: 0,
+        };
+        tuned.global_denial_key = tuned.hashed_denial_key(denial_tags, Lane::Global, b"");
+        tuned.hot_lane_denial_key = tuned.hashed_denial_key(denial_tags, Lane::HotLane, b"");
+        (tuned, error)
+    }
+
+    /// The local-denial key of one bucket as `shop` sees it: the global bucket and the hot
+    /// lane are shared (every reply that applied them teaches every shop, so one hot shop
+    /// sees what another took from the lane); the hot-shop bucket is the shop's own.
+    /// Whether the hot buckets apply to a shop is its hot-status entry's to say.
+    fn hashed_denial_key(&self, denial_tags: &[Vec<u8>; 3], lane: Lane, shop: &[u8]) -> u64 {
+        let (interval, tolerance) = self
+            .buckets
+            .get(lane)
+            .map_or((0, 0), |b| (b.interval_us(), b.tolerance_us()));
+        let shop = if lane == Lane::HotShop {
+            shop
+        } else {
+            &b""[..]
+        };
+        denials::key(&denial_tags[lane as usize], shop, interval, tolerance)
+    }
+}
+
+/// What one acquire() learnt beside its decision, for telemetry.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Notices {
+    /// `auto_hot` made the shop hot in this call: its share of the global consumption.
+    pub became_hot: Option<f64>,
+    /// This worker changed to new live limits in this call.
+    pub limits_change: Option<LimitsChange>,
+}
+
+/// A change of live limits as one worker saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LimitsChange {
+    pub version: i64,
+    pub by: String,
+    pub at_ms: i64,
+    pub old: String,
+    pub new: String,
+    /// The stored limits were invalid for this limiter: it keeps its constructor values.
+    pub error: Option<String>,
+}
+
+impl Limiter {
+    /// A limiter deciding on the process's pooled connection to `options.endpoint`.
+    pub fn new(options: LimiterOptions) -> Self {
+        let store = ValkeyStore::new(
+            options.endpoint.clone(),
+            options.timeout,
+            options.retry_interval,
+        );
+        Self::with_store(options, Arc::new(store))
+    }
+
+    /// A limiter deciding against `store` (tests use a [`store::MemoryStore`]).
+    pub fn with_store(options: LimiterOptions, store: Arc<dyn Store>) -> Self {
+        let keys = Keys::new(&options.name);
+        let endpoint = options.endpoint.display_url().as_bytes();
+        let denial_tags = Lane::ALL.map(|lane| {
+            [
+                endpoint,
+                b" ",
+                keys.hash_tag(),
+                b":",
+                lane.as_str().as_bytes(),
+            ]
+            .concat()
+        });
+        let hot_status_tag = [endpoint, b" ", keys.hash_tag(), b":hot?"].concat();
+        let auto_hot_args = AutoHotArgs::new(options.auto_hot.as_ref());
+        let mut settings = live::describe(&options.buckets);
+        if let Some(a) = options.auto_hot {
+            settings.push_str(&format!(
+                " auto_hot={}s/{}/{}s/{}",
+                a.window.as_secs_f64(),
+                a.share,
+                a.ttl_seconds,
+                a.min_tokens
+            ));
+        }
+        let live_id = live_cache::limiter_id(options.endpoint.display_url(), &options.name);
+        let known = live_cache::known(live_id);
+        let tuned = Tuned::new(&options.buckets, &denial_tags, known.as_deref()).0;
+        Self {
+            global_key: keys.global(),
+            hot_lane_key: keys.hot_lane(),
+            limits_version_key: keys.limits_version(),
+            auto_hot_prefix: keys.auto_hot_prefix(),
+            settings_key: keys.settings(),
+            keys,
+            store,
+            denial_tags,
+            hot_status_tag,
+            tuned: RwLock::new(Arc::new(tuned)),
+            auto_hot_args,
+            live_id,
+            settings,
+            options,
+        }
+    }
+
+    /// The buckets for `live` over the constructor's (see [`Tuned::new`]).
+    fn tune(&self, live: Option<&LiveLimits>) -> (Tuned, Option<String>) {
+        Tuned::new(&self.options.buckets, &self.denial_tags, live)
+    }
+
+    /// The buckets in force: the newest live limits this process knows of.
+    fn current(&self) -> Arc<Tuned> {
+        let tuned = self.tuned.read().clone();
+        let known = live_cache::known(self.live_id);
+        match known {
+            Some(l) if l.id != tuned.version => {
+                let fresh = Arc::new(self.tune(Some(&l)).0);
+                *self.tuned.write() = fresh.clone();
+                fresh
+            }
+            _ => tuned,
+        }
+    }
+
+    /// Reads the stored live limits after the script said they changed: one round trip,
+    /// only then (version and hash read together, so they cannot disagree). Returns the buckets now in force and the change to report.
+    fn reload(&self, old: &Tuned) -> Result<(Arc<Tuned>, LimitsChange), StoreError> {
+        let stored = self.store.read_limits(&self.keys)?;
+        let (live, parse_error) = match stored.parse() {
+            (l, errors) if errors.is_empty() => (l, None),
+            // Unreadable: the constructor's values at this version, so that the next call
+            // is not sent back again.
+            (_, errors) => (
+                LiveLimits {
+                    version: live::version_number(&stored.version),
+                    id: stored.version.clone(),
+                    ..Default::default()
+                },
+                Some(format!(
+                    "stored live limits unreadable: {}",
+                    errors.join("; ")
+                )),
+            ),
+        };
+        let (tuned, apply_error) = self.tune(Some(&live));
+        let change = LimitsChange {
+            version: live.version,
+            by: live.by.clone(),
+            at_ms: live.at_ms,
+            old: live::describe(&old.buckets),
+            new: live::describe(&tuned.buckets),
+            error: parse_error.or(apply_error),
+        };
+        live_cache::remember(self.live_id, Arc::new(live));
+        let tuned = Arc::new(tuned);
+        *self.tuned.write() = tuned.clone();
+        Ok((tuned, change))
+    }
+
+    fn denial_key(&self, tuned: &Tuned, lane: Lane, shop: &[u8]) -> u64 {
+        match lane {
+            Lane::Global => tuned.global_denial_key,
+            Lane::HotLane => tuned.hot_lane_denial_key,
+            Lane::HotShop => tuned.hashed_denial_key(&self.denial_tags, lane, shop),
+        }
+    }
+
+    /// The local-denial keys of the configured buckets for `shop`, computed once per
+    /// acquire and used both to check and to learn.
+    fn denial_keys(&self, tuned: &Tuned, shop: &[u8]) -> [Option<u64>; 3] {
+        Lane::ALL.map(|lane| {
+            tuned
+                .buckets
+                .get(lane)
+                .map(|_| self.denial_key(tuned, lane, shop))
+        })
+    }
+
+    /// The local entry saying whether `shop` was hot at the last reply about it.
+    fn hot_status_key(&self, shop: &[u8]) -> u64 {
+        denials::key(&self.hot_status_tag, shop, 0, 0)
+    }
+
+    /// The flood fast path: a denial Valkey is certain to make, made here (`denials.rs`),
+    /// with the reason, remaining tokens and a retry time Valkey would give. Only when
+    /// every bucket that applies is known: the global one, and for a hot shop its hot
+    /// buckets; a shop not listed in `hot_shops` is taken as hot or not as the last reply
+    /// about it found it, for no longer than `MAX_LOCAL_DENIAL_NS` or than its mark.
+    fn deny_locally(
+        &self,
+        tuned: &Tuned,
+        keys: &[Option<u64>; 3],
+        tokens: i64,
+        static_hot: bool,
+        shop: &[u8],
+    ) -> Option<Decision> {
+        let now = denials::now_ns();
+        let entries = keys.map(|k| k.and_then(|k| denials::lookup(k, now)));
+        entries[Lane::Global as usize]?;
+        let hot = static_hot || denials::lookup(self.hot_status_key(shop), now)?.base == 1;
+        let lanes = Lane::ALL
+            .into_iter()
+            .filter(|&l| l == Lane::Global || (hot && keys[l as usize].is_some()));
+        let n = tokens as u64;
+        let mut reason = None;
+        let mut remaining = i64::MAX;
+        let mut wait = 0;
+        for lane in lanes {
+            let (Some(e), Some(spec)) = (entries[lane as usize], tuned.buckets.get(lane)) else {
+                return None;
+            };
+            if reason.is_none() && e.lacks(n, now, spec.capacity()) {
+                reason = Some(lane);
+            }
+            remaining = remaining.min(e.whole_tokens(now, spec.capacity()));
+            wait = wait.max(e.certain_wait(n, now, spec.capacity()));
+        }
+        let lane = reason?;
+        // Whole microseconds, rounded up: never early.
+        let retry_us = wait.div_ceil(1000);
+        Some(Decision::local_denial(
+            lane,
+            retry_us as f64 / 1e6,
+            remaining,
+            hot,
+        ))
+    }
+
+    /// Remembers what a reply proved, for every bucket it applied: the local instant at
+    /// which it held no token, and the round trip (see `denials.rs` for the mapping).
+    /// What was learnt from the hot buckets of a shop hot by a mark ends with the mark.
+    fn learn(
+        &self,
+        tuned: &Tuned,
+        keys: &[Option<u64>; 3],
+        shop: &[u8],
+        reply: &StepReply,
+        sent_ns: u64,
+    ) {
+        let received = denials::now_ns();
+        let rtt = received.saturating_sub(sent_ns);
+        // The mark's TTL was read at the script's start, no later than Valkey's `now`
+        // (itself read after `sent`); a 2 ms margin covers the rounding to milliseconds.
+        let mark_end = match reply.mark_ttl_ms {
+            ms if ms < 0 => u64::MAX,
+            ms => sent_ns.saturating_add((ms.max(2) as u64 - 2) * 1_000_000),
+        };
+        if !self.is_statically_hot(shop) {
+            // Whether the shop was hot: a local denial needs it to know which buckets
+            // apply. A shop made hot by auto_hot in this very call is hot from now on.
+            let status = self.hot_status_key(shop);
+            if reply.became_hot {
+                denials::forget(status);
+            } else {
+                let hot = denials::Entry {
+                    base: reply.hot as u64,
+                    interval: 0,
+                    rtt: 0,
+                };
+                denials::record(status, hot, sent_ns, mark_end);
+            }
+        }
+        for lane in lanes_in(reply) {
+            let (Some(spec), Some(key)) = (tuned.buckets.get(lane), keys[lane as usize]) else {
+                continue;
+            };
+            let tat = reply.tats[lane as usize];
+            // Local ns at which the bucket was empty: sent + (tat - tolerance - now_valkey).
+            let offset_ns = (tat - spec.tolerance_us() - reply.now_us).saturating_mul(1000);
+            let base = (sent_ns as i64).saturating_add(offset_ns).max(0) as u64;
+            let entry = denials::Entry {
+                base,
+                interval: spec.interval_us() as u64 * 1000,
+                rtt,
+            };
+            let valid_until = if lane == Lane::Global {
+                u64::MAX
+            } else {
+                mark_end
+            };
+            denials::record(key, entry, sent_ns, valid_until);
+        }
+    }
+
+    pub fn options(&self) -> &LimiterOptions {
+        &self.options
+    }
+
+    /// Whether `shop` is listed in the `hot_shops` option (no Valkey needed).
+    pub fn is_statically_hot(&self, shop: &[u8]) -> bool {
+        self.options.hot_shops.contains(shop)
+    }
+
+    /// One decision for `tokens` tokens of `shop`: one script call, one round trip.
+    /// When Valkey cannot be asked, `on_unavailable` decides (or the error is returned
+    /// for "throw").
+    pub fn acquire(&self, shop: &[u8], tokens: i64) -> Result<Decision, LimiterError> {
+        self.acquire_noticed(shop, tokens).map(|(d, _)| d)
+    }
+
+    /// [`Self::acquire`], and what it learnt on the way (a shop made hot by `auto_hot`,
+    /// new live limits), for telemetry. A change of live limits costs one round trip
+    /// more, in the one call that finds it.
+    pub fn acquire_noticed(
+        &self,
+        shop: &[u8],
+        tokens: i64,
+    ) -> Result<(Decision, Notices), LimiterError> {
+        validate_shop_id(shop)?;
+        // Checked against the constructor's buckets: misuse is the caller's, and no live
+        // change may turn into an exception in checkout code. A request more than a live
+        // limit can hold is denied by that bucket (with a finite retryAfter).
+        validate_tokens(tokens, &self.options.buckets)?;
+        let mut tuned = self.current();
+        let static_hot = self.is_statically_hot(shop);
+        let mut notices = Notices::default();
+        // With the fast path off, no key is hashed and nothing is learnt.
+        let mut denial_keys = self
+            .options
+            .local_denials
+            .then(|| self.denial_keys(&tuned, shop));
+        if let Some(keys) = &denial_keys {
+            if let Some(d) = self.deny_locally(&tuned, keys, tokens, static_hot, shop) {
+                return Ok((d, notices));
+            }
+        }
+        let hot_shop_key = self.keys.hot_shop(shop);
+        let hot_flag_key = self.keys.hot_flag(shop);
+        let mut failure = None;
+        for _attempt in 0..3 {
+            let sent_ns = denials::now_ns();
+            let call = DecideCall {
+                keys: DecideKeys {
+                    global: &self.global_key,
+                    hot_lane: &self.hot_lane_key,
+                    hot_shop: &hot_shop_key,
+                    hot_flag: &hot_flag_key,
+                    limits_version: &self.limits_version_key,
+                    auto_hot_prefix: &self.auto_hot_prefix,
+                    settings: &self.settings_key,
+                },
+                tokens,
+                static_hot,
+                lanes: &tuned.lane_args,
+                version: &tuned.version,
+                shop,
+                auto_hot: &self.auto_hot_args,
+                settings: &self.settings,
+            };
+            let result = self
+                .store
+                .decide(&call)
+                .and_then(|ints| DecideCall::decode_reply(&ints).map_err(Self::bad_reply));
+            match result {
+                Ok(DecideReply::LimitsChanged) => {
+                    // The live limits changed: read them, decide again with them.
+                    match self.reload(&tuned) {
+                        Ok((fresh, change)) => {
+                            tuned = fresh;
+                            notices.limits_change = Some(change);
+                            if self.options.local_denials {
+                                denial_keys = Some(self.denial_keys(&tuned, shop));
+                            }
+                        }
+                        Err(e) => {
+                            failure = Some(e);
+                            break;
+                        }
+                    }
+                }
+                Ok(DecideReply::Decided(reply)) => {
+                    if let Some(keys) = &denial_keys {
+                        self.learn(&tuned, keys, shop, &reply, sent_ns);
+                    }
+                    if reply.became_hot {
+                        notices.became_hot = Some(reply.share_permille as f64 / 1000.0);
+                    }
+                    let d = Decision::from_reply(&tuned.buckets, tokens, &reply);
+                    return Ok((d, notices));
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        let failure = failure.unwrap_or_else(|| StoreError::Failed {
+            cause: "live limits kept changing during the call".into(),
+            retry_in: Duration::ZERO,
+        });
+        // The real back-off: after a failed connection, the time until Valkey is tried
+        // again; after an error reply (Valkey answered), none: the next call asks again.
+        let retry = failure.retry_in();
+        let d = match self.options.on_unavailable {
+            OnUnavailable::Allow => Decision::unavailable(true, 0.0, static_hot),
+            OnUnavailable::Deny => Decision::unavailable(false, retry.as_secs_f64(), static_hot),
+            OnUnavailable::Throw => return Err(self.unavailable(failure)),
+        };
+        Ok((d, notices))
+    }
+
+    /// Marks `shop` hot for every worker at once until `ttl_seconds` run out.
+    pub fn mark_hot(&self, shop: &[u8], ttl_seconds: i64) -> Result<(), LimiterError> {
+        validate_shop_id(shop)?;
+        validate_ttl(ttl_seconds)?;
+        let key = self.keys.hot_flag(shop);
+        self.store
+            .mark_hot(&key, ttl_seconds)
+            .map_err(|e| self.unavailable(e))?;
+        // The shop's hot buckets apply from now on: this host no longer knows its state.
+        denials::forget(self.hot_status_key(shop));
+        Ok(())
+    }
+
+    /// Ends a `markHot()` early. Shops listed in `hot_shops` stay hot.
+    pub fn unmark_hot(&self, shop: &[u8]) -> Result<(), LimiterError> {
+        validate_shop_id(shop)?;
+        let key = self.keys.hot_flag(shop);
+        self.store
+            .unmark_hot(&key)
+            .map_err(|e| self.unavailable(e))?;
+        // The shop's hot buckets no longer apply: forget what this host knew of them.
+        let tuned = self.current();
+        denials::forget(self.hot_status_key(shop));
+        denials::forget(self.denial_key(&tuned, Lane::HotShop, shop));
+        Ok(())
+    }
+
+    /// Whether `shop` is hot: listed in `hot_shops`, or marked and not yet expired.
+    pub fn is_hot(&self, shop: &[u8]) -> Result<bool, LimiterError> {
+        validate_shop_id(shop)?;
+        if self.is_statically_hot(shop) {
+            return Ok(true);
+        }
+        let key = self.keys.hot_flag(shop);
+        self.store.exists(&key).map_err(|e| self.unavailable(e))
+    }
+
+    /// Forgets every bucket of this limiter (all full again). Hot marks are kept.
+    /// In steps routed by the limiter's hash tag (see [`Store::reset`]).
+    pub fn reset(&self) -> Result<(), LimiterError> {
+        self.store
+            .reset(&self.global_key, &self.keys.bucket_pattern())
+            .map_err(|e| self.unavailable(e))?;
+        // Every bucket is full again: nothing this host knew still holds.
+        denials::forget_all();
+        Ok(())
+    }
+
+    /// The state of this limiter's pooled connection; with `ping`, after one PING over it
+    /// (no new connection per check, none during the back-off).
+    pub fn health(&self, ping: bool) -> store::Health {
+        self.store.health(ping, &self.global_key)
+    }
+
+    /// A reply outside the script's contract: Valkey answered, so no back-off.
+    fn bad_reply(cause: String) -> StoreError {
+        StoreError::Failed {
+            cause,
+            retry_in: Duration::ZERO,
+        }
+    }
+
+    fn unavailable(&self, e: StoreError) -> LimiterError {
+        LimiterError::Unavailable {
+            url: self.options.endpoint.display_url().to_string(),
+            cause: e.to_string(),
+        }
+    }
+}

@@ -1,0 +1,376 @@
+//! An in-memory store for tests: the reference decision (`model::step`) on a key space
+//! held in memory, with a clock the test moves and faults it injects. The limiter runs
+//! against it exactly as against Valkey, so its acquire path (local denials, reloading
+//! live limits, the three tries, the `on_unavailable` policy) is tested in microseconds,
+//! with the store's data lost, its script cache flushed or its answers broken at will.
+//!
+//! Keys and values are stored as the decision script stores them (a bucket is
+//! `tat:interval:tolerance:change`, expiring when it would be full again), so what one
+//! test writes by hand reads as Valkey would read it. `auto_hot` is not modelled: a call
+//! with it decides as without (auto-hot is tested against Valkey).
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use parking_lot::Mutex;
+
+use checkout_guard_model::call::{LIMITS_CHANGED_REPLY, SETTINGS_TTL_SECONDS};
+use checkout_guard_model::live::Stored;
+use checkout_guard_model::{step, DecideCall, Keys, StoredBucket, StoredState};
+
+use super::{Health, Store, StoreError};
+
+/// A fault the next call meets (one per call, in the order injected).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fault {
+    /// The call timed out: the connection is dropped and the store left alone for
+    /// `retry_in` (as the pooled connection does after a failure).
+    Timeout { retry_in: Duration },
+    /// The store answered with an error (`NOSCRIPT` that could not be recovered from,
+    /// `OOM`, `READONLY`, ...): nothing was done, no back-off.
+    ErrorReply(String),
+    /// The decision script's cache was flushed (`SCRIPT FLUSH`, a restart): the call
+    /// loads the script again and succeeds, as redis-rs's EVALSHA-then-EVAL does.
+    NoScript,
+    /// The decision answers these integers instead of deciding (a store that replies
+    /// something else than the contract).
+    Reply(Vec<i64>),
+}
+
+#[derive(Debug, Clone)]
+enum Val {
+    Str(Vec<u8>),
+    Hash(Vec<(Vec<u8>, Vec<u8>)>),
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    val: Val,
+    /// Store time (µs) at which the key is gone; `None`: no expiry.
+    expires_at: Option<i64>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The clock: `now_us`, plus the time since `real_since` with a real clock.
+    now_us: i64,
+    real_since: Option<std::time::Instant>,
+    keys: HashMap<Vec<u8>, Entry>,
+    faults: VecDeque<Fault>,
+    /// Until this store time, every call fails at once (a back-off after a timeout).
+    backoff_until: Option<i64>,
+    calls: u64,
+    decisions: u64,
+    script_loads: u64,
+}
+
+/// See the module documentation.
+pub struct MemoryStore {
+    state: Mutex<State>,
+}
+
+impl fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.state.lock();
+        f.debug_struct("MemoryStore")
+            .field("now_us", &s.now())
+            .field("keys", &s.keys.len())
+            .finish()
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What the store has counted (for tests that check how often it was asked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Calls that reached the store (faults included, back-off excluded).
+    pub calls: u64,
+    /// Decisions made (replies of the decision script other than "limits changed").
+    pub decisions: u64,
+    /// Times the decision script was loaded (the first call, and after `NoScript`).
+    pub script_loads: u64,
+}
+
+impl MemoryStore {
+    /// An empty store whose clock starts at an arbitrary, realistic instant.
+    pub fn new() -> Self {
+        Self {
+            state: Mutex::new(State {
+                now_us: 1_750_000_000_000_000,
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// A store whose clock also runs by itself (as Valkey's does), for tests of what
+    /// the worker learns on its own clock (local denials); [`Self::advance`] still adds.
+    pub fn with_real_clock() -> Self {
+        let s = Self::new();
+        s.state.lock().real_since = Some(std::time::Instant::now());
+        s
+    }
+
+    /// The store's clock (µs).
+    pub fn now_us(&self) -> i64 {
+        self.state.lock().now()
+    }
+
+    /// Moves the store's clock forward.
+    pub fn advance(&self, by: Duration) {
+        self.state.lock().now_us += by.as_micros() as i64;
+    }
+
+    /// The next calls meet `fault`, one call each, in order.
+    pub fn inject(&self, fault: Fault) {
+        self.state.lock().faults.push_back(fault);
+    }
+
+    /// The store loses all its data (a restart without persistence, a failover to an
+    /// empty replica, `FLUSHALL`).
+    pub fn flush_all(&self) {
+        self.state.lock().keys.clear();
+    }
+
+    pub fn stats(&self) -> MemoryStats {
+        let s = self.state.lock();
+        MemoryStats {
+            calls: s.calls,
+            decisions: s.decisions,
+            script_loads: s.script_loads,
+        }
+    }
+
+    /// The string at `key`, if any (expired keys are gone).
+    pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        let mut s = self.state.lock();
+        match s.get(key) {
+            Some(Val::Str(v)) => Some(v.clone()),
+            _ => None,
+        }
+    }
+
+    /// Sets `key` to a string, without expiry (what an operator or another writer does).
+    pub fn set(&self, key: &[u8], value: &[u8]) {
+        self.state.lock().put(key, Val::Str(value.to_vec()), None);
+    }
+
+    /// Replaces the hash at `key`.
+    pub fn set_hash(&self, key: &[u8], fields: &[(&[u8], &[u8])]) {
+        let fields = fields
+            .iter()
+            .map(|(f, v)| (f.to_vec(), v.to_vec()))
+            .collect();
+        self.state.lock().put(key, Val::Hash(fields), None);
+    }
+
+    pub fn delete(&self, key: &[u8]) {
+        self.state.lock().keys.remove(key);
+    }
+
+    /// Keys present now, sorted.
+    pub fn keys(&self) -> Vec<Vec<u8>> {
+        let mut s = self.state.lock();
+        let now = s.now();
+        s.keys.retain(|_, e| e.expires_at.is_none_or(|t| t > now));
+        let mut k: Vec<_> = s.keys.keys().cloned().collect();
+        k.sort();
+        k
+    }
+
+    /// Runs the preamble every call goes through: the back-off, then an injected fault
+    /// (faults of the decision script, `NoScript` and `Reply`, wait for a decision).
+    fn enter(
+        &self,
+        decide: bool,
+    ) -> Result<(Option<Fault>, parking_lot::MutexGuard<'_, State>), StoreError> {
+        let mut s = self.state.lock();
+        if let Some(until) = s.backoff_until {
+            let now = s.now();
+            if now < until {
+                return Err(StoreError::Backoff {
+                    retry_in: Duration::from_micros((until - now) as u64),
+                    cause: "timed out".into(),
+                });
+            }
+            s.backoff_until = None;
+        }
+        s.calls += 1;
+        let for_decisions = matches!(s.faults.front(), Some(Fault::NoScript | Fault::Reply(_)));
+        if for_decisions && !decide {
+            return Ok((None, s));
+        }
+        match s.faults.pop_front() {
+            Some(Fault::Timeout { retry_in }) => {
+                s.backoff_until = Some(s.now() + retry_in.as_micros() as i64);
+                Err(StoreError::Failed {
+                    cause: "timed out".into(),
+                    retry_in,
+                })
+            }
+            Some(Fault::ErrorReply(msg)) => Err(StoreError::Failed {
+                cause: msg,
+                retry_in: Duration::ZERO,
+            }),
+            other => Ok((other, s)),
+        }
+    }
+}
+
+impl State {
+    fn now(&self) -> i64 {
+        self.now_us
+            + self
+                .real_since
+                .map_or(0, |t| t.elapsed().as_micros() as i64)
+    }
+
+    fn get(&mut self, key: &[u8]) -> Option<&Val> {
+        let now = self.now();
+        if self
+            .keys
+            .get(key)
+            .is_some_and(|e| e.expires_at.is_some_and(|t| t <= now))
+        {
+            self.keys.remove(key);
+        }
+        self.keys.get(key).map(|e| &e.val)
+    }
+
+    fn get_str(&mut self, key: &[u8]) -> Option<Vec<u8>> {
+        match self.get(key) {
+            Some(Val::Str(v)) => Some(v.clone()),
+            _ => None,
+        }
+    }
+
+    fn put(&mut self, key: &[u8], val: Val, expires_at: Option<i64>) {
+        self.keys.insert(key.to_vec(), Entry { val, expires_at });
+    }
+
+    /// The remaining time to live of `key` in ms (-1: no expiry), if it exists.
+    fn pttl(&mut self, key: &[u8]) -> Option<i64> {
+        self.get(key)?;
+        let now = self.now();
+        Some(
+            self.keys[key]
+                .expires_at
+                .map_or(-1, |t| (t - now).div_euclid(1000)),
+        )
+    }
+}
+
+impl Store for MemoryStore {
+    fn decide(&self, call: &DecideCall<'_>) -> Result<Vec<i64>, StoreError> {
+        let (fault, mut s) = self.enter(true)?;
+        if s.script_loads == 0 || fault == Some(Fault::NoScript) {
+            s.script_loads += 1;
+        }
+        if let Some(Fault::Reply(ints)) = fault {
+            return Ok(ints);
+        }
+        let k = call.keys;
+        let stored_version = s.get_str(k.limits_version).unwrap_or_default();
+        if stored_version != call.version {
+            return Ok(LIMITS_CHANGED_REPLY.to_vec());
+        }
+        let now = s.now();
+        let mark_ttl_ms = s.pttl(k.hot_flag);
+        let bucket_keys = [k.global, k.hot_lane, k.hot_shop];
+        let buckets = bucket_keys.map(|key| s.get_str(key).and_then(|v| StoredBucket::parse(&v)));
+        let stored = StoredState {
+            buckets,
+            mark_ttl_ms,
+        };
+        let version = String::from_utf8_lossy(call.version);
+        let (reply, next) = step(
+            call.lanes.buckets(),
+            &stored,
+            now,
+            call.tokens,
+            call.static_hot,
+            &version,
+        );
+        for (i, key) in bucket_keys.iter().enumerate() {
+            if let (Some(b), true) = (next.buckets[i], next.buckets[i] != stored.buckets[i]) {
+                // As the script: the key lives until the bucket is full again (+1 ms).
+                let expires = now + ((b.tat - now).div_euclid(1000) + 1) * 1000;
+                s.put(key, Val::Str(b.encode().into_bytes()), Some(expires));
+            }
+        }
+        if s.get_str(k.settings).as_deref() != Some(call.settings.as_bytes()) {
+            let expires = now + SETTINGS_TTL_SECONDS * 1_000_000;
+            s.put(
+                k.settings,
+                Val::Str(call.settings.as_bytes().to_vec()),
+                Some(expires),
+            );
+        }
+        s.decisions += 1;
+        Ok(reply.to_ints().to_vec())
+    }
+
+    fn read_limits(&self, keys: &Keys) -> Result<Stored, StoreError> {
+        let (_, mut s) = self.enter(false)?;
+        let version = s.get_str(&keys.limits_version()).unwrap_or_default();
+        let (fields, error) = match s.get(&keys.limits()) {
+            None => (Vec::new(), None),
+            Some(Val::Hash(f)) => (f.clone(), None),
+            Some(Val::Str(_)) => (
+                Vec::new(),
+                Some("WRONGTYPE Operation against a key holding the wrong kind of value".into()),
+            ),
+        };
+        Ok(Stored {
+            version,
+            fields,
+            error,
+        })
+    }
+
+    fn mark_hot(&self, key: &[u8], ttl_seconds: i64) -> Result<(), StoreError> {
+        let (_, mut s) = self.enter(false)?;
+        let expires = s.now() + ttl_seconds * 1_000_000;
+        s.put(key, Val::Str(b"1".to_vec()), Some(expires));
+        Ok(())
+    }
+
+    fn unmark_hot(&self, key: &[u8]) -> Result<(), StoreError> {
+        let (_, mut s) = self.enter(false)?;
+        s.keys.remove(key);
+        Ok(())
+    }
+
+    fn exists(&self, key: &[u8]) -> Result<bool, StoreError> {
+        let (_, mut s) = self.enter(false)?;
+        Ok(s.get(key).is_some())
+    }
+
+    fn reset(&self, _routing_key: &[u8], pattern: &[u8]) -> Result<(), StoreError> {
+        let (_, mut s) = self.enter(false)?;
+        let prefix = pattern.strip_suffix(b"*").unwrap_or(pattern);
+        s.keys.retain(|k, _| !k.starts_with(prefix));
+        Ok(())
+    }
+
+    fn health(&self, ping: bool, _cluster_key: &[u8]) -> Health {
+        let s = self.state.lock();
+        let retry_in = s.backoff_until.map_or(0, |t| (t - s.now()).max(0) as u64);
+        let circuit_open = retry_in > 0;
+        Health {
+            ok: !circuit_open,
+            connected: true,
+            circuit_open,
+            retry_in: Duration::from_micros(retry_in),
+            last_error: None,
+            consecutive_failures: 0,
+            connects: 1,
+            last_ping: ping.then(|| (Duration::ZERO, SystemTime::now())),
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! The store a limiter decides against, behind a small trait: [`ValkeyStore`] (the
+//! process's pooled connection to Valkey, what the extension uses) or [`MemoryStore`]
+//! (the reference model on an in-memory key space with a clock and faults the test
+//! controls). The limiter's whole acquire path (local denials, the three tries, reloading
+//! live limits, the policy when the store fails) runs unchanged against either.
+
+mod memory;
+mod valkey;
+
+pub use memory::{Fault, MemoryStore};
+pub use valkey::{invocation, ping, status, with_connection, ValkeyStore};
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use checkout_guard_model::live::Stored;
+use checkout_guard_model::{DecideCall, Keys};
+
+/// Why a call to the store did not happen or did not succeed. Messages carry no password.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// A recent failure; Valkey is left alone for `retry_in`.
+    #[error("not retrying for {} ms after: {cause}", retry_in.as_millis())]
+    Backoff { retry_in: Duration, cause: String },
+    /// The call failed now (connect, timeout, broken connection, or an error reply).
+    #[error("{cause}")]
+    Failed { cause: String, retry_in: Duration },
+}
+
+impl StoreError {
+    /// How long until the next attempt will be made.
+    pub fn retry_in(&self) -> Duration {
+        match self {
+            StoreError::Backoff { retry_in, .. } | StoreError::Failed { retry_in, .. } => *retry_in,
+        }
+    }
+}
+
+/// What a readiness check needs to know about the process's connection to one endpoint,
+/// read without any I/O or after one PING over the pooled connection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Health {
+    /// The last call (or this PING) succeeded and no back-off is running.
+    pub ok: bool,
+    /// A connection is open in this process (and belongs to it, not to a parent).
+    pub connected: bool,
+    /// After a failure, calls fail at once without touching Valkey for `retry_in`.
+    pub circuit_open: bool,
+    pub retry_in: Duration,
+    pub last_error: Option<String>,
+    pub consecutive_failures: u32,
+    pub connects: u64,
+    /// Round trip of the last PING, and when it was sent.
+    pub last_ping: Option<(Duration, SystemTime)>,
+}
+
+/// What a limiter asks of its store. Every method is one round trip at most.
+pub trait Store: Send + Sync + fmt::Debug {
+    /// One decision: the decision script with `call`'s KEYS and ARGV, on the store's
+    /// clock; the raw integers of its reply (read with [`DecideCall::decode_reply`]).
+    fn decide(&self, call: &DecideCall<'_>) -> Result<Vec<i64>, StoreError>;
+    /// The live limits' version and hash, read together.
+    fn read_limits(&self, keys: &Keys) -> Result<Stored, StoreError>;
+    /// Marks a shop hot (`key` = its hot flag) for `ttl_seconds`.
+    fn mark_hot(&self, key: &[u8], ttl_seconds: i64) -> Result<(), StoreError>;
+    /// Removes a hot flag.
+    fn unmark_hot(&self, key: &[u8]) -> Result<(), StoreError>;
+    fn exists(&self, key: &[u8]) -> Result<bool, StoreError>;
+    /// Removes every key matching `pattern` (a prefix followed by `*`), in steps routed
+    /// by `routing_key`.
+    fn reset(&self, routing_key: &[u8], pattern: &[u8]) -> Result<(), StoreError>;
+    /// The connection's state; with `ping`, after one PING (or, on a cluster, an EXISTS
+    /// of `cluster_key`, so only the node the limiter needs is asked).
+    fn health(&self, ping: bool, cluster_key: &[u8]) -> Health;
+}

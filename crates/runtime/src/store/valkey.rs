@@ -1,0 +1,417 @@
+//! The connection to Valkey: one persistent connection per process per URL, reused across
+//! requests and limiters, never shared across fork, with a short back-off after a failure.
+//!
+//! Rules a checkout depends on:
+//! - every call is bounded by the limiter's timeout (connect, write and read);
+//! - a connection that broke while idle (Valkey restarted, idle timeout) is reconnected
+//!   once, transparently;
+//! - after a failure nobody tries again for `retry_interval`: calls fail at once, so a
+//!   down Valkey costs a checkout nothing but the policy decision;
+//! - after `fork()` the child never touches the parent's socket.
+//!
+//! A Valkey Cluster endpoint (`valkey+cluster://`) is one redis-rs `ClusterConnection`
+//! under the same rules: it holds a connection per node it needed, follows MOVED and ASK,
+//! and after a failure the whole of it is dropped and the slot map asked for again from
+//! the seeds, so a failover is survived once the cluster has promoted a replica.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use once_cell::sync::Lazy;
+use parking_lot::Mutex;
+use redis::cluster::{ClusterClientBuilder, ClusterConnection};
+use redis::{
+    Connection, ConnectionInfo, ConnectionLike, ErrorKind, IntoConnectionInfo, RedisError,
+    RedisResult,
+};
+
+use checkout_guard_model::call::{self, READ_LIMITS};
+use checkout_guard_model::endpoint::Target;
+use checkout_guard_model::keys::mark_hot_command;
+use checkout_guard_model::live::Stored;
+use checkout_guard_model::{DecideCall, Endpoint, Keys};
+
+use super::{Health, Store, StoreError};
+
+/// An open connection: to one server, or to the nodes of a cluster.
+enum Conn {
+    Single(Connection),
+    Cluster(Box<ClusterConnection>),
+}
+
+impl Conn {
+    fn set_timeouts(&mut self, t: Duration) -> RedisResult<()> {
+        match self {
+            Conn::Single(c) => {
+                c.set_read_timeout(Some(t))?;
+                c.set_write_timeout(Some(t))?;
+            }
+            Conn::Cluster(c) => {
+                c.set_read_timeout(Some(t))?;
+                c.set_write_timeout(Some(t))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn as_dyn(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            Conn::Single(c) => c,
+            Conn::Cluster(c) => c.as_mut(),
+        }
+    }
+}
+
+struct Live {
+    conn: Conn,
+    /// The fork generation that opened the socket; a forked child must not use it.
+    generation: u64,
+    /// The read/write timeout currently set on the socket, to skip needless syscalls.
+    timeout: Option<Duration>,
+}
+
+#[derive(Default)]
+struct Slot {
+    live: Option<Live>,
+    retry_at: Option<Instant>,
+    last_error: Option<String>,
+    /// Calls that failed in a row (reply errors excluded: Valkey answered).
+    failures: u32,
+    /// Connections this process opened to the endpoint.
+    connects: u64,
+    /// The last PING made by [`ping`]: its round trip and when it was made.
+    last_ping: Option<(Duration, SystemTime)>,
+}
+
+static POOL: Lazy<Mutex<HashMap<String, Arc<Mutex<Slot>>>>> = Lazy::new(Default::default);
+
+fn slot(endpoint: &Endpoint) -> Arc<Mutex<Slot>> {
+    POOL.lock()
+        .entry(endpoint.pool_key().to_string())
+        .or_default()
+        .clone()
+}
+
+/// Errors that came back as a reply: the connection is still in step and stays.
+fn is_reply_error(e: &RedisError) -> bool {
+    matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension)
+}
+
+impl Slot {
+    /// Drops the connection of another process (after fork) without closing or shutting
+    /// down the socket the parent still uses.
+    fn forget_if_forked(&mut self) {
+        let now = crate::process::generation();
+        if self.live.as_ref().is_some_and(|l| l.generation != now) {
+            std::mem::forget(self.live.take());
+        }
+    }
+
+    fn fail(&mut self, cause: String, retry_interval: Duration) -> StoreError {
+        self.live = None;
+        self.failures = self.failures.saturating_add(1);
+        self.retry_at = Some(Instant::now() + retry_interval);
+        self.last_error = Some(cause.clone());
+        StoreError::Failed {
+            cause,
+            retry_in: retry_interval,
+        }
+    }
+
+    fn connect(&mut self, endpoint: &Endpoint, timeout: Duration) -> RedisResult<()> {
+        let conn = match endpoint.target() {
+            Target::Single(url) => Conn::Single(
+                redis::Client::open(connection_info(url)?)?.get_connection_with_timeout(timeout)?,
+            ),
+            Target::Cluster(seeds) => {
+                let seeds = seeds
+                    .iter()
+                    .map(|s| connection_info(s))
+                    .collect::<RedisResult<Vec<_>>>()?;
+                // Redirects (MOVED, ASK) and one reconnection are retried inside the call;
+                // waits between retries stay a small part of the call's timeout.
+                let wait_ms = (timeout.as_millis() as u64 / 10).clamp(2, 50);
+                let client = ClusterClientBuilder::new(seeds)
+                    .connection_timeout(timeout)
+                    .response_timeout(timeout)
+                    .retries(3)
+                    .min_retry_wait(1)
+                    .max_retry_wait(wait_ms)
+                    .build()?;
+                let conn = client.get_connection()?;
+                Conn::Cluster(Box::new(conn))
+            }
+        };
+        self.live = Some(Live {
+            conn,
+            generation: crate::process::generation(),
+            timeout: None,
+        });
+        self.connects += 1;
+        Ok(())
+    }
+}
+
+/// Runs `op` on the process's connection to `endpoint`, within `timeout`.
+///
+/// A connection that was already open and turns out broken (not slow) is replaced and
+/// `op` is run once more on the new one. `op` may therefore run twice; it must be a single
+/// command or script whose repetition is harmless (at worst a decision takes tokens twice,
+/// which only errs on the side of the limit).
+pub fn with_connection<T>(
+    endpoint: &Endpoint,
+    timeout: Duration,
+    retry_interval: Duration,
+    mut op: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<T>,
+) -> Result<T, StoreError> {
+    let slot = slot(endpoint);
+    let mut s = slot.lock();
+    s.forget_if_forked();
+    if let Some(at) = s.retry_at {
+        let now = Instant::now();
+        if now < at {
+            return Err(StoreError::Backoff {
+                retry_in: at - now,
+                cause: s.last_error.clone().unwrap_or_default(),
+            });
+        }
+        s.retry_at = None;
+    }
+    let deadline = Instant::now() + timeout;
+    let mut fresh = false;
+    loop {
+        if s.live.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(s.fail("timed out".into(), retry_interval));
+            }
+            if let Err(e) = s.connect(endpoint, left) {
+                return Err(s.fail(format!("connect: {e}"), retry_interval));
+            }
+            fresh = true;
+        }
+        let live = s.live.as_mut().expect("connected above");
+        // Whatever is left of this call's budget bounds the command (at least 1 ms).
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        let want = if fresh { left } else { timeout };
+        if live.timeout != Some(want) {
+            if let Err(e) = live.conn.set_timeouts(want) {
+                return Err(s.fail(format!("socket: {e}"), retry_interval));
+            }
+            live.timeout = Some(want);
+        }
+        match op(live.conn.as_dyn()) {
+            Ok(v) => {
+                s.last_error = None;
+                s.failures = 0;
+                return Ok(v);
+            }
+            Err(e) if is_reply_error(&e) => {
+                s.last_error = Some(e.to_string());
+                return Err(StoreError::Failed {
+                    cause: e.to_string(),
+                    retry_in: Duration::ZERO,
+                });
+            }
+            Err(e) if !fresh && !e.is_timeout() => {
+                // An idle connection that broke (Valkey restarted, idle timeout): once more
+                // on a new connection, transparently.
+                s.live = None;
+            }
+            Err(e) => return Err(s.fail(e.to_string(), retry_interval)),
+        }
+    }
+}
+
+impl Slot {
+    fn health(&self, ok: bool) -> Health {
+        let retry_in = self
+            .retry_at
+            .map(|at| at.saturating_duration_since(Instant::now()))
+            .unwrap_or_default();
+        let circuit_open = !retry_in.is_zero();
+        Health {
+            ok: ok && !circuit_open,
+            connected: self.live.is_some(),
+            circuit_open,
+            retry_in,
+            last_error: self.last_error.clone(),
+            consecutive_failures: self.failures,
+            connects: self.connects,
+            last_ping: self.last_ping,
+        }
+    }
+}
+
+/// The state of this process's connection to `endpoint`, without any I/O: `ok` when the
+/// connection is open and no failure is pending.
+pub fn status(endpoint: &Endpoint) -> Health {
+    let slot = slot(endpoint);
+    let mut s = slot.lock();
+    s.forget_if_forked();
+    let ok = s.live.is_some() && s.last_error.is_none();
+    s.health(ok)
+}
+
+/// One PING over the pooled connection (opened if none is, unless the back-off after a
+/// failure is running: then nothing is sent and the answer is not ok). Never a second
+/// connection: this is what a readiness probe calls on every period.
+///
+/// On a cluster, a PING would go to every node (a replica down would fail every pod's
+/// readiness); `EXISTS cluster_key` instead asks only the primary that holds the caller's
+/// slot, the one its decisions need.
+pub fn ping(
+    endpoint: &Endpoint,
+    timeout: Duration,
+    retry_interval: Duration,
+    cluster_key: &[u8],
+) -> Health {
+    let started = Instant::now();
+    let sent = SystemTime::now();
+    let cluster = endpoint.is_cluster();
+    let result = with_connection(endpoint, timeout, retry_interval, |c| {
+        if cluster {
+            redis::cmd("EXISTS")
+                .arg(cluster_key)
+                .query::<i64>(c)
+                .map(drop)
+        } else {
+            redis::cmd("PING").query::<String>(c).map(drop)
+        }
+    });
+    let slot = slot(endpoint);
+    let mut s = slot.lock();
+    let ok = match result {
+        Ok(_) => {
+            s.last_ping = Some((started.elapsed(), sent));
+            true
+        }
+        Err(_) => false,
+    };
+    s.health(ok)
+}
+
+/// A URL the model's endpoint accepted, as redis-rs connects to it; the connections are
+/// named in `CLIENT LIST` (`lib-name=checkout_guard`).
+fn connection_info(url: &str) -> RedisResult<ConnectionInfo> {
+    let info = url.into_connection_info()?;
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_lib_name("checkout_guard", checkout_guard_model::VERSION);
+    Ok(info.set_redis_settings(settings))
+}
+
+/// The decision script as Valkey runs it: hashed once per process, sent by EVALSHA (and
+/// loaded again by EVAL when Valkey answers NOSCRIPT).
+static DECIDE: Lazy<redis::Script> = Lazy::new(|| redis::Script::new(&call::decide_source()));
+static READ: Lazy<redis::Script> = Lazy::new(|| redis::Script::new(READ_LIMITS));
+static RESET: Lazy<redis::Script> = Lazy::new(|| redis::Script::new(call::RESET_STEP));
+
+/// `call` on `script` (the production script, or a test's variant of it): KEYS and ARGV
+/// exactly as [`DecideCall`] encodes them.
+pub fn invocation<'s>(
+    call: &DecideCall<'_>,
+    script: &'s redis::Script,
+) -> redis::ScriptInvocation<'s> {
+    let mut inv = script.prepare_invoke();
+    for k in call.keys() {
+        inv.key(k);
+    }
+    for a in call.argv() {
+        inv.arg(a.as_ref());
+    }
+    inv
+}
+
+/// The store of the extension: the process's pooled connection to one endpoint, every
+/// call bounded by `timeout`, and left alone for `retry_interval` after a failure.
+#[derive(Debug, Clone)]
+pub struct ValkeyStore {
+    endpoint: Endpoint,
+    timeout: Duration,
+    retry_interval: Duration,
+}
+
+impl ValkeyStore {
+    pub fn new(endpoint: Endpoint, timeout: Duration, retry_interval: Duration) -> Self {
+        Self {
+            endpoint,
+            timeout,
+            retry_interval,
+        }
+    }
+
+    fn call<T>(
+        &self,
+        op: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<T>,
+    ) -> Result<T, StoreError> {
+        with_connection(&self.endpoint, self.timeout, self.retry_interval, op)
+    }
+}
+
+impl Store for ValkeyStore {
+    fn decide(&self, call: &DecideCall<'_>) -> Result<Vec<i64>, StoreError> {
+        self.call(|c| invocation(call, &DECIDE).invoke::<Vec<i64>>(c))
+    }
+
+    fn read_limits(&self, keys: &Keys) -> Result<Stored, StoreError> {
+        type Reply = (Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>, String);
+        let (version, fields, error): Reply =
+            self.call(|c| READ.key(keys.limits()).key(keys.limits_version()).invoke(c))?;
+        Ok(Stored {
+            version,
+            fields,
+            error: (!error.is_empty()).then_some(error),
+        })
+    }
+
+    fn mark_hot(&self, key: &[u8], ttl_seconds: i64) -> Result<(), StoreError> {
+        let mut cmd = redis::Cmd::new();
+        for a in mark_hot_command(key, ttl_seconds) {
+            cmd.arg(a);
+        }
+        self.call(|c| cmd.query::<()>(c))
+    }
+
+    fn unmark_hot(&self, key: &[u8]) -> Result<(), StoreError> {
+        self.call(|c| redis::cmd("DEL").arg(key).query::<()>(c))
+    }
+
+    fn exists(&self, key: &[u8]) -> Result<bool, StoreError> {
+        self.call(|c| redis::cmd("EXISTS").arg(key).query::<bool>(c))
+    }
+
+    /// A script step at a time (SCAN + UNLINK inside Valkey, 1000 keys per step) routed by
+    /// `routing_key`, so on a cluster it runs on the node holding the limiter's slot, and
+    /// no step blocks Valkey for long.
+    fn reset(&self, routing_key: &[u8], pattern: &[u8]) -> Result<(), StoreError> {
+        self.call(|c| {
+            let mut cursor = b"0".to_vec();
+            loop {
+                let (next, _removed): (Vec<u8>, i64) =
+                    RESET.key(routing_key).arg(&cursor).arg(pattern).invoke(c)?;
+                if next == b"0" {
+                    return Ok(());
+                }
+                cursor = next;
+            }
+        })
+    }
+
+    fn health(&self, ping_now: bool, cluster_key: &[u8]) -> Health {
+        if ping_now {
+            ping(
+                &self.endpoint,
+                self.timeout,
+                self.retry_interval,
+                cluster_key,
+            )
+        } else {
+            status(&self.endpoint)
+        }
+    }
+}

@@ -1,0 +1,585 @@
+//! The whole acquire path (local denials, the three tries, reloading live limits, the
+//! `on_unavailable` policy, marks, reset) against the in-memory store, with the faults that
+//! otherwise need a real Valkey: timeouts and the back-off after them, error replies,
+//! NOSCRIPT, replies outside the contract, data loss, live limits changing mid-call.
+//!
+//! Most tests here are hand-picked seams; `random_sequences_match_the_reference` is
+//! model-based: random sequences of operations, each decision compared with a pure
+//! reference built on `model::step`; the seed is printed and a failing sequence is shrunk
+//! to the shortest one that still fails.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use checkout_guard_model::live::LiveLimits;
+use checkout_guard_model::{
+    step, BucketSet, Decision, Defaults, Keys, LimiterOptions, OnUnavailable, Reason, StoredBucket,
+    StoredState, Value,
+};
+use checkout_guard_runtime::store::{Fault, MemoryStore};
+use checkout_guard_runtime::Limiter;
+
+fn bucket(capacity: i64, rate: f64) -> Value {
+    Value::Map(vec![
+        ("capacity".into(), Value::Int(capacity)),
+        ("refill_per_second".into(), Value::Float(rate)),
+    ])
+}
+
+/// A limiter named `name` (names keep the tests' process-wide caches apart) on `store`.
+fn limiter(
+    name: &str,
+    store: &Arc<MemoryStore>,
+    policy: &str,
+    local_denials: bool,
+    extra: Vec<(String, Value)>,
+) -> Limiter {
+    let mut entries = vec![
+        ("name".into(), Value::Str(name.as_bytes().to_vec())),
+        ("global".into(), bucket(10, 10.0)),
+        ("hot_lane".into(), bucket(6, 6.0)),
+        ("hot_shop".into(), bucket(4, 4.0)),
+        (
+            "on_unavailable".into(),
+            Value::Str(policy.as_bytes().to_vec()),
+        ),
+    ];
+    for (k, v) in extra {
+        entries.retain(|(e, _)| *e != k);
+        entries.push((k, v));
+    }
+    let defaults = Defaults {
+        local_denials,
+        retry_interval_ms: 1000,
+        ..Defaults::default()
+    };
+    let options = LimiterOptions::from_value(&Value::Map(entries), &defaults).unwrap();
+    Limiter::with_store(options, store.clone())
+}
+
+fn store() -> Arc<MemoryStore> {
+    Arc::new(MemoryStore::new())
+}
+
+#[test]
+fn a_flood_is_denied_by_the_global_bucket_and_refills_on_the_stores_clock() {
+    let s = store();
+    let l = limiter("flood", &s, "allow", false, vec![]);
+    for i in 0..10 {
+        let d = l.acquire(b"shop", 1).unwrap();
+        assert!(d.allowed, "call {i}");
+        assert_eq!(d.remaining, 9 - i);
+    }
+    let d = l.acquire(b"shop", 1).unwrap();
+    assert!(!d.allowed);
+    assert_eq!(d.reason, Reason::Global);
+    assert!((d.retry_after - 0.1).abs() < 1e-6, "{}", d.retry_after);
+    s.advance(Duration::from_millis(100));
+    assert!(l.acquire(b"shop", 1).unwrap().allowed);
+    assert_eq!(s.stats().decisions, 12);
+}
+
+#[test]
+fn a_timeout_applies_the_policy_and_the_back_off_spares_the_store() {
+    for (policy, allowed) in [("allow", true), ("deny", false)] {
+        let s = store();
+        let l = limiter(&format!("timeout-{policy}"), &s, policy, false, vec![]);
+        s.inject(Fault::Timeout {
+            retry_in: Duration::from_secs(1),
+        });
+        let d = l.acquire(b"shop", 1).unwrap();
+        assert_eq!((d.allowed, d.reason), (allowed, Reason::Unavailable));
+        if !allowed {
+            assert_eq!(d.retry_after, 1.0, "deny waits for the back-off");
+        }
+        let calls = s.stats().calls;
+        // During the back-off: the policy at once, the store is not asked.
+        let d = l.acquire(b"shop", 1).unwrap();
+        assert_eq!(d.reason, Reason::Unavailable);
+        assert_eq!(s.stats().calls, calls);
+        assert!(l.health(false).circuit_open);
+        // After it: decided by the store again.
+        s.advance(Duration::from_secs(1));
+        let d = l.acquire(b"shop", 1).unwrap();
+        assert_eq!((d.allowed, d.reason), (true, Reason::Allowed));
+        assert_eq!(s.stats().calls, calls + 1);
+    }
+}
+
+#[test]
+fn throw_turns_a_failure_into_an_error_naming_the_store() {
+    let s = store();
+    let l = limiter("throw", &s, "throw", false, vec![]);
+    s.inject(Fault::Timeout {
+        retry_in: Duration::from_millis(50),
+    });
+    let e = l.acquire(b"shop", 1).unwrap_err().to_string();
+    assert!(
+        e.contains("Valkey unavailable") && e.contains("timed out"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_error_reply_applies_the_policy_without_a_back_off() {
+    let s = store();
+    let l = limiter("oom", &s, "deny", false, vec![]);
+    s.inject(Fault::ErrorReply(
+        "OOM command not allowed when used memory > 'maxmemory'".into(),
+    ));
+    let d = l.acquire(b"shop", 1).unwrap();
+    assert_eq!((d.allowed, d.reason), (false, Reason::Unavailable));
+    assert_eq!(
+        d.retry_after, 0.0,
+        "Valkey answered: the next call asks again"
+    );
+    let d = l.acquire(b"shop", 1).unwrap();
+    assert_eq!((d.allowed, d.reason), (true, Reason::Allowed));
+}
+
+#[test]
+fn a_flushed_script_cache_is_loaded_again_and_the_call_decides() {
+    let s = store();
+    let l = limiter("noscript", &s, "deny", false, vec![]);
+    assert!(l.acquire(b"shop", 1).unwrap().allowed);
+    s.inject(Fault::NoScript);
+    let d = l.acquire(b"shop", 1).unwrap();
+    assert_eq!(
+        (d.allowed, d.reason, d.remaining),
+        (true, Reason::Allowed, 8)
+    );
+    assert_eq!(s.stats().script_loads, 2);
+}
+
+#[test]
+fn a_reply_outside_the_contract_is_a_failure_not_a_decision() {
+    for bad in [vec![], vec![7, 0, 0, 0, 0, 0, 0, 0, 0], vec![0, 1, 2]] {
+        let s = store();
+        let l = limiter("garbage", &s, "deny", false, vec![]);
+        s.inject(Fault::Reply(bad.clone()));
+        let d = l.acquire(b"shop", 1).unwrap();
+        assert_eq!(
+            (d.allowed, d.reason),
+            (false, Reason::Unavailable),
+            "{bad:?}"
+        );
+    }
+}
+
+#[test]
+fn live_limits_changing_on_every_try_end_in_the_policy_after_three() {
+    let s = store();
+    let l = limiter("churn", &s, "allow", false, vec![]);
+    for _ in 0..3 {
+        s.inject(Fault::Reply(vec![-1, 0]));
+    }
+    let d = l.acquire(b"shop", 1).unwrap();
+    assert_eq!((d.allowed, d.reason), (true, Reason::Unavailable));
+    // The tries reloaded the limits (nothing stored): the next call decides.
+    assert_eq!(l.acquire(b"shop", 1).unwrap().reason, Reason::Allowed);
+}
+
+/// Writes live limits as `limiter set` does (hash and version), at the store's clock.
+fn set_live(s: &MemoryStore, name: &str, n: u32, global: (i64, f64)) {
+    let keys = Keys::new(name);
+    let value = format!("{}/{}", global.0, global.1);
+    s.set_hash(
+        &keys.limits(),
+        &[
+            (b"global", value.as_bytes()),
+            (b"by", b"test"),
+            (b"at", b"0"),
+        ],
+    );
+    let version = format!("{n}-e{n}-{}", s.now_us());
+    s.set(&keys.limits_version(), version.as_bytes());
+}
+
+#[test]
+fn a_live_change_is_read_once_and_decided_with_in_the_same_call() {
+    let s = store();
+    let l = limiter("live", &s, "deny", false, vec![]);
+    for _ in 0..10 {
+        assert!(l.acquire(b"shop", 1).unwrap().allowed);
+    }
+    set_live(&s, "live", 1, (20, 10.0));
+    let (d, n) = l.acquire_noticed(b"shop", 1).unwrap();
+    let change = n.limits_change.expect("the change is reported");
+    assert_eq!(change.version, 1);
+    assert!(change.new.contains("global=20/10"), "{}", change.new);
+    // The empty bucket stays empty: its level in tokens carries over.
+    assert_eq!((d.allowed, d.reason), (false, Reason::Global));
+    s.advance(Duration::from_millis(100));
+    let (d, n) = l.acquire_noticed(b"shop", 1).unwrap();
+    assert!(d.allowed && n.limits_change.is_none());
+}
+
+#[test]
+fn data_loss_leaves_every_bucket_full_and_drops_the_live_limits() {
+    let s = store();
+    let l = limiter("loss", &s, "deny", false, vec![]);
+    set_live(&s, "loss", 1, (8, 8.0));
+    for _ in 0..8 {
+        assert!(l.acquire(b"shop", 1).unwrap().allowed);
+    }
+    assert!(!l.acquire(b"shop", 1).unwrap().allowed);
+    s.flush_all();
+    // No version stored any more: the constructor's limits, all full.
+    let (d, n) = l.acquire_noticed(b"shop", 1).unwrap();
+    assert!(n.limits_change.is_some());
+    assert_eq!((d.allowed, d.remaining), (true, 9));
+}
+
+#[test]
+fn a_mark_makes_the_hot_buckets_apply_until_it_runs_out() {
+    let s = store();
+    let l = limiter("mark", &s, "deny", false, vec![]);
+    l.mark_hot(b"shop", 1).unwrap();
+    assert!(l.is_hot(b"shop").unwrap());
+    for _ in 0..4 {
+        let d = l.acquire(b"shop", 1).unwrap();
+        assert!(d.allowed && d.hot_shop);
+    }
+    let d = l.acquire(b"shop", 1).unwrap();
+    assert_eq!((d.allowed, d.reason), (false, Reason::HotShop));
+    s.advance(Duration::from_millis(1000));
+    // Refilled, and the mark ran out: only global applies (4 + 1 of its 10 taken).
+    let d = l.acquire(b"shop", 1).unwrap();
+    assert!(d.allowed && !d.hot_shop);
+    assert!(!l.is_hot(b"shop").unwrap());
+}
+
+#[test]
+fn unmark_and_reset_reach_the_store() {
+    let s = store();
+    let l = limiter("reset", &s, "deny", false, vec![]);
+    l.mark_hot(b"shop", 60).unwrap();
+    l.unmark_hot(b"shop").unwrap();
+    assert!(!l.is_hot(b"shop").unwrap());
+    for _ in 0..10 {
+        l.acquire(b"shop", 1).unwrap();
+    }
+    assert!(!l.acquire(b"shop", 1).unwrap().allowed);
+    l.reset().unwrap();
+    assert_eq!(l.acquire(b"shop", 1).unwrap().remaining, 9);
+    // Administrative calls have no safe default: a failure is an error.
+    s.inject(Fault::ErrorReply(
+        "READONLY You can't write against a read only replica.".into(),
+    ));
+    assert!(l.mark_hot(b"shop", 60).is_err());
+}
+
+#[test]
+fn local_denials_spare_the_store_and_agree_with_it() {
+    let s = Arc::new(MemoryStore::with_real_clock());
+    // A slow refill (1 token per 10 s): the bucket stays empty for the whole test.
+    let l = limiter(
+        "local",
+        &s,
+        "allow",
+        true,
+        vec![
+            ("global".into(), bucket(3, 0.1)),
+            ("hot_lane".into(), bucket(2, 0.1)),
+            ("hot_shop".into(), bucket(1, 0.1)),
+        ],
+    );
+    for _ in 0..3 {
+        assert!(l.acquire(b"shop", 1).unwrap().allowed);
+    }
+    let asked = l.acquire(b"shop", 1).unwrap();
+    assert_eq!(asked.reason, Reason::Global);
+    let calls = s.stats().calls;
+    // (A shop the worker has heard of: whether its hot buckets apply must be known.)
+    let local = l.acquire(b"shop", 1).unwrap();
+    assert_eq!(s.stats().calls, calls, "denied in the worker");
+    assert_eq!((local.allowed, local.reason), (false, Reason::Global));
+    assert!(local.retry_after > 0.0 && local.retry_after <= asked.retry_after);
+    // After a reset the worker forgets what it knew: the store decides again.
+    l.reset().unwrap();
+    assert!(l.acquire(b"shop", 1).unwrap().allowed);
+}
+
+// ---------------------------------------------------------------------------------------
+// Model-based: random operation sequences against a pure reference.
+
+#[derive(Debug, Clone)]
+enum Op {
+    Acquire { shop: u8, tokens: i64 },
+    Advance { ms: i64 },
+    Mark { shop: u8, ttl_s: i64 },
+    Unmark { shop: u8 },
+    Live { capacity: i64, rate: f64 },
+    FlushAll,
+    Reset,
+    Timeout { retry_ms: u64 },
+    ErrorReply,
+}
+
+/// What the reference expects of the limiter: the store's state as the script would hold
+/// it, decided with `model::step`.
+struct Reference {
+    base: BucketSet,
+    set: BucketSet,
+    now: i64,
+    /// Per key: the bucket and the store time it expires (when it would be full again).
+    buckets: HashMap<Vec<u8>, (StoredBucket, i64)>,
+    marks: HashMap<u8, i64>,
+    version: String,
+    backoff_until: i64,
+    /// Faults injected and not met yet, in order.
+    pending: VecDeque<Op>,
+    changes: u32,
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn random_ops(rng: &mut Rng, n: usize) -> Vec<Op> {
+    (0..n)
+        .map(|_| match rng.below(100) {
+            0..=54 => Op::Acquire {
+                shop: rng.below(3) as u8,
+                tokens: 1 + rng.below(3) as i64,
+            },
+            55..=74 => Op::Advance {
+                ms: [1, 50, 99, 100, 250, 1000][rng.below(6) as usize],
+            },
+            75..=79 => Op::Mark {
+                shop: rng.below(3) as u8,
+                ttl_s: 1 + rng.below(2) as i64,
+            },
+            80..=82 => Op::Unmark {
+                shop: rng.below(3) as u8,
+            },
+            83..=87 => Op::Live {
+                capacity: [6, 10, 20][rng.below(3) as usize],
+                rate: [1.0, 10.0, 50.0][rng.below(3) as usize],
+            },
+            88..=90 => Op::FlushAll,
+            91..=92 => Op::Reset,
+            93..=96 => Op::Timeout {
+                retry_ms: [1, 100, 1000][rng.below(3) as usize],
+            },
+            _ => Op::ErrorReply,
+        })
+        .collect()
+}
+
+fn shop_id(shop: u8) -> Vec<u8> {
+    format!("shop-{shop}").into_bytes()
+}
+
+/// Runs `ops` on a fresh limiter and store and on the reference; the first disagreement.
+fn run(name: &str, ops: &[Op]) -> Result<(), String> {
+    // Live limits are cached per process by limiter name: every run has its own.
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    let name = &format!("{name}-{}", RUNS.fetch_add(1, Ordering::Relaxed));
+    let s = store();
+    let l = limiter(name, &s, "deny", false, vec![]);
+    let keys = Keys::new(name);
+    let base = l.options().buckets.clone();
+    let mut r = Reference {
+        set: base.clone(),
+        base,
+        now: s.now_us(),
+        buckets: HashMap::new(),
+        marks: HashMap::new(),
+        version: String::new(),
+        backoff_until: i64::MIN,
+        pending: VecDeque::new(),
+        changes: 0,
+    };
+    for (i, op) in ops.iter().enumerate() {
+        let fail = |what: String| Err(format!("op {i} {op:?}: {what}"));
+        match op {
+            Op::Acquire { shop, tokens } => {
+                let got = l.acquire(&shop_id(*shop), *tokens).unwrap();
+                let want = r.acquire(&keys, *shop, *tokens);
+                if got != want {
+                    return fail(format!("got {got:?}, want {want:?}"));
+                }
+            }
+            Op::Advance { ms } => {
+                s.advance(Duration::from_millis(*ms as u64));
+                r.now += ms * 1000;
+            }
+            Op::Mark { shop, ttl_s } => {
+                let got = l.mark_hot(&shop_id(*shop), *ttl_s).is_ok();
+                let want = r.admin_call();
+                if want {
+                    r.marks.insert(*shop, r.now + ttl_s * 1_000_000);
+                }
+                if got != want {
+                    return fail(format!("markHot ok={got}, want {want}"));
+                }
+            }
+            Op::Unmark { shop } => {
+                let got = l.unmark_hot(&shop_id(*shop)).is_ok();
+                let want = r.admin_call();
+                if want {
+                    r.marks.remove(shop);
+                }
+                if got != want {
+                    return fail(format!("unmarkHot ok={got}, want {want}"));
+                }
+            }
+            Op::Live { capacity, rate } => {
+                r.changes += 1;
+                set_live(&s, name, r.changes, (*capacity, *rate));
+                r.version = format!("{}-e{}-{}", r.changes, r.changes, r.now);
+                // Invalid for this limiter (a hot bucket above global): the constructor's.
+                let live = LiveLimits {
+                    overrides: [Some((*capacity, *rate)), None, None],
+                    ..LiveLimits::default()
+                };
+                r.set = live.apply(&r.base).unwrap_or_else(|_| r.base.clone());
+            }
+            Op::FlushAll => {
+                s.flush_all();
+                r.buckets.clear();
+                r.marks.clear();
+                r.version.clear();
+                r.set = r.base.clone();
+            }
+            Op::Reset => {
+                let got = l.reset().is_ok();
+                let want = r.admin_call();
+                if want {
+                    r.buckets.clear();
+                }
+                if got != want {
+                    return fail(format!("reset ok={got}, want {want}"));
+                }
+            }
+            Op::Timeout { retry_ms } => {
+                s.inject(Fault::Timeout {
+                    retry_in: Duration::from_millis(*retry_ms),
+                });
+                r.pending.push_back(op.clone());
+            }
+            Op::ErrorReply => {
+                s.inject(Fault::ErrorReply("ERR injected".into()));
+                r.pending.push_back(op.clone());
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Reference {
+    /// Whether a call reaches the store and succeeds; consumes a pending fault.
+    fn admin_call(&mut self) -> bool {
+        if self.now < self.backoff_until {
+            return false;
+        }
+        match self.pending.pop_front() {
+            Some(Op::Timeout { retry_ms }) => {
+                self.backoff_until = self.now + retry_ms as i64 * 1000;
+                false
+            }
+            Some(_) => false,
+            None => true,
+        }
+    }
+
+    fn acquire(&mut self, keys: &Keys, shop: u8, tokens: i64) -> Decision {
+        if self.now < self.backoff_until {
+            let left = (self.backoff_until - self.now) as f64 / 1e6;
+            return Decision::unavailable(false, left, false);
+        }
+        match self.pending.pop_front() {
+            Some(Op::Timeout { retry_ms }) => {
+                self.backoff_until = self.now + retry_ms as i64 * 1000;
+                return Decision::unavailable(false, retry_ms as f64 / 1000.0, false);
+            }
+            Some(_) => return Decision::unavailable(false, 0.0, false),
+            None => {}
+        }
+        let id = shop_id(shop);
+        let bucket_keys = [keys.global(), keys.hot_lane(), keys.hot_shop(&id)];
+        let now = self.now;
+        self.buckets.retain(|_, (_, expires)| *expires > now);
+        self.marks.retain(|_, expires| *expires > now);
+        let mark_ttl_ms = self.marks.get(&shop).map(|e| (e - now).div_euclid(1000));
+        let stored = StoredState {
+            buckets: bucket_keys
+                .clone()
+                .map(|k| self.buckets.get(&k).map(|(b, _)| *b)),
+            mark_ttl_ms,
+        };
+        let (reply, next) = step(&self.set, &stored, now, tokens, false, &self.version);
+        for (i, key) in bucket_keys.into_iter().enumerate() {
+            if let (Some(b), true) = (next.buckets[i], next.buckets[i] != stored.buckets[i]) {
+                let expires = now + ((b.tat - now).div_euclid(1000) + 1) * 1000;
+                self.buckets.insert(key, (b, expires));
+            }
+        }
+        Decision::from_reply(&self.set, tokens, &reply)
+    }
+}
+
+/// Removes operations one at a time while the sequence still fails: the shortest failing
+/// sequence this finds (each remaining operation is needed).
+fn shrink(name: &str, mut ops: Vec<Op>) -> Vec<Op> {
+    let mut i = 0;
+    while i < ops.len() {
+        let mut fewer = ops.clone();
+        fewer.remove(i);
+        if run(name, &fewer).is_err() {
+            ops = fewer;
+        } else {
+            i += 1;
+        }
+    }
+    ops
+}
+
+#[test]
+fn random_sequences_match_the_reference() {
+    let seed: u64 = std::env::var("CG_MODEL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    println!("seed {seed} (CG_MODEL_SEED={seed} repeats it)");
+    let mut rng = Rng(seed);
+    for n in 0..200 {
+        let ops = random_ops(&mut rng, 60);
+        let name = format!("model-{seed}-{n}");
+        if let Err(e) = run(&name, &ops) {
+            let shortest = shrink(&format!("{name}-shrink"), ops);
+            let last = run(&format!("{name}-last"), &shortest).unwrap_err();
+            panic!(
+                "seed {seed}, sequence {n}: {e}\nshortest failing sequence ({} ops): {shortest:#?}\n{last}",
+                shortest.len()
+            );
+        }
+    }
+}
+
+#[test]
+fn on_unavailable_is_the_options_policy() {
+    // The policy is the option's, typed.
+    let s = store();
+    let l = limiter("typed", &s, "throw", false, vec![]);
+    assert_eq!(l.options().on_unavailable, OnUnavailable::Throw);
+}

@@ -1,0 +1,402 @@
+//! The Valkey script and the Rust model must decide identically: both are driven with the
+//! same random sequences of (time, shop, tokens, hot marks) and every reply is compared.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+
+use checkout_guard_model::call::{
+    decide_source, decide_source_with_test_clock, AutoHotArgs, DecideCall, DecideKeys, LaneArgs,
+    SETTINGS_TTL_SECONDS,
+};
+use checkout_guard_model::{
+    step, BucketSet, BucketSpec, Decision, Keys, Lane, StepReply, StoredBucket, StoredState,
+};
+use checkout_guard_runtime::store::invocation;
+use common::{Rng, Valkey};
+
+fn random_buckets(rng: &mut Rng) -> BucketSet {
+    const RATES: [f64; 7] = [0.5, 1.0, 3.0, 7.5, 10.0, 33.3, 100.0];
+    let g_cap = rng.range(1, 30);
+    let g_rate = RATES[rng.range(0, 6) as usize];
+    let global = BucketSpec::new("global", g_cap, g_rate).unwrap();
+    // Hot buckets may not exceed global's capacity or rate.
+    let g_rate_idx = RATES.iter().position(|&r| r == g_rate).unwrap() as i64;
+    let smaller = |name: &str, rng: &mut Rng| {
+        let cap = rng.range(1, g_cap);
+        let rate = RATES[rng.range(0, g_rate_idx) as usize];
+        BucketSpec::new(name, cap, rate).unwrap()
+    };
+    let hot_lane = rng.chance(70).then(|| smaller("hot_lane", rng));
+    let hot_shop = rng.chance(70).then(|| smaller("hot_shop", rng));
+    BucketSet {
+        global,
+        hot_lane,
+        hot_shop,
+    }
+}
+
+/// The model's view of the store, keyed like Valkey.
+#[derive(Default)]
+struct ModelStore {
+    global: Option<StoredBucket>,
+    lane: Option<StoredBucket>,
+    shops: HashMap<usize, StoredBucket>,
+    marked: HashSet<usize>,
+}
+
+/// The TTL every mark gets in this test; PTTL in the script reads a little less.
+const MARK_TTL_MS: i64 = 3_600_000;
+
+impl ModelStore {
+    fn state(&self, shop: usize) -> StoredState {
+        StoredState {
+            buckets: [self.global, self.lane, self.shops.get(&shop).copied()],
+            mark_ttl_ms: self.marked.contains(&shop).then_some(MARK_TTL_MS),
+        }
+    }
+
+    fn store(&mut self, shop: usize, s: StoredState) {
+        self.global = s.buckets[0];
+        self.lane = s.buckets[1];
+        if let Some(t) = s.buckets[2] {
+            self.shops.insert(shop, t);
+        }
+    }
+}
+
+struct Call<'a> {
+    keys: &'a Keys,
+    shop: &'a [u8],
+    tokens: i64,
+    static_hot: bool,
+    set: &'a BucketSet,
+    version: &'a str,
+    settings: &'a str,
+    now: i64,
+}
+
+/// Runs the test-clock script through the extension's own encoder.
+fn invoke(script: &redis::Script, conn: &mut redis::Connection, c: &Call) -> Vec<i64> {
+    let (g, l, s, f, v, a, st) = (
+        c.keys.global(),
+        c.keys.hot_lane(),
+        c.keys.hot_shop(c.shop),
+        c.keys.hot_flag(c.shop),
+        c.keys.limits_version(),
+        c.keys.auto_hot_prefix(),
+        c.keys.settings(),
+    );
+    let lanes = LaneArgs::new(c.set);
+    let auto = AutoHotArgs::new(None);
+    let call = DecideCall {
+        keys: DecideKeys {
+            global: &g,
+            hot_lane: &l,
+            hot_shop: &s,
+            hot_flag: &f,
+            limits_version: &v,
+            auto_hot_prefix: &a,
+            settings: &st,
+        },
+        tokens: c.tokens,
+        static_hot: c.static_hot,
+        lanes: &lanes,
+        version: c.version.as_bytes(),
+        shop: c.shop,
+        auto_hot: &auto,
+        settings: c.settings,
+    };
+    let mut inv = invocation(&call, script);
+    inv.arg(c.now);
+    inv.invoke(conn).unwrap()
+}
+
+#[test]
+fn script_and_model_decide_identically_on_random_sequences() {
+    let valkey = Valkey::start();
+    let mut conn = valkey.connection();
+    let script = redis::Script::new(&decide_source_with_test_clock());
+    let shops: [&[u8]; 4] = [b"shop-a", b"shop-b", b"{shop}:c", b"\xffshop d"];
+    let mut reasons_seen = [0u32; 4];
+    let (mut steps, mut changes, mut carried, mut stale) = (0, 0, 0, 0);
+    for seed in 1..=40u64 {
+        let mut rng = Rng::new(seed);
+        let mut set = random_buckets(&mut rng);
+        let keys = Keys::new(&format!("seed{seed}"));
+        let static_hot: Vec<bool> = shops.iter().map(|_| rng.chance(25)).collect();
+        let mut model = ModelStore::default();
+        let mut now: i64 = 1_800_000_000_000_000 + rng.range(0, 1_000_000_000);
+        // The live limits' version in Valkey, and the one the caller decides with.
+        let mut version = String::new();
+        let settings = format!("settings of seed {seed}");
+        for _ in 0..600 {
+            let shop = rng.range(0, shops.len() as i64 - 1) as usize;
+            if rng.chance(5) {
+                // Mark or unmark the shop hot, in Valkey and in the model.
+                let flag = keys.hot_flag(shops[shop]);
+                if model.marked.insert(shop) {
+                    redis::cmd("SET")
+                        .arg(&flag)
+                        .arg(1)
+                        .arg("PX")
+                        .arg(MARK_TTL_MS)
+                        .query::<()>(&mut conn)
+                        .unwrap();
+                } else {
+                    model.marked.remove(&shop);
+                    redis::cmd("DEL").arg(&flag).query::<()>(&mut conn).unwrap();
+                }
+            }
+            if rng.chance(3) {
+                // A live change (or a deploy): other limits over the same stored state.
+                // First a caller that still decides with the old version: nothing happens.
+                set = random_buckets(&mut rng);
+                changes += 1;
+                let next = format!("{changes}-{seed:x}-{now}");
+                redis::cmd("SET")
+                    .arg(keys.limits_version())
+                    .arg(&next)
+                    .query::<()>(&mut conn)
+                    .unwrap();
+                let tokens = rng.range(1, set.min_capacity());
+                let call = Call {
+                    keys: &keys,
+                    shop: shops[shop],
+                    tokens,
+                    static_hot: static_hot[shop],
+                    set: &set,
+                    version: &version,
+                    settings: &settings,
+                    now,
+                };
+                assert_eq!(
+                    invoke(&script, &mut conn, &call),
+                    vec![-1, 0],
+                    "seed {seed}: stale version"
+                );
+                stale += 1;
+                version = next;
+            }
+            // Bursts at one instant, short gaps, and long idle stretches.
+            now += match rng.range(0, 9) {
+                0..=2 => 0,
+                3..=7 => rng.range(1, 300_000),
+                _ => rng.range(300_000, 5_000_000),
+            };
+            // Up to more than a capacity (a live change may have lowered it).
+            let tokens = rng.range(1, set.min_capacity().min(5) + 1);
+            let state = model.state(shop);
+            if state.buckets.iter().flatten().any(|b| {
+                b.params.is_some_and(|p| {
+                    !Lane::ALL.iter().any(|&l| {
+                        set.get(l)
+                            .is_some_and(|x| (x.interval_us(), x.tolerance_us()) == p)
+                    })
+                })
+            }) {
+                carried += 1;
+            }
+            let (mut want, next) = step(&set, &state, now, tokens, static_hot[shop], &version);
+            model.store(shop, next);
+            let call = Call {
+                keys: &keys,
+                shop: shops[shop],
+                tokens,
+                static_hot: static_hot[shop],
+                set: &set,
+                version: &version,
+                settings: &settings,
+                now,
+            };
+            let got = invoke(&script, &mut conn, &call);
+            let got = StepReply::from_ints(&got).expect("reply shape");
+            // PTTL reads real time: the mark was set at most a minute ago.
+            if want.mark_ttl_ms == MARK_TTL_MS
+                && (MARK_TTL_MS - 60_000..=MARK_TTL_MS).contains(&got.mark_ttl_ms)
+            {
+                want.mark_ttl_ms = got.mark_ttl_ms;
+            }
+            assert_eq!(
+                got, want,
+                "seed {seed}, shop {shop}, tokens {tokens}, buckets {set:?}"
+            );
+            // Same reply, same decision; and the decision is self-consistent.
+            let d = Decision::from_reply(&set, tokens, &got);
+            assert_eq!(d.allowed, d.retry_after == 0.0, "{d:?}");
+            reasons_seen[got.reason as usize] += 1;
+            steps += 1;
+        }
+        // What the script stored is what the model stored, to the character.
+        let stored: Option<String> = redis::cmd("GET")
+            .arg(keys.global())
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(stored, model.global.map(|b| b.encode()), "seed {seed}");
+        // The settings were published with a TTL.
+        let (text, ttl): (Option<String>, i64) = redis::pipe()
+            .cmd("GET")
+            .arg(keys.settings())
+            .cmd("TTL")
+            .arg(keys.settings())
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(text.as_deref(), Some(settings.as_str()));
+        assert!(
+            (1..=SETTINGS_TTL_SECONDS).contains(&ttl),
+            "settings TTL {ttl}"
+        );
+    }
+    // The sequences must exercise every outcome, or the comparison proves little.
+    for (reason, n) in reasons_seen.iter().enumerate() {
+        assert!(
+            *n > 20,
+            "reason {reason} seen only {n} times in {steps} steps: {reasons_seen:?}"
+        );
+    }
+    assert!(
+        changes > 200 && stale == changes,
+        "{changes} live changes, {stale} stale calls"
+    );
+    assert!(
+        carried > 200,
+        "only {carried} decisions read a bucket written under other limits"
+    );
+}
+
+#[test]
+fn a_live_change_carries_the_level_in_tokens_over_from_its_instant() {
+    let valkey = Valkey::start();
+    let mut conn = valkey.connection();
+    let script = redis::Script::new(&decide_source_with_test_clock());
+    let spec = |cap, rate| BucketSet {
+        global: BucketSpec::new("global", cap, rate).unwrap(),
+        hot_lane: None,
+        hot_shop: None,
+    };
+    let t0: i64 = 1_800_000_000_000_000;
+    let mut call = |name: &str, set: &BucketSet, tokens, now, version: &str| {
+        let keys = Keys::new(name);
+        // The live limits' version as stored, so the script decides with it.
+        let _: () = if version.is_empty() {
+            redis::cmd("DEL")
+                .arg(keys.limits_version())
+                .query(&mut conn)
+                .unwrap()
+        } else {
+            redis::cmd("SET")
+                .arg(keys.limits_version())
+                .arg(version)
+                .query(&mut conn)
+                .unwrap()
+        };
+        let c = Call {
+            keys: &keys,
+            shop: b"s",
+            tokens,
+            static_hot: false,
+            set,
+            version,
+            settings: "",
+            now,
+        };
+        let reply = StepReply::from_ints(&invoke(&script, &mut conn, &c)).unwrap();
+        let (want, _) = step(set, &StoredState::default(), now, tokens, false, version);
+        assert_eq!(reply.now_us, want.now_us);
+        reply
+    };
+    let (fast, slow) = (spec(100, 100.0), spec(100, 1.0));
+    // A drained 100/100 bucket set to 100/1 5 ms later: half a token then, not 100, and it
+    // refills at 1/s from the change on (not at 100/s until it is next read).
+    assert_eq!(call("a", &fast, 100, t0, "").reason, 0);
+    let v = format!("1-e-{}", t0 + 5_000);
+    let r = call("a", &slow, 1, t0 + 5_000, &v);
+    assert_eq!(r.reason, 1, "{r:?}");
+    let d = Decision::from_reply(&slow, 1, &r);
+    assert!((d.retry_after - 0.5).abs() < 1e-6, "{d:?}");
+    assert_eq!(call("a", &slow, 1, t0 + 300_000, &v).reason, 1);
+    assert_eq!(call("a", &slow, 1, t0 + 505_000, &v).reason, 0);
+    // And back: a drained 100/1 bucket set to 100/100 refills within 10 ms, not 97 s.
+    assert_eq!(call("b", &slow, 100, t0, "").reason, 0);
+    let v = format!("1-e-{}", t0 + 1_000);
+    assert_eq!(call("b", &fast, 1, t0 + 1_000, &v).reason, 1);
+    assert_eq!(call("b", &fast, 1, t0 + 11_000, &v).reason, 0);
+    // A lower capacity clamps the level; a bucket that was full stays full at the new one.
+    let (big, small) = (spec(100, 0.001), spec(50, 0.001));
+    assert_eq!(call("c", &big, 10, t0, "").reason, 0);
+    let r = call("c", &small, 1, t0, "");
+    assert_eq!(
+        Decision::from_reply(&small, 1, &r).remaining,
+        49,
+        "90 clamped to 50, one taken"
+    );
+    assert_eq!(call("d", &small, 1, t0, "").reason, 0);
+    let r = call("d", &big, 60, t0, "");
+    assert_eq!(r.reason, 1, "49 tokens carried over, not a full 100");
+}
+
+#[test]
+fn production_script_uses_valkeys_clock_and_lets_idle_buckets_expire() {
+    let valkey = Valkey::start();
+    let mut conn = valkey.connection();
+    let script = redis::Script::new(&decide_source());
+    let set = BucketSet {
+        global: BucketSpec::new("global", 10, 5.0).unwrap(),
+        hot_lane: None,
+        hot_shop: None,
+    };
+    let keys = Keys::new("clock");
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(&mut conn).unwrap();
+    let before = secs * 1_000_000 + micros;
+    let (g, l, sh, f, v, a, st) = (
+        keys.global(),
+        keys.hot_lane(),
+        keys.hot_shop(b"s"),
+        keys.hot_flag(b"s"),
+        keys.limits_version(),
+        keys.auto_hot_prefix(),
+        keys.settings(),
+    );
+    let (lanes, auto) = (LaneArgs::new(&set), AutoHotArgs::new(None));
+    let call = DecideCall {
+        keys: DecideKeys {
+            global: &g,
+            hot_lane: &l,
+            hot_shop: &sh,
+            hot_flag: &f,
+            limits_version: &v,
+            auto_hot_prefix: &a,
+            settings: &st,
+        },
+        tokens: 4,
+        static_hot: false,
+        lanes: &lanes,
+        version: b"",
+        shop: b"s",
+        auto_hot: &auto,
+        settings: "global=10/5",
+    };
+    let inv = invocation(&call, &script);
+    let reply = StepReply::from_ints(&inv.invoke::<Vec<i64>>(&mut conn).unwrap()).unwrap();
+    assert_eq!(reply.reason, 0);
+    assert!(
+        reply.now_us >= before && reply.now_us - before < 5_000_000,
+        "{reply:?} vs {before}"
+    );
+    // Four tokens at 5/s: the bucket is full again 0.8 s later, and the key expires then.
+    assert_eq!(reply.tats[0], reply.now_us + 800_000);
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(keys.global())
+        .query(&mut conn)
+        .unwrap();
+    assert!((700..=801).contains(&pttl), "PTTL {pttl}");
+    assert!(!redis::cmd("EXISTS")
+        .arg(keys.hot_shop(b"s"))
+        .query::<bool>(&mut conn)
+        .unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(900));
+    assert!(!redis::cmd("EXISTS")
+        .arg(keys.global())
+        .query::<bool>(&mut conn)
+        .unwrap());
+}
