@@ -7,7 +7,7 @@
 # capped within a few seconds or ordinary shops suffered.
 #
 #   scripts/auto-hot-demo.sh short   # 15 s (CI)
-#   scripts/auto-hot-demo.sh full    # 60 s: docs/auto-hot/verdict.md
+#   scripts/auto-hot-demo.sh full    # 60 s: docs/results/auto-hot/verdict.md
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
