@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The limiter benchmark (README: performance): PING, acquire(), the same script by hand
+# The limiter benchmark (docs/performance.md): PING, acquire(), the same script by hand
 # through phpredis, Symfony RateLimiter, over TCP loopback and a Unix socket, from
 # 1, 2, 4 and 8 processes; the flood fast path on and off; accuracy at saturation.
 # Prints the numbers, writes docs/results/benchmarks.md (machine, date, command) and
