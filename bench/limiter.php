@@ -1,5 +1,5 @@
 <?php
-// The limiter benchmark (scripts/bench-limiter.sh runs it; README: performance).
+// The limiter benchmark (scripts/bench-limiter.sh runs it; docs/performance.md).
 //
 //   php -d extension=... bench/limiter.php PORT UNIX_SOCKET MODE OUT.json
 //   MODE: full (N = 1, 2, 4, 8; 30 s accuracy run) or quick (N = 1, 2: the CI guard)

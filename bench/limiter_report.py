@@ -1,4 +1,4 @@
-"""Renders bench/limiter.php's results as BENCHMARKS.md: machine, date, command, the
+"""Renders bench/limiter.php's results as docs/results/benchmarks.md: machine, date, command, the
 tables, and each target with the ratio measured in the same run.
 
   python bench/limiter_report.py results.json --command CMD --valkey VERSION

@@ -13,7 +13,7 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 from verdict import HOT_SHOP_CAP, analyse, bound, read_log  # noqa: E402
 
-# Must match the defaults of `auto_hot` (README: settings).
+# Must match the defaults of `auto_hot` (docs/operations.md: auto_hot).
 WINDOW_S, SHARE = 10.0, 0.3
 FLASH = "flash-1"
 SKEW = 0.2

@@ -1,4 +1,4 @@
-"""The fault matrix (README: faults): real faults against the running checkout stack under
+"""The fault matrix (docs/reliability.md): real faults against the running checkout stack under
 steady load, for one on_unavailable policy. scripts/faults.sh starts the stack and calls
 this once per policy, then renders the table.
 

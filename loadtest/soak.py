@@ -1,4 +1,4 @@
-"""The soak (README: faults): the checkout stack under steady load for a bounded time,
+"""The soak (docs/reliability.md): the checkout stack under steady load for a bounded time,
 sampled every --every seconds: RSS and open file descriptors of each php-fpm worker,
 Valkey's connected_clients and used_memory. They must stay flat.
 

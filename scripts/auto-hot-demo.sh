@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# auto_hot on the load-test stack (README: operating the limiter): the example checkout
+# auto_hot on the load-test stack (docs/operations.md): the example checkout
 # with the limiter on, `auto_hot` on and NO shop declared hot; ordinary buyers from the
 # start, then a flood at flash-1 (Locust's lottery scenario: the sale opens a third of the
 # way in). Reports when and why flash-1 became hot (its RateLimitHot event), what it was
@@ -7,7 +7,7 @@
 # capped within a few seconds or ordinary shops suffered.
 #
 #   scripts/auto-hot-demo.sh short   # 15 s (CI)
-#   scripts/auto-hot-demo.sh full    # 60 s: docs/auto-hot/verdict.md
+#   scripts/auto-hot-demo.sh full    # 60 s: docs/results/auto-hot/verdict.md
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The limiter benchmark (README: performance): PING, acquire(), the same script by hand
+# The limiter benchmark (docs/performance.md): PING, acquire(), the same script by hand
 # through phpredis, Symfony RateLimiter, over TCP loopback and a Unix socket, from
 # 1, 2, 4 and 8 processes; the flood fast path on and off; accuracy at saturation.
-# Prints the numbers, writes BENCHMARKS.md (machine, date, command) and
+# Prints the numbers, writes docs/results/benchmarks.md (machine, date, command) and
 # .run/bench-limiter/results.json. Bounded: about 4 minutes in all.
 #
-#   scripts/bench-limiter.sh          # the documented run: writes BENCHMARKS.md
-#   scripts/bench-limiter.sh quick    # N = 1, 2, short runs; BENCHMARKS.md untouched
+#   scripts/bench-limiter.sh          # the documented run: writes docs/results/benchmarks.md
+#   scripts/bench-limiter.sh quick    # N = 1, 2, short runs; docs/results/benchmarks.md untouched
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
@@ -25,8 +25,8 @@ start_valkey "$run" "$port" "$run/valkey.sock"
 php -d "extension=$CG_EXT" -d memory_limit=1G bench/limiter.php "$port" "$run/valkey.sock" "$mode" "$out/results.json"
 args=("$out/results.json" --command "scripts/bench-limiter.sh${1:+ $1}" --valkey "$("$(valkey_bin)" --version)")
 if [ "$mode" = full ]; then
-  .venv/bin/python bench/limiter_report.py "${args[@]}" > BENCHMARKS.md
-  cat BENCHMARKS.md
+  .venv/bin/python bench/limiter_report.py "${args[@]}" > docs/results/benchmarks.md
+  cat docs/results/benchmarks.md
 else
   .venv/bin/python bench/limiter_report.py "${args[@]}"
 fi

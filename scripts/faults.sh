@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fault matrix (README: faults): the example checkout on php-fpm (8 workers recycled
+# The fault matrix (docs/reliability.md): the example checkout on php-fpm (8 workers recycled
 # every 25 requests by pm.max_requests) + nginx, Valkey behind a loopback TCP proxy, steady
 # checkout traffic, and real faults one after another, for each on_unavailable policy
 # (allow, deny, throw). Prints one table; writes .run/faults/<mode>/ (per policy: the

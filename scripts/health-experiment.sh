@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Health checks under overload (README: health checks): the example checkout with inbound
+# Health checks under overload (docs/health.md): the example checkout with inbound
 # flow control (nginx limit_conn = php-fpm pool size) is flooded past its threshold while a
 # kubelet-like prober (loadtest/health_experiment.py) probes it with the probes of
 # deploy/k8s/checkout.yaml, plus HTTP liveness through the application for comparison;

@@ -24,7 +24,7 @@ esac
 
 begin_run loadtest "$mode"
 
-# The provider's limits and the limiter's, sized for 2 cores (see README: load test).
+# The provider's limits and the limiter's, sized for 2 cores (see docs/loadtest.md).
 export ZONEA_RATE=${ZONEA_RATE:-400} PAYMENT_RATE=${PAYMENT_RATE:-50}
 
 cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$5+$6+$7+$8, $5+$6}' /proc/stat; }

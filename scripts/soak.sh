@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The soak (README: faults): the example checkout (8 php-fpm workers, never recycled, so a
+# The soak (docs/reliability.md): the example checkout (8 php-fpm workers, never recycled, so a
 # leak cannot hide) under steady checkout traffic (8 buyers x 10/s) for a bounded time;
 # RSS and open fds per worker and Valkey's connected_clients printed over time, and they
 # must stay flat (exit 1 otherwise). Results in .run/soak/<mode>/.

@@ -2,7 +2,8 @@
 // A small flash sale on the command line: a popular product goes on sale at one shop, its
 // buyers (and bots) flood the checkout, and ordinary shops keep selling. Every checkout
 // asks CheckoutGuard\RateLimiter before calling the payment provider, whose budget is
-// 20 calls a second. Shows, per shop, what was allowed and why, for the slides' cases.
+// 20 calls a second. Shows, per shop, what was allowed and why: the problem (a flood at a
+// shop nobody marked hot), then no hot shop, a hot shop below its cap, and one at its cap.
 //
 // Usage: php -d extension=target/release/libcheckout_guard.so php/examples/flash_sale.php redis://127.0.0.1:6379
 declare(strict_types=1);
@@ -12,7 +13,7 @@ use CheckoutGuard\RateLimiter;
 $url = $argv[1] ?? ini_get('checkout_guard.url');
 $seconds = (float) ($argv[2] ?? 2.0);
 
-/** The provider's budget, split as the talk did: a hot shop gets most of it, never all. */
+/** The provider's budget, split in three buckets: a hot shop gets most of it, never all. */
 function limiter(string $url, string $name): RateLimiter
 {
     $limiter = new RateLimiter([

@@ -1,8 +1,8 @@
 <?php
-// The "zone A" regression of the source talk, as a small checkout: an information API
-// (zone A) is called before the payment API. DuplicateFetchCheckout fetches the item in
-// the confirm step and again in the pay step; ReusingCheckout fetches it once at the start
-// and passes it along. Both call the APIs through a measured PSR-18 client, so a
+// The "zone A" regression (a change that quietly added a second call to the information
+// API) as a small checkout: an information API (zone A) is called before the payment API.
+// DuplicateFetchCheckout fetches the item in the confirm step and again in the pay step;
+// ReusingCheckout fetches it once at the start and passes it along. Both call the APIs through a measured PSR-18 client, so a
 // CallBudget test tells them apart.
 declare(strict_types=1);
 

@@ -8,7 +8,7 @@ use PHPUnit\Framework\TestCase;
 /**
  * The CI-sized limiter benchmark (scripts/bench-limiter.sh quick). It fails only on
  * regressions too gross to be noise on a shared 2-core machine; the targets themselves
- * are measured by the full run (BENCHMARKS.md). Ratios compare cases of the same run.
+ * are measured by the full run (docs/results/benchmarks.md). Ratios compare cases of the same run.
  *
  * Why not "acquire() within 3x PING": on this VM any round trip's p50 is bimodal (about
  * 25 µs when the reply beats the client's CPU going idle, 140 µs when it does not), for

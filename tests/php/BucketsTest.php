@@ -4,8 +4,9 @@ declare(strict_types=1);
 namespace CheckoutGuard\Tests;
 
 /**
- * The token-bucket semantics of the source talk, against a real Valkey: the global bucket,
- * the hot lane and the per-shop hot bucket, the slides' three cases, reasons, remaining,
+ * The token-bucket semantics, against a real Valkey: the global bucket, the hot lane and
+ * the per-shop hot bucket, the demo's three cases (no hot shop, a hot shop below its cap,
+ * a hot shop at its cap), reasons, remaining,
  * retryAfter, hot marks, reset and key hygiene.
  */
 final class BucketsTest extends LimiterTestCase

@@ -7,7 +7,7 @@ use CheckoutGuard\ConfigurationException;
 use CheckoutGuard\RateLimiter;
 
 /**
- * Issue 14: decisions where features meet (live limits, data loss, two Valkeys, slow
+ * Decisions where features meet (live limits, data loss, two Valkeys, slow
  * buckets, hot marks running out, local denials), one regression test per case, all with
  * checkout_guard.local_denials on (the default) unless a test says otherwise and why.
  * Each test runs its own Valkey: some FLUSHALL it, some use its databases 0 and 1.
@@ -172,7 +172,7 @@ final class DecisionSeamsTest extends OwnValkeyTestCase
         $changed = microtime(true);
         // This process learnt from the drain that the bucket holds no token for about a
         // second at the old rate, and a worker picks up a live change only at its next round
-        // trip: local denials put that off by up to 1 s (README, "Live limits"). What this
+        // trip: local denials put that off by up to 1 s (docs/operations.md, "Live limits"). What this
         // test is about is what Valkey decides right after the change, so the decisions
         // below are all asked of Valkey (a limiter built with local denials off).
         ini_set('checkout_guard.local_denials', '0');

@@ -7,10 +7,10 @@ require_once __DIR__ . '/support/LimiterModel.php';
 require_once __DIR__ . '/support/ModelDriver.php';
 
 /**
- * The model-based test (issue 14): random sequences of operations (acquires from three
- * forked workers on two databases, hot marks set, removed and running out, `auto_hot`,
- * CLI `set`/`hot`/`unhot`, reset(), FLUSHALL, a Valkey restart) against the real extension
- * and this test's own Valkey; every decision must be the reference model's
+ * The model-based test of decisions where features meet: random sequences of operations
+ * (acquires from three forked workers on two databases, hot marks set, removed and running
+ * out, `auto_hot`, CLI `set`/`hot`/`unhot`, reset(), FLUSHALL, a Valkey restart) against
+ * the real extension and this test's own Valkey; every decision must be the reference model's
  * (support/LimiterModel.php). A failure names its seed and the shortest failing sequence
  * the shrinker found.
  *
@@ -20,7 +20,7 @@ require_once __DIR__ . '/support/ModelDriver.php';
  *   MODEL_LENGTH=120        operations per sequence (default: 80-150, from the seed)
  *   MODEL_SHRINK_SECONDS=40 time spent shrinking a failure (default 40, 60 in a long run)
  *   MODEL_WAIT_AFTER_SET=0  no pause after an accepted CLI `set` (default: 1.05 s without
- *                           acquires on that database, since README "Live limits" lets a
+ *                           acquires on that database, since docs/operations.md "Live limits" lets a
  *                           local denial use the limits it knew for up to a second)
  *   MODEL_OUTSIDE_MARK_WAIT=0  no pause before a mark set outside the workers (default:
  *                           CLI `hot` and SET by hand only 1.05 s after the shop's last

@@ -23,7 +23,7 @@ namespace CheckoutGuard\Tests;
  * full at whatever capacity is in force), else the level stored. A live change carries
  * the level over, clamped to the capacity in force; CARRY_OVER says when the clamped level
  * is stored (what a later increase of the capacity finds):
- *   'applied': by the first decision the bucket applies to, denied or not (README, "Live
+ *   'applied': by the first decision the bucket applies to, denied or not (docs/operations.md, "Live
  *              limits": "a bucket carried over is written back at once (denied or not)";
  *              "a bucket nobody touched across two changes is read as if the older limits
  *              held until the later change");

@@ -197,11 +197,11 @@ final class ModelDriver
 
     /**
      * @param bool $waitAfterSet no acquire on that database for QUIET_SECONDS after an
-     *   accepted CLI `set` (README, "Live limits": a worker denying locally asks Valkey
+     *   accepted CLI `set` (docs/operations.md, "Live limits": a worker denying locally asks Valkey
      *   again within a second; until then its local denials use the limits it knew)
      * @param bool $waitBeforeOutsideMark a hot mark set outside the workers (CLI `hot`, a
      *   SET by hand) only once 1.05 s passed since the shop's last decision on that database
-     *   (README, "How it decides": a shop marked hot elsewhere is answered as not hot by a
+     *   (docs/reliability.md, "How it decides": a shop marked hot elsewhere is answered as not hot by a
      *   local denial for up to 1 s); off: such a local denial must be exactly right
      * @param bool $localDenials checkout_guard.local_denials in the workers
      * @param list<string> $ignore decision fields not compared (to look past a known bug)
