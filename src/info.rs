@@ -16,24 +16,14 @@ pub extern "C" fn php_info(_module: *mut ModuleEntry) {
             "decision script",
             "token bucket (GCRA), EVALSHA, one round trip on Valkey's clock"
         );
-        let url = ini::get(ini::URL).map(|u| mask_password(&u));
-        info_table_row!(ini::URL, url.as_deref().unwrap_or(""));
-        for name in [
-            ini::TIMEOUT_MS,
-            ini::ON_UNAVAILABLE,
-            ini::RETRY_INTERVAL_MS,
-            ini::LOCAL_DENIALS,
-        ] {
-            info_table_row!(name, ini::get(name).as_deref().unwrap_or(""));
-        }
-        for name in ini::EVENTS {
-            let value = ini::get(name).unwrap_or_default();
-            let value = if name == ini::EVENTS_STREAM_URL {
+        for setting in ini::all() {
+            let value = ini::get(*setting).unwrap_or_default();
+            let value = if setting.secret_url {
                 mask_password(&value)
             } else {
                 value
             };
-            info_table_row!(name, value.as_str());
+            info_table_row!(setting.name(), value.as_str());
         }
         info_table_end!();
     });

@@ -17,7 +17,7 @@ pub struct LimiterArgs {
     #[arg(
         long,
         env = "CHECKOUT_GUARD_URL",
-        default_value = "redis://127.0.0.1:6379",
+        default_value = checkout_guard_model::settings::DEFAULT_URL,
         global = true
     )]
     url: String,
@@ -37,7 +37,7 @@ enum LimiterCommand {
     /// reason, recent changes.
     Status {
         /// The telemetry stream to count recent decisions in (checkout_guard.events.stream_key).
-        #[arg(long, default_value = "checkout_guard:events")]
+        #[arg(long, default_value = checkout_guard_model::settings::DEFAULT_STREAM_KEY)]
         events_key: String,
         /// How far back to count decisions.
         #[arg(long, default_value_t = 60)]

@@ -7,8 +7,8 @@
 //! - [`bucket`]: the token-bucket arithmetic (GCRA on microseconds) and stored buckets;
 //! - [`step`]: the reference decision, the Lua script's twin;
 //! - [`decision`]: the [`Decision`] a caller gets, derived from a reply;
-//! - [`options`]: typed options, valid by construction, and [`options::DEFAULTS`], the one
-//!   table of the INI settings' defaults;
+//! - [`options`]: typed options, valid by construction; [`settings`]: the INI settings
+//!   and their defaults, the one table;
 //! - [`call`]: the decision script (the `.lua` files under `src/scripts/`) and
 //!   [`DecideCall`], the one encoder of its KEYS/ARGV and decoder of its reply;
 //! - [`keys`], [`live`], [`endpoint`], [`value`]: key names, the live-limits codec,
@@ -22,6 +22,7 @@ pub mod error;
 pub mod keys;
 pub mod live;
 pub mod options;
+pub mod settings;
 pub mod step;
 pub mod value;
 

@@ -70,14 +70,25 @@ pub struct Defaults {
 }
 
 impl Default for Defaults {
+    /// The built-in values of the INI settings (`settings::ALL`, the one table).
     fn default() -> Self {
-        Self {
-            url: "redis://127.0.0.1:6379".into(),
-            timeout_ms: 50,
+        use crate::settings::{LOCAL_DENIALS, ON_UNAVAILABLE, RETRY_INTERVAL_MS, TIMEOUT_MS, URL};
+        let builtin = Self {
+            url: String::new(),
+            timeout_ms: 0,
             on_unavailable: OnUnavailable::Allow,
-            retry_interval_ms: 1000,
-            local_denials: true,
-        }
+            retry_interval_ms: 0,
+            local_denials: false,
+        };
+        builtin
+            .read(
+                Some(URL.default()),
+                Some(TIMEOUT_MS.default()),
+                Some(ON_UNAVAILABLE.default()),
+                Some(RETRY_INTERVAL_MS.default()),
+            )
+            .and_then(|d| d.with_local_denials(Some(LOCAL_DENIALS.default())))
+            .expect("the built-in settings are valid")
     }
 }
 
@@ -90,7 +101,17 @@ impl Defaults {
         on_unavailable: Option<&str>,
         retry_interval_ms: Option<&str>,
     ) -> Result<Self, ConfigError> {
-        let mut d = Self::default();
+        Self::default().read(url, timeout_ms, on_unavailable, retry_interval_ms)
+    }
+
+    fn read(
+        mut self,
+        url: Option<&str>,
+        timeout_ms: Option<&str>,
+        on_unavailable: Option<&str>,
+        retry_interval_ms: Option<&str>,
+    ) -> Result<Self, ConfigError> {
+        let d = &mut self;
         if let Some(u) = url.filter(|u| !u.trim().is_empty()) {
             d.url = u.trim().to_string();
         }
@@ -119,7 +140,7 @@ impl Defaults {
         if let Some(r) = retry_interval_ms {
             d.retry_interval_ms = int("checkout_guard.retry_interval_ms", r, 0, 3_600_000)?;
         }
-        Ok(d)
+        Ok(self)
     }
 
     /// Sets `local_denials` from its INI value: on/off, 1/0, true/false, yes/no.

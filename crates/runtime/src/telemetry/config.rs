@@ -1,5 +1,8 @@
 //! Telemetry settings, from the INI entries `checkout_guard.events.*`.
 
+use checkout_guard_model::settings::{
+    Setting, EVENTS_BUFFER_SIZE, EVENTS_STREAM_KEY, EVENTS_STREAM_MAXLEN,
+};
 use checkout_guard_model::value::quote_bytes;
 use checkout_guard_model::ConfigError;
 use checkout_guard_model::Endpoint;
@@ -97,7 +100,10 @@ impl TelemetryConfig {
         } else {
             None
         };
-        let stream_key = nonempty(raw.stream_key).unwrap_or_else(|| "checkout_guard:events".into());
+        let stream_key =
+            nonempty(raw.stream_key).unwrap_or_else(|| EVENTS_STREAM_KEY.default().into());
+        // The built-in values come from the one table; they parse (checked by a test).
+        let builtin = |s: Setting| s.default().parse::<i64>().unwrap_or(1);
         let int =
             |name: &str, raw: Option<&str>, default: i64, max: i64| -> Result<i64, ConfigError> {
                 match raw.map(str::trim).filter(|s| !s.is_empty()) {
@@ -125,13 +131,13 @@ impl TelemetryConfig {
             stream_maxlen: int(
                 "checkout_guard.events.stream_maxlen",
                 raw.stream_maxlen,
-                100_000,
+                builtin(EVENTS_STREAM_MAXLEN),
                 1_000_000_000,
             )?,
             buffer_size: int(
                 "checkout_guard.events.buffer_size",
                 raw.buffer_size,
-                1000,
+                builtin(EVENTS_BUFFER_SIZE),
                 100_000,
             )? as usize,
         })
