@@ -1,4 +1,4 @@
-//! Finding high-load windows in recorded events, as the talk did with a day of logs:
+//! Finding high-load windows in recorded events, as one does with a day of a checkout's logs:
 //! a coarse pass over large buckets with a low threshold picks candidates (an average over
 //! 5 minutes hides spikes), a fine pass over 1-second buckets inside the candidates keeps
 //! the seconds whose rate really reached the threshold, and adjacent hot seconds merge
