@@ -88,34 +88,81 @@ impl Endpoint {
     }
 }
 
-/// The checks the connection layer makes of a single-server URL, made here without it:
-/// a known scheme, a host (or socket path), a port and a database number that parse.
+/// The checks the connection layer (redis-rs) makes of a single-server URL when it
+/// connects, made here without it, rule for rule: a known scheme; for TCP a host that is
+/// not a wildcard address, a database number in the path and credentials that decode to
+/// UTF-8; for a Unix socket a file path and a database number in the query; and a known
+/// `protocol`. A runtime test holds the two to the same answers.
 fn check_single(url: &str) -> Result<(), &'static str> {
     let parsed = url::Url::parse(url).map_err(|_| "invalid URL")?;
+    let query = || parsed.query_pairs();
+    let protocol_ok = query()
+        .filter(|(k, _)| k == "protocol")
+        .last()
+        .is_none_or(|(_, v)| matches!(&*v, "2" | "resp2" | "3" | "resp3"));
     match parsed.scheme() {
-        "redis" => {
-            if parsed.host_str().is_none_or(str::is_empty) {
-                return Err("missing hostname");
+        "redis" | "valkey" => {
+            let host = match parsed.host() {
+                None => return Err("missing hostname"),
+                Some(url::Host::Domain(d)) => d.to_string(),
+                Some(url::Host::Ipv4(a)) => a.to_string(),
+                Some(url::Host::Ipv6(a)) => a.to_string(),
+            };
+            if host == "0.0.0.0" || host == "::" {
+                return Err("cannot connect to a wildcard address");
             }
             let db = parsed.path().trim_matches('/');
             if !db.is_empty() && db.parse::<i64>().is_err() {
                 return Err("invalid database number");
             }
-            Ok(())
+            let utf8 = percent_decode_is_utf8;
+            if !utf8(parsed.username()) || !parsed.password().is_none_or(utf8) {
+                return Err("credentials are not valid UTF-8");
+            }
         }
-        "unix" | "redis+unix" => {
-            if parsed.path().is_empty() || parsed.path() == "/" {
+        "unix" | "redis+unix" | "valkey+unix" => {
+            if parsed.to_file_path().is_err() {
                 return Err("missing socket path");
             }
-            for (k, v) in parsed.query_pairs() {
-                if k == "db" && v.parse::<i64>().is_err() {
+            // The last `db` wins, as in a map of the query.
+            if let Some((_, db)) = query().filter(|(k, _)| k == "db").last() {
+                if db.parse::<i64>().is_err() {
                     return Err("invalid database number");
                 }
             }
-            Ok(())
         }
-        _ => Err("URL provided is not a redis URL"),
+        _ => return Err("URL provided is not a redis URL"),
     }
+    if protocol_ok {
+        Ok(())
+    } else {
+        Err("invalid protocol version (resp2 or resp3)")
+    }
+}
+
+/// Whether percent-decoding `s` gives UTF-8.
+fn percent_decode_is_utf8(s: &str) -> bool {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, ..) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    std::str::from_utf8(&out).is_ok()
 }
 
 /// `[user[:password]@]host:port[,host:port...]`: every seed gets the same credentials.

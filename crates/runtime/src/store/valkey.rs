@@ -415,3 +415,111 @@ impl Store for ValkeyStore {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The model checks URLs without a Valkey client; the connection layer parses them
+    /// again when it connects. The two must agree, or a URL the constructor accepted would
+    /// fail at every call (or one redis-rs takes would be refused).
+    #[test]
+    fn the_models_url_check_agrees_with_the_connection_layer() {
+        let urls = [
+            "redis://127.0.0.1:6379",
+            "redis://127.0.0.1",
+            "redis://localhost:6379/0",
+            "redis://localhost:6379/15",
+            "redis://localhost:6379/x",
+            "redis://localhost:6379/-1",
+            "redis://localhost:99999",
+            "redis://localhost:0",
+            "redis://:pw@localhost:6379",
+            "redis://user:p%40ss@localhost:6379/2",
+            "redis://user@localhost",
+            "redis://[::1]:6379",
+            "redis://[::1",
+            "redis://",
+            "redis:///3",
+            "redis://host:6379/1?protocol=resp3",
+            "redis://host:6379/1?protocol=resp9",
+            "redis://host:6379/?protocol=3",
+            "redis://0.0.0.0:6379",
+            "redis://[::]:6379",
+            "redis://u:%ff@host",
+            "redis://%ff:pw@host",
+            "redis://u:%e2%82%ac@host",
+            "unix:///tmp/valkey.sock?protocol=resp3&db=1",
+            "unix:///tmp/valkey.sock?protocol=x",
+            "valkey+unix:///tmp/valkey.sock",
+            "unix://host/tmp/valkey.sock",
+            "redis://host#frag",
+            "redis://host:6379/1?db=2",
+            "redis://host:6379/1/2",
+            "redis://ho st:6379",
+            "valkey://localhost:7000",
+            "unix:///tmp/valkey.sock",
+            "unix:///tmp/valkey.sock?db=3",
+            "unix:///tmp/valkey.sock?db=x",
+            "unix:///tmp/valkey.sock?user=u&pass=p",
+            "redis+unix:///tmp/valkey.sock",
+            "unix://",
+            "unix:///",
+            "http://127.0.0.1",
+            "127.0.0.1:6379",
+            "",
+            "redis:127.0.0.1",
+            "valkey+cluster://127.0.0.1:7000,127.0.0.1:7001",
+            "valkey+cluster://u:p@127.0.0.1:7000",
+        ];
+        // And every combination of these parts.
+        let mut all: Vec<String> = urls.iter().map(|u| u.to_string()).collect();
+        for scheme in [
+            "redis://",
+            "valkey://",
+            "unix://",
+            "redis+unix://",
+            "rediss://",
+            "x://",
+        ] {
+            for auth in ["", "u@", ":p@", "u:p%zz@", "u:%c3%28@"] {
+                for host in ["", "h", "127.0.0.1", "[::1]", "0.0.0.0", "/tmp/s.sock"] {
+                    for port in ["", ":1", ":0", ":65536", ":x"] {
+                        for tail in [
+                            "",
+                            "/",
+                            "/2",
+                            "/a",
+                            "?db=1",
+                            "?db=z",
+                            "?protocol=2",
+                            "/1?protocol=4",
+                        ] {
+                            all.push(format!("{scheme}{auth}{host}{port}{tail}"));
+                        }
+                    }
+                }
+            }
+        }
+        for url in all.iter().map(String::as_str) {
+            let model = Endpoint::parse(url);
+            let client = model.as_ref().map(|e| match e.target() {
+                Target::Single(u) => connection_info(u).map(drop),
+                Target::Cluster(seeds) => {
+                    seeds.iter().try_for_each(|s| connection_info(s).map(drop))
+                }
+            });
+            if let Ok(Err(e)) = &client {
+                panic!("{url}: accepted by the model, refused when connecting: {e}");
+            }
+            // What redis-rs alone accepts (with valkey:// as redis://), the model accepts.
+            let raw = url.replacen("valkey://", "redis://", 1);
+            if !url.contains("+cluster") && raw.as_str().into_connection_info().is_ok() {
+                assert!(
+                    model.is_ok(),
+                    "{url}: redis-rs takes it, the model refuses: {model:?}"
+                );
+            }
+        }
+    }
+}
