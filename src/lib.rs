@@ -10,7 +10,10 @@ mod errors;
 mod hostile;
 mod info;
 mod ini;
+mod newrelic;
+mod probe;
 mod rate_limiter;
+mod recording;
 mod telemetry;
 
 use ext_php_rs::prelude::*;
@@ -33,20 +36,20 @@ fn startup(_ty: i32, module_number: i32) -> i32 {
 /// RINIT: call counts are per request.
 unsafe extern "C" fn request_startup(_ty: i32, _module_number: i32) -> i32 {
     // Called by the engine directly: a panic must not unwind into C.
-    let _ = std::panic::catch_unwind(telemetry::request_startup);
+    let _ = std::panic::catch_unwind(recording::request_startup);
     0
 }
 
 /// RSHUTDOWN: the request's events go to the sinks (the response body is already flushed).
 unsafe extern "C" fn request_shutdown(_ty: i32, _module_number: i32) -> i32 {
-    let _ = std::panic::catch_unwind(telemetry::flush_at_request_end);
+    let _ = std::panic::catch_unwind(recording::flush_at_request_end);
     0
 }
 
 /// Post-deactivate: events measured after our RSHUTDOWN (another module's request end,
 /// e.g. a session save handler) are written too.
 unsafe extern "C" fn post_deactivate() -> i32 {
-    let _ = std::panic::catch_unwind(telemetry::flush_after_request);
+    let _ = std::panic::catch_unwind(recording::flush_after_request);
     0
 }
 

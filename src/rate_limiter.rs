@@ -14,7 +14,7 @@ use crate::convert::array_to_value;
 use crate::decision::Decision;
 use crate::errors::{configuration, to_php};
 use crate::ini;
-use crate::telemetry;
+use crate::recording;
 
 /// A token-bucket limiter in Valkey: a global bucket for every shop, and for hot shops a
 /// shared hot lane and a bucket per hot shop. Decided atomically in one round trip.
@@ -47,8 +47,8 @@ impl RateLimiter {
             .acquire_noticed(&shopId, tokens)
             .map_err(to_php)?;
         let o = self.inner.options();
-        telemetry::observe_notices(&o.name, &shopId, &notices, o.auto_hot.as_ref());
-        telemetry::observe_decision(&o.name, &shopId, &d);
+        recording::observe_notices(&o.name, &shopId, &notices, o.auto_hot.as_ref());
+        recording::observe_decision(&o.name, &shopId, &d);
         Ok(Decision::from(d))
     }
 

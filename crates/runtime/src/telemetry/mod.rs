@@ -10,6 +10,7 @@ mod buffer;
 mod config;
 mod event;
 mod json;
+pub mod recorder;
 mod sinks;
 mod url;
 

@@ -1,0 +1,306 @@
+//! The process's telemetry state: its configuration, the event buffer, the sinks, the
+//! per-request call counts (the call budget) and the decision counters. One per process,
+//! built on first use from a [`Setup`] the extension gives (its INI settings and sinks),
+//! and built again in a forked child, which must not write its parent's events.
+//!
+//! No lock is held while sinks run: [`take_batch`] hands the buffered events and the
+//! sinks out, [`put_back`] returns the sinks (a sink may call PHP, which may record again).
+
+use std::collections::HashMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use checkout_guard_model::{ConfigError, Decision, Reason};
+use once_cell::sync::Lazy;
+use parking_lot::Mutex;
+
+use super::{
+    decision_event, external_call_event, hot_event, limits_change_event, AttrValue, Buffer, Event,
+    ExternalCall, Name, Sink, SinkStats, Sinks, TelemetryConfig, EXTERNAL_API_CALL,
+};
+use crate::limiter::Notices;
+
+/// What the state is built from.
+pub struct Setup {
+    pub config: Result<TelemetryConfig, ConfigError>,
+    /// The sinks of `config` (none when it is an error).
+    pub sinks: Vec<Box<dyn Sink>>,
+}
+
+/// The decision counters: allowed, denied, unavailable.
+const ALLOWED: usize = 0;
+const DENIED: usize = 1;
+const UNAVAILABLE: usize = 2;
+
+pub struct State {
+    /// The fork generation that built this state; a forked child rebuilds its own.
+    generation: u64,
+    config: Result<TelemetryConfig, ConfigError>,
+    buffer: Buffer,
+    /// `None` while a flush has them out (see [`take_batch`]).
+    sinks: Option<Sinks>,
+    /// ExternalApiCall events measured in this request, per api.
+    calls: HashMap<String, u64>,
+    calls_total: u64,
+    decisions: [u64; 3],
+    /// Caller attributes dropped since process start: names the recorder owns.
+    dropped_attributes: u64,
+}
+
+/// Counters since process start, as `Telemetry::stats()` shows them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stats {
+    pub enabled: bool,
+    pub recorded: u64,
+    pub buffered: usize,
+    /// Allowed, denied, unavailable.
+    pub decisions: [u64; 3],
+    pub dropped_attributes: u64,
+    /// Per sink (empty while a flush has the sinks out).
+    pub sinks: Vec<(&'static str, SinkStats)>,
+    pub config_error: Option<String>,
+}
+
+static STATE: Lazy<Mutex<Option<State>>> = Lazy::new(|| Mutex::new(None));
+
+impl State {
+    fn new(setup: Setup) -> Self {
+        let capacity = setup.config.as_ref().map_or(1, |c| c.buffer_size);
+        State {
+            generation: crate::process::generation(),
+            config: setup.config,
+            buffer: Buffer::new(capacity),
+            sinks: Some(Sinks::new(setup.sinks)),
+            calls: HashMap::new(),
+            calls_total: 0,
+            decisions: [0; 3],
+            dropped_attributes: 0,
+        }
+    }
+
+    /// Telemetry is on: the settings are valid and name at least one sink.
+    pub fn enabled(&self) -> bool {
+        self.config.as_ref().is_ok_and(TelemetryConfig::enabled)
+    }
+
+    /// Counts one ExternalApiCall of this request for the call budget.
+    fn count_call(&mut self, api: &str) {
+        match self.calls.get_mut(api) {
+            Some(n) => *n += 1,
+            None => {
+                self.calls.insert(api.to_string(), 1);
+            }
+        }
+        self.calls_total += 1;
+    }
+
+    /// Buffers an event when telemetry is on (an ExternalApiCall counts either way);
+    /// true when the buffer is full and should be flushed.
+    pub fn push(&mut self, e: Event) -> bool {
+        if e.event_type == EXTERNAL_API_CALL {
+            if let Some(AttrValue::Str(api)) = e.get("api") {
+                let api = api.clone();
+                self.count_call(&api);
+            }
+        }
+        self.enabled() && self.buffer.push(e)
+    }
+
+    /// Counts a measured call and, when telemetry is on, buffers its event (built only
+    /// then); true when the buffer is full.
+    pub fn push_call(&mut self, call: &ExternalCall, caller: Vec<(Name, AttrValue)>) -> bool {
+        self.count_call(&call.api);
+        self.enabled() && self.buffer.push(external_call_event(call, caller))
+    }
+
+    /// Counts a decision; true when it is to be recorded (denied or unavailable, with
+    /// telemetry on).
+    pub fn count_decision(&mut self, d: &Decision) -> bool {
+        let i = match (d.reason, d.allowed) {
+            (Reason::Unavailable, _) => UNAVAILABLE,
+            (_, true) => ALLOWED,
+            _ => DENIED,
+        };
+        self.decisions[i] += 1;
+        self.enabled() && i != ALLOWED
+    }
+
+    pub fn add_dropped_attributes(&mut self, n: usize) {
+        self.dropped_attributes += n as u64;
+    }
+
+    /// Request start: call counts are per request.
+    pub fn start_request(&mut self) {
+        self.calls.clear();
+        self.calls_total = 0;
+    }
+
+    /// ExternalApiCall events measured so far in this request, for one api or for all.
+    pub fn call_count(&self, api: Option<&str>) -> u64 {
+        match api {
+            None => self.calls_total,
+            Some(api) => self.calls.get(api).copied().unwrap_or(0),
+        }
+    }
+
+    pub fn stats(&self) -> Stats {
+        Stats {
+            enabled: self.enabled(),
+            recorded: self.buffer.recorded(),
+            buffered: self.buffer.buffered(),
+            decisions: self.decisions,
+            dropped_attributes: self.dropped_attributes,
+            sinks: self.sinks.as_ref().map_or_else(Vec::new, |s| {
+                s.stats().map(|(n, st)| (n, st.clone())).collect()
+            }),
+            config_error: self.config.as_ref().err().map(|e| e.to_string()),
+        }
+    }
+}
+
+/// Runs `f` on the process's state, building it with `setup` on first use (and again
+/// after fork: a child's copy of the parent's buffer belongs to the parent).
+pub fn with_state<T>(setup: impl FnOnce() -> Setup, f: impl FnOnce(&mut State) -> T) -> T {
+    let mut guard = STATE.lock();
+    let generation = crate::process::generation();
+    if guard.as_ref().is_some_and(|s| s.generation != generation) {
+        if let Some(mut old) = guard.take() {
+            old.buffer.discard();
+            // The parent's sinks (files, sockets) are the parent's: not closed here.
+            std::mem::forget(old);
+        }
+    }
+    f(guard.get_or_insert_with(|| State::new(setup())))
+}
+
+/// The buffered events and the sinks, taken out of the state so that no lock is held
+/// while sinks run; `None` when nothing is buffered (or a flush already has them out).
+pub fn take_batch(setup: impl FnOnce() -> Setup) -> Option<(Vec<Event>, Sinks)> {
+    with_state(setup, |s| {
+        if s.buffer.buffered() == 0 {
+            return None;
+        }
+        let sinks = s.sinks.take()?;
+        Some((s.buffer.take(), sinks))
+    })
+}
+
+/// Returns the sinks [`take_batch`] handed out.
+pub fn put_back(setup: impl FnOnce() -> Setup, sinks: Sinks) {
+    with_state(setup, |s| s.sinks = Some(sinks));
+}
+
+/// Unix time in ms, as events carry it.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The events what an acquire() learnt beside its decision leads to: a shop made hot by
+/// `auto_hot` ("RateLimitHot") and new live limits picked up by this worker
+/// ("RateLimitChange").
+pub fn notice_events(
+    limiter: &str,
+    shop: &[u8],
+    n: &Notices,
+    auto_hot: Option<&checkout_guard_model::AutoHot>,
+    now_ms: i64,
+) -> Vec<Event> {
+    let mut out = Vec::new();
+    if let (Some(share), Some(a)) = (n.became_hot, auto_hot) {
+        out.push(hot_event(limiter, shop, share, a, now_ms));
+    }
+    if let Some(c) = &n.limits_change {
+        out.push(limits_change_event(limiter, c, now_ms));
+    }
+    out
+}
+
+/// The event of a recorded decision.
+pub fn decision(limiter: &str, shop: &[u8], d: &Decision) -> Event {
+    decision_event(limiter, shop, d, now_ms())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::telemetry::{RawTelemetryIni, SinkKind};
+
+    fn config(sinks: &str, buffer: &str) -> Result<TelemetryConfig, ConfigError> {
+        TelemetryConfig::from_ini(
+            &RawTelemetryIni {
+                sinks: Some(sinks),
+                jsonl_path: Some("/dev/null"),
+                buffer_size: Some(buffer),
+                ..Default::default()
+            },
+            "redis://127.0.0.1:6379",
+        )
+    }
+
+    fn state(sinks: &str, buffer: &str) -> State {
+        let config = config(sinks, buffer);
+        State::new(Setup {
+            config,
+            sinks: Vec::new(),
+        })
+    }
+
+    fn call(api: &str) -> ExternalCall {
+        ExternalCall {
+            api: api.into(),
+            timestamp_ms: 1,
+            duration_ms: 2.0,
+            status: 200,
+            exception: None,
+        }
+    }
+
+    #[test]
+    fn calls_count_per_request_with_telemetry_off_too() {
+        let mut s = state("", "10");
+        assert!(!s.enabled());
+        assert!(!s.push_call(&call("psp"), Vec::new()));
+        s.push_call(&call("psp"), Vec::new());
+        s.push_call(&call("erp"), Vec::new());
+        assert_eq!((s.call_count(None), s.call_count(Some("psp"))), (3, 2));
+        assert_eq!(s.stats().recorded, 0, "nothing buffered while off");
+        s.start_request();
+        assert_eq!(s.call_count(None), 0);
+    }
+
+    #[test]
+    fn a_full_buffer_asks_for_a_flush() {
+        let mut s = state("jsonl", "2");
+        assert_eq!(config("jsonl", "2").unwrap().sinks, vec![SinkKind::Jsonl]);
+        assert!(!s.push_call(&call("a"), Vec::new()));
+        assert!(s.push_call(&call("a"), Vec::new()));
+    }
+
+    #[test]
+    fn decisions_are_counted_and_only_denials_and_failures_recorded() {
+        let mut s = state("jsonl", "10");
+        let allowed = Decision::unavailable(true, 0.0, false);
+        let mut denied = allowed;
+        denied.reason = Reason::Global;
+        denied.allowed = false;
+        let mut ok = denied;
+        ok.reason = Reason::Allowed;
+        ok.allowed = true;
+        assert!(!s.count_decision(&ok));
+        assert!(s.count_decision(&denied));
+        assert!(
+            s.count_decision(&allowed),
+            "unavailable is recorded, even when allowed"
+        );
+        assert_eq!(s.stats().decisions, [1, 1, 1]);
+    }
+
+    #[test]
+    fn a_bad_setting_turns_telemetry_off_and_says_why() {
+        let s = state("carrier-pigeon", "10");
+        let st = s.stats();
+        assert!(!st.enabled);
+        assert!(st.config_error.unwrap().contains("carrier-pigeon"));
+    }
+}

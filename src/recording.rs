@@ -1,0 +1,189 @@
+//! The extension's side of the process's telemetry state (`runtime::telemetry::recorder`):
+//! it is built from the INI settings with the sinks they name (the New Relic one calls
+//! PHP), flushed at request end, and fed by the limiter and `Telemetry`.
+
+use checkout_guard_model::Decision as CoreDecision;
+use checkout_guard_runtime::telemetry::recorder::{self, Setup, State};
+use checkout_guard_runtime::telemetry::{
+    drop_owned, AttrValue, Event, ExternalCall, JsonlSink, Name, RawTelemetryIni, Sink, SinkKind,
+    StreamSink, TelemetryConfig, EXTERNAL_API_CALL, EXTERNAL_CALL_OWNED,
+};
+use ext_php_rs::prelude::*;
+
+use crate::convert::{attributes, OptionalArray};
+use crate::errors::configuration;
+use crate::hostile;
+use crate::ini;
+use crate::newrelic::{NewRelicSink, BAILED_OUT};
+
+/// The state's configuration and sinks, from the `checkout_guard.events.*` settings.
+fn setup() -> Setup {
+    let url = ini::get(ini::URL).unwrap_or_default();
+    let (sinks_s, path, stream_url, key, maxlen, size) = (
+        ini::get(ini::EVENTS_SINKS),
+        ini::get(ini::EVENTS_JSONL_PATH),
+        ini::get(ini::EVENTS_STREAM_URL),
+        ini::get(ini::EVENTS_STREAM_KEY),
+        ini::get(ini::EVENTS_STREAM_MAXLEN),
+        ini::get(ini::EVENTS_BUFFER_SIZE),
+    );
+    let raw = RawTelemetryIni {
+        sinks: sinks_s.as_deref(),
+        jsonl_path: path.as_deref(),
+        stream_url: stream_url.as_deref(),
+        stream_key: key.as_deref(),
+        stream_maxlen: maxlen.as_deref(),
+        buffer_size: size.as_deref(),
+    };
+    let config = TelemetryConfig::from_ini(&raw, &url);
+    let defaults = ini::defaults().unwrap_or_default();
+    let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
+    match &config {
+        Ok(c) => {
+            for kind in &c.sinks {
+                sinks.push(match kind {
+                    SinkKind::NewRelic => Box::new(NewRelicSink),
+                    SinkKind::Jsonl => {
+                        Box::new(JsonlSink::new(c.jsonl_path.clone().unwrap_or_default()))
+                    }
+                    SinkKind::Stream => Box::new(StreamSink::new(
+                        c.stream.clone().expect("validated"),
+                        c.stream_key.clone(),
+                        c.stream_maxlen,
+                        std::time::Duration::from_millis(defaults.timeout_ms as u64),
+                        std::time::Duration::from_millis(defaults.retry_interval_ms as u64),
+                    )),
+                });
+            }
+        }
+        // Straight to the error log: this runs under the state lock, and an error handler
+        // (which may record telemetry, throw or bail out) must not run here.
+        Err(e) => hostile::log_error(&format!(
+            "PHP Warning:  {e}; telemetry is off in this process"
+        )),
+    }
+    Setup { config, sinks }
+}
+
+/// Runs `f` on the process's state, building it on first use (and again after fork).
+pub fn with_state<T>(f: impl FnOnce(&mut State) -> T) -> T {
+    recorder::with_state(setup, f)
+}
+
+/// Buffers an event when telemetry is on; flushes when the buffer is full.
+pub fn push(e: Event) {
+    if with_state(|s| s.push(e)) {
+        flush_now();
+    }
+}
+
+/// Counts a measured call and, when telemetry is on, buffers its event.
+pub fn push_call(call: ExternalCall, caller: Vec<(Name, AttrValue)>) {
+    if with_state(|s| s.push_call(&call, caller)) {
+        flush_now();
+    }
+}
+
+/// Writes the buffer to every sink without holding the state lock while sinks run (the
+/// New Relic sink calls PHP, which may record again). Returns the events written.
+pub fn flush_now() -> usize {
+    let Some((batch, mut sinks)) = recorder::take_batch(setup) else {
+        return 0;
+    };
+    let written = sinks.write(&batch);
+    recorder::put_back(setup, sinks);
+    drop(batch);
+    if BAILED_OUT.with(|b| b.replace(false)) {
+        // SAFETY: the sinks are back in the state and the batch is dropped: nothing on
+        // this frame needs dropping.
+        unsafe { hostile::resume_bailout() }
+    }
+    written
+}
+
+/// Counts caller attributes dropped because the recorder owns their names, and says so
+/// once per process in the PHP error log (never through PHP's error handlers, which an
+/// application may turn into exceptions: telemetry never throws into a checkout).
+pub fn note_dropped(event_type: &str, dropped: &[String]) {
+    if dropped.is_empty() {
+        return;
+    }
+    with_state(|s| s.add_dropped_attributes(dropped.len()));
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        hostile::log_error(&format!(
+            "checkout_guard: attribute(s) {} of a {event_type} event dropped: the recorder sets them \
+             (counted in Telemetry::stats()['dropped_attributes']; said once per process)",
+            dropped.join(", ")
+        ));
+    }
+}
+
+/// A measured call's caller attributes, without the names the recorder owns.
+pub fn call_attributes(attributes: OptionalArray) -> PhpResult<Vec<(Name, AttrValue)>> {
+    let mut caller = match attributes.0 {
+        Some(ht) => self::attributes(ht).map_err(|e| configuration(e.to_string()))?,
+        None => Vec::new(),
+    };
+    note_dropped(
+        EXTERNAL_API_CALL,
+        &drop_owned(&mut caller, EXTERNAL_CALL_OWNED),
+    );
+    Ok(caller)
+}
+
+/// Request end (RSHUTDOWN): writes what is buffered, again while the sinks themselves
+/// (the New Relic agent) recorded more, a few passes at most.
+pub fn flush_at_request_end() {
+    for _ in 0..3 {
+        if flush_now() == 0 {
+            break;
+        }
+    }
+}
+
+/// After every module's request end (post-deactivate: a session save handler measured
+/// after our RSHUTDOWN): what is still buffered goes to the sinks that need no PHP; the New
+/// Relic sink cannot be called any more, and counts it as dropped.
+pub fn flush_after_request() {
+    let Some((batch, mut sinks)) = recorder::take_batch(setup) else {
+        return;
+    };
+    sinks.write_without(
+        &batch,
+        "newrelic",
+        "the request had ended: PHP cannot be called",
+    );
+    recorder::put_back(setup, sinks);
+}
+
+/// Request start: call counts are per request.
+pub fn request_startup() {
+    with_state(State::start_request);
+}
+
+/// Records what an acquire() learnt beside its decision: a shop made hot by `auto_hot`
+/// ("RateLimitHot") and new live limits picked up by this worker ("RateLimitChange").
+pub fn observe_notices(
+    limiter: &str,
+    shop: &[u8],
+    n: &checkout_guard_runtime::Notices,
+    auto_hot: Option<&checkout_guard_model::AutoHot>,
+) {
+    if n.became_hot.is_none() && n.limits_change.is_none() {
+        return;
+    }
+    if !with_state(|s| s.enabled()) {
+        return;
+    }
+    for e in recorder::notice_events(limiter, shop, n, auto_hot, recorder::now_ms()) {
+        push(e);
+    }
+}
+
+/// Counts a decision and records denied and unavailable ones as "RateLimitDecision".
+pub fn observe_decision(limiter: &str, shop: &[u8], d: &CoreDecision) {
+    if with_state(|s| s.count_decision(d)) {
+        push(recorder::decision(limiter, shop, d));
+    }
+}
