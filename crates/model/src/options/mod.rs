@@ -5,7 +5,17 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use crate::bucket::{BucketSet, BucketSpec, Lane};
+mod auto_hot;
+mod buckets;
+mod checks;
+mod defaults;
+
+pub use auto_hot::AutoHot;
+pub use buckets::{bucket_value, buckets_from_value, buckets_to_value};
+pub use checks::{validate_shop_id, validate_tokens, validate_ttl};
+pub use defaults::Defaults;
+
+use crate::bucket::BucketSet;
 use crate::endpoint::Endpoint;
 use crate::error::ConfigError;
 use crate::value::{quote_bytes, Value};
@@ -57,113 +67,6 @@ impl OnUnavailable {
     }
 }
 
-/// Process-wide defaults, from the INI settings `checkout_guard.*`. The option array
-/// overrides `url`, `timeout_ms` and `on_unavailable`; `retry_interval_ms` is INI only.
-#[derive(Debug, Clone)]
-pub struct Defaults {
-    pub url: String,
-    pub timeout_ms: i64,
-    pub on_unavailable: OnUnavailable,
-    pub retry_interval_ms: i64,
-    /// The flood fast path (`checkout_guard.local_denials`): see `denials.rs`.
-    pub local_denials: bool,
-}
-
-impl Default for Defaults {
-    /// The built-in values of the INI settings (`settings::ALL`, the one table).
-    fn default() -> Self {
-        use crate::settings::{LOCAL_DENIALS, ON_UNAVAILABLE, RETRY_INTERVAL_MS, TIMEOUT_MS, URL};
-        let builtin = Self {
-            url: String::new(),
-            timeout_ms: 0,
-            on_unavailable: OnUnavailable::Allow,
-            retry_interval_ms: 0,
-            local_denials: false,
-        };
-        builtin
-            .read(
-                Some(URL.default()),
-                Some(TIMEOUT_MS.default()),
-                Some(ON_UNAVAILABLE.default()),
-                Some(RETRY_INTERVAL_MS.default()),
-            )
-            .and_then(|d| d.with_local_denials(Some(LOCAL_DENIALS.default())))
-            .expect("the built-in settings are valid")
-    }
-}
-
-impl Defaults {
-    /// Builds the defaults from raw INI strings, validating each; the error names the INI
-    /// setting. A missing value keeps the built-in default.
-    pub fn from_ini(
-        url: Option<&str>,
-        timeout_ms: Option<&str>,
-        on_unavailable: Option<&str>,
-        retry_interval_ms: Option<&str>,
-    ) -> Result<Self, ConfigError> {
-        Self::default().read(url, timeout_ms, on_unavailable, retry_interval_ms)
-    }
-
-    fn read(
-        mut self,
-        url: Option<&str>,
-        timeout_ms: Option<&str>,
-        on_unavailable: Option<&str>,
-        retry_interval_ms: Option<&str>,
-    ) -> Result<Self, ConfigError> {
-        let d = &mut self;
-        if let Some(u) = url.filter(|u| !u.trim().is_empty()) {
-            d.url = u.trim().to_string();
-        }
-        let int = |name: &str, raw: &str, min: i64, max: i64| -> Result<i64, ConfigError> {
-            raw.trim()
-                .parse::<i64>()
-                .ok()
-                .filter(|v| (min..=max).contains(v))
-                .ok_or_else(|| {
-                    ConfigError::new(
-                        name,
-                        format!(
-                            "must be an integer from {min} to {max}, got {}",
-                            quote_bytes(raw.as_bytes())
-                        ),
-                    )
-                })
-        };
-        if let Some(t) = timeout_ms {
-            d.timeout_ms = int("checkout_guard.timeout_ms", t, 1, MAX_TIMEOUT_MS)?;
-        }
-        if let Some(p) = on_unavailable {
-            d.on_unavailable =
-                OnUnavailable::parse("checkout_guard.on_unavailable", p.trim().as_bytes())?;
-        }
-        if let Some(r) = retry_interval_ms {
-            d.retry_interval_ms = int("checkout_guard.retry_interval_ms", r, 0, 3_600_000)?;
-        }
-        Ok(self)
-    }
-
-    /// Sets `local_denials` from its INI value: on/off, 1/0, true/false, yes/no.
-    pub fn with_local_denials(mut self, raw: Option<&str>) -> Result<Self, ConfigError> {
-        if let Some(raw) = raw {
-            self.local_denials = match raw.trim().to_ascii_lowercase().as_str() {
-                "1" | "on" | "true" | "yes" => true,
-                "0" | "off" | "false" | "no" | "" => false,
-                _ => {
-                    return Err(ConfigError::new(
-                        "checkout_guard.local_denials",
-                        format!(
-                            "must be on or off (1/0, true/false, yes/no), got {}",
-                            quote_bytes(raw.as_bytes())
-                        ),
-                    ))
-                }
-            };
-        }
-        Ok(self)
-    }
-}
-
 /// A limiter's validated options.
 #[derive(Debug, Clone)]
 pub struct LimiterOptions {
@@ -178,150 +81,6 @@ pub struct LimiterOptions {
     pub local_denials: bool,
     /// Hot shops found by their share of the global bucket's consumption.
     pub auto_hot: Option<AutoHot>,
-}
-
-/// The `auto_hot` option: a shop whose share of the tokens taken from the global bucket
-/// over the sliding `window` exceeds `share` (and that took at least `min_tokens` in it)
-/// becomes hot for `ttl_seconds`, for every worker at once.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AutoHot {
-    pub window: Duration,
-    pub share: f64,
-    pub ttl_seconds: i64,
-    pub min_tokens: i64,
-}
-
-const AUTO_HOT_KNOWN: &str = "window_seconds, share, ttl_seconds, min_tokens";
-
-impl AutoHot {
-    /// `true` for the defaults (10 s, 30%, 5 minutes, min_tokens 10% of what the global
-    /// bucket refills in one window, at least 1), or an array overriding any of them.
-    fn from_value(v: &Value, global: &BucketSpec) -> Result<Option<Self>, ConfigError> {
-        let entries: &[(String, Value)] = match v {
-            Value::Bool(false) => return Ok(None),
-            Value::Bool(true) => &[],
-            v => map_entries("auto_hot", v)?,
-        };
-        let mut window_s = 10.0;
-        let mut share = 0.3;
-        let mut ttl_seconds = 300;
-        let mut min_tokens = None;
-        for (key, value) in entries {
-            let option = format!("auto_hot.{key}");
-            let number = match value {
-                Value::Int(i) => Some(*i as f64),
-                Value::Float(f) => Some(*f),
-                _ => None,
-            };
-            match key.as_str() {
-                "window_seconds" => match number {
-                    Some(x) if (1.0..=3600.0).contains(&x) => window_s = x,
-                    _ => {
-                        return Err(type_error(
-                            &option,
-                            "a number of seconds from 1 to 3600",
-                            value,
-                        ))
-                    }
-                },
-                "share" => match number {
-                    Some(x) if x > 0.0 && x < 1.0 => share = x,
-                    _ => {
-                        return Err(type_error(
-                            &option,
-                            "a number above 0 and below 1 (0.3 = 30%)",
-                            value,
-                        ))
-                    }
-                },
-                "ttl_seconds" => match value {
-                    Value::Int(t) if (1..=MAX_TTL_SECONDS).contains(t) => ttl_seconds = *t,
-                    _ => {
-                        return Err(type_error(
-                            &option,
-                            &format!("an integer from 1 to {MAX_TTL_SECONDS}"),
-                            value,
-                        ))
-                    }
-                },
-                "min_tokens" => match value {
-                    Value::Int(t) if (1..=1_000_000_000).contains(t) => min_tokens = Some(*t),
-                    _ => {
-                        return Err(type_error(
-                            &option,
-                            "an integer from 1 to 1000000000",
-                            value,
-                        ))
-                    }
-                },
-                _ => {
-                    return Err(ConfigError::new(
-                        option,
-                        format!("is not a known option (known: {AUTO_HOT_KNOWN})"),
-                    ))
-                }
-            }
-        }
-        let min_tokens = min_tokens.unwrap_or_else(|| {
-            ((global.refill_per_second() * window_s * 0.1).ceil() as i64).max(1)
-        });
-        Ok(Some(Self {
-            window: Duration::from_secs_f64(window_s),
-            share,
-            ttl_seconds,
-            min_tokens,
-        }))
-    }
-}
-
-/// Validates the bucket options (`global` required, `hot_lane` and `hot_shop` optional and
-/// not above global): the constructor and live limits share this code.
-pub fn buckets_from_value(options: &Value) -> Result<BucketSet, ConfigError> {
-    let entries = map_entries("options", options)?;
-    let get = |k: &str| option(entries, k);
-    let global = match get("global") {
-        None => {
-            return Err(ConfigError::new(
-                "global",
-                "is required: ['capacity' => int >= 1, 'refill_per_second' => float > 0]",
-            ))
-        }
-        Some(v) => bucket("global", v)?,
-    };
-    let hot_lane = get("hot_lane").map(|v| bucket("hot_lane", v)).transpose()?;
-    let hot_shop = get("hot_shop").map(|v| bucket("hot_shop", v)).transpose()?;
-    for (option, spec) in [("hot_lane", &hot_lane), ("hot_shop", &hot_shop)] {
-        if let Some(spec) = spec {
-            not_above_global(option, spec, &global)?;
-        }
-    }
-    Ok(BucketSet {
-        global,
-        hot_lane,
-        hot_shop,
-    })
-}
-
-/// The bucket options as the constructor takes them, e.g. for live limits to override.
-pub fn buckets_to_value(set: &BucketSet) -> Value {
-    let mut entries = Vec::new();
-    for lane in Lane::ALL {
-        if let Some(b) = set.get(lane) {
-            entries.push((
-                lane.as_str().to_string(),
-                bucket_value(b.capacity(), b.refill_per_second()),
-            ));
-        }
-    }
-    Value::Map(entries)
-}
-
-/// One bucket option as the constructor takes it.
-pub fn bucket_value(capacity: i64, refill_per_second: f64) -> Value {
-    Value::Map(vec![
-        ("capacity".into(), Value::Int(capacity)),
-        ("refill_per_second".into(), Value::Float(refill_per_second)),
-    ])
 }
 
 const KNOWN: &[&str] = &[
@@ -410,7 +169,7 @@ impl LimiterOptions {
     }
 }
 
-fn type_error(option: &str, expected: &str, got: &Value) -> ConfigError {
+pub(super) fn type_error(option: &str, expected: &str, got: &Value) -> ConfigError {
     ConfigError::new(
         option,
         format!(
@@ -422,7 +181,7 @@ fn type_error(option: &str, expected: &str, got: &Value) -> ConfigError {
 }
 
 /// The value of option `k` in an options array; a `null` value counts as not given.
-fn option<'a>(entries: &'a [(String, Value)], k: &str) -> Option<&'a Value> {
+pub(super) fn option<'a>(entries: &'a [(String, Value)], k: &str) -> Option<&'a Value> {
     entries
         .iter()
         .find(|(key, _)| key == k)
@@ -430,7 +189,10 @@ fn option<'a>(entries: &'a [(String, Value)], k: &str) -> Option<&'a Value> {
         .filter(|v| !matches!(v, Value::Null))
 }
 
-fn map_entries<'a>(option: &str, v: &'a Value) -> Result<&'a [(String, Value)], ConfigError> {
+pub(super) fn map_entries<'a>(
+    option: &str,
+    v: &'a Value,
+) -> Result<&'a [(String, Value)], ConfigError> {
     match v {
         Value::Map(entries) => Ok(entries),
         Value::List(items) if items.is_empty() => Ok(&[]),
@@ -456,86 +218,6 @@ pub fn validate_name(v: &Value) -> Result<String, ConfigError> {
         )),
         v => Err(type_error("name", "a string", v)),
     }
-}
-
-fn bucket(option: &str, v: &Value) -> Result<BucketSpec, ConfigError> {
-    let entries = map_entries(option, v)?;
-    let mut capacity = None;
-    let mut rate = None;
-    for (key, value) in entries {
-        match key.as_str() {
-            "capacity" => capacity = Some(value),
-            "refill_per_second" => rate = Some(value),
-            _ => {
-                return Err(ConfigError::new(
-                    format!("{option}.{key}"),
-                    "is not a known option (known: capacity, refill_per_second)",
-                ))
-            }
-        }
-    }
-    let capacity = match capacity {
-        Some(Value::Int(c)) => *c,
-        Some(v) => {
-            return Err(type_error(
-                &format!("{option}.capacity"),
-                "an integer >= 1",
-                v,
-            ))
-        }
-        None => {
-            return Err(ConfigError::new(
-                format!("{option}.capacity"),
-                "is required (an integer >= 1)",
-            ))
-        }
-    };
-    let rate = match rate {
-        Some(Value::Int(r)) => *r as f64,
-        Some(Value::Float(r)) => *r,
-        Some(v) => {
-            return Err(type_error(
-                &format!("{option}.refill_per_second"),
-                "a number > 0",
-                v,
-            ))
-        }
-        None => {
-            return Err(ConfigError::new(
-                format!("{option}.refill_per_second"),
-                "is required (a number > 0)",
-            ))
-        }
-    };
-    BucketSpec::new(option, capacity, rate)
-}
-
-fn not_above_global(
-    option: &str,
-    spec: &BucketSpec,
-    global: &BucketSpec,
-) -> Result<(), ConfigError> {
-    if spec.capacity() > global.capacity() {
-        return Err(ConfigError::new(
-            format!("{option}.capacity"),
-            format!(
-                "may not exceed global.capacity ({}), got {}",
-                global.capacity(),
-                spec.capacity()
-            ),
-        ));
-    }
-    if spec.refill_per_second() > global.refill_per_second() {
-        return Err(ConfigError::new(
-            format!("{option}.refill_per_second"),
-            format!(
-                "may not exceed global.refill_per_second ({:?}), got {:?}",
-                global.refill_per_second(),
-                spec.refill_per_second()
-            ),
-        ));
-    }
-    Ok(())
 }
 
 fn shop_list(option: &str, v: &Value) -> Result<HashSet<Vec<u8>>, ConfigError> {
@@ -571,58 +253,10 @@ fn shop_list(option: &str, v: &Value) -> Result<HashSet<Vec<u8>>, ConfigError> {
     Ok(set)
 }
 
-/// A shop ID is 1 to 128 bytes without control characters (bytes below 0x20, and 0x7f).
-/// Any other byte, including non-UTF-8, is allowed: keys are binary-safe.
-pub fn validate_shop_id(shop: &[u8]) -> Result<(), ConfigError> {
-    if shop.is_empty() || shop.len() > MAX_SHOP_ID_BYTES {
-        return Err(ConfigError::new(
-            "shopId",
-            format!(
-                "must be 1 to {MAX_SHOP_ID_BYTES} bytes, got {} bytes: {}",
-                shop.len(),
-                quote_bytes(shop)
-            ),
-        ));
-    }
-    if let Some(pos) = shop.iter().position(|&b| b < 0x20 || b == 0x7f) {
-        return Err(ConfigError::new(
-            "shopId",
-            format!(
-                "must not contain control characters (byte 0x{:02x} at offset {pos}), got {}",
-                shop[pos],
-                quote_bytes(shop)
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// `tokens` is between 1 and the smallest configured capacity.
-pub fn validate_tokens(tokens: i64, buckets: &BucketSet) -> Result<(), ConfigError> {
-    let max = buckets.min_capacity();
-    if !(1..=max).contains(&tokens) {
-        return Err(ConfigError::new(
-            "tokens",
-            format!("must be from 1 to {max} (the smallest configured capacity), got {tokens}"),
-        ));
-    }
-    Ok(())
-}
-
-/// `markHot()`'s TTL is 1 second to one year.
-pub fn validate_ttl(ttl_seconds: i64) -> Result<(), ConfigError> {
-    if !(1..=MAX_TTL_SECONDS).contains(&ttl_seconds) {
-        return Err(ConfigError::new(
-            "ttlSeconds",
-            format!("must be from 1 to {MAX_TTL_SECONDS}, got {ttl_seconds}"),
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bucket::BucketSpec;
 
     fn map(entries: &[(&str, Value)]) -> Value {
         Value::Map(
