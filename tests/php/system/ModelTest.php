@@ -3,8 +3,8 @@ declare(strict_types=1);
 
 namespace CheckoutGuard\Tests;
 
-require_once __DIR__ . '/support/LimiterModel.php';
-require_once __DIR__ . '/support/ModelDriver.php';
+require_once __DIR__ . '/../support/LimiterModel.php';
+require_once __DIR__ . '/../support/ModelDriver.php';
 
 /**
  * The model-based test (issue 14): random sequences of operations (acquires from three
