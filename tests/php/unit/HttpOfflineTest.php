@@ -23,6 +23,7 @@ final class HttpOfflineTest extends LimiterTestCase
     {
         $this->factory = new Psr17Factory();
     }
+
     public function testGuzzleMiddlewareHandsOnTheTransferWhenTheAttributesAreNotScalars(): void
     {
         $response = new \GuzzleHttp\Psr7\Response(200);
