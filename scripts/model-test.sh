@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The model-based test of the limiter (tests/php/ModelTest.php, issue 14): random sequences
-# of acquires from three forked workers on two databases, hot marks, auto_hot, CLI set/hot/
-# unhot, reset(), FLUSHALL and a Valkey restart, every decision checked against the
-# reference model (tests/php/support/LimiterModel.php).
+# The model-based test of the limiter (tests/php/system/ModelTest.php, issue 14): random
+# sequences of acquires from three forked workers on two databases, hot marks, auto_hot,
+# CLI set/hot/unhot, reset(), FLUSHALL and a Valkey restart, every decision checked against
+# the reference model (tests/php/support/LimiterModel.php).
 #
 #   scripts/model-test.sh short            # seeds 1, 2, 3 and one random seed (as in CI)
 #   scripts/model-test.sh full [SECONDS]   # random seeds for SECONDS (default 600, at most 86400)
@@ -34,7 +34,7 @@ rm -rf "$out"; mkdir -p "$out"
 export MODEL_SUMMARY="$out/summary.json"
 log "model test ($mode${MODEL_SECONDS:+, $MODEL_SECONDS s}): results in $out"
 status=0
-CG_SKIP_BUILD=${CG_SKIP_BUILD:-} PHP_ONLY=1 timeout "$limit" bash scripts/test.sh --filter ModelTest \
+CG_SKIP_BUILD=${CG_SKIP_BUILD:-} PHP_ONLY=1 timeout "$limit" bash scripts/test.sh --testsuite system --filter ModelTest \
   > >(tee "$out/phpunit.log") 2>&1 || status=$?
 wait
 if [ ! -s "$MODEL_SUMMARY" ]; then

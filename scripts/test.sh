@@ -3,10 +3,20 @@
 #   1. cargo fmt --check, cargo clippy -D warnings
 #   2. Rust tests (bucket math, options, script/model equivalence against a real Valkey)
 #   3. stubs are fresh (cargo php stubs vs stubs/)
-#   4. PHPUnit against the built extension and a real Valkey, including php-fpm + nginx
-#   5. the limiter, telemetry and hostile-input suites again under valgrind
-# Arguments go to PHPUnit. While working on PHP code, PHP_ONLY=1 skips steps 1-3:
+#   4. PHPUnit against the built extension (tests/php/phpunit.xml), suite by suite,
+#      stopping at the first that fails:
+#        unit         the extension alone: no Valkey, no servers, no environment (seconds)
+#        integration  a real Valkey started here (and Valkeys the tests start themselves)
+#        system       php-fpm + nginx, the scripts/*.sh runs, valgrind, experiments (minutes)
+#   5. the limiter, telemetry and hostile-input tests again under valgrind
+# Arguments go to PHPUnit (to each suite's run). While working on PHP code, PHP_ONLY=1
+# skips steps 1-3; --testsuite NAME runs that suite only (and starts Valkey, php-fpm and
+# nginx only when it is not unit):
 #   PHP_ONLY=1 scripts/test.sh --filter HealthTest
+#   PHP_ONLY=1 scripts/test.sh --testsuite unit
+#   PHP_ONLY=1 scripts/test.sh --testsuite integration --filter BucketsTest
+# The unit suite also runs by hand, nothing else started and no variable set:
+#   php -d extension=target/release/libcheckout_guard.so /usr/bin/phpunit -c tests/php/phpunit.xml --testsuite unit
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
@@ -28,37 +38,64 @@ if [ -z "${PHP_ONLY:-}" ]; then
   bash scripts/stubs.sh --check
 fi
 
-run="$CG_ROOT/.run/test-$$"
-cleanup() {
-  bash scripts/stack.sh stop "$run" || true
-  stop_pidfile "$run/valkey/valkey.pid"
-  rm -rf "$run"
-}
-trap cleanup EXIT INT TERM
-mkdir -p "$run"
-port=$(free_port)
-start_valkey "$run/valkey" "$port"
-url="redis://127.0.0.1:$port"
-log "php-fpm + nginx"
-read -r http_port _ <<< "$(bash scripts/stack.sh start "$run" tests/php/fixtures/www "$url/1")"
+# The suite(s) named by --testsuite NAME (or --testsuite=NAME); none: all three in turn.
+suite=""
+prev=""
+for arg in "$@"; do
+  [ "$prev" != "--testsuite" ] || suite=$arg
+  case "$arg" in --testsuite=*) suite=${arg#--testsuite=} ;; esac
+  prev=$arg
+done
 
-log "phpunit"
-# This process's telemetry goes to all three sinks, so the tests can compare them.
-CHECKOUT_GUARD_TEST_URL="$url" \
-CHECKOUT_GUARD_TEST_HTTP="http://127.0.0.1:$http_port" \
-CHECKOUT_GUARD_TEST_EVENTS="$run/phpunit-events.jsonl" \
-CHECKOUT_GUARD_TEST_FPM_EVENTS="$run/events.jsonl" \
-CHECKOUT_GUARD_EXT="$CG_EXT" \
-VALKEY_SERVER="$(valkey_bin)" \
-  php -d "extension=$CG_EXT" \
-    -d checkout_guard.events.sinks=jsonl,stream,newrelic \
-    -d "checkout_guard.events.jsonl_path=$run/phpunit-events.jsonl" \
-    -d "checkout_guard.events.stream_url=$url" \
-    -d checkout_guard.events.stream_key=cg-test:events \
-    /usr/bin/phpunit -c tests/php/phpunit.xml "$@"
+# unit first, before anything is started: it needs nothing, and a broken test fails fast.
+if [ -z "$suite" ] || [ "$suite" = unit ]; then
+  log "phpunit: unit"
+  php -d "extension=$CG_EXT" /usr/bin/phpunit -c tests/php/phpunit.xml --testsuite unit "$@"
+fi
 
-if [ -s "$run/php-errors.log" ]; then
-  echo "PHP errors under php-fpm:" >&2; cat "$run/php-errors.log" >&2; exit 1
+if [ "$suite" != unit ]; then
+  run="$CG_ROOT/.run/test-$$"
+  cleanup() {
+    bash scripts/stack.sh stop "$run" || true
+    stop_pidfile "$run/valkey/valkey.pid"
+    rm -rf "$run"
+  }
+  trap cleanup EXIT INT TERM
+  mkdir -p "$run"
+  port=$(free_port)
+  start_valkey "$run/valkey" "$port"
+  url="redis://127.0.0.1:$port"
+  log "php-fpm + nginx"
+  read -r http_port _ <<< "$(bash scripts/stack.sh start "$run" tests/php/fixtures/www "$url/1")"
+
+  # This process's telemetry goes to all three sinks, so the tests can compare them.
+  phpunit_with_stack() {
+    CHECKOUT_GUARD_TEST_URL="$url" \
+    CHECKOUT_GUARD_TEST_HTTP="http://127.0.0.1:$http_port" \
+    CHECKOUT_GUARD_TEST_EVENTS="$run/phpunit-events.jsonl" \
+    CHECKOUT_GUARD_TEST_FPM_EVENTS="$run/events.jsonl" \
+    CHECKOUT_GUARD_EXT="$CG_EXT" \
+    VALKEY_SERVER="$(valkey_bin)" \
+      php -d "extension=$CG_EXT" \
+        -d checkout_guard.events.sinks=jsonl,stream,newrelic \
+        -d "checkout_guard.events.jsonl_path=$run/phpunit-events.jsonl" \
+        -d "checkout_guard.events.stream_url=$url" \
+        -d checkout_guard.events.stream_key=cg-test:events \
+        /usr/bin/phpunit -c tests/php/phpunit.xml "$@"
+  }
+  if [ -n "$suite" ]; then
+    log "phpunit: $suite"
+    phpunit_with_stack "$@"
+  else
+    for s in integration system; do
+      log "phpunit: $s"
+      phpunit_with_stack --testsuite "$s" "$@"
+    done
+  fi
+
+  if [ -s "$run/php-errors.log" ]; then
+    echo "PHP errors under php-fpm:" >&2; cat "$run/php-errors.log" >&2; exit 1
+  fi
 fi
 
 if [ -z "${PHP_ONLY:-}" ]; then

@@ -24,7 +24,7 @@ final class ConcurrencyTest extends LimiterTestCase
         $start = self::valkeyMicros($redis);
         $procs = [];
         foreach ($shops as $i => $shop) {
-            $cmd = [...self::phpWithExtension(), __DIR__ . '/fixtures/hammer.php', self::url(), $name, '1.5', $shop];
+            $cmd = [...self::phpWithExtension(), __DIR__ . '/../fixtures/hammer.php', self::url(), $name, '1.5', $shop];
             $procs[$i] = proc_open($cmd, [1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes[$i]);
         }
         $results = [];

@@ -21,9 +21,10 @@ use Psr\Http\Message\RequestInterface;
 use Psr\Http\Message\ResponseInterface;
 
 /**
- * The PSR-18 decorators and the Guzzle middleware against a real local HTTP server
- * (nginx + php-fpm serving fixtures/www/provider.php) that answers 200, 429, 500 and
- * slowly, and against ports that answer not at all.
+ * The PSR-18 decorators and the Guzzle middleware against a slow local server
+ * (fixtures/slow_server.php) and ports that answer not at all, the events read from this
+ * process's sinks (the test Valkey's stream among them). HttpFpmTest has the cases against
+ * nginx + php-fpm, HttpOfflineTest those that need no network.
  */
 final class HttpTest extends LimiterTestCase
 {
@@ -42,42 +43,9 @@ final class HttpTest extends LimiterTestCase
         ]);
     }
 
-    private static function base(): string
-    {
-        return (string) getenv('CHECKOUT_GUARD_TEST_HTTP');
-    }
-
     private function measured(array $guzzle = []): MeasuredClient
     {
         return new MeasuredClient(new Guzzle($guzzle + ['timeout' => 2]), $this->namer, fn (RequestInterface $r) => ['shop.id' => 'shop-9']);
-    }
-
-    private function get(ClientInterface $c, string $query, string $method = 'GET'): ResponseInterface
-    {
-        return $c->sendRequest($this->factory->createRequest($method, self::base() . '/provider.php?' . $query));
-    }
-
-    public function testMeasuredClientRecordsStatusTimingAndTheRequest(): void
-    {
-        $c = $this->measured();
-        $this->assertSame(200, $this->get($c, 'status=200&token=secret')->getStatusCode());
-        $this->assertSame(429, $this->get($c, 'status=429', 'POST')->getStatusCode());
-        $this->assertSame(500, $this->get($c, 'status=500')->getStatusCode());
-        $this->assertSame(200, $this->get($c, 'delay_ms=150')->getStatusCode());
-
-        $events = $this->log->jsonl();
-        $this->assertSame(
-            [['zoneA', 200, null], ['payment', 429, '429'], ['zoneA', 500, '500'], ['zoneA', 200, null]],
-            array_map(fn ($e) => [$e['api'], $e['http.response.status_code'], $e['error.type'] ?? null], $events)
-        );
-        $e = $events[1];
-        $this->assertSame('POST', $e['http.request.method']);
-        $this->assertSame(self::base() . '/provider.php', $e['url.full'], 'no query string');
-        $this->assertSame('127.0.0.1', $e['server.address']);
-        $this->assertSame('/provider.php', $e['url.template']);
-        $this->assertSame('shop-9', $e['shop.id']);
-        $this->assertGreaterThanOrEqual(150.0, $events[3]['duration.ms']);
-        $this->assertLessThan($events[3]['duration.ms'], $events[0]['duration.ms']);
     }
 
     public function testNoResponseAtAllIsStatusZeroWithTheExceptionClass(): void
@@ -139,27 +107,6 @@ final class HttpTest extends LimiterTestCase
         $this->assertSame(3, $sent);
     }
 
-    public function testGuzzleMiddlewareMeasuresEveryTransfer(): void
-    {
-        $stack = HandlerStack::create();
-        $stack->push(GuzzleMiddleware::measure($this->namer, fn () => ['shop.id' => 'g']));
-        $client = new Guzzle(['handler' => $stack, 'timeout' => 2]);
-        $this->assertSame(200, $client->request('GET', self::base() . '/provider.php?status=200')->getStatusCode());
-        try {
-            $client->request('POST', self::base() . '/provider.php?status=503');
-            $this->fail('http_errors should throw');
-        } catch (\GuzzleHttp\Exception\ServerException $e) {
-            $this->assertSame(503, $e->getResponse()->getStatusCode());
-        }
-        $this->assertSame(429, $client->request('GET', self::base() . '/provider.php?status=429', ['http_errors' => false])->getStatusCode());
-        $events = $this->log->jsonl();
-        $this->assertSame(
-            [['zoneA', 200, null], ['payment', 503, '503'], ['zoneA', 429, '429']],
-            array_map(fn ($e) => [$e['api'], $e['http.response.status_code'], $e['error.type'] ?? null], $events)
-        );
-        $this->assertSame(['g', 'g', 'g'], array_column($events, 'shop.id'));
-    }
-
     /**
      * A slow endpoint that answers any number of requests at once (fixtures/slow_server.php,
      * one process), ended when its stdin closes.
@@ -169,7 +116,7 @@ final class HttpTest extends LimiterTestCase
     private static function concurrentServer(): array
     {
         $proc = proc_open(
-            [PHP_BINARY, '-n', __DIR__ . '/fixtures/slow_server.php'],
+            [PHP_BINARY, '-n', __DIR__ . '/../fixtures/slow_server.php'],
             [0 => ['pipe', 'r'], 1 => ['pipe', 'w'], 2 => ['file', '/dev/null', 'w']],
             $pipes,
         );
@@ -263,30 +210,6 @@ final class HttpTest extends LimiterTestCase
         }
     }
 
-    public function testGuzzleMiddlewareHandsOnTheTransferWhenTheAttributesAreNotScalars(): void
-    {
-        $response = new \GuzzleHttp\Psr7\Response(200);
-        $request = new GuzzleRequest('GET', 'https://items.example/x');
-        $rejection = new \GuzzleHttp\Exception\RequestException('boom', $request, new \GuzzleHttp\Psr7\Response(503));
-        $stack = HandlerStack::create(new \GuzzleHttp\Handler\MockHandler([$response, $rejection]));
-        $stack->push(GuzzleMiddleware::measure(
-            fn () => ['zoneA', null],
-            fn () => ['shop.id' => new class () {
-                public function __toString(): string
-                {
-                    return 's1';
-                }
-            }]
-        ));
-        $client = new Guzzle(['handler' => $stack, 'http_errors' => false]);
-
-        // The transfer happened: the caller gets its response, not a ConfigurationException.
-        $this->assertSame($response, $client->get('https://items.example/x'));
-        $results = Utils::settle([$client->getAsync('https://items.example/x')])->wait();
-        $this->assertSame('rejected', $results[0]['state']);
-        $this->assertSame($rejection, $results[0]['reason'], 'the handler\'s very reason');
-    }
-
     public function testRecordCallTakesTheCallersTimingAndFindsTheStatusAsMeasureDoes(): void
     {
         $request = $this->factory->createRequest('GET', 'https://items.example/x');
@@ -314,18 +237,5 @@ final class HttpTest extends LimiterTestCase
                 $this->assertStringContainsString('durationMs', $e->getMessage());
             }
         }
-    }
-
-    public function testApiNamerMatchesHostPathTemplateAndMethod(): void
-    {
-        $namer = new ApiNamer([
-            ['api' => 'item', 'host' => 'items.example', 'path' => '/items/{id}'],
-            ['api' => 'charge', 'host' => 'pay.example', 'path' => '/v1/charges', 'method' => 'POST'],
-        ]);
-        $f = $this->factory;
-        $this->assertSame(['item', '/items/{id}'], $namer->name($f->createRequest('GET', 'https://Items.Example/items/42?x=1')));
-        $this->assertSame(['items.example', null], $namer->name($f->createRequest('GET', 'https://items.example/items/42/reviews')));
-        $this->assertSame(['charge', '/v1/charges'], $namer->name($f->createRequest('POST', 'https://pay.example/v1/charges')));
-        $this->assertSame(['pay.example', null], $namer->name($f->createRequest('GET', 'https://pay.example/v1/charges')));
     }
 }

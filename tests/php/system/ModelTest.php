@@ -3,8 +3,8 @@ declare(strict_types=1);
 
 namespace CheckoutGuard\Tests;
 
-require_once __DIR__ . '/support/LimiterModel.php';
-require_once __DIR__ . '/support/ModelDriver.php';
+require_once __DIR__ . '/../support/LimiterModel.php';
+require_once __DIR__ . '/../support/ModelDriver.php';
 
 /**
  * The model-based test of decisions where features meet: random sequences of operations
