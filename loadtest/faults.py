@@ -13,12 +13,13 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import valkey
+
+import httpclient
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -89,12 +90,7 @@ class Valkey:
 
 def busy_worker(ops_port: int):
     """A php-fpm worker that is serving a request right now."""
-    with socket.create_connection(("127.0.0.1", ops_port), timeout=2) as s:
-        s.sendall(b"GET /fpm-status?json&full HTTP/1.0\r\nHost: ops\r\n\r\n")
-        raw = b""
-        while chunk := s.recv(65536):
-            raw += chunk
-    status = json.loads(raw.split(b"\r\n\r\n", 1)[1])
+    status = httpclient.get_json(httpclient.local(ops_port, "/fpm-status?json&full"), timeout=2)
     running = [p["pid"] for p in status["processes"] if p["state"] == "Running" and "/fpm-status" not in p.get("request uri", "")]
     return running[0] if running else None
 

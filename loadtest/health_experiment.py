@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import yaml
 
 import charts
+import httpclient
 
 
 @dataclass
@@ -87,22 +88,24 @@ def probes_from_manifest(path: str, ports: dict, scale: float) -> tuple[list, Pr
 
 
 async def probe_once(p: Probe) -> tuple[bool, str]:
-    writer = None
-    try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", p.port), p.timeout)
-        if p.method == "tcp":
+    if p.method == "tcp":
+        writer = None
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", p.port), p.timeout)
             return True, "connected"
-        writer.write(f"GET {p.path} HTTP/1.1\r\nHost: probe\r\nUser-Agent: kube-probe/1.37\r\nConnection: close\r\n\r\n".encode())
-        line = await asyncio.wait_for(reader.readline(), p.timeout)
-        status = int(line.split(b" ", 2)[1])
+        except (OSError, asyncio.TimeoutError) as e:
+            return False, httpclient.error_name(e)
+        finally:
+            if writer is not None:
+                writer.close()
+    # As the kubelet: a connection of its own, the status line within the timeout.
+    try:
+        async with httpclient.session(keep_alive=False, connect_timeout=p.timeout, read_timeout=p.timeout) as s:
+            status, _ = await httpclient.fetch(s, httpclient.local(p.port, p.path),
+                                               headers={"User-Agent": "kube-probe/1.37"}, read_body=False)
         return 200 <= status < 400, str(status)
-    except asyncio.TimeoutError:
-        return False, "timeout"
-    except (OSError, ValueError, IndexError) as e:
-        return False, type(e).__name__
-    finally:
-        if writer is not None:
-            writer.close()
+    except httpclient.IO_ERRORS as e:
+        return False, httpclient.error_name(e)
 
 
 async def run_probe(p: Probe, t0: float, stop_at: float) -> None:
@@ -143,12 +146,8 @@ async def wait_started(startup: Probe) -> None:
 
 async def fpm_status(port: int) -> dict | None:
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 1)
-        writer.write(b"GET /fpm-status?json HTTP/1.1\r\nHost: ops\r\nConnection: close\r\n\r\n")
-        raw = await asyncio.wait_for(reader.read(), 1)
-        writer.close()
-        return json.loads(raw.split(b"\r\n\r\n", 1)[1])
-    except (OSError, asyncio.TimeoutError, ValueError, IndexError):
+        return await httpclient.get_json_async(httpclient.local(port, "/fpm-status?json"), timeout=2)
+    except httpclient.IO_ERRORS:
         return None
 
 
