@@ -25,7 +25,7 @@ med() { # median of 5 runs of: mode n [ini...]
   for i in 1 2 3 4 5; do
     rm -f "$run/out.jsonl" "$run/ev.jsonl"
     "${php_ext[@]}" "$@" bench/telemetry.php "$mode" "$n" "$run/out.jsonl"
-  done | php -r '$v=[]; while($l=fgets(STDIN)){$j=json_decode($l,true); $v[]=$j["ns_per_call"] ?? $j["median_ns_per_flush"];} sort($v); echo $v[2];'
+  done | .venv/bin/python bench/telemetry_report.py median
 }
 
 direct=$(med direct $N)
@@ -37,17 +37,5 @@ f_jsonl=$(med flush 30 -d checkout_guard.events.buffer_size=2000 -d checkout_gua
 f_stream=$(med flush 30 -d checkout_guard.events.buffer_size=2000 -d checkout_guard.events.sinks=stream -d "checkout_guard.events.stream_url=$url")
 f_nr=$(med flush 30 -d checkout_guard.events.buffer_size=2000 -d checkout_guard.events.sinks=newrelic -d auto_prepend_file=bench/newrelic_stand_in.php)
 
-php -r '
-[$_, $d, $m, $off, $h, $a, $fj, $fs, $fn] = $argv;
-printf("telemetry overhead per measured call (median of 5 runs, %s)\n", php_uname("n"));
-printf("  %-58s %8.2f us\n", "calling \$call directly", $d / 1000);
-printf("  %-58s %8.2f us\n", "Telemetry::measure(), jsonl sink, batches of 1,000: overhead", ($m - $d) / 1000);
-printf("  %-58s %8.2f us\n", "Telemetry::measure(), telemetry off (counting only): overhead", ($off - $d) / 1000);
-printf("  %-58s %8.2f us\n", "by hand in PHP, buffered, batches of 1,000: overhead", ($h - $d) / 1000);
-printf("  %-58s %8.2f us\n", "by hand in PHP, one appended line per call: overhead", ($a - $d) / 1000);
-printf("  measure() vs hand-written buffered: %.2fx\n", ($m - $d) / max(1, $h - $d));
-printf("one flush of 1,000 events (median of 30)\n");
-printf("  %-10s %8.2f ms  (%.2f us/event)\n", "jsonl", $fj / 1e6, $fj / 1e6);
-printf("  %-10s %8.2f ms  (%.2f us/event)\n", "stream", $fs / 1e6, $fs / 1e6);
-printf("  %-10s %8.2f ms  (%.2f us/event)\n", "newrelic", $fn / 1e6, $fn / 1e6);
-' -- "$direct" "$measure" "$measure_off" "$hand" "$append" "$f_jsonl" "$f_stream" "$f_nr"
+.venv/bin/python bench/telemetry_report.py report \
+  "$direct" "$measure" "$measure_off" "$hand" "$append" "$f_jsonl" "$f_stream" "$f_nr"

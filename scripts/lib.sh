@@ -15,13 +15,7 @@ valkey_bin() {
 
 # N distinct free TCP ports on loopback (all bound at once, so they differ), one a line.
 free_ports() {
-  python3 -c '
-import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print("\n".join(str(s.getsockname()[1]) for s in socks))
-' "${1:-1}"
+  python3 "$CG_ROOT/loadtest/free_ports.py" "${1:-1}"
 }
 
 free_port() { free_ports 1; }

@@ -42,14 +42,5 @@ if [ ! -s "$MODEL_SUMMARY" ]; then
   echo "0 passed, 1 failed"
   exit 1
 fi
-php -r '
-$s = json_decode(file_get_contents($argv[1]), true);
-$failed = array_column(array_filter($s["results"], fn ($r) => !$r["ok"]), "seed");
-printf("seeds run (%d): %s\n", count($s["seeds"]), implode(" ", $s["seeds"]));
-if ($failed) {
-    printf("failing seeds: %s\n", implode(" ", $failed));
-}
-printf("operations checked: %d in %.1f s\n", $s["operations_checked"], $s["seconds"]);
-printf("%d passed, %d failed\n", $s["passed"], $s["failed"]);
-' "$MODEL_SUMMARY"
+.venv/bin/python loadtest/model_summary.py "$MODEL_SUMMARY"
 [ "$status" -eq 0 ] || exit "$status"
