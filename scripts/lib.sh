@@ -105,6 +105,21 @@ stop_checkout() {
   stop_pidfile "$1/proxy.pid"
 }
 
+# run_mode SCRIPT VALUE [EXTRA_MODE...]: every run script's mode, printed: short (the
+# default when VALUE is empty: bounded, fast, what CI runs) or full (the documented run), or
+# one of the script's EXTRA_MODEs; `quick` is an old name of short. Anything else: a usage
+# error naming the value, status 2.
+run_mode() {
+  local script=$1 value=${2:-short} m
+  shift 2
+  [ "$value" != quick ] || value=short
+  for m in short full "$@"; do
+    [ "$value" != "$m" ] || { echo "$m"; return 0; }
+  done
+  echo "scripts/$script: unknown mode '$value'; usage: scripts/$script [$(IFS='|'; echo "short|full${*:+|$*}")] (default short)" >&2
+  return 2
+}
+
 # The checkout stack a script is running now: set current=DIR before starting it. After
 # stop_current_on_exit, it is stopped with every background job on exit, on failure and
 # on Ctrl-C; stop_current also stops it on the way.

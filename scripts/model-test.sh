@@ -17,7 +17,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
-mode=${1:-short}
+mode=$(run_mode model-test.sh "${1:-}") || exit 2
 seconds=${2:-600}
 case "$mode" in
   short) unset MODEL_SECONDS; limit=600 ;;
@@ -27,7 +27,6 @@ case "$mode" in
     export MODEL_SECONDS=$seconds
     # The sequences, then up to three failures shrunk (MODEL_SHRINK_SECONDS each), then margin.
     limit=$((seconds + 3 * ${MODEL_SHRINK_SECONDS:-60} + 300)) ;;
-  *) echo "usage: scripts/model-test.sh short|full [SECONDS]" >&2; exit 2 ;;
 esac
 out="$CG_ROOT/.run/model-test/$mode"
 rm -rf "$out"; mkdir -p "$out"
