@@ -14,19 +14,22 @@ import json
 import sys
 import time
 
-from httpclient import IO_ERRORS, fetch, local, session
+from httpclient import IO_ERRORS, Repeater
 
 
-async def worker(s, url, deadline, t0, counts, shed):
+async def worker(port, path, deadline, t0, counts, shed):
+    r = Repeater(port, path)
     while time.monotonic() < deadline:
         try:
-            status, body = await fetch(s, url)
+            status, body = await asyncio.wait_for(r.get(), timeout=10)
             counts[int(time.monotonic() - t0)][str(status)] += 1
             if status == 503 and b'"overloaded"' in body:
                 shed[0] += 1
         except IO_ERRORS:
             counts[int(time.monotonic() - t0)]["error"] += 1
+            r.close()
             await asyncio.sleep(0.01)
+    r.close()
 
 
 async def main() -> None:
@@ -35,8 +38,7 @@ async def main() -> None:
     counts: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
     shed = [0]
     # One keep-alive connection per worker, each request given 10 s.
-    async with session(connections=concurrency, total_timeout=10) as s:
-        await asyncio.gather(*(worker(s, local(port, path), t0 + seconds, t0, counts, shed) for _ in range(concurrency)))
+    await asyncio.gather(*(worker(port, path, t0 + seconds, t0, counts, shed) for _ in range(concurrency)))
     total = collections.Counter()
     for c in counts.values():
         total.update(c)

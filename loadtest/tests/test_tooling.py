@@ -110,10 +110,11 @@ class HttpClientTest(unittest.TestCase):
             seen = []
 
             async def handle(reader, writer):
+                connections.append(writer)
                 while True:
                     try:
                         head = await reader.readuntil(b"\r\n\r\n")
-                    except asyncio.IncompleteReadError:
+                    except (asyncio.IncompleteReadError, asyncio.CancelledError, ConnectionError):
                         break
                     seen.append(head.split(b"\r\n")[0])
                     body = b'{"ok": 1}'
@@ -129,13 +130,45 @@ class HttpClientTest(unittest.TestCase):
                 async with httpclient.session(connections=1) as s:
                     answers = [await httpclient.fetch(s, httpclient.local(port, "/a?x=1")) for _ in range(3)]
                 status = await httpclient.get_json_async(httpclient.local(port, "/fpm-status?json&full"), timeout=2)
-            return seen, answers, status
+                r = httpclient.Repeater(port, "/flood?shop=f")
+                repeated = [await r.get() for _ in range(3)]
+                r.close()
+            return seen, answers, status, repeated, connections
 
-        seen, answers, status = asyncio.run(scenario())
+        connections = []
+        seen, answers, status, repeated, connections = asyncio.run(scenario())
         self.assertEqual(answers, [(503, b'{"ok": 1}')] * 3)
         self.assertEqual(seen[:3], [b"GET /a?x=1 HTTP/1.1"] * 3)
         self.assertEqual(seen[3], b"GET /fpm-status?json&full HTTP/1.1")
         self.assertEqual(status, {"ok": 1})
+        self.assertEqual(repeated, [(503, b'{"ok": 1}')] * 3)
+        self.assertEqual(seen[4:], [b"GET /flood?shop=f HTTP/1.1"] * 3)
+        # aiohttp's keep-alive session, its one-off get_json, the repeater's one connection
+        self.assertEqual(len(connections), 3)
+
+    def test_the_repeater_reconnects_when_the_server_closes(self):
+        async def scenario():
+            async def handle(reader, writer):
+                await reader.readuntil(b"\r\n\r\n")
+                writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
+                             b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+                await writer.drain()
+                writer.close()
+
+            server = await asyncio.start_server(handle, "127.0.0.1", 0)
+            port = server.sockets[0].getsockname()[1]
+            async with server:
+                r = httpclient.Repeater(port, "/")
+                out = [await r.get() for _ in range(2)]
+                server.close()
+                await server.wait_closed()
+                try:
+                    await r.get()
+                except httpclient.IO_ERRORS as e:
+                    out.append(httpclient.error_name(e))
+            return out
+
+        self.assertEqual(asyncio.run(scenario()), [(200, b"abcde"), (200, b"abcde"), "ConnectionRefusedError"])
 
     def test_a_refused_connection_is_named_as_the_socket_layer_names_it(self):
         s = socket.socket()
