@@ -2,7 +2,7 @@
 // The limiter benchmark (scripts/bench-limiter.sh runs it; docs/performance.md).
 //
 //   php -d extension=... bench/limiter.php PORT UNIX_SOCKET MODE OUT.json
-//   MODE: full (N = 1, 2, 4, 8; 30 s accuracy run) or quick (N = 1, 2: the CI guard)
+//   MODE: full (N = 1, 2, 4, 8; 30 s accuracy run) or short (N = 1, 2: the CI guard)
 //
 // Against one local Valkey, side by side in one run, each case from N processes forked
 // from this one (as php-fpm forks workers), every process timing each decision:
@@ -22,7 +22,7 @@ declare(strict_types=1);
 use CheckoutGuard\RateLimiter;
 
 [$port, $socket, $mode, $out] = [(int) $argv[1], $argv[2], $argv[3], $argv[4]];
-$quick = $mode === 'quick';
+$quick = $mode !== 'full';
 $procs = $quick ? [1, 2] : [1, 2, 4, 8];
 $ops = $quick ? 1500 : 6000;
 $tcp = "redis://127.0.0.1:$port";

@@ -13,36 +13,32 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
+import valkey
+
+import httpclient
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def send(s: socket.socket, *args: str) -> bytes:
-    s.sendall(f"*{len(args)}\r\n".encode() + b"".join(f"${len(a.encode())}\r\n{a}\r\n".encode() for a in args))
-    data = b""
-    s.settimeout(0.5)
-    try:
-        while chunk := s.recv(65536):
-            data += chunk
-            if data.endswith(b"\r\n") and (not data.startswith(b"$") or data.count(b"\r\n") >= 2):
-                break
-    except socket.timeout:
-        pass
-    return data
+def valkey_client(port: int) -> valkey.Valkey:
+    """A client of Valkey itself (not through the proxy), on one connection."""
+    return valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=3, socket_connect_timeout=3,
+                         single_connection_client=True)
 
 
-def resp(port: int, *args: str) -> bytes:
-    """One command to Valkey (directly, not through the proxy), raw reply."""
-    with socket.create_connection(("127.0.0.1", port), timeout=3) as s:
-        return send(s, *args)
+def command(port: int, *args: str):
+    """One command to Valkey (directly, not through the proxy), on a connection of its own."""
+    with valkey_client(port) as c:
+        return c.execute_command(*args)
 
 
 def our_connections(port: int) -> int:
-    return resp(port, "CLIENT", "LIST").count(b"lib-name=checkout_guard")
+    with valkey_client(port) as c:
+        return sum(1 for client in c.client_list() if client.get("lib-name") == "checkout_guard")
 
 
 def log_size(path: str) -> int:
@@ -84,20 +80,17 @@ class Valkey:
                         "--logfile", os.path.join(self.a.valkey_dir, "valkey.log")], check=True)
         for _ in range(250):
             try:
-                socket.create_connection(("127.0.0.1", self.a.valkey_port), timeout=0.2).close()
+                with valkey.Valkey(host="127.0.0.1", port=self.a.valkey_port, socket_connect_timeout=0.2,
+                                   socket_timeout=0.2, single_connection_client=True) as c:
+                    c.ping()
                 return
-            except OSError:
+            except valkey.exceptions.ValkeyError:
                 time.sleep(0.02)
 
 
 def busy_worker(ops_port: int):
     """A php-fpm worker that is serving a request right now."""
-    with socket.create_connection(("127.0.0.1", ops_port), timeout=2) as s:
-        s.sendall(b"GET /fpm-status?json&full HTTP/1.0\r\nHost: ops\r\n\r\n")
-        raw = b""
-        while chunk := s.recv(65536):
-            raw += chunk
-    status = json.loads(raw.split(b"\r\n\r\n", 1)[1])
+    status = httpclient.get_json(httpclient.local(ops_port, "/fpm-status?json&full"), timeout=2)
     running = [p["pid"] for p in status["processes"] if p["state"] == "Running" and "/fpm-status" not in p.get("request uri", "")]
     return running[0] if running else None
 
@@ -118,16 +111,16 @@ def faults(a, v: Valkey):
 
     def maxclients_on():
         # One connection kept for the fault's end: at maxclients 1 nobody else gets in.
-        admin["s"] = socket.create_connection(("127.0.0.1", port), timeout=3)
-        send(admin["s"], "CONFIG", "SET", "maxclients", "1")
-        send(admin["s"], "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        admin["c"] = valkey_client(port)
+        admin["c"].execute_command("CONFIG", "SET", "maxclients", "1")
+        admin["c"].execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
 
     def maxclients_off():
-        send(admin["s"], "CONFIG", "SET", "maxclients", "10000")
-        admin.pop("s").close()
+        admin["c"].execute_command("CONFIG", "SET", "maxclients", "10000")
+        admin.pop("c").close()
 
     def flush_and_restart():
-        resp(port, "SCRIPT", "FLUSH")
+        command(port, "SCRIPT", "FLUSH")
         v.stop()
         v.start()
 
@@ -138,8 +131,8 @@ def faults(a, v: Valkey):
         ("SCRIPT FLUSH and a restart between two requests", flush_and_restart, lambda: None),
         ("Valkey at maxclients (connections dropped, new ones refused)", maxclients_on, maxclients_off),
         ("Valkey at maxmemory, noeviction (writes refused: OOM)",
-         lambda: (resp(port, "CONFIG", "SET", "maxmemory-policy", "noeviction"), resp(port, "CONFIG", "SET", "maxmemory", "1")),
-         lambda: resp(port, "CONFIG", "SET", "maxmemory", "0")),
+         lambda: (command(port, "CONFIG", "SET", "maxmemory-policy", "noeviction"), command(port, "CONFIG", "SET", "maxmemory", "1")),
+         lambda: command(port, "CONFIG", "SET", "maxmemory", "0")),
         ("a php-fpm worker killed mid-request (SIGKILL)", worker_kill, lambda: None),
     ]
 

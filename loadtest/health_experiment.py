@@ -31,6 +31,9 @@ from dataclasses import dataclass, field
 
 import yaml
 
+import charts
+import httpclient
+
 
 @dataclass
 class Probe:
@@ -85,22 +88,24 @@ def probes_from_manifest(path: str, ports: dict, scale: float) -> tuple[list, Pr
 
 
 async def probe_once(p: Probe) -> tuple[bool, str]:
-    writer = None
-    try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", p.port), p.timeout)
-        if p.method == "tcp":
+    if p.method == "tcp":
+        writer = None
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", p.port), p.timeout)
             return True, "connected"
-        writer.write(f"GET {p.path} HTTP/1.1\r\nHost: probe\r\nUser-Agent: kube-probe/1.37\r\nConnection: close\r\n\r\n".encode())
-        line = await asyncio.wait_for(reader.readline(), p.timeout)
-        status = int(line.split(b" ", 2)[1])
+        except (OSError, asyncio.TimeoutError) as e:
+            return False, httpclient.error_name(e)
+        finally:
+            if writer is not None:
+                writer.close()
+    # As the kubelet: a connection of its own, the status line within the timeout.
+    try:
+        async with httpclient.session(keep_alive=False, connect_timeout=p.timeout, read_timeout=p.timeout) as s:
+            status, _ = await httpclient.fetch(s, httpclient.local(p.port, p.path),
+                                               headers={"User-Agent": "kube-probe/1.37"}, read_body=False)
         return 200 <= status < 400, str(status)
-    except asyncio.TimeoutError:
-        return False, "timeout"
-    except (OSError, ValueError, IndexError) as e:
-        return False, type(e).__name__
-    finally:
-        if writer is not None:
-            writer.close()
+    except httpclient.IO_ERRORS as e:
+        return False, httpclient.error_name(e)
 
 
 async def run_probe(p: Probe, t0: float, stop_at: float) -> None:
@@ -141,12 +146,8 @@ async def wait_started(startup: Probe) -> None:
 
 async def fpm_status(port: int) -> dict | None:
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 1)
-        writer.write(b"GET /fpm-status?json HTTP/1.1\r\nHost: ops\r\nConnection: close\r\n\r\n")
-        raw = await asyncio.wait_for(reader.read(), 1)
-        writer.close()
-        return json.loads(raw.split(b"\r\n\r\n", 1)[1])
-    except (OSError, asyncio.TimeoutError, ValueError, IndexError):
+        return await httpclient.get_json_async(httpclient.local(port, "/fpm-status?json"), timeout=2)
+    except httpclient.IO_ERRORS:
         return None
 
 
@@ -263,53 +264,6 @@ def table(res: dict) -> str:
     return "\n".join(out)
 
 
-def svg(res: dict) -> str:
-    """A timeline: flood answers per second, then one row of probe results per probe, with
-    restarts (black marks) and the readiness state."""
-    W, left, right = 960, 190, 20
-    end = res["phases"][-1][2]
-    x = lambda t: left + (W - left - right) * min(max(t, 0), end) / end  # noqa: E731
-    rows = res["probes"]
-    chart_h, row_h = 140, 34
-    H = 40 + chart_h + 20 + row_h * len(rows) + 40
-    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="DejaVu Sans, sans-serif" font-size="11">',
-         '<rect width="100%" height="100%" fill="white"/>',
-         f'<text x="{left}" y="18" font-size="13">Health checks under a flood (flow limit {res["flow_limit"]}, {res["concurrency"]} flood connections, period scale {res["scale"]:g})</text>']
-    shades = {"baseline": "#ffffff", "flood": "#fde2e2", "recovery": "#e6f4ea", "dead": "#e0e0e0"}
-    for name, a, b in res["phases"]:
-        o.append(f'<rect x="{x(a):.1f}" y="28" width="{x(b) - x(a):.1f}" height="{H - 60}" fill="{shades[name]}"/>')
-        o.append(f'<text x="{(x(a) + x(b)) / 2:.1f}" y="{H - 18}" text-anchor="middle">{name}</text>')
-    per = res["flood"]["per_second"]
-    f0 = res["phases"][1][1]
-    top = max([sum(v for k, v in s.items() if k != "t") for s in per] or [1])
-    base = 40 + chart_h
-    o.append(f'<text x="{left - 8}" y="{40 + 10}" text-anchor="end">flood answers/s</text>')
-    o.append(f'<text x="{left - 8}" y="{40 + 24}" text-anchor="end">(max {top})</text>')
-    for key, colour in (("503", "#d93025"), ("200", "#1e8e3e")):
-        pts = " ".join(f"{x(f0 + s['t'] + 0.5):.1f},{base - chart_h * s.get(key, 0) / top:.1f}" for s in per)
-        if pts:
-            o.append(f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="2"/>')
-    o.append(f'<text x="{W - right}" y="50" text-anchor="end" fill="#1e8e3e">200 (checkout answered)</text>')
-    o.append(f'<text x="{W - right}" y="64" text-anchor="end" fill="#d93025">503 (shed by flow control or limiter)</text>')
-    y = base + 20
-    for p in rows:
-        mid = y + row_h / 2
-        o.append(f'<text x="{left - 8}" y="{mid + 4:.1f}" text-anchor="end">{p["probe"]}</text>')
-        if p["kind"] == "readiness":
-            state, last = False, 0.0
-            for t, r in p["transitions"] + [[end, None]]:
-                o.append(f'<rect x="{x(last):.1f}" y="{mid + 6:.1f}" width="{max(0, x(t) - x(last)):.1f}" height="5" fill="{"#1e8e3e" if state else "#d93025"}"/>')
-                state, last = r, t
-        for t, ok, _, _ in p["results"]:
-            o.append(f'<circle cx="{x(t):.1f}" cy="{mid - 2:.1f}" r="3" fill="{"#1e8e3e" if ok else "#d93025"}"/>')
-        for t in p["restart_times"]:
-            o.append(f'<path d="M{x(t):.1f},{mid - 14:.1f} l-5,-8 h10 z" fill="black"/>')
-        y += row_h
-    o.append(f'<text x="{left}" y="{H - 4}" fill="#555">dots: probe passed (green) / failed (red); black marks: restart the kubelet would make; bar: readiness (green ready)</text>')
-    o.append("</svg>")
-    return "\n".join(o)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--run-dir", required=True)
@@ -329,7 +283,7 @@ def main() -> None:
     res["checks"] = [{"holds": h, "check": t} for h, t in verdict]
     os.makedirs(args.out, exist_ok=True)
     json.dump(res, open(os.path.join(args.out, "results.json"), "w"), indent=1)
-    open(os.path.join(args.out, "timeline.svg"), "w").write(svg(res))
+    charts.health_timeline(os.path.join(args.out, "timeline.svg"), res)
     total = res["flood"]["total"]
     md = [f"# Health checks under overload ({time.strftime('%Y-%m-%d')})", "",
           "Phases (s): " + ", ".join(f"{n} {a:g}-{b:g}" for n, a, b in res["phases"]) + f"; php-fpm stopped at {res['killed_at']:g}s.",

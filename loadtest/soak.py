@@ -8,26 +8,19 @@ Valkey's connected_clients and used_memory. They must stay flat.
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
+
+import valkey
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def valkey_info(port: int) -> dict:
-    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-        s.sendall(b"*1\r\n$4\r\nINFO\r\n")
-        data = b""
-        while b"\r\n" not in data or len(data) < int(data.split(b"\r\n", 1)[0][1:]) + 5:
-            data += s.recv(65536)
-    out = {}
-    for line in data.decode().split("\r\n"):
-        if ":" in line:
-            k, v = line.split(":", 1)
-            out[k] = v
-    return out
+    with valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=2, socket_connect_timeout=2,
+                       single_connection_client=True) as c:
+        return c.info()
 
 
 def workers(master: int) -> list:

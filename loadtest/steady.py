@@ -16,6 +16,8 @@ import random
 import sys
 import time
 
+from httpclient import IO_ERRORS, fetch, local, session
+
 
 def classify(status: int, body: bytes) -> str:
     if status == 200:
@@ -31,20 +33,14 @@ def classify(status: int, body: bytes) -> str:
     return f"error_{status}"
 
 
-async def buyer(port, rate, deadline, t0, out) -> None:
+async def buyer(s, port, rate, deadline, t0, out) -> None:
     while time.monotonic() < deadline:
         await asyncio.sleep(random.expovariate(rate))
         shop = f"shop-{random.randrange(1000)}"
         started = time.monotonic()
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 5)
-            writer.write(f"GET /checkout.php?shop={shop}&channel=card HTTP/1.1\r\nHost: c\r\nConnection: close\r\n\r\n".encode())
-            raw = await asyncio.wait_for(reader.read(), 10)
-            writer.close()
-            head, _, body = raw.partition(b"\r\n\r\n")
-            status = int(head.split(b" ", 2)[1])
-            cls = classify(status, body)
-        except (OSError, asyncio.TimeoutError, ValueError, IndexError):
+            cls = classify(*await fetch(s, local(port, f"/checkout.php?shop={shop}&channel=card")))
+        except IO_ERRORS:
             cls = "io"
         out.write(json.dumps({"t": round(started - t0, 3), "class": cls, "ms": round((time.monotonic() - started) * 1000, 1)}) + "\n")
 
@@ -52,8 +48,10 @@ async def buyer(port, rate, deadline, t0, out) -> None:
 async def main() -> None:
     port, concurrency, rate, seconds, path = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
     t0 = time.monotonic()
+    # A new connection per checkout (5 s to connect, 10 s for the answer), as a buyer's browser.
     with open(path, "w", buffering=1) as out:
-        await asyncio.gather(*(buyer(port, rate, t0 + seconds, t0, out) for _ in range(concurrency)))
+        async with session(keep_alive=False, connect_timeout=5, read_timeout=10) as s:
+            await asyncio.gather(*(buyer(s, port, rate, t0 + seconds, t0, out) for _ in range(concurrency)))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,9 @@ import sys
 from collections import defaultdict
 from urllib.parse import parse_qs, urlsplit
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import charts  # noqa: E402
+
 # Must match the limiter's settings in php/examples/checkout/bootstrap.php.
 HOT_SHOP_CAP = (6, 25.0)   # capacity, per second
 HOT_LANE_CAP = (8, 30.0)
@@ -92,7 +95,6 @@ def bound(cap, window):
 
 def chart(scenario, runs, path):
     """Two panels (limiter off, on): per-second counts of ordinary 200, hot 200, 503, 502."""
-    w, h, pad = 460, 220, 40
     series_def = [
         ("ordinary paid (200)", "#1b7837", lambda r, hot: r[3] not in hot and r[1] == 200),
         ("hot paid (200)", "#2166ac", lambda r, hot: r[3] in hot and r[1] == 200),
@@ -100,50 +102,19 @@ def chart(scenario, runs, path):
         ("provider refused (502)", "#b2182b", lambda r, hot: r[1] == 502),
     ]
     panels = []
-    ymax = 1
-    data = {}
     for mode in ("off", "on"):
         run = runs.get(mode)
         if not run:
             continue
         secs = int(max((r[0] - run["t0"] for r in run["reqs"]), default=0)) + 1
-        lines = []
-        for label, color, pred in series_def:
-            counts = [0] * secs
+        counts = {}
+        for label, _, pred in series_def:
+            counts[label] = [0] * secs
             for r in run["reqs"]:
                 if pred(r, run["hot"]):
-                    counts[int(r[0] - run["t0"])] += 1
-            ymax = max(ymax, max(counts, default=0))
-            lines.append((label, color, counts))
-        data[mode] = (secs, lines)
-    for i, mode in enumerate(("off", "on")):
-        if mode not in data:
-            continue
-        secs, lines = data[mode]
-        x0 = i * (w + pad) + pad
-        g = [f'<text x="{x0}" y="16" font-size="13" font-family="sans-serif">{scenario}: limiter {mode}</text>',
-             f'<rect x="{x0}" y="{pad - 10}" width="{w}" height="{h}" fill="none" stroke="#999"/>']
-        for frac in (0, 0.5, 1):
-            y = pad - 10 + h - frac * h
-            g.append(f'<text x="{x0 - 4}" y="{y + 4:.0f}" font-size="10" text-anchor="end" font-family="sans-serif">{ymax * frac:.0f}</text>')
-        for label, color, counts in lines:
-            pts = " ".join(
-                f"{x0 + (s / max(secs - 1, 1)) * w:.1f},{pad - 10 + h - c / ymax * h:.1f}" for s, c in enumerate(counts)
-            )
-            g.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.8" points="{pts}"/>')
-        g.append(f'<text x="{x0 + w / 2}" y="{pad + h + 8}" font-size="10" text-anchor="middle" font-family="sans-serif">seconds ({secs} s); requests per second</text>')
-        panels.append("\n".join(g))
-    legend = []
-    for k, (label, color, _) in enumerate(series_def):
-        x = pad + k * 210
-        legend.append(f'<rect x="{x}" y="{pad + h + 22}" width="12" height="12" fill="{color}"/>'
-                      f'<text x="{x + 16}" y="{pad + h + 32}" font-size="11" font-family="sans-serif">{label}</text>')
-    total_w = 2 * (w + pad) + pad
-    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_w}" height="{h + pad + 50}" '
-           f'viewBox="0 0 {total_w} {h + pad + 50}"><rect width="100%" height="100%" fill="white"/>'
-           + "\n".join(panels) + "\n".join(legend) + "</svg>\n")
-    with open(path, "w") as f:
-        f.write(svg)
+                    counts[label][int(r[0] - run["t0"])] += 1
+        panels.append((f"{scenario}: limiter {mode}", counts))
+    charts.per_second_panels(path, panels, [(label, colour) for label, colour, _ in series_def])
 
 
 def main(root):

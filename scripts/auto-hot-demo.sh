@@ -11,11 +11,10 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
-mode=${1:-short}
+mode=$(run_mode auto-hot-demo.sh "${1:-}") || exit 2
 case "$mode" in
   short) duration=15 ;;
   full) duration=60 ;;
-  *) echo "usage: scripts/auto-hot-demo.sh short|full" >&2; exit 2 ;;
 esac
 begin_run auto-hot "$mode"
 export ZONEA_RATE=${ZONEA_RATE:-400} PAYMENT_RATE=${PAYMENT_RATE:-50}

@@ -5,13 +5,12 @@
 # Prints the numbers, writes docs/results/benchmarks.md (machine, date, command) and
 # .run/bench-limiter/results.json. Bounded: about 4 minutes in all.
 #
-#   scripts/bench-limiter.sh          # the documented run: writes docs/results/benchmarks.md
-#   scripts/bench-limiter.sh quick    # N = 1, 2, short runs; docs/results/benchmarks.md untouched
+#   scripts/bench-limiter.sh short    # N = 1, 2, short runs; docs/results/benchmarks.md untouched (CI; the default)
+#   scripts/bench-limiter.sh full     # the documented run: writes docs/results/benchmarks.md
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
-mode=${1:-full}
-case "$mode" in full|quick) ;; *) echo "usage: scripts/bench-limiter.sh [quick]" >&2; exit 2 ;; esac
+mode=$(run_mode bench-limiter.sh "${1:-}") || exit 2
 bash scripts/setup.sh >/dev/null
 build_extension
 
@@ -23,7 +22,7 @@ port=$(free_port)
 start_valkey "$run" "$port" "$run/valkey.sock"
 
 php -d "extension=$CG_EXT" -d memory_limit=1G bench/limiter.php "$port" "$run/valkey.sock" "$mode" "$out/results.json"
-args=("$out/results.json" --command "scripts/bench-limiter.sh${1:+ $1}" --valkey "$("$(valkey_bin)" --version)")
+args=("$out/results.json" --command "scripts/bench-limiter.sh $mode" --valkey "$("$(valkey_bin)" --version)")
 if [ "$mode" = full ]; then
   .venv/bin/python bench/limiter_report.py "${args[@]}" > docs/results/benchmarks.md
   cat docs/results/benchmarks.md

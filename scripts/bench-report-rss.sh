@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# Peak RSS of `checkout-guard report` over one generated day (default 1 million events,
-# ~230 MB of JSONL in .run/bench-report/, 2026-11-30 UTC) for a day, a month and a year
-# window, and the size of each HTML file. BIN=path/to/checkout-guard compares another
-# build (e.g. one from before the charts' buckets followed the window).
+# Peak RSS of `checkout-guard report` over one generated day (in .run/bench-report/,
+# 2026-11-30 UTC) for a day, a month and a year window, and the size of each HTML file.
+# BIN=path/to/checkout-guard compares another build (e.g. one from before the charts'
+# buckets followed the window).
+#
+#   scripts/bench-report-rss.sh short   # 100,000 events, ~23 MB of JSONL (the default)
+#   scripts/bench-report-rss.sh full    # 1 million events, ~230 MB (the documented run)
+#   EVENTS=N scripts/bench-report-rss.sh  # another size
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
+mode=$(run_mode bench-report-rss.sh "${1:-}") || exit 2
 export PATH="$HOME/.cargo/bin:$PATH"
 [ -n "${BIN:-}" ] || { cargo build --release --quiet -p checkout-guard; BIN=target/release/checkout-guard; }
-EVENTS=${EVENTS:-1000000}
+case "$mode" in
+  short) EVENTS=${EVENTS:-100000} ;;
+  full) EVENTS=${EVENTS:-1000000} ;;
+esac
 dir="$CG_ROOT/.run/bench-report"; mkdir -p "$dir"
 file="$dir/day-$EVENTS.jsonl"
 [ -s "$file" ] || "$BIN" generate --events "$EVENTS" --seed 1 -o "$file" 2>/dev/null

@@ -6,17 +6,16 @@
 # checkouts and decisions seen, faults.json) and verdict.md. Exits 1 when a must-hold
 # check fails (PHP errors, crashes, hangs, slow recovery, leaked connections).
 #
-#   scripts/faults.sh full    # 5 s per fault + 5 s recovery: ~5 min
-#   scripts/faults.sh short   # 2 s + 3 s: ~2.5 min (CI)
+#   scripts/faults.sh short   # 2 s per fault + 3 s recovery: ~2.5 min (CI; the default)
+#   scripts/faults.sh full    # 5 s + 5 s: ~5 min
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
 
-mode=${1:-full}
+mode=$(run_mode faults.sh "${1:-}") || exit 2
 case "$mode" in
   full) timing=(--fault 5 --recovery 5) ;;
   short) timing=(--fault 2 --recovery 3) ;;
-  *) echo "usage: scripts/faults.sh full|short" >&2; exit 2 ;;
 esac
 begin_run faults "$mode"
 

@@ -7,8 +7,8 @@
 # results.json, verdict.md and timeline.svg to .run/health/<mode>/. Exits 1 if an
 # expectation does not hold.
 #
+#   scripts/health-experiment.sh short   # ~22 s: periods x0.05, flood 8 s (CI; the default)
 #   scripts/health-experiment.sh full    # ~65 s: periods x0.1, flood 30 s (documented run)
-#   scripts/health-experiment.sh short   # ~22 s: periods x0.05, flood 8 s (CI)
 #
 # Loopback only; every process is bounded in time and stopped at the end, on failure and
 # on Ctrl-C.
@@ -16,11 +16,10 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
 
-mode=${1:-full}
+mode=$(run_mode health-experiment.sh "${1:-}") || exit 2
 case "$mode" in
   full) timing=(--scale 0.1 --baseline 10 --flood 30 --recovery 15 --dead 8 --concurrency 64) ;;
   short) timing=(--scale 0.05 --baseline 3 --flood 8 --recovery 6 --dead 4 --concurrency 48) ;;
-  *) echo "usage: scripts/health-experiment.sh full|short" >&2; exit 2 ;;
 esac
 
 begin_run health "$mode"

@@ -15,13 +15,7 @@ valkey_bin() {
 
 # N distinct free TCP ports on loopback (all bound at once, so they differ), one a line.
 free_ports() {
-  python3 -c '
-import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print("\n".join(str(s.getsockname()[1]) for s in socks))
-' "${1:-1}"
+  python3 "$CG_ROOT/loadtest/free_ports.py" "${1:-1}"
 }
 
 free_port() { free_ports 1; }
@@ -109,6 +103,21 @@ stop_checkout() {
   stop_pidfile "$1/provider.pid"
   stop_pidfile "$1/valkey/valkey.pid"
   stop_pidfile "$1/proxy.pid"
+}
+
+# run_mode SCRIPT VALUE [EXTRA_MODE...]: every run script's mode, printed: short (the
+# default when VALUE is empty: bounded, fast, what CI runs) or full (the documented run), or
+# one of the script's EXTRA_MODEs; `quick` is an old name of short. Anything else: a usage
+# error naming the value, status 2.
+run_mode() {
+  local script=$1 value=${2:-short} m
+  shift 2
+  [ "$value" != quick ] || value=short
+  for m in short full "$@"; do
+    [ "$value" != "$m" ] || { echo "$m"; return 0; }
+  done
+  echo "scripts/$script: unknown mode '$value'; usage: scripts/$script [$(IFS='|'; echo "short|full${*:+|$*}")] (default short)" >&2
+  return 2
 }
 
 # The checkout stack a script is running now: set current=DIR before starting it. After

@@ -14,12 +14,11 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
 
-mode=${1:-short}
+mode=$(run_mode loadtest.sh "${1:-}" smoke) || exit 2
 case "$mode" in
   short) duration=${DURATION:-12}; workers=0 ;;
   full) duration=${DURATION:-60}; workers=${LOCUST_WORKERS:-2} ;;
   smoke) duration=0; workers=0 ;;
-  *) echo "usage: scripts/loadtest.sh short|full|smoke" >&2; exit 2 ;;
 esac
 
 begin_run loadtest "$mode"

@@ -17,7 +17,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
-mode=${1:-short}
+mode=$(run_mode model-test.sh "${1:-}") || exit 2
 seconds=${2:-600}
 case "$mode" in
   short) unset MODEL_SECONDS; limit=600 ;;
@@ -27,7 +27,6 @@ case "$mode" in
     export MODEL_SECONDS=$seconds
     # The sequences, then up to three failures shrunk (MODEL_SHRINK_SECONDS each), then margin.
     limit=$((seconds + 3 * ${MODEL_SHRINK_SECONDS:-60} + 300)) ;;
-  *) echo "usage: scripts/model-test.sh short|full [SECONDS]" >&2; exit 2 ;;
 esac
 out="$CG_ROOT/.run/model-test/$mode"
 rm -rf "$out"; mkdir -p "$out"
@@ -42,14 +41,5 @@ if [ ! -s "$MODEL_SUMMARY" ]; then
   echo "0 passed, 1 failed"
   exit 1
 fi
-php -r '
-$s = json_decode(file_get_contents($argv[1]), true);
-$failed = array_column(array_filter($s["results"], fn ($r) => !$r["ok"]), "seed");
-printf("seeds run (%d): %s\n", count($s["seeds"]), implode(" ", $s["seeds"]));
-if ($failed) {
-    printf("failing seeds: %s\n", implode(" ", $failed));
-}
-printf("operations checked: %d in %.1f s\n", $s["operations_checked"], $s["seconds"]);
-printf("%d passed, %d failed\n", $s["passed"], $s["failed"]);
-' "$MODEL_SUMMARY"
+.venv/bin/python loadtest/model_summary.py "$MODEL_SUMMARY"
 [ "$status" -eq 0 ] || exit "$status"

@@ -4,16 +4,15 @@
 # RSS and open fds per worker and Valkey's connected_clients printed over time, and they
 # must stay flat (exit 1 otherwise). Results in .run/soak/<mode>/.
 #
+#   scripts/soak.sh short    # 45 s, a sample every 5 s (CI; the default)
 #   scripts/soak.sh full     # 10 minutes, a sample every 30 s
-#   scripts/soak.sh short    # 45 s, a sample every 5 s (CI)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
-mode=${1:-full}
+mode=$(run_mode soak.sh "${1:-}") || exit 2
 case "$mode" in
   full) timing=(--seconds 600 --every 30) ;;
   short) timing=(--seconds 45 --every 5) ;;
-  *) echo "usage: scripts/soak.sh full|short" >&2; exit 2 ;;
 esac
 begin_run soak "$mode"
 dir="$out/stack"

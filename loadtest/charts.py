@@ -1,0 +1,92 @@
+"""Every chart of the load-test tooling, drawn with matplotlib (Agg backend) and written as
+SVG with its text kept as text:
+
+  per_second_panels()  the load test's chart-<scenario>.svg (loadtest/verdict.py): side by
+                       side panels of requests per second by outcome, one y scale;
+  health_timeline()    the health experiment's timeline.svg (loadtest/health_experiment.py):
+                       flood answers per second over the phases, and one row per probe.
+"""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+plt.rcParams.update({
+    "font.family": "DejaVu Sans",
+    "font.size": 9,
+    "svg.fonttype": "none",     # labels stay text in the SVG
+    "svg.hashsalt": "checkout-guard",  # the same input draws the same file
+})
+
+GREEN, RED, BLUE, ORANGE, DARK_RED = "#1e8e3e", "#d93025", "#2166ac", "#f1a340", "#b2182b"
+
+
+def save(fig, path: str) -> None:
+    fig.savefig(path, format="svg", facecolor="white", metadata={"Date": None})
+    plt.close(fig)
+
+
+def per_second_panels(path: str, panels: list, series: list, xlabel: str = "seconds; requests per second") -> None:
+    """panels: [(title, {label: [count per second]})]; series: [(label, colour)], drawn in
+    that order in every panel, with one legend below. All panels share the y scale."""
+    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(10, 3.4), sharey=True, squeeze=False)
+    ymax = max([1] + [max(c, default=0) for _, counts in panels for c in counts.values()])
+    for ax, (title, counts) in zip(axes[0], panels):
+        secs = max((len(c) for c in counts.values()), default=1)
+        for label, colour in series:
+            c = counts.get(label, [])
+            ax.plot(range(len(c)), c, color=colour, linewidth=1.8, label=label)
+        ax.set_title(title, loc="left", fontsize=11)
+        ax.set_xlabel(f"{xlabel} ({secs} s)")
+        ax.set_xlim(0, max(secs - 1, 1))
+        ax.set_ylim(0, ymax * 1.05)
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(series), frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    save(fig, path)
+
+
+def health_timeline(path: str, res: dict) -> None:
+    """Flood answers per second (200 and 503) over the experiment's phases, then one row of
+    probe results per probe (green passed, red failed), the restarts the kubelet would
+    make (black marks) and, for readiness, the ready state (a bar, green when ready)."""
+    end = res["phases"][-1][2]
+    probes = res["probes"]
+    fig, (top, rows) = plt.subplots(2, 1, sharex=True, figsize=(10, 2.2 + 0.4 * len(probes)),
+                                    gridspec_kw={"height_ratios": [1.6, 0.4 * len(probes)]})
+    fig.suptitle(f"Health checks under a flood (flow limit {res['flow_limit']}, {res['concurrency']} flood connections, "
+                 f"period scale {res['scale']:g})", fontsize=11)
+    shades = {"baseline": "#ffffff", "flood": "#fde2e2", "recovery": "#e6f4ea", "dead": "#e0e0e0"}
+    for name, a, b in res["phases"]:
+        for ax in (top, rows):
+            ax.axvspan(a, b, color=shades[name], zorder=0)
+        top.text((a + b) / 2, 1.01, name, ha="center", va="bottom", transform=top.get_xaxis_transform())
+    per = res["flood"]["per_second"]
+    f0 = res["phases"][1][1]
+    for key, colour, label in (("200", GREEN, "200 (checkout answered)"),
+                               ("503", RED, "503 (shed by flow control or limiter)")):
+        top.plot([f0 + s["t"] + 0.5 for s in per], [s.get(key, 0) for s in per], color=colour, linewidth=2, label=label)
+    top.set_ylabel("flood answers/s")
+    top.set_ylim(bottom=0)
+    top.legend(loc="upper right", frameon=False)
+    for i, p in enumerate(probes):
+        y = len(probes) - 1 - i
+        if p["kind"] == "readiness":
+            state, last = False, 0.0
+            for t, r in p["transitions"] + [[end, None]]:
+                rows.broken_barh([(last, max(0.0, t - last))], (y - 0.35, 0.12), color=GREEN if state else RED)
+                state, last = r, t
+        ok = [r for r in p["results"] if r[1]]
+        failed = [r for r in p["results"] if not r[1]]
+        rows.scatter([r[0] for r in ok], [y] * len(ok), s=12, color=GREEN, zorder=3)
+        rows.scatter([r[0] for r in failed], [y] * len(failed), s=12, color=RED, zorder=3)
+        rows.scatter(p["restart_times"], [y + 0.3] * len(p["restart_times"]), marker="v", s=40, color="black", zorder=4)
+    rows.set_yticks(range(len(probes)), [p["probe"] for p in reversed(probes)])
+    rows.set_ylim(-0.6, len(probes) - 0.4)
+    rows.set_xlim(0, end)
+    rows.set_xlabel("seconds; dots: probe passed (green) / failed (red); black marks: restart the kubelet would make; "
+                    "bar: readiness (green ready)")
+    fig.tight_layout()
+    save(fig, path)
