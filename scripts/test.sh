@@ -2,7 +2,8 @@
 # The test command: installs what it needs, builds, then runs every check.
 #   1. cargo fmt --check, cargo clippy -D warnings
 #   2. Rust tests (bucket math, options, script/model equivalence against a real Valkey)
-#   3. stubs are fresh (cargo php stubs vs stubs/)
+#   3. stubs are fresh (cargo php stubs vs stubs/); the Python tooling's unit tests
+#      (loadtest/tests: reports, config templates vs the Kubernetes manifest)
 #   4. PHPUnit against the built extension (tests/php/phpunit.xml), suite by suite,
 #      stopping at the first that fails:
 #        unit         the extension alone: no Valkey, no servers, no environment (seconds)
@@ -36,6 +37,8 @@ if [ -z "${PHP_ONLY:-}" ]; then
   VALKEY_SERVER="$(valkey_bin)" cargo test --quiet --workspace 2>&1
   log "stubs are fresh"
   bash scripts/stubs.sh --check
+  log "python tooling"
+  .venv/bin/python -m unittest discover loadtest/tests 2>&1
 fi
 
 # The suite(s) named by --testsuite NAME (or --testsuite=NAME); none: all three in turn.

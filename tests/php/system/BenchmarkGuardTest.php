@@ -6,7 +6,7 @@ namespace CheckoutGuard\Tests;
 use PHPUnit\Framework\TestCase;
 
 /**
- * The CI-sized limiter benchmark (scripts/bench-limiter.sh quick). It fails only on
+ * The CI-sized limiter benchmark (scripts/bench-limiter.sh short). It fails only on
  * regressions too gross to be noise on a shared 2-core machine; the targets themselves
  * are measured by the full run (docs/results/benchmarks.md). Ratios compare cases of the same run.
  *
@@ -23,7 +23,7 @@ final class BenchmarkGuardTest extends TestCase
 
     public static function setUpBeforeClass(): void
     {
-        [$rc, $out] = ProjectScript::run('bench-limiter.sh', 'quick');
+        [$rc, $out] = ProjectScript::run('bench-limiter.sh', 'short');
         if ($rc !== 0) {
             self::fail($out);
         }
