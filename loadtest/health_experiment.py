@@ -1,4 +1,4 @@
-"""The health-check experiment (docs/health.md; the paper in context.md section 2).
+"""The health-check experiment (docs/health.md).
 
 A prober that behaves like the kubelet probes the local checkout stack while it is
 flooded past its flow-control threshold, two ways at once:

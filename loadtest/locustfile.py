@@ -1,4 +1,4 @@
-"""Flash-sale load on the example checkout, for the three production patterns of the talk.
+"""Flash-sale load on the example checkout, for three production patterns of flash sales.
 
 Ordinary shops buy at a steady rate the whole time; the scenario adds hot shops:
   baseline  no hot shop (the ordinary shops' reference numbers)

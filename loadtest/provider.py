@@ -1,5 +1,5 @@
 """A stand-in for the payment provider's two APIs, behind nginx limit_req (which answers
-429 past the provider's rate, as in the talk). Behaves like the real thing otherwise:
+429 past the provider's rate, as real payment providers do). Behaves like the real thing otherwise:
 every answer takes tens of milliseconds, with a long-ish tail.
 
   GET  /items/{id}     zone A, the information API: item data

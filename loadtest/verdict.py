@@ -1,10 +1,10 @@
 """The verdict of a load-test run: reads each run's nginx access logs (checkout and
-provider) and prints, per scenario and limiter on/off, what the talk cares about; writes
+provider) and prints, per scenario and limiter on/off, what a flash sale puts at stake; writes
 one SVG chart per scenario (requests per second over time by outcome, hot vs ordinary).
 
 Usage: python loadtest/verdict.py RESULTS_DIR   (as written by scripts/loadtest.sh)
 Exit status 1 when something that must hold with the limiter on does not, or when the
-limiter-off runs do not show the failure the talk describes.
+limiter-off runs do not show the flash-sale failure (payment 429s taking ordinary shops down).
 """
 
 import json
@@ -167,7 +167,7 @@ def main(root):
                     failures.append(f"{scenario}/on: hot shops admitted {lane_adm} in {lane_win:.1f}s, above the hot lane")
             else:
                 if r["payment_429"] == 0 or r["ord_ok"] > base["ord_ok"] - 0.10:
-                    failures.append(f"{scenario}/off: the talk's failure did not show (payment 429s {r['payment_429']}, "
+                    failures.append(f"{scenario}/off: the flash-sale failure did not show (payment 429s {r['payment_429']}, "
                                     f"ordinary success {r['ord_ok']:.1%}): the scenario is not realistic enough")
         if scenario != "baseline" and scenario in runs:
             path = os.path.join(root, f"chart-{scenario}.svg")
@@ -185,7 +185,7 @@ def main(root):
             print("  -", f)
         return 1
     print("\nverdict: with the limiter on, no payment 429s, ordinary shops at their baseline, "
-          "hot shops at their caps; with it off, the talk's failure shows.")
+          "hot shops at their caps; with it off, the flash-sale failure shows.")
     return 0
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The model-based test of the limiter (tests/php/system/ModelTest.php, issue 14): random
+# The model-based test of the limiter (tests/php/system/ModelTest.php): random
 # sequences of acquires from three forked workers on two databases, hot marks, auto_hot,
 # CLI set/hot/unhot, reset(), FLUSHALL and a Valkey restart, every decision checked against
 # the reference model (tests/php/support/LimiterModel.php).
