@@ -58,10 +58,17 @@ impl Valkey {
                     .iter()
                     .map(|s| name(s))
                     .collect::<RedisResult<Vec<_>>>()?;
+                // Redirects (MOVED, ASK) and CLUSTERDOWN/TRYAGAIN are retried inside a
+                // call; the waits between retries stay a small part of the timeout (redis-rs
+                // would wait over a second each), so a cluster that is down fails the
+                // command within about its timeout.
+                let wait_ms = (self.timeout.as_millis() as u64 / 10).clamp(2, 50);
                 let c = ClusterClientBuilder::new(seeds)
                     .connection_timeout(self.timeout)
                     .response_timeout(self.timeout)
                     .retries(3)
+                    .min_retry_wait(1)
+                    .max_retry_wait(wait_ms)
                     .build()?
                     .get_connection()?;
                 Conn::Cluster(Box::new(c))
@@ -70,29 +77,43 @@ impl Valkey {
     }
 
     /// Runs `op` on the connection (opened if needed); an error names the endpoint, never
-    /// its password. A failed connection is dropped, so the next call opens a new one.
+    /// its password. A connection that was open and broke (Valkey restarted between two
+    /// calls of one command) is replaced and `op` run once more, as the worker does; `op`
+    /// must be harmless to repeat. A failed connection is dropped.
     pub fn call<T>(
         &self,
         mut op: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<T>,
     ) -> Result<T, String> {
         let mut slot = self.conn.borrow_mut();
-        let result = (|| {
-            if slot.is_none() {
-                *slot = Some(self.open()?);
+        let failed =
+            |e: &redis::RedisError| format!("Valkey at {}: {e}", self.endpoint.display_url());
+        loop {
+            let fresh = slot.is_none();
+            if fresh {
+                *slot = Some(self.open().map_err(|e| failed(&e))?);
             }
-            match slot.as_mut().expect("opened above") {
+            let result = match slot.as_mut().expect("opened above") {
                 Conn::Single(c) => op(c),
                 Conn::Cluster(c) => op(c.as_mut()),
+            };
+            match result {
+                Ok(v) => return Ok(v),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        redis::ErrorKind::Server(_) | redis::ErrorKind::Extension
+                    ) =>
+                {
+                    // Valkey answered: the connection is still in step.
+                    return Err(failed(&e));
+                }
+                Err(e) => {
+                    *slot = None;
+                    if fresh || e.is_timeout() {
+                        return Err(failed(&e));
+                    }
+                }
             }
-        })();
-        result.map_err(|e| {
-            if !matches!(
-                e.kind(),
-                redis::ErrorKind::Server(_) | redis::ErrorKind::Extension
-            ) {
-                *slot = None;
-            }
-            format!("Valkey at {}: {e}", self.endpoint.display_url())
-        })
+        }
     }
 }

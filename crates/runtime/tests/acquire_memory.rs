@@ -244,8 +244,9 @@ fn a_mark_makes_the_hot_buckets_apply_until_it_runs_out() {
     }
     let d = l.acquire(b"shop", 1).unwrap();
     assert_eq!((d.allowed, d.reason), (false, Reason::HotShop));
-    s.advance(Duration::from_millis(1000));
-    // Refilled, and the mark ran out: only global applies (4 + 1 of its 10 taken).
+    // A key lives through its expiry millisecond (as in Valkey): 1 s and 1 ms later the
+    // mark has run out, and the buckets have refilled: only global applies.
+    s.advance(Duration::from_millis(1001));
     let d = l.acquire(b"shop", 1).unwrap();
     assert!(d.allowed && !d.hot_shop);
     assert!(!l.is_hot(b"shop").unwrap());
@@ -324,8 +325,10 @@ struct Reference {
     base: BucketSet,
     set: BucketSet,
     now: i64,
-    /// Per key: the bucket and the store time it expires (when it would be full again).
+    /// Per key: the bucket and the store millisecond after which it is gone (when it
+    /// would be full again; a key lives through its expiry millisecond, as in Valkey).
     buckets: HashMap<Vec<u8>, (StoredBucket, i64)>,
+    /// Per shop: the millisecond after which its mark is gone.
     marks: HashMap<u8, i64>,
     version: String,
     backoff_until: i64,
@@ -421,7 +424,7 @@ fn run(name: &str, ops: &[Op]) -> Result<(), String> {
                 let got = l.mark_hot(&shop_id(*shop), *ttl_s).is_ok();
                 let want = r.admin_call();
                 if want {
-                    r.marks.insert(*shop, r.now + ttl_s * 1_000_000);
+                    r.marks.insert(*shop, r.now.div_euclid(1000) + ttl_s * 1000);
                 }
                 if got != want {
                     return fail(format!("markHot ok={got}, want {want}"));
@@ -512,9 +515,10 @@ impl Reference {
         let id = shop_id(shop);
         let bucket_keys = [keys.global(), keys.hot_lane(), keys.hot_shop(&id)];
         let now = self.now;
-        self.buckets.retain(|_, (_, expires)| *expires > now);
-        self.marks.retain(|_, expires| *expires > now);
-        let mark_ttl_ms = self.marks.get(&shop).map(|e| (e - now).div_euclid(1000));
+        let now_ms = now.div_euclid(1000);
+        self.buckets.retain(|_, (_, until)| now_ms <= *until);
+        self.marks.retain(|_, until| now_ms <= *until);
+        let mark_ttl_ms = self.marks.get(&shop).map(|until| until - now_ms);
         let stored = StoredState {
             buckets: bucket_keys
                 .clone()
@@ -524,8 +528,8 @@ impl Reference {
         let (reply, next) = step(&self.set, &stored, now, tokens, false, &self.version);
         for (i, key) in bucket_keys.into_iter().enumerate() {
             if let (Some(b), true) = (next.buckets[i], next.buckets[i] != stored.buckets[i]) {
-                let expires = now + ((b.tat - now).div_euclid(1000) + 1) * 1000;
-                self.buckets.insert(key, (b, expires));
+                let until = now_ms + (b.tat - now).div_euclid(1000) + 1;
+                self.buckets.insert(key, (b, until));
             }
         }
         Decision::from_reply(&self.set, tokens, &reply)

@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 
 use checkout_guard_model::call::{LIMITS_CHANGED_REPLY, SETTINGS_TTL_SECONDS};
 use checkout_guard_model::live::Stored;
-use checkout_guard_model::{step, DecideCall, Keys, StoredBucket, StoredState};
+use checkout_guard_model::{step, DecideCall, Keys, Lane, StoredBucket, StoredState};
 
 use super::{Health, Store, StoreError};
 
@@ -47,8 +47,9 @@ enum Val {
 #[derive(Debug, Clone)]
 struct Entry {
     val: Val,
-    /// Store time (µs) at which the key is gone; `None`: no expiry.
-    expires_at: Option<i64>,
+    /// The store millisecond after which the key is gone (as Valkey's: a key lives
+    /// through its expiry millisecond, with PTTL 0 there); `None`: no expiry.
+    expires_at_ms: Option<i64>,
 }
 
 #[derive(Default)]
@@ -176,8 +177,9 @@ impl MemoryStore {
     /// Keys present now, sorted.
     pub fn keys(&self) -> Vec<Vec<u8>> {
         let mut s = self.state.lock();
-        let now = s.now();
-        s.keys.retain(|_, e| e.expires_at.is_none_or(|t| t > now));
+        let now_ms = s.now_ms();
+        s.keys
+            .retain(|_, e| e.expires_at_ms.is_none_or(|t| now_ms <= t));
         let mut k: Vec<_> = s.keys.keys().cloned().collect();
         k.sort();
         k
@@ -230,12 +232,16 @@ impl State {
                 .map_or(0, |t| t.elapsed().as_micros() as i64)
     }
 
+    fn now_ms(&self) -> i64 {
+        self.now().div_euclid(1000)
+    }
+
     fn get(&mut self, key: &[u8]) -> Option<&Val> {
-        let now = self.now();
+        let now_ms = self.now_ms();
         if self
             .keys
             .get(key)
-            .is_some_and(|e| e.expires_at.is_some_and(|t| t <= now))
+            .is_some_and(|e| e.expires_at_ms.is_some_and(|t| now_ms > t))
         {
             self.keys.remove(key);
         }
@@ -249,20 +255,44 @@ impl State {
         }
     }
 
-    fn put(&mut self, key: &[u8], val: Val, expires_at: Option<i64>) {
-        self.keys.insert(key.to_vec(), Entry { val, expires_at });
+    /// Sets `key`, expiring `ttl_ms` from now (`SET ... PX`), or never.
+    fn put(&mut self, key: &[u8], val: Val, ttl_ms: Option<i64>) {
+        let expires_at_ms = ttl_ms.map(|t| self.now_ms() + t);
+        self.keys.insert(key.to_vec(), Entry { val, expires_at_ms });
     }
 
-    /// The remaining time to live of `key` in ms (-1: no expiry), if it exists.
-    fn pttl(&mut self, key: &[u8]) -> Option<i64> {
-        self.get(key)?;
-        let now = self.now();
-        Some(
-            self.keys[key]
-                .expires_at
-                .map_or(-1, |t| (t - now).div_euclid(1000)),
-        )
+    /// The remaining time to live in ms (-1: no expiry) of the string at `key`, if any:
+    /// the script reads the hot flag with `MGET`, which sees other types as nil.
+    fn string_pttl(&mut self, key: &[u8]) -> Option<i64> {
+        if !matches!(self.get(key)?, Val::Str(_)) {
+            return None;
+        }
+        let now_ms = self.now_ms();
+        Some(self.keys[key].expires_at_ms.map_or(-1, |t| t - now_ms))
     }
+}
+
+/// A stored bucket as `carry.lua` reads it: `tat:interval:tolerance[:change]` in digits
+/// only, or a bare integer (a TAT written before buckets carried their limits); anything
+/// else (signs, other separators, text) is unreadable and fails the script. (Lua's
+/// `tonumber` would also take a float or hex TAT written by hand; this store refuses them.)
+fn read_like_the_script(raw: &[u8]) -> Option<StoredBucket> {
+    let digits = |p: &[u8]| !p.is_empty() && p.iter().all(u8::is_ascii_digit);
+    let parts: Vec<&[u8]> = raw.split(|&b| b == b':').collect();
+    let shaped = match parts.as_slice() {
+        [a, i, t] => digits(a) && digits(i) && digits(t),
+        [a, i, t, w] => digits(a) && digits(i) && digits(t) && (w.is_empty() || digits(w)),
+        [bare] => {
+            let text = std::str::from_utf8(bare).ok()?.trim();
+            return text.parse::<i64>().ok().map(|tat| StoredBucket {
+                tat,
+                params: None,
+                change: None,
+            });
+        }
+        _ => false,
+    };
+    shaped.then(|| StoredBucket::parse(raw)).flatten()
 }
 
 impl Store for MemoryStore {
@@ -280,9 +310,29 @@ impl Store for MemoryStore {
             return Ok(LIMITS_CHANGED_REPLY.to_vec());
         }
         let now = s.now();
-        let mark_ttl_ms = s.pttl(k.hot_flag);
+        let mark_ttl_ms = s.string_pttl(k.hot_flag);
         let bucket_keys = [k.global, k.hot_lane, k.hot_shop];
-        let buckets = bucket_keys.map(|key| s.get_str(key).and_then(|v| StoredBucket::parse(&v)));
+        let hot = call.static_hot || mark_ttl_ms.is_some();
+        let mut buckets = [None; 3];
+        for (lane, key) in Lane::ALL.into_iter().zip(bucket_keys) {
+            // Another type reads as nil (`MGET`). A string the script cannot read fails
+            // the script, before it writes anything, for a bucket it reads (configured,
+            // and global or the shop is hot): an error reply.
+            let read = call.lanes.buckets().get(lane).is_some() && (lane == Lane::Global || hot);
+            if let Some(raw) = s.get_str(key) {
+                let parsed = read_like_the_script(&raw);
+                if parsed.is_none() && read {
+                    return Err(StoreError::Failed {
+                        cause: format!(
+                            "ERR user_script: unreadable bucket {:?}",
+                            String::from_utf8_lossy(&raw)
+                        ),
+                        retry_in: Duration::ZERO,
+                    });
+                }
+                buckets[lane as usize] = parsed;
+            }
+        }
         let stored = StoredState {
             buckets,
             mark_ttl_ms,
@@ -299,16 +349,15 @@ impl Store for MemoryStore {
         for (i, key) in bucket_keys.iter().enumerate() {
             if let (Some(b), true) = (next.buckets[i], next.buckets[i] != stored.buckets[i]) {
                 // As the script: the key lives until the bucket is full again (+1 ms).
-                let expires = now + ((b.tat - now).div_euclid(1000) + 1) * 1000;
-                s.put(key, Val::Str(b.encode().into_bytes()), Some(expires));
+                let px = (b.tat - now).div_euclid(1000) + 1;
+                s.put(key, Val::Str(b.encode().into_bytes()), Some(px));
             }
         }
         if s.get_str(k.settings).as_deref() != Some(call.settings.as_bytes()) {
-            let expires = now + SETTINGS_TTL_SECONDS * 1_000_000;
             s.put(
                 k.settings,
                 Val::Str(call.settings.as_bytes().to_vec()),
-                Some(expires),
+                Some(SETTINGS_TTL_SECONDS * 1000),
             );
         }
         s.decisions += 1;
@@ -335,8 +384,7 @@ impl Store for MemoryStore {
 
     fn mark_hot(&self, key: &[u8], ttl_seconds: i64) -> Result<(), StoreError> {
         let (_, mut s) = self.enter(false)?;
-        let expires = s.now() + ttl_seconds * 1_000_000;
-        s.put(key, Val::Str(b"1".to_vec()), Some(expires));
+        s.put(key, Val::Str(b"1".to_vec()), Some(ttl_seconds * 1000));
         Ok(())
     }
 

@@ -1,6 +1,9 @@
-//! Review of the i16 refactor (crate split): failures found, as tests that fail on main.
+//! Seams the crate split opened, found by an adversarial review: the in-memory store must
+//! read what a hand (or a bug) wrote into Valkey as the decision script reads it, and the
+//! CLI's own connection must stay bounded by `--timeout-ms` on a cluster that is down.
 //! Each needs a real Valkey (`VALKEY_SERVER` or the project's `.venv`).
 
+#[allow(dead_code)]
 mod common;
 
 use std::process::{Child, Command, Stdio};
@@ -84,7 +87,21 @@ fn memory_store_and_script_agree_on_an_unreadable_bucket_value() {
     let real = valkey_store(&valkey);
     let mem = MemoryStore::new();
     let keys = Keys::new("review-garbage");
-    for raw in [&b"garbage"[..], b"-5:100000:900000:", b"1:2:3:4:5"] {
+    for raw in [
+        &b"garbage"[..],
+        b"-5:100000:900000:",
+        b"1:2:3:4:5",
+        b"",
+        b"1:2",
+        b"1:-2:3",
+        b"1 :2:3",
+        b"123",
+        b" 12 ",
+        b"1:2:3",
+        b"1:2:3:",
+        b"1:2:3:4",
+        b"99999999999999:100000:900000:1",
+    ] {
         redis::cmd("SET")
             .arg(keys.global())
             .arg(raw)
@@ -155,7 +172,14 @@ fn cluster_down_for(key: &[u8]) -> ClusterNode {
     std::fs::create_dir_all(&dir).unwrap();
     let child = Command::new(valkey_binary())
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--cluster-enabled", "yes", "--save", "", "--appendonly", "no"])
+        .args([
+            "--cluster-enabled",
+            "yes",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
         .arg("--cluster-config-file")
         .arg(dir.join("nodes.conf"))
         .arg("--dir")
@@ -212,8 +236,9 @@ fn cli_against_a_cluster_that_is_down_fails_within_its_timeout() {
     let took = started.elapsed();
     let e = r.expect_err("a cluster that is down");
     assert!(e.contains("down"), "{e}");
+    // A bound on a hang (20x the timeout; unbounded it is ~4 s), not a performance goal.
     assert!(
-        took < Duration::from_secs(1),
+        took < Duration::from_secs(2),
         "`limiter hot` with --timeout-ms 100 took {took:?} to fail ({e})"
     );
     // The worker's store, on the same cluster, is bounded as before.
@@ -224,5 +249,5 @@ fn cli_against_a_cluster_that_is_down_fails_within_its_timeout() {
     );
     let started = Instant::now();
     assert!(Arc::new(store).mark_hot(&keys.hot_flag(b"s"), 60).is_err());
-    assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(started.elapsed() < Duration::from_secs(2));
 }
