@@ -45,7 +45,7 @@ final class ConcurrencyTest extends LimiterTestCase
         // The bounds, from a full state over the measured interval.
         $this->assertLessThanOrEqual(40 + 50 * $elapsed, $total, "global: $total in {$elapsed}s");
         $this->assertLessThanOrEqual(20 + 20 * $elapsed, $hot, "hot lane: $hot in {$elapsed}s");
-        $this->assertLessThanOrEqual(10 + 10 * $elapsed, $hot1, "hot-1: $hot1 in {$elapsed}s");
+        $this->assertLessThanOrEqual(10 + 2 * $elapsed, $hot1, "hot-1: $hot1 in {$elapsed}s");
         // And the limiter was really saturated, not idle: most decisions were denials and
         // the buckets let through at least their capacity plus most of their refill.
         $this->assertGreaterThan(5 * $total, $decisions, 'the load must exceed the limit');
@@ -53,6 +53,8 @@ final class ConcurrencyTest extends LimiterTestCase
         // The hot shops also compete with the ordinary ones for global, so their share of
         // it is not fixed; what is certain is that hot-1 got at least its burst and that
         // the hot buckets did bind (hot shops were denied by them, not only by global).
+        // hot-1's own bucket refills at 2/s, far below any share of global's 50/s its two
+        // processes win, so it binds however the machine schedules the six processes.
         $this->assertGreaterThanOrEqual(10, $hot1, "hot-1: $hot1");
         $hotDenials = array_sum(array_map(
             fn ($i) => ($results[$i]['hot_shop'] ?? 0) + ($results[$i]['hot_lane'] ?? 0),
