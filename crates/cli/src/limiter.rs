@@ -281,9 +281,7 @@ fn encoded_calls(
     tokens: i64,
     shops: &[String],
 ) -> Result<String, String> {
-    use checkout_guard_model::call::{
-        decide_source, AutoHotArgs, DecideCall, DecideKeys, LaneArgs,
-    };
+    use checkout_guard_model::call::{decide_source, AutoHotArgs, DecideCall, LaneArgs, ShopKeys};
     use checkout_guard_model::options::validate_name;
     use checkout_guard_model::{bucket_value, buckets_from_value, Keys, Value};
 
@@ -294,31 +292,13 @@ fn encoded_calls(
     let (lanes, auto) = (LaneArgs::new(&set), AutoHotArgs::new(None));
     let settings = live::describe(&set);
     let keys = Keys::new(name);
-    let (g, l, v, a, st) = (
-        keys.global(),
-        keys.hot_lane(),
-        keys.limits_version(),
-        keys.auto_hot_prefix(),
-        keys.settings(),
-    );
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     let calls: Vec<_> = shops
         .iter()
         .map(|shop| {
-            let (s, f) = (
-                keys.hot_shop(shop.as_bytes()),
-                keys.hot_flag(shop.as_bytes()),
-            );
+            let shop_keys = ShopKeys::new(&keys, shop.as_bytes());
             let call = DecideCall {
-                keys: DecideKeys {
-                    global: &g,
-                    hot_lane: &l,
-                    hot_shop: &s,
-                    hot_flag: &f,
-                    limits_version: &v,
-                    auto_hot_prefix: &a,
-                    settings: &st,
-                },
+                keys: shop_keys.decide_keys(),
                 tokens,
                 static_hot: false,
                 lanes: &lanes,

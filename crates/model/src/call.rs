@@ -35,6 +35,7 @@
 use std::borrow::Cow;
 
 use crate::bucket::{BucketSet, Lane};
+use crate::keys::Keys;
 use crate::options::AutoHot;
 use crate::step::StepReply;
 
@@ -137,6 +138,45 @@ impl AutoHotArgs {
 
     pub fn text(&self) -> &[String; 4] {
         &self.text
+    }
+}
+
+/// The keys of one shop's decision, owned: what a caller that does not keep the
+/// limiter-wide keys between calls (the CLI, tests) builds a [`DecideCall`] from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShopKeys {
+    global: Vec<u8>,
+    hot_lane: Vec<u8>,
+    hot_shop: Vec<u8>,
+    hot_flag: Vec<u8>,
+    limits_version: Vec<u8>,
+    auto_hot_prefix: Vec<u8>,
+    settings: Vec<u8>,
+}
+
+impl ShopKeys {
+    pub fn new(keys: &Keys, shop: &[u8]) -> Self {
+        Self {
+            global: keys.global(),
+            hot_lane: keys.hot_lane(),
+            hot_shop: keys.hot_shop(shop),
+            hot_flag: keys.hot_flag(shop),
+            limits_version: keys.limits_version(),
+            auto_hot_prefix: keys.auto_hot_prefix(),
+            settings: keys.settings(),
+        }
+    }
+
+    pub fn decide_keys(&self) -> DecideKeys<'_> {
+        DecideKeys {
+            global: &self.global,
+            hot_lane: &self.hot_lane,
+            hot_shop: &self.hot_shop,
+            hot_flag: &self.hot_flag,
+            limits_version: &self.limits_version,
+            auto_hot_prefix: &self.auto_hot_prefix,
+            settings: &self.settings,
+        }
     }
 }
 

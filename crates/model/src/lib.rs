@@ -27,7 +27,7 @@ pub mod step;
 pub mod value;
 
 pub use bucket::{BucketSet, BucketSpec, Lane, StoredBucket};
-pub use call::{AutoHotArgs, DecideCall, DecideKeys, DecideReply, LaneArgs};
+pub use call::{AutoHotArgs, DecideCall, DecideKeys, DecideReply, LaneArgs, ShopKeys};
 pub use decision::{Decision, Reason};
 pub use endpoint::{mask_password, Endpoint};
 pub use error::{ConfigError, LimiterError};

@@ -6,7 +6,7 @@ mod common;
 use std::collections::{HashMap, HashSet};
 
 use checkout_guard_model::call::{
-    decide_source, decide_source_with_test_clock, AutoHotArgs, DecideCall, DecideKeys, LaneArgs,
+    decide_source, decide_source_with_test_clock, AutoHotArgs, DecideCall, LaneArgs, ShopKeys,
     SETTINGS_TTL_SECONDS,
 };
 use checkout_guard_model::{
@@ -78,27 +78,11 @@ struct Call<'a> {
 
 /// Runs the test-clock script through the extension's own encoder.
 fn invoke(script: &redis::Script, conn: &mut redis::Connection, c: &Call) -> Vec<i64> {
-    let (g, l, s, f, v, a, st) = (
-        c.keys.global(),
-        c.keys.hot_lane(),
-        c.keys.hot_shop(c.shop),
-        c.keys.hot_flag(c.shop),
-        c.keys.limits_version(),
-        c.keys.auto_hot_prefix(),
-        c.keys.settings(),
-    );
+    let shop_keys = ShopKeys::new(c.keys, c.shop);
     let lanes = LaneArgs::new(c.set);
     let auto = AutoHotArgs::new(None);
     let call = DecideCall {
-        keys: DecideKeys {
-            global: &g,
-            hot_lane: &l,
-            hot_shop: &s,
-            hot_flag: &f,
-            limits_version: &v,
-            auto_hot_prefix: &a,
-            settings: &st,
-        },
+        keys: shop_keys.decide_keys(),
         tokens: c.tokens,
         static_hot: c.static_hot,
         lanes: &lanes,
@@ -348,26 +332,10 @@ fn production_script_uses_valkeys_clock_and_lets_idle_buckets_expire() {
     let keys = Keys::new("clock");
     let (secs, micros): (i64, i64) = redis::cmd("TIME").query(&mut conn).unwrap();
     let before = secs * 1_000_000 + micros;
-    let (g, l, sh, f, v, a, st) = (
-        keys.global(),
-        keys.hot_lane(),
-        keys.hot_shop(b"s"),
-        keys.hot_flag(b"s"),
-        keys.limits_version(),
-        keys.auto_hot_prefix(),
-        keys.settings(),
-    );
+    let shop_keys = ShopKeys::new(&keys, b"s");
     let (lanes, auto) = (LaneArgs::new(&set), AutoHotArgs::new(None));
     let call = DecideCall {
-        keys: DecideKeys {
-            global: &g,
-            hot_lane: &l,
-            hot_shop: &sh,
-            hot_flag: &f,
-            limits_version: &v,
-            auto_hot_prefix: &a,
-            settings: &st,
-        },
+        keys: shop_keys.decide_keys(),
         tokens: 4,
         static_hot: false,
         lanes: &lanes,

@@ -11,8 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use checkout_guard_model::{
-    AutoHotArgs, BucketSet, BucketSpec, DecideCall, DecideKeys, DecideReply, Endpoint, Keys,
-    LaneArgs,
+    AutoHotArgs, BucketSet, BucketSpec, DecideCall, DecideReply, Endpoint, Keys, LaneArgs, ShopKeys,
 };
 use checkout_guard_runtime::{MemoryStore, Store, ValkeyStore};
 use common::{valkey_binary, Valkey};
@@ -27,27 +26,11 @@ fn set() -> BucketSet {
 
 /// One decision for `shop`, asked of `store`, decoded as the limiter decodes it.
 fn decide(store: &dyn Store, keys: &Keys, shop: &[u8]) -> Result<DecideReply, String> {
-    let (g, l, s, f, v, a, st) = (
-        keys.global(),
-        keys.hot_lane(),
-        keys.hot_shop(shop),
-        keys.hot_flag(shop),
-        keys.limits_version(),
-        keys.auto_hot_prefix(),
-        keys.settings(),
-    );
+    let shop_keys = ShopKeys::new(keys, shop);
     let lanes = LaneArgs::new(&set());
     let auto = AutoHotArgs::new(None);
     let call = DecideCall {
-        keys: DecideKeys {
-            global: &g,
-            hot_lane: &l,
-            hot_shop: &s,
-            hot_flag: &f,
-            limits_version: &v,
-            auto_hot_prefix: &a,
-            settings: &st,
-        },
+        keys: shop_keys.decide_keys(),
         tokens: 1,
         static_hot: false,
         lanes: &lanes,
