@@ -36,7 +36,9 @@ pub use options::{
     bucket_value, buckets_from_value, validate_shop_id, validate_tokens, validate_ttl, AutoHot,
     Defaults, LimiterOptions, OnUnavailable, MAX_SHOP_ID_BYTES, MAX_TTL_SECONDS,
 };
-pub use step::{lanes_in, step, StepReply, StoredState};
+pub use step::{
+    auto_hot_window, lanes_in, step, step_auto_hot, StepReply, StoredState, WindowCounts,
+};
 pub use value::Value;
 
 /// The version of checkout-guard, shown in `phpinfo()` and sent as the client's library

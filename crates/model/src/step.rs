@@ -3,14 +3,31 @@
 //! identical replies. Keep the two in lock-step.
 
 use crate::bucket::{BucketSet, Lane, StoredBucket};
+use crate::options::AutoHot;
 
 /// What the store holds for one shop's decision: each bucket (`None` when the key is
-/// missing or expired) and the shop's hot mark: `None` when not marked, else its time to
-/// live in ms (-1: no expiry).
+/// missing or expired), the shop's hot mark (`None` when not marked, else its time to
+/// live in ms, -1: no expiry), and with `auto_hot` the window counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoredState {
     pub buckets: [Option<StoredBucket>; 3],
     pub mark_ttl_ms: Option<i64>,
+    /// `auto_hot`'s counters: the current window (number [`auto_hot_window`]) and the one
+    /// before it.
+    pub windows: [WindowCounts; 2],
+}
+
+/// Tokens taken in one `auto_hot` window: by this shop, and by all shops (the hash
+/// `<prefix><window>`, fields `<shop>` and `""`; absent fields count 0).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WindowCounts {
+    pub mine: i64,
+    pub all: i64,
+}
+
+/// The number of the `auto_hot` window `now` (µs) falls in.
+pub fn auto_hot_window(now: i64, window_us: i64) -> i64 {
+    now.div_euclid(window_us)
 }
 
 impl StoredState {
@@ -27,8 +44,7 @@ impl StoredState {
 /// decision (`max(stored, now)` read at the current limits, moved forward when allowed), or
 /// -1 when the bucket did not apply to this request. `became_hot`: `auto_hot` marked the
 /// shop hot in this call; `share_permille`: its share of the global consumption over the
-/// window (0 without `auto_hot` or when denied). The model leaves both 0: auto-hot is
-/// tested against Valkey. `mark_ttl_ms`: when the shop is hot only by a mark, the mark's
+/// window (0 without `auto_hot` or when denied; see [`step_auto_hot`]). `mark_ttl_ms`: when the shop is hot only by a mark, the mark's
 /// time to live in ms (0 in its last millisecond; -1: no expiry); -2 otherwise. Whatever
 /// was learnt from the hot buckets holds no longer than the mark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +108,23 @@ pub fn step(
     static_hot: bool,
     version: &str,
 ) -> (StepReply, StoredState) {
+    step_auto_hot(set, stored, now, tokens, static_hot, version, None)
+}
+
+/// [`step`] with `auto_hot`: when tokens are taken, they are counted in the current
+/// window, and a shop that is not hot whose share of the tokens over the sliding window
+/// (the previous window weighted by the part of it still inside) is above `share`, having
+/// taken at least `min_tokens`, is marked hot for `ttl_seconds` (`next.mark_ttl_ms`).
+/// The arithmetic is the script's, in doubles as Lua's.
+pub fn step_auto_hot(
+    set: &BucketSet,
+    stored: &StoredState,
+    now: i64,
+    tokens: i64,
+    static_hot: bool,
+    version: &str,
+    auto_hot: Option<&AutoHot>,
+) -> (StepReply, StoredState) {
     let change_at = crate::live::change_instant(version.as_bytes());
     let by_mark = !static_hot && stored.marked_hot();
     let hot = static_hot || by_mark;
@@ -124,14 +157,30 @@ pub fn step(
             change: change_at,
         });
     }
+    let (mut became_hot, mut share_permille) = (false, 0);
+    if let (0, Some(a)) = (reason, auto_hot) {
+        let w = a.window.as_micros() as i64;
+        let [cur, prev] = stored.windows;
+        let mine = cur.mine + tokens;
+        let all = cur.all + tokens;
+        next.windows[0] = WindowCounts { mine, all };
+        let f = 1.0 - (now % w) as f64 / w as f64;
+        let mine = mine as f64 + prev.mine as f64 * f;
+        let all = all as f64 + prev.all as f64 * f;
+        share_permille = (1000.0 * mine / all).floor() as i64;
+        if !hot && mine >= a.min_tokens as f64 && mine > a.share * all {
+            became_hot = true;
+            next.mark_ttl_ms = Some(a.ttl_seconds * 1000);
+        }
+    }
     (
         StepReply {
             reason,
             hot,
             now_us: now,
             tats,
-            became_hot: false,
-            share_permille: 0,
+            became_hot,
+            share_permille,
             mark_ttl_ms: if by_mark {
                 stored.mark_ttl_ms.unwrap_or(-2)
             } else {
@@ -199,6 +248,7 @@ mod tests {
         let state = StoredState {
             buckets: [None; 3],
             mark_ttl_ms: Some(1500),
+            ..Default::default()
         };
         let (reply, next) = step(&set, &state, 5_000_000, 2, false, "");
         assert!(reply.hot);

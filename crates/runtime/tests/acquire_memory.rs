@@ -524,6 +524,7 @@ impl Reference {
                 .clone()
                 .map(|k| self.buckets.get(&k).map(|(b, _)| *b)),
             mark_ttl_ms,
+            ..Default::default()
         };
         let (reply, next) = step(&self.set, &stored, now, tokens, false, &self.version);
         for (i, key) in bucket_keys.into_iter().enumerate() {

@@ -53,6 +53,7 @@ impl ModelStore {
         StoredState {
             buckets: [self.global, self.lane, self.shops.get(&shop).copied()],
             mark_ttl_ms: self.marked.contains(&shop).then_some(MARK_TTL_MS),
+            ..Default::default()
         }
     }
 
@@ -367,4 +368,82 @@ fn production_script_uses_valkeys_clock_and_lets_idle_buckets_expire() {
         .arg(keys.global())
         .query::<bool>(&mut conn)
         .unwrap());
+}
+
+/// With `auto_hot`: the production script (on a test clock) and the in-memory store (the
+/// model's `step_auto_hot` on its own key space) answer every call of random sequences
+/// identically: decisions, the share, and when a shop becomes hot. Marks made by
+/// `auto_hot` live 1,000 s, longer than any sequence, so Valkey's real clock and the
+/// simulated one never disagree about them; the mark's PTTL (real in Valkey) is compared
+/// by sign only.
+#[test]
+fn script_and_memory_store_agree_with_auto_hot() {
+    use checkout_guard_model::AutoHot;
+    use checkout_guard_runtime::store::{MemoryStore, Store};
+    use std::time::Duration;
+
+    let valkey = Valkey::start();
+    let mut conn = valkey.connection();
+    let script = redis::Script::new(&decide_source_with_test_clock());
+    let seed = std::env::var("CG_MODEL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    println!("seed {seed}");
+    let mut rng = Rng::new(seed);
+    let mut became = 0;
+    for seq in 0..40 {
+        let mem = MemoryStore::new();
+        let keys = Keys::new(&format!("ah-{seed}-{seq}"));
+        let set = random_buckets(&mut rng);
+        let auto = AutoHot {
+            window: Duration::from_millis(rng.range(200, 3000) as u64),
+            share: [0.2, 0.34, 0.5, 0.75][rng.range(0, 3) as usize],
+            ttl_seconds: 1000,
+            min_tokens: rng.range(1, 8),
+        };
+        let (lanes, auto_args) = (LaneArgs::new(&set), AutoHotArgs::new(Some(&auto)));
+        let static_hot = rng.chance(30);
+        let max_tokens = set.min_capacity().min(3);
+        for op in 0..60 {
+            mem.advance(Duration::from_micros(rng.range(0, 300_000) as u64));
+            let now = mem.now_us();
+            let shop_n = rng.range(0, 3);
+            let shop = format!("s{shop_n}").into_bytes();
+            let shop_keys = ShopKeys::new(&keys, &shop);
+            let call = DecideCall {
+                keys: shop_keys.decide_keys(),
+                tokens: rng.range(1, max_tokens),
+                static_hot: static_hot && shop_n == 0,
+                lanes: &lanes,
+                version: b"",
+                shop: &shop,
+                auto_hot: &auto_args,
+                settings: "s",
+            };
+            let mut inv = invocation(&call, &script);
+            inv.arg(now);
+            let lua: Vec<i64> = inv.invoke(&mut conn).unwrap();
+            let model = mem.decide(&call).unwrap();
+            let sign = |v: &[i64]| {
+                let mut v = v.to_vec();
+                v[8] = v[8].signum();
+                v
+            };
+            assert_eq!(
+                sign(&model),
+                sign(&lua),
+                "seed {seed}, sequence {seq}, call {op} (shop s{shop_n}, {} tokens at {now} µs, {set:?}, {auto:?}): model vs script",
+                call.tokens
+            );
+            became += usize::from(lua[6] == 1);
+        }
+    }
+    // The sequences did reach the interesting part.
+    assert!(became > 0, "seed {seed}: no shop ever became hot");
 }

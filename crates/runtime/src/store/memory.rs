@@ -6,8 +6,8 @@
 //!
 //! Keys and values are stored as the decision script stores them (a bucket is
 //! `tat:interval:tolerance:change`, expiring when it would be full again), so what one
-//! test writes by hand reads as Valkey would read it. `auto_hot` is not modelled: a call
-//! with it decides as without (auto-hot is tested against Valkey).
+//! test writes by hand reads as Valkey would read it, and `auto_hot` counts in the same
+//! window hashes.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -17,7 +17,9 @@ use parking_lot::Mutex;
 
 use checkout_guard_model::call::{LIMITS_CHANGED_REPLY, SETTINGS_TTL_SECONDS};
 use checkout_guard_model::live::Stored;
-use checkout_guard_model::{step, DecideCall, Keys, Lane, StoredBucket, StoredState};
+use checkout_guard_model::{
+    auto_hot_window, step_auto_hot, DecideCall, Keys, Lane, StoredBucket, StoredState, WindowCounts,
+};
 
 use super::{Health, Store, StoreError};
 
@@ -255,6 +257,46 @@ impl State {
         }
     }
 
+    /// An integer field of the hash at `key` (0 when absent or not a number).
+    fn hash_int(&mut self, key: &[u8], field: &[u8]) -> i64 {
+        match self.get(key) {
+            Some(Val::Hash(fields)) => fields
+                .iter()
+                .find(|(f, _)| f == field)
+                .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
+                .unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    /// `HSET key field value ...`: an existing hash keeps its expiry.
+    fn hset(&mut self, key: &[u8], pairs: &[(&[u8], &[u8])]) {
+        if !matches!(self.get(key), Some(Val::Hash(_))) {
+            self.put(key, Val::Hash(Vec::new()), None);
+        }
+        let Some(Entry {
+            val: Val::Hash(fields),
+            ..
+        }) = self.keys.get_mut(key)
+        else {
+            unreachable!("a hash was put above")
+        };
+        for (f, v) in pairs {
+            match fields.iter_mut().find(|(k, _)| k == f) {
+                Some(slot) => slot.1 = v.to_vec(),
+                None => fields.push((f.to_vec(), v.to_vec())),
+            }
+        }
+    }
+
+    /// `PEXPIRE key ms`.
+    fn pexpire(&mut self, key: &[u8], ms: i64) {
+        let at = self.now_ms() + ms;
+        if let Some(e) = self.keys.get_mut(key) {
+            e.expires_at_ms = Some(at);
+        }
+    }
+
     /// Sets `key`, expiring `ttl_ms` from now (`SET ... PX`), or never.
     fn put(&mut self, key: &[u8], val: Val, ttl_ms: Option<i64>) {
         let expires_at_ms = ttl_ms.map(|t| self.now_ms() + t);
@@ -333,19 +375,59 @@ impl Store for MemoryStore {
                 buckets[lane as usize] = parsed;
             }
         }
+        // auto_hot's counters: this window's and the one before (other types read as
+        // empty here; the script would fail on them).
+        let auto_hot = call.auto_hot.auto_hot();
+        let window_keys = auto_hot.map(|a| {
+            let win = auto_hot_window(now, a.window.as_micros() as i64);
+            let key = |n: i64| [k.auto_hot_prefix, n.to_string().as_bytes()].concat();
+            [key(win), key(win - 1)]
+        });
+        let mut windows = [WindowCounts::default(); 2];
+        if let Some(wk) = &window_keys {
+            for (i, key) in wk.iter().enumerate() {
+                windows[i] = WindowCounts {
+                    mine: s.hash_int(key, call.shop),
+                    all: s.hash_int(key, b""),
+                };
+            }
+        }
         let stored = StoredState {
             buckets,
             mark_ttl_ms,
+            windows,
         };
         let version = String::from_utf8_lossy(call.version);
-        let (reply, next) = step(
+        let (reply, next) = step_auto_hot(
             call.lanes.buckets(),
             &stored,
             now,
             call.tokens,
             call.static_hot,
             &version,
+            auto_hot,
         );
+        if let (Some([cur, _]), Some(a), 0) = (&window_keys, auto_hot, reply.reason) {
+            let counts = next.windows[0];
+            s.hset(
+                cur,
+                &[
+                    (call.shop, counts.mine.to_string().as_bytes()),
+                    (b"", counts.all.to_string().as_bytes()),
+                ],
+            );
+            if stored.windows[0].all == 0 {
+                let w_ms = a.window.as_micros() as i64 / 1000;
+                s.pexpire(cur, 2 * w_ms + 1000);
+            }
+            if reply.became_hot {
+                s.put(
+                    k.hot_flag,
+                    Val::Str(b"auto".to_vec()),
+                    Some(a.ttl_seconds * 1000),
+                );
+            }
+        }
         for (i, key) in bucket_keys.iter().enumerate() {
             if let (Some(b), true) = (next.buckets[i], next.buckets[i] != stored.buckets[i]) {
                 // As the script: the key lives until the bucket is full again (+1 ms).
