@@ -87,6 +87,21 @@ impl BucketSpec {
         })
     }
 
+    /// A bucket as the decision's ARGV carry it: interval and tolerance in µs (the server
+    /// side knows no more; capacity and rate are derived for completeness). `None` when
+    /// the interval is 0 (not configured) or the values are not a bucket.
+    pub fn from_script_args(interval_us: i64, tolerance_us: i64) -> Option<Self> {
+        if interval_us <= 0 || tolerance_us < interval_us {
+            return None;
+        }
+        Some(Self {
+            capacity: tolerance_us / interval_us,
+            refill_per_second: 1e6 / interval_us as f64,
+            interval_us,
+            tolerance_us,
+        })
+    }
+
     pub fn capacity(&self) -> i64 {
         self.capacity
     }
@@ -153,6 +168,30 @@ impl StoredBucket {
             ),
             None => self.tat.to_string(),
         }
+    }
+
+    /// A stored value as the decision script reads it (`carry.lua`):
+    /// `tat:interval:tolerance[:change]` in digits only, or a bare integer (a TAT written
+    /// before buckets carried their limits). Anything else (signs, other separators,
+    /// text) is unreadable: the script fails on it. (Lua's `tonumber` would also take a
+    /// float or hex TAT written by hand; this refuses them.)
+    pub fn read_like_the_script(raw: &[u8]) -> Option<Self> {
+        let digits = |p: &[u8]| !p.is_empty() && p.iter().all(u8::is_ascii_digit);
+        let parts: Vec<&[u8]> = raw.split(|&b| b == b':').collect();
+        let shaped = match parts.as_slice() {
+            [a, i, t] => digits(a) && digits(i) && digits(t),
+            [a, i, t, w] => digits(a) && digits(i) && digits(t) && (w.is_empty() || digits(w)),
+            [bare] => {
+                let text = std::str::from_utf8(bare).ok()?.trim();
+                return text.parse::<i64>().ok().map(|tat| Self {
+                    tat,
+                    params: None,
+                    change: None,
+                });
+            }
+            _ => false,
+        };
+        shaped.then(|| Self::parse(raw)).flatten()
     }
 
     /// Parses a stored value (`None` when it is not one).

@@ -22,6 +22,7 @@ pub mod error;
 pub mod keys;
 pub mod live;
 pub mod options;
+pub mod server;
 pub mod settings;
 pub mod step;
 pub mod value;

@@ -15,11 +15,9 @@ use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 
-use checkout_guard_model::call::{LIMITS_CHANGED_REPLY, SETTINGS_TTL_SECONDS};
 use checkout_guard_model::live::Stored;
-use checkout_guard_model::{
-    auto_hot_window, step_auto_hot, DecideCall, Keys, Lane, StoredBucket, StoredState, WindowCounts,
-};
+use checkout_guard_model::server::{decide_on, Keyspace, ReceivedCall};
+use checkout_guard_model::{DecideCall, Keys};
 
 use super::{Health, Store, StoreError};
 
@@ -314,27 +312,31 @@ impl State {
     }
 }
 
-/// A stored bucket as `carry.lua` reads it: `tat:interval:tolerance[:change]` in digits
-/// only, or a bare integer (a TAT written before buckets carried their limits); anything
-/// else (signs, other separators, text) is unreadable and fails the script. (Lua's
-/// `tonumber` would also take a float or hex TAT written by hand; this store refuses them.)
-fn read_like_the_script(raw: &[u8]) -> Option<StoredBucket> {
-    let digits = |p: &[u8]| !p.is_empty() && p.iter().all(u8::is_ascii_digit);
-    let parts: Vec<&[u8]> = raw.split(|&b| b == b':').collect();
-    let shaped = match parts.as_slice() {
-        [a, i, t] => digits(a) && digits(i) && digits(t),
-        [a, i, t, w] => digits(a) && digits(i) && digits(t) && (w.is_empty() || digits(w)),
-        [bare] => {
-            let text = std::str::from_utf8(bare).ok()?.trim();
-            return text.parse::<i64>().ok().map(|tat| StoredBucket {
-                tat,
-                params: None,
-                change: None,
-            });
-        }
-        _ => false,
-    };
-    shaped.then(|| StoredBucket::parse(raw)).flatten()
+/// The decision's reads and writes on this store's key space (`model::server`).
+impl Keyspace for State {
+    fn get_string(&mut self, key: &[u8]) -> Option<Vec<u8>> {
+        self.get_str(key)
+    }
+
+    fn pttl(&mut self, key: &[u8]) -> i64 {
+        self.string_pttl(key).unwrap_or(-2)
+    }
+
+    fn hash_int(&mut self, key: &[u8], field: &[u8]) -> i64 {
+        State::hash_int(self, key, field)
+    }
+
+    fn set_px(&mut self, key: &[u8], value: &[u8], px_ms: i64) {
+        self.put(key, Val::Str(value.to_vec()), Some(px_ms));
+    }
+
+    fn hset(&mut self, key: &[u8], pairs: &[(&[u8], &[u8])]) {
+        State::hset(self, key, pairs);
+    }
+
+    fn pexpire(&mut self, key: &[u8], ms: i64) {
+        State::pexpire(self, key, ms);
+    }
 }
 
 impl Store for MemoryStore {
@@ -346,104 +348,24 @@ impl Store for MemoryStore {
         if let Some(Fault::Reply(ints)) = fault {
             return Ok(ints);
         }
-        let k = call.keys;
-        let stored_version = s.get_str(k.limits_version).unwrap_or_default();
-        if stored_version != call.version {
-            return Ok(LIMITS_CHANGED_REPLY.to_vec());
-        }
-        let now = s.now();
-        let mark_ttl_ms = s.string_pttl(k.hot_flag);
-        let bucket_keys = [k.global, k.hot_lane, k.hot_shop];
-        let hot = call.static_hot || mark_ttl_ms.is_some();
-        let mut buckets = [None; 3];
-        for (lane, key) in Lane::ALL.into_iter().zip(bucket_keys) {
-            // Another type reads as nil (`MGET`). A string the script cannot read fails
-            // the script, before it writes anything, for a bucket it reads (configured,
-            // and global or the shop is hot): an error reply.
-            let read = call.lanes.buckets().get(lane).is_some() && (lane == Lane::Global || hot);
-            if let Some(raw) = s.get_str(key) {
-                let parsed = read_like_the_script(&raw);
-                if parsed.is_none() && read {
-                    return Err(StoreError::Failed {
-                        cause: format!(
-                            "ERR user_script: unreadable bucket {:?}",
-                            String::from_utf8_lossy(&raw)
-                        ),
-                        retry_in: Duration::ZERO,
-                    });
-                }
-                buckets[lane as usize] = parsed;
-            }
-        }
-        // auto_hot's counters: this window's and the one before (other types read as
-        // empty here; the script would fail on them).
-        let auto_hot = call.auto_hot.auto_hot();
-        let window_keys = auto_hot.map(|a| {
-            let win = auto_hot_window(now, a.window.as_micros() as i64);
-            let key = |n: i64| [k.auto_hot_prefix, n.to_string().as_bytes()].concat();
-            [key(win), key(win - 1)]
-        });
-        let mut windows = [WindowCounts::default(); 2];
-        if let Some(wk) = &window_keys {
-            for (i, key) in wk.iter().enumerate() {
-                windows[i] = WindowCounts {
-                    mine: s.hash_int(key, call.shop),
-                    all: s.hash_int(key, b""),
-                };
-            }
-        }
-        let stored = StoredState {
-            buckets,
-            mark_ttl_ms,
-            windows,
+        // What a server receives: the encoded call, decoded (as CG.DECIDE does).
+        let argv = call.argv();
+        let args: Vec<&[u8]> = call
+            .keys()
+            .into_iter()
+            .chain(argv.iter().map(|a| a.as_ref()))
+            .collect();
+        let failed = |cause: String| StoreError::Failed {
+            cause,
+            retry_in: Duration::ZERO,
         };
-        let version = String::from_utf8_lossy(call.version);
-        let (reply, next) = step_auto_hot(
-            call.lanes.buckets(),
-            &stored,
-            now,
-            call.tokens,
-            call.static_hot,
-            &version,
-            auto_hot,
-        );
-        if let (Some([cur, _]), Some(a), 0) = (&window_keys, auto_hot, reply.reason) {
-            let counts = next.windows[0];
-            s.hset(
-                cur,
-                &[
-                    (call.shop, counts.mine.to_string().as_bytes()),
-                    (b"", counts.all.to_string().as_bytes()),
-                ],
-            );
-            if stored.windows[0].all == 0 {
-                let w_ms = a.window.as_micros() as i64 / 1000;
-                s.pexpire(cur, 2 * w_ms + 1000);
-            }
-            if reply.became_hot {
-                s.put(
-                    k.hot_flag,
-                    Val::Str(b"auto".to_vec()),
-                    Some(a.ttl_seconds * 1000),
-                );
-            }
+        let received = ReceivedCall::parse(&args).map_err(failed)?;
+        let now = s.now();
+        let reply = decide_on(&mut *s, &received, now).map_err(failed)?;
+        if reply.len() > 2 {
+            s.decisions += 1;
         }
-        for (i, key) in bucket_keys.iter().enumerate() {
-            if let (Some(b), true) = (next.buckets[i], next.buckets[i] != stored.buckets[i]) {
-                // As the script: the key lives until the bucket is full again (+1 ms).
-                let px = (b.tat - now).div_euclid(1000) + 1;
-                s.put(key, Val::Str(b.encode().into_bytes()), Some(px));
-            }
-        }
-        if s.get_str(k.settings).as_deref() != Some(call.settings.as_bytes()) {
-            s.put(
-                k.settings,
-                Val::Str(call.settings.as_bytes().to_vec()),
-                Some(SETTINGS_TTL_SECONDS * 1000),
-            );
-        }
-        s.decisions += 1;
-        Ok(reply.to_ints().to_vec())
+        Ok(reply)
     }
 
     fn read_limits(&self, keys: &Keys) -> Result<Stored, StoreError> {

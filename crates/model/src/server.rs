@@ -1,0 +1,268 @@
+//! The decision as the server makes it: `decide.lua` in Rust, over any key space. The
+//! native module's `CG.DECIDE` runs it on Valkey's keys and clock, and the in-memory test
+//! store on its own; both therefore are [`step_auto_hot`] with the script's reads and
+//! writes around it, and the script is held to them call for call.
+//!
+//! Order, as the script's: read the hot flag, the buckets, the version and the settings
+//! (other types read as nil, like `MGET`); a version other than the caller's answers
+//! "limits changed" with nothing done; a bucket the decision reads that cannot be read
+//! fails the call before any write; then the buckets taken from (or carried over), the
+//! `auto_hot` window and mark, and the settings when they differ.
+
+use crate::bucket::{BucketSet, BucketSpec, Lane, StoredBucket};
+use crate::call::{LIMITS_CHANGED_REPLY, SETTINGS_TTL_SECONDS};
+use crate::options::AutoHot;
+use crate::step::{auto_hot_window, step_auto_hot, StoredState, WindowCounts};
+
+/// A decision call as the server receives it (`CG.DECIDE`'s arguments, or the script's
+/// KEYS then ARGV), decoded: the inverse of [`crate::DecideCall`]'s encoding.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReceivedCall<'a> {
+    /// Global, hot lane, hot shop, hot flag, limits version, auto-hot prefix, settings.
+    pub keys: [&'a [u8]; 7],
+    pub tokens: i64,
+    pub static_hot: bool,
+    pub buckets: BucketSet,
+    pub version: &'a [u8],
+    pub shop: &'a [u8],
+    pub auto_hot: Option<AutoHot>,
+    pub settings: &'a [u8],
+}
+
+fn int(name: &str, raw: &[u8]) -> Result<i64, String> {
+    std::str::from_utf8(raw)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| {
+            format!(
+                "{name} must be an integer, got {:?}",
+                String::from_utf8_lossy(raw)
+            )
+        })
+}
+
+impl<'a> ReceivedCall<'a> {
+    /// Decodes 7 keys and 15 arguments.
+    pub fn parse(args: &[&'a [u8]]) -> Result<Self, String> {
+        let [g, l, s, f, v, a, st, argv @ ..] = args else {
+            return Err(format!(
+                "expected 7 keys and 15 arguments, got {}",
+                args.len()
+            ));
+        };
+        let [tokens, hot, gi, gt, li, lt, si, stol, version, shop, w, share, ttl, min, settings] =
+            argv
+        else {
+            return Err(format!(
+                "expected 7 keys and 15 arguments, got {}",
+                args.len()
+            ));
+        };
+        let tokens = int("tokens", tokens)?;
+        if tokens < 1 {
+            return Err(format!("tokens must be at least 1, got {tokens}"));
+        }
+        let bucket = |name: &str, i: &[u8], t: &[u8]| -> Result<Option<BucketSpec>, String> {
+            let (i, t) = (int(name, i)?, int(name, t)?);
+            match i {
+                0 => Ok(None),
+                _ => BucketSpec::from_script_args(i, t).map(Some).ok_or_else(|| {
+                    format!("{name}: interval {i} and tolerance {t} are not a bucket")
+                }),
+            }
+        };
+        let global = bucket("global", gi, gt)?.ok_or("the global bucket is required")?;
+        let buckets = BucketSet {
+            global,
+            hot_lane: bucket("hot_lane", li, lt)?,
+            hot_shop: bucket("hot_shop", si, stol)?,
+        };
+        let window_us = int("auto_hot window", w)?;
+        let auto_hot = match window_us {
+            0 => None,
+            w if w > 0 => Some(AutoHot {
+                window: std::time::Duration::from_micros(w as u64),
+                share: std::str::from_utf8(share)
+                    .ok()
+                    .and_then(|s| s.parse::<f64>().ok())
+                    .filter(|x| x.is_finite())
+                    .ok_or("auto_hot share must be a number")?,
+                ttl_seconds: int("auto_hot ttl", ttl)?,
+                min_tokens: int("auto_hot min_tokens", min)?,
+            }),
+            w => return Err(format!("auto_hot window must be >= 0, got {w}")),
+        };
+        Ok(Self {
+            keys: [g, l, s, f, v, a, st],
+            tokens,
+            static_hot: *hot == b"1",
+            buckets,
+            version,
+            shop,
+            auto_hot,
+            settings,
+        })
+    }
+}
+
+/// The key space a server-side decision reads and writes.
+pub trait Keyspace {
+    /// The string at `key`; `None` when missing or of another type (as `MGET`).
+    fn get_string(&mut self, key: &[u8]) -> Option<Vec<u8>>;
+    /// `PTTL key` of an existing key: ms left, -1 without expiry.
+    fn pttl(&mut self, key: &[u8]) -> i64;
+    /// An integer field of the hash at `key` (0 when absent).
+    fn hash_int(&mut self, key: &[u8], field: &[u8]) -> i64;
+    /// `SET key value PX ms`.
+    fn set_px(&mut self, key: &[u8], value: &[u8], px_ms: i64);
+    /// `HSET key field value ...` (an existing hash keeps its expiry).
+    fn hset(&mut self, key: &[u8], pairs: &[(&[u8], &[u8])]);
+    /// `PEXPIRE key ms`.
+    fn pexpire(&mut self, key: &[u8], ms: i64);
+}
+
+/// What the server answers: the script's reply integers (see [`crate::StepReply`]).
+pub fn decide_on(
+    ks: &mut impl Keyspace,
+    call: &ReceivedCall<'_>,
+    now: i64,
+) -> Result<Vec<i64>, String> {
+    let [kg, kl, ks_, kf, kv, ka, kst] = call.keys;
+    let flag = ks.get_string(kf);
+    let stored_version = ks.get_string(kv).unwrap_or_default();
+    if stored_version != call.version {
+        return Ok(LIMITS_CHANGED_REPLY.to_vec());
+    }
+    let mark_ttl_ms = match (&flag, call.static_hot) {
+        (Some(_), false) => Some(ks.pttl(kf)),
+        _ => None,
+    };
+    let hot = call.static_hot || mark_ttl_ms.is_some();
+    let bucket_keys = [kg, kl, ks_];
+    let mut buckets = [None; 3];
+    for (lane, key) in Lane::ALL.into_iter().zip(bucket_keys) {
+        let read = call.buckets.get(lane).is_some() && (lane == Lane::Global || hot);
+        if let Some(raw) = ks.get_string(key) {
+            let parsed = StoredBucket::read_like_the_script(&raw);
+            if parsed.is_none() && read {
+                return Err(format!(
+                    "ERR unreadable bucket {:?} at {:?}",
+                    String::from_utf8_lossy(&raw),
+                    String::from_utf8_lossy(key)
+                ));
+            }
+            buckets[lane as usize] = parsed;
+        }
+    }
+    let window_keys = call.auto_hot.as_ref().map(|a| {
+        let win = auto_hot_window(now, a.window.as_micros() as i64);
+        let key = |n: i64| [ka, n.to_string().as_bytes()].concat();
+        [key(win), key(win - 1)]
+    });
+    let mut windows = [WindowCounts::default(); 2];
+    if let Some(wk) = &window_keys {
+        for (i, key) in wk.iter().enumerate() {
+            windows[i] = WindowCounts {
+                mine: ks.hash_int(key, call.shop),
+                all: ks.hash_int(key, b""),
+            };
+        }
+    }
+    let stored = StoredState {
+        buckets,
+        mark_ttl_ms,
+        windows,
+    };
+    let version = String::from_utf8_lossy(call.version);
+    let (reply, next) = step_auto_hot(
+        &call.buckets,
+        &stored,
+        now,
+        call.tokens,
+        call.static_hot,
+        &version,
+        call.auto_hot.as_ref(),
+    );
+    for (i, key) in bucket_keys.iter().enumerate() {
+        if let (Some(b), true) = (next.buckets[i], next.buckets[i] != stored.buckets[i]) {
+            // The key lives until the bucket is full again (+1 ms).
+            let px = (b.tat - now).div_euclid(1000) + 1;
+            ks.set_px(key, b.encode().as_bytes(), px);
+        }
+    }
+    if let (Some([cur, _]), Some(a), 0) = (&window_keys, &call.auto_hot, reply.reason) {
+        let counts = next.windows[0];
+        ks.hset(
+            cur,
+            &[
+                (call.shop, counts.mine.to_string().as_bytes()),
+                (b"", counts.all.to_string().as_bytes()),
+            ],
+        );
+        if stored.windows[0].all == 0 {
+            ks.pexpire(cur, 2 * (a.window.as_micros() as i64 / 1000) + 1000);
+        }
+        if reply.became_hot {
+            ks.set_px(kf, b"auto", a.ttl_seconds * 1000);
+        }
+    }
+    if ks.get_string(kst).as_deref() != Some(call.settings) {
+        ks.set_px(kst, call.settings, SETTINGS_TTL_SECONDS * 1000);
+    }
+    Ok(reply.to_ints().to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::call::{AutoHotArgs, DecideCall, LaneArgs, ShopKeys};
+    use crate::Keys;
+
+    #[test]
+    fn a_received_call_is_what_the_encoder_sent() {
+        let set = BucketSet {
+            global: BucketSpec::new("global", 30, 7.5).unwrap(),
+            hot_lane: None,
+            hot_shop: Some(BucketSpec::new("hot_shop", 5, 1.0).unwrap()),
+        };
+        let auto = AutoHot {
+            window: std::time::Duration::from_millis(1500),
+            share: 0.34,
+            ttl_seconds: 60,
+            min_tokens: 3,
+        };
+        let keys = ShopKeys::new(&Keys::new("n"), b"s\x00p");
+        let (lanes, auto_args) = (LaneArgs::new(&set), AutoHotArgs::new(Some(&auto)));
+        let call = DecideCall {
+            keys: keys.decide_keys(),
+            tokens: 2,
+            static_hot: true,
+            lanes: &lanes,
+            version: b"3-ab-17",
+            shop: b"s\x00p",
+            auto_hot: &auto_args,
+            settings: "global=30/7.5",
+        };
+        let argv = call.argv();
+        let args: Vec<&[u8]> = call
+            .keys()
+            .into_iter()
+            .chain(argv.iter().map(|a| a.as_ref()))
+            .collect();
+        let got = ReceivedCall::parse(&args).unwrap();
+        assert_eq!(got.keys, call.keys());
+        assert_eq!((got.tokens, got.static_hot), (2, true));
+        assert_eq!(got.version, b"3-ab-17");
+        assert_eq!(got.shop, b"s\x00p");
+        assert_eq!(got.auto_hot, Some(auto));
+        assert_eq!(got.settings, b"global=30/7.5");
+        for lane in Lane::ALL {
+            let (a, b) = (got.buckets.get(lane), set.get(lane));
+            assert_eq!(
+                a.map(|x| (x.interval_us(), x.tolerance_us())),
+                b.map(|x| (x.interval_us(), x.tolerance_us()))
+            );
+        }
+        assert!(ReceivedCall::parse(&args[..21]).is_err());
+    }
+}
