@@ -370,19 +370,25 @@ fn production_script_uses_valkeys_clock_and_lets_idle_buckets_expire() {
         .unwrap());
 }
 
-/// With `auto_hot`: the production script (on a test clock) and the in-memory store (the
-/// model's `step_auto_hot` on its own key space) answer every call of random sequences
-/// identically: decisions, the share, and when a shop becomes hot. Marks made by
-/// `auto_hot` live 1,000 s, longer than any sequence, so Valkey's real clock and the
-/// simulated one never disagree about them; the mark's PTTL (real in Valkey) is compared
-/// by sign only.
+/// The three engines of a decision decide every call of random sequences identically:
+/// the production script (on a test clock), the native module's `CG.DECIDE` (loaded with
+/// `test-clock`) and the in-memory store (the model's `server::decide_on`). The sequences
+/// have `auto_hot`, static and marked hot shops, marks removed, live changes (new limits
+/// and version, buckets carried over) and data loss. Marks live 1,000 s, longer than any
+/// sequence, so Valkey's real clock and the simulated one never disagree about them; the
+/// mark's PTTL (real in Valkey) is compared by sign only.
 #[test]
-fn script_and_memory_store_agree_with_auto_hot() {
+fn script_module_and_model_agree_on_random_sequences() {
     use checkout_guard_model::AutoHot;
     use checkout_guard_runtime::store::{MemoryStore, Store};
     use std::time::Duration;
 
-    let valkey = Valkey::start();
+    let module = common::valkey_module();
+    let valkey = Valkey::start_with(&[
+        "--loadmodule".as_ref(),
+        module.as_os_str(),
+        "test-clock".as_ref(),
+    ]);
     let mut conn = valkey.connection();
     let script = redis::Script::new(&decide_source_with_test_clock());
     let seed = std::env::var("CG_MODEL_SEED")
@@ -394,56 +400,156 @@ fn script_and_memory_store_agree_with_auto_hot() {
                 .unwrap()
                 .as_nanos() as u64
         });
-    println!("seed {seed}");
+    println!("seed {seed} (CG_MODEL_SEED={seed} repeats it)");
     let mut rng = Rng::new(seed);
-    let mut became = 0;
+    let (mut became, mut changes, mut carried) = (0, 0, 0);
     for seq in 0..40 {
         let mem = MemoryStore::new();
-        let keys = Keys::new(&format!("ah-{seed}-{seq}"));
-        let set = random_buckets(&mut rng);
-        let auto = AutoHot {
+        // As the test-clock script and module: buckets live an hour longer.
+        mem.keep_buckets_longer(3_600_000);
+        let lua_keys = Keys::new(&format!("lua-{seed}-{seq}"));
+        let mod_keys = Keys::new(&format!("mod-{seed}-{seq}"));
+        let mem_keys = Keys::new("mem");
+        let mut set = random_buckets(&mut rng);
+        let auto = rng.chance(70).then(|| AutoHot {
             window: Duration::from_millis(rng.range(200, 3000) as u64),
             share: [0.2, 0.34, 0.5, 0.75][rng.range(0, 3) as usize],
             ttl_seconds: 1000,
             min_tokens: rng.range(1, 8),
-        };
-        let (lanes, auto_args) = (LaneArgs::new(&set), AutoHotArgs::new(Some(&auto)));
+        });
+        let auto_args = AutoHotArgs::new(auto.as_ref());
         let static_hot = rng.chance(30);
-        let max_tokens = set.min_capacity().min(3);
+        let mut version = String::new();
         for op in 0..60 {
             mem.advance(Duration::from_micros(rng.range(0, 300_000) as u64));
             let now = mem.now_us();
             let shop_n = rng.range(0, 3);
             let shop = format!("s{shop_n}").into_bytes();
-            let shop_keys = ShopKeys::new(&keys, &shop);
+            match rng.range(0, 99) {
+                0..=5 => {
+                    // A mark, as markHot() sets it.
+                    for k in [&lua_keys, &mod_keys] {
+                        redis::cmd("SET")
+                            .arg(k.hot_flag(&shop))
+                            .arg(1)
+                            .arg("EX")
+                            .arg(1000)
+                            .query::<()>(&mut conn)
+                            .unwrap();
+                    }
+                    mem.mark_hot(&mem_keys.hot_flag(&shop), 1000).unwrap();
+                    continue;
+                }
+                6..=8 => {
+                    for k in [&lua_keys, &mod_keys] {
+                        redis::cmd("DEL")
+                            .arg(k.hot_flag(&shop))
+                            .query::<()>(&mut conn)
+                            .unwrap();
+                    }
+                    mem.unmark_hot(&mem_keys.hot_flag(&shop)).unwrap();
+                    continue;
+                }
+                9..=12 => {
+                    // A live change: new limits, a new version carrying its instant.
+                    changes += 1;
+                    set = random_buckets(&mut rng);
+                    version = format!("{changes}-e{seq}-{now}");
+                    for k in [&lua_keys, &mod_keys] {
+                        redis::cmd("SET")
+                            .arg(k.limits_version())
+                            .arg(&version)
+                            .query::<()>(&mut conn)
+                            .unwrap();
+                    }
+                    mem.set(&mem_keys.limits_version(), version.as_bytes());
+                    continue;
+                }
+                13 => {
+                    // Data loss.
+                    for k in [&lua_keys, &mod_keys] {
+                        let pattern = [k.hash_tag(), b"*"].concat();
+                        let found: Vec<Vec<u8>> =
+                            redis::cmd("KEYS").arg(pattern).query(&mut conn).unwrap();
+                        if !found.is_empty() {
+                            redis::cmd("DEL").arg(found).query::<()>(&mut conn).unwrap();
+                        }
+                    }
+                    mem.flush_all();
+                    version.clear();
+                    continue;
+                }
+                _ => {}
+            }
+            let lanes = LaneArgs::new(&set);
+            let max_tokens = set.min_capacity().min(3);
+            let tokens = rng.range(1, max_tokens);
+            let decide = |keys: &Keys| {
+                let shop_keys = ShopKeys::new(keys, &shop);
+                let call = DecideCall {
+                    keys: shop_keys.decide_keys(),
+                    tokens,
+                    static_hot: static_hot && shop_n == 0,
+                    lanes: &lanes,
+                    version: version.as_bytes(),
+                    shop: &shop,
+                    auto_hot: &auto_args,
+                    settings: "s",
+                };
+                let encoded = (
+                    call.keys().map(<[u8]>::to_vec),
+                    call.argv().iter().map(|a| a.to_vec()).collect::<Vec<_>>(),
+                );
+                encoded
+            };
+            let (lk, la) = decide(&lua_keys);
+            let mut inv = script.prepare_invoke();
+            for k in &lk {
+                inv.key(k);
+            }
+            for a in &la {
+                inv.arg(a);
+            }
+            inv.arg(now);
+            let lua: Vec<i64> = inv.invoke(&mut conn).unwrap();
+            let (mk, ma) = decide(&mod_keys);
+            let native: Vec<i64> = redis::cmd("CG.DECIDE")
+                .arg(&mk[..])
+                .arg(&ma[..])
+                .arg(now)
+                .query(&mut conn)
+                .unwrap();
+            let shop_keys = ShopKeys::new(&mem_keys, &shop);
             let call = DecideCall {
                 keys: shop_keys.decide_keys(),
-                tokens: rng.range(1, max_tokens),
+                tokens,
                 static_hot: static_hot && shop_n == 0,
                 lanes: &lanes,
-                version: b"",
+                version: version.as_bytes(),
                 shop: &shop,
                 auto_hot: &auto_args,
                 settings: "s",
             };
-            let mut inv = invocation(&call, &script);
-            inv.arg(now);
-            let lua: Vec<i64> = inv.invoke(&mut conn).unwrap();
             let model = mem.decide(&call).unwrap();
             let sign = |v: &[i64]| {
                 let mut v = v.to_vec();
-                v[8] = v[8].signum();
+                if v.len() == 9 {
+                    v[8] = v[8].signum();
+                }
                 v
             };
-            assert_eq!(
-                sign(&model),
-                sign(&lua),
-                "seed {seed}, sequence {seq}, call {op} (shop s{shop_n}, {} tokens at {now} µs, {set:?}, {auto:?}): model vs script",
-                call.tokens
+            let what = format!(
+                "seed {seed}, sequence {seq}, call {op} (shop s{shop_n}, {tokens} tokens at {now} µs, version {version:?}, {set:?}, {auto:?})"
             );
-            became += usize::from(lua[6] == 1);
+            assert_eq!(sign(&native), sign(&lua), "{what}: module vs script");
+            assert_eq!(sign(&model), sign(&lua), "{what}: model vs script");
+            if lua.len() == 9 {
+                became += usize::from(lua[6] == 1);
+                carried += usize::from(!version.is_empty());
+            }
         }
     }
-    // The sequences did reach the interesting part.
+    // The sequences did reach the interesting parts.
     assert!(became > 0, "seed {seed}: no shop ever became hot");
+    assert!(carried > 0, "seed {seed}: no decision after a live change");
 }

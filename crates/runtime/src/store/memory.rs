@@ -64,6 +64,8 @@ struct State {
     calls: u64,
     decisions: u64,
     script_loads: u64,
+    /// Added to buckets' expiry (see [`MemoryStore::keep_buckets_longer`]).
+    bucket_slack_ms: i64,
 }
 
 /// See the module documentation.
@@ -115,6 +117,13 @@ impl MemoryStore {
         let s = Self::new();
         s.state.lock().real_since = Some(std::time::Instant::now());
         s
+    }
+
+    /// Buckets expire `ms` later than the script sets (as the script's test-clock variant
+    /// does), for tests that compare this store with a Valkey whose real clock must not
+    /// expire what the simulated one still reads.
+    pub fn keep_buckets_longer(&self, ms: i64) {
+        self.state.lock().bucket_slack_ms = ms;
     }
 
     /// The store's clock (µs).
@@ -327,6 +336,11 @@ impl Keyspace for State {
     }
 
     fn set_px(&mut self, key: &[u8], value: &[u8], px_ms: i64) {
+        self.put(key, Val::Str(value.to_vec()), Some(px_ms));
+    }
+
+    fn set_bucket(&mut self, key: &[u8], value: &[u8], px_ms: i64) {
+        let px_ms = px_ms + self.bucket_slack_ms;
         self.put(key, Val::Str(value.to_vec()), Some(px_ms));
     }
 

@@ -34,8 +34,28 @@ pub fn valkey_binary() -> PathBuf {
     })
 }
 
+/// The checkout-guard Valkey module built by `cargo build --release` (or
+/// `CG_VALKEY_MODULE`).
+pub fn valkey_module() -> PathBuf {
+    let path = std::env::var("CG_VALKEY_MODULE").map_or_else(
+        |_| workspace_root().join("target/release/libcheckout_guard_valkey.so"),
+        PathBuf::from,
+    );
+    assert!(
+        path.exists(),
+        "{} missing: build it with `cargo build --release -p checkout-guard-valkey` (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
 impl Valkey {
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// A Valkey started with extra arguments (e.g. `--loadmodule PATH`).
+    pub fn start_with(extra: &[&std::ffi::OsStr]) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "cg-valkey-{}-{}",
             std::process::id(),
@@ -49,6 +69,7 @@ impl Valkey {
             .arg(&sock)
             .arg("--dir")
             .arg(&dir)
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
