@@ -171,7 +171,9 @@ function encoded_calls(string $name, array $shops): array
 }
 
 $always = ['capacity' => 1_000_000, 'refill_per_second' => 1_000_000];
-$limiter = static fn (string $url, string $name, array $extra = []) => new RateLimiter(['name' => $name, 'url' => $url, 'global' => $always] + $extra);
+// The script's cases name engine "lua": the benchmark's Valkey has the native module
+// loaded too, and its cases (`*_module`) decide with it, side by side.
+$limiter = static fn (string $url, string $name, array $extra = []) => new RateLimiter(['name' => $name, 'url' => $url, 'global' => $always] + $extra + ['engine' => 'lua']);
 $shops = static fn () => 'shop-' . random_int(1, 1000);
 
 $cases = [
@@ -189,6 +191,18 @@ $cases = [
     }],
     'acquire_auto_hot' => ['evalsha', static function () use ($limiter, $tcp, $shops) {
         $l = $limiter($tcp, 'bench-auto', ['auto_hot' => true]);
+        return static fn () => $l->acquire($shops())->isAllowed();
+    }],
+    'acquire_module' => ['CG.DECIDE', static function () use ($limiter, $tcp, $shops) {
+        $l = $limiter($tcp, 'bench-mod', ['engine' => 'module']);
+        return static fn () => $l->acquire($shops())->isAllowed();
+    }],
+    'acquire_hot_module' => ['CG.DECIDE', static function () use ($limiter, $tcp, $always) {
+        $l = $limiter($tcp, 'bench-hot-mod', ['hot_lane' => $always, 'hot_shop' => $always, 'hot_shops' => ['flash'], 'engine' => 'module']);
+        return static fn () => $l->acquire('flash')->isAllowed();
+    }],
+    'acquire_auto_hot_module' => ['CG.DECIDE', static function () use ($limiter, $tcp, $shops) {
+        $l = $limiter($tcp, 'bench-auto-mod', ['auto_hot' => true, 'engine' => 'module']);
         return static fn () => $l->acquire($shops())->isAllowed();
     }],
     'evalsha' => ['evalsha', static function () use ($shops) {
@@ -304,6 +318,7 @@ function flood(bool $local, float $seconds): array
         'global' => ['capacity' => 100, 'refill_per_second' => 1000],
         'hot_shop' => ['capacity' => 10, 'refill_per_second' => $cap],
         'hot_shops' => ['flash'],
+        'engine' => 'lua', // round trips are counted as EVALSHA calls
     ]);
     $floodProcs = 4;
     $pace = 1 / ($cap * 10 / $floodProcs);
@@ -422,7 +437,7 @@ function accuracy(float $seconds): array
     $rate = 100.0;
     $capacity = 20;
     $procs = 8;
-    $l = new RateLimiter(['name' => 'accuracy', 'url' => $tcp, 'global' => ['capacity' => $capacity, 'refill_per_second' => $rate]]);
+    $l = new RateLimiter(['name' => 'accuracy', 'url' => $tcp, 'global' => ['capacity' => $capacity, 'refill_per_second' => $rate], 'engine' => 'lua']);
     $l->reset();
     $pace = 1 / (2 * $rate / $procs);
     $startAt = microtime(true) + 0.3;

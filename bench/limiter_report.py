@@ -16,6 +16,9 @@ CASES = [
     ("acquire", "`RateLimiter::acquire()`, global bucket"),
     ("acquire_hot", "`RateLimiter::acquire()`, hot shop (global + hot_lane + hot_shop)"),
     ("acquire_auto_hot", "`RateLimiter::acquire()`, global bucket, `auto_hot` on"),
+    ("acquire_module", "`acquire()`, global bucket, native module (`CG.DECIDE`)"),
+    ("acquire_hot_module", "`acquire()`, hot shop, native module"),
+    ("acquire_auto_hot_module", "`acquire()`, global bucket, `auto_hot` on, native module"),
     ("evalsha", "the same script by hand, phpredis `evalSha`"),
     ("symfony", "Symfony RateLimiter `token_bucket` (Redis cache + Redis lock)"),
     ("ping_unix", "phpredis `PING`, Unix socket"),
@@ -64,7 +67,8 @@ def main() -> None:
         "each timing every decision. p50/p99 over all decisions; decisions/s is the total over all",
         "processes; client CPU is user+system CPU of the PHP processes per decision; Valkey CPU",
         "is `INFO cpu` per decision (network included); script µs is `INFO commandstats`",
-        "`usec_per_call` of EVALSHA (the script's own cost inside Valkey).",
+        "`usec_per_call` of EVALSHA (the script's own cost inside Valkey), or of `CG.DECIDE` for",
+        "the native module's cases.",
         "",
         "| case | N | p50 µs | p99 µs | decisions/s | client CPU µs | Valkey CPU µs | script µs in Valkey |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -91,6 +95,16 @@ def main() -> None:
     if auto:
         extra = auto["valkey_usec_per_call"] - one["valkey_usec_per_call"]
         out.append(f"| `auto_hot`: no extra request per acquire; its cost in Valkey | {auto['valkey_usec_per_call']:.1f} µs per call on vs {one['valkey_usec_per_call']:.1f} µs off (+{extra:.1f} µs); p50 {auto['p50_us']:.1f} vs {one['p50_us']:.1f} µs; {auto['valkey_calls_per_decision']} script calls per decision | {verdict(auto['valkey_calls_per_decision'] <= 1.01)} |")
+    mod, mod_hot = by.get(("acquire_module", 1)), by.get(("acquire_auto_hot_module", 1))
+    if mod and mod_hot and auto:
+        g, h = mod["valkey_usec_per_call"], mod_hot["valkey_usec_per_call"]
+        out.append(f"| native module: <= 1.5 µs in Valkey for the global bucket, 4x below the script | {g:.2f} µs vs the script's {one['valkey_usec_per_call']:.2f} µs ({one['valkey_usec_per_call'] / g:.1f}x) | {verdict(g <= 1.5 and one['valkey_usec_per_call'] >= 4 * g)} |")
+        out.append(f"| native module: <= 2.5 µs with `auto_hot`, 4x below the script | {h:.2f} µs vs the script's {auto['valkey_usec_per_call']:.2f} µs ({auto['valkey_usec_per_call'] / h:.1f}x) | {verdict(h <= 2.5 and auto['valkey_usec_per_call'] >= 4 * h)} |")
+        for n in procs:
+            p, m = by[("ping", n)], by.get(("acquire_module", n))
+            if m:
+                r = m["p50_us"] / p["p50_us"]
+                out.append(f"| native module: acquire() p50 <= 1.10x PING (N={n}) | {m['p50_us']:.1f} / {p['p50_us']:.1f} µs = {r:.2f}x | {verdict(r <= 1.10)} |")
     fl = {f["local_denials"]: f for f in res["flood"]}
     on, off = fl[True], fl[False]
     out.append(f"| flood: <= 0.05 round trips per denied acquire | {on['round_trips_per_denied']} (off: {off['round_trips_per_denied']}) | {verdict(on['round_trips_per_denied'] <= 0.05)} |")

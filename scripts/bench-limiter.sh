@@ -19,7 +19,8 @@ run="$out/valkey-$$"
 trap 'stop_pidfile "$run/valkey.pid"; rm -rf "$run"' EXIT INT TERM
 mkdir -p "$run"
 port=$(free_port)
-start_valkey "$run" "$port" "$run/valkey.sock"
+# With the native module loaded: its cases (*_module) run beside the script's.
+start_valkey "$run" "$port" "$run/valkey.sock" --loadmodule "$CG_VALKEY_MODULE"
 
 php -d "extension=$CG_EXT" -d memory_limit=1G bench/limiter.php "$port" "$run/valkey.sock" "$mode" "$out/results.json"
 args=("$out/results.json" --command "scripts/bench-limiter.sh $mode" --valkey "$("$(valkey_bin)" --version)")

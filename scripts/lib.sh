@@ -2,6 +2,8 @@
 
 CG_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CG_EXT="$CG_ROOT/target/release/libcheckout_guard.so"
+# The native Valkey module (CG.DECIDE), built with the extension.
+CG_VALKEY_MODULE="$CG_ROOT/target/release/libcheckout_guard_valkey.so"
 
 log() { printf '==> %s\n' "$*" >&2; }
 
@@ -33,12 +35,13 @@ wait_port() {
 
 # start_valkey DIR PORT [UNIX_SOCKET]: a throw-away Valkey on 127.0.0.1:PORT (and on a
 # Unix socket when given), no persistence.
+# start_valkey DIR PORT [UNIX_SOCKET [EXTRA ARGS...]] (e.g. --loadmodule PATH)
 start_valkey() {
   local dir=$1 port=$2 unix=()
   [ -z "${3:-}" ] || unix=(--unixsocket "$3" --unixsocketperm 700)
   mkdir -p "$dir"
   "$(valkey_bin)" --bind 127.0.0.1 --port "$port" --save '' --appendonly no "${unix[@]}" \
-    --daemonize yes --dir "$dir" --pidfile "$dir/valkey.pid" --logfile "$dir/valkey.log"
+    --daemonize yes --dir "$dir" --pidfile "$dir/valkey.pid" --logfile "$dir/valkey.log" "${@:4}"
   wait_port "$port" || { echo "valkey did not start; log: $dir/valkey.log" >&2; return 1; }
 }
 

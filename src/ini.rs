@@ -13,14 +13,14 @@ pub fn all() -> &'static [Setting] {
 // The settings, their defaults and scopes are the model's one table (`settings::ALL`).
 use checkout_guard_model::settings::{Scope, ALL};
 pub use checkout_guard_model::settings::{
-    Setting, EVENTS_BUFFER_SIZE, EVENTS_JSONL_PATH, EVENTS_SINKS, EVENTS_STREAM_KEY,
+    Setting, ENGINE, EVENTS_BUFFER_SIZE, EVENTS_JSONL_PATH, EVENTS_SINKS, EVENTS_STREAM_KEY,
     EVENTS_STREAM_MAXLEN, EVENTS_STREAM_URL, LOCAL_DENIALS, ON_UNAVAILABLE, RETRY_INTERVAL_MS,
     TIMEOUT_MS, URL,
 };
 
 // Telemetry settings are read once per process (its sinks are built once), so they are
 // PHP_INI_SYSTEM: php.ini, -d, or php_admin_value in an FPM pool.
-static ENTRIES: IniEntryDefs<12> = IniEntryDefs::new([
+static ENTRIES: IniEntryDefs<13> = IniEntryDefs::new([
     entry(ALL[0]),
     entry(ALL[1]),
     entry(ALL[2]),
@@ -32,6 +32,7 @@ static ENTRIES: IniEntryDefs<12> = IniEntryDefs::new([
     entry(ALL[8]),
     entry(ALL[9]),
     entry(ALL[10]),
+    entry(ALL[11]),
     IniEntryDef::end(),
 ]);
 
@@ -86,5 +87,6 @@ pub fn defaults() -> Result<Defaults, ConfigError> {
         get(ON_UNAVAILABLE).as_deref(),
         get(RETRY_INTERVAL_MS).as_deref(),
     )?
-    .with_local_denials(get(LOCAL_DENIALS).as_deref())
+    .with_local_denials(get(LOCAL_DENIALS).as_deref())?
+    .with_engine(get(ENGINE).as_deref())
 }

@@ -86,6 +86,8 @@ impl RateLimiter {
             out.insert("last_error", h.last_error.clone())?;
             out.insert("consecutive_failures", i64::from(h.consecutive_failures))?;
             out.insert("connects", h.connects as i64)?;
+            // Which engine decided last in this process: "module", "lua", or null.
+            out.insert("engine", h.engine)?;
             let (ms, at) = match h.last_ping {
                 Some((rtt, at)) => (
                     Some(rtt.as_secs_f64() * 1e3),

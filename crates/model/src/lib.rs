@@ -35,7 +35,7 @@ pub use error::{ConfigError, LimiterError};
 pub use keys::Keys;
 pub use options::{
     bucket_value, buckets_from_value, validate_shop_id, validate_tokens, validate_ttl, AutoHot,
-    Defaults, LimiterOptions, OnUnavailable, MAX_SHOP_ID_BYTES, MAX_TTL_SECONDS,
+    Defaults, Engine, LimiterOptions, OnUnavailable, MAX_SHOP_ID_BYTES, MAX_TTL_SECONDS,
 };
 pub use step::{
     auto_hot_window, lanes_in, step, step_auto_hot, StepReply, StoredState, WindowCounts,

@@ -146,10 +146,14 @@ pub fn decide_on(
     let bucket_keys = [kg, kl, ks_];
     let mut buckets = [None; 3];
     for (lane, key) in Lane::ALL.into_iter().zip(bucket_keys) {
-        let read = call.buckets.get(lane).is_some() && (lane == Lane::Global || hot);
+        // Only the buckets the decision applies are read (the script reads all three in
+        // its MGET, but the others change nothing).
+        if call.buckets.get(lane).is_none() || (lane != Lane::Global && !hot) {
+            continue;
+        }
         if let Some(raw) = ks.get_string(key) {
             let parsed = StoredBucket::read_like_the_script(&raw);
-            if parsed.is_none() && read {
+            if parsed.is_none() {
                 return Err(format!(
                     "ERR unreadable bucket {:?} at {:?}",
                     String::from_utf8_lossy(&raw),

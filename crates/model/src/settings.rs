@@ -53,6 +53,8 @@ pub const ON_UNAVAILABLE: Setting = setting(c"checkout_guard.on_unavailable", c"
 pub const RETRY_INTERVAL_MS: Setting =
     setting(c"checkout_guard.retry_interval_ms", c"1000", Scope::All);
 pub const LOCAL_DENIALS: Setting = setting(c"checkout_guard.local_denials", c"1", Scope::All);
+/// `auto`: the native module's `CG.DECIDE` where the server has it, the script elsewhere.
+pub const ENGINE: Setting = setting(c"checkout_guard.engine", c"auto", Scope::All);
 pub const EVENTS_SINKS: Setting = setting(c"checkout_guard.events.sinks", c"", Scope::System);
 pub const EVENTS_JSONL_PATH: Setting =
     setting(c"checkout_guard.events.jsonl_path", c"", Scope::System);
@@ -75,12 +77,13 @@ pub const EVENTS_BUFFER_SIZE: Setting =
     setting(c"checkout_guard.events.buffer_size", c"1000", Scope::System);
 
 /// Every setting, in the order `phpinfo()` shows them.
-pub const ALL: [Setting; 11] = [
+pub const ALL: [Setting; 12] = [
     URL,
     TIMEOUT_MS,
     ON_UNAVAILABLE,
     RETRY_INTERVAL_MS,
     LOCAL_DENIALS,
+    ENGINE,
     EVENTS_SINKS,
     EVENTS_JSONL_PATH,
     EVENTS_STREAM_URL,

@@ -134,6 +134,7 @@ impl Limiter {
             options.endpoint.clone(),
             options.timeout,
             options.retry_interval,
+            options.engine,
         );
         Self::with_store(options, Arc::new(store))
     }

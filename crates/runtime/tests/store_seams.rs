@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use checkout_guard_model::{
-    AutoHotArgs, BucketSet, BucketSpec, DecideCall, DecideReply, Endpoint, Keys, LaneArgs, ShopKeys,
+    AutoHotArgs, BucketSet, BucketSpec, DecideCall, DecideReply, Endpoint, Engine, Keys, LaneArgs,
+    ShopKeys,
 };
 use checkout_guard_runtime::{MemoryStore, Store, ValkeyStore};
 use common::{valkey_binary, Valkey};
@@ -57,6 +58,7 @@ fn valkey_store(v: &Valkey) -> ValkeyStore {
         Endpoint::parse(&v.url).unwrap(),
         Duration::from_secs(2),
         Duration::ZERO,
+        Engine::Lua,
     )
 }
 
@@ -229,6 +231,7 @@ fn cli_against_a_cluster_that_is_down_fails_within_its_timeout() {
         Endpoint::parse(&url).unwrap(),
         timeout,
         Duration::from_millis(1),
+        Engine::Auto,
     );
     let started = Instant::now();
     assert!(Arc::new(store).mark_hot(&keys.hot_flag(b"s"), 60).is_err());

@@ -1,6 +1,6 @@
 //! The process-wide defaults of every limiter, from the INI settings (`crate::settings`).
 
-use super::{OnUnavailable, MAX_TIMEOUT_MS};
+use super::{Engine, OnUnavailable, MAX_TIMEOUT_MS};
 use crate::error::ConfigError;
 use crate::value::quote_bytes;
 
@@ -14,18 +14,23 @@ pub struct Defaults {
     pub retry_interval_ms: i64,
     /// The flood fast path (`checkout_guard.local_denials`): see `denials.rs`.
     pub local_denials: bool,
+    /// Which engine decides (`checkout_guard.engine`).
+    pub engine: Engine,
 }
 
 impl Default for Defaults {
     /// The built-in values of the INI settings (`settings::ALL`, the one table).
     fn default() -> Self {
-        use crate::settings::{LOCAL_DENIALS, ON_UNAVAILABLE, RETRY_INTERVAL_MS, TIMEOUT_MS, URL};
+        use crate::settings::{
+            ENGINE, LOCAL_DENIALS, ON_UNAVAILABLE, RETRY_INTERVAL_MS, TIMEOUT_MS, URL,
+        };
         let builtin = Self {
             url: String::new(),
             timeout_ms: 0,
             on_unavailable: OnUnavailable::Allow,
             retry_interval_ms: 0,
             local_denials: false,
+            engine: Engine::Auto,
         };
         builtin
             .read(
@@ -35,6 +40,7 @@ impl Default for Defaults {
                 Some(RETRY_INTERVAL_MS.default()),
             )
             .and_then(|d| d.with_local_denials(Some(LOCAL_DENIALS.default())))
+            .and_then(|d| d.with_engine(Some(ENGINE.default())))
             .expect("the built-in settings are valid")
     }
 }
@@ -86,6 +92,14 @@ impl Defaults {
         }
         if let Some(r) = retry_interval_ms {
             d.retry_interval_ms = int("checkout_guard.retry_interval_ms", r, 0, 3_600_000)?;
+        }
+        Ok(self)
+    }
+
+    /// Sets `engine` from its INI value: auto, lua or module.
+    pub fn with_engine(mut self, raw: Option<&str>) -> Result<Self, ConfigError> {
+        if let Some(raw) = raw {
+            self.engine = Engine::parse("checkout_guard.engine", raw.trim().as_bytes())?;
         }
         Ok(self)
     }

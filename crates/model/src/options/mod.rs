@@ -67,6 +67,42 @@ impl OnUnavailable {
     }
 }
 
+/// Which engine decides in Valkey.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// The native module's `CG.DECIDE` where the server has it, the script elsewhere.
+    Auto,
+    /// Always the Lua script (works on every Valkey, managed services included).
+    Lua,
+    /// Always the module: a server without it cannot decide (`on_unavailable` applies).
+    Module,
+}
+
+impl Engine {
+    pub fn parse(option: &str, s: &[u8]) -> Result<Self, ConfigError> {
+        match s {
+            b"auto" => Ok(Self::Auto),
+            b"lua" => Ok(Self::Lua),
+            b"module" => Ok(Self::Module),
+            _ => Err(ConfigError::new(
+                option,
+                format!(
+                    "must be \"auto\", \"lua\" or \"module\", got {}",
+                    quote_bytes(s)
+                ),
+            )),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Lua => "lua",
+            Self::Module => "module",
+        }
+    }
+}
+
 /// A limiter's validated options.
 #[derive(Debug, Clone)]
 pub struct LimiterOptions {
@@ -81,6 +117,8 @@ pub struct LimiterOptions {
     pub local_denials: bool,
     /// Hot shops found by their share of the global bucket's consumption.
     pub auto_hot: Option<AutoHot>,
+    /// Which engine decides.
+    pub engine: Engine,
 }
 
 const KNOWN: &[&str] = &[
@@ -93,6 +131,7 @@ const KNOWN: &[&str] = &[
     "timeout_ms",
     "on_unavailable",
     "auto_hot",
+    "engine",
 ];
 
 impl LimiterOptions {
@@ -155,7 +194,13 @@ impl LimiterOptions {
                 ))
             }
         };
+        let engine = match get("engine") {
+            None => defaults.engine,
+            Some(Value::Str(s)) => Engine::parse("engine", s)?,
+            Some(v) => return Err(type_error("engine", "\"auto\", \"lua\" or \"module\"", v)),
+        };
         Ok(Self {
+            engine,
             name,
             buckets,
             hot_shops,

@@ -437,6 +437,7 @@ impl Store for MemoryStore {
             consecutive_failures: 0,
             connects: 1,
             last_ping: ping.then(|| (Duration::ZERO, SystemTime::now())),
+            engine: Some("model"),
         }
     }
 }

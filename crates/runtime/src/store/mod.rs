@@ -52,6 +52,9 @@ pub struct Health {
     pub connects: u64,
     /// Round trip of the last PING, and when it was sent.
     pub last_ping: Option<(Duration, SystemTime)>,
+    /// Which engine made this process's last decision on the endpoint: "module" (the
+    /// native `CG.DECIDE`), "lua" (the script), or none yet.
+    pub engine: Option<&'static str>,
 }
 
 /// What a limiter asks of its store. Every method is one round trip at most.

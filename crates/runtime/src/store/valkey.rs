@@ -30,7 +30,7 @@ use checkout_guard_model::call::{self, READ_LIMITS};
 use checkout_guard_model::endpoint::Target;
 use checkout_guard_model::keys::mark_hot_command;
 use checkout_guard_model::live::Stored;
-use checkout_guard_model::{DecideCall, Endpoint, Keys};
+use checkout_guard_model::{DecideCall, Endpoint, Engine, Keys};
 
 use super::{Health, Store, StoreError};
 
@@ -69,6 +69,9 @@ struct Live {
     generation: u64,
     /// The read/write timeout currently set on the socket, to skip needless syscalls.
     timeout: Option<Duration>,
+    /// Whether the server of this connection has `CG.DECIDE` (asked once per connection
+    /// with `engine = auto`; `None` until asked).
+    module: Option<bool>,
 }
 
 #[derive(Default)]
@@ -82,6 +85,8 @@ struct Slot {
     connects: u64,
     /// The last PING made by [`ping`]: its round trip and when it was made.
     last_ping: Option<(Duration, SystemTime)>,
+    /// The engine that made the last decision on this endpoint ("module" or "lua").
+    engine: Option<&'static str>,
 }
 
 static POOL: Lazy<Mutex<HashMap<String, Arc<Mutex<Slot>>>>> = Lazy::new(Default::default);
@@ -147,6 +152,7 @@ impl Slot {
             conn,
             generation: crate::process::generation(),
             timeout: None,
+            module: None,
         });
         self.connects += 1;
         Ok(())
@@ -164,6 +170,23 @@ pub fn with_connection<T>(
     timeout: Duration,
     retry_interval: Duration,
     mut op: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<T>,
+) -> Result<T, StoreError> {
+    with_engine(endpoint, timeout, retry_interval, |c, _| op(c))
+}
+
+/// What a call knows of its connection's engine: whether the server has the module (see
+/// [`Live::module`]) and which engine decided last.
+pub struct EngineState<'a> {
+    pub module: &'a mut Option<bool>,
+    pub decided_by: &'a mut Option<&'static str>,
+}
+
+/// [`with_connection`], with the connection's engine state.
+fn with_engine<T>(
+    endpoint: &Endpoint,
+    timeout: Duration,
+    retry_interval: Duration,
+    mut op: impl FnMut(&mut dyn ConnectionLike, EngineState<'_>) -> RedisResult<T>,
 ) -> Result<T, StoreError> {
     let slot = slot(endpoint);
     let mut s = slot.lock();
@@ -203,7 +226,13 @@ pub fn with_connection<T>(
             }
             live.timeout = Some(want);
         }
-        match op(live.conn.as_dyn()) {
+        let slot = &mut *s;
+        let live = slot.live.as_mut().expect("connected above");
+        let state = EngineState {
+            module: &mut live.module,
+            decided_by: &mut slot.engine,
+        };
+        match op(live.conn.as_dyn(), state) {
             Ok(v) => {
                 s.last_error = None;
                 s.failures = 0;
@@ -242,6 +271,7 @@ impl Slot {
             consecutive_failures: self.failures,
             connects: self.connects,
             last_ping: self.last_ping,
+            engine: self.engine,
         }
     }
 }
@@ -334,14 +364,21 @@ pub struct ValkeyStore {
     endpoint: Endpoint,
     timeout: Duration,
     retry_interval: Duration,
+    engine: Engine,
 }
 
 impl ValkeyStore {
-    pub fn new(endpoint: Endpoint, timeout: Duration, retry_interval: Duration) -> Self {
+    pub fn new(
+        endpoint: Endpoint,
+        timeout: Duration,
+        retry_interval: Duration,
+        engine: Engine,
+    ) -> Self {
         Self {
             endpoint,
             timeout,
             retry_interval,
+            engine,
         }
     }
 
@@ -354,8 +391,48 @@ impl ValkeyStore {
 }
 
 impl Store for ValkeyStore {
+    /// With `engine = auto`, the module where the connection's server has it (asked once
+    /// per connection), the script elsewhere, and the script at once when a node answers
+    /// that it does not know `CG.DECIDE` (a cluster half upgraded, a node restarted
+    /// without the module). With `module`, a server without it cannot decide.
     fn decide(&self, call: &DecideCall<'_>) -> Result<Vec<i64>, StoreError> {
-        self.call(|c| invocation(call, &DECIDE).invoke::<Vec<i64>>(c))
+        let engine = self.engine;
+        let result = with_engine(
+            &self.endpoint,
+            self.timeout,
+            self.retry_interval,
+            |c, state| {
+                let module = match engine {
+                    Engine::Lua => false,
+                    Engine::Module => true,
+                    Engine::Auto => *state.module.get_or_insert_with(|| has_module(c)),
+                };
+                if module {
+                    match native(call).query::<Vec<i64>>(c) {
+                        Err(e) if engine == Engine::Auto && is_unknown_command(&e) => {
+                            *state.module = Some(false);
+                        }
+                        other => {
+                            *state.decided_by = Some("module");
+                            return other;
+                        }
+                    }
+                }
+                *state.decided_by = Some("lua");
+                invocation(call, &DECIDE).invoke::<Vec<i64>>(c)
+            },
+        );
+        result.map_err(|e| match e {
+            StoreError::Failed { cause, retry_in } if cause.contains("unknown command") => {
+                StoreError::Failed {
+                    cause: format!(
+                        "engine = module, but the checkout_guard module is not loaded in Valkey ({cause})"
+                    ),
+                    retry_in,
+                }
+            }
+            other => other,
+        })
     }
 
     fn read_limits(&self, keys: &Keys) -> Result<Stored, StoreError> {
@@ -414,6 +491,34 @@ impl Store for ValkeyStore {
             status(&self.endpoint)
         }
     }
+}
+
+/// `CG.DECIDE` with `call`'s keys and arguments (the script's KEYS then ARGV).
+fn native(call: &DecideCall<'_>) -> redis::Cmd {
+    let mut cmd = redis::cmd("CG.DECIDE");
+    for k in call.keys() {
+        cmd.arg(k);
+    }
+    for a in call.argv() {
+        cmd.arg(a.as_ref());
+    }
+    cmd
+}
+
+/// Whether the server has `CG.DECIDE` (`COMMAND INFO` answers nil for an unknown
+/// command; on a cluster, the node asked; a node without it is found by its answer). A failure to ask counts as no: the script works
+/// everywhere.
+fn has_module(c: &mut dyn ConnectionLike) -> bool {
+    matches!(
+        redis::cmd("COMMAND").arg("INFO").arg("CG.DECIDE").query::<Vec<redis::Value>>(c),
+        Ok(v) if v.first().is_some_and(|i| !matches!(i, redis::Value::Nil))
+    )
+}
+
+fn is_unknown_command(e: &RedisError) -> bool {
+    e.to_string()
+        .to_ascii_lowercase()
+        .contains("unknown command")
 }
 
 #[cfg(test)]

@@ -1,0 +1,137 @@
+//! Which engine decides: the native module's `CG.DECIDE` where the server has it
+//! (`engine = auto`), the script elsewhere, falling back at once when the server stops
+//! knowing the command; `engine = module` refuses to decide without it. Real Valkeys, with
+//! and without the module loaded.
+
+#[allow(dead_code)]
+mod common;
+
+use checkout_guard_model::{Defaults, LimiterOptions, Reason, Value};
+use checkout_guard_runtime::Limiter;
+use common::{valkey_module, Valkey};
+
+fn limiter(url: &str, name: &str, engine: &str, policy: &str) -> Limiter {
+    let bucket = |c: i64, r: f64| {
+        Value::Map(vec![
+            ("capacity".into(), Value::Int(c)),
+            ("refill_per_second".into(), Value::Float(r)),
+        ])
+    };
+    let options = Value::Map(vec![
+        ("name".into(), Value::Str(name.as_bytes().to_vec())),
+        ("url".into(), Value::Str(url.as_bytes().to_vec())),
+        ("global".into(), bucket(3, 0.01)),
+        ("timeout_ms".into(), Value::Int(2000)),
+        ("engine".into(), Value::Str(engine.as_bytes().to_vec())),
+        (
+            "on_unavailable".into(),
+            Value::Str(policy.as_bytes().to_vec()),
+        ),
+    ]);
+    let defaults = Defaults {
+        local_denials: false,
+        ..Defaults::default()
+    };
+    Limiter::new(LimiterOptions::from_value(&options, &defaults).unwrap())
+}
+
+fn with_module() -> Valkey {
+    let module = valkey_module();
+    Valkey::start_with(&[
+        "--loadmodule".as_ref(),
+        module.as_os_str(),
+        // So a test can unload it, as a restart without it would.
+        "--enable-module-command".as_ref(),
+        "yes".as_ref(),
+    ])
+}
+
+fn calls(v: &Valkey, command: &str) -> i64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut v.connection())
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Three allowed, then denied by global: the same four answers whoever decides.
+fn four_decisions(l: &Limiter) {
+    for i in 0..3 {
+        let d = l.acquire(b"shop", 1).unwrap();
+        assert!(d.allowed, "call {i}: {d:?}");
+        assert_eq!(d.remaining, 2 - i);
+    }
+    let d = l.acquire(b"shop", 1).unwrap();
+    assert_eq!((d.allowed, d.reason), (false, Reason::Global));
+}
+
+#[test]
+fn auto_uses_the_module_where_the_server_has_it() {
+    let v = with_module();
+    let l = limiter(&v.url, "auto-mod", "auto", "throw");
+    four_decisions(&l);
+    assert_eq!(l.health(false).engine, Some("module"));
+    assert_eq!(calls(&v, "CG.DECIDE"), 4);
+    assert_eq!(calls(&v, "evalsha") + calls(&v, "eval"), 0);
+}
+
+#[test]
+fn auto_uses_the_script_where_the_server_has_no_module() {
+    let v = Valkey::start();
+    let l = limiter(&v.url, "auto-lua", "auto", "throw");
+    four_decisions(&l);
+    assert_eq!(l.health(false).engine, Some("lua"));
+    assert!(calls(&v, "evalsha") >= 4);
+}
+
+#[test]
+fn lua_never_uses_the_module() {
+    let v = with_module();
+    let l = limiter(&v.url, "lua-only", "lua", "throw");
+    four_decisions(&l);
+    assert_eq!(l.health(false).engine, Some("lua"));
+    assert_eq!(calls(&v, "CG.DECIDE"), 0);
+}
+
+#[test]
+fn module_without_the_module_applies_the_policy_and_says_why() {
+    let v = Valkey::start();
+    let e = limiter(&v.url, "mod-missing", "module", "throw")
+        .acquire(b"shop", 1)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("checkout_guard module is not loaded"), "{e}");
+    let d = limiter(&v.url, "mod-missing-deny", "module", "deny")
+        .acquire(b"shop", 1)
+        .unwrap();
+    assert_eq!((d.allowed, d.reason), (false, Reason::Unavailable));
+}
+
+/// A server that stops knowing `CG.DECIDE` (a restart without the module, a node of a
+/// cluster not upgraded yet): the call that finds out decides with the script, and the
+/// buckets the module wrote go on as they were (same keys, same format).
+#[test]
+fn auto_falls_back_to_the_script_when_the_module_goes() {
+    let v = with_module();
+    let l = limiter(&v.url, "fallback", "auto", "throw");
+    assert!(l.acquire(b"shop", 1).unwrap().allowed);
+    assert!(l.acquire(b"shop", 1).unwrap().allowed);
+    assert_eq!(l.health(false).engine, Some("module"));
+    redis::cmd("MODULE")
+        .arg("UNLOAD")
+        .arg("checkout_guard")
+        .query::<()>(&mut v.connection())
+        .unwrap();
+    let d = l.acquire(b"shop", 1).unwrap();
+    assert_eq!(
+        (d.allowed, d.remaining),
+        (true, 0),
+        "the third token, by the script"
+    );
+    assert_eq!(l.health(false).engine, Some("lua"));
+    let d = l.acquire(b"shop", 1).unwrap();
+    assert_eq!((d.allowed, d.reason), (false, Reason::Global));
+}

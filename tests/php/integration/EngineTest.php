@@ -1,0 +1,85 @@
+<?php
+declare(strict_types=1);
+
+namespace CheckoutGuard\Tests;
+
+use CheckoutGuard\ConfigurationException;
+use CheckoutGuard\UnavailableException;
+
+/**
+ * The engine that decides in Valkey: option `engine` / INI `checkout_guard.engine`
+ * (`auto`, `lua`, `module`); `health()['engine']` says which decided last.
+ */
+final class EngineTest extends LimiterTestCase
+{
+    private static function moduleFile(): string
+    {
+        $file = dirname((string) getenv('CHECKOUT_GUARD_EXT')) . '/libcheckout_guard_valkey.so';
+        self::assertFileExists($file, 'the native module is built with the extension (cargo build --release)');
+        return $file;
+    }
+
+    public function testAutoUsesTheModuleWhereValkeyHasItAndDecidesTheSame(): void
+    {
+        $v = new ValkeyProcess();
+        $v->start(['--loadmodule', self::moduleFile()]);
+        try {
+            $byEngine = [];
+            foreach (['auto', 'lua'] as $engine) {
+                $l = new \CheckoutGuard\RateLimiter([
+                    'name' => self::uniqueName("engine-$engine"),
+                    'url' => $v->url(),
+                    'global' => self::bucket(3),
+                    'engine' => $engine,
+                ]);
+                $byEngine[$engine] = array_map(
+                    static fn () => [$l->acquire('shop')->isAllowed(), $l->acquire('shop')->remaining()],
+                    range(1, 3)
+                );
+                $this->assertSame($engine === 'auto' ? 'module' : 'lua', $l->health()['engine']);
+            }
+            $this->assertSame($byEngine['lua'], $byEngine['auto'], 'the same decisions from both engines');
+            // Three decisions asked Valkey per engine; the denials after them were made in
+            // the worker (local denials), whichever engine taught it.
+            $stats = $v->client()->rawCommand('INFO', 'commandstats');
+            $this->assertMatchesRegularExpression('/cmdstat_CG\.DECIDE:calls=3,/', $stats);
+        } finally {
+            $v->stop();
+        }
+    }
+
+    public function testModuleWithoutTheModuleAppliesThePolicyAndSaysWhy(): void
+    {
+        $name = self::uniqueName('engine-missing');
+        $deny = $this->limiter(['name' => $name, 'global' => self::bucket(3), 'engine' => 'module', 'on_unavailable' => 'deny']);
+        $d = $deny->acquire('shop');
+        $this->assertFalse($d->isAllowed());
+        $this->assertSame('unavailable', $d->reason());
+        $throw = $this->limiter(['name' => $name, 'global' => self::bucket(3), 'engine' => 'module', 'on_unavailable' => 'throw']);
+        try {
+            $throw->acquire('shop');
+            $this->fail('no exception');
+        } catch (UnavailableException $e) {
+            $this->assertStringContainsString('checkout_guard module is not loaded', $e->getMessage());
+        }
+    }
+
+    public function testABadEngineNamesTheOptionAndTheSetting(): void
+    {
+        try {
+            $this->limiter(['global' => self::bucket(3), 'engine' => 'rust']);
+            $this->fail('no exception');
+        } catch (ConfigurationException $e) {
+            $this->assertStringContainsString('engine must be "auto", "lua" or "module", got "rust"', $e->getMessage());
+        }
+        $old = ini_set('checkout_guard.engine', 'fast');
+        try {
+            $this->limiter(['global' => self::bucket(3)]);
+            $this->fail('no exception');
+        } catch (ConfigurationException $e) {
+            $this->assertStringContainsString('checkout_guard.engine must be', $e->getMessage());
+        } finally {
+            ini_set('checkout_guard.engine', (string) $old);
+        }
+    }
+}
