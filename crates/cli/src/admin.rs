@@ -42,6 +42,9 @@ pub struct Status {
     pub decisions_seconds: u64,
     /// Recent live-limit changes, newest first.
     pub changes: Vec<Change>,
+    /// Whether this Valkey (on a cluster: the node asked) has the native module's
+    /// `CG.DECIDE`: workers with `engine = auto` decide with it there.
+    pub module_loaded: bool,
 }
 
 /// Tokens taken over the auto-hot window (estimated as the script does): in all, and the
@@ -369,7 +372,16 @@ impl Admin {
             decisions,
             decisions_seconds: seconds,
             changes,
+            module_loaded: self.module_loaded(),
         })
+    }
+
+    /// `COMMAND INFO CG.DECIDE` answers nil where the command is unknown.
+    fn module_loaded(&self) -> bool {
+        matches!(
+            self.call(|c| redis::cmd("COMMAND").arg("INFO").arg("CG.DECIDE").query::<Vec<redis::Value>>(c)),
+            Ok(v) if v.first().is_some_and(|i| !matches!(i, redis::Value::Nil))
+        )
     }
 
     fn hot_shops(&self) -> Result<Vec<(Vec<u8>, String, i64)>, String> {

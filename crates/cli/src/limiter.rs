@@ -192,6 +192,11 @@ fn status_text(name: &str, st: &Status) -> String {
             "  PROBLEM: {p}; fix it with `limiter set BUCKET=...` or `BUCKET=default`\n"
         ));
     }
+    out.push_str(if st.module_loaded {
+        "  engine: the native module is loaded (CG.DECIDE): workers with engine auto or module decide with it\n"
+    } else {
+        "  engine: no native module at this Valkey: workers decide with the Lua script (engine module cannot decide)\n"
+    });
     for (lane, level, cap) in &st.levels {
         out.push_str(&format!(
             "  bucket {}: {level} of {cap} tokens\n",
@@ -262,6 +267,7 @@ fn status_json(name: &str, st: &Status) -> serde_json::Value {
         "settings": st.settings,
         "limits": st.buckets.as_ref().map(live::describe),
         "live_version": st.live.version,
+        "module_loaded": st.module_loaded,
         "problems": st.problems,
         "buckets": st.levels.iter().map(|(l, level, cap)| json!({"bucket": l.as_str(), "tokens": level, "capacity": cap})).collect::<Vec<_>>(),
         "hot_shops": st.hot.iter().map(|(s, kind, ttl)| json!({"shop": shop_text(s), "kind": kind, "ttl_ms": ttl})).collect::<Vec<_>>(),

@@ -79,6 +79,16 @@ fn auto_uses_the_module_where_the_server_has_it() {
 }
 
 #[test]
+fn limiter_status_says_whether_the_module_is_loaded() {
+    use checkout_guard_cli::admin::Admin;
+    use std::time::Duration;
+    for (v, loaded) in [(with_module(), true), (Valkey::start(), false)] {
+        let admin = Admin::new(&v.url, "status", Duration::from_secs(2)).unwrap();
+        assert_eq!(admin.status("none", 60).unwrap().module_loaded, loaded);
+    }
+}
+
+#[test]
 fn auto_uses_the_script_where_the_server_has_no_module() {
     let v = Valkey::start();
     let l = limiter(&v.url, "auto-lua", "auto", "throw");
