@@ -111,8 +111,9 @@ pub trait Keyspace {
     fn get_string(&mut self, key: &[u8]) -> Option<Vec<u8>>;
     /// `PTTL key` of an existing key: ms left, -1 without expiry.
     fn pttl(&mut self, key: &[u8]) -> i64;
-    /// An integer field of the hash at `key` (0 when absent).
-    fn hash_int(&mut self, key: &[u8], field: &[u8]) -> i64;
+    /// The integer fields `fields` of the hash at `key` (0 when absent), or the error of
+    /// `HMGET` on a key of another type (`WRONGTYPE`).
+    fn hash_ints(&mut self, key: &[u8], fields: [&[u8]; 2]) -> Result<[i64; 2], String>;
     /// `SET key value PX ms`.
     fn set_px(&mut self, key: &[u8], value: &[u8], px_ms: i64);
     /// `SET key value PX ms` of a bucket (test key spaces keep buckets longer, as the
@@ -168,13 +169,33 @@ pub fn decide_on(
         let key = |n: i64| [ka, n.to_string().as_bytes()].concat();
         [key(win), key(win - 1)]
     });
+    // The window counters are read only when the tokens are taken (as the script reads
+    // them, failing before any write on a key of another type).
+    let allowed = {
+        let stored = StoredState {
+            buckets,
+            mark_ttl_ms,
+            windows: Default::default(),
+        };
+        let version = String::from_utf8_lossy(call.version);
+        step_auto_hot(
+            &call.buckets,
+            &stored,
+            now,
+            call.tokens,
+            call.static_hot,
+            &version,
+            None,
+        )
+        .0
+        .reason
+            == 0
+    };
     let mut windows = [WindowCounts::default(); 2];
-    if let Some(wk) = &window_keys {
+    if let (Some(wk), true) = (&window_keys, allowed) {
         for (i, key) in wk.iter().enumerate() {
-            windows[i] = WindowCounts {
-                mine: ks.hash_int(key, call.shop),
-                all: ks.hash_int(key, b""),
-            };
+            let [mine, all] = ks.hash_ints(key, [call.shop, b""])?;
+            windows[i] = WindowCounts { mine, all };
         }
     }
     let stored = StoredState {
@@ -209,7 +230,11 @@ pub fn decide_on(
             ],
         );
         if stored.windows[0].all == 0 {
-            ks.pexpire(cur, 2 * (a.window.as_micros() as i64 / 1000) + 1000);
+            // As the script: floor(2 * window_µs / 1000) + 1000 ms.
+            ks.pexpire(
+                cur,
+                (2 * a.window.as_micros() as i64).div_euclid(1000) + 1000,
+            );
         }
         if reply.became_hot {
             ks.set_px(kf, b"auto", a.ttl_seconds * 1000);

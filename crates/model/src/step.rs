@@ -137,7 +137,10 @@ pub fn step_auto_hot(
             StoredBucket::effective_tat(stored.buckets[i].as_ref(), spec, now, change_at);
         tats[i] = tat;
         moved[i] = m;
-        if reason == 0 && tat + tokens * spec.interval_us() - now > spec.tolerance_us() {
+        // Saturating: a cost beyond i64 (tokens far above any capacity, from a direct
+        // caller) is denied, as the script's doubles deny it.
+        let cost = tokens.saturating_mul(spec.interval_us());
+        if reason == 0 && tat.saturating_add(cost) - now > spec.tolerance_us() {
             reason = i as i64 + 1;
         }
     }

@@ -22,7 +22,8 @@ use checkout_guard_model::server::{decide_on, Keyspace, ReceivedCall};
 use valkey_module::alloc::ValkeyAlloc;
 use valkey_module::key::ValkeyKeyWritable;
 use valkey_module::{
-    raw, valkey_module, Context, KeyType, ValkeyError, ValkeyResult, ValkeyString, ValkeyValue,
+    raw, valkey_module, CallOptionsBuilder, CallReply, CallResult, Context, KeyType, ValkeyError,
+    ValkeyResult, ValkeyString, ValkeyValue,
 };
 
 /// Loaded with the argument `test-clock` (tests only): `CG.DECIDE` takes one more
@@ -41,8 +42,16 @@ struct ValkeyKeys<'c> {
 }
 
 impl ValkeyKeys<'_> {
+    /// A key name as Valkey holds it: any bytes, NUL included (`create_string` would
+    /// panic on a NUL and abort the server).
     fn name(&self, key: &[u8]) -> ValkeyString {
-        self.ctx.create_string(key)
+        ValkeyString::create_from_slice(self.ctx.get_raw(), key)
+    }
+
+    /// A command through the command table, its reply unconverted (binary-safe).
+    fn call(&self, command: &str, args: &[&[u8]]) -> CallResult<'static> {
+        self.ctx
+            .call_ext::<_, CallResult>(command, &CallOptionsBuilder::new().build(), args)
     }
 
     fn replicate(&self, command: &str, args: &[&[u8]]) {
@@ -64,23 +73,32 @@ impl Keyspace for ValkeyKeys<'_> {
     }
 
     fn pttl(&mut self, key: &[u8]) -> i64 {
-        match self.ctx.call("PTTL", &[key]) {
-            Ok(ValkeyValue::Integer(ms)) => ms,
+        match self.call("PTTL", &[key]) {
+            Ok(CallReply::I64(ms)) => ms.to_i64(),
             _ => -2,
         }
     }
 
-    fn hash_int(&mut self, key: &[u8], field: &[u8]) -> i64 {
-        let k = self.ctx.open_key(&self.name(key));
-        if k.key_type() != KeyType::Hash {
-            return 0;
+    fn hash_ints(&mut self, key: &[u8], fields: [&[u8]; 2]) -> Result<[i64; 2], String> {
+        // HMGET through the command table: binary-safe fields, and WRONGTYPE on a key of
+        // another type, as the script meets it. Values are read as bytes (`ctx.call`'s
+        // conversion would panic on a value that is not UTF-8).
+        let reply = self
+            .call("HMGET", &[key, fields[0], fields[1]])
+            .map_err(|e| e.to_string())?;
+        let CallReply::Array(values) = reply else {
+            return Err("unexpected HMGET reply".into());
+        };
+        let mut out = [0i64; 2];
+        for (slot, v) in out.iter_mut().zip(values.iter()) {
+            if let Ok(CallReply::String(s)) = v {
+                *slot = std::str::from_utf8(s.as_bytes())
+                    .ok()
+                    .and_then(|t| t.trim().parse().ok())
+                    .unwrap_or(0);
+            }
         }
-        k.hash_get_multi::<_, ValkeyString>(&[field.to_vec()])
-            .ok()
-            .flatten()
-            .and_then(|r| r.into_iter().next())
-            .and_then(|(_, v): (Vec<u8>, ValkeyString)| v.parse_integer().ok())
-            .unwrap_or(0)
+        Ok(out)
     }
 
     fn set_bucket(&mut self, key: &[u8], value: &[u8], px_ms: i64) {
@@ -89,14 +107,19 @@ impl Keyspace for ValkeyKeys<'_> {
 
     fn set_px(&mut self, key: &[u8], value: &[u8], px_ms: i64) {
         let at = (self.now_ms + px_ms).to_string();
-        match std::str::from_utf8(value) {
-            Ok(text) => {
+        match std::str::from_utf8(value)
+            .ok()
+            .filter(|t| !t.contains('\0'))
+        {
+            Some(text) => {
                 let k = self.writable(key);
                 let _ = k.write(text);
                 let _ = k.set_expire(std::time::Duration::from_millis(px_ms.max(1) as u64));
             }
-            Err(_) => {
-                let _ = self.ctx.call("SET", &[key, value, b"PXAT", at.as_bytes()]);
+            // Not text, or with a NUL, which the key API's `write` cannot take: through the
+            // command table, binary-safe.
+            None => {
+                let _ = self.call("SET", &[key, value, b"PXAT", at.as_bytes()]);
             }
         }
         self.replicate("SET", &[key, value, b"PXAT", at.as_bytes()]);
@@ -108,13 +131,13 @@ impl Keyspace for ValkeyKeys<'_> {
             args.push(f);
             args.push(v);
         }
-        let _ = self.ctx.call("HSET", args.as_slice());
+        let _ = self.call("HSET", &args);
         self.replicate("HSET", &args);
     }
 
     fn pexpire(&mut self, key: &[u8], ms: i64) {
         let at = (self.now_ms + ms).to_string();
-        let _ = self.ctx.call("PEXPIREAT", &[key, at.as_bytes()]);
+        let _ = self.call("PEXPIREAT", &[key, at.as_bytes()]);
         self.replicate("PEXPIREAT", &[key, at.as_bytes()]);
     }
 }

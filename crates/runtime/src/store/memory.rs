@@ -331,8 +331,11 @@ impl Keyspace for State {
         self.string_pttl(key).unwrap_or(-2)
     }
 
-    fn hash_int(&mut self, key: &[u8], field: &[u8]) -> i64 {
-        State::hash_int(self, key, field)
+    fn hash_ints(&mut self, key: &[u8], fields: [&[u8]; 2]) -> Result<[i64; 2], String> {
+        if matches!(self.get(key), Some(Val::Str(_))) {
+            return Err("WRONGTYPE Operation against a key holding the wrong kind of value".into());
+        }
+        Ok(fields.map(|f| State::hash_int(self, key, f)))
     }
 
     fn set_px(&mut self, key: &[u8], value: &[u8], px_ms: i64) {

@@ -515,10 +515,12 @@ fn has_module(c: &mut dyn ConnectionLike) -> bool {
     )
 }
 
+/// The module cannot be used on this connection: the server does not know the command
+/// (not loaded, unloaded, a node not upgraded), or the connection's ACL user may not run
+/// it (`CG.DECIDE` is in no ACL category a user given `+@write` would have).
 fn is_unknown_command(e: &RedisError) -> bool {
-    e.to_string()
-        .to_ascii_lowercase()
-        .contains("unknown command")
+    let text = e.to_string().to_ascii_lowercase();
+    text.contains("unknown command") || text.contains("noperm")
 }
 
 #[cfg(test)]

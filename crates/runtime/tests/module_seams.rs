@@ -1,6 +1,7 @@
-//! Review of the native module (`CG.DECIDE`) against its contract: never a crash, the
-//! script's answers and side effects on the same data (the script is the reference),
-//! `engine = auto` uses the script wherever the module cannot decide.
+//! The native module (`CG.DECIDE`) against its contract, from an adversarial review: never
+//! a crash (a NUL byte, bytes that are not UTF-8), the script's answers and side effects
+//! on the same data (the script is the reference), `engine = auto` uses the script
+//! wherever the module cannot decide (not loaded, or not allowed by the user's ACL).
 //!
 //! Needs `target/release/libcheckout_guard_valkey.so` (or `CG_VALKEY_MODULE`) and a
 //! valkey-server (`VALKEY_SERVER` or the project's `.venv`).
@@ -182,6 +183,37 @@ fn a_window_key_of_another_type_fails_like_the_script_with_nothing_written() {
         );
         assert_eq!(state(&mut c, 0), state(&mut c, 1), "{which}: side effects");
     }
+}
+
+/// A window counter that is not UTF-8 (written by hand): no crash, read as the script
+/// reads it (`tonumber` gives nil: 0).
+#[test]
+fn a_window_counter_that_is_not_text_is_read_as_zero_without_a_crash() {
+    let v = with_module(true);
+    let mut c = v.connection();
+    let w = 10_000_000;
+    let shop = b"s";
+    let (k, a) = (keys(shop), argv(shop, 1, (w, "0.3", 60, 1), b"global=10/5"));
+    let wkey = [k[5].as_slice(), (NOW / w).to_string().as_bytes()].concat();
+    let mut replies = Vec::new();
+    for (db, cmd) in [
+        (0, script_cmd(&k, &a, Some(NOW))),
+        (1, module_cmd(&k, &a, Some(NOW))),
+    ] {
+        redis::cmd("SELECT").arg(db).query::<()>(&mut c).unwrap();
+        redis::cmd("FLUSHDB").query::<()>(&mut c).unwrap();
+        redis::cmd("HSET")
+            .arg(&wkey)
+            .arg(shop)
+            .arg(&b"\xff\xfe"[..])
+            .arg("")
+            .arg(&b"\x80"[..])
+            .query::<()>(&mut c)
+            .unwrap();
+        replies.push(cmd.query::<Vec<i64>>(&mut c).map_err(|e| e.to_string()));
+    }
+    assert_alive(&v);
+    assert_eq!(replies[1], replies[0], "module vs script");
 }
 
 /// Tokens whose cost overflows i64 (2^58 tokens at 200,000 µs each = 2^64 * 3125): the
