@@ -11,6 +11,8 @@ use CheckoutGuard\UnavailableException;
  * here from the same valkey-server binary: decisions on every primary, redirections
  * followed (MOVED after a reshard, ASK during one), and a failover of the primary that
  * holds a limiter's slot survived, the script loaded again on the promoted replica.
+ * Every node has the native module loaded: limiters decide with `CG.DECIDE` (engine
+ * auto), and with the script where a test asks for engine lua.
  */
 final class ClusterTest extends LimiterTestCase
 {
@@ -19,7 +21,7 @@ final class ClusterTest extends LimiterTestCase
     public static function setUpBeforeClass(): void
     {
         self::$cluster = new ValkeyCluster();
-        self::$cluster->start();
+        self::$cluster->start(['--loadmodule', self::valkeyModule()]);
         ini_set('checkout_guard.retry_interval_ms', '100');
     }
 
@@ -58,9 +60,9 @@ final class ClusterTest extends LimiterTestCase
 
     public function testDecisionsOnEveryPrimaryKeepEachLimitersKeysInItsSlot(): void
     {
-        foreach ([0, 1, 2] as $i) {
+        foreach ([[0, 'auto'], [1, 'auto'], [2, 'auto'], [0, 'lua'], [1, 'lua'], [2, 'lua']] as [$i, $engine]) {
             $name = $this->nameOnPrimary($i);
-            $l = $this->clustered($name, ['hot_lane' => self::bucket(3), 'hot_shop' => self::bucket(2), 'hot_shops' => ['flash']]);
+            $l = $this->clustered($name, ['hot_lane' => self::bucket(3), 'hot_shop' => self::bucket(2), 'hot_shops' => ['flash'], 'engine' => $engine]);
             $this->assertSame(['allowed' => 2, 'hot_shop' => 3], self::drain($l, 'flash', 5), "primary $i");
             $this->assertSame(['allowed' => 3, 'global' => 2], self::drain($l, 'other', 5), "primary $i");
             $l->markHot('marked', 60);
@@ -80,6 +82,7 @@ final class ClusterTest extends LimiterTestCase
             sort($left);
             $this->assertSame(["{cg:$name}:hot:marked", "{cg:$name}:settings"], $left);
             $this->assertTrue($l->acquire('other')->isAllowed());
+            $this->assertSame($engine === 'auto' ? 'module' : 'lua', $l->health()['engine'], "primary $i, engine $engine");
         }
         $health = $l->health();
         $this->assertTrue($health['ok'], json_encode($health));
@@ -107,7 +110,9 @@ final class ClusterTest extends LimiterTestCase
     public function testFailoverOfTheSlotsPrimaryIsSurvived(): void
     {
         $name = $this->nameOnPrimary(2);
-        $l = $this->clustered($name, ['global' => self::bucket(1000), 'on_unavailable' => 'throw']);
+        // The script's engine: what this test is about is the script loaded again on the
+        // promoted replica (the module's decisions on the cluster are the first test's).
+        $l = $this->clustered($name, ['global' => self::bucket(1000), 'on_unavailable' => 'throw', 'engine' => 'lua']);
         $this->assertSame(['allowed' => 10], self::drain($l, 's', 10));
         $slot = self::$cluster->slotOf(self::slotKey($name));
         $replica = self::$cluster->replicaOf(2);

@@ -12,17 +12,10 @@ use CheckoutGuard\UnavailableException;
  */
 final class EngineTest extends LimiterTestCase
 {
-    private static function moduleFile(): string
-    {
-        $file = dirname((string) getenv('CHECKOUT_GUARD_EXT')) . '/libcheckout_guard_valkey.so';
-        self::assertFileExists($file, 'the native module is built with the extension (cargo build --release)');
-        return $file;
-    }
-
     public function testAutoUsesTheModuleWhereValkeyHasItAndDecidesTheSame(): void
     {
         $v = new ValkeyProcess();
-        $v->start(['--loadmodule', self::moduleFile()]);
+        $v->start(['--loadmodule', self::valkeyModule()]);
         try {
             $byEngine = [];
             foreach (['auto', 'lua'] as $engine) {

@@ -55,6 +55,14 @@ abstract class LimiterTestCase extends TestCase
     }
 
     /** The extension under test, for child PHP processes. */
+    /** The native Valkey module, built with the extension (cargo build --release). */
+    protected static function valkeyModule(): string
+    {
+        $file = dirname((string) getenv('CHECKOUT_GUARD_EXT')) . '/libcheckout_guard_valkey.so';
+        self::assertFileExists($file, 'the native module is built with the extension (cargo build --release)');
+        return $file;
+    }
+
     protected static function phpWithExtension(): array
     {
         return [PHP_BINARY, '-n', '-d', 'extension=' . getenv('CHECKOUT_GUARD_EXT')];

@@ -16,12 +16,13 @@ final class ValkeyCluster
 
     private const RANGES = [[0, 5460], [5461, 10922], [10923, 16383]];
 
-    public function start(): void
+    /** @param list<string> $args more valkey-server arguments for every node (e.g. --loadmodule) */
+    public function start(array $args = []): void
     {
         for ($i = 0; $i < 6; $i++) {
             $node = new ValkeyProcess();
             $node->start(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf',
-                '--cluster-node-timeout', '1000', '--cluster-replica-validity-factor', '0']);
+                '--cluster-node-timeout', '1000', '--cluster-replica-validity-factor', '0', ...$args]);
             $this->nodes[] = $node;
         }
         foreach (self::RANGES as $i => [$from, $to]) {
