@@ -52,6 +52,14 @@ impl RateLimiter {
         Ok(Decision::from(d))
     }
 
+    /// What acquire() would answer now for `tokens` tokens of `shopId`, taking nothing and
+    /// recording no event (the same engine, local denials and on_unavailable policy).
+    #[php(defaults(tokens = 1))]
+    pub fn peek(&self, shopId: BinarySlice<u8>, tokens: i64) -> PhpResult<Decision> {
+        let d = self.inner.peek(&shopId, tokens).map_err(to_php)?;
+        Ok(Decision::from(d))
+    }
+
     /// Marks the shop hot for every worker at once, until the TTL runs out.
     pub fn mark_hot(&self, shopId: BinarySlice<u8>, ttlSeconds: i64) -> PhpResult<()> {
         self.inner.mark_hot(&shopId, ttlSeconds).map_err(to_php)

@@ -99,6 +99,16 @@ namespace CheckoutGuard {
         public function markHot(string $shopId, int $ttlSeconds): void {}
 
         /**
+         * What acquire() would answer now for `tokens` tokens of `shopId`, taking nothing and
+         * recording no event (the same engine, local denials and on_unavailable policy).
+         *
+         * @param string $shopId
+         * @param int $tokens
+         * @return \CheckoutGuard\Decision
+         */
+        public function peek(string $shopId, int $tokens = 1): \CheckoutGuard\Decision {}
+
+        /**
          * Forgets this limiter's bucket state: all buckets are full again. Hot marks stay.
          *
          * @return void

@@ -312,6 +312,7 @@ fn encoded_calls(
                 shop: shop.as_bytes(),
                 auto_hot: &auto,
                 settings: &settings,
+                peek: false,
             };
             json!({
                 "shop": shop,

@@ -7,7 +7,8 @@
 //! ARGV: tokens, static_hot (0/1), then interval and tolerance (µs) of global, hot lane and
 //! hot shop (interval 0 = bucket not configured), then the live-limits version the caller
 //! decided with ("" = none), the shop ID, auto-hot window (µs, 0 = off), share, TTL (s) and
-//! minimum tokens, and the caller's settings (published when the stored ones differ).
+//! minimum tokens, the caller's settings (published when the stored ones differ), and
+//! peek (1: decide as acquire() would, writing nothing; no auto-hot counting).
 //! Reply: `{reason, hot, now, tat_global, tat_lane, tat_shop, became_hot, share_permille,
 //! mark_ttl_ms}` (see `StepReply`), or `{-1, 0}` when the live limits changed since the
 //! caller read them: nothing was decided, the caller reloads them and asks again.
@@ -195,6 +196,9 @@ pub struct DecideCall<'a> {
     pub auto_hot: &'a AutoHotArgs,
     /// The settings this worker runs with (published when the stored ones differ).
     pub settings: &'a str,
+    /// `peek()`: decide as `acquire()` would, writing nothing (no tokens taken, no
+    /// `auto_hot` counting or mark, no settings published).
+    pub peek: bool,
 }
 
 /// What the decision script answered.
@@ -211,7 +215,7 @@ impl DecideCall<'_> {
     /// Number of KEYS.
     pub const KEYS: usize = 7;
     /// Number of ARGV.
-    pub const ARGS: usize = 15;
+    pub const ARGS: usize = 16;
 
     /// KEYS in the script's order.
     pub fn keys(&self) -> [&[u8]; 7] {
@@ -228,7 +232,7 @@ impl DecideCall<'_> {
     }
 
     /// ARGV in the script's order: tokens, static_hot, the lanes, version, shop,
-    /// auto_hot, settings.
+    /// auto_hot, settings, peek.
     pub fn argv(&self) -> Vec<Cow<'_, [u8]>> {
         let mut out: Vec<Cow<'_, [u8]>> = Vec::with_capacity(Self::ARGS);
         out.push(Cow::Owned(self.tokens.to_string().into_bytes()));
@@ -248,6 +252,7 @@ impl DecideCall<'_> {
                 .map(|a| Cow::Borrowed(a.as_bytes())),
         );
         out.push(Cow::Borrowed(self.settings.as_bytes()));
+        out.push(Cow::Borrowed(if self.peek { b"1" } else { b"0" }));
         out
     }
 
@@ -270,13 +275,13 @@ pub fn decide_source() -> String {
     format!("{SHEBANG}{CARRY}{CLOCK_BLOCK}{BODY}")
 }
 
-/// The same decision logic with the clock taken from ARGV[16] (µs, appended after the
+/// The same decision logic with the clock taken from ARGV[17] (µs, appended after the
 /// [`DecideCall`] arguments), for tests that compare
 /// the script with the Rust model at times they choose. Keys live an hour so Valkey's real
 /// clock never expires a key the model still holds.
 pub fn decide_source_with_test_clock() -> String {
     let clock = "\
-local now = tonumber(ARGV[16])
+local now = tonumber(ARGV[17])
 local slack_ms = 3600000
 ";
     format!("{SHEBANG}{CARRY}{clock}{BODY}")

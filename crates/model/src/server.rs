@@ -27,6 +27,8 @@ pub struct ReceivedCall<'a> {
     pub shop: &'a [u8],
     pub auto_hot: Option<AutoHot>,
     pub settings: &'a [u8],
+    /// `peek()`: decide, write nothing.
+    pub peek: bool,
 }
 
 fn int(name: &str, raw: &[u8]) -> Result<i64, String> {
@@ -42,19 +44,19 @@ fn int(name: &str, raw: &[u8]) -> Result<i64, String> {
 }
 
 impl<'a> ReceivedCall<'a> {
-    /// Decodes 7 keys and 15 arguments.
+    /// Decodes 7 keys and 16 arguments.
     pub fn parse(args: &[&'a [u8]]) -> Result<Self, String> {
         let [g, l, s, f, v, a, st, argv @ ..] = args else {
             return Err(format!(
-                "expected 7 keys and 15 arguments, got {}",
+                "expected 7 keys and 16 arguments, got {}",
                 args.len()
             ));
         };
-        let [tokens, hot, gi, gt, li, lt, si, stol, version, shop, w, share, ttl, min, settings] =
+        let [tokens, hot, gi, gt, li, lt, si, stol, version, shop, w, share, ttl, min, settings, peek] =
             argv
         else {
             return Err(format!(
-                "expected 7 keys and 15 arguments, got {}",
+                "expected 7 keys and 16 arguments, got {}",
                 args.len()
             ));
         };
@@ -101,6 +103,7 @@ impl<'a> ReceivedCall<'a> {
             shop,
             auto_hot,
             settings,
+            peek: *peek == b"1",
         })
     }
 }
@@ -164,7 +167,9 @@ pub fn decide_on(
             buckets[lane as usize] = parsed;
         }
     }
-    let window_keys = call.auto_hot.as_ref().map(|a| {
+    // A peek counts nothing for `auto_hot` (the script sets its window to 0 then).
+    let auto_hot = call.auto_hot.as_ref().filter(|_| !call.peek);
+    let window_keys = auto_hot.map(|a| {
         let win = auto_hot_window(now, a.window.as_micros() as i64);
         let key = |n: i64| [ka, n.to_string().as_bytes()].concat();
         [key(win), key(win - 1)]
@@ -211,8 +216,11 @@ pub fn decide_on(
         call.tokens,
         call.static_hot,
         &version,
-        call.auto_hot.as_ref(),
+        auto_hot,
     );
+    if call.peek {
+        return Ok(reply.to_ints().to_vec());
+    }
     for (i, key) in bucket_keys.iter().enumerate() {
         if let (Some(b), true) = (next.buckets[i], next.buckets[i] != stored.buckets[i]) {
             // The key lives until the bucket is full again (+1 ms).
@@ -220,7 +228,7 @@ pub fn decide_on(
             ks.set_bucket(key, b.encode().as_bytes(), px);
         }
     }
-    if let (Some([cur, _]), Some(a), 0) = (&window_keys, &call.auto_hot, reply.reason) {
+    if let (Some([cur, _]), Some(a), 0) = (&window_keys, auto_hot, reply.reason) {
         let counts = next.windows[0];
         ks.hset(
             cur,
@@ -276,6 +284,7 @@ mod tests {
             shop: b"s\x00p",
             auto_hot: &auto_args,
             settings: "global=30/7.5",
+            peek: true,
         };
         let argv = call.argv();
         let args: Vec<&[u8]> = call
@@ -290,6 +299,7 @@ mod tests {
         assert_eq!(got.shop, b"s\x00p");
         assert_eq!(got.auto_hot, Some(auto));
         assert_eq!(got.settings, b"global=30/7.5");
+        assert!(got.peek);
         for lane in Lane::ALL {
             let (a, b) = (got.buckets.get(lane), set.get(lane));
             assert_eq!(
@@ -297,6 +307,6 @@ mod tests {
                 b.map(|x| (x.interval_us(), x.tolerance_us()))
             );
         }
-        assert!(ReceivedCall::parse(&args[..21]).is_err());
+        assert!(ReceivedCall::parse(&args[..22]).is_err());
     }
 }

@@ -389,6 +389,23 @@ impl Limiter {
         shop: &[u8],
         tokens: i64,
     ) -> Result<(Decision, Notices), LimiterError> {
+        self.decide(shop, tokens, false)
+    }
+
+    /// What [`Self::acquire`] would answer now, taking nothing: the same decision (the same
+    /// script or command, the same local denials, `on_unavailable` when Valkey cannot be
+    /// asked), with nothing written in Valkey and nothing learnt by this worker (a peek's
+    /// reply describes tokens it did not take).
+    pub fn peek(&self, shop: &[u8], tokens: i64) -> Result<Decision, LimiterError> {
+        self.decide(shop, tokens, true).map(|(d, _)| d)
+    }
+
+    fn decide(
+        &self,
+        shop: &[u8],
+        tokens: i64,
+        peek: bool,
+    ) -> Result<(Decision, Notices), LimiterError> {
         validate_shop_id(shop)?;
         // Checked against the constructor's buckets: misuse is the caller's, and no live
         // change may turn into an exception in checkout code. A request more than a live
@@ -429,6 +446,7 @@ impl Limiter {
                 shop,
                 auto_hot: &self.auto_hot_args,
                 settings: &self.settings,
+                peek,
             };
             let result = self
                 .store
@@ -452,7 +470,7 @@ impl Limiter {
                     }
                 }
                 Ok(DecideReply::Decided(reply)) => {
-                    if let Some(keys) = &denial_keys {
+                    if let (Some(keys), false) = (&denial_keys, peek) {
                         self.learn(&tuned, keys, shop, &reply, sent_ns);
                     }
                     if reply.became_hot {

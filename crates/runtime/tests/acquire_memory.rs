@@ -588,3 +588,28 @@ fn on_unavailable_is_the_options_policy() {
     let l = limiter("typed", &s, "throw", false, vec![]);
     assert_eq!(l.options().on_unavailable, OnUnavailable::Throw);
 }
+
+#[test]
+fn a_peek_answers_as_acquire_would_and_takes_nothing() {
+    let s = store();
+    let l = limiter("peek", &s, "deny", false, vec![]);
+    for i in 0..10 {
+        let peeked = l.peek(b"shop", 1).unwrap();
+        let taken = l.acquire(b"shop", 1).unwrap();
+        assert_eq!(peeked, taken, "call {i}");
+    }
+    let keys_before = s.keys();
+    let d = l.peek(b"shop", 1).unwrap();
+    assert_eq!((d.allowed, d.reason), (false, Reason::Global));
+    assert_eq!(s.keys(), keys_before, "nothing written");
+    // Several peeks in a row take nothing either.
+    s.advance(Duration::from_millis(100));
+    for _ in 0..5 {
+        assert!(l.peek(b"shop", 1).unwrap().allowed);
+    }
+    assert!(l.acquire(b"shop", 1).unwrap().allowed);
+    assert!(!l.acquire(b"shop", 1).unwrap().allowed);
+    // When the store cannot be asked, the policy answers a peek as it answers acquire().
+    s.inject(Fault::ErrorReply("ERR injected".into()));
+    assert_eq!(l.peek(b"shop", 1).unwrap().reason, Reason::Unavailable);
+}

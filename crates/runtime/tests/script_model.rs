@@ -91,6 +91,7 @@ fn invoke(script: &redis::Script, conn: &mut redis::Connection, c: &Call) -> Vec
         shop: c.shop,
         auto_hot: &auto,
         settings: c.settings,
+        peek: false,
     };
     let mut inv = invocation(&call, script);
     inv.arg(c.now);
@@ -344,6 +345,7 @@ fn production_script_uses_valkeys_clock_and_lets_idle_buckets_expire() {
         shop: b"s",
         auto_hot: &auto,
         settings: "global=10/5",
+        peek: false,
     };
     let inv = invocation(&call, &script);
     let reply = StepReply::from_ints(&inv.invoke::<Vec<i64>>(&mut conn).unwrap()).unwrap();
@@ -374,7 +376,7 @@ fn production_script_uses_valkeys_clock_and_lets_idle_buckets_expire() {
 /// the production script (on a test clock), the native module's `CG.DECIDE` (loaded with
 /// `test-clock`) and the in-memory store (the model's `server::decide_on`). The sequences
 /// have `auto_hot`, static and marked hot shops, marks removed, live changes (new limits
-/// and version, buckets carried over) and data loss. Marks live 1,000 s, longer than any
+/// and version, buckets carried over), data loss, and peeks (decide, write nothing). Marks live 1,000 s, longer than any
 /// sequence, so Valkey's real clock and the simulated one never disagree about them; the
 /// mark's PTTL (real in Valkey) is compared by sign only.
 #[test]
@@ -402,7 +404,7 @@ fn script_module_and_model_agree_on_random_sequences() {
         });
     println!("seed {seed} (CG_MODEL_SEED={seed} repeats it)");
     let mut rng = Rng::new(seed);
-    let (mut became, mut changes, mut carried) = (0, 0, 0);
+    let (mut became, mut changes, mut carried, mut peeks) = (0, 0, 0, 0);
     for seq in 0..40 {
         let mem = MemoryStore::new();
         // As the test-clock script and module: buckets live an hour longer.
@@ -484,6 +486,10 @@ fn script_module_and_model_agree_on_random_sequences() {
             let lanes = LaneArgs::new(&set);
             let max_tokens = set.min_capacity().min(3);
             let tokens = rng.range(1, max_tokens);
+            // One call in five is a peek: the same answer, nothing written (the calls
+            // after it show that nothing was).
+            let peek = rng.chance(20);
+            peeks += usize::from(peek);
             let decide = |keys: &Keys| {
                 let shop_keys = ShopKeys::new(keys, &shop);
                 let call = DecideCall {
@@ -495,6 +501,7 @@ fn script_module_and_model_agree_on_random_sequences() {
                     shop: &shop,
                     auto_hot: &auto_args,
                     settings: "s",
+                    peek,
                 };
                 let encoded = (
                     call.keys().map(<[u8]>::to_vec),
@@ -529,6 +536,7 @@ fn script_module_and_model_agree_on_random_sequences() {
                 shop: &shop,
                 auto_hot: &auto_args,
                 settings: "s",
+                peek,
             };
             let model = mem.decide(&call).unwrap();
             let sign = |v: &[i64]| {
@@ -552,4 +560,5 @@ fn script_module_and_model_agree_on_random_sequences() {
     // The sequences did reach the interesting parts.
     assert!(became > 0, "seed {seed}: no shop ever became hot");
     assert!(carried > 0, "seed {seed}: no decision after a live change");
+    assert!(peeks > 0, "seed {seed}: no peek");
 }

@@ -39,6 +39,7 @@ fn decide(store: &dyn Store, keys: &Keys, shop: &[u8]) -> Result<DecideReply, St
         shop,
         auto_hot: &auto,
         settings: "global=10/10",
+        peek: false,
     };
     let ints = store.decide(&call).map_err(|e| e.to_string())?;
     DecideCall::decode_reply(&ints)

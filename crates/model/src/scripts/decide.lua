@@ -2,6 +2,8 @@
 -- DecideCall only, and the reply is read by StepReply: see call.rs for the contract.
 local n = tonumber(ARGV[1])
 local hot = ARGV[2] == '1'
+-- peek(): the same decision, nothing written.
+local dry = ARGV[16] == '1'
 local v = redis.call('MGET', KEYS[4], KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[7])
 if (v[5] or '') ~= ARGV[9] then return {-1, 0} end
 local mark_ms = -2
@@ -32,7 +34,7 @@ end
 local became, share = 0, 0
 local w = 0
 local cur, c, p
-if reason == 0 then
+if reason == 0 and not dry then
   w = tonumber(ARGV[11])
   if w > 0 then
     local win = math.floor(now / w)
@@ -44,7 +46,7 @@ end
 for i = 1, last do
   if tat[i] >= 0 and (reason == 0 or moved[i]) then
     if reason == 0 then tat[i] = tat[i] + n * tonumber(ARGV[1 + 2 * i]) end
-    redis.call('SET', KEYS[i], string.format('%d:%s:%s:%s', tat[i], ARGV[1 + 2 * i], ARGV[2 + 2 * i], change), 'PX', math.floor((tat[i] - now) / 1000) + slack_ms)
+    if not dry then redis.call('SET', KEYS[i], string.format('%d:%s:%s:%s', tat[i], ARGV[1 + 2 * i], ARGV[2 + 2 * i], change), 'PX', math.floor((tat[i] - now) / 1000) + slack_ms) end
   end
 end
 if w > 0 then
@@ -62,6 +64,6 @@ if w > 0 then
     became = 1
   end
 end
-if v[6] ~= ARGV[15] then redis.call('SET', KEYS[7], ARGV[15], 'EX', 86400) end
+if not dry and v[6] ~= ARGV[15] then redis.call('SET', KEYS[7], ARGV[15], 'EX', 86400) end
 if hot then hot = 1 else hot = 0 end
 return {reason, hot, now, tat[1], tat[2], tat[3], became, share, mark_ms}

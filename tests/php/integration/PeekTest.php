@@ -1,0 +1,55 @@
+<?php
+declare(strict_types=1);
+
+namespace CheckoutGuard\Tests;
+
+use CheckoutGuard\ConfigurationException;
+use CheckoutGuard\Telemetry;
+
+/** `peek()`: what acquire() would answer now, taking nothing and recording nothing. */
+final class PeekTest extends LimiterTestCase
+{
+    public function testAPeekAnswersAsAcquireWouldAndTakesNothing(): void
+    {
+        foreach (['lua', 'module'] as $engine) {
+            $v = new ValkeyProcess();
+            $v->start(['--loadmodule', self::valkeyModule()]);
+            try {
+                $l = new \CheckoutGuard\RateLimiter([
+                    'name' => self::uniqueName("peek-$engine"),
+                    'url' => $v->url(),
+                    'global' => self::bucket(3),
+                    'hot_shop' => self::bucket(2),
+                    'hot_shops' => ['flash'],
+                    'engine' => $engine,
+                ]);
+                foreach (['flash', 'flash', 'other', 'flash'] as $i => $shop) {
+                    $peeked = $l->peek($shop);
+                    $this->assertSame($peeked->isAllowed(), $l->peek($shop)->isAllowed(), "$engine: a second peek sees the same");
+                    $taken = $l->acquire($shop);
+                    $this->assertSame(
+                        [$taken->isAllowed(), $taken->reason(), $taken->remaining(), $taken->isHotShop()],
+                        [$peeked->isAllowed(), $peeked->reason(), $peeked->remaining(), $peeked->isHotShop()],
+                        "$engine, call $i ($shop)"
+                    );
+                }
+                $d = $l->peek('flash');
+                $this->assertSame([false, 'global'], [$d->isAllowed(), $d->reason()], $engine);
+                $this->assertGreaterThan(0.0, $d->retryAfter());
+            } finally {
+                $v->stop();
+            }
+        }
+    }
+
+    public function testAPeekRecordsNoEventAndChecksItsArguments(): void
+    {
+        $l = $this->limiter(['global' => self::bucket(1)]);
+        $l->acquire('s');
+        $before = Telemetry::stats()['decisions'];
+        $this->assertFalse($l->peek('s')->isAllowed());
+        $this->assertSame($before, Telemetry::stats()['decisions'], 'a peek is not a decision');
+        $this->expectException(ConfigurationException::class);
+        $l->peek('s', 0);
+    }
+}
