@@ -232,27 +232,35 @@ impl DecideCall<'_> {
     }
 
     /// ARGV in the script's order: tokens, static_hot, the lanes, version, shop,
-    /// auto_hot, settings, peek.
-    pub fn argv(&self) -> Vec<Cow<'_, [u8]>> {
-        let mut out: Vec<Cow<'_, [u8]>> = Vec::with_capacity(Self::ARGS);
-        out.push(Cow::Owned(self.tokens.to_string().into_bytes()));
-        out.push(Cow::Borrowed(if self.static_hot { b"1" } else { b"0" }));
-        out.extend(
+    /// auto_hot, settings, peek. An iterator, so the call on every acquire() is sent
+    /// without a vector of its own (see [`Self::argv`] for one).
+    pub fn args(&self) -> impl Iterator<Item = Cow<'_, [u8]>> {
+        let flag = |on: bool| Cow::Borrowed(if on { &b"1"[..] } else { &b"0"[..] });
+        [
+            Cow::Owned(self.tokens.to_string().into_bytes()),
+            flag(self.static_hot),
+        ]
+        .into_iter()
+        .chain(
             self.lanes
                 .text()
                 .iter()
-                .map(|a| Cow::Borrowed(a.as_bytes())),
-        );
-        out.push(Cow::Borrowed(self.version));
-        out.push(Cow::Borrowed(self.shop));
-        out.extend(
+                .map(|t| Cow::Borrowed(t.as_bytes())),
+        )
+        .chain([Cow::Borrowed(self.version), Cow::Borrowed(self.shop)])
+        .chain(
             self.auto_hot
                 .text()
                 .iter()
-                .map(|a| Cow::Borrowed(a.as_bytes())),
-        );
-        out.push(Cow::Borrowed(self.settings.as_bytes()));
-        out.push(Cow::Borrowed(if self.peek { b"1" } else { b"0" }));
+                .map(|t| Cow::Borrowed(t.as_bytes())),
+        )
+        .chain([Cow::Borrowed(self.settings.as_bytes()), flag(self.peek)])
+    }
+
+    /// [`Self::args`], collected.
+    pub fn argv(&self) -> Vec<Cow<'_, [u8]>> {
+        let mut out = Vec::with_capacity(Self::ARGS);
+        out.extend(self.args());
         out
     }
 

@@ -174,50 +174,34 @@ pub fn decide_on(
         let key = |n: i64| [ka, n.to_string().as_bytes()].concat();
         [key(win), key(win - 1)]
     });
-    // The window counters are read only when the tokens are taken (as the script reads
-    // them, failing before any write on a key of another type).
-    let allowed = {
-        let stored = StoredState {
-            buckets,
-            mark_ttl_ms,
-            windows: Default::default(),
-        };
-        let version = String::from_utf8_lossy(call.version);
+    // The decision without `auto_hot`; with it, when the tokens are taken, the window
+    // counters are read (as the script reads them then, failing before any write on a
+    // key of another type) and the decision made again with them.
+    let version = String::from_utf8_lossy(call.version);
+    let mut stored = StoredState {
+        buckets,
+        mark_ttl_ms,
+        windows: [WindowCounts::default(); 2],
+    };
+    let decide = |stored: &StoredState, auto_hot| {
         step_auto_hot(
             &call.buckets,
-            &stored,
+            stored,
             now,
             call.tokens,
             call.static_hot,
             &version,
-            None,
+            auto_hot,
         )
-        .0
-        .reason
-            == 0
     };
-    let mut windows = [WindowCounts::default(); 2];
-    if let (Some(wk), true) = (&window_keys, allowed) {
+    let (mut reply, mut next) = decide(&stored, None);
+    if let (Some(a), Some(wk), 0) = (auto_hot, &window_keys, reply.reason) {
         for (i, key) in wk.iter().enumerate() {
             let [mine, all] = ks.hash_ints(key, [call.shop, b""])?;
-            windows[i] = WindowCounts { mine, all };
+            stored.windows[i] = WindowCounts { mine, all };
         }
+        (reply, next) = decide(&stored, Some(a));
     }
-    let stored = StoredState {
-        buckets,
-        mark_ttl_ms,
-        windows,
-    };
-    let version = String::from_utf8_lossy(call.version);
-    let (reply, next) = step_auto_hot(
-        &call.buckets,
-        &stored,
-        now,
-        call.tokens,
-        call.static_hot,
-        &version,
-        auto_hot,
-    );
     if call.peek {
         return Ok(reply.to_ints().to_vec());
     }

@@ -50,8 +50,7 @@ pub struct Limiter {
 struct Tuned {
     /// The live limits' version these buckets come from (empty: none stored).
     version: Vec<u8>,
-    buckets: BucketSet,
-    /// The buckets as the script takes them, formatted once.
+    /// The buckets, and their ARGV formatted once.
     lane_args: LaneArgs,
     /// The local-denial key of the global bucket (the same for every shop).
     global_denial_key: u64,
@@ -60,6 +59,10 @@ struct Tuned {
 }
 
 impl Tuned {
+    fn buckets(&self) -> &BucketSet {
+        self.lane_args.buckets()
+    }
+
     /// The buckets for `live` over `base`, the constructor's (`base` alone when there are
     /// no live limits, or when they are invalid for this limiter: then the error too).
     fn new(
@@ -78,7 +81,6 @@ impl Tuned {
         let lane_args = LaneArgs::new(&buckets);
         let mut tuned = Self {
             version,
-            buckets,
             lane_args,
             global_denial_key: 0,
             hot_lane_denial_key: 0,
@@ -94,7 +96,7 @@ impl Tuned {
     /// Whether the hot buckets apply to a shop is its hot-status entry's to say.
     fn hashed_denial_key(&self, denial_tags: &[Vec<u8>; 3], lane: Lane, shop: &[u8]) -> u64 {
         let (interval, tolerance) = self
-            .buckets
+            .buckets()
             .get(lane)
             .map_or((0, 0), |b| (b.interval_us(), b.tolerance_us()));
         let shop = if lane == Lane::HotShop {
@@ -230,8 +232,8 @@ impl Limiter {
             version: live.version,
             by: live.by.clone(),
             at_ms: live.at_ms,
-            old: live::describe(&old.buckets),
-            new: live::describe(&tuned.buckets),
+            old: live::describe(old.buckets()),
+            new: live::describe(tuned.buckets()),
             error: parse_error.or(apply_error),
         };
         live_cache::remember(self.live_id, Arc::new(live));
@@ -253,7 +255,7 @@ impl Limiter {
     fn denial_keys(&self, tuned: &Tuned, shop: &[u8]) -> [Option<u64>; 3] {
         Lane::ALL.map(|lane| {
             tuned
-                .buckets
+                .buckets()
                 .get(lane)
                 .map(|_| self.denial_key(tuned, lane, shop))
         })
@@ -289,7 +291,7 @@ impl Limiter {
         let mut remaining = i64::MAX;
         let mut wait = 0;
         for lane in lanes {
-            let (Some(e), Some(spec)) = (entries[lane as usize], tuned.buckets.get(lane)) else {
+            let (Some(e), Some(spec)) = (entries[lane as usize], tuned.buckets().get(lane)) else {
                 return None;
             };
             if reason.is_none() && e.lacks(n, now, spec.capacity()) {
@@ -344,7 +346,7 @@ impl Limiter {
             }
         }
         for lane in lanes_in(reply) {
-            let (Some(spec), Some(key)) = (tuned.buckets.get(lane), keys[lane as usize]) else {
+            let (Some(spec), Some(key)) = (tuned.buckets().get(lane), keys[lane as usize]) else {
                 continue;
             };
             let tat = reply.tats[lane as usize];
@@ -476,7 +478,7 @@ impl Limiter {
                     if reply.became_hot {
                         notices.became_hot = Some(reply.share_permille as f64 / 1000.0);
                     }
-                    let d = Decision::from_reply(&tuned.buckets, tokens, &reply);
+                    let d = Decision::from_reply(tuned.buckets(), tokens, &reply);
                     return Ok((d, notices));
                 }
                 Err(e) => {

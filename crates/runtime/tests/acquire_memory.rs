@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use checkout_guard_model::live::LiveLimits;
 use checkout_guard_model::{
-    step, BucketSet, Decision, Defaults, Keys, LimiterOptions, OnUnavailable, Reason, StoredBucket,
-    StoredState, Value,
+    step, BucketSet, Decision, Defaults, Keys, LimiterOptions, Reason, StoredBucket, StoredState,
+    Value,
 };
 use checkout_guard_runtime::store::{Fault, MemoryStore};
 use checkout_guard_runtime::Limiter;
@@ -579,14 +579,6 @@ fn random_sequences_match_the_reference() {
             );
         }
     }
-}
-
-#[test]
-fn on_unavailable_is_the_options_policy() {
-    // The policy is the option's, typed.
-    let s = store();
-    let l = limiter("typed", &s, "throw", false, vec![]);
-    assert_eq!(l.options().on_unavailable, OnUnavailable::Throw);
 }
 
 #[test]

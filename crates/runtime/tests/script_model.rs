@@ -490,9 +490,10 @@ fn script_module_and_model_agree_on_random_sequences() {
             // after it show that nothing was).
             let peek = rng.chance(20);
             peeks += usize::from(peek);
-            let decide = |keys: &Keys| {
+            // One call, encoded once per key namespace, sent to each engine.
+            let with_call = |keys: &Keys, send: &mut dyn FnMut(&DecideCall<'_>) -> Vec<i64>| {
                 let shop_keys = ShopKeys::new(keys, &shop);
-                let call = DecideCall {
+                send(&DecideCall {
                     keys: shop_keys.decide_keys(),
                     tokens,
                     static_hot: static_hot && shop_n == 0,
@@ -502,43 +503,24 @@ fn script_module_and_model_agree_on_random_sequences() {
                     auto_hot: &auto_args,
                     settings: "s",
                     peek,
-                };
-                let encoded = (
-                    call.keys().map(<[u8]>::to_vec),
-                    call.argv().iter().map(|a| a.to_vec()).collect::<Vec<_>>(),
-                );
-                encoded
+                })
             };
-            let (lk, la) = decide(&lua_keys);
-            let mut inv = script.prepare_invoke();
-            for k in &lk {
-                inv.key(k);
-            }
-            for a in &la {
-                inv.arg(a);
-            }
-            inv.arg(now);
-            let lua: Vec<i64> = inv.invoke(&mut conn).unwrap();
-            let (mk, ma) = decide(&mod_keys);
-            let native: Vec<i64> = redis::cmd("CG.DECIDE")
-                .arg(&mk[..])
-                .arg(&ma[..])
-                .arg(now)
-                .query(&mut conn)
-                .unwrap();
-            let shop_keys = ShopKeys::new(&mem_keys, &shop);
-            let call = DecideCall {
-                keys: shop_keys.decide_keys(),
-                tokens,
-                static_hot: static_hot && shop_n == 0,
-                lanes: &lanes,
-                version: version.as_bytes(),
-                shop: &shop,
-                auto_hot: &auto_args,
-                settings: "s",
-                peek,
-            };
-            let model = mem.decide(&call).unwrap();
+            let lua = with_call(&lua_keys, &mut |call| {
+                let mut inv = invocation(call, &script);
+                inv.arg(now);
+                inv.invoke(&mut conn).unwrap()
+            });
+            let native = with_call(&mod_keys, &mut |call| {
+                let mut cmd = redis::cmd("CG.DECIDE");
+                for k in call.keys() {
+                    cmd.arg(k);
+                }
+                for a in call.argv() {
+                    cmd.arg(a.as_ref());
+                }
+                cmd.arg(now).query(&mut conn).unwrap()
+            });
+            let model = with_call(&mem_keys, &mut |call| mem.decide(call).unwrap());
             let sign = |v: &[i64]| {
                 let mut v = v.to_vec();
                 if v.len() == 9 {

@@ -351,7 +351,7 @@ pub fn invocation<'s>(
     for k in call.keys() {
         inv.key(k);
     }
-    for a in call.argv() {
+    for a in call.args() {
         inv.arg(a.as_ref());
     }
     inv
@@ -499,7 +499,7 @@ fn native(call: &DecideCall<'_>) -> redis::Cmd {
     for k in call.keys() {
         cmd.arg(k);
     }
-    for a in call.argv() {
+    for a in call.args() {
         cmd.arg(a.as_ref());
     }
     cmd
