@@ -605,3 +605,27 @@ fn a_peek_answers_as_acquire_would_and_takes_nothing() {
     s.inject(Fault::ErrorReply("ERR injected".into()));
     assert_eq!(l.peek(b"shop", 1).unwrap().reason, Reason::Unavailable);
 }
+
+/// Review: a peek that meets a live change (or data loss) reloads the limits but drops
+/// the notice; the acquire() after it finds nothing new, so the change is never reported.
+#[test]
+fn a_peek_that_meets_a_live_change_leaves_the_notice_to_the_next_acquire() {
+    let s = store();
+    let l = limiter("peek-live", &s, "deny", false, vec![]);
+    assert!(l.acquire(b"shop", 1).unwrap().allowed);
+    set_live(&s, "peek-live", 1, (20, 10.0));
+    assert!(l.peek(b"shop", 1).unwrap().allowed);
+    let (_, n) = l.acquire_noticed(b"shop", 1).unwrap();
+    assert!(
+        n.limits_change.is_some(),
+        "the live change this worker picked up is never reported"
+    );
+    // The same after data loss (Valkey restarted empty).
+    s.flush_all();
+    assert!(l.peek(b"shop", 1).unwrap().allowed);
+    let (_, n) = l.acquire_noticed(b"shop", 1).unwrap();
+    assert!(
+        n.limits_change.is_some(),
+        "the loss of the live limits is never reported"
+    );
+}

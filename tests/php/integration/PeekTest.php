@@ -52,4 +52,25 @@ final class PeekTest extends LimiterTestCase
         $this->expectException(ConfigurationException::class);
         $l->peek('s', 0);
     }
+
+    /**
+     * Review: a peek that is the first call to meet a live change reloads the limits
+     * (as acquire() would) but drops the change's notice, and the acquire() after it
+     * decides with the new limits already: the worker's RateLimitChange event is never
+     * recorded. Expected: one RateLimitChange for the change (as without the peek).
+     */
+    public function testAPeekThatMeetsALiveChangeDoesNotSwallowTheChangeEvent(): void
+    {
+        $log = new EventLog(self::redis());
+        $name = self::uniqueName('peek-change');
+        $l = $this->limiter(['name' => $name, 'global' => self::bucket(10)]);
+        $this->assertTrue($l->acquire('s')->isAllowed(), 'settings published');
+        $log->mark();
+        [$code, , $err] = Cli::limiter(self::url(), $name, 'set', 'global=20/0.001');
+        $this->assertSame(0, $code, $err);
+        $this->assertTrue($l->peek('s')->isAllowed());
+        $this->assertTrue($l->acquire('s')->isAllowed());
+        $changes = array_values(array_filter($log->jsonl(), fn ($e) => $e['eventType'] === 'RateLimitChange'));
+        $this->assertCount(1, $changes, 'the change this worker picked up is recorded once');
+    }
 }
