@@ -629,3 +629,36 @@ fn a_peek_that_meets_a_live_change_leaves_the_notice_to_the_next_acquire() {
         "the loss of the live limits is never reported"
     );
 }
+
+/// Review (low severity): a peek skips the `auto_hot` window read, so where that read
+/// fails (a window key of another type: WRONGTYPE in the script, the module and this
+/// store alike) a peek answers "allowed" and the acquire() right after it "unavailable".
+#[test]
+fn a_peek_answers_as_acquire_would_when_the_auto_hot_window_cannot_be_read() {
+    let s = store();
+    let auto = Value::Map(vec![
+        ("window_seconds".into(), Value::Int(10)),
+        ("share".into(), Value::Float(0.5)),
+        ("ttl_seconds".into(), Value::Int(60)),
+        ("min_tokens".into(), Value::Int(2)),
+    ]);
+    let l = limiter(
+        "peek-window",
+        &s,
+        "deny",
+        false,
+        vec![("auto_hot".into(), auto)],
+    );
+    let prefix = Keys::new("peek-window").auto_hot_prefix();
+    let win = s.now_us().div_euclid(10_000_000);
+    for w in [win - 1, win] {
+        s.set(&[&prefix[..], w.to_string().as_bytes()].concat(), b"not a hash");
+    }
+    let peeked = l.peek(b"shop", 1).unwrap();
+    let taken = l.acquire(b"shop", 1).unwrap();
+    assert_eq!(
+        (peeked.allowed, peeked.reason),
+        (taken.allowed, taken.reason),
+        "peek and the acquire() right after it"
+    );
+}
