@@ -53,10 +53,13 @@ impl RateLimiter {
     }
 
     /// What acquire() would answer now for `tokens` tokens of `shopId`, taking nothing and
-    /// recording no event (the same engine, local denials and on_unavailable policy).
+    /// recording no decision (the same engine, local denials and on_unavailable policy).
     #[php(defaults(tokens = 1))]
     pub fn peek(&self, shopId: BinarySlice<u8>, tokens: i64) -> PhpResult<Decision> {
-        let d = self.inner.peek(&shopId, tokens).map_err(to_php)?;
+        let (d, notices) = self.inner.peek_noticed(&shopId, tokens).map_err(to_php)?;
+        // Not a decision; but new live limits found on the way are this worker's now.
+        let o = self.inner.options();
+        recording::observe_notices(&o.name, &shopId, &notices, o.auto_hot.as_ref());
         Ok(Decision::from(d))
     }
 

@@ -167,9 +167,10 @@ pub fn decide_on(
             buckets[lane as usize] = parsed;
         }
     }
-    // A peek counts nothing for `auto_hot` (the script sets its window to 0 then).
+    // A peek reads the window counters (it fails where acquire() would) but counts
+    // nothing for `auto_hot`.
     let auto_hot = call.auto_hot.as_ref().filter(|_| !call.peek);
-    let window_keys = auto_hot.map(|a| {
+    let window_keys = call.auto_hot.as_ref().map(|a| {
         let win = auto_hot_window(now, a.window.as_micros() as i64);
         let key = |n: i64| [ka, n.to_string().as_bytes()].concat();
         [key(win), key(win - 1)]
@@ -195,12 +196,14 @@ pub fn decide_on(
         )
     };
     let (mut reply, mut next) = decide(&stored, None);
-    if let (Some(a), Some(wk), 0) = (auto_hot, &window_keys, reply.reason) {
+    if let (Some(wk), 0) = (&window_keys, reply.reason) {
         for (i, key) in wk.iter().enumerate() {
             let [mine, all] = ks.hash_ints(key, [call.shop, b""])?;
             stored.windows[i] = WindowCounts { mine, all };
         }
-        (reply, next) = decide(&stored, Some(a));
+        if let Some(a) = auto_hot {
+            (reply, next) = decide(&stored, Some(a));
+        }
     }
     if call.peek {
         return Ok(reply.to_ints().to_vec());

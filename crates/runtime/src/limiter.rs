@@ -399,7 +399,18 @@ impl Limiter {
     /// asked), with nothing written in Valkey and nothing learnt by this worker (a peek's
     /// reply describes tokens it did not take).
     pub fn peek(&self, shop: &[u8], tokens: i64) -> Result<Decision, LimiterError> {
-        self.decide(shop, tokens, true).map(|(d, _)| d)
+        self.peek_noticed(shop, tokens).map(|(d, _)| d)
+    }
+
+    /// [`Self::peek`], and the new live limits it found on the way: this worker decides
+    /// with them from now on, so the change is the worker's to report (no acquire() after
+    /// it will find it new). A peek never makes a shop hot.
+    pub fn peek_noticed(
+        &self,
+        shop: &[u8],
+        tokens: i64,
+    ) -> Result<(Decision, Notices), LimiterError> {
+        self.decide(shop, tokens, true)
     }
 
     fn decide(

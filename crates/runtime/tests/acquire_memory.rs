@@ -606,33 +606,34 @@ fn a_peek_answers_as_acquire_would_and_takes_nothing() {
     assert_eq!(l.peek(b"shop", 1).unwrap().reason, Reason::Unavailable);
 }
 
-/// Review: a peek that meets a live change (or data loss) reloads the limits but drops
-/// the notice; the acquire() after it finds nothing new, so the change is never reported.
+/// A peek that is the first call to meet a live change (or data loss) reloads the limits
+/// as acquire() would, and reports the change: the acquire() after it decides with the
+/// new limits already and finds nothing new, so the peek is the worker's only chance.
 #[test]
-fn a_peek_that_meets_a_live_change_leaves_the_notice_to_the_next_acquire() {
+fn a_peek_that_meets_a_live_change_reports_it() {
     let s = store();
     let l = limiter("peek-live", &s, "deny", false, vec![]);
     assert!(l.acquire(b"shop", 1).unwrap().allowed);
     set_live(&s, "peek-live", 1, (20, 10.0));
-    assert!(l.peek(b"shop", 1).unwrap().allowed);
-    let (_, n) = l.acquire_noticed(b"shop", 1).unwrap();
+    let (d, n) = l.peek_noticed(b"shop", 1).unwrap();
+    assert!(d.allowed);
     assert!(
         n.limits_change.is_some(),
-        "the live change this worker picked up is never reported"
+        "the live change this worker picked up is reported"
     );
+    let (_, n) = l.acquire_noticed(b"shop", 1).unwrap();
+    assert!(n.limits_change.is_none(), "and only once");
     // The same after data loss (Valkey restarted empty).
     s.flush_all();
-    assert!(l.peek(b"shop", 1).unwrap().allowed);
-    let (_, n) = l.acquire_noticed(b"shop", 1).unwrap();
+    let (_, n) = l.peek_noticed(b"shop", 1).unwrap();
     assert!(
         n.limits_change.is_some(),
-        "the loss of the live limits is never reported"
+        "the loss of the live limits is reported"
     );
 }
 
-/// Review (low severity): a peek skips the `auto_hot` window read, so where that read
-/// fails (a window key of another type: WRONGTYPE in the script, the module and this
-/// store alike) a peek answers "allowed" and the acquire() right after it "unavailable".
+/// Where the `auto_hot` window cannot be read (a key of another type: WRONGTYPE in the
+/// script, the module and this store alike), a peek fails as the acquire() after it does.
 #[test]
 fn a_peek_answers_as_acquire_would_when_the_auto_hot_window_cannot_be_read() {
     let s = store();
@@ -652,7 +653,10 @@ fn a_peek_answers_as_acquire_would_when_the_auto_hot_window_cannot_be_read() {
     let prefix = Keys::new("peek-window").auto_hot_prefix();
     let win = s.now_us().div_euclid(10_000_000);
     for w in [win - 1, win] {
-        s.set(&[&prefix[..], w.to_string().as_bytes()].concat(), b"not a hash");
+        s.set(
+            &[&prefix[..], w.to_string().as_bytes()].concat(),
+            b"not a hash",
+        );
     }
     let peeked = l.peek(b"shop", 1).unwrap();
     let taken = l.acquire(b"shop", 1).unwrap();

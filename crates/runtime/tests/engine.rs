@@ -145,3 +145,20 @@ fn auto_falls_back_to_the_script_when_the_module_goes() {
     let d = l.acquire(b"shop", 1).unwrap();
     assert_eq!((d.allowed, d.reason), (false, Reason::Global));
 }
+
+/// A Valkey still running another build of the module (a rolling upgrade), whose
+/// `CG.DECIDE` takes another number of arguments: `auto` decides with the script (here the
+/// module is loaded with `test-clock`, so it wants one argument more than this build
+/// sends, as a module of the next contract would).
+#[test]
+fn auto_decides_with_the_script_where_the_module_is_another_builds() {
+    let module = valkey_module();
+    let v = Valkey::start_with(&[
+        "--loadmodule".as_ref(),
+        module.as_os_str(),
+        "test-clock".as_ref(),
+    ]);
+    let l = limiter(&v.url, "other-build", "auto", "throw");
+    four_decisions(&l);
+    assert_eq!(l.health(false).engine, Some("lua"));
+}

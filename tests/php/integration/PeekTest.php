@@ -54,10 +54,9 @@ final class PeekTest extends LimiterTestCase
     }
 
     /**
-     * Review: a peek that is the first call to meet a live change reloads the limits
-     * (as acquire() would) but drops the change's notice, and the acquire() after it
-     * decides with the new limits already: the worker's RateLimitChange event is never
-     * recorded. Expected: one RateLimitChange for the change (as without the peek).
+     * A peek that is the first call to meet a live change reloads the limits (as
+     * acquire() would); the acquire() after it decides with them already. The worker's
+     * RateLimitChange is recorded once, by the peek.
      */
     public function testAPeekThatMeetsALiveChangeDoesNotSwallowTheChangeEvent(): void
     {

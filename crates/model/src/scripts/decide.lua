@@ -34,7 +34,7 @@ end
 local became, share = 0, 0
 local w = 0
 local cur, c, p
-if reason == 0 and not dry then
+if reason == 0 then
   w = tonumber(ARGV[11])
   if w > 0 then
     local win = math.floor(now / w)
@@ -49,7 +49,8 @@ for i = 1, last do
     if not dry then redis.call('SET', KEYS[i], string.format('%d:%s:%s:%s', tat[i], ARGV[1 + 2 * i], ARGV[2 + 2 * i], change), 'PX', math.floor((tat[i] - now) / 1000) + slack_ms) end
   end
 end
-if w > 0 then
+-- A peek reads the window (it fails where acquire() would) but counts nothing.
+if w > 0 and not dry then
   local all0 = tonumber(c[2]) or 0
   local mine = (tonumber(c[1]) or 0) + n
   local all = all0 + n

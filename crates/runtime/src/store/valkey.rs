@@ -516,11 +516,15 @@ fn has_module(c: &mut dyn ConnectionLike) -> bool {
 }
 
 /// The module cannot be used on this connection: the server does not know the command
-/// (not loaded, unloaded, a node not upgraded), or the connection's ACL user may not run
-/// it (`CG.DECIDE` is in no ACL category a user given `+@write` would have).
+/// (not loaded, unloaded, a node not upgraded), the connection's ACL user may not run it
+/// (`CG.DECIDE` is in no ACL category a user given `+@write` would have), or it is
+/// another build's, with another number of arguments (a rolling upgrade). The script,
+/// sent by this build, decides then.
 fn is_unknown_command(e: &RedisError) -> bool {
     let text = e.to_string().to_ascii_lowercase();
-    text.contains("unknown command") || text.contains("noperm")
+    text.contains("unknown command")
+        || text.contains("noperm")
+        || text.contains("wrong number of arguments")
 }
 
 #[cfg(test)]
