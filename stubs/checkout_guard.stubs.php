@@ -100,7 +100,7 @@ namespace CheckoutGuard {
 
         /**
          * What acquire() would answer now for `tokens` tokens of `shopId`, taking nothing and
-         * recording no event (the same engine, local denials and on_unavailable policy).
+         * recording no decision (the same engine, local denials and on_unavailable policy).
          *
          * @param string $shopId
          * @param int $tokens
