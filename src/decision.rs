@@ -39,6 +39,12 @@ impl Decision {
         self.inner.remaining
     }
 
+    /// Seconds acquire() slept for a reservation (`maxWaitSeconds`) before its tokens were
+    /// there; 0.0 when it did not wait.
+    pub fn waited(&self) -> f64 {
+        self.inner.waited
+    }
+
     /// Whether the shop was treated as hot (listed in hot_shops or marked with markHot()).
     pub fn is_hot_shop(&self) -> bool {
         self.inner.hot_shop

@@ -39,12 +39,20 @@ impl RateLimiter {
         })
     }
 
-    /// Takes `tokens` tokens for `shopId` if every bucket that applies holds them.
-    #[php(defaults(tokens = 1))]
-    pub fn acquire(&self, shopId: BinarySlice<u8>, tokens: i64) -> PhpResult<Decision> {
+    /// Takes `tokens` tokens for `shopId` if every bucket that applies holds them. With
+    /// `maxWaitSeconds` (0 to 10) a reservation: tokens every bucket holds within that
+    /// time are taken now and the call sleeps until they are there (Decision::waited());
+    /// later than that, a denial that takes nothing. 0.0 decides as without it.
+    #[php(defaults(tokens = 1, maxWaitSeconds = 0.0))]
+    pub fn acquire(
+        &self,
+        shopId: BinarySlice<u8>,
+        tokens: i64,
+        maxWaitSeconds: f64,
+    ) -> PhpResult<Decision> {
         let (d, notices) = self
             .inner
-            .acquire_noticed(&shopId, tokens)
+            .acquire_within(&shopId, tokens, maxWaitSeconds)
             .map_err(to_php)?;
         let o = self.inner.options();
         recording::observe_notices(&o.name, &shopId, &notices, o.auto_hot.as_ref());

@@ -44,6 +44,14 @@ namespace CheckoutGuard {
          * @return float
          */
         public function retryAfter(): float {}
+
+        /**
+         * Seconds acquire() slept for a reservation (`maxWaitSeconds`) before its tokens were
+         * there; 0.0 when it did not wait.
+         *
+         * @return float
+         */
+        public function waited(): float {}
     }
 
     /**
@@ -60,13 +68,17 @@ namespace CheckoutGuard {
         public function __construct(array $options) {}
 
         /**
-         * Takes `tokens` tokens for `shopId` if every bucket that applies holds them.
+         * Takes `tokens` tokens for `shopId` if every bucket that applies holds them. With
+         * `maxWaitSeconds` (0 to 10) a reservation: tokens every bucket holds within that
+         * time are taken now and the call sleeps until they are there (Decision::waited());
+         * later than that, a denial that takes nothing. 0.0 decides as without it.
          *
          * @param string $shopId
          * @param int $tokens
+         * @param float $maxWaitSeconds
          * @return \CheckoutGuard\Decision
          */
-        public function acquire(string $shopId, int $tokens = 1): \CheckoutGuard\Decision {}
+        public function acquire(string $shopId, int $tokens = 1, float $maxWaitSeconds = 0.0): \CheckoutGuard\Decision {}
 
         /**
          * What a readiness check needs, from this process's pooled connection to the

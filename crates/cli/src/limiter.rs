@@ -313,6 +313,7 @@ fn encoded_calls(
                 auto_hot: &auto,
                 settings: &settings,
                 peek: false,
+                max_wait_us: 0,
             };
             json!({
                 "shop": shop,

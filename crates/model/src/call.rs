@@ -8,7 +8,8 @@
 //! hot shop (interval 0 = bucket not configured), then the live-limits version the caller
 //! decided with ("" = none), the shop ID, auto-hot window (µs, 0 = off), share, TTL (s) and
 //! minimum tokens, the caller's settings (published when the stored ones differ), and
-//! peek (1: decide as acquire() would, writing nothing; no auto-hot counting).
+//! peek (1: decide as acquire() would, writing nothing; no auto-hot counting), and the
+//! longest wait of a reservation in µs (0: none; see `step_auto_hot`).
 //! Reply: `{reason, hot, now, tat_global, tat_lane, tat_shop, became_hot, share_permille,
 //! mark_ttl_ms}` (see `StepReply`), or `{-1, 0}` when the live limits changed since the
 //! caller read them: nothing was decided, the caller reloads them and asks again.
@@ -199,6 +200,9 @@ pub struct DecideCall<'a> {
     /// `peek()`: decide as `acquire()` would, writing nothing (no tokens taken, no
     /// `auto_hot` counting or mark, no settings published).
     pub peek: bool,
+    /// A reservation (`acquire(..., maxWaitSeconds)`), in µs: tokens that every bucket
+    /// holds within this time are taken now; 0: only tokens held now.
+    pub max_wait_us: i64,
 }
 
 /// What the decision script answered.
@@ -215,7 +219,7 @@ impl DecideCall<'_> {
     /// Number of KEYS.
     pub const KEYS: usize = 7;
     /// Number of ARGV.
-    pub const ARGS: usize = 16;
+    pub const ARGS: usize = 17;
 
     /// KEYS in the script's order.
     pub fn keys(&self) -> [&[u8]; 7] {
@@ -232,7 +236,7 @@ impl DecideCall<'_> {
     }
 
     /// ARGV in the script's order: tokens, static_hot, the lanes, version, shop,
-    /// auto_hot, settings, peek. An iterator, so the call on every acquire() is sent
+    /// auto_hot, settings, peek, max wait. An iterator, so the call on every acquire() is sent
     /// without a vector of its own (see [`Self::argv`] for one).
     pub fn args(&self) -> impl Iterator<Item = Cow<'_, [u8]>> {
         let flag = |on: bool| Cow::Borrowed(if on { &b"1"[..] } else { &b"0"[..] });
@@ -254,7 +258,14 @@ impl DecideCall<'_> {
                 .iter()
                 .map(|t| Cow::Borrowed(t.as_bytes())),
         )
-        .chain([Cow::Borrowed(self.settings.as_bytes()), flag(self.peek)])
+        .chain([
+            Cow::Borrowed(self.settings.as_bytes()),
+            flag(self.peek),
+            match self.max_wait_us {
+                0 => Cow::Borrowed(&b"0"[..]),
+                us => Cow::Owned(us.to_string().into_bytes()),
+            },
+        ])
     }
 
     /// [`Self::args`], collected.
@@ -283,13 +294,13 @@ pub fn decide_source() -> String {
     format!("{SHEBANG}{CARRY}{CLOCK_BLOCK}{BODY}")
 }
 
-/// The same decision logic with the clock taken from ARGV[17] (µs, appended after the
+/// The same decision logic with the clock taken from ARGV[18] (µs, appended after the
 /// [`DecideCall`] arguments), for tests that compare
 /// the script with the Rust model at times they choose. Keys live an hour so Valkey's real
 /// clock never expires a key the model still holds.
 pub fn decide_source_with_test_clock() -> String {
     let clock = "\
-local now = tonumber(ARGV[17])
+local now = tonumber(ARGV[18])
 local slack_ms = 3600000
 ";
     format!("{SHEBANG}{CARRY}{clock}{BODY}")

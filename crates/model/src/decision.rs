@@ -47,6 +47,9 @@ pub struct Decision {
     /// Whole tokens left in the tightest bucket that applied, after this decision.
     pub remaining: i64,
     pub hot_shop: bool,
+    /// Seconds `acquire()` slept for a reservation before its tokens were there (0.0
+    /// without waiting).
+    pub waited: f64,
 }
 
 impl Decision {
@@ -73,6 +76,7 @@ impl Decision {
             retry_after: if allowed { 0.0 } else { wait_us as f64 / 1e6 },
             remaining,
             hot_shop: reply.hot,
+            waited: 0.0,
         }
     }
 
@@ -90,6 +94,7 @@ impl Decision {
             retry_after,
             remaining,
             hot_shop,
+            waited: 0.0,
         }
     }
 
@@ -102,6 +107,7 @@ impl Decision {
             retry_after: if allowed { 0.0 } else { retry_after },
             remaining: 0,
             hot_shop,
+            waited: 0.0,
         }
     }
 }

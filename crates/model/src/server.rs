@@ -12,6 +12,7 @@
 use crate::bucket::{BucketSet, BucketSpec, Lane, StoredBucket};
 use crate::call::{LIMITS_CHANGED_REPLY, SETTINGS_TTL_SECONDS};
 use crate::options::AutoHot;
+use crate::options::MAX_WAIT_US;
 use crate::step::{auto_hot_window, step_auto_hot, StoredState, WindowCounts};
 
 /// A decision call as the server receives it (`CG.DECIDE`'s arguments, or the script's
@@ -29,6 +30,8 @@ pub struct ReceivedCall<'a> {
     pub settings: &'a [u8],
     /// `peek()`: decide, write nothing.
     pub peek: bool,
+    /// A reservation's longest wait, µs (0: none).
+    pub max_wait_us: i64,
 }
 
 fn int(name: &str, raw: &[u8]) -> Result<i64, String> {
@@ -44,19 +47,19 @@ fn int(name: &str, raw: &[u8]) -> Result<i64, String> {
 }
 
 impl<'a> ReceivedCall<'a> {
-    /// Decodes 7 keys and 16 arguments.
+    /// Decodes 7 keys and 17 arguments.
     pub fn parse(args: &[&'a [u8]]) -> Result<Self, String> {
         let [g, l, s, f, v, a, st, argv @ ..] = args else {
             return Err(format!(
-                "expected 7 keys and 16 arguments, got {}",
+                "expected 7 keys and 17 arguments, got {}",
                 args.len()
             ));
         };
-        let [tokens, hot, gi, gt, li, lt, si, stol, version, shop, w, share, ttl, min, settings, peek] =
+        let [tokens, hot, gi, gt, li, lt, si, stol, version, shop, w, share, ttl, min, settings, peek, max_wait] =
             argv
         else {
             return Err(format!(
-                "expected 7 keys and 16 arguments, got {}",
+                "expected 7 keys and 17 arguments, got {}",
                 args.len()
             ));
         };
@@ -79,6 +82,12 @@ impl<'a> ReceivedCall<'a> {
             hot_lane: bucket("hot_lane", li, lt)?,
             hot_shop: bucket("hot_shop", si, stol)?,
         };
+        let max_wait_us = int("max wait", max_wait)?;
+        if !(0..=MAX_WAIT_US).contains(&max_wait_us) {
+            return Err(format!(
+                "max wait must be from 0 to {MAX_WAIT_US} µs, got {max_wait_us}"
+            ));
+        }
         let window_us = int("auto_hot window", w)?;
         let auto_hot = match window_us {
             0 => None,
@@ -104,6 +113,7 @@ impl<'a> ReceivedCall<'a> {
             auto_hot,
             settings,
             peek: *peek == b"1",
+            max_wait_us,
         })
     }
 }
@@ -193,6 +203,7 @@ pub fn decide_on(
             call.static_hot,
             &version,
             auto_hot,
+            call.max_wait_us,
         )
     };
     let (mut reply, mut next) = decide(&stored, None);
@@ -272,6 +283,7 @@ mod tests {
             auto_hot: &auto_args,
             settings: "global=30/7.5",
             peek: true,
+            max_wait_us: 250_000,
         };
         let argv = call.argv();
         let args: Vec<&[u8]> = call
@@ -287,6 +299,7 @@ mod tests {
         assert_eq!(got.auto_hot, Some(auto));
         assert_eq!(got.settings, b"global=30/7.5");
         assert!(got.peek);
+        assert_eq!(got.max_wait_us, 250_000);
         for lane in Lane::ALL {
             let (a, b) = (got.buckets.get(lane), set.get(lane));
             assert_eq!(
@@ -294,6 +307,6 @@ mod tests {
                 b.map(|x| (x.interval_us(), x.tolerance_us()))
             );
         }
-        assert!(ReceivedCall::parse(&args[..22]).is_err());
+        assert!(ReceivedCall::parse(&args[..23]).is_err());
     }
 }

@@ -108,7 +108,7 @@ pub fn step(
     static_hot: bool,
     version: &str,
 ) -> (StepReply, StoredState) {
-    step_auto_hot(set, stored, now, tokens, static_hot, version, None)
+    step_auto_hot(set, stored, now, tokens, static_hot, version, None, 0)
 }
 
 /// [`step`] with `auto_hot`: when tokens are taken, they are counted in the current
@@ -116,6 +116,13 @@ pub fn step(
 /// (the previous window weighted by the part of it still inside) is above `share`, having
 /// taken at least `min_tokens`, is marked hot for `ttl_seconds` (`next.mark_ttl_ms`).
 /// The arithmetic is the script's, in doubles as Lua's.
+///
+/// `max_wait_us` (a reservation, `acquire(..., maxWaitSeconds)`): the tokens are taken
+/// now from the future when every bucket that applies holds them within that time
+/// (`tat + cost - now <= tolerance + max_wait`); the caller waits until then (see
+/// [`reservation_wait_us`]). Never more tokens than a bucket holds when full. 0: the
+/// plain decision.
+#[allow(clippy::too_many_arguments)]
 pub fn step_auto_hot(
     set: &BucketSet,
     stored: &StoredState,
@@ -124,6 +131,7 @@ pub fn step_auto_hot(
     static_hot: bool,
     version: &str,
     auto_hot: Option<&AutoHot>,
+    max_wait_us: i64,
 ) -> (StepReply, StoredState) {
     let change_at = crate::live::change_instant(version.as_bytes());
     let by_mark = !static_hot && stored.marked_hot();
@@ -140,7 +148,10 @@ pub fn step_auto_hot(
         // Saturating: a cost beyond i64 (tokens far above any capacity, from a direct
         // caller) is denied, as the script's doubles deny it.
         let cost = tokens.saturating_mul(spec.interval_us());
-        if reason == 0 && tat.saturating_add(cost) - now > spec.tolerance_us() {
+        if reason == 0
+            && (cost > spec.tolerance_us()
+                || tat.saturating_add(cost) - now > spec.tolerance_us() + max_wait_us)
+        {
             reason = i as i64 + 1;
         }
     }
@@ -192,6 +203,19 @@ pub fn step_auto_hot(
         },
         next,
     )
+}
+
+/// How long the caller of an allowed reservation waits before its tokens are there: the
+/// slowest bucket's `tat - tolerance - now` (µs), 0 when every bucket held them at once.
+pub fn reservation_wait_us(set: &BucketSet, reply: &StepReply) -> i64 {
+    lanes_in(reply)
+        .filter_map(|l| {
+            set.get(l)
+                .map(|spec| reply.tats[l as usize] - spec.tolerance_us() - reply.now_us)
+        })
+        .max()
+        .unwrap_or(0)
+        .max(0)
 }
 
 /// The lanes that applied to a reply (those with a TAT).

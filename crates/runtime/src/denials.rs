@@ -83,7 +83,16 @@ impl Entry {
     /// (earliest mapping: Valkey's clock can be no further on). Always, for more tokens
     /// than the bucket holds.
     pub fn lacks(&self, tokens: u64, now: u64, capacity: i64) -> bool {
-        self.credit(self.base, now, capacity) < self.interval as i128 * tokens as i128
+        self.lacks_within(tokens, now, capacity, 0)
+    }
+
+    /// Whether a reservation for `tokens` tokens at local instant `now` is certain to wait
+    /// longer than `max_wait` ns (the shortest wait Valkey could find: earliest mapping),
+    /// so Valkey is certain to deny it. Always, for more tokens than the bucket holds.
+    pub fn lacks_within(&self, tokens: u64, now: u64, capacity: i64, max_wait: u64) -> bool {
+        tokens > capacity.max(0) as u64
+            || self.interval as i128 * tokens as i128 - self.credit(self.base, now, capacity)
+                > max_wait as i128
     }
 
     /// Local ns from `now` until `tokens` tokens are certainly there (latest mapping), if

@@ -5,9 +5,9 @@ use parking_lot::RwLock;
 
 use checkout_guard_model::live::{self, LiveLimits};
 use checkout_guard_model::{
-    lanes_in, validate_shop_id, validate_tokens, validate_ttl, AutoHotArgs, BucketSet, DecideCall,
-    DecideKeys, DecideReply, Decision, Keys, Lane, LaneArgs, LimiterError, LimiterOptions,
-    OnUnavailable, StepReply,
+    lanes_in, reservation_wait_us, validate_max_wait, validate_shop_id, validate_tokens,
+    validate_ttl, AutoHotArgs, BucketSet, DecideCall, DecideKeys, DecideReply, Decision, Keys,
+    Lane, LaneArgs, LimiterError, LimiterOptions, OnUnavailable, StepReply,
 };
 
 use crate::denials;
@@ -278,6 +278,7 @@ impl Limiter {
         tokens: i64,
         static_hot: bool,
         shop: &[u8],
+        max_wait_us: i64,
     ) -> Option<Decision> {
         let now = denials::now_ns();
         let entries = keys.map(|k| k.and_then(|k| denials::lookup(k, now)));
@@ -294,7 +295,8 @@ impl Limiter {
             let (Some(e), Some(spec)) = (entries[lane as usize], tuned.buckets().get(lane)) else {
                 return None;
             };
-            if reason.is_none() && e.lacks(n, now, spec.capacity()) {
+            let max_wait_ns = max_wait_us as u64 * 1000;
+            if reason.is_none() && e.lacks_within(n, now, spec.capacity(), max_wait_ns) {
                 reason = Some(lane);
             }
             remaining = remaining.min(e.whole_tokens(now, spec.capacity()));
@@ -391,7 +393,21 @@ impl Limiter {
         shop: &[u8],
         tokens: i64,
     ) -> Result<(Decision, Notices), LimiterError> {
-        self.decide(shop, tokens, false)
+        self.decide(shop, tokens, false, 0)
+    }
+
+    /// A reservation: [`Self::acquire`] where tokens that every bucket holds within
+    /// `max_wait_seconds` (0 to 10) are taken now, and the call sleeps until they are
+    /// there (`Decision::waited`). When they would come later, a denial that takes
+    /// nothing, as [`Self::acquire`]'s. 0 is exactly [`Self::acquire`].
+    pub fn acquire_within(
+        &self,
+        shop: &[u8],
+        tokens: i64,
+        max_wait_seconds: f64,
+    ) -> Result<(Decision, Notices), LimiterError> {
+        let max_wait_us = validate_max_wait(max_wait_seconds)?;
+        self.decide(shop, tokens, false, max_wait_us)
     }
 
     /// What [`Self::acquire`] would answer now, taking nothing: the same decision (the same
@@ -410,7 +426,7 @@ impl Limiter {
         shop: &[u8],
         tokens: i64,
     ) -> Result<(Decision, Notices), LimiterError> {
-        self.decide(shop, tokens, true)
+        self.decide(shop, tokens, true, 0)
     }
 
     fn decide(
@@ -418,6 +434,7 @@ impl Limiter {
         shop: &[u8],
         tokens: i64,
         peek: bool,
+        max_wait_us: i64,
     ) -> Result<(Decision, Notices), LimiterError> {
         validate_shop_id(shop)?;
         // Checked against the constructor's buckets: misuse is the caller's, and no live
@@ -433,7 +450,8 @@ impl Limiter {
             .local_denials
             .then(|| self.denial_keys(&tuned, shop));
         if let Some(keys) = &denial_keys {
-            if let Some(d) = self.deny_locally(&tuned, keys, tokens, static_hot, shop) {
+            if let Some(d) = self.deny_locally(&tuned, keys, tokens, static_hot, shop, max_wait_us)
+            {
                 return Ok((d, notices));
             }
         }
@@ -460,6 +478,7 @@ impl Limiter {
                 auto_hot: &self.auto_hot_args,
                 settings: &self.settings,
                 peek,
+                max_wait_us,
             };
             let result = self
                 .store
@@ -489,7 +508,15 @@ impl Limiter {
                     if reply.became_hot {
                         notices.became_hot = Some(reply.share_permille as f64 / 1000.0);
                     }
-                    let d = Decision::from_reply(tuned.buckets(), tokens, &reply);
+                    let mut d = Decision::from_reply(tuned.buckets(), tokens, &reply);
+                    // A reservation: the tokens are the caller's once every bucket holds
+                    // them. Waited from the reply's arrival, no earlier than Valkey's
+                    // `now` (read before it), so never early.
+                    let wait_us = reservation_wait_us(tuned.buckets(), &reply);
+                    if d.allowed && wait_us > 0 {
+                        let wait = Duration::from_micros(wait_us as u64);
+                        d.waited = self.store.sleep(wait).as_secs_f64();
+                    }
                     return Ok((d, notices));
                 }
                 Err(e) => {

@@ -39,7 +39,7 @@ fn keys(shop: &[u8]) -> Vec<Vec<u8>> {
     ]
 }
 
-/// The 16 arguments: global 10 tokens at 5/s, no hot buckets, `auto` = (window µs, share,
+/// The 17 arguments: global 10 tokens at 5/s, no hot buckets, `auto` = (window µs, share,
 /// ttl s, min tokens).
 fn argv(shop: &[u8], tokens: i64, auto: (i64, &str, i64, i64), settings: &[u8]) -> Vec<Vec<u8>> {
     let s = |x: &str| x.as_bytes().to_vec();
@@ -59,6 +59,7 @@ fn argv(shop: &[u8], tokens: i64, auto: (i64, &str, i64, i64), settings: &[u8]) 
         s(&auto.2.to_string()),
         s(&auto.3.to_string()),
         settings.to_vec(),
+        s("0"),
         s("0"),
     ]
 }

@@ -10,7 +10,8 @@ use checkout_guard_model::call::{
     SETTINGS_TTL_SECONDS,
 };
 use checkout_guard_model::{
-    step, BucketSet, BucketSpec, Decision, Keys, Lane, StepReply, StoredBucket, StoredState,
+    reservation_wait_us, step, BucketSet, BucketSpec, Decision, Keys, Lane, StepReply,
+    StoredBucket, StoredState,
 };
 use checkout_guard_runtime::store::invocation;
 use common::{Rng, Valkey};
@@ -92,6 +93,7 @@ fn invoke(script: &redis::Script, conn: &mut redis::Connection, c: &Call) -> Vec
         auto_hot: &auto,
         settings: c.settings,
         peek: false,
+        max_wait_us: 0,
     };
     let mut inv = invocation(&call, script);
     inv.arg(c.now);
@@ -346,6 +348,7 @@ fn production_script_uses_valkeys_clock_and_lets_idle_buckets_expire() {
         auto_hot: &auto,
         settings: "global=10/5",
         peek: false,
+        max_wait_us: 0,
     };
     let inv = invocation(&call, &script);
     let reply = StepReply::from_ints(&inv.invoke::<Vec<i64>>(&mut conn).unwrap()).unwrap();
@@ -404,7 +407,7 @@ fn script_module_and_model_agree_on_random_sequences() {
         });
     println!("seed {seed} (CG_MODEL_SEED={seed} repeats it)");
     let mut rng = Rng::new(seed);
-    let (mut became, mut changes, mut carried, mut peeks) = (0, 0, 0, 0);
+    let (mut became, mut changes, mut carried, mut peeks, mut reserved) = (0, 0, 0, 0, 0);
     for seq in 0..40 {
         let mem = MemoryStore::new();
         // As the test-clock script and module: buckets live an hour longer.
@@ -490,6 +493,13 @@ fn script_module_and_model_agree_on_random_sequences() {
             // after it show that nothing was).
             let peek = rng.chance(20);
             peeks += usize::from(peek);
+            // One call in four is a reservation: tokens there within up to 2 s are taken
+            // now (a peek may ask with a wait too: the contract allows it).
+            let max_wait_us = if rng.chance(25) {
+                rng.range(1, 2_000_000)
+            } else {
+                0
+            };
             // One call, encoded once per key namespace, sent to each engine.
             let with_call = |keys: &Keys, send: &mut dyn FnMut(&DecideCall<'_>) -> Vec<i64>| {
                 let shop_keys = ShopKeys::new(keys, &shop);
@@ -503,6 +513,7 @@ fn script_module_and_model_agree_on_random_sequences() {
                     auto_hot: &auto_args,
                     settings: "s",
                     peek,
+                    max_wait_us,
                 })
             };
             let lua = with_call(&lua_keys, &mut |call| {
@@ -534,6 +545,10 @@ fn script_module_and_model_agree_on_random_sequences() {
             assert_eq!(sign(&native), sign(&lua), "{what}: module vs script");
             assert_eq!(sign(&model), sign(&lua), "{what}: model vs script");
             if lua.len() == 9 {
+                let reply = StepReply::from_ints(&lua).unwrap();
+                if reply.reason == 0 && reservation_wait_us(&set, &reply) > 0 {
+                    reserved += 1;
+                }
                 became += usize::from(lua[6] == 1);
                 carried += usize::from(!version.is_empty());
             }
@@ -543,4 +558,5 @@ fn script_module_and_model_agree_on_random_sequences() {
     assert!(became > 0, "seed {seed}: no shop ever became hot");
     assert!(carried > 0, "seed {seed}: no decision after a live change");
     assert!(peeks > 0, "seed {seed}: no peek");
+    assert!(reserved > 0, "seed {seed}: no reservation waited");
 }

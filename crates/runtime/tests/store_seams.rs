@@ -40,6 +40,7 @@ fn decide(store: &dyn Store, keys: &Keys, shop: &[u8]) -> Result<DecideReply, St
         auto_hot: &auto,
         settings: "global=10/10",
         peek: false,
+        max_wait_us: 0,
     };
     let ints = store.decide(&call).map_err(|e| e.to_string())?;
     DecideCall::decode_reply(&ints)

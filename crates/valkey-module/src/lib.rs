@@ -1,6 +1,6 @@
 //! checkout-guard's Valkey module: `CG.DECIDE`, the limiter's decision as a native command.
 //!
-//! `CG.DECIDE <7 keys> <16 arguments>` takes exactly the decision script's KEYS then ARGV
+//! `CG.DECIDE <7 keys> <17 arguments>` takes exactly the decision script's KEYS then ARGV
 //! (built by the model's `DecideCall`, the one encoder) and answers the script's reply.
 //! The decision is `model::server::decide_on`, the Rust twin the Lua script is held to
 //! call for call, on Valkey's clock (the command's cached time, as `TIME` in a script).
@@ -19,6 +19,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use checkout_guard_model::server::{decide_on, Keyspace, ReceivedCall};
+use checkout_guard_model::DecideCall;
 use valkey_module::alloc::ValkeyAlloc;
 use valkey_module::key::ValkeyKeyWritable;
 use valkey_module::{
@@ -150,14 +151,17 @@ fn now_us() -> i64 {
 
 fn cg_decide(ctx: &Context, args: Vec<ValkeyString>) -> ValkeyResult {
     let test_clock = TEST_CLOCK.load(Ordering::Relaxed);
-    if args.len() != 1 + 7 + 16 + usize::from(test_clock) {
+    if args.len() != 1 + 7 + DecideCall::ARGS + usize::from(test_clock) {
         return Err(ValkeyError::WrongArity);
     }
     let raw: Vec<&[u8]> = args[1..].iter().map(|a| a.as_slice()).collect();
-    let call =
-        ReceivedCall::parse(&raw[..23]).map_err(|e| ValkeyError::String(format!("ERR {e}")))?;
+    let call = ReceivedCall::parse(&raw[..7 + DecideCall::ARGS])
+        .map_err(|e| ValkeyError::String(format!("ERR {e}")))?;
     let (now, slack_ms) = match test_clock {
-        true => (args[24].parse_integer()?, TEST_SLACK_MS),
+        true => (
+            args[1 + 7 + DecideCall::ARGS].parse_integer()?,
+            TEST_SLACK_MS,
+        ),
         false => (now_us(), 0),
     };
     let mut keys = ValkeyKeys {

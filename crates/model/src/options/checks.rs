@@ -1,6 +1,6 @@
 //! The checks of per-call arguments: shop IDs, token counts, TTLs.
 
-use super::{MAX_SHOP_ID_BYTES, MAX_TTL_SECONDS};
+use super::{MAX_SHOP_ID_BYTES, MAX_TTL_SECONDS, MAX_WAIT_US};
 use crate::bucket::BucketSet;
 use crate::error::ConfigError;
 use crate::value::quote_bytes;
@@ -52,4 +52,17 @@ pub fn validate_ttl(ttl_seconds: i64) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
+}
+
+/// `acquire()`'s `maxWaitSeconds`: a number from 0 to 10 (seconds), turned into whole
+/// microseconds rounded down (a reservation never waits longer than it was allowed to).
+pub fn validate_max_wait(seconds: f64) -> Result<i64, ConfigError> {
+    let max = MAX_WAIT_US as f64 / 1e6;
+    if !(0.0..=max).contains(&seconds) {
+        return Err(ConfigError::new(
+            "maxWaitSeconds",
+            format!("must be a number from 0 to {max} (seconds), got {seconds:?}"),
+        ));
+    }
+    Ok((seconds * 1e6).floor() as i64)
 }

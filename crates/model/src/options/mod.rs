@@ -12,7 +12,7 @@ mod defaults;
 
 pub use auto_hot::AutoHot;
 pub use buckets::{bucket_value, buckets_from_value, buckets_to_value};
-pub use checks::{validate_shop_id, validate_tokens, validate_ttl};
+pub use checks::{validate_max_wait, validate_shop_id, validate_tokens, validate_ttl};
 pub use defaults::Defaults;
 
 use crate::bucket::BucketSet;
@@ -24,6 +24,8 @@ use crate::value::{quote_bytes, Value};
 pub const MAX_SHOP_ID_BYTES: usize = 128;
 /// Longest `markHot()` TTL: one year.
 pub const MAX_TTL_SECONDS: i64 = 365 * 86_400;
+/// Longest wait of a reservation (`acquire(..., maxWaitSeconds)`): 10 s, in µs.
+pub const MAX_WAIT_US: i64 = 10_000_000;
 /// Longest limiter name, in bytes.
 const MAX_NAME_BYTES: usize = 64;
 /// Most shops in `hot_shops`.

@@ -4,6 +4,8 @@ local n = tonumber(ARGV[1])
 local hot = ARGV[2] == '1'
 -- peek(): the same decision, nothing written.
 local dry = ARGV[16] == '1'
+-- A reservation: tokens there within maxw µs are taken now (never more than a full bucket).
+local maxw = tonumber(ARGV[17])
 local v = redis.call('MGET', KEYS[4], KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[7])
 if (v[5] or '') ~= ARGV[9] then return {-1, 0} end
 local mark_ms = -2
@@ -28,7 +30,7 @@ for i = 1, last do
       if x < now then x = now end
     end
     tat[i] = x
-    if reason == 0 and x + n * interval - now > tol then reason = i end
+    if reason == 0 and (n * interval > tol or x + n * interval - now > tol + maxw) then reason = i end
   end
 end
 local became, share = 0, 0

@@ -11,7 +11,7 @@ pub use memory::{Fault, MemoryStore};
 pub use valkey::{invocation, ping, status, with_connection, ValkeyStore};
 
 use std::fmt;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use checkout_guard_model::live::Stored;
 use checkout_guard_model::{DecideCall, Keys};
@@ -75,4 +75,11 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// The connection's state; with `ping`, after one PING (or, on a cluster, an EXISTS
     /// of `cluster_key`, so only the node the limiter needs is asked).
     fn health(&self, ping: bool, cluster_key: &[u8]) -> Health;
+    /// Waits `d` for a reservation's tokens, on the store's clock (a test store with a
+    /// clock of its own moves it instead); returns the time waited.
+    fn sleep(&self, d: Duration) -> Duration {
+        let start = Instant::now();
+        std::thread::sleep(d);
+        start.elapsed()
+    }
 }

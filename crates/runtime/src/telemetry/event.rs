@@ -437,6 +437,7 @@ mod tests {
             retry_after: 0.25,
             remaining: 0,
             hot_shop: true,
+            waited: 0.0,
         };
         let e = decision_event("payments", b"shop-9", &d, 5);
         assert_eq!(e.event_type, RATE_LIMIT_DECISION);
