@@ -289,6 +289,41 @@ mod tests {
     }
 
     #[test]
+    fn a_reservation_takes_tokens_due_within_the_wait_and_never_more_than_a_full_bucket() {
+        // 10 tokens at 10/s: one every 100 ms.
+        let set = BucketSet {
+            global: BucketSpec::new("global", 10, 10.0).unwrap(),
+            hot_lane: None,
+            hot_shop: None,
+        };
+        let t0 = 1_700_000_000_000_000;
+        let (r, s) = step(&set, &StoredState::default(), t0, 10, false, "");
+        assert_eq!(r.reason, 0);
+        let run = |tokens, wait| step_auto_hot(&set, &s, t0, tokens, false, "", None, wait);
+        // Empty: 3 tokens are 300 ms away.
+        assert_eq!(run(3, 0).0.reason, 1, "no wait: denied");
+        assert_eq!(run(3, 299_999).0.reason, 1, "1 µs short: denied");
+        let (r, next) = run(3, 300_000);
+        assert_eq!(r.reason, 0, "exactly the wait: allowed");
+        assert_eq!(reservation_wait_us(&set, &r), 300_000);
+        assert_eq!(next.buckets[0].unwrap().tat, t0 + 1_300_000);
+        let (denied, untouched) = run(3, 299_999);
+        assert_eq!(reservation_wait_us(&set, &denied), 0, "{denied:?}");
+        assert_eq!(untouched, s, "a denied reservation takes nothing");
+        // More tokens than the bucket holds when full: no wait makes them fit.
+        let small = BucketSet {
+            global: BucketSpec::new("global", 2, 10.0).unwrap(),
+            ..set.clone()
+        };
+        let full = StoredState::default();
+        let r = step_auto_hot(&small, &full, t0, 3, false, "", None, 10_000_000).0;
+        assert_eq!(r.reason, 1);
+        // A wait that is not needed is not taken.
+        let r = step_auto_hot(&small, &full, t0, 2, false, "", None, 10_000_000).0;
+        assert_eq!((r.reason, reservation_wait_us(&small, &r)), (0, 0));
+    }
+
+    #[test]
     fn reply_parsing_rejects_wrong_shapes() {
         let r = StepReply::from_ints(&[0, 1, 2, 3, 4, 5, 1, 420, 900]).unwrap();
         assert!(r.became_hot && r.hot);

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use checkout_guard_model::live::LiveLimits;
 use checkout_guard_model::{
-    step, BucketSet, Decision, Defaults, Keys, LimiterOptions, Reason, StoredBucket, StoredState,
-    Value,
+    step_auto_hot, BucketSet, Decision, Defaults, Keys, LimiterOptions, Reason, StoredBucket,
+    StoredState, Value,
 };
 use checkout_guard_runtime::store::{Fault, MemoryStore};
 use checkout_guard_runtime::Limiter;
@@ -308,14 +308,31 @@ fn local_denials_spare_the_store_and_agree_with_it() {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Acquire { shop: u8, tokens: i64 },
-    Advance { ms: i64 },
-    Mark { shop: u8, ttl_s: i64 },
-    Unmark { shop: u8 },
-    Live { capacity: i64, rate: f64 },
+    /// `wait_ms` > 0: a reservation (`maxWaitSeconds`).
+    Acquire {
+        shop: u8,
+        tokens: i64,
+        wait_ms: i64,
+    },
+    Advance {
+        ms: i64,
+    },
+    Mark {
+        shop: u8,
+        ttl_s: i64,
+    },
+    Unmark {
+        shop: u8,
+    },
+    Live {
+        capacity: i64,
+        rate: f64,
+    },
     FlushAll,
     Reset,
-    Timeout { retry_ms: u64 },
+    Timeout {
+        retry_ms: u64,
+    },
     ErrorReply,
 }
 
@@ -357,6 +374,7 @@ fn random_ops(rng: &mut Rng, n: usize) -> Vec<Op> {
             0..=54 => Op::Acquire {
                 shop: rng.below(3) as u8,
                 tokens: 1 + rng.below(3) as i64,
+                wait_ms: [0, 0, 0, 1, 99, 250, 1000][rng.below(7) as usize],
             },
             55..=74 => Op::Advance {
                 ms: [1, 50, 99, 100, 250, 1000][rng.below(6) as usize],
@@ -386,8 +404,9 @@ fn shop_id(shop: u8) -> Vec<u8> {
     format!("shop-{shop}").into_bytes()
 }
 
-/// Runs `ops` on a fresh limiter and store and on the reference; the first disagreement.
-fn run(name: &str, ops: &[Op]) -> Result<(), String> {
+/// Runs `ops` on a fresh limiter and store and on the reference; the first disagreement,
+/// or the number of reservations that waited.
+fn run(name: &str, ops: &[Op]) -> Result<usize, String> {
     // Live limits are cached per process by limiter name: every run has its own.
     static RUNS: AtomicU64 = AtomicU64::new(0);
     let name = &format!("{name}-{}", RUNS.fetch_add(1, Ordering::Relaxed));
@@ -406,15 +425,27 @@ fn run(name: &str, ops: &[Op]) -> Result<(), String> {
         pending: VecDeque::new(),
         changes: 0,
     };
+    let mut waited = 0;
     for (i, op) in ops.iter().enumerate() {
         let fail = |what: String| Err(format!("op {i} {op:?}: {what}"));
         match op {
-            Op::Acquire { shop, tokens } => {
-                let got = l.acquire(&shop_id(*shop), *tokens).unwrap();
-                let want = r.acquire(&keys, *shop, *tokens);
+            Op::Acquire {
+                shop,
+                tokens,
+                wait_ms,
+            } => {
+                let got = match wait_ms {
+                    0 => l.acquire(&shop_id(*shop), *tokens).unwrap(),
+                    ms => {
+                        let wait = *ms as f64 / 1000.0;
+                        l.acquire_within(&shop_id(*shop), *tokens, wait).unwrap().0
+                    }
+                };
+                let want = r.acquire(&keys, *shop, *tokens, wait_ms * 1000);
                 if got != want {
                     return fail(format!("got {got:?}, want {want:?}"));
                 }
+                waited += usize::from(got.waited > 0.0);
             }
             Op::Advance { ms } => {
                 s.advance(Duration::from_millis(*ms as u64));
@@ -480,7 +511,7 @@ fn run(name: &str, ops: &[Op]) -> Result<(), String> {
             }
         }
     }
-    Ok(())
+    Ok(waited)
 }
 
 impl Reference {
@@ -499,7 +530,10 @@ impl Reference {
         }
     }
 
-    fn acquire(&mut self, keys: &Keys, shop: u8, tokens: i64) -> Decision {
+    /// With `max_wait_us` > 0 a reservation: allowed when every bucket that applies
+    /// holds the tokens within the wait (never more than a full bucket), and the clock
+    /// moves on by the wait (the limiter sleeps on the store's clock).
+    fn acquire(&mut self, keys: &Keys, shop: u8, tokens: i64, max_wait_us: i64) -> Decision {
         if self.now < self.backoff_until {
             let left = (self.backoff_until - self.now) as f64 / 1e6;
             return Decision::unavailable(false, left, false);
@@ -526,14 +560,40 @@ impl Reference {
             mark_ttl_ms,
             ..Default::default()
         };
-        let (reply, next) = step(&self.set, &stored, now, tokens, false, &self.version);
+        let (reply, next) = step_auto_hot(
+            &self.set,
+            &stored,
+            now,
+            tokens,
+            false,
+            &self.version,
+            None,
+            max_wait_us,
+        );
         for (i, key) in bucket_keys.into_iter().enumerate() {
             if let (Some(b), true) = (next.buckets[i], next.buckets[i] != stored.buckets[i]) {
                 let until = now_ms + (b.tat - now).div_euclid(1000) + 1;
                 self.buckets.insert(key, (b, until));
             }
         }
-        Decision::from_reply(&self.set, tokens, &reply)
+        let mut d = Decision::from_reply(&self.set, tokens, &reply);
+        // The wait, from the reply itself: the slowest bucket's tat - tolerance - now.
+        let mut wait_us = 0;
+        for (i, spec) in [Some(self.set.global), self.set.hot_lane, self.set.hot_shop]
+            .into_iter()
+            .enumerate()
+        {
+            if let (Some(spec), true) = (spec, reply.tats[i] >= 0) {
+                wait_us = wait_us.max(reply.tats[i] - spec.tolerance_us() - now);
+            }
+        }
+        if d.allowed && wait_us > 0 {
+            assert!(max_wait_us > 0 && wait_us <= max_wait_us, "{reply:?}");
+            let wait = Duration::from_micros(wait_us as u64);
+            d.waited = wait.as_secs_f64();
+            self.now += wait_us;
+        }
+        d
     }
 }
 
@@ -567,18 +627,23 @@ fn random_sequences_match_the_reference() {
         });
     println!("seed {seed} (CG_MODEL_SEED={seed} repeats it)");
     let mut rng = Rng(seed);
+    let mut waited = 0;
     for n in 0..200 {
         let ops = random_ops(&mut rng, 60);
         let name = format!("model-{seed}-{n}");
-        if let Err(e) = run(&name, &ops) {
-            let shortest = shrink(&format!("{name}-shrink"), ops);
-            let last = run(&format!("{name}-last"), &shortest).unwrap_err();
-            panic!(
+        match run(&name, &ops) {
+            Ok(w) => waited += w,
+            Err(e) => {
+                let shortest = shrink(&format!("{name}-shrink"), ops);
+                let last = run(&format!("{name}-last"), &shortest).unwrap_err();
+                panic!(
                 "seed {seed}, sequence {n}: {e}\nshortest failing sequence ({} ops): {shortest:#?}\n{last}",
                 shortest.len()
             );
+            }
         }
     }
+    assert!(waited > 0, "seed {seed}: no reservation ever waited");
 }
 
 #[test]

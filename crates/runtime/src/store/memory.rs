@@ -357,6 +357,18 @@ impl Keyspace for State {
 }
 
 impl Store for MemoryStore {
+    /// A reservation's wait: on a store with a real clock, a real sleep; otherwise the
+    /// store's clock moves on by `d` (the test's time, not the machine's).
+    fn sleep(&self, d: Duration) -> Duration {
+        if self.state.lock().real_since.is_some() {
+            let start = std::time::Instant::now();
+            std::thread::sleep(d);
+            return start.elapsed();
+        }
+        self.advance(d);
+        d
+    }
+
     fn decide(&self, call: &DecideCall<'_>) -> Result<Vec<i64>, StoreError> {
         let (fault, mut s) = self.enter(true)?;
         if s.script_loads == 0 || fault == Some(Fault::NoScript) {
