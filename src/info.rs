@@ -16,6 +16,11 @@ pub extern "C" fn php_info(_module: *mut ModuleEntry) {
             "decision script",
             "token bucket (GCRA), EVALSHA, one round trip on Valkey's clock"
         );
+        // This process's (a php-fpm worker's) last decision; `health()` has it per limiter.
+        info_table_row!(
+            "engine of the last decision",
+            checkout_guard_runtime::store::last_engine().unwrap_or("none yet in this process")
+        );
         for setting in ini::all() {
             let value = ini::get(*setting).unwrap_or_default();
             let value = if setting.secret_url {

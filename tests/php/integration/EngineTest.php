@@ -30,6 +30,14 @@ final class EngineTest extends LimiterTestCase
                     range(1, 3)
                 );
                 $this->assertSame($engine === 'auto' ? 'module' : 'lua', $l->health()['engine']);
+                ob_start();
+                phpinfo(INFO_MODULES);
+                $info = (string) ob_get_clean();
+                $this->assertStringContainsString(
+                    'engine of the last decision => ' . ($engine === 'auto' ? 'module' : 'lua'),
+                    $info,
+                    'phpinfo() names the engine that decided'
+                );
             }
             $this->assertSame($byEngine['lua'], $byEngine['auto'], 'the same decisions from both engines');
             // Three decisions asked Valkey per engine; the denials after them were made in

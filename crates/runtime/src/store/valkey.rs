@@ -15,6 +15,7 @@
 //! the seeds, so a failover is survived once the cluster has promoted a replica.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -390,6 +391,21 @@ impl ValkeyStore {
     }
 }
 
+/// The engine of this process's last decision on any endpoint (for `phpinfo()`): 0 none
+/// yet, [`LUA`] or [`MODULE`].
+static LAST_ENGINE: AtomicU8 = AtomicU8::new(0);
+const LUA: u8 = 1;
+const MODULE: u8 = 2;
+
+/// Which engine made this process's last decision: "module", "lua", or none yet.
+pub fn last_engine() -> Option<&'static str> {
+    match LAST_ENGINE.load(Ordering::Relaxed) {
+        LUA => Some("lua"),
+        MODULE => Some("module"),
+        _ => None,
+    }
+}
+
 impl Store for ValkeyStore {
     /// With `engine = auto`, the module where the connection's server has it (asked once
     /// per connection), the script elsewhere, and the script at once when a node answers
@@ -414,12 +430,19 @@ impl Store for ValkeyStore {
                         }
                         other => {
                             *state.decided_by = Some("module");
+                            if other.is_ok() {
+                                LAST_ENGINE.store(MODULE, Ordering::Relaxed);
+                            }
                             return other;
                         }
                     }
                 }
                 *state.decided_by = Some("lua");
-                invocation(call, &DECIDE).invoke::<Vec<i64>>(c)
+                let reply = invocation(call, &DECIDE).invoke::<Vec<i64>>(c);
+                if reply.is_ok() {
+                    LAST_ENGINE.store(LUA, Ordering::Relaxed);
+                }
+                reply
             },
         );
         result.map_err(|e| match e {
