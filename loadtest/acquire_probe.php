@@ -1,7 +1,8 @@
 <?php
 // The fault matrix's view of acquire(): every 10 ms one decision for an ordinary shop,
 // through the same Valkey URL, timeout and on_unavailable policy as the checkout, each
-// written as a JSON line {"t": seconds, "reason": ..., "us": latency}.
+// written as a JSON line {"t": seconds, "reason": ..., "us": latency, "engine": the engine
+// that decided last in this process, "module" or "lua"}.
 //   php -d extension=... acquire_probe.php URL POLICY SECONDS OUT
 declare(strict_types=1);
 
@@ -27,5 +28,6 @@ while (($now = (hrtime(true) - $t0) / 1e9) < (float) $seconds) {
         $reason = 'threw';
     }
     $us = (hrtime(true) - $t) / 1e3;
-    fwrite($f, json_encode(['t' => round(($t - $t0) / 1e9, 4), 'reason' => $reason, 'us' => round($us, 1)]) . "\n");
+    $engine = $l->health(false)['engine'];
+    fwrite($f, json_encode(['t' => round(($t - $t0) / 1e9, 4), 'reason' => $reason, 'us' => round($us, 1), 'engine' => $engine]) . "\n");
 }

@@ -73,11 +73,13 @@ class Valkey:
                 break
             time.sleep(0.02)
 
-    def start(self) -> None:
+    def start(self, module: bool = True) -> None:
+        """Starts Valkey empty; with the native module when the run has one, unless `module` is False."""
+        extra = ["--loadmodule", self.a.module] if self.a.module and module else []
         subprocess.run([self.a.valkey_bin, "--bind", "127.0.0.1", "--port", str(self.a.valkey_port), "--save", "",
                         "--appendonly", "no", "--daemonize", "yes", "--dir", self.a.valkey_dir,
                         "--pidfile", os.path.join(self.a.valkey_dir, "valkey.pid"),
-                        "--logfile", os.path.join(self.a.valkey_dir, "valkey.log")], check=True)
+                        "--logfile", os.path.join(self.a.valkey_dir, "valkey.log"), *extra], check=True)
         for _ in range(250):
             try:
                 with valkey.Valkey(host="127.0.0.1", port=self.a.valkey_port, socket_connect_timeout=0.2,
@@ -124,6 +126,15 @@ def faults(a, v: Valkey):
         v.stop()
         v.start()
 
+    def restart(module: bool):
+        v.stop()
+        v.start(module=module)
+
+    with_module = [
+        # A node restarted without the module (a half-upgraded or rolled-back server):
+        # engine auto decides with the script there, and with the module once it is back.
+        ("Valkey restarted without the module, then with it", lambda: restart(False), lambda: restart(True)),
+    ] if a.module else []
     return [
         ("Valkey stopped, then started (empty)", v.stop, v.start),
         ("Valkey paused (SIGSTOP), then resumed", lambda: os.kill(v.pid(), signal.SIGSTOP), lambda: os.kill(v.pid(), signal.SIGCONT)),
@@ -134,7 +145,7 @@ def faults(a, v: Valkey):
          lambda: (command(port, "CONFIG", "SET", "maxmemory-policy", "noeviction"), command(port, "CONFIG", "SET", "maxmemory", "1")),
          lambda: command(port, "CONFIG", "SET", "maxmemory", "0")),
         ("a php-fpm worker killed mid-request (SIGKILL)", worker_kill, lambda: None),
-    ]
+    ] + with_module
 
 
 def p99(values):
@@ -155,6 +166,7 @@ def main() -> None:
     ap.add_argument("--fault", type=float, default=5)
     ap.add_argument("--recovery", type=float, default=5)
     ap.add_argument("--warmup", type=float, default=3)
+    ap.add_argument("--module", default="", help="the native module: Valkey runs with it (engine auto uses it)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     v = Valkey(a)
@@ -198,6 +210,12 @@ def main() -> None:
         probe_during = [d["us"] / 1000 for d in decisions if w["start"] <= d["t"] < w["end"]]
         unavailable = [d for d in decisions if w["start"] <= d["t"] < w["end"] and d["reason"] in ("unavailable", "threw")]
         recovered = next((d["t"] for d in decisions if d["t"] >= w["end"] and d["reason"] not in ("unavailable", "threw")), None)
+        # Which engine decided (the probe's health()['engine'] after each decision).
+        engines = {}
+        for d in decisions:
+            if w["start"] <= d["t"] < w["end"] and d["reason"] not in ("unavailable", "threw"):
+                engines[d.get("engine")] = engines.get(d.get("engine"), 0) + 1
+        after = [d.get("engine") for d in decisions if d["t"] >= w["end"] + a.recovery / 2 and d["reason"] not in ("unavailable", "threw")]
         rows.append({
             "fault": w["fault"], "policy": a.policy, "checkouts": how,
             "acquire_p99_ms": round(p99(probe_during), 1) if probe_during else None,
@@ -207,8 +225,9 @@ def main() -> None:
             "crashes": len(w["crashes"]), "workers_killed": len(w["killed"]), "workers_recycled": len(w["recycled"]),
             "recovery_s": None if recovered is None else round(max(0.0, recovered - w["end"]), 3),
             "connections_after": w["connections"],
+            "engines_during": engines, "engine_after": after[-1] if after else None,
         })
-    json.dump({"policy": a.policy, "workers": a.workers, "fault_s": a.fault, "recovery_window_s": a.recovery, "rows": rows},
+    json.dump({"policy": a.policy, "module": bool(a.module), "workers": a.workers, "fault_s": a.fault, "recovery_window_s": a.recovery, "rows": rows},
               open(os.path.join(a.out, "faults.json"), "w"), indent=1)
     for r in rows:
         print(json.dumps(r))

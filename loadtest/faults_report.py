@@ -1,4 +1,5 @@
-"""The fault matrix's table and must-hold checks, from .run/faults/<mode>/<policy>/faults.json.
+"""The fault matrix's table and must-hold checks, from .run/faults/<mode>/<run>/faults.json
+(<policy>/ with the script deciding, module-<policy>/ with the native module).
 
   python faults_report.py OUT_DIR    -> markdown on stdout; exit 1 if a check fails
 """
@@ -8,6 +9,7 @@ import os
 import sys
 
 POLICIES = ("allow", "deny", "throw")
+RUNS = POLICIES + tuple(f"module-{p}" for p in POLICIES)
 # A decision waits at most timeout_ms (50) per attempt, twice (one transparent reconnect),
 # plus connect: anything near a second would be a hang.
 HANG_MS = 500
@@ -17,23 +19,30 @@ RECOVERY_S = 2.0
 
 def main() -> None:
     out = sys.argv[1]
-    results = {p: json.load(open(os.path.join(out, p, "faults.json"))) for p in POLICIES if os.path.exists(os.path.join(out, p, "faults.json"))}
+    results = {r: json.load(open(os.path.join(out, r, "faults.json"))) for r in RUNS if os.path.exists(os.path.join(out, r, "faults.json"))}
     any_r = next(iter(results.values()))
     lines = [
         f"# Fault matrix ({os.path.basename(out)})", "",
         f"php-fpm {any_r['workers']} workers recycled every 25 requests (pm.max_requests), steady checkouts at ordinary shops",
         f"(4 buyers x 8/s), one acquire() every 10 ms in a probe process; each fault {any_r['fault_s']:g} s, then {any_r['recovery_window_s']:g} s",
         "of recovery. timeout_ms 50, retry_interval_ms 1000.", "",
-        "| fault | on_unavailable | checkouts during the fault | acquire() p99 / max ms | decided by the policy | PHP errors | crashes | php-fpm workers killed / recycled | recovery s | connections after |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| fault | on_unavailable | engine (during / after) | checkouts during the fault | acquire() p99 / max ms | decided by the policy | PHP errors | crashes | php-fpm workers killed / recycled | recovery s | connections after |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     failures = []
-    for policy, res in results.items():
+    for run, res in results.items():
+        policy = res["policy"]
+        expected = "module" if res.get("module") else "lua"
         for r in res["rows"]:
             how = ", ".join(f"{k} {v}" for k, v in sorted(r["checkouts"].items(), key=lambda kv: -kv[1])) or "none"
             rec = "-" if r["recovery_s"] is None else f"{r['recovery_s']:.2f}"
-            lines.append(f"| {r['fault']} | {policy} | {how} | {r['acquire_p99_ms']} / {r['acquire_max_ms']} | {r['decisions_by_policy']} | {r['php_errors']} | {r['crashes']} | {r['workers_killed']} / {r['workers_recycled']} | {rec} | {r['connections_after']} |")
-            where = f"{r['fault']} ({policy})"
+            during = ", ".join(f"{k} {v}" for k, v in sorted((r.get("engines_during") or {}).items(), key=lambda kv: -kv[1])) or "none"
+            lines.append(f"| {r['fault']} | {policy} | {during} / {r.get('engine_after')} | {how} | {r['acquire_p99_ms']} / {r['acquire_max_ms']} | {r['decisions_by_policy']} | {r['php_errors']} | {r['crashes']} | {r['workers_killed']} / {r['workers_recycled']} | {rec} | {r['connections_after']} |")
+            where = f"{r['fault']} ({policy}, {expected})"
+            if r.get("engine_after") != expected:
+                failures.append(f"{where}: after recovery the {r.get('engine_after')} engine decided, not the {expected} one")
+            if "without the module" in r["fault"] and not (r.get("engines_during") or {}).get("lua"):
+                failures.append(f"{where}: the script did not take over while the module was missing: {r.get('engines_during')}")
             if r["php_errors"]:
                 failures.append(f"{where}: {r['php_errors']} PHP errors, e.g. {r['php_error_lines'][:1]}")
             if r["crashes"]:
@@ -55,7 +64,8 @@ def main() -> None:
     lines += ["", "Must hold: no PHP error or crash, no acquire() over 500 ms outside the slow and paused",
               "faults (whose p99 must stay under it too), recovery under 2 s (1 s + retry_interval_ms),",
               "at most one connection per worker and the probe, no 5xx other than the policy's and the",
-              "killed worker's own request.", ""]
+              "killed worker's own request; after recovery the engine of the run decides (the module",
+              "where Valkey has it), and while a node runs without the module the script decides.", ""]
     lines += ["All checks hold." if not failures else "Failed:"] + [f"- {f}" for f in failures]
     print("\n".join(lines))
     sys.exit(1 if failures else 0)

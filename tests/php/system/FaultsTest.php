@@ -34,7 +34,23 @@ final class FaultsTest extends TestCase
             }
             $this->assertGreaterThanOrEqual(1, $rows['a php-fpm worker killed mid-request (SIGKILL)']['workers_killed']);
             $this->assertGreaterThan(0, array_sum(array_column($res['rows'], 'workers_recycled')), 'pm.max_requests recycled workers');
+            foreach ($rows as $name => $r) {
+                $this->assertSame('lua', $r['engine_after'], "$policy / $name: Valkey without the module");
+            }
         }
+        // The same faults with the native module in Valkey (engine auto), and one more: a
+        // restart without the module, where the script takes over, then the module again.
+        $res = ProjectScript::results('faults/short/module-deny/faults.json');
+        $rows = array_column($res['rows'], null, 'fault');
+        $this->assertCount(8, $rows);
+        foreach ($rows as $name => $r) {
+            $this->assertSame(0, $r['php_errors'], "module / $name");
+            $this->assertSame(0, $r['crashes'], "module / $name");
+            $this->assertLessThan(2.0, $r['recovery_s'], "module / $name");
+            $this->assertSame('module', $r['engine_after'], "module / $name");
+        }
+        $without = $rows['Valkey restarted without the module, then with it'];
+        $this->assertGreaterThan(0, $without['engines_during']['lua'] ?? 0, json_encode($without));
     }
 
     public function testTheSoakStaysFlat(): void
