@@ -38,9 +38,6 @@ pub struct State {
     buffer: Buffer,
     /// `None` while a flush has them out (see [`take_batch`]).
     sinks: Option<Sinks>,
-    /// ExternalApiCall events measured in this request, per api.
-    calls: HashMap<String, u64>,
-    calls_total: u64,
     decisions: [u64; 3],
     /// Caller attributes dropped since process start: names the recorder owns.
     dropped_attributes: u64,
@@ -62,6 +59,20 @@ pub struct Stats {
 
 static STATE: Lazy<Mutex<Option<State>>> = Lazy::new(|| Mutex::new(None));
 
+/// ExternalApiCall events measured in the current request, per api and in all (the call
+/// budget). Per thread: a thread serves one request at a time, so under ZTS (FrankenPHP,
+/// Apache's worker MPM) concurrent requests keep their own counts; with NTS the one thread
+/// is the process.
+#[derive(Default)]
+struct RequestCalls {
+    per_api: HashMap<String, u64>,
+    total: u64,
+}
+
+thread_local! {
+    static REQUEST_CALLS: std::cell::RefCell<RequestCalls> = std::cell::RefCell::new(RequestCalls::default());
+}
+
 impl State {
     fn new(setup: Setup) -> Self {
         let capacity = setup.config.as_ref().map_or(1, |c| c.buffer_size);
@@ -70,8 +81,6 @@ impl State {
             config: setup.config,
             buffer: Buffer::new(capacity),
             sinks: Some(Sinks::new(setup.sinks)),
-            calls: HashMap::new(),
-            calls_total: 0,
             decisions: [0; 3],
             dropped_attributes: 0,
         }
@@ -84,13 +93,15 @@ impl State {
 
     /// Counts one ExternalApiCall of this request for the call budget.
     fn count_call(&mut self, api: &str) {
-        match self.calls.get_mut(api) {
-            Some(n) => *n += 1,
-            None => {
-                self.calls.insert(api.to_string(), 1);
+        REQUEST_CALLS.with_borrow_mut(|r| {
+            match r.per_api.get_mut(api) {
+                Some(n) => *n += 1,
+                None => {
+                    r.per_api.insert(api.to_string(), 1);
+                }
             }
-        }
-        self.calls_total += 1;
+            r.total += 1;
+        });
     }
 
     /// Buffers an event when telemetry is on (an ExternalApiCall counts either way);
@@ -130,16 +141,18 @@ impl State {
 
     /// Request start: call counts are per request.
     pub fn start_request(&mut self) {
-        self.calls.clear();
-        self.calls_total = 0;
+        REQUEST_CALLS.with_borrow_mut(|r| {
+            r.per_api.clear();
+            r.total = 0;
+        });
     }
 
     /// ExternalApiCall events measured so far in this request, for one api or for all.
     pub fn call_count(&self, api: Option<&str>) -> u64 {
-        match api {
-            None => self.calls_total,
-            Some(api) => self.calls.get(api).copied().unwrap_or(0),
-        }
+        REQUEST_CALLS.with_borrow(|r| match api {
+            None => r.total,
+            Some(api) => r.per_api.get(api).copied().unwrap_or(0),
+        })
     }
 
     pub fn stats(&self) -> Stats {
@@ -267,6 +280,31 @@ mod tests {
         assert_eq!(s.stats().recorded, 0, "nothing buffered while off");
         s.start_request();
         assert_eq!(s.call_count(None), 0);
+    }
+
+    /// Under ZTS each thread serves its own request: one request's start does not clear
+    /// another's call count, and calls are counted where they were made.
+    #[test]
+    fn call_counts_belong_to_the_thread_serving_the_request() {
+        // One state for the process, as STATE is, shared by two request threads.
+        let shared = std::sync::Arc::new(Mutex::new(state("", "10")));
+        shared.lock().start_request();
+        shared.lock().push_call(&call("psp"), Vec::new());
+        let other = {
+            let shared = shared.clone();
+            std::thread::spawn(move || {
+                let mut t = shared.lock();
+                t.start_request();
+                t.push_call(&call("erp"), Vec::new());
+                t.push_call(&call("erp"), Vec::new());
+                (t.call_count(None), t.call_count(Some("psp")))
+            })
+            .join()
+            .unwrap()
+        };
+        assert_eq!(other, (2, 0), "the other request counts only its own calls");
+        let s = shared.lock();
+        assert_eq!((s.call_count(None), s.call_count(Some("erp"))), (1, 0));
     }
 
     #[test]
