@@ -45,6 +45,9 @@ pub struct Status {
     /// Whether this Valkey (on a cluster: the node asked) has the native module's
     /// `CG.DECIDE`: workers with `engine = auto` decide with it there.
     pub module_loaded: bool,
+    /// Decisions `CG.DECIDE` made at this Valkey (the node asked) since it started, from
+    /// `INFO commandstats` (all limiters: the module is the server's); `None` without it.
+    pub module_decisions: Option<u64>,
 }
 
 /// Tokens taken over the auto-hot window (estimated as the script does): in all, and the
@@ -373,7 +376,19 @@ impl Admin {
             decisions_seconds: seconds,
             changes,
             module_loaded: self.module_loaded(),
+            module_decisions: self.module_decisions(),
         })
+    }
+
+    /// `calls=` of `cmdstat_CG.DECIDE` in `INFO commandstats`; `None` when it has none.
+    fn module_decisions(&self) -> Option<u64> {
+        let info: String = self
+            .call(|c| redis::cmd("INFO").arg("commandstats").query(c))
+            .ok()?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_CG.DECIDE:"))
+            .and_then(|rest| rest.split(',').find_map(|kv| kv.strip_prefix("calls=")))
+            .and_then(|n| n.trim().parse().ok())
     }
 
     /// `COMMAND INFO CG.DECIDE` answers nil where the command is unknown.

@@ -193,10 +193,16 @@ fn status_text(name: &str, st: &Status) -> String {
         ));
     }
     out.push_str(if st.module_loaded {
-        "  engine: the native module is loaded (CG.DECIDE): workers with engine auto or module decide with it\n"
+        "  engine: the native module is loaded (CG.DECIDE): workers with engine auto or module decide with it"
     } else {
-        "  engine: no native module at this Valkey: workers decide with the Lua script (engine module cannot decide)\n"
+        "  engine: no native module at this Valkey: workers decide with the Lua script (engine module cannot decide)"
     });
+    match st.module_decisions {
+        Some(n) => out.push_str(&format!(
+            "; {n} decisions by the module since this Valkey started (every limiter)\n"
+        )),
+        None => out.push('\n'),
+    }
     for (lane, level, cap) in &st.levels {
         out.push_str(&format!(
             "  bucket {}: {level} of {cap} tokens\n",
@@ -268,6 +274,7 @@ fn status_json(name: &str, st: &Status) -> serde_json::Value {
         "limits": st.buckets.as_ref().map(live::describe),
         "live_version": st.live.version,
         "module_loaded": st.module_loaded,
+        "module_decisions": st.module_decisions,
         "problems": st.problems,
         "buckets": st.levels.iter().map(|(l, level, cap)| json!({"bucket": l.as_str(), "tokens": level, "capacity": cap})).collect::<Vec<_>>(),
         "hot_shops": st.hot.iter().map(|(s, kind, ttl)| json!({"shop": shop_text(s), "kind": kind, "ttl_ms": ttl})).collect::<Vec<_>>(),

@@ -84,7 +84,12 @@ fn limiter_status_says_whether_the_module_is_loaded() {
     use std::time::Duration;
     for (v, loaded) in [(with_module(), true), (Valkey::start(), false)] {
         let admin = Admin::new(&v.url, "status", Duration::from_secs(2)).unwrap();
-        assert_eq!(admin.status("none", 60).unwrap().module_loaded, loaded);
+        let st = admin.status("none", 60).unwrap();
+        assert_eq!((st.module_loaded, st.module_decisions), (loaded, None));
+        // Which engine decided: the module's decisions, counted by Valkey.
+        four_decisions(&limiter(&v.url, "status-engine", "auto", "throw"));
+        let st = admin.status("none", 60).unwrap();
+        assert_eq!(st.module_decisions, loaded.then_some(4));
     }
 }
 
