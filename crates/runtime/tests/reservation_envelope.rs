@@ -241,3 +241,38 @@ fn random_traffic_with_reservations_stays_within_every_buckets_envelope() {
         }
     }
 }
+
+/// HIGH. A live change forgives every reservation in flight: a bucket written with its
+/// TAT beyond `now + tolerance` (tokens taken from the future) is carried over to the new
+/// limits with its level clamped at 0 tokens (`effective_tat`, `carry.lua`), so the
+/// reserved calls, still to be made, are forgotten. Here the change even keeps the refill
+/// time (10/10 to 20/20, a raise): at the instant the 10 reserved calls are made the new
+/// bucket hands out its whole capacity (20) as well.
+#[test]
+fn a_live_change_carries_the_tokens_reservations_took_from_the_future() {
+    let mem = Arc::new(MemoryStore::new());
+    let name = unique("envelope-live");
+    let l = limiter(&name, &mem, vec![]);
+    let mut calls = Calls::default();
+    assert!(calls.acquire(&l, &mem, b"a", 10, 0.0));
+    assert!(calls.acquire(&l, &mem, b"a", 10, 1.0), "10 more within 1 s");
+    // The operator raises the limits (`limiter set`): the change is read by the next call.
+    let change = mem.now_us();
+    let keys = Keys::new(&name);
+    mem.set_hash(
+        &keys.limits(),
+        &[(b"global", b"20/20"), (b"by", b"test"), (b"at", b"0")],
+    );
+    mem.set(&keys.limits_version(), format!("1-e1-{change}").as_bytes());
+    // At t = 1 s the reserved 10 calls are made; others ask for what the bucket holds.
+    mem.advance(Duration::from_secs(1));
+    for _ in 0..20 {
+        calls.acquire(&l, &mem, b"b", 1, 0.0);
+    }
+    // The new bucket: 20 tokens, 20/s. What the reservations took is owed to it.
+    assert_eq!(
+        calls.excess(20, 20.0, change),
+        None,
+        "global after the change (20 tokens, 20/s) as the provider sees it"
+    );
+}
