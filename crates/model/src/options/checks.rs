@@ -64,5 +64,8 @@ pub fn validate_max_wait(seconds: f64) -> Result<i64, ConfigError> {
             format!("must be a number from 0 to {max} (seconds), got {seconds:?}"),
         ));
     }
-    Ok((seconds * 1e6).floor() as i64)
+    // The most whole µs not above `seconds` as doubles compare (floor of the product
+    // would cut 4.1 s to 4099999 µs: 4.1 * 1e6 is 4099999.9999999995).
+    let us = (seconds * 1e6).round() as i64;
+    Ok(us - i64::from(us as f64 / 1e6 > seconds))
 }
