@@ -121,7 +121,7 @@ impl BucketSpec {
     }
 
     /// Credit in microseconds at `now` for a bucket whose effective TAT is `tat`.
-    /// Negative only if the bucket was shrunk while it held state.
+    /// Negative when reservations took tokens from the future.
     pub fn credit_us(&self, tat: i64, now: i64) -> i64 {
         self.tolerance_us - (tat.max(now) - now)
     }
@@ -243,7 +243,10 @@ impl StoredBucket {
                     Some(c) if b.change != Some(c) => c.min(now),
                     _ => now,
                 };
-                let credit = (old_tolerance - (x - c)).clamp(0, old_tolerance);
+                // Clamped from above only: a TAT beyond `c + old_tolerance` holds tokens
+                // reservations took from the future, calls still to be made; that debt
+                // carries over too (rounded down, as the credit).
+                let credit = (old_tolerance - (x - c)).min(old_tolerance);
                 let credit = ((credit as f64 / old_interval as f64 * interval as f64).floor()
                     as i64)
                     .min(tolerance);

@@ -155,13 +155,25 @@ pub fn step_auto_hot(
             reason = i as i64 + 1;
         }
     }
+    // The instant the tokens are the caller's: now, or for a reservation the instant the
+    // slowest bucket holds them (the caller sleeps until then). Every bucket takes them
+    // as of that instant, not now: a bucket that has them sooner must not count the
+    // reserved calls as made before they are, or it would hand its refill to others at
+    // the same moment the reserved calls go out.
+    let mut take_at = now;
+    if reason == 0 {
+        for (lane, spec) in set.applicable(hot) {
+            let i = lane as usize;
+            take_at = take_at.max(tats[i] + tokens * spec.interval_us() - spec.tolerance_us());
+        }
+    }
     // Taken tokens are written; a bucket carried over from other limits is written back
     // even on a denial, so its key expires on the new limits' schedule.
     let mut next = *stored;
     for (lane, spec) in set.applicable(hot) {
         let i = lane as usize;
         if reason == 0 {
-            tats[i] += tokens * spec.interval_us();
+            tats[i] = tats[i].max(take_at) + tokens * spec.interval_us();
         } else if !moved[i] {
             continue;
         }

@@ -12,7 +12,6 @@ local function carry(s, si, st, interval, tol, now, change)
   end
   local credit = tonumber(ot) - (x - c)
   if credit > tonumber(ot) then credit = tonumber(ot) end
-  if credit < 0 then credit = 0 end
   credit = math.floor(credit / tonumber(oi) * interval)
   if credit > tol then credit = tol end
   return c + tol - credit, true

@@ -45,9 +45,23 @@ if reason == 0 then
     p = redis.call('HMGET', KEYS[6] .. string.format('%d', win - 1), ARGV[10], '')
   end
 end
+-- Every bucket takes the tokens as of the instant the slowest one holds them (now, or a
+-- reservation's wake-up): see step_auto_hot.
+local take_at = now
+if reason == 0 then
+  for i = 1, last do
+    if tat[i] >= 0 then
+      local v = tat[i] + n * tonumber(ARGV[1 + 2 * i]) - tonumber(ARGV[2 + 2 * i])
+      if v > take_at then take_at = v end
+    end
+  end
+end
 for i = 1, last do
   if tat[i] >= 0 and (reason == 0 or moved[i]) then
-    if reason == 0 then tat[i] = tat[i] + n * tonumber(ARGV[1 + 2 * i]) end
+    if reason == 0 then
+      if tat[i] < take_at then tat[i] = take_at end
+      tat[i] = tat[i] + n * tonumber(ARGV[1 + 2 * i])
+    end
     if not dry then redis.call('SET', KEYS[i], string.format('%d:%s:%s:%s', tat[i], ARGV[1 + 2 * i], ARGV[2 + 2 * i], change), 'PX', math.floor((tat[i] - now) / 1000) + slack_ms) end
   end
 end
