@@ -61,7 +61,7 @@ CHECKOUT_HOT_MAX_WAIT=$hot_max_wait")
   # Waiting on background jobs lets Ctrl-C run the trap at once (it kills them).
   wait || true
   read -r t1 idle1 < <(cpu_ticks)
-  echo "{\"cpu_busy\": $(awk -v a="$t0" -v b="$t1" -v i="$idle0" -v j="$idle1" 'BEGIN{printf "%.3f", 1-(j-i)/(b-a)}'), \"duration\": $duration, \"hot_shops\": \"$hot\", \"locust_workers\": $workers, \"max_wait\": $(printf '%g' "$max_wait"), \"hot_max_wait\": $(printf '%g' "$hot_max_wait"), \"fpm_workers\": ${FPM_WORKERS:-24}, \"ordinary_users\": ${ORDINARY_USERS:-10}, \"hot_users\": ${HOT_USERS:-40}}" > "$dir/run.json"
+  echo "{\"cpu_busy\": $(awk -v a="$t0" -v b="$t1" -v i="$idle0" -v j="$idle1" 'BEGIN{printf "%.3f", 1-(j-i)/(b-a)}'), \"duration\": $duration, \"hot_shops\": \"$hot\", \"locust_workers\": $workers, \"max_wait\": $(printf '%g' "$max_wait"), \"hot_max_wait\": $(printf '%g' "$hot_max_wait"), \"fpm_workers\": ${FPM_WORKERS:-24}, \"flow_limit\": ${FLOW_LIMIT:-0}, \"ordinary_users\": ${ORDINARY_USERS:-10}, \"hot_users\": ${HOT_USERS:-40}}" > "$dir/run.json"
   stop_current
 }
 
@@ -124,12 +124,20 @@ if [ "$mode" = wait ]; then
   # Waiting for tokens during a flood (docs/loadtest.md, "Waiting for tokens"): the flood
   # with the ordinary shops at a busier hour (ORDINARY_USERS 16, ~21 checkouts/s), so that
   # their demand and the hot shop's cap (25/s) together pass the global bucket's 45/s and
-  # ordinary checkouts meet an empty global bucket; run without waiting, with ordinary
-  # shops waiting up to 0.2 s, and with everybody waiting up to 2 s (the pool starves).
+  # ordinary checkouts meet an empty global bucket. The same traffic five times:
+  #   flood-nowait       nobody waits (the twin every other run is compared with)
+  #   flood-wait         ordinary shops wait up to WAIT_SHORT (0.2 s), the hot shop not
+  #   flood-wait-long    ordinary shops wait up to WAIT_LONG (2 s), the hot shop not
+  #   flood-starve       everybody waits up to WAIT_LONG: the hot shop's buyers too
+  #   flood-starve-shed  the same behind nginx's flow control at the pool's size (FLOW_LIMIT,
+  #                      as deploy/k8s runs it): a starved pool answers 503 "overloaded"
   export ORDINARY_USERS=${ORDINARY_USERS:-16}
+  short_wait=${WAIT_SHORT:-0.2} long_wait=${WAIT_LONG:-2}
   MAX_WAIT=0 HOT_MAX_WAIT=0 run_one flood-nowait on "$hot1"
-  MAX_WAIT=${WAIT_SHORT:-0.2} HOT_MAX_WAIT=0 run_one flood-wait on "$hot1"
-  MAX_WAIT=${WAIT_LONG:-2} HOT_MAX_WAIT=${WAIT_LONG:-2} run_one flood-starve on "$hot1"
+  MAX_WAIT=$short_wait HOT_MAX_WAIT=0 run_one flood-wait on "$hot1"
+  MAX_WAIT=$long_wait HOT_MAX_WAIT=0 run_one flood-wait-long on "$hot1"
+  MAX_WAIT=$long_wait HOT_MAX_WAIT=$long_wait run_one flood-starve on "$hot1"
+  FLOW_LIMIT=${FPM_WORKERS:-24} MAX_WAIT=$long_wait HOT_MAX_WAIT=$long_wait run_one flood-starve-shed on "$hot1"
   .venv/bin/python loadtest/verdict.py "$out" | tee "$out/verdict.txt"
   exit "${PIPESTATUS[0]}"
 fi
