@@ -152,9 +152,10 @@ def main(root):
         lines, wait_failures = wait_report.section(waiting)
         print("\n".join(lines))
         failures += wait_failures
+        wait_report.chart(waiting, os.path.join(root, "chart-wait.svg"))
     busy = max(r["meta"]["cpu_busy"] for m in runs.values() for r in m.values())
     print()
-    drawn = [s for s in SCENARIOS if s in runs]
+    drawn = [s for s in SCENARIOS if s in runs] + (["wait"] if waiting else [])
     if drawn:
         print(f"charts: {', '.join(os.path.join(root, f'chart-{s}.svg') for s in drawn)}")
     if busy > 0.9:

@@ -9,6 +9,8 @@ returns the lines to print and the failures.
 
 import math
 
+import charts
+
 TWIN = "flood-nowait"
 # In the order they are printed; flood-wait must avoid ordinary 503s without filling the
 # pool, flood-starve must fill it (else the run does not show what it is there for).
@@ -73,6 +75,7 @@ def stats(run: dict) -> dict:
         "served_per_s": len(run["reqs"]) / dur,
         "payment_429": run["payment_429"],
         "ord_n": len(ordinary),
+        "ord_ok": sum(1 for r in ordinary if r[1] == 200) / max(1, len(ordinary)),
         "ord_503": sum(1 for r in ordinary if r[1] == 503),
         "ord_shed": sum(1 for r in ordinary if r[1] == 503 and r[5] == ""),
         "ord_5xx": sum(1 for r in ordinary if r[1] in (500, 502, 504)),
@@ -107,14 +110,14 @@ def section(runs: dict) -> tuple:
         f"(ordinary users {first.get('ordinary_users', '?')}, hot users {first.get('hot_users', '?')} on "
         f"{first.get('hot_shops', '?')}, php-fpm pool {first.get('fpm_workers', '?')})",
     ]
-    hdr = (f"{'run':17} {'wait ord/hot':>12} {'served/s':>8} {'pay 429':>7} {'ord 503':>7} {'(shed)':>6} {'ord 5xx':>7} "
+    hdr = (f"{'run':17} {'wait ord/hot':>12} {'served/s':>8} {'pay 429':>7} {'ord ok':>6} {'ord 503':>7} {'(shed)':>6} {'ord 5xx':>7} "
            f"{'ord p50':>7} {'ord p95':>7} {'hot p95':>7} {'hot ok/s':>8} {'cut':>4} {'cpu':>5}")
     lines += [hdr, "-" * len(hdr)]
     for n in names:
         x = s[n]
         wait = f"{x['max_wait']:g}/{x['hot_max_wait']:g}s"
         lines.append(
-            f"{n:17} {wait:>12} {x['served_per_s']:>8.1f} {x['payment_429']:>7} {x['ord_503']:>7} {x['ord_shed']:>6} "
+            f"{n:17} {wait:>12} {x['served_per_s']:>8.1f} {x['payment_429']:>7} {x['ord_ok']:>6.1%} {x['ord_503']:>7} {x['ord_shed']:>6} "
             f"{x['ord_5xx']:>7} {x['ord_p50']:>5.0f}ms {x['ord_p95']:>5.0f}ms {x['hot_p95']:>5.0f}ms {x['hot_rate']:>8.1f} "
             f"{x['cut']:>4} {x['cpu']:>5.0%}")
     lines.append("")
@@ -137,8 +140,9 @@ def section(runs: dict) -> tuple:
         if twin and n != TWIN:
             avoided = twin["ord_503"] - x["ord_503"]
             share = avoided / twin["ord_503"] if twin["ord_503"] else 0.0
+            change = f"{avoided} avoided, {share:.0%}" if avoided >= 0 else f"{-avoided} more"
             lines.append(
-                f"{n} vs {TWIN}: ordinary 503s {twin['ord_503']} -> {x['ord_503']} ({avoided} avoided, {share:.0%}); "
+                f"{n} vs {TWIN}: ordinary 503s {twin['ord_503']} -> {x['ord_503']} ({change}); "
                 f"ordinary p50 {twin['ord_p50']:.0f} -> {x['ord_p50']:.0f} ms, p95 {twin['ord_p95']:.0f} -> {x['ord_p95']:.0f} ms; "
                 f"busy workers p50 {twin['pool']['busy_p50']} -> {x['pool']['busy_p50']} of {x['pool']['size']}; "
                 f"payment 429s {twin['payment_429']} and {x['payment_429']}")
@@ -168,3 +172,34 @@ def summary(runs: dict) -> str:
     if STARVE in runs:
         parts.append("a long wait for everybody starved the pool")
     return "; ".join(parts) + "."
+
+
+def chart(runs: dict, path: str) -> None:
+    """One panel per waiting run: ordinary checkouts paid and refused per second, the hot
+    shop's paid, and php-fpm's busy workers (the mean of the second's samples)."""
+    series = [("ordinary paid (200)", charts.GREEN), ("ordinary refused (503)", charts.ORANGE),
+              ("hot paid (200)", charts.BLUE), ("php-fpm busy workers", charts.DARK_RED)]
+    panels = []
+    for name in [n for n in RUNS if n in runs]:
+        run = runs[name]
+        t0 = min((r[0] for r in run["reqs"]), default=0)
+        secs = int(max((r[0] - t0 for r in run["reqs"]), default=0)) + 1
+        counts = {label: [0] * secs for label, _ in series}
+        for r in run["reqs"]:
+            s = int(r[0] - t0)
+            if r[3] in run["hot"]:
+                counts["hot paid (200)"][s] += r[1] == 200
+            elif r[1] == 200:
+                counts["ordinary paid (200)"][s] += 1
+            elif r[1] == 503:
+                counts["ordinary refused (503)"][s] += 1
+        busy = [[] for _ in range(secs)]
+        for smp in run.get("fpm", []):
+            s = int(smp["t"] - t0)
+            if 0 <= s < secs:
+                busy[s].append(smp["active"])
+        counts["php-fpm busy workers"] = [sum(b) / len(b) if b else 0 for b in busy]
+        meta = run["meta"]
+        title = f"{name} (wait {float(meta.get('max_wait', 0)):g}/{float(meta.get('hot_max_wait', 0)):g} s)"
+        panels.append((title, counts))
+    charts.per_second_panels(path, panels, series, xlabel="seconds; per second", width=3.2 * max(1, len(panels)))
