@@ -1,8 +1,9 @@
 """Every chart of the load-test tooling, drawn with matplotlib (Agg backend) and written as
 SVG with its text kept as text:
 
-  per_second_panels()  the load test's chart-<scenario>.svg (loadtest/verdict.py): side by
-                       side panels of requests per second by outcome, one y scale;
+  per_second_panels()  the load test's chart-<scenario>.svg (loadtest/verdict.py) and
+                       chart-wait.svg (loadtest/wait_report.py): side by side panels of
+                       requests per second by outcome, one y scale;
   health_timeline()    the health experiment's timeline.svg (loadtest/health_experiment.py):
                        flood answers per second over the phases, and one row per probe.
 """
@@ -27,10 +28,11 @@ def save(fig, path: str) -> None:
     plt.close(fig)
 
 
-def per_second_panels(path: str, panels: list, series: list, xlabel: str = "seconds; requests per second") -> None:
+def per_second_panels(path: str, panels: list, series: list, xlabel: str = "seconds; requests per second",
+                      width: float = 10) -> None:
     """panels: [(title, {label: [count per second]})]; series: [(label, colour)], drawn in
     that order in every panel, with one legend below. All panels share the y scale."""
-    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(10, 3.4), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(width, 3.4), sharey=True, squeeze=False)
     ymax = max([1] + [max(c, default=0) for _, counts in panels for c in counts.values()])
     for ax, (title, counts) in zip(axes[0], panels):
         secs = max((len(c) for c in counts.values()), default=1)

@@ -5,6 +5,8 @@ one SVG chart per scenario (requests per second over time by outcome, hot vs ord
 Usage: python loadtest/verdict.py RESULTS_DIR   (as written by scripts/loadtest.sh)
 Exit status 1 when something that must hold with the limiter on does not, or when the
 limiter-off runs do not show the flash-sale failure (payment 429s taking ordinary shops down).
+The runs of `scripts/loadtest.sh wait` get a section of their own (loadtest/wait_report.py):
+waiting for tokens against not waiting.
 """
 
 import json
@@ -16,6 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import charts  # noqa: E402
+import wait_report  # noqa: E402
 
 # Must match the limiter's settings in php/examples/checkout/bootstrap.php.
 HOT_SHOP_CAP = (6, 25.0)   # capacity, per second
@@ -44,15 +47,23 @@ def pct(values, p):
 
 
 def analyse(run_dir):
-    meta = json.load(open(os.path.join(run_dir, "run.json")))
+    with open(os.path.join(run_dir, "run.json")) as f:
+        meta = json.load(f)
     hot = set(s for s in meta["hot_shops"].split(",") if s)
     reqs = []
+    cut = 0
     for r in read_log(os.path.join(run_dir, "access.log")):
+        if not r["u"].startswith("/checkout.php"):
+            continue
         # 499: the client went away, i.e. Locust stopped at the end of the run mid-request.
-        if not r["u"].startswith("/checkout.php") or int(r["s"]) == 499:
+        if int(r["s"]) == 499:
+            cut += 1
             continue
         shop = parse_qs(urlsplit(r["u"]).query).get("shop", [""])[0]
-        reqs.append((float(r["t"]), int(r["s"]), float(r["rt"]) * 1000, shop))
+        # (end time, status, ms, shop, seconds the payment waited for its token, php-fpm's
+        # status: "" when nginx answered itself; "-" in logs from before it was logged)
+        reqs.append((float(r["t"]), int(r["s"]), float(r["rt"]) * 1000, shop,
+                     float(r.get("w") or 0), r.get("us", "-")))
     prov = read_log(os.path.join(run_dir, "provider.log"))
     t0 = min((r[0] for r in reqs), default=0)
     ordinary = [r for r in reqs if r[3] not in hot]
@@ -76,6 +87,8 @@ def analyse(run_dir):
         "ord_503": sum(1 for r in ordinary if r[1] == 503),
         "hot_503": sum(1 for r in hot_reqs if r[1] == 503),
         "hot_rates": {},
+        "cut": cut,
+        "fpm": read_log(os.path.join(run_dir, "fpm-status.jsonl")),
     }
     for shop in sorted(hot):
         mine = [r for r in hot_reqs if r[3] == shop]
@@ -125,10 +138,45 @@ def main(root):
             scenario, mode = name.rsplit("-", 1)
             runs[scenario][mode] = analyse(d)
     base = runs.get("baseline", {}).get("off") or runs.get("baseline", {}).get("on")
-    if not base:
+    waiting = {name: m["on"] for name, m in runs.items() if name in wait_report.RUNS and "on" in m}
+    if not base and not waiting:
         print("no baseline run found in", root)
         return 2
     print(f"Load test verdict ({root})")
+    failures = []
+    if base:
+        failures += flash_sales(root, runs, base)
+    if waiting:
+        if base:
+            print()
+        lines, wait_failures = wait_report.section(waiting)
+        print("\n".join(lines))
+        failures += wait_failures
+        wait_report.chart(waiting, os.path.join(root, "chart-wait.svg"))
+    busy = max(r["meta"]["cpu_busy"] for m in runs.values() for r in m.values())
+    print()
+    drawn = [s for s in SCENARIOS if s in runs] + (["wait"] if waiting else [])
+    if drawn:
+        print(f"charts: {', '.join(os.path.join(root, f'chart-{s}.svg') for s in drawn)}")
+    if busy > 0.9:
+        print(f"note: the machine's CPU was {busy:.0%} busy in the busiest run: latency figures include CPU contention")
+    else:
+        print(f"the machine was not the bottleneck: CPU at most {busy:.0%} busy")
+    if failures:
+        print("\nFAILED:")
+        for f in failures:
+            print("  -", f)
+        return 1
+    if base:
+        print("\nverdict: with the limiter on, no payment 429s, ordinary shops at their baseline, "
+              "hot shops at their caps; with it off, the flash-sale failure shows.")
+    if waiting:
+        print("\nverdict: " + wait_report.summary(waiting))
+    return 0
+
+
+def flash_sales(root, runs, base):
+    """The flash-sale table (baseline and SCENARIOS, limiter off and on); returns the failures."""
     print(f"ordinary shops' baseline (no hot shop, limiter off): success {base['ord_ok']:.1%}, "
           f"p50 {base['ord_p50']:.0f} ms, p95 {base['ord_p95']:.0f} ms")
     hdr = (f"{'scenario':9} {'limiter':7} {'checkouts':>9} {'pay 429':>8} {'zoneA 429':>9} {'ord ok':>7} "
@@ -172,21 +220,7 @@ def main(root):
         if scenario != "baseline" and scenario in runs:
             path = os.path.join(root, f"chart-{scenario}.svg")
             chart(scenario, runs[scenario], path)
-    busy = max(r["meta"]["cpu_busy"] for m in runs.values() for r in m.values())
-    print()
-    print(f"charts: {', '.join(os.path.join(root, f'chart-{s}.svg') for s in SCENARIOS if s in runs)}")
-    if busy > 0.9:
-        print(f"note: the machine's CPU was {busy:.0%} busy in the busiest run: latency figures include CPU contention")
-    else:
-        print(f"the machine was not the bottleneck: CPU at most {busy:.0%} busy")
-    if failures:
-        print("\nFAILED:")
-        for f in failures:
-            print("  -", f)
-        return 1
-    print("\nverdict: with the limiter on, no payment 429s, ordinary shops at their baseline, "
-          "hot shops at their caps; with it off, the flash-sale failure shows.")
-    return 0
+    return failures
 
 
 if __name__ == "__main__":

@@ -6,6 +6,9 @@
 #   scripts/loadtest.sh short     # each run 12 s: the demo's version (~2 min in all)
 #   scripts/loadtest.sh full      # each run 60 s, Locust distributed: 1 master + 2 workers
 #   scripts/loadtest.sh smoke     # no Locust: a handful of checkouts, the 429 and 503 paths
+#                                 # and a payment that waits for its token
+#   scripts/loadtest.sh wait      # each run 30 s: waiting for tokens (acquire()'s
+#                                 # maxWaitSeconds) during a flood, against not waiting
 #
 # Every process runs on loopback, is bounded in time, and is stopped at the end, on
 # failure and on Ctrl-C. Results (logs, Locust CSVs, verdict, charts) go to
@@ -14,11 +17,12 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
 
-mode=$(run_mode loadtest.sh "${1:-}" smoke) || exit 2
+mode=$(run_mode loadtest.sh "${1:-}" smoke wait) || exit 2
 case "$mode" in
   short) duration=${DURATION:-12}; workers=0 ;;
   full) duration=${DURATION:-60}; workers=${LOCUST_WORKERS:-2} ;;
   smoke) duration=0; workers=0 ;;
+  wait) duration=${DURATION:-30}; workers=${LOCUST_WORKERS:-0} ;;
 esac
 
 begin_run loadtest "$mode"
@@ -28,11 +32,18 @@ export ZONEA_RATE=${ZONEA_RATE:-400} PAYMENT_RATE=${PAYMENT_RATE:-50}
 
 cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$5+$6+$7+$8, $5+$6}' /proc/stat; }
 
+# MAX_WAIT / HOT_MAX_WAIT: seconds an ordinary / a listed hot shop's payment may wait for
+# its token (the checkout's CHECKOUT_MAX_WAIT / CHECKOUT_HOT_MAX_WAIT; default 0, no wait).
 run_one() { # scenario limiter hot_shops
-  local scenario=$1 limiter=$2 hot=$3 dir="$out/$1-$2" port
+  local scenario=$1 limiter=$2 hot=$3 dir="$out/$1-$2" port ops
+  local max_wait=${MAX_WAIT:-0} hot_max_wait=${HOT_MAX_WAIT:-0}
   current="$dir"
-  port=$(start_checkout "$dir" "$limiter" "$hot")
-  log "run $scenario, limiter $limiter, ${duration}s"
+  port=$(start_checkout "$dir" "$limiter" "$hot" "CHECKOUT_MAX_WAIT=$max_wait
+CHECKOUT_HOT_MAX_WAIT=$hot_max_wait")
+  log "run $scenario, limiter $limiter, ${duration}s (wait: ordinary ${max_wait}s, hot ${hot_max_wait}s)"
+  # php-fpm's pool (busy workers, listen queue) sampled through the run.
+  ops=$(sed -n 's/^ops=//p' "$dir/ports")
+  timeout $((duration + 10)) .venv/bin/python loadtest/fpm_status.py "$ops" "$((duration + 2))" "$dir/fpm-status.jsonl" &
   read -r t0 idle0 < <(cpu_ticks)
   local locust=(.venv/bin/locust -f loadtest/locustfile.py --headless --host "http://127.0.0.1:$port"
     --csv "$dir/locust" --only-summary --loglevel WARNING)
@@ -50,9 +61,11 @@ run_one() { # scenario limiter hot_shops
   # Waiting on background jobs lets Ctrl-C run the trap at once (it kills them).
   wait || true
   read -r t1 idle1 < <(cpu_ticks)
-  echo "{\"cpu_busy\": $(awk -v a="$t0" -v b="$t1" -v i="$idle0" -v j="$idle1" 'BEGIN{printf "%.3f", 1-(j-i)/(b-a)}'), \"duration\": $duration, \"hot_shops\": \"$hot\", \"locust_workers\": $workers}" > "$dir/run.json"
+  echo "{\"cpu_busy\": $(awk -v a="$t0" -v b="$t1" -v i="$idle0" -v j="$idle1" 'BEGIN{printf "%.3f", 1-(j-i)/(b-a)}'), \"duration\": $duration, \"hot_shops\": \"$hot\", \"locust_workers\": $workers, \"max_wait\": $(printf '%g' "$max_wait"), \"hot_max_wait\": $(printf '%g' "$hot_max_wait"), \"fpm_workers\": ${FPM_WORKERS:-24}, \"flow_limit\": ${FLOW_LIMIT:-0}, \"ordinary_users\": ${ORDINARY_USERS:-10}, \"hot_users\": ${HOT_USERS:-40}}" > "$dir/run.json"
   stop_current
 }
+
+hot1="flash-1"; hot3="flash-1,flash-2,flash-3"
 
 if [ "$mode" = smoke ]; then
   # Limiter on with a global bucket of 3 (no refill to speak of): 3 checkouts pass end to
@@ -81,12 +94,54 @@ CG_SHOP_RATE=0.001")
   done
   provider_429=$(grep -c '"s":429' "$dir/provider.log" || true)
   stop_current
-  printf '{"limiter_on": "%s", "retry_after": "%s", "events_on": %d, "limiter_off": "%s", "provider_429": %d}\n' \
-    "${codes% }" "$retry_after" "$events_on" "${off% }" "$provider_429"
+  # Waiting: a global bucket of 1 refilled every 500 ms; ordinary shops may wait 1 s for a
+  # token, the listed hot shop not at all. s1 pays at once, s2 waits for the next token
+  # (X-Limiter-Waited), the hot shop finds the bucket spent and gets its 503 without
+  # waiting, s3 waits again.
+  dir="$out/smoke-wait"; current="$dir"
+  port=$(start_checkout "$dir" on "hot" "CG_GLOBAL_CAPACITY=1
+CG_GLOBAL_RATE=2
+CG_LANE_CAPACITY=1
+CG_LANE_RATE=2
+CG_SHOP_CAPACITY=1
+CG_SHOP_RATE=2
+CHECKOUT_MAX_WAIT=1
+CHECKOUT_HOT_MAX_WAIT=0")
+  wait_codes=""; waited=""
+  for shop in s1 s2 hot s3; do
+    read -r code w < <(curl -s -D - -o /dev/null -w '%{http_code}\n' "http://127.0.0.1:$port/checkout.php?shop=$shop&channel=card" \
+      | tr -d '\r' | awk -F': ' 'tolower($1)=="x-limiter-waited"{w=$2} /^[0-9][0-9][0-9]$/{c=$0} END{print c, (w=="" ? "-" : w)}')
+    wait_codes+="$code "; waited+="$w "
+  done
+  waited_events=$(grep -c '"limiter.waited"' "$dir/events.jsonl" || true)
+  stop_current
+  printf '{"limiter_on": "%s", "retry_after": "%s", "events_on": %d, "limiter_off": "%s", "provider_429": %d, "wait": "%s", "waited": "%s", "waited_events": %d}\n' \
+    "${codes% }" "$retry_after" "$events_on" "${off% }" "$provider_429" "${wait_codes% }" "${waited% }" "$waited_events"
   exit 0
 fi
 
-hot1="flash-1"; hot3="flash-1,flash-2,flash-3"
+if [ "$mode" = wait ]; then
+  # Waiting for tokens during a flood (docs/loadtest.md, "Waiting for tokens"): the flood
+  # with the ordinary shops at a busier hour (ORDINARY_USERS 16, ~21 checkouts/s), so that
+  # their demand and the hot shop's cap (25/s) together pass the global bucket's 45/s and
+  # ordinary checkouts meet an empty global bucket. The same traffic five times:
+  #   flood-nowait       nobody waits (the twin every other run is compared with)
+  #   flood-wait         ordinary shops wait up to WAIT_SHORT (0.2 s), the hot shop not
+  #   flood-wait-long    ordinary shops wait up to WAIT_LONG (2 s), the hot shop not
+  #   flood-starve       everybody waits up to WAIT_LONG: the hot shop's buyers too
+  #   flood-starve-shed  the same behind nginx's flow control at the pool's size (FLOW_LIMIT,
+  #                      as deploy/k8s runs it): a starved pool answers 503 "overloaded"
+  export ORDINARY_USERS=${ORDINARY_USERS:-16}
+  short_wait=${WAIT_SHORT:-0.2} long_wait=${WAIT_LONG:-2}
+  MAX_WAIT=0 HOT_MAX_WAIT=0 run_one flood-nowait on "$hot1"
+  MAX_WAIT=$short_wait HOT_MAX_WAIT=0 run_one flood-wait on "$hot1"
+  MAX_WAIT=$long_wait HOT_MAX_WAIT=0 run_one flood-wait-long on "$hot1"
+  MAX_WAIT=$long_wait HOT_MAX_WAIT=$long_wait run_one flood-starve on "$hot1"
+  FLOW_LIMIT=${FPM_WORKERS:-24} MAX_WAIT=$long_wait HOT_MAX_WAIT=$long_wait run_one flood-starve-shed on "$hot1"
+  .venv/bin/python loadtest/verdict.py "$out" | tee "$out/verdict.txt"
+  exit "${PIPESTATUS[0]}"
+fi
+
 for limiter in off on; do
   run_one baseline "$limiter" ""
   run_one flood "$limiter" "$hot1"

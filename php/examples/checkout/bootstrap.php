@@ -35,7 +35,7 @@ function limiter(): ?RateLimiter
     if (env('CHECKOUT_LIMITER', 'on') !== 'on') {
         return null;
     }
-    $hot = array_values(array_filter(explode(',', env('CHECKOUT_HOT_SHOPS', ''))));
+    $hot = hot_shops();
     return new RateLimiter([
         'name' => 'payments',
         // The provider allows 50 payments/s with bursts of 10: the global bucket stays just
@@ -51,6 +51,27 @@ function limiter(): ?RateLimiter
     ]);
 }
 
+/** The shops listed hot for this checkout (CHECKOUT_HOT_SHOPS), as the limiter has them. */
+function hot_shops(): array
+{
+    return array_values(array_filter(explode(',', env('CHECKOUT_HOT_SHOPS', ''))));
+}
+
+/**
+ * How long a checkout may wait for its payment token (acquire()'s maxWaitSeconds) instead
+ * of answering 503 at once: CHECKOUT_MAX_WAIT seconds for ordinary shops (default 0: never
+ * wait), CHECKOUT_HOT_MAX_WAIT for the shops listed in CHECKOUT_HOT_SHOPS (default 0: a
+ * flood's buyers are refused at once rather than holding php-fpm workers). A wait holds
+ * a worker: keep it short (docs/loadtest.md, "When to wait"). Shops marked hot at run
+ * time (markHot(), auto_hot) are not in the list and count as ordinary here: asking
+ * isHot() would cost a round trip to Valkey per checkout.
+ */
+function max_wait_seconds(string $shopId): float
+{
+    $hot = in_array($shopId, hot_shops(), true);
+    return (float) env($hot ? 'CHECKOUT_HOT_MAX_WAIT' : 'CHECKOUT_MAX_WAIT', '0');
+}
+
 /** @return array{0: ClientInterface, 1: ClientInterface} the item client and the payment client */
 function clients(string $shopId): array
 {
@@ -62,6 +83,11 @@ function clients(string $shopId): array
     // is not an external call (it is a RateLimitDecision event instead).
     $payments = $limiter === null
         ? $measured
-        : new RateLimitedClient($measured, $limiter, fn (RequestInterface $r) => $r->getHeaderLine('X-Shop-Id') ?: null);
+        : new RateLimitedClient(
+            $measured,
+            $limiter,
+            fn (RequestInterface $r) => $r->getHeaderLine('X-Shop-Id') ?: null,
+            maxWaitSeconds: fn (string $shop) => max_wait_seconds($shop),
+        );
     return [$measured, $payments];
 }

@@ -4,12 +4,17 @@
 // 1. fetch the item from the information API ("zone A"); 2. confirm; 3. pay through the
 // payment API, asking the RateLimiter first. Answers 200 (paid), 503 + Retry-After (the
 // limiter said no: try again shortly), or 502 (the provider refused or failed).
+// With CHECKOUT_MAX_WAIT (ordinary shops) or CHECKOUT_HOT_MAX_WAIT (listed hot shops) set,
+// the payment may wait that long for its token (bootstrap.php's max_wait_seconds()); when
+// it did, the answer has X-Limiter-Waited: SECONDS and the step after the payment ('paid'
+// or 'failed') the attribute limiter.waited (seconds).
 // Every step is a CheckoutStep event (the purchase funnel); every API call an
 // ExternalApiCall event; every limiter denial a RateLimitDecision event.
 declare(strict_types=1);
 
 require __DIR__ . '/bootstrap.php';
 
+use CheckoutGuard\Http\RateLimitedClient;
 use CheckoutGuard\Http\RateLimitedException;
 use CheckoutGuard\Telemetry;
 use Nyholm\Psr7\Factory\Psr17Factory;
@@ -61,6 +66,15 @@ $charge = $requests->createRequest('POST', "$provider/v1/charges")
     ->withHeader('X-Shop-Id', $shop)
     ->withHeader('Content-Type', 'application/json')
     ->withBody($requests->createStream(json_encode(['item' => $item['id'], 'amount' => $item['price'], 'channel' => $channel])));
+// How long the payment waited for its token: a response header and the next step's attribute.
+$waited = static function () use ($payments): array {
+    $decision = $payments instanceof RateLimitedClient ? $payments->lastDecision() : null;
+    if ($decision === null || $decision->waited() <= 0.0) {
+        return [];
+    }
+    header(sprintf('X-Limiter-Waited: %.4f', $decision->waited()));
+    return ['limiter.waited' => round($decision->waited(), 4)];
+};
 try {
     $response = $payments->sendRequest($charge);
 } catch (RateLimitedException $e) {
@@ -74,14 +88,14 @@ try {
     answer(503, ['error' => 'limiter unavailable, please retry'], ['Retry-After' => '1']);
     return;
 } catch (Psr\Http\Client\ClientExceptionInterface $e) {
-    $step('failed', ['cause' => 'payment_unreachable']);
+    $step('failed', ['cause' => 'payment_unreachable'] + $waited());
     answer(502, ['error' => 'payment service unreachable']);
     return;
 }
 if ($response->getStatusCode() !== 200) {
-    $step('failed', ['cause' => 'payment_' . $response->getStatusCode()]);
+    $step('failed', ['cause' => 'payment_' . $response->getStatusCode()] + $waited());
     answer(502, ['error' => 'payment refused: ' . $response->getStatusCode()]);
     return;
 }
-$step('paid');
+$step('paid', $waited());
 answer(200, ['status' => 'paid', 'shop' => $shop, 'item' => $item['id']]);

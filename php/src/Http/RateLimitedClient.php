@@ -3,6 +3,7 @@ declare(strict_types=1);
 
 namespace CheckoutGuard\Http;
 
+use CheckoutGuard\Decision;
 use CheckoutGuard\RateLimiter;
 use Psr\Http\Client\ClientInterface;
 use Psr\Http\Message\RequestInterface;
@@ -15,35 +16,63 @@ use Psr\Http\Message\ResponseInterface;
  * "busy, retry in N s" instead of queuing behind the provider's 429s.
  *
  *     $client = new RateLimitedClient($inner, $limiter, fn (RequestInterface $r) => $r->getHeaderLine('X-Shop-Id'));
+ *
+ * With `maxWaitSeconds` (a number, or a callable giving one per shop) a request whose
+ * tokens every bucket holds within that wait reserves them and the call sleeps until they
+ * are there (RateLimiter::acquire()'s reservation) instead of being refused: a php-fpm
+ * worker is held meanwhile, so keep it short (docs/loadtest.md, "When to wait").
+ * lastDecision() is the Decision of the last request sent (its waited() says how long it
+ * slept), null when the last request was not limited.
  */
 final class RateLimitedClient implements ClientInterface
 {
     /** @var callable(RequestInterface): ?string */
     private $shopResolver;
 
+    /** @var float|callable(string, RequestInterface): float */
+    private $maxWaitSeconds;
+
+    private ?Decision $lastDecision = null;
+
     /**
      * @param callable(RequestInterface): ?string $shopResolver the shop a request is made
      *        for; null sends the request without asking the limiter (e.g. a request that
      *        does not count against the provider's limit)
+     * @param float|callable(string, RequestInterface): float $maxWaitSeconds how long a
+     *        request may wait for its tokens (0 to 10 s; 0: never wait), or a callable
+     *        given the shop and the request that answers it (e.g. no waiting for hot shops)
      */
     public function __construct(
         private ClientInterface $inner,
         private RateLimiter $limiter,
         callable $shopResolver,
         private int $tokens = 1,
+        float|callable $maxWaitSeconds = 0.0,
     ) {
         $this->shopResolver = $shopResolver;
+        $this->maxWaitSeconds = $maxWaitSeconds;
     }
 
     public function sendRequest(RequestInterface $request): ResponseInterface
     {
+        $this->lastDecision = null;
         $shop = ($this->shopResolver)($request);
         if ($shop !== null) {
-            $decision = $this->limiter->acquire($shop, $this->tokens);
+            $wait = is_callable($this->maxWaitSeconds)
+                ? (float) ($this->maxWaitSeconds)($shop, $request)
+                : $this->maxWaitSeconds;
+            $decision = $this->limiter->acquire($shop, $this->tokens, $wait);
+            $this->lastDecision = $decision;
             if (!$decision->isAllowed()) {
                 throw new RateLimitedException($request, $decision, $shop);
             }
         }
         return $this->inner->sendRequest($request);
+    }
+
+    /** The Decision for the last request (null when it was sent without asking the limiter). */
+    public function lastDecision(): ?Decision
+    {
+        return $this->lastDecision;
     }
 }

@@ -105,6 +105,66 @@ final class HttpTest extends LimiterTestCase
         // Requests without a shop are not limited.
         $c->sendRequest($this->factory->createRequest('GET', 'https://items.example/1'));
         $this->assertSame(3, $sent);
+        $this->assertNull($c->lastDecision(), 'a request sent without asking has no decision');
+    }
+
+    public function testRateLimitedClientWaitsPerShopAndKeepsTheDecision(): void
+    {
+        // One token every 500 ms (a machine that stalls a worker for less than that cannot
+        // refill the bucket behind the test's back). Ordinary shops may wait 1 s for theirs,
+        // "hot" may not wait.
+        $limiter = $this->limiter(['global' => self::bucket(1, 2.0)]);
+        $sent = 0;
+        $inner = new class ($sent) implements ClientInterface {
+            public function __construct(private int &$sent)
+            {
+            }
+
+            public function sendRequest(RequestInterface $request): ResponseInterface
+            {
+                $this->sent++;
+                return (new Psr17Factory())->createResponse(200);
+            }
+        };
+        $asked = [];
+        $c = new RateLimitedClient(
+            $inner,
+            $limiter,
+            fn (RequestInterface $r) => $r->getHeaderLine('X-Shop-Id') ?: null,
+            maxWaitSeconds: function (string $shop, RequestInterface $r) use (&$asked): float {
+                $asked[] = $shop;
+                return $shop === 'hot' ? 0.0 : 1.0;
+            },
+        );
+        $pay = fn (string $shop) => $this->factory->createRequest('POST', 'https://pay.example/v1/charges')->withHeader('X-Shop-Id', $shop);
+        $c->sendRequest($pay('shop-1'));
+        $this->assertSame(0.0, $c->lastDecision()->waited(), 'a full bucket: no wait');
+        // The bucket is empty: the hot shop is refused at once, the ordinary shop waits.
+        $t0 = hrtime(true);
+        try {
+            $c->sendRequest($pay('hot'));
+            $this->fail('the hot shop was not refused');
+        } catch (RateLimitedException $e) {
+            $this->assertSame('global', $e->getDecision()->reason());
+            $this->assertSame($e->getDecision(), $c->lastDecision());
+            $this->assertSame(0.0, $e->getDecision()->waited());
+        }
+        $this->assertLessThan(0.25, (hrtime(true) - $t0) / 1e9, 'the refusal did not sleep');
+        $t0 = hrtime(true);
+        $this->assertSame(200, $c->sendRequest($pay('shop-2'))->getStatusCode());
+        $elapsed = (hrtime(true) - $t0) / 1e9;
+        $d = $c->lastDecision();
+        $this->assertTrue($d->isAllowed());
+        $this->assertGreaterThan(0.0, $d->waited(), 'it slept for its token');
+        $this->assertLessThanOrEqual(1.0 + 0.5, $d->waited());
+        $this->assertGreaterThanOrEqual($d->waited(), $elapsed);
+        $this->assertSame(['shop-1', 'hot', 'shop-2'], $asked);
+        $this->assertSame(2, $sent);
+        // A fixed wait as a number works too: the next token is ~500 ms away.
+        $fixed = new RateLimitedClient($inner, $limiter, fn (RequestInterface $r) => 'shop-3', 1, 1.0);
+        $fixed->sendRequest($pay('shop-3'));
+        $this->assertTrue($fixed->lastDecision()->isAllowed());
+        $this->assertGreaterThan(0.0, $fixed->lastDecision()->waited());
     }
 
     /**

@@ -9,7 +9,7 @@ use PHPUnit\Framework\TestCase;
  * The load-test stack in one short run (scripts/loadtest.sh smoke): Valkey, the mock
  * provider behind nginx limit_req, php-fpm with the example checkout, nginx in front.
  * Checkouts pass end to end, the limiter's 503 path and the provider's 429 path are each
- * exercised, and nothing is left running.
+ * exercised, a payment waits for its token (CHECKOUT_MAX_WAIT), and nothing is left running.
  */
 final class LoadStackSmokeTest extends TestCase
 {
@@ -35,6 +35,18 @@ final class LoadStackSmokeTest extends TestCase
         $this->assertGreaterThanOrEqual(5, $refused, $result['limiter_off']);
         $this->assertSame($refused, $result['provider_429']);
         $this->assertSame(20, count(array_keys($codes, '200', true)) + $refused);
+        // Waiting (global bucket of 1, a token every 500 ms; ordinary shops wait up to 1 s,
+        // the listed hot shop not at all): s1 pays at once, s2 waits for the next token,
+        // the hot shop is refused without waiting, s3 waits again; each wait is in the
+        // answer's X-Limiter-Waited and in the 'paid' step's limiter.waited.
+        $this->assertSame('200 200 503 200', $result['wait'], $result['waited']);
+        $waited = explode(' ', $result['waited']);
+        $this->assertSame('-', $waited[0], 'a full bucket: no wait');
+        $this->assertGreaterThan(0.0, (float) $waited[1]);
+        $this->assertLessThanOrEqual(1.0, (float) $waited[1]);
+        $this->assertSame('-', $waited[2], 'the hot shop did not wait');
+        $this->assertGreaterThan(0.0, (float) $waited[3]);
+        $this->assertSame(2, $result['waited_events']);
 
         $this->assertSame($before, self::stackProcesses($root), 'the smoke run left processes behind');
     }
