@@ -157,17 +157,74 @@ pub struct StoredBucket {
     pub change: Option<i64>,
 }
 
+/// Room for an encoded [`StoredBucket`]: four integers of at most 20 characters and
+/// three separators.
+#[derive(Debug, Clone)]
+pub struct EncodedBucket {
+    bytes: [u8; 96],
+    len: usize,
+}
+
+impl Default for EncodedBucket {
+    fn default() -> Self {
+        Self {
+            bytes: [0; 96],
+            len: 0,
+        }
+    }
+}
+
+impl EncodedBucket {
+    fn push(&mut self, b: u8) {
+        self.bytes[self.len] = b;
+        self.len += 1;
+    }
+
+    /// `n` in decimal, as `to_string` writes it.
+    fn push_int(&mut self, n: i64) {
+        if n < 0 {
+            self.push(b'-');
+        }
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        let mut m = n.unsigned_abs();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (m % 10) as u8;
+            m /= 10;
+            if m == 0 {
+                break;
+            }
+        }
+        for &d in &digits[i..] {
+            self.push(d);
+        }
+    }
+}
+
 impl StoredBucket {
     /// The value as the script writes it.
     pub fn encode(&self) -> String {
-        match self.params {
-            Some((i, t)) => format!(
-                "{}:{i}:{t}:{}",
-                self.tat,
-                self.change.map_or(String::new(), |c| c.to_string())
-            ),
-            None => self.tat.to_string(),
+        let mut buf = EncodedBucket::default();
+        String::from_utf8_lossy(self.encode_into(&mut buf)).into_owned()
+    }
+
+    /// [`Self::encode`] into `buf`, without allocating (the native module writes it on
+    /// every decision that takes tokens).
+    pub fn encode_into<'b>(&self, buf: &'b mut EncodedBucket) -> &'b [u8] {
+        buf.len = 0;
+        buf.push_int(self.tat);
+        if let Some((i, t)) = self.params {
+            buf.push(b':');
+            buf.push_int(i);
+            buf.push(b':');
+            buf.push_int(t);
+            buf.push(b':');
+            if let Some(c) = self.change {
+                buf.push_int(c);
+            }
         }
+        &buf.bytes[..buf.len]
     }
 
     /// A stored value as the decision script reads it (`carry.lua`):
@@ -177,8 +234,17 @@ impl StoredBucket {
     /// float or hex TAT written by hand; this refuses them.)
     pub fn read_like_the_script(raw: &[u8]) -> Option<Self> {
         let digits = |p: &[u8]| !p.is_empty() && p.iter().all(u8::is_ascii_digit);
-        let parts: Vec<&[u8]> = raw.split(|&b| b == b':').collect();
-        let shaped = match parts.as_slice() {
+        // Split on ':' without collecting (this runs on every decision): at most 4 parts.
+        let mut parts: [&[u8]; 4] = [&[]; 4];
+        let mut n = 0;
+        for part in raw.split(|&b| b == b':') {
+            if n == parts.len() {
+                return None;
+            }
+            parts[n] = part;
+            n += 1;
+        }
+        let shaped = match &parts[..n] {
             [a, i, t] => digits(a) && digits(i) && digits(t),
             [a, i, t, w] => digits(a) && digits(i) && digits(t) && (w.is_empty() || digits(w)),
             [bare] => {
@@ -365,6 +431,67 @@ mod tests {
         assert_eq!(b.wait_us(tat, now, 1), 0);
         assert_eq!(b.wait_us(tat, now, 2), 250_000);
         assert_eq!(b.wait_us(tat, now, 4), 1_250_000);
+    }
+
+    #[test]
+    fn encoding_without_allocation_is_to_string_and_reads_back() {
+        let cases = [
+            StoredBucket {
+                tat: 1_796_036_012_345_678,
+                params: Some((1, 1_000_000)),
+                change: None,
+            },
+            StoredBucket {
+                tat: 0,
+                params: Some((200_000, 2_000_000)),
+                change: Some(1_700_000_000_000_000),
+            },
+            StoredBucket {
+                tat: i64::MIN,
+                params: Some((i64::MAX, i64::MIN)),
+                change: Some(-1),
+            },
+            StoredBucket {
+                tat: 42,
+                params: None,
+                change: None,
+            },
+        ];
+        for b in cases {
+            let expected = match b.params {
+                Some((i, t)) => format!(
+                    "{}:{i}:{t}:{}",
+                    b.tat,
+                    b.change.map_or(String::new(), |c| c.to_string())
+                ),
+                None => b.tat.to_string(),
+            };
+            assert_eq!(b.encode(), expected);
+            if b.tat >= 0
+                && b.change.is_none_or(|c| c >= 0)
+                && b.params.is_none_or(|(i, t)| i >= 0 && t >= 0)
+            {
+                assert_eq!(
+                    StoredBucket::read_like_the_script(expected.as_bytes()),
+                    Some(b)
+                );
+            }
+        }
+        for bad in [
+            &b"1:2:3:4:5"[..],
+            b"1:2",
+            b"",
+            b"1::3",
+            b"-1:2:3",
+            b"1:2:3:x",
+            b"a",
+        ] {
+            assert_eq!(StoredBucket::read_like_the_script(bad), None, "{bad:?}");
+        }
+        assert_eq!(
+            StoredBucket::read_like_the_script(b" 17 ").map(|b| b.tat),
+            Some(17)
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! fails the call before any write; then the buckets taken from (or carried over), the
 //! `auto_hot` window and mark, and the settings when they differ.
 
-use crate::bucket::{BucketSet, BucketSpec, Lane, StoredBucket};
+use crate::bucket::{BucketSet, BucketSpec, EncodedBucket, Lane, StoredBucket};
 use crate::call::{LIMITS_CHANGED_REPLY, SETTINGS_TTL_SECONDS};
 use crate::options::AutoHot;
 use crate::options::MAX_WAIT_US;
@@ -119,9 +119,17 @@ impl<'a> ReceivedCall<'a> {
 }
 
 /// The key space a server-side decision reads and writes.
+///
+/// Every key passed is one of the call's [`ReceivedCall::keys`] (the very slices, so a
+/// server may recognise its own arguments by address) or an `auto_hot` window key.
 pub trait Keyspace {
-    /// The string at `key`; `None` when missing or of another type (as `MGET`).
-    fn get_string(&mut self, key: &[u8]) -> Option<Vec<u8>>;
+    /// `read` of the string at `key`, `None` when missing or of another type (as `MGET`);
+    /// read in place, nothing copied.
+    fn read_string<R>(&mut self, key: &[u8], read: impl FnOnce(Option<&[u8]>) -> R) -> R;
+    /// Whether `key` holds a string (what a hot mark is; its value is never read).
+    fn has_string(&mut self, key: &[u8]) -> bool {
+        self.read_string(key, |v| v.is_some())
+    }
     /// `PTTL key` of an existing key: ms left, -1 without expiry.
     fn pttl(&mut self, key: &[u8]) -> i64;
     /// The integer fields `fields` of the hash at `key` (0 when absent), or the error of
@@ -134,10 +142,33 @@ pub trait Keyspace {
     fn set_bucket(&mut self, key: &[u8], value: &[u8], px_ms: i64) {
         self.set_px(key, value, px_ms);
     }
-    /// `HSET key field value ...` (an existing hash keeps its expiry).
-    fn hset(&mut self, key: &[u8], pairs: &[(&[u8], &[u8])]);
+    /// `HSET key field value ...` with integer values (an existing hash keeps its expiry).
+    fn hset(&mut self, key: &[u8], pairs: &[(&[u8], i64)]);
     /// `PEXPIRE key ms`.
     fn pexpire(&mut self, key: &[u8], ms: i64);
+}
+
+/// The integers a decision answers: the script's reply (see [`crate::StepReply`]), or
+/// [`LIMITS_CHANGED_REPLY`]. Held without allocating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerReply {
+    ints: [i64; 9],
+    len: usize,
+}
+
+impl ServerReply {
+    fn new(ints: &[i64]) -> Self {
+        let mut out = Self {
+            ints: [0; 9],
+            len: ints.len(),
+        };
+        out.ints[..ints.len()].copy_from_slice(ints);
+        out
+    }
+
+    pub fn as_slice(&self) -> &[i64] {
+        &self.ints[..self.len]
+    }
 }
 
 /// What the server answers: the script's reply integers (see [`crate::StepReply`]).
@@ -145,15 +176,15 @@ pub fn decide_on(
     ks: &mut impl Keyspace,
     call: &ReceivedCall<'_>,
     now: i64,
-) -> Result<Vec<i64>, String> {
+) -> Result<ServerReply, String> {
     let [kg, kl, ks_, kf, kv, ka, kst] = call.keys;
-    let flag = ks.get_string(kf);
-    let stored_version = ks.get_string(kv).unwrap_or_default();
-    if stored_version != call.version {
-        return Ok(LIMITS_CHANGED_REPLY.to_vec());
+    let flagged = ks.has_string(kf);
+    let same_version = ks.read_string(kv, |v| v.unwrap_or_default() == call.version);
+    if !same_version {
+        return Ok(ServerReply::new(&LIMITS_CHANGED_REPLY));
     }
-    let mark_ttl_ms = match (&flag, call.static_hot) {
-        (Some(_), false) => Some(ks.pttl(kf)),
+    let mark_ttl_ms = match (flagged, call.static_hot) {
+        (true, false) => Some(ks.pttl(kf)),
         _ => None,
     };
     let hot = call.static_hot || mark_ttl_ms.is_some();
@@ -165,17 +196,17 @@ pub fn decide_on(
         if call.buckets.get(lane).is_none() || (lane != Lane::Global && !hot) {
             continue;
         }
-        if let Some(raw) = ks.get_string(key) {
-            let parsed = StoredBucket::read_like_the_script(&raw);
-            if parsed.is_none() {
-                return Err(format!(
+        buckets[lane as usize] = ks.read_string(key, |raw| match raw {
+            None => Ok(None),
+            Some(raw) => match StoredBucket::read_like_the_script(raw) {
+                None => Err(format!(
                     "ERR unreadable bucket {:?} at {:?}",
-                    String::from_utf8_lossy(&raw),
+                    String::from_utf8_lossy(raw),
                     String::from_utf8_lossy(key)
-                ));
-            }
-            buckets[lane as usize] = parsed;
-        }
+                )),
+                parsed => Ok(parsed),
+            },
+        })?;
     }
     // A peek reads the window counters (it fails where acquire() would) but counts
     // nothing for `auto_hot`.
@@ -217,24 +248,19 @@ pub fn decide_on(
         }
     }
     if call.peek {
-        return Ok(reply.to_ints().to_vec());
+        return Ok(ServerReply::new(&reply.to_ints()));
     }
+    let mut encoded = EncodedBucket::default();
     for (i, key) in bucket_keys.iter().enumerate() {
         if let (Some(b), true) = (next.buckets[i], next.buckets[i] != stored.buckets[i]) {
             // The key lives until the bucket is full again (+1 ms).
             let px = (b.tat - now).div_euclid(1000) + 1;
-            ks.set_bucket(key, b.encode().as_bytes(), px);
+            ks.set_bucket(key, b.encode_into(&mut encoded), px);
         }
     }
     if let (Some([cur, _]), Some(a), 0) = (&window_keys, auto_hot, reply.reason) {
         let counts = next.windows[0];
-        ks.hset(
-            cur,
-            &[
-                (call.shop, counts.mine.to_string().as_bytes()),
-                (b"", counts.all.to_string().as_bytes()),
-            ],
-        );
+        ks.hset(cur, &[(call.shop, counts.mine), (b"", counts.all)]);
         if stored.windows[0].all == 0 {
             // As the script: floor(2 * window_µs / 1000) + 1000 ms.
             ks.pexpire(
@@ -246,10 +272,10 @@ pub fn decide_on(
             ks.set_px(kf, b"auto", a.ttl_seconds * 1000);
         }
     }
-    if ks.get_string(kst).as_deref() != Some(call.settings) {
+    if !ks.read_string(kst, |v| v == Some(call.settings)) {
         ks.set_px(kst, call.settings, SETTINGS_TTL_SECONDS * 1000);
     }
-    Ok(reply.to_ints().to_vec())
+    Ok(ServerReply::new(&reply.to_ints()))
 }
 
 #[cfg(test)]

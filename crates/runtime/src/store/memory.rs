@@ -323,8 +323,8 @@ impl State {
 
 /// The decision's reads and writes on this store's key space (`model::server`).
 impl Keyspace for State {
-    fn get_string(&mut self, key: &[u8]) -> Option<Vec<u8>> {
-        self.get_str(key)
+    fn read_string<R>(&mut self, key: &[u8], read: impl FnOnce(Option<&[u8]>) -> R) -> R {
+        read(self.get_str(key).as_deref())
     }
 
     fn pttl(&mut self, key: &[u8]) -> i64 {
@@ -347,8 +347,10 @@ impl Keyspace for State {
         self.put(key, Val::Str(value.to_vec()), Some(px_ms));
     }
 
-    fn hset(&mut self, key: &[u8], pairs: &[(&[u8], &[u8])]) {
-        State::hset(self, key, pairs);
+    fn hset(&mut self, key: &[u8], pairs: &[(&[u8], i64)]) {
+        let text: Vec<(&[u8], String)> = pairs.iter().map(|&(f, v)| (f, v.to_string())).collect();
+        let pairs: Vec<(&[u8], &[u8])> = text.iter().map(|(f, v)| (*f, v.as_bytes())).collect();
+        State::hset(self, key, &pairs);
     }
 
     fn pexpire(&mut self, key: &[u8], ms: i64) {
@@ -390,7 +392,10 @@ impl Store for MemoryStore {
         };
         let received = ReceivedCall::parse(&args).map_err(failed)?;
         let now = s.now();
-        let reply = decide_on(&mut *s, &received, now).map_err(failed)?;
+        let reply = decide_on(&mut *s, &received, now)
+            .map_err(failed)?
+            .as_slice()
+            .to_vec();
         if reply.len() > 2 {
             s.decisions += 1;
         }

