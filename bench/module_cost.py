@@ -4,7 +4,7 @@ hot shop (global + hot lane + hot shop) and `auto_hot`, beside a PING, a GET and
 `SET ... PX` (what any command costs there), and, when given the path of redis-cell's
 module, its `CL.THROTTLE key 15 30 60 1` (docs/performance.md).
 
-Each case is sent `--calls` times in pipelines of 100 over a Unix socket; its cost is
+Each case is sent `--calls` times in pipelines of 100 (`--pipeline`) over a Unix socket; its cost is
 Valkey's own `usec_per_call` from `INFO commandstats` (the command's execution, without
 reading or parsing the request), reset before each case. The cases run in turn, `--rounds`
 times, and the median per case is printed: on a busy machine compare only within a run.
@@ -74,7 +74,7 @@ def usec_per_call(r, command: str):
     return stats["usec"] / stats["calls"]
 
 
-def run(r, calls: int, make, command: str) -> float:
+def run(r, calls: int, make, command: str, depth: int) -> float:
     # Warm up (keys created, caches), then measure from a clean count.
     for _ in range(2):
         p = r.pipeline(transaction=False)
@@ -84,27 +84,33 @@ def run(r, calls: int, make, command: str) -> float:
     r.config_resetstat()
     done = 0
     while done < calls:
+        if depth == 1:
+            r.execute_command(*make())
+            done += 1
+            continue
         p = r.pipeline(transaction=False)
-        for _ in range(100):
+        for _ in range(depth):
             p.execute_command(*make())
         p.execute()
-        done += 100
+        done += depth
     return usec_per_call(r, command)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--module", default=os.path.join(ROOT, "target/release/libcheckout_guard_valkey.so"))
+    ap.add_argument("--module-arg", action="append", default=[], help="an argument for the module (repeatable)")
     ap.add_argument("--redis-cell", default=os.environ.get("CG_REDIS_CELL", ""))
     ap.add_argument("--calls", type=int, default=50000)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--pipeline", type=int, default=100, help="commands per round trip (1: one at a time, as acquire() sends them)")
     ap.add_argument("--cases", help="comma-separated case names (default: all)")
     ap.add_argument("--json")
     a = ap.parse_args()
 
     run_dir = tempfile.mkdtemp(prefix="cg-module-cost-")
     sock = os.path.join(run_dir, "valkey.sock")
-    args = [valkey_server(), "--port", "0", "--unixsocket", sock, "--save", "", "--appendonly", "no", "--dir", run_dir, "--loadmodule", a.module]
+    args = [valkey_server(), "--port", "0", "--unixsocket", sock, "--save", "", "--appendonly", "no", "--dir", run_dir, "--loadmodule", a.module] + a.module_arg
     if a.redis_cell:
         args += ["--loadmodule", a.redis_cell]
     server = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -136,7 +142,7 @@ def main() -> None:
         seen = {name: [] for name in cases}
         for _ in range(a.rounds):
             for name, (make, command) in cases.items():
-                seen[name].append(run(r, a.calls, make, command))
+                seen[name].append(run(r, a.calls, make, command, a.pipeline))
         medians = {name: round(statistics.median(v), 3) for name, v in seen.items()}
         for name, v in seen.items():
             print("%-16s median %6.2f us/call   rounds %s" % (name, medians[name], " ".join("%.2f" % x for x in v)))

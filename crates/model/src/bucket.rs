@@ -244,20 +244,32 @@ impl StoredBucket {
             parts[n] = part;
             n += 1;
         }
-        let shaped = match &parts[..n] {
-            [a, i, t] => digits(a) && digits(i) && digits(t),
-            [a, i, t, w] => digits(a) && digits(i) && digits(t) && (w.is_empty() || digits(w)),
+        // Digits only, read as `parse` reads them (one past i64 is unreadable too).
+        let num = |p: &[u8]| digits(p).then(|| crate::server::parse_i64(p)).flatten();
+        match &parts[..n] {
+            [a, i, t] => Some(Self {
+                tat: num(a)?,
+                params: Some((num(i)?, num(t)?)),
+                change: None,
+            }),
+            [a, i, t, w] => Some(Self {
+                tat: num(a)?,
+                params: Some((num(i)?, num(t)?)),
+                change: match w.is_empty() {
+                    true => None,
+                    false => Some(num(w)?),
+                },
+            }),
             [bare] => {
                 let text = std::str::from_utf8(bare).ok()?.trim();
-                return text.parse::<i64>().ok().map(|tat| Self {
+                text.parse::<i64>().ok().map(|tat| Self {
                     tat,
                     params: None,
                     change: None,
-                });
+                })
             }
-            _ => false,
-        };
-        shaped.then(|| Self::parse(raw)).flatten()
+            _ => None,
+        }
     }
 
     /// Parses a stored value (`None` when it is not one).
@@ -492,6 +504,74 @@ mod tests {
             StoredBucket::read_like_the_script(b" 17 ").map(|b| b.tat),
             Some(17)
         );
+    }
+
+    /// The reading before it was made allocation-free, kept as the reference.
+    fn read_like_the_script_before(raw: &[u8]) -> Option<StoredBucket> {
+        let digits = |p: &[u8]| !p.is_empty() && p.iter().all(u8::is_ascii_digit);
+        let parts: Vec<&[u8]> = raw.split(|&b| b == b':').collect();
+        let shaped = match parts.as_slice() {
+            [a, i, t] => digits(a) && digits(i) && digits(t),
+            [a, i, t, w] => digits(a) && digits(i) && digits(t) && (w.is_empty() || digits(w)),
+            [bare] => {
+                let text = std::str::from_utf8(bare).ok()?.trim();
+                return text.parse::<i64>().ok().map(|tat| StoredBucket {
+                    tat,
+                    params: None,
+                    change: None,
+                });
+            }
+            _ => false,
+        };
+        shaped.then(|| StoredBucket::parse(raw)).flatten()
+    }
+
+    #[test]
+    fn reading_a_stored_bucket_is_what_it_was() {
+        let pieces: [&[u8]; 16] = [
+            b"",
+            b"0",
+            b"17",
+            b"-3",
+            b"+4",
+            b"9223372036854775807",
+            b"9223372036854775808",
+            b"00012",
+            b" 5",
+            b"x",
+            b"1e3",
+            b"\xff",
+            b"\x00",
+            b"1.5",
+            b"\xc3\xa9",
+            b"18446744073709551616",
+        ];
+        let mut n = 0;
+        for a in pieces {
+            for b in pieces {
+                for c in pieces {
+                    for sep in [&b":"[..], b"::", b":x"] {
+                        for tail in [&b""[..], b":", b":7", b":-7", b":9223372036854775808", b":1:2"] {
+                            let raw = [a, b":", b, sep, c, tail].concat();
+                            assert_eq!(
+                                StoredBucket::read_like_the_script(&raw),
+                                read_like_the_script_before(&raw),
+                                "{:?}",
+                                String::from_utf8_lossy(&raw)
+                            );
+                            n += 1;
+                        }
+                    }
+                }
+            }
+        }
+        for a in pieces {
+            assert_eq!(
+                StoredBucket::read_like_the_script(a),
+                read_like_the_script_before(a)
+            );
+        }
+        assert!(n > 10_000);
     }
 
     #[test]

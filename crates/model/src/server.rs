@@ -34,11 +34,37 @@ pub struct ReceivedCall<'a> {
     pub max_wait_us: i64,
 }
 
+/// `raw` as an integer, exactly as `str::parse::<i64>` reads it (an optional sign, then
+/// at least one ASCII digit, no overflow), without the UTF-8 check first: every decision
+/// reads a dozen of them.
+pub fn parse_i64(raw: &[u8]) -> Option<i64> {
+    let (negative, digits) = match raw {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        _ => (false, raw),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    let mut n: i64 = 0;
+    for &b in digits {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        // Accumulated negative when negative, so i64::MIN reads too.
+        n = n.checked_mul(10)?;
+        n = if negative {
+            n.checked_sub(i64::from(d))?
+        } else {
+            n.checked_add(i64::from(d))?
+        };
+    }
+    Some(n)
+}
+
 fn int(name: &str, raw: &[u8]) -> Result<i64, String> {
-    std::str::from_utf8(raw)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| {
+    parse_i64(raw).ok_or_else(|| {
             format!(
                 "{name} must be an integer, got {:?}",
                 String::from_utf8_lossy(raw)
@@ -133,8 +159,15 @@ pub trait Keyspace {
     /// `PTTL key` of an existing key: ms left, -1 without expiry.
     fn pttl(&mut self, key: &[u8]) -> i64;
     /// The integer fields `fields` of the hash at `key` (0 when absent), or the error of
-    /// `HMGET` on a key of another type (`WRONGTYPE`).
-    fn hash_ints(&mut self, key: &[u8], fields: [&[u8]; 2]) -> Result<[i64; 2], String>;
+    /// `HMGET` on a key of another type (`WRONGTYPE`). `written_next`: the decision
+    /// writes this hash next ([`Self::hset`]) unless a later read fails (a server may
+    /// open it for writing at once).
+    fn hash_ints(
+        &mut self,
+        key: &[u8],
+        fields: [&[u8]; 2],
+        written_next: bool,
+    ) -> Result<[i64; 2], String>;
     /// `SET key value PX ms`.
     fn set_px(&mut self, key: &[u8], value: &[u8], px_ms: i64);
     /// `SET key value PX ms` of a bucket (test key spaces keep buckets longer, as the
@@ -213,7 +246,13 @@ pub fn decide_on(
     let auto_hot = call.auto_hot.as_ref().filter(|_| !call.peek);
     let window_keys = call.auto_hot.as_ref().map(|a| {
         let win = auto_hot_window(now, a.window.as_micros() as i64);
-        let key = |n: i64| [ka, n.to_string().as_bytes()].concat();
+        let key = |n: i64| {
+            use std::io::Write;
+            let mut k = Vec::with_capacity(ka.len() + 20);
+            k.extend_from_slice(ka);
+            let _ = write!(k, "{n}");
+            k
+        };
         [key(win), key(win - 1)]
     });
     // The decision without `auto_hot`; with it, when the tokens are taken, the window
@@ -240,7 +279,9 @@ pub fn decide_on(
     let (mut reply, mut next) = decide(&stored, None);
     if let (Some(wk), 0) = (&window_keys, reply.reason) {
         for (i, key) in wk.iter().enumerate() {
-            let [mine, all] = ks.hash_ints(key, [call.shop, b""])?;
+            // The current window is written next when tokens are counted (not on a peek).
+            let written_next = i == 0 && auto_hot.is_some();
+            let [mine, all] = ks.hash_ints(key, [call.shop, b""], written_next)?;
             stored.windows[i] = WindowCounts { mine, all };
         }
         if let Some(a) = auto_hot {
@@ -281,6 +322,30 @@ pub fn decide_on(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn integers_are_read_as_rust_reads_them() {
+        let mut cases: Vec<Vec<u8>> = [
+            "", "-", "+", "0", "-0", "+0", "7", "-7", "+7", "007", "1 ", " 1", "1_000", "0x10",
+            "1e3", "1.0", "--1", "+-1", "-+1", "9223372036854775807", "9223372036854775808",
+            "-9223372036854775808", "-9223372036854775809", "99999999999999999999999",
+            "\u{661}", "１",
+        ]
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .collect();
+        cases.push(vec![b'1', 0xff]);
+        cases.push(vec![b'1', 0]);
+        cases.push(vec![b'/']);
+        cases.push(vec![b':']);
+        for c in cases {
+            let std = std::str::from_utf8(&c).ok().and_then(|s| s.parse::<i64>().ok());
+            assert_eq!(parse_i64(&c), std, "{:?}", String::from_utf8_lossy(&c));
+        }
+        for n in [i64::MIN, -1, 0, 1, 42, i64::MAX] {
+            assert_eq!(parse_i64(n.to_string().as_bytes()), Some(n));
+        }
+    }
     use crate::call::{AutoHotArgs, DecideCall, LaneArgs, ShopKeys};
     use crate::Keys;
 

@@ -52,8 +52,10 @@ type Key = *mut raw::RedisModuleKey;
 static TEST_CLOCK: AtomicBool = AtomicBool::new(false);
 const TEST_SLACK_MS: i64 = 3_600_000;
 
-/// The empty string, the window hash's field of all shops' count (created at load).
+/// The empty string, the window hash's field of all shops' count, and `PXAT` (created at
+/// load, kept for the module's life).
 static EMPTY: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(null_mut());
+static PXAT: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(null_mut());
 
 const KEYS: usize = DecideCall::KEYS;
 /// The call's arguments after the command name: keys, arguments, the test clock.
@@ -147,28 +149,52 @@ struct ValkeyKeys<'a> {
     now_ms: i64,
     /// Added to every bucket's expiry (test clock only).
     slack_ms: i64,
+    /// Key names created in this call (the window keys, each used up to three times),
+    /// freed with it.
+    created: [Str; 2],
+    /// The current window's hash, opened for writing when read and kept open until it is
+    /// written (by its name).
+    held: Option<(Str, Open)>,
+}
+
+impl Drop for ValkeyKeys<'_> {
+    fn drop(&mut self) {
+        self.held = None;
+        for s in self.created {
+            if !s.is_null() {
+                // SAFETY: created by `name` with a NULL context, freed once.
+                unsafe { api!(RedisModule_FreeString)(null_mut(), s) };
+            }
+        }
+    }
 }
 
 impl ValkeyKeys<'_> {
     /// `key` as a Valkey string: the call's own argument when it is one (the model passes
-    /// the very slices it was given), else created.
-    fn name(&self, key: &[u8]) -> Name {
+    /// the very slices it was given: same address, which no other live buffer can have),
+    /// else one created in this call with the same bytes, else created now.
+    fn name(&mut self, key: &[u8]) -> Name {
         let own = self
             .key_bytes
             .iter()
             .position(|k| std::ptr::eq(k.as_ptr(), key.as_ptr()) && k.len() == key.len());
-        match own {
-            Some(i) => Name {
+        if let Some(i) = own {
+            return Name {
                 s: self.keys[i],
                 owned: false,
-            },
-            // SAFETY: a string of `key.len()` bytes, freed by `Name`'s drop.
-            None => Name {
-                s: unsafe {
-                    api!(RedisModule_CreateString)(null_mut(), key.as_ptr().cast(), key.len())
-                },
-                owned: true,
-            },
+            };
+        }
+        if let Some(&s) = self.created.iter().find(|s| !s.is_null() && bytes(**s) == key) {
+            return Name { s, owned: false };
+        }
+        // SAFETY: a string of `key.len()` bytes, freed by `drop` (kept) or by `Name`'s.
+        let s = unsafe { api!(RedisModule_CreateString)(null_mut(), key.as_ptr().cast(), key.len()) };
+        match self.created.iter_mut().find(|s| s.is_null()) {
+            Some(slot) => {
+                *slot = s;
+                Name { s, owned: false }
+            }
+            None => Name { s, owned: true },
         }
     }
 
@@ -193,6 +219,17 @@ impl ValkeyKeys<'_> {
         }
     }
 
+    /// `name` open for writing: the handle kept open for it, or opened now.
+    fn writable(&mut self, name: &Name) -> Open {
+        match self.held.take() {
+            Some((s, k)) if s == name.s => k,
+            other => {
+                self.held = other;
+                self.open(name, raw::REDISMODULE_WRITE)
+            }
+        }
+    }
+
     fn open(&self, name: &Name, mode: u32) -> Open {
         // SAFETY: a live key name; the handle is closed by `Open`'s drop.
         Open(unsafe { api!(RedisModule_OpenKey)(self.ctx, name.s, mode as c_int) })
@@ -205,6 +242,11 @@ impl ValkeyKeys<'_> {
 
     /// `SET key value PXAT at`, done with the key API and replicated as that command.
     fn set_pxat(&mut self, key: &[u8], value: &[u8], at_ms: i64) {
+        // A handle kept open on the same key (a call whose keys alias) would not see this
+        // write: closed first, so the next write opens the key as it is.
+        if self.held.as_ref().is_some_and(|(s, _)| bytes(*s) == key) {
+            self.held = None;
+        }
         let name = self.name(key);
         let k = self.open(&name, raw::REDISMODULE_WRITE);
         // SAFETY: `k` is open for writing; the DMA pointer is written at once, before any
@@ -239,16 +281,16 @@ impl ValkeyKeys<'_> {
         drop(k);
         self.notify(raw::REDISMODULE_NOTIFY_STRING, c"set", &name);
         self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"expire", &name);
-        // SAFETY: format "sbcl": a string, a buffer and its length, a C string, a long long.
+        // SAFETY: format "sbsl": a string, a buffer and its length, a string, a long long.
         unsafe {
             api!(RedisModule_Replicate)(
                 self.ctx,
                 c"SET".as_ptr(),
-                c"sbcl".as_ptr(),
+                c"sbsl".as_ptr(),
                 name.s,
                 value.as_ptr().cast::<c_char>(),
                 value.len(),
-                c"PXAT".as_ptr(),
+                PXAT.load(Ordering::Relaxed),
                 at_ms as c_longlong,
             );
         }
@@ -279,10 +321,24 @@ impl Keyspace for ValkeyKeys<'_> {
         unsafe { api!(RedisModule_GetExpire)(k.0) }
     }
 
-    fn hash_ints(&mut self, key: &[u8], fields: [&[u8]; 2]) -> Result<[i64; 2], String> {
+    fn hash_ints(
+        &mut self,
+        key: &[u8],
+        fields: [&[u8]; 2],
+        written_next: bool,
+    ) -> Result<[i64; 2], String> {
         let name = self.name(key);
-        let k = self.open(&name, raw::REDISMODULE_READ);
+        // A hash written next is opened for writing now, and kept open for it.
+        let mode = match written_next {
+            true => raw::REDISMODULE_WRITE,
+            false => raw::REDISMODULE_READ,
+        };
+        let k = self.open(&name, mode);
         match k.key_type() {
+            t if t == raw::REDISMODULE_KEYTYPE_EMPTY as c_int && written_next => {
+                self.held = Some((name.s, k));
+                return Ok([0, 0]);
+            }
             t if t == raw::REDISMODULE_KEYTYPE_EMPTY as c_int => return Ok([0, 0]),
             t if t == raw::REDISMODULE_KEYTYPE_HASH as c_int => {}
             // As HMGET (and the script's HMGET) answers.
@@ -321,6 +377,9 @@ impl Keyspace for ValkeyKeys<'_> {
             // memory), freed once.
             unsafe { api!(RedisModule_FreeString)(self.ctx, v) };
         }
+        if written_next {
+            self.held = Some((name.s, k));
+        }
         Ok(out)
     }
 
@@ -339,9 +398,17 @@ impl Keyspace for ValkeyKeys<'_> {
         };
         let name = self.name(key);
         let (f0, f1) = (self.field(f0), self.field(f1));
-        let k = self.open(&name, raw::REDISMODULE_WRITE);
-        // SAFETY: open for writing, a hash or empty (read as one before any write: another
-        // type failed the call); NULL-terminated (field, value) list; values freed once.
+        let k = self.writable(&name);
+        let t = k.key_type();
+        if t != raw::REDISMODULE_KEYTYPE_HASH as c_int && t != raw::REDISMODULE_KEYTYPE_EMPTY as c_int
+        {
+            // Read as a hash before any write; another type now only where the call's keys
+            // alias (the window key is one the decision set as a string): no write, as
+            // HSET's WRONGTYPE writes nothing.
+            return;
+        }
+        // SAFETY: open for writing, a hash or empty; NULL-terminated (field, value) list.
+        // The values are replicated as they were set, then freed once.
         unsafe {
             let a = api!(RedisModule_CreateStringFromLongLong)(null_mut(), v0 as c_longlong);
             let b = api!(RedisModule_CreateStringFromLongLong)(null_mut(), v1 as c_longlong);
@@ -354,34 +421,32 @@ impl Keyspace for ValkeyKeys<'_> {
                 b,
                 null_mut::<raw::RedisModuleString>(),
             );
-            api!(RedisModule_FreeString)(null_mut(), a);
-            api!(RedisModule_FreeString)(null_mut(), b);
-        }
-        drop(k);
-        self.notify(raw::REDISMODULE_NOTIFY_HASH, c"hset", &name);
-        // SAFETY: format "sslsl": the key, then field and value twice.
-        unsafe {
+            self.notify(raw::REDISMODULE_NOTIFY_HASH, c"hset", &name);
+            // Format "sssss": the key, then field and value twice.
             api!(RedisModule_Replicate)(
                 self.ctx,
                 c"HSET".as_ptr(),
-                c"sslsl".as_ptr(),
+                c"sssss".as_ptr(),
                 name.s,
                 f0.s,
-                v0 as c_longlong,
+                a,
                 f1.s,
-                v1 as c_longlong,
+                b,
             );
+            api!(RedisModule_FreeString)(null_mut(), a);
+            api!(RedisModule_FreeString)(null_mut(), b);
         }
+        self.held = Some((name.s, k));
     }
 
     fn pexpire(&mut self, key: &[u8], ms: i64) {
         let at = self.now_ms + ms;
         let name = self.name(key);
-        let k = self.open(&name, raw::REDISMODULE_WRITE);
+        let k = self.writable(&name);
         // SAFETY: open for writing (an empty key is refused by the API, as PEXPIREAT
         // answers 0 there).
         let set = unsafe { api!(RedisModule_SetAbsExpire)(k.0, at) };
-        drop(k);
+        self.held = Some((name.s, k));
         if set == raw::REDISMODULE_OK as c_int {
             self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"expire", &name);
             // SAFETY: format "sl": the key, a long long.
@@ -445,6 +510,8 @@ unsafe extern "C" fn cg_decide(ctx: Ctx, argv: *mut Str, argc: c_int) -> c_int {
         shop_bytes: args[KEYS + SHOP_ARG],
         now_ms: now_us.div_euclid(1000),
         slack_ms,
+        created: [null_mut(); 2],
+        held: None,
     };
     match decide_on(&mut keys, &call, now) {
         Ok(reply) => {
@@ -507,6 +574,9 @@ fn init(ctx: &Context, args: &[valkey_module::ValkeyString]) -> valkey_module::S
     // any call's).
     let empty = unsafe { api!(RedisModule_CreateString)(null_mut(), c"".as_ptr(), 0) };
     EMPTY.store(empty, Ordering::Relaxed);
+    // SAFETY: as the empty string.
+    let pxat = unsafe { api!(RedisModule_CreateString)(null_mut(), c"PXAT".as_ptr(), 4) };
+    PXAT.store(pxat, Ordering::Relaxed);
     // Keys at positions 1 to 7 (step 1): cluster routing, ACL key permissions.
     // SAFETY: the load context; the name and flags are NUL-terminated.
     let created = unsafe {

@@ -331,7 +331,12 @@ impl Keyspace for State {
         self.string_pttl(key).unwrap_or(-2)
     }
 
-    fn hash_ints(&mut self, key: &[u8], fields: [&[u8]; 2]) -> Result<[i64; 2], String> {
+    fn hash_ints(
+        &mut self,
+        key: &[u8],
+        fields: [&[u8]; 2],
+        _written_next: bool,
+    ) -> Result<[i64; 2], String> {
         if matches!(self.get(key), Some(Val::Str(_))) {
             return Err("WRONGTYPE Operation against a key holding the wrong kind of value".into());
         }
