@@ -11,6 +11,8 @@
 //   acquire_hot  RateLimiter::acquire() for a hot shop: global + hot_lane + hot_shop
 //   acquire_auto_hot  acquire() with auto_hot on (the window counters in the same script)
 //   evalsha      the same decision script run by hand through phpredis evalSha
+//   *_module     acquire() deciding with the native module (CG.DECIDE)
+//   module_by_hand  the same CG.DECIDE by hand through phpredis rawCommand (any client's floor)
 //   symfony      Symfony RateLimiter token_bucket, Redis cache storage + Redis lock
 //   *_unix       the same over Valkey's Unix socket
 // and per case Valkey's cost (commandstats µs per call of the top-level command, and
@@ -24,6 +26,9 @@ use CheckoutGuard\RateLimiter;
 [$port, $socket, $mode, $out] = [(int) $argv[1], $argv[2], $argv[3], $argv[4]];
 $quick = $mode !== 'full';
 $procs = $quick ? [1, 2] : [1, 2, 4, 8];
+if ((string) getenv('BENCH_PROCS') !== '') {
+    $procs = array_map('intval', explode(',', (string) getenv('BENCH_PROCS')));
+}
 $ops = $quick ? 1500 : 6000;
 $tcp = "redis://127.0.0.1:$port";
 $unix = "unix://$socket";
@@ -208,6 +213,9 @@ $cases = [
     'evalsha' => ['evalsha', static function () use ($shops) {
         return evalsha_op(redis_to('tcp'), $shops);
     }],
+    'module_by_hand' => ['CG.DECIDE', static function () use ($shops) {
+        return module_op(redis_to('tcp'), $shops);
+    }],
     'symfony' => ['*', static function () use ($shops) {
         return symfony_op(redis_to('tcp'), $shops);
     }],
@@ -221,6 +229,13 @@ $cases = [
     }],
     'evalsha_unix' => ['evalsha', static function () use ($shops) {
         return evalsha_op(redis_to('unix'), $shops);
+    }],
+    'acquire_module_unix' => ['CG.DECIDE', static function () use ($limiter, $unix, $shops) {
+        $l = $limiter($unix, 'bench-mod', ['engine' => 'module']);
+        return static fn () => $l->acquire($shops())->isAllowed();
+    }],
+    'module_by_hand_unix' => ['CG.DECIDE', static function () use ($shops) {
+        return module_op(redis_to('unix'), $shops);
     }],
 ];
 
@@ -242,6 +257,20 @@ function evalsha_op(Redis $r, callable $shops): Closure
         if ($reply === false) {
             $reply = $r->eval($script, $args, 7);
         }
+        return is_array($reply) && $reply[0] === 0;
+    };
+}
+
+/** The floor of any client: the same `CG.DECIDE` by hand through phpredis `rawCommand`. */
+function module_op(Redis $r, callable $shops): Closure
+{
+    $encoded = encoded_calls('bench-php-mod', array_map(static fn ($i) => "shop-$i", range(1, 1000)));
+    $calls = [];
+    foreach ($encoded['calls'] as $c) {
+        $calls[$c['shop']] = array_merge($c['keys'], $c['argv']);
+    }
+    return static function () use ($r, $shops, $calls): bool {
+        $reply = $r->rawCommand('CG.DECIDE', ...$calls[$shops()]);
         return is_array($reply) && $reply[0] === 0;
     };
 }
@@ -284,9 +313,14 @@ function script_floor(): array
 }
 
 $results = ['mode' => $mode, 'cases' => [], 'flood' => [], 'accuracy' => null, 'floor' => script_floor()];
-// BENCH_ONLY=flood or accuracy: that part alone (while working on it).
+// BENCH_ONLY=flood or accuracy: that part alone (while working on it). BENCH_CASES=ping,acquire_module,...:
+// those cases only (no flood, no accuracy run).
 $only = (string) getenv('BENCH_ONLY');
-foreach ($only === '' ? $procs : [] as $n) {
+if ((string) getenv('BENCH_CASES') !== '') {
+    $cases = array_intersect_key($cases, array_flip(explode(',', (string) getenv('BENCH_CASES'))));
+    $only = 'cases';
+}
+foreach ($only === '' || $only === 'cases' ? $procs : [] as $n) {
     foreach ($cases as $name => [$top, $make]) {
         // Symfony is ~10x slower: fewer decisions keep the run bounded.
         $count = $name === 'symfony' ? intdiv($ops, 10) : $ops;

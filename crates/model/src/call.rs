@@ -241,7 +241,10 @@ impl DecideCall<'_> {
     pub fn args(&self) -> impl Iterator<Item = Cow<'_, [u8]>> {
         let flag = |on: bool| Cow::Borrowed(if on { &b"1"[..] } else { &b"0"[..] });
         [
-            Cow::Owned(self.tokens.to_string().into_bytes()),
+            match self.tokens {
+                1 => Cow::Borrowed(&b"1"[..]),
+                n => Cow::Owned(n.to_string().into_bytes()),
+            },
             flag(self.static_hot),
         ]
         .into_iter()

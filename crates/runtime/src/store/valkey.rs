@@ -187,9 +187,19 @@ fn with_engine<T>(
     endpoint: &Endpoint,
     timeout: Duration,
     retry_interval: Duration,
+    op: impl FnMut(&mut dyn ConnectionLike, EngineState<'_>) -> RedisResult<T>,
+) -> Result<T, StoreError> {
+    with_slot(&slot(endpoint), endpoint, timeout, retry_interval, op)
+}
+
+/// [`with_engine`] on the endpoint's slot, already looked up.
+fn with_slot<T>(
+    slot: &Mutex<Slot>,
+    endpoint: &Endpoint,
+    timeout: Duration,
+    retry_interval: Duration,
     mut op: impl FnMut(&mut dyn ConnectionLike, EngineState<'_>) -> RedisResult<T>,
 ) -> Result<T, StoreError> {
-    let slot = slot(endpoint);
     let mut s = slot.lock();
     s.forget_if_forked();
     if let Some(at) = s.retry_at {
@@ -360,12 +370,25 @@ pub fn invocation<'s>(
 
 /// The store of the extension: the process's pooled connection to one endpoint, every
 /// call bounded by `timeout`, and left alone for `retry_interval` after a failure.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ValkeyStore {
     endpoint: Endpoint,
     timeout: Duration,
     retry_interval: Duration,
     engine: Engine,
+    /// The endpoint's pooled connection, looked up once (not per decision).
+    slot: Arc<Mutex<Slot>>,
+}
+
+impl std::fmt::Debug for ValkeyStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ValkeyStore")
+            .field("endpoint", &self.endpoint)
+            .field("timeout", &self.timeout)
+            .field("retry_interval", &self.retry_interval)
+            .field("engine", &self.engine)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ValkeyStore {
@@ -375,11 +398,13 @@ impl ValkeyStore {
         retry_interval: Duration,
         engine: Engine,
     ) -> Self {
+        let slot = slot(&endpoint);
         Self {
             endpoint,
             timeout,
             retry_interval,
             engine,
+            slot,
         }
     }
 
@@ -413,7 +438,11 @@ impl Store for ValkeyStore {
     /// without the module). With `module`, a server without it cannot decide.
     fn decide(&self, call: &DecideCall<'_>) -> Result<Vec<i64>, StoreError> {
         let engine = self.engine;
-        let result = with_engine(
+        // On one server the command is packed here, in one buffer (a cluster connection
+        // routes a `Cmd` by its keys, so it gets one).
+        let packed = (!self.endpoint.is_cluster()).then(|| pack_native(call));
+        let result = with_slot(
+            &self.slot,
             &self.endpoint,
             self.timeout,
             self.retry_interval,
@@ -424,7 +453,14 @@ impl Store for ValkeyStore {
                     Engine::Auto => *state.module.get_or_insert_with(|| has_module(c)),
                 };
                 if module {
-                    match native(call).query::<Vec<i64>>(c) {
+                    let reply = match &packed {
+                        Some(bytes) => c
+                            .req_packed_command(bytes)
+                            .and_then(|v| v.extract_error())
+                            .and_then(|v| Ok(redis::from_redis_value::<Vec<i64>>(v)?)),
+                        None => native(call).query::<Vec<i64>>(c),
+                    };
+                    match reply {
                         Err(e) if engine == Engine::Auto && is_unknown_command(&e) => {
                             *state.module = Some(false);
                         }
@@ -516,6 +552,65 @@ impl Store for ValkeyStore {
     }
 }
 
+/// [`native`], packed as it goes on the wire (RESP), in one buffer of the exact size.
+fn pack_native(call: &DecideCall<'_>) -> Vec<u8> {
+    const NAME: &[u8] = b"CG.DECIDE";
+    let keys = call.keys();
+    let args = call.argv();
+    let count = 1 + keys.len() + args.len();
+    let bulk = |len: usize| 1 + decimal_len(len) + 2 + len + 2;
+    let size = 1
+        + decimal_len(count)
+        + 2
+        + bulk(NAME.len())
+        + keys.iter().map(|k| bulk(k.len())).sum::<usize>()
+        + args.iter().map(|a| bulk(a.len())).sum::<usize>();
+    let mut out = Vec::with_capacity(size);
+    out.push(b'*');
+    push_decimal(&mut out, count);
+    out.extend_from_slice(b"\r\n");
+    let mut put = |bytes: &[u8]| {
+        out.push(b'$');
+        push_decimal(&mut out, bytes.len());
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(bytes);
+        out.extend_from_slice(b"\r\n");
+    };
+    put(NAME);
+    for k in keys {
+        put(k);
+    }
+    for a in &args {
+        put(a);
+    }
+    debug_assert_eq!(out.len(), size);
+    out
+}
+
+fn decimal_len(mut n: usize) -> usize {
+    let mut len = 1;
+    while n >= 10 {
+        n /= 10;
+        len += 1;
+    }
+    len
+}
+
+fn push_decimal(out: &mut Vec<u8>, n: usize) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut m = n;
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (m % 10) as u8;
+        m /= 10;
+        if m == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
 /// `CG.DECIDE` with `call`'s keys and arguments (the script's KEYS then ARGV).
 fn native(call: &DecideCall<'_>) -> redis::Cmd {
     let mut cmd = redis::cmd("CG.DECIDE");
@@ -553,6 +648,39 @@ fn is_unknown_command(e: &RedisError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The command packed by hand is byte for byte what redis-rs packs from a `Cmd`.
+    #[test]
+    fn the_packed_command_is_the_cmds() {
+        use checkout_guard_model::{AutoHotArgs, BucketSet, BucketSpec, LaneArgs, ShopKeys};
+        let set = BucketSet {
+            global: BucketSpec::new("global", 30, 7.5).unwrap(),
+            hot_lane: None,
+            hot_shop: Some(BucketSpec::new("hot_shop", 5, 1.0).unwrap()),
+        };
+        let lanes = LaneArgs::new(&set);
+        let none = AutoHotArgs::new(None);
+        for (shop, tokens, wait) in [
+            (&b"s"[..], 1, 0),
+            (b"s\x00p\r\n", 12, 250_000),
+            (b"", 1_000_000_000, 10_000_000),
+        ] {
+            let keys = ShopKeys::new(&Keys::new("n"), shop);
+            let call = DecideCall {
+                keys: keys.decide_keys(),
+                tokens,
+                static_hot: true,
+                lanes: &lanes,
+                version: b"3-ab-17",
+                shop,
+                auto_hot: &none,
+                settings: "global=30/7.5",
+                peek: false,
+                max_wait_us: wait,
+            };
+            assert_eq!(pack_native(&call), native(&call).get_packed_command());
+        }
+    }
 
     /// The model checks URLs without a Valkey client; the connection layer parses them
     /// again when it connects. The two must agree, or a URL the constructor accepted would
