@@ -2,7 +2,8 @@
 `CG.DECIDE` (the native module) and the decision script (EVALSHA) for the global bucket, a
 hot shop (global + hot lane + hot shop) and `auto_hot`, beside a PING, a GET and a
 `SET ... PX` (what any command costs there), and, when given the path of redis-cell's
-module, its `CL.THROTTLE key 15 30 60 1` (docs/performance.md).
+module, its `CL.THROTTLE key 15 30 60 1` (docs/performance.md), and the same command with limits
+it never reaches (so that it writes on every call, as the decisions here do).
 
 Each case is sent `--calls` times in pipelines of 100 (`--pipeline`) over a Unix socket; its cost is
 Valkey's own `usec_per_call` from `INFO commandstats` (the command's execution, without
@@ -135,7 +136,11 @@ def main() -> None:
             "script_auto_hot": (lambda: ["EVALSHA", sha, "7"] + decide_args("sa", shop(), auto_hot=True), "evalsha"),
         }
         if a.redis_cell:
+            # The command as redis-cell's README gives it: after its burst of 16, denials
+            # (nothing written). And one that admits every call (writes every call, as the
+            # decisions above do): burst 1,000,000 at 1,000,000 per second.
             cases["cell_throttle"] = (lambda: ["CL.THROTTLE", "{cg:cell}:k", "15", "30", "60", "1"], "cl.throttle")
+            cases["cell_throttle_admits"] = (lambda: ["CL.THROTTLE", "{cg:cell}:k%d" % random.randint(1, 1000), "1000000", "1000000", "1", "1"], "cl.throttle")
         if a.cases:
             cases = {k: v for k, v in cases.items() if k in a.cases.split(",")}
         print("valkey-server pid %d" % server.pid, flush=True)
