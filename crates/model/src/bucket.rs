@@ -551,7 +551,14 @@ mod tests {
             for b in pieces {
                 for c in pieces {
                     for sep in [&b":"[..], b"::", b":x"] {
-                        for tail in [&b""[..], b":", b":7", b":-7", b":9223372036854775808", b":1:2"] {
+                        for tail in [
+                            &b""[..],
+                            b":",
+                            b":7",
+                            b":-7",
+                            b":9223372036854775808",
+                            b":1:2",
+                        ] {
                             let raw = [a, b":", b, sep, c, tail].concat();
                             assert_eq!(
                                 StoredBucket::read_like_the_script(&raw),

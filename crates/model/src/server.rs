@@ -65,11 +65,11 @@ pub fn parse_i64(raw: &[u8]) -> Option<i64> {
 
 fn int(name: &str, raw: &[u8]) -> Result<i64, String> {
     parse_i64(raw).ok_or_else(|| {
-            format!(
-                "{name} must be an integer, got {:?}",
-                String::from_utf8_lossy(raw)
-            )
-        })
+        format!(
+            "{name} must be an integer, got {:?}",
+            String::from_utf8_lossy(raw)
+        )
+    })
 }
 
 impl<'a> ReceivedCall<'a> {
@@ -326,10 +326,32 @@ mod tests {
     #[test]
     fn integers_are_read_as_rust_reads_them() {
         let mut cases: Vec<Vec<u8>> = [
-            "", "-", "+", "0", "-0", "+0", "7", "-7", "+7", "007", "1 ", " 1", "1_000", "0x10",
-            "1e3", "1.0", "--1", "+-1", "-+1", "9223372036854775807", "9223372036854775808",
-            "-9223372036854775808", "-9223372036854775809", "99999999999999999999999",
-            "\u{661}", "１",
+            "",
+            "-",
+            "+",
+            "0",
+            "-0",
+            "+0",
+            "7",
+            "-7",
+            "+7",
+            "007",
+            "1 ",
+            " 1",
+            "1_000",
+            "0x10",
+            "1e3",
+            "1.0",
+            "--1",
+            "+-1",
+            "-+1",
+            "9223372036854775807",
+            "9223372036854775808",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "99999999999999999999999",
+            "\u{661}",
+            "１",
         ]
         .iter()
         .map(|s| s.as_bytes().to_vec())
@@ -339,7 +361,9 @@ mod tests {
         cases.push(vec![b'/']);
         cases.push(vec![b':']);
         for c in cases {
-            let std = std::str::from_utf8(&c).ok().and_then(|s| s.parse::<i64>().ok());
+            let std = std::str::from_utf8(&c)
+                .ok()
+                .and_then(|s| s.parse::<i64>().ok());
             assert_eq!(parse_i64(&c), std, "{:?}", String::from_utf8_lossy(&c));
         }
         for n in [i64::MIN, -1, 0, 1, 42, i64::MAX] {

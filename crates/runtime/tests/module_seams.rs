@@ -311,3 +311,207 @@ fn auto_decides_with_the_script_when_acl_denies_the_module() {
         d.map_err(|e| e.to_string())
     );
 }
+
+/// The 17 arguments with everything chosen: global 100 tokens at 100/s, hot buckets (hot
+/// lane 6 tokens at 2/s, hot shop 3 tokens at 1/s) when `lanes`, the shop static hot when
+/// `hot`, peek.
+#[allow(clippy::too_many_arguments)]
+fn argv_full(
+    shop: &[u8],
+    tokens: i64,
+    hot: bool,
+    lanes: bool,
+    auto: (i64, &str, i64, i64),
+    settings: &[u8],
+    peek: bool,
+) -> Vec<Vec<u8>> {
+    let mut a = argv(shop, tokens, auto, settings);
+    // Global: 100 tokens at 100/s, so the hot buckets decide.
+    a[2] = b"10000".to_vec();
+    a[3] = b"1000000".to_vec();
+    a[1] = if hot { b"1".to_vec() } else { b"0".to_vec() };
+    if lanes {
+        a[4] = b"500000".to_vec();
+        a[5] = b"3000000".to_vec();
+        a[6] = b"1000000".to_vec();
+        a[7] = b"3000000".to_vec();
+    }
+    a[15] = if peek { b"1".to_vec() } else { b"0".to_vec() };
+    a
+}
+
+/// A call's keys and arguments.
+type Call = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+
+/// A sequence of calls that writes everything `CG.DECIDE` writes: buckets taken from and
+/// denied, a shop made hot by `auto_hot` (its mark), then decided with the hot buckets by
+/// that mark, window counters and their expiry, settings published and changed (one not
+/// UTF-8), a shop with a NUL byte, peeks (nothing written).
+fn a_sequence_that_writes_everything() -> Vec<Call> {
+    let auto = (10_000_000, "0.3", 60, 1);
+    let mut calls = Vec::new();
+    for i in 0..40 {
+        let shop: &[u8] = match i % 4 {
+            0 => b"flash",
+            1 => b"a\x00b",
+            2 => b"plain",
+            _ => b"\xff\xfe",
+        };
+        let settings: &[u8] = match i {
+            0..=9 => b"global=100/100",
+            10..=19 => b"global=100/100 \xff",
+            _ => b"global=100/100 hot_lane=6/2 hot_shop=3/1",
+        };
+        let tokens = 1 + (i % 3) as i64;
+        let peek = i % 7 == 6;
+        calls.push((
+            keys(shop),
+            argv_full(shop, tokens, i % 5 == 4, i >= 20, auto, settings, peek),
+        ));
+    }
+    calls
+}
+
+/// Every key of db 0: (name, type, value as text, PEXPIRETIME).
+fn exact_state(c: &mut redis::Connection) -> Vec<(Vec<u8>, String, String, i64)> {
+    let with_bool = state(c, 0);
+    with_bool
+        .into_iter()
+        .map(|(k, t, v, _)| {
+            let at: i64 = redis::cmd("PEXPIRETIME").arg(&k).query(c).unwrap();
+            (k, t, v, at)
+        })
+        .collect()
+}
+
+fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn info_field(c: &mut redis::Connection, section: &str, field: &str) -> String {
+    let info: String = redis::cmd("INFO").arg(section).query(c).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// `CG.DECIDE` is never replicated as itself: its writes reach a replica that has no
+/// module, and an AOF replayed by a Valkey without it, as `SET ... PXAT`, `HSET` and
+/// `PEXPIREAT`: the same keys, types, values (binary ones too) and expiry instants, to
+/// the millisecond.
+#[test]
+fn the_writes_reach_a_replica_and_an_aof_without_the_module_as_they_are() {
+    let module = valkey_module();
+    let port = free_tcp_port().to_string();
+    let aof_dir = std::env::temp_dir().join(format!("cg-aof-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&aof_dir).unwrap();
+    let primary = Valkey::start_with(&[
+        "--loadmodule".as_ref(),
+        module.as_os_str(),
+        "--port".as_ref(),
+        port.as_ref(),
+        "--bind".as_ref(),
+        "127.0.0.1".as_ref(),
+        "--appendonly".as_ref(),
+        "yes".as_ref(),
+        "--appendfsync".as_ref(),
+        "always".as_ref(),
+        "--dir".as_ref(),
+        aof_dir.as_os_str(),
+    ]);
+    let replica =
+        Valkey::start_with(&["--replicaof".as_ref(), "127.0.0.1".as_ref(), port.as_ref()]);
+    let (mut p, mut r) = (primary.connection(), replica.connection());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while info_field(&mut r, "replication", "master_link_status") != "up" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replica never synced"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let mut replies = Vec::new();
+    for (k, a) in a_sequence_that_writes_everything() {
+        replies.push(module_cmd(&k, &a, None).query::<Vec<i64>>(&mut p).unwrap());
+    }
+    assert!(
+        replies.iter().any(|r| r[0] != 0) && replies.iter().any(|r| r[6] == 1),
+        "the sequence denies and makes a shop hot: {replies:?}"
+    );
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut p).unwrap();
+    assert_eq!(acked, 1);
+    let on_primary = exact_state(&mut p);
+    assert!(on_primary.len() >= 8, "{on_primary:?}");
+    assert_eq!(exact_state(&mut r), on_primary, "the replica");
+    // Nothing on the replication link but the effects.
+    let calls = info_field(&mut r, "commandstats", "cmdstat_CG.DECIDE");
+    assert!(calls.is_empty(), "the replica ran CG.DECIDE: {calls}");
+    drop(replica);
+    drop(p);
+    drop(primary);
+    // The AOF, replayed by a Valkey without the module.
+    let replayed = Valkey::start_with(&[
+        "--appendonly".as_ref(),
+        "yes".as_ref(),
+        "--dir".as_ref(),
+        aof_dir.as_os_str(),
+    ]);
+    let mut c = replayed.connection();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while redis::cmd("PING").query::<String>(&mut c).is_err()
+        || info_field(&mut c, "persistence", "loading") != "0"
+    {
+        assert!(std::time::Instant::now() < deadline, "the AOF never loaded");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(exact_state(&mut c), on_primary, "the AOF replayed");
+    drop(c);
+    drop(replayed);
+    let _ = std::fs::remove_dir_all(&aof_dir);
+}
+
+/// The keyspace events of a decision are those of the script's writes (`set`, `expire`,
+/// `hset`), key for key and in order: what a subscriber (or a module listening to them)
+/// sees does not depend on the engine.
+#[test]
+fn the_keyspace_events_are_the_scripts() {
+    let v = with_module(false);
+    let mut c = v.connection();
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("EA")
+        .query::<()>(&mut c)
+        .unwrap();
+    let mut events_of = |db: i64, script: bool| {
+        let mut sub = v.connection();
+        sub.set_read_timeout(Some(std::time::Duration::from_millis(300)))
+            .unwrap();
+        let mut ps = sub.as_pubsub();
+        ps.psubscribe(format!("__keyevent@{db}__:*")).unwrap();
+        redis::cmd("SELECT").arg(db).query::<()>(&mut c).unwrap();
+        for (k, a) in a_sequence_that_writes_everything() {
+            let cmd = match script {
+                true => script_cmd(&k, &a, None),
+                false => module_cmd(&k, &a, None),
+            };
+            cmd.query::<Vec<i64>>(&mut c).unwrap();
+        }
+        let mut seen = Vec::new();
+        while let Ok(m) = ps.get_message() {
+            let event = m.get_channel_name().rsplit(':').next().unwrap().to_string();
+            seen.push((event, m.get_payload_bytes().to_vec()));
+        }
+        seen
+    };
+    let script = events_of(0, true);
+    let module = events_of(1, false);
+    assert!(script.len() > 20, "{script:?}");
+    assert_eq!(module, script);
+}

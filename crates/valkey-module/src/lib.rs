@@ -184,11 +184,16 @@ impl ValkeyKeys<'_> {
                 owned: false,
             };
         }
-        if let Some(&s) = self.created.iter().find(|s| !s.is_null() && bytes(**s) == key) {
+        if let Some(&s) = self
+            .created
+            .iter()
+            .find(|s| !s.is_null() && bytes(**s) == key)
+        {
             return Name { s, owned: false };
         }
         // SAFETY: a string of `key.len()` bytes, freed by `drop` (kept) or by `Name`'s.
-        let s = unsafe { api!(RedisModule_CreateString)(null_mut(), key.as_ptr().cast(), key.len()) };
+        let s =
+            unsafe { api!(RedisModule_CreateString)(null_mut(), key.as_ptr().cast(), key.len()) };
         match self.created.iter_mut().find(|s| s.is_null()) {
             Some(slot) => {
                 *slot = s;
@@ -400,7 +405,8 @@ impl Keyspace for ValkeyKeys<'_> {
         let (f0, f1) = (self.field(f0), self.field(f1));
         let k = self.writable(&name);
         let t = k.key_type();
-        if t != raw::REDISMODULE_KEYTYPE_HASH as c_int && t != raw::REDISMODULE_KEYTYPE_EMPTY as c_int
+        if t != raw::REDISMODULE_KEYTYPE_HASH as c_int
+            && t != raw::REDISMODULE_KEYTYPE_EMPTY as c_int
         {
             // Read as a hash before any write; another type now only where the call's keys
             // alias (the window key is one the decision set as a string): no write, as
