@@ -515,3 +515,58 @@ fn the_keyspace_events_are_the_scripts() {
     assert!(script.len() > 20, "{script:?}");
     assert_eq!(module, script);
 }
+
+/// Junk at every argument position, and calls whose keys alias each other (all seven the
+/// same key; the current `auto_hot` window being the global bucket, the hot mark or the
+/// settings, so that one call writes one key as a hash and as a string): an answer or an
+/// error each time, never a crash, and Valkey keeps answering.
+#[test]
+fn junk_and_aliased_keys_never_crash_valkey() {
+    let v = with_module(true);
+    let mut c = v.connection();
+    let w = 10_000_000;
+    let auto = (w, "0.3", 60, 1);
+    let junk: [&[u8]; 10] = [
+        b"",
+        b"x",
+        b"-1",
+        b"0",
+        b"99999999999999999999999",
+        b"\xff\xfe",
+        b"a\x00b",
+        b"1.5",
+        b"9223372036854775807",
+        b"-9223372036854775808",
+    ];
+    let (k, a) = (keys(b"s"), argv(b"s", 1, auto, b"global=10/5"));
+    for pos in 0..k.len() + a.len() {
+        for j in junk {
+            let (mut k, mut a) = (k.clone(), a.clone());
+            match pos < k.len() {
+                true => k[pos] = j.to_vec(),
+                false => a[pos - k.len()] = j.to_vec(),
+            }
+            let _ = module_cmd(&k, &a, Some(NOW)).query::<redis::Value>(&mut c);
+        }
+    }
+    assert_alive(&v);
+    let cur = [k[5].as_slice(), (NOW / w).to_string().as_bytes()].concat();
+    for alias in [0, 3, 6] {
+        let mut k = keys(b"s");
+        k[alias] = cur.clone();
+        redis::cmd("FLUSHALL").query::<()>(&mut c).unwrap();
+        for i in 0..3 {
+            let r = module_cmd(&k, &a, Some(NOW + i)).query::<redis::Value>(&mut c);
+            assert!(
+                r.is_ok() || r.as_ref().is_err_and(|e| e.kind() != redis::ErrorKind::Io),
+                "{r:?}"
+            );
+        }
+        assert_alive(&v);
+    }
+    let same = vec![b"{cg:R}:k".to_vec(); 7];
+    for i in 0..5 {
+        let _ = module_cmd(&same, &a, Some(NOW + i)).query::<redis::Value>(&mut c);
+    }
+    assert_alive(&v);
+}

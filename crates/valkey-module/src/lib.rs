@@ -469,9 +469,18 @@ impl Keyspace for ValkeyKeys<'_> {
     }
 }
 
-/// An error reply: text without CR, LF or NUL (a RESP error is one line).
+/// An error reply: one line of ASCII (a RESP error is one line; a client reads it as text,
+/// so bytes of an argument quoted in it, e.g. U+FFFD for bytes that are not UTF-8, are
+/// escaped: `\u{fffd}`).
 fn reply_error(ctx: Ctx, message: &str) -> c_int {
-    let msg = Context::str_as_legal_resp_string(message);
+    let mut text = String::with_capacity(message.len());
+    for ch in message.chars() {
+        match ch {
+            ' '..='~' => text.push(ch),
+            _ => text.push_str(&ch.escape_unicode().to_string()),
+        }
+    }
+    let msg = std::ffi::CString::new(text).unwrap_or_default();
     // SAFETY: a live context; `msg` is NUL-terminated.
     unsafe { api!(RedisModule_ReplyWithError)(ctx, msg.as_ptr()) }
 }
