@@ -165,3 +165,46 @@ fn a_window_key_the_user_may_not_access_is_refused_like_the_script() {
         windows.iter().map(|w| String::from_utf8_lossy(w)).collect::<Vec<_>>()
     );
 }
+
+/// The current window key equal to the global bucket's (a prefix that collides with the
+/// bucket names): the script's HSET on the bucket string fails (WRONGTYPE) and the call
+/// is an error. The module skips its HSET, answers "admitted" and then sets the window's
+/// expiry (2 windows + 1 s) on the bucket string: the bucket expires seconds later,
+/// forgiving its debt, and the PEXPIREAT is replicated.
+#[test]
+fn a_window_key_aliasing_the_bucket_fails_like_the_script() {
+    use checkout_guard_model::call::decide_source_with_test_clock;
+    const NOW: i64 = 1_800_000_000_000_000;
+    let module = valkey_module();
+    let v = Valkey::start_with(&["--loadmodule".as_ref(), module.as_os_str(), "test-clock".as_ref()]);
+    let mut c = v.connection();
+    let bucket = format!("{{cg:R}}:w{}", NOW / 1_000_000).into_bytes();
+    let mut k: Vec<Vec<u8>> = [
+        "{cg:R}:b:global", "{cg:R}:b:lane", "{cg:R}:b:shop:s", "{cg:R}:hot:s",
+        "{cg:R}:limits:v", "{cg:R}:w", "{cg:R}:settings",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect();
+    k[0] = bucket.clone();
+    let a = argv();
+    let script = redis::cmd("EVAL")
+        .arg(decide_source_with_test_clock())
+        .arg(7)
+        .arg(&k)
+        .arg(&a)
+        .arg(NOW)
+        .query::<Vec<i64>>(&mut c);
+    assert!(script.is_err(), "the script fails: {script:?}");
+    redis::cmd("FLUSHALL").query::<()>(&mut c).unwrap();
+    let module = redis::cmd("CG.DECIDE")
+        .arg(&k)
+        .arg(&a)
+        .arg(NOW)
+        .query::<Vec<i64>>(&mut c);
+    let pttl: i64 = redis::cmd("PTTL").arg(&bucket).query(&mut c).unwrap();
+    assert!(
+        module.is_err(),
+        "CG.DECIDE answered {module:?}; the bucket now expires in {pttl} ms (written with an hour's slack)"
+    );
+}
