@@ -278,6 +278,16 @@ pub fn decide_on(
     };
     let (mut reply, mut next) = decide(&stored, None);
     if let (Some(wk), 0) = (&window_keys, reply.reason) {
+        // A window key that is also one of the call's keys (an `auto_hot` prefix that
+        // collides with a bucket, the mark or the settings: a hand-built call) would be
+        // written as a hash and as a string in one call: refused before any write (the
+        // script fails on it too, at its HMGET or HSET).
+        if let Some(i) = wk.iter().position(|w| call.keys.contains(&w.as_slice())) {
+            return Err(format!(
+                "ERR the auto_hot window key {:?} is also one of the call's keys",
+                String::from_utf8_lossy(&wk[i]).escape_default().to_string()
+            ));
+        }
         for (i, key) in wk.iter().enumerate() {
             // The current window is written next when tokens are counted (not on a peek).
             let written_next = i == 0 && auto_hot.is_some();

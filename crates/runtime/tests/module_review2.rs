@@ -13,8 +13,23 @@ use std::time::{Duration, Instant};
 /// The 17 arguments: global 10 tokens at 5/s, `auto_hot` with a 1 s window.
 fn argv() -> Vec<Vec<u8>> {
     [
-        "1", "0", "200000", "2000000", "0", "0", "0", "0", "", "s", "1000000", "0.3", "60",
-        "1", "global=10/5", "0", "0",
+        "1",
+        "0",
+        "200000",
+        "2000000",
+        "0",
+        "0",
+        "0",
+        "0",
+        "",
+        "s",
+        "1000000",
+        "0.3",
+        "60",
+        "1",
+        "global=10/5",
+        "0",
+        "0",
     ]
     .iter()
     .map(|s| s.as_bytes().to_vec())
@@ -57,7 +72,11 @@ fn a_window_key_in_another_slot_is_refused_like_the_script() {
         module.as_os_str(),
     ]);
     let mut c = v.connection();
-    let slot: i64 = redis::cmd("CLUSTER").arg("KEYSLOT").arg("ah").query(&mut c).unwrap();
+    let slot: i64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg("ah")
+        .query(&mut c)
+        .unwrap();
     redis::cmd("CLUSTER")
         .arg("ADDSLOTS")
         .arg(slot)
@@ -69,7 +88,10 @@ fn a_window_key_in_another_slot_is_refused_like_the_script() {
         if info.contains("cluster_state:ok") {
             break;
         }
-        assert!(Instant::now() < deadline, "the one-node cluster never came up");
+        assert!(
+            Instant::now() < deadline,
+            "the one-node cluster never came up"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let k: Vec<Vec<u8>> = [
@@ -150,7 +172,9 @@ fn a_window_key_the_user_may_not_access_is_refused_like_the_script() {
     let a = argv();
     let script = call("EVAL", &k, &a).query::<Vec<i64>>(&mut c);
     assert!(
-        script.as_ref().is_err_and(|e| e.to_string().contains("ermission")),
+        script
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("ermission")),
         "the script is refused: {script:?}"
     );
     redis::cmd("FLUSHALL").query::<()>(&mut admin).unwrap();
@@ -162,7 +186,10 @@ fn a_window_key_the_user_may_not_access_is_refused_like_the_script() {
     assert!(
         windows.is_empty() && module.is_err(),
         "CG.DECIDE answered {module:?} and wrote {:?}, keys user cg may not access",
-        windows.iter().map(|w| String::from_utf8_lossy(w)).collect::<Vec<_>>()
+        windows
+            .iter()
+            .map(|w| String::from_utf8_lossy(w))
+            .collect::<Vec<_>>()
     );
 }
 
@@ -176,12 +203,21 @@ fn a_window_key_aliasing_the_bucket_fails_like_the_script() {
     use checkout_guard_model::call::decide_source_with_test_clock;
     const NOW: i64 = 1_800_000_000_000_000;
     let module = valkey_module();
-    let v = Valkey::start_with(&["--loadmodule".as_ref(), module.as_os_str(), "test-clock".as_ref()]);
+    let v = Valkey::start_with(&[
+        "--loadmodule".as_ref(),
+        module.as_os_str(),
+        "test-clock".as_ref(),
+    ]);
     let mut c = v.connection();
     let bucket = format!("{{cg:R}}:w{}", NOW / 1_000_000).into_bytes();
     let mut k: Vec<Vec<u8>> = [
-        "{cg:R}:b:global", "{cg:R}:b:lane", "{cg:R}:b:shop:s", "{cg:R}:hot:s",
-        "{cg:R}:limits:v", "{cg:R}:w", "{cg:R}:settings",
+        "{cg:R}:b:global",
+        "{cg:R}:b:lane",
+        "{cg:R}:b:shop:s",
+        "{cg:R}:hot:s",
+        "{cg:R}:limits:v",
+        "{cg:R}:w",
+        "{cg:R}:settings",
     ]
     .iter()
     .map(|s| s.as_bytes().to_vec())

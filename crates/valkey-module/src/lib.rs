@@ -155,11 +155,18 @@ struct ValkeyKeys<'a> {
     /// The current window's hash, opened for writing when read and kept open until it is
     /// written (by its name).
     held: Option<(Str, Open)>,
+    /// The calling user, looked up for the first undeclared key's ACL check (null: not
+    /// yet, or no user to check: a call from the server itself).
+    user: Option<*mut raw::RedisModuleUser>,
 }
 
 impl Drop for ValkeyKeys<'_> {
     fn drop(&mut self) {
         self.held = None;
+        if let Some(u) = self.user.take().filter(|u| !u.is_null()) {
+            // SAFETY: from GetModuleUserFromUserName, freed once.
+            unsafe { api!(RedisModule_FreeModuleUser)(u) };
+        }
         for s in self.created {
             if !s.is_null() {
                 // SAFETY: created by `name` with a NULL context, freed once.
@@ -233,6 +240,54 @@ impl ValkeyKeys<'_> {
                 self.open(name, raw::REDISMODULE_WRITE)
             }
         }
+    }
+
+    /// A window key (`<prefix><n>`) is not among the keys the call declares, so Valkey
+    /// checked neither its cluster slot nor the user's ACL permissions on it, as it checks
+    /// every key a script's `redis.call` touches: checked here, before any write. `write`:
+    /// the key is written too.
+    fn check_undeclared(&mut self, name: &Name, write: bool) -> Result<(), String> {
+        let key = bytes(name.s);
+        let quoted = || String::from_utf8_lossy(key).escape_default().to_string();
+        // SAFETY: a live context.
+        let flags = unsafe { api!(RedisModule_GetContextFlags)(self.ctx) };
+        if flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER as c_int != 0
+            && key_slot(key) != key_slot(self.key_bytes[0])
+        {
+            return Err(format!(
+                "CROSSSLOT the auto_hot window key \"{}\" does not hash to the slot of the call's keys",
+                quoted()
+            ));
+        }
+        let user = *self.user.get_or_insert_with(|| {
+            // SAFETY: a live context; the name is freed here, the user by `drop`.
+            unsafe {
+                let user_name = api!(RedisModule_GetCurrentUserName)(self.ctx);
+                if user_name.is_null() {
+                    return null_mut();
+                }
+                let user = api!(RedisModule_GetModuleUserFromUserName)(user_name);
+                api!(RedisModule_FreeString)(null_mut(), user_name);
+                user
+            }
+        });
+        if user.is_null() {
+            return Ok(());
+        }
+        let mut perm = raw::REDISMODULE_CMD_KEY_ACCESS;
+        if write {
+            perm |= raw::REDISMODULE_CMD_KEY_INSERT | raw::REDISMODULE_CMD_KEY_UPDATE;
+        }
+        // SAFETY: a live user and key name; only the flags the API allows.
+        let allowed =
+            unsafe { api!(RedisModule_ACLCheckKeyPermissions)(user, name.s, perm as c_int) };
+        if allowed != raw::REDISMODULE_OK as c_int {
+            return Err(format!(
+                "NOPERM this user has no permissions to access the auto_hot window key \"{}\"",
+                quoted()
+            ));
+        }
+        Ok(())
     }
 
     fn open(&self, name: &Name, mode: u32) -> Open {
@@ -333,6 +388,7 @@ impl Keyspace for ValkeyKeys<'_> {
         written_next: bool,
     ) -> Result<[i64; 2], String> {
         let name = self.name(key);
+        self.check_undeclared(&name, written_next)?;
         // A hash written next is opened for writing now, and kept open for it.
         let mode = match written_next {
             true => raw::REDISMODULE_WRITE,
@@ -469,6 +525,31 @@ impl Keyspace for ValkeyKeys<'_> {
     }
 }
 
+/// The cluster slot of a key, as Valkey computes it: CRC16 (XMODEM) of the hash tag (the
+/// bytes between the first `{` and the next `}`, when not empty) or of the whole key, mod
+/// 16384.
+fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        rest.iter()
+            .position(|&b| b == b'}')
+            .filter(|&close| close > 0)
+            .map(|close| &rest[..close])
+    });
+    let mut crc: u16 = 0;
+    for &b in tagged.unwrap_or(key) {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc & 0x3fff
+}
+
 /// An error reply: one line of ASCII (a RESP error is one line; a client reads it as text,
 /// so bytes of an argument quoted in it, e.g. U+FFFD for bytes that are not UTF-8, are
 /// escaped: `\u{fffd}`).
@@ -527,6 +608,7 @@ unsafe extern "C" fn cg_decide(ctx: Ctx, argv: *mut Str, argc: c_int) -> c_int {
         slack_ms,
         created: [null_mut(); 2],
         held: None,
+        user: None,
     };
     match decide_on(&mut keys, &call, now) {
         Ok(reply) => {
@@ -573,6 +655,11 @@ fn api_complete() -> bool {
         RedisModule_ReplyWithLongLong,
         RedisModule_WrongArity,
         RedisModule_CachedMicroseconds,
+        RedisModule_GetContextFlags,
+        RedisModule_GetCurrentUserName,
+        RedisModule_GetModuleUserFromUserName,
+        RedisModule_ACLCheckKeyPermissions,
+        RedisModule_FreeModuleUser,
         RedisModule_CreateCommand
     )
 }
