@@ -1,0 +1,34 @@
+# checkout_guard's part of the Makefile that phpize's ./configure writes (see config.m4).
+#
+#   make          cargo build --release -p checkout_guard against the configured PHP, then
+#                 modules/checkout_guard.so (cargo decides what to rebuild)
+#   make install  installs modules/checkout_guard.so into php-config --extension-dir; it
+#                 builds only when modules/checkout_guard.so is missing, so `sudo make
+#                 install` after `make` never runs cargo as root
+#   make clean    removes modules/ and the cargo output below, nothing else (see below)
+
+CHECKOUT_GUARD_SO = $(phplibdir)/checkout_guard.so
+CHECKOUT_GUARD_LIB = $(CHECKOUT_GUARD_TARGET_DIR)/release/libcheckout_guard.so
+
+all: checkout-guard-cargo
+install-modules: $(CHECKOUT_GUARD_SO)
+
+# MAKEFLAGS is dropped: cargo runs its own jobs and make hands it no jobserver.
+checkout-guard-cargo $(CHECKOUT_GUARD_SO):
+	@echo "cargo build --release -p checkout_guard (PHP: $(PHP_EXECUTABLE))"
+	cd "$(CHECKOUT_GUARD_SRCDIR)" && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL \
+		PHP="$(PHP_EXECUTABLE)" PHP_CONFIG="$(CHECKOUT_GUARD_PHP_CONFIG)" \
+		CARGO_TARGET_DIR="$(CHECKOUT_GUARD_TARGET_DIR)" \
+		"$(CARGO)" build --release --locked -p checkout_guard
+	@test -d "$(phplibdir)" || mkdir -p "$(phplibdir)"
+	cp "$(CHECKOUT_GUARD_LIB)" "$(CHECKOUT_GUARD_SO)"
+
+# The stock `clean` runs `find . -name '*.so' | xargs rm -f` (and *.a, *.o) over the
+# whole tree: in a checkout that deletes .venv's Python modules and, in cargo's target
+# directories, build-script libraries that cargo does not know are gone (the next build
+# fails to link). This recipe replaces it (make warns that it overrides the recipe).
+clean:
+	rm -rf "$(phplibdir)"/* .libs "$(CHECKOUT_GUARD_TARGET_DIR)"
+	rm -f *.lo *.la
+
+.PHONY: checkout-guard-cargo
