@@ -14,9 +14,15 @@ all: checkout-guard-cargo
 install-modules: $(CHECKOUT_GUARD_SO)
 
 # MAKEFLAGS is dropped: cargo runs its own jobs and make hands it no jobserver.
+# CFLAGS (configure's, which make exports to cargo) reach the one C file of the build,
+# ext-php-rs's wrapper.c (the cc crate reads them), linked into a shared object: -fPIC
+# goes last, as libtool does for PHP's own extensions. The official php images configure
+# with CFLAGS="... -fpic -fpie ...", and -fpie alone fails the link (R_X86_64_PC32 against
+# executor_globals).
 checkout-guard-cargo $(CHECKOUT_GUARD_SO):
 	@echo "cargo build --release -p checkout_guard (PHP: $(PHP_EXECUTABLE))"
 	cd "$(CHECKOUT_GUARD_SRCDIR)" && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL \
+		CFLAGS="$(CFLAGS) -fPIC" \
 		PHP="$(PHP_EXECUTABLE)" PHP_CONFIG="$(CHECKOUT_GUARD_PHP_CONFIG)" \
 		CARGO_TARGET_DIR="$(CHECKOUT_GUARD_TARGET_DIR)" \
 		"$(CARGO)" build --release --locked -p checkout_guard
