@@ -20,10 +20,10 @@ install-modules: $(CHECKOUT_GUARD_SO)
 # with CFLAGS="... -fpic -fpie ...", and -fpie alone fails the link (R_X86_64_PC32 against
 # executor_globals).
 checkout-guard-cargo $(CHECKOUT_GUARD_SO):
-	@echo "cargo build --release -p checkout_guard (PHP: $(PHP_EXECUTABLE))"
+	@echo "cargo build --release -p checkout_guard (PHP: $(CHECKOUT_GUARD_PHP))"
 	cd "$(CHECKOUT_GUARD_SRCDIR)" && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL \
 		CFLAGS="$(CFLAGS) -fPIC" \
-		PHP="$(PHP_EXECUTABLE)" PHP_CONFIG="$(CHECKOUT_GUARD_PHP_CONFIG)" \
+		PHP="$(CHECKOUT_GUARD_PHP)" PHP_CONFIG="$(CHECKOUT_GUARD_PHP_CONFIG)" \
 		CARGO_TARGET_DIR="$(CHECKOUT_GUARD_TARGET_DIR)" \
 		"$(CARGO)" build --release --locked -p checkout_guard
 	@test -d "$(phplibdir)" || mkdir -p "$(phplibdir)"

@@ -32,11 +32,35 @@ if test "$PHP_CHECKOUT_GUARD" != "no"; then
   esac
   AC_MSG_RESULT([$CHECKOUT_GUARD_PHP_CONFIG])
 
+  dnl The php binary: $PHP when set (ext-php-rs's own variable), else what php-config
+  dnl --php-binary names (Debian's php-config asks dpkg and says NONE when phpX.Y-cli is
+  dnl not installed as a package), else the php next to php-config with its suffix
+  dnl (php-config8.4 -> php8.4), then plain php there.
   AC_MSG_CHECKING([for the target PHP binary])
-  if test -z "$PHP_EXECUTABLE" || test ! -x "$PHP_EXECUTABLE"; then
-    AC_MSG_ERROR([php-config --php-binary names '$PHP_EXECUTABLE', which is not executable: the PHP CLI of this PHP is needed to build checkout_guard])
+  checkout_guard_real_config=`readlink -f "$CHECKOUT_GUARD_PHP_CONFIG" 2>/dev/null || echo "$CHECKOUT_GUARD_PHP_CONFIG"`
+  checkout_guard_bindir=`dirname "$checkout_guard_real_config"`
+  checkout_guard_suffix=`basename "$checkout_guard_real_config" | $SED -e 's/^php-config//'`
+  CHECKOUT_GUARD_PHP=
+  for checkout_guard_php in "$PHP" "$PHP_EXECUTABLE" "$checkout_guard_bindir/php$checkout_guard_suffix" "$checkout_guard_bindir/php"; do
+    if test -n "$checkout_guard_php" && test -f "$checkout_guard_php" && test -x "$checkout_guard_php"; then
+      CHECKOUT_GUARD_PHP=$checkout_guard_php
+      break
+    fi
+  done
+  if test -z "$CHECKOUT_GUARD_PHP"; then
+    AC_MSG_ERROR([no php binary found for $CHECKOUT_GUARD_PHP_CONFIG (php-config --php-binary says '$PHP_EXECUTABLE'): the PHP CLI is needed to build checkout_guard; name it with PHP=/path/to/php ./configure])
   fi
-  AC_MSG_RESULT([$PHP_EXECUTABLE])
+  AC_MSG_RESULT([$CHECKOUT_GUARD_PHP])
+
+  dnl php and php-config must be the same PHP: ext-php-rs reads the version from php -i
+  dnl and the headers from php-config.
+  AC_MSG_CHECKING([whether $CHECKOUT_GUARD_PHP is the PHP of php-config])
+  checkout_guard_php_minor=`"$CHECKOUT_GUARD_PHP" -n -r 'echo PHP_MAJOR_VERSION * 100 + PHP_MINOR_VERSION;' 2>/dev/null`
+  checkout_guard_config_minor=`"$CHECKOUT_GUARD_PHP_CONFIG" --vernum 2>/dev/null | $SED -e 's/..$//'`
+  if test -z "$checkout_guard_php_minor" || test "$checkout_guard_php_minor" != "$checkout_guard_config_minor"; then
+    AC_MSG_ERROR([$CHECKOUT_GUARD_PHP is PHP ${checkout_guard_php_minor:-?} (major*100+minor), php-config is ${checkout_guard_config_minor:-?}: name the right one with PHP=/path/to/php ./configure])
+  fi
+  AC_MSG_RESULT([yes])
 
   AC_MSG_CHECKING([for PHP 8.1 or newer])
   checkout_guard_vernum=`"$CHECKOUT_GUARD_PHP_CONFIG" --vernum 2>/dev/null`
@@ -61,6 +85,7 @@ if test "$PHP_CHECKOUT_GUARD" != "no"; then
   CHECKOUT_GUARD_TARGET_DIR=$abs_builddir/target/phpize
 
   PHP_SUBST([CARGO])
+  PHP_SUBST([CHECKOUT_GUARD_PHP])
   PHP_SUBST([CHECKOUT_GUARD_PHP_CONFIG])
   PHP_SUBST([CHECKOUT_GUARD_SRCDIR])
   PHP_SUBST([CHECKOUT_GUARD_TARGET_DIR])
