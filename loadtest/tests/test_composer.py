@@ -89,6 +89,12 @@ class ExtensionPackageTest(unittest.TestCase):
         self.assertEqual(php, ">=8.1 <8.7")  # ext-php-rs 0.16 builds 8.1 to 8.6
         self.assertIn("-lt 80100", read("config.m4"))
 
+    def test_the_ini_priority_is_the_debian_packages(self):
+        deb = read("scripts", "deb.sh")
+        m = re.search(r"^priority=(\d+)", deb, re.M)
+        self.assertIsNotNone(m, "scripts/deb.sh sets priority=NN")
+        self.assertEqual(int(m.group(1)), self.ext["php-ext"]["priority"])
+
 
 class LibraryPackageTest(unittest.TestCase):
     def test_the_library_lives_in_php_and_needs_the_extension(self):
