@@ -9,7 +9,10 @@
 #        unit         the extension alone: no Valkey, no servers, no environment (seconds)
 #        integration  a real Valkey started here (and Valkeys the tests start themselves)
 #        system       php-fpm + nginx, the scripts/*.sh runs, valgrind, experiments (minutes)
-#   5. the limiter, telemetry and hostile-input tests again under valgrind
+#   5. the install paths (scripts/install-test.sh short): phpize/make install as
+#      docker-php-ext-install and PIE run it, and the Debian package with php-fpm + nginx,
+#      each in a fresh copy of the PHP 8.4 chroot (scripts/chroot.sh)
+#   6. the limiter, telemetry and hostile-input tests again under valgrind
 # Arguments go to PHPUnit (to each suite's run). While working on PHP code, PHP_ONLY=1
 # skips steps 1-3; --testsuite NAME runs that suite only (and starts Valkey, php-fpm and
 # nginx only when it is not unit):
@@ -102,6 +105,8 @@ if [ "$suite" != unit ]; then
 fi
 
 if [ -z "${PHP_ONLY:-}" ]; then
+  log "install paths (PHP 8.4 chroot)"
+  bash scripts/install-test.sh short
   log "valgrind"
   bash scripts/valgrind.sh
 fi
