@@ -80,7 +80,7 @@ run=$$-$(ms)
 url="http://127.0.0.1:$hport/acquire.php?run=$run"
 for _ in $(seq 1 50); do get "http://127.0.0.1:$hport/" >/dev/null && break; sleep 0.1; done
 answers=()
-for i in 1 2 3; do answers+=("$(get "$url" || echo "no answer")"); done
+for _ in 1 2 3; do answers+=("$(get "$url" || echo "no answer")"); done
 printf '  page: %s\n' "${answers[@]}"
 expect() {
   php -r '$a = json_decode($argv[1], true); $w = json_decode($argv[2], true);

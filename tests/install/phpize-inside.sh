@@ -23,7 +23,7 @@ step() {  # step NAME CMD...: runs CMD, its output in /tmp/NAME.log, and says ho
   fi
 }
 
-cd "$src"
+cd "$src" || exit 1
 find . -type f | sort > /tmp/files-before
 check "no Makefile in the source (docker-php-ext-install would skip ./configure)" test ! -e Makefile
 
