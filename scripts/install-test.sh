@@ -51,6 +51,17 @@ for v in "${versions[@]}"; do
   if cg_chroot_run "$copy" bash "$CG_ROOT/tests/install/phpize-inside.sh" "$v" "$vport" \
       > "$out/phpize-$v.log" 2>&1; then phpize_result=passed; else phpize_result=FAILED; status=1; fi
   phpize_s=$((SECONDS - t0))
+  # Every file the build wrote is one git ignores (target/ is).
+  if [ -s "$copy/usr/src/files-written" ]; then
+    unignored=$(sed 's|^\./||' "$copy/usr/src/files-written" | git check-ignore --no-index -v -n --stdin \
+      | awk -F'\t' '$1 == "::" {print $2}')
+    if [ -n "$unignored" ]; then
+      echo "      FAIL files the PHP way wrote that .gitignore misses: $unignored" >> "$out/phpize-$v.log"
+      phpize_result=FAILED; status=1
+    else
+      echo "      ok   .gitignore covers the $(wc -l < "$copy/usr/src/files-written") files phpize, configure and make wrote" >> "$out/phpize-$v.log"
+    fi
+  fi
   sed 's/^/    /' "$out/phpize-$v.log" >&2
   rm -rf --one-file-system "$copy"
 

@@ -42,6 +42,9 @@ step make-install make -j"$(nproc)" install
 ext_dir=$(php-config --extension-dir)
 check "PIE: make install put checkout_guard.so in $ext_dir" test -f "$ext_dir/checkout_guard.so"
 check "make install did not run cargo" sh -c "! grep -q 'cargo build' /tmp/make-install.log"
+# What phpize, configure, make and make install wrote, for install-test.sh to hold against
+# .gitignore (git is not in the chroot).
+find . -path ./target -prune -o -type f -print | sort | comm -13 /tmp/files-before - > /usr/src/files-written
 
 # Enabled the Debian way (docker-php-ext-enable writes the same line into conf.d there).
 printf '; priority=20\nextension=checkout_guard\n' > "/etc/php/$v/mods-available/checkout_guard.ini"
