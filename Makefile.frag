@@ -27,7 +27,8 @@ checkout-guard-cargo $(CHECKOUT_GUARD_SO):
 		CARGO_TARGET_DIR="$(CHECKOUT_GUARD_TARGET_DIR)" \
 		"$(CARGO)" build --release --locked -p checkout_guard
 	@test -d "$(phplibdir)" || mkdir -p "$(phplibdir)"
-	cp "$(CHECKOUT_GUARD_LIB)" "$(CHECKOUT_GUARD_SO)"
+	cp "$(CHECKOUT_GUARD_LIB)" "$(CHECKOUT_GUARD_TARGET_DIR)/checkout_guard.so.tmp"
+	mv -f "$(CHECKOUT_GUARD_TARGET_DIR)/checkout_guard.so.tmp" "$(CHECKOUT_GUARD_SO)"
 
 # The stock `clean` runs `find . -name '*.so' | xargs rm -f` (and *.a, *.o) over the
 # whole tree: in a checkout that deletes .venv's Python modules and, in cargo's target
