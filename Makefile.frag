@@ -5,7 +5,8 @@
 #   make install  installs modules/checkout_guard.so into php-config --extension-dir; it
 #                 builds only when modules/checkout_guard.so is missing, so `sudo make
 #                 install` after `make` never runs cargo as root
-#   make clean    removes modules/ and the cargo output below, nothing else (see below)
+#   make clean    removes modules/ and target/phpize/ (cargo's output unless
+#                 CHECKOUT_GUARD_TARGET_DIR names another), nothing else (see below)
 
 CHECKOUT_GUARD_SO = $(phplibdir)/checkout_guard.so
 CHECKOUT_GUARD_LIB = $(CHECKOUT_GUARD_TARGET_DIR)/release/libcheckout_guard.so
@@ -35,7 +36,7 @@ checkout-guard-cargo $(CHECKOUT_GUARD_SO):
 # directories, build-script libraries that cargo does not know are gone (the next build
 # fails to link). This recipe replaces it (make warns that it overrides the recipe).
 clean:
-	rm -rf "$(phplibdir)"/* .libs "$(CHECKOUT_GUARD_TARGET_DIR)"
+	rm -rf "$(phplibdir)"/* .libs "$(top_builddir)/target/phpize"
 	rm -f *.lo *.la
 
 .PHONY: checkout-guard-cargo

@@ -80,7 +80,7 @@ if test "$PHP_CHECKOUT_GUARD" != "no"; then
 
   dnl Where cargo builds: target/phpize under the build directory, apart from a
   dnl developer's target/release (another PHP may be the target here). `make clean`
-  dnl removes it. Override with `make CHECKOUT_GUARD_TARGET_DIR=...`.
+  dnl removes it. `make CHECKOUT_GUARD_TARGET_DIR=DIR` builds in DIR (which clean keeps).
   CHECKOUT_GUARD_SRCDIR=$abs_srcdir
   CHECKOUT_GUARD_TARGET_DIR=$abs_builddir/target/phpize
 
