@@ -10,10 +10,6 @@
 #        integration  a real Valkey started here (and Valkeys the tests start themselves)
 #        system       php-fpm + nginx, the scripts/*.sh runs, valgrind, experiments (minutes)
 #   5. the limiter, telemetry and hostile-input tests again under valgrind
-#   6. the PHP matrix, short (scripts/php-matrix.sh): the extension built and the unit and
-#      integration suites run on PHP 8.2 (here), 8.4 and 8.5 (in chroots it makes once and
-#      caches under /var/cache/checkout-guard); only when run without arguments and
-#      without PHP_ONLY
 # Arguments go to PHPUnit (to each suite's run). While working on PHP code, PHP_ONLY=1
 # skips steps 1-3; --testsuite NAME runs that suite only (and starts Valkey, php-fpm and
 # nginx only when it is not unit):
@@ -22,6 +18,9 @@
 #   PHP_ONLY=1 scripts/test.sh --testsuite integration --filter BucketsTest
 # The unit suite also runs by hand, nothing else started and no variable set:
 #   php -d extension=target/release/libcheckout_guard.so /usr/bin/phpunit -c tests/php/phpunit.xml --testsuite unit
+# Last, run without arguments and without PHP_ONLY (as .ci/run does): the PHP matrix, short
+# (scripts/php-matrix.sh): the extension built and the unit and integration suites run on
+# PHP 8.2 (here), 8.4 and 8.5 (in chroots made once and cached in /var/cache/checkout-guard).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
