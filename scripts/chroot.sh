@@ -21,16 +21,18 @@
 #         $CG_ROOT            this repository, read-write, at the same path
 #         ~/.rustup, ~/.cargo/bin   the host's Rust toolchain, read-only
 #         /cg/cargo-home      CARGO_HOME, writable, seeded from the host's registry cache
-#         /cg/target          CARGO_TARGET_DIR (for a cached chroot: CG_CACHE/target/NAME)
+#         /cg/target          CARGO_TARGET_DIR (cached chroot: CG_CACHE/target/NAME/CHECKOUT)
 #         /tmp                a fresh tmpfs
 #       and only this environment: HOME PATH LANG CARGO_HOME CARGO_TARGET_DIR RUSTUP_HOME
 #       CARGO_NET_OFFLINE=true PHP PHP_CONFIG (the chroot's php and php-config, which the
 #       ext-php-rs build script reads). Pass more with `env VAR=VALUE... CMD`. Extra bind
 #       mounts: CG_CHROOT_BINDS="SRC:DST ..." (DST a path inside). Status: CMD's.
-#   cg_chroot_build ROOT
+#   cg_chroot_build ROOT [DEST_DIR]
 #       cargo build --release --offline --locked -p checkout_guard in ROOT; the extension
 #       is /cg/target/release/libcheckout_guard.so inside, $(cg_chroot_target ROOT)/release/
-#       outside. Incremental: the target directory is kept between runs.
+#       outside. Incremental: the target directory is kept between runs, and shared by
+#       every checkout on the machine; with DEST_DIR, the .so is copied there before
+#       another checkout's build can replace it (test that copy).
 #   cg_chroot_copy ROOT DEST
 #       A throw-away copy of ROOT at DEST (for tests that install into it: make install,
 #       apt-get install ./x.deb); cg_chroot_run works on it, with DEST/cg/target as target.
@@ -42,7 +44,9 @@
 #
 # The cache is CG_CACHE (default /var/cache/checkout-guard), outside the repository:
 #   chroots/php8.4/, chroots/php8.5/   the roots; chroots/NAME.log how each was made
-#   target/php8.4/, target/php8.5/     each chroot's cargo target directory
+#   target/php8.4/CHECKOUT/, ...       each chroot's cargo target directory, one per checkout
+#                                      (its directory name and a hash of its path; removed
+#                                      after 14 days unused)
 #   cargo-home/                        the chroots' CARGO_HOME (registry copied from ~/.cargo)
 # Clearing it: `rm -rf --one-file-system /var/cache/checkout-guard` while no run is going
 # (no mount outlives a run, so nothing is mounted under it between runs).
@@ -118,10 +122,13 @@ cg_debian_mirror() {
 
 cg_chroot_php() { cat "$1/.cg-php"; }
 
+# A cached chroot's target directory is per checkout: cargo hashes a workspace's path
+# packages relative to its root and judges freshness by mtimes, so two checkouts sharing
+# one would each take the other's newer build for their own.
 cg_chroot_target() {
   local root=${1%/}
   if [ "$(dirname "$root")" = "$CG_CACHE/chroots" ]; then
-    echo "$CG_CACHE/target/$(basename "$root")"
+    echo "$CG_CACHE/target/$(basename "$root")/$(basename "$CG_ROOT")-$(printf %s "$CG_ROOT" | sha1sum | cut -c1-8)"
   else
     echo "$root/cg/target"
   fi
@@ -191,21 +198,39 @@ cg_chroot_run() {
   local root=${1:?cg_chroot_run ROOT CMD...}
   shift
   [ -f "$root/.cg-stamp" ] || { echo "cg_chroot_run: $root is not a chroot made by cg_chroot_ensure" >&2; return 1; }
-  mkdir -p "$CG_CACHE/cargo-home"
-  _cg_chroot_enter "$root" "$(cg_chroot_target "$root")" "$@"
+  # A shared lock on a cached chroot while it is in use: cg_chroot_ensure waits for it
+  # before making that chroot again (other sessions' mounts are invisible here).
+  ( flock -s 9; _cg_chroot_enter "$root" "$(cg_chroot_target "$root")" "$@" 9>&- ) 9>>"$(_cg_chroot_lock "$root")"
+}
+
+# The lock file of a chroot: beside a cached one, inside a copy.
+_cg_chroot_lock() {
+  local root=${1%/}
+  if [ "$(dirname "$root")" = "$CG_CACHE/chroots" ]; then echo "$root.lock"; else echo "$root/.cg-lock"; fi
 }
 
 cg_chroot_build() {
-  local root=${1:?cg_chroot_build ROOT}
-  _cg_chroot_seed_cargo_home
-  cg_chroot_run "$root" sh -c "cd '$CG_ROOT' && cargo build --release --offline --locked --quiet -p checkout_guard"
+  local root=${1:?cg_chroot_build ROOT [DEST_DIR]} dest=${2:-} target
+  target=$(cg_chroot_target "$root")
+  mkdir -p "$target"
+  touch "$target"
+  # Target directories of checkouts unused for 14 days go (about 350 MB each).
+  find "$(dirname "$target")" -mindepth 1 -maxdepth 1 -type d -mtime +14 -exec rm -rf --one-file-system {} + 2>/dev/null || true
+  (flock 9; _cg_chroot_seed_cargo_home) 9>"$CG_CACHE/cargo-home.lock"
+  # One build at a time in a target directory; the copy is taken before a build from
+  # another checkout (another worktree, another session) replaces the .so.
+  (
+    flock 9
+    cg_chroot_run "$root" sh -c "cd '$CG_ROOT' && cargo build --release --offline --locked --quiet -p checkout_guard" || exit
+    [ -z "$dest" ] || { mkdir -p "$dest" && cp -f "$target/release/libcheckout_guard.so" "$dest/"; }
+  ) 9>"$target.lock"
 }
 
 cg_chroot_copy() {
   local root=${1:?cg_chroot_copy ROOT DEST} dest=${2:?cg_chroot_copy ROOT DEST}
   [ -f "$root/.cg-stamp" ] || { echo "cg_chroot_copy: $root is not a chroot made by cg_chroot_ensure" >&2; return 1; }
   [ ! -e "$dest" ] || { echo "cg_chroot_copy: $dest exists" >&2; return 1; }
-  cp -a --reflink=auto "$root" "$dest"
+  ( flock -s 9; cp -a --reflink=auto "$root" "$dest" ) 9>>"$(_cg_chroot_lock "$root")"
 }
 
 # _cg_chroot_make VERSION ROOT MIRROR LOG: debootstrap + apt into ROOT (absent).
@@ -295,15 +320,18 @@ cg_chroot_ensure() {
   local mirror spec root="$CG_CACHE/chroots/php$v"
   mirror=$(cg_debian_mirror) || return 1
   spec=$(_cg_chroot_spec "$v" "$mirror")
-  command -v debootstrap >/dev/null || {
-    log "apt-get install debootstrap"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
-  } || { echo "cg_chroot_ensure: debootstrap is missing and could not be installed" >&2; return 1; }
   mkdir -p "$CG_CACHE/chroots" "$CG_CACHE/target"
+  _cg_chroot_current() { [ -f "$root/.cg-stamp" ] && [ "$(cat "$root/.cg-stamp")" = "$spec" ]; }
+  # Ready: a shared lock suffices (runs in it hold shared locks too).
+  if ( flock -s 9; _cg_chroot_current ) 9>>"$root.lock"; then echo "$root"; return 0; fi
   (
-    exec 9>"$root.lock"
+    # Made again only when no run is using it: the exclusive lock waits for them.
     flock 9
-    if [ -f "$root/.cg-stamp" ] && [ "$(cat "$root/.cg-stamp")" = "$spec" ]; then exit 0; fi
+    _cg_chroot_current && exit 0
+    command -v debootstrap >/dev/null || {
+      log "apt-get install debootstrap"
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
+    } || { echo "cg_chroot_ensure: debootstrap is missing and could not be installed" >&2; exit 1; }
     [ ! -d "$root" ] || log "chroot for PHP $v: what it should hold changed; making it again"
     local new="$root.new" logf="$root.log"
     _cg_chroot_unmounted "$new" && _cg_chroot_unmounted "$root" || exit 1
@@ -311,8 +339,9 @@ cg_chroot_ensure() {
     : > "$logf"
     _cg_chroot_make "$v" "$new" "$mirror" "$logf" || exit 1
     printf '%s\n' "$spec" > "$new/.cg-stamp"
+    # The old chroot and its builds (of other headers) go; no run uses them (the lock).
     rm -rf --one-file-system "$root" "$CG_CACHE/target/php$v"
     mv "$new" "$root"
-  ) || return 1
+  ) 9>>"$root.lock" || return 1
   echo "$root"
 }

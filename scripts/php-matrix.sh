@@ -124,8 +124,10 @@ for v in "${versions[@]}"; do
     build_extension > "$dir/build.log" 2>&1 && rc=0 || rc=$?
     ext=$CG_EXT
   else
-    cg_chroot_build "$root" > "$dir/build.log" 2>&1 && rc=0 || rc=$?
-    ext=/cg/target/release/libcheckout_guard.so
+    # A copy of the build in .run (the repository is mounted in the chroot at its path):
+    # the chroots' target directories are shared by every checkout on this machine.
+    cg_chroot_build "$root" "$dir/ext" > "$dir/build.log" 2>&1 && rc=0 || rc=$?
+    ext=$dir/ext/libcheckout_guard.so
   fi
   build="$((SECONDS - t0)) s"
   if [ "$rc" -ne 0 ]; then
@@ -135,7 +137,7 @@ for v in "${versions[@]}"; do
   if [ -n "$root" ]; then
     # The integration tests find the Valkey module beside the extension; the host's serves.
     [ -f "$CG_VALKEY_MODULE" ] || build_extension >> "$dir/build.log" 2>&1
-    cp -f "$CG_VALKEY_MODULE" "$(cg_chroot_target "$root")/release/"
+    cp -f "$CG_VALKEY_MODULE" "$dir/ext/"
   fi
   phpunit_v=$(in_php "$root" php /usr/bin/phpunit --version 2>/dev/null | awk '/^PHPUnit/ {print $2; exit}') || true
   php_v=$(in_php "$root" php -r 'echo PHP_VERSION;' 2>/dev/null) || php_v=$v

@@ -9,10 +9,7 @@
 #        unit         the extension alone: no Valkey, no servers, no environment (seconds)
 #        integration  a real Valkey started here (and Valkeys the tests start themselves)
 #        system       php-fpm + nginx, the scripts/*.sh runs, valgrind, experiments (minutes)
-#   5. the install paths (scripts/install-test.sh short): phpize/make install as
-#      docker-php-ext-install and PIE run it, and the Debian package with php-fpm + nginx,
-#      each in a fresh copy of the PHP 8.4 chroot (scripts/chroot.sh)
-#   6. the limiter, telemetry and hostile-input tests again under valgrind
+#   5. the limiter, telemetry and hostile-input tests again under valgrind
 # Arguments go to PHPUnit (to each suite's run). While working on PHP code, PHP_ONLY=1
 # skips steps 1-3; --testsuite NAME runs that suite only (and starts Valkey, php-fpm and
 # nginx only when it is not unit):
@@ -21,6 +18,12 @@
 #   PHP_ONLY=1 scripts/test.sh --testsuite integration --filter BucketsTest
 # The unit suite also runs by hand, nothing else started and no variable set:
 #   php -d extension=target/release/libcheckout_guard.so /usr/bin/phpunit -c tests/php/phpunit.xml --testsuite unit
+# Last, run without arguments and without PHP_ONLY (as .ci/run does): the install paths,
+# short (scripts/install-test.sh: phpize ... make install as docker-php-ext-install and PIE
+# run it, and the Debian package under php-fpm + nginx, each in a fresh copy of the PHP 8.4
+# chroot), then the PHP matrix, short (scripts/php-matrix.sh): the extension built and the
+# unit and integration suites run on PHP 8.2 (here), 8.4 and 8.5 (in chroots made once and
+# cached in /var/cache/checkout-guard).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
@@ -105,8 +108,13 @@ if [ "$suite" != unit ]; then
 fi
 
 if [ -z "${PHP_ONLY:-}" ]; then
-  log "install paths (PHP 8.4 chroot)"
-  bash scripts/install-test.sh short
   log "valgrind"
   bash scripts/valgrind.sh
+fi
+
+if [ -z "${PHP_ONLY:-}" ] && [ $# -eq 0 ]; then
+  log "install paths (PHP 8.4 chroot)"
+  bash scripts/install-test.sh short
+  log "PHP matrix"
+  bash scripts/php-matrix.sh short
 fi
