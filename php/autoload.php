@@ -2,7 +2,7 @@
 // Loads checkout-guard's PHP library (namespaces CheckoutGuard\Http, CheckoutGuard\Testing)
 // without Composer, and the PSR interfaces it implements from Debian's packages
 // (php-psr-http-client, php-psr-http-message) when they are installed there.
-// With Composer, use composer.json's autoload instead.
+// With Composer, use php/composer.json's autoload instead (the library package).
 declare(strict_types=1);
 
 spl_autoload_register(static function (string $class): void {

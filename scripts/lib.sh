@@ -1,7 +1,9 @@
 # Shared helpers for the project's scripts. Source it; it defines functions only.
 
 CG_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CG_EXT="$CG_ROOT/target/release/libcheckout_guard.so"
+# The extension under test; CG_EXT from the environment names another build of it (the PHP
+# matrix's, built in a chroot: scripts/php-matrix.sh).
+CG_EXT="${CG_EXT:-$CG_ROOT/target/release/libcheckout_guard.so}"
 # The native Valkey module (CG.DECIDE), built with the extension.
 CG_VALKEY_MODULE="$CG_ROOT/target/release/libcheckout_guard_valkey.so"
 

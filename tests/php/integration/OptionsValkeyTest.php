@@ -5,6 +5,7 @@ namespace CheckoutGuard\Tests;
 
 use CheckoutGuard\ConfigurationException;
 use CheckoutGuard\RateLimiter;
+use PHPUnit\Framework\Attributes\DataProvider;
 
 /**
  * Bad arguments to a limiter and the INI defaults, on limiters of the test Valkey
@@ -12,7 +13,7 @@ use CheckoutGuard\RateLimiter;
  */
 final class OptionsValkeyTest extends LimiterTestCase
 {
-    public function badArguments(): array
+    public static function badArguments(): array
     {
         return [
             'empty shop' => [fn ($l) => $l->acquire(''), 'shopId must be 1 to 128 bytes, got 0 bytes'],
@@ -26,6 +27,7 @@ final class OptionsValkeyTest extends LimiterTestCase
     }
 
     /** @dataProvider badArguments */
+    #[DataProvider('badArguments')]
     public function testBadArgumentsAreRejected(callable $call, string $message): void
     {
         $l = $this->limiter(['global' => self::bucket(10), 'hot_shop' => self::bucket(3)]);

@@ -3,13 +3,18 @@ declare(strict_types=1);
 
 namespace CheckoutGuard\Tests;
 
+use PHPUnit\Framework\Attributes\Group;
 use PHPUnit\Framework\TestCase;
 
 /**
  * The Kubernetes manifests the health probes come from (deploy/k8s), checked offline with
  * the project's .venv (scripts/setup.sh): no Valkey, no servers. HealthExperimentTest runs
- * the probes under overload.
+ * the probes under overload. Group python-tooling: the PHP matrix's chroots leave it out
+ * (it tests the manifests with the host's Python, whatever the PHP).
+ *
+ * @group python-tooling
  */
+#[Group('python-tooling')]
 final class HealthManifestsTest extends TestCase
 {
     public function testTheManifestsPassKubernetesSchemaValidation(): void

@@ -28,7 +28,7 @@ final class HttpOfflineTest extends LimiterTestCase
     {
         $response = new \GuzzleHttp\Psr7\Response(200);
         $request = new GuzzleRequest('GET', 'https://items.example/x');
-        $rejection = new \GuzzleHttp\Exception\RequestException('boom', $request, new \GuzzleHttp\Psr7\Response(503));
+        $rejection = new \GuzzleHttp\Exception\ServerException('boom', $request, new \GuzzleHttp\Psr7\Response(503));
         $stack = HandlerStack::create(new \GuzzleHttp\Handler\MockHandler([$response, $rejection]));
         $stack->push(GuzzleMiddleware::measure(
             fn () => ['zoneA', null],

@@ -5,6 +5,7 @@ namespace CheckoutGuard\Tests;
 
 use CheckoutGuard\ConfigurationException;
 use CheckoutGuard\RateLimiter;
+use PHPUnit\Framework\Attributes\DataProvider;
 
 /**
  * Bad options: a ConfigurationException naming the option and the value. No Valkey: bad
@@ -12,7 +13,7 @@ use CheckoutGuard\RateLimiter;
  */
 final class OptionsTest extends LimiterTestCase
 {
-    public function badOptions(): array
+    public static function badOptions(): array
     {
         $g = ['capacity' => 10, 'refill_per_second' => 5.0];
         return [
@@ -36,6 +37,7 @@ final class OptionsTest extends LimiterTestCase
     }
 
     /** @dataProvider badOptions */
+    #[DataProvider('badOptions')]
     public function testBadOptionsAreRejectedWithTheOptionAndValueNamed(array $options, string $message): void
     {
         $this->expectException(ConfigurationException::class);
