@@ -153,6 +153,8 @@ for v in "${versions[@]}"; do
     xml="$dir/$s.xml"; logf="$dir/$s.log"
     read -ra args <<< "$(suite_args "$s")"
     [ -z "$root" ] || args+=(--exclude-group python-tooling)
+    # PHPUnit 10 and later count PHP's deprecations without showing them: shown in the log.
+    [ "${phpunit_v%%.*}" -lt 10 ] 2>/dev/null || args+=(--display-deprecations)
     cmd=(php -d "extension=$ext")
     if [ "$s" != unit ]; then
       # shellcheck disable=SC2054  # the commas are in values
@@ -177,6 +179,9 @@ for v in "${versions[@]}"; do
     fi
     if [ "$rc" -eq 0 ]; then
       result=ok
+      # PHP deprecations do not fail a run (PHPUnit's default) but are worth a look.
+      deps=$(sed -n 's/^Tests: .*, Deprecations: \([0-9]*\).*/\1/p' "$logf" | tail -1)
+      [ -z "$deps" ] || result="ok, $deps PHP deprecations ($logf)"
     else
       failed=1
       result="FAIL: exit $rc ($logf)"

@@ -38,6 +38,8 @@ mkdir -p "$run/conf.d" "$run/tmp"
 provider_http=""
 [ -z "${PROVIDER_PORT:-}" ] || provider_http=${PROVIDER_HTTP_PORT:-$spare_port}
 # The configuration comes from deploy/config's templates, as in deploy/k8s (render.py).
+# OPCACHE_BUILT_IN=1 where OPcache is part of PHP (8.5): its ini then loads no opcache.so.
+OPCACHE_BUILT_IN=$(php -n -r 'echo extension_loaded("Zend OPcache") ? 1 : 0;') \
 python3 "$CG_ROOT/deploy/config/render.py" local "$run" "$docroot" "$valkey_url" "$CG_EXT" \
   "$fpm_port" "$http_port" "$status_port" "$ops_port" ${PROVIDER_PORT:+"$PROVIDER_PORT" "$provider_http"}
 

@@ -8,7 +8,8 @@ control's limit. Standard library only.
       FPM_PORT HTTP_PORT STATUS_PORT OPS_PORT [PROVIDER_PORT PROVIDER_HTTP_PORT]
       writes RUN_DIR/php-fpm.conf, RUN_DIR/nginx.conf, RUN_DIR/conf.d/*.ini; knobs from the
       environment as scripts/stack.sh documents them (FPM_WORKERS, FPM_MAX_REQUESTS,
-      FLOW_LIMIT, FPM_ENV, ZONEA_RATE, ZONEA_BURST, PAYMENT_RATE, PAYMENT_BURST)
+      FLOW_LIMIT, FPM_ENV, ZONEA_RATE, ZONEA_BURST, PAYMENT_RATE, PAYMENT_BURST; and
+      OPCACHE_BUILT_IN=1 from scripts/stack.sh where OPcache is part of PHP)
   python3 deploy/config/render.py k8s [--write]
       prints the ConfigMaps' files, or writes them into deploy/k8s/checkout.yaml
 
@@ -82,6 +83,15 @@ def k8s_files() -> dict:
     }
 
 
+def opcache_ini(built_in: bool) -> str:
+    """The local stack's OPcache settings. From PHP 8.5 OPcache is part of PHP: loading it
+    as a shared object fails (a warning at every php-fpm start), so the line goes."""
+    text = open(os.path.join(HERE, "local", "10-opcache.ini")).read()
+    if built_in:
+        text = "".join(line for line in text.splitlines(keepends=True) if not line.startswith("zend_extension="))
+    return text
+
+
 def local_files(run: str, docroot: str, valkey_url: str, extension: str, fpm_port: int, http_port: int,
                 status_port: int, ops_port: int, provider_port: str = "", provider_http_port: str = "",
                 env: dict | None = None) -> dict:
@@ -109,7 +119,7 @@ def local_files(run: str, docroot: str, valkey_url: str, extension: str, fpm_por
         "conf.d/20-checkout_guard.ini": render(
             "checkout_guard.ini.tmpl", extension=extension, url=valkey_url, sinks="jsonl",
             events=f"checkout_guard.events.jsonl_path={run}/events.jsonl"),
-        "conf.d/10-opcache.ini": open(os.path.join(HERE, "local", "10-opcache.ini")).read(),
+        "conf.d/10-opcache.ini": opcache_ini(env.get("OPCACHE_BUILT_IN") == "1"),
         "php-fpm.conf": render("local/php-fpm.conf.tmpl", run=run, pool=pool),
         "nginx.conf": render("local/nginx.conf.tmpl", run=run, checkout=checkout, provider=provider),
     }

@@ -20,11 +20,10 @@ final class FpmTest extends LimiterTestCase
     private static function get(string $query): array
     {
         $url = getenv('CHECKOUT_GUARD_TEST_HTTP') . '/acquire.php?' . $query;
-        $ctx = stream_context_create(['http' => ['ignore_errors' => true, 'timeout' => 5]]);
-        $body = file_get_contents($url, false, $ctx);
-        $status = (int) explode(' ', $http_response_header[0])[1];
+        [$body, $headers] = HttpGet::fetch($url);
+        $status = (int) explode(' ', $headers[0])[1];
         $retryAfter = null;
-        foreach ($http_response_header as $h) {
+        foreach ($headers as $h) {
             if (stripos($h, 'Retry-After:') === 0) {
                 $retryAfter = (int) trim(substr($h, 12));
             }

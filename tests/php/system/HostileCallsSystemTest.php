@@ -20,19 +20,19 @@ final class HostileCallsSystemTest extends HostileCallsTestCase
         clearstatcache();
         $offset = is_file($fpmLog) ? filesize($fpmLog) : 0;
         $tag = 'hostile-' . bin2hex(random_bytes(4));
-        $ctx = stream_context_create(['http' => ['ignore_errors' => true, 'timeout' => 5, 'follow_location' => 0]]);
+        $noRedirects = ['follow_location' => 0];
 
-        $body = @file_get_contents("$http/measure_exit.php?case=exit&tag=$tag", false, $ctx);
+        [$body, $headers] = HttpGet::fetch("$http/measure_exit.php?case=exit&tag=$tag", $noRedirects);
         $this->assertIsString($body, 'no response: the connection was reset');
-        $this->assertStringContainsString(' 302 ', $http_response_header[0] ?? '', $body);
-        $this->assertContains('Location: /next.php', $http_response_header);
+        $this->assertStringContainsString(' 302 ', $headers[0] ?? '', $body);
+        $this->assertContains('Location: /next.php', $headers);
         $sent = json_decode($body, true);
         $this->assertSame(['tag' => $tag, 'case' => 'exit'], ['tag' => $sent['tag'] ?? null, 'case' => $sent['case'] ?? null], $body);
         $pids = [$sent['pid']];
 
-        $body = @file_get_contents("$http/measure_exit.php?case=fiber&tag=$tag", false, $ctx);
+        [$body, $headers] = HttpGet::fetch("$http/measure_exit.php?case=fiber&tag=$tag", $noRedirects);
         $this->assertIsString($body, 'no response: the connection was reset');
-        $this->assertStringContainsString(' 200 ', $http_response_header[0] ?? '', $body);
+        $this->assertStringContainsString(' 200 ', $headers[0] ?? '', $body);
         $sent = json_decode($body, true);
         $this->assertSame(true, $sent['after'] ?? null, $body);
         $pids[] = $sent['pid'];
