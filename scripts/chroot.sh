@@ -10,7 +10,8 @@
 #       (debootstrap --variant=minbase, then apt-get from the host's own Debian mirror),
 #       then reused; made again from scratch when what it should hold changed (its stamp
 #       file, ROOT/.cg-stamp, records the suite, mirror and package list). Holds
-#       php$V-{cli,dev,fpm,redis,curl,xml,mbstring}, PHPUnit (Debian's `phpunit`), clang,
+#       php$V-{cli,dev,fpm,curl,xml,mbstring}, phpredis (php$V-redis, or built from
+#       source where the archive lacks it), PHPUnit (Debian's `phpunit`), clang,
 #       libclang-dev, gcc, make, nginx, libfcgi-bin (cgi-fcgi), python3, Guzzle and the
 #       PSR-7/PSR-18 packages; `php` is PHP VERSION. Returns 1 with a message naming the
 #       step and its log when the chroot cannot be made (a mirror down): never a half one.
@@ -27,12 +28,14 @@
 #       CARGO_NET_OFFLINE=true PHP PHP_CONFIG (the chroot's php and php-config, which the
 #       ext-php-rs build script reads). Pass more with `env VAR=VALUE... CMD`. Extra bind
 #       mounts: CG_CHROOT_BINDS="SRC:DST ..." (DST a path inside). Status: CMD's.
+#       It holds a shared lock on the chroot (cg_chroot_ensure makes a chroot again only
+#       under an exclusive one, so never under a run, whichever session started it).
 #   cg_chroot_build ROOT [DEST_DIR]
 #       cargo build --release --offline --locked -p checkout_guard in ROOT; the extension
 #       is /cg/target/release/libcheckout_guard.so inside, $(cg_chroot_target ROOT)/release/
-#       outside. Incremental: the target directory is kept between runs, and shared by
-#       every checkout on the machine; with DEST_DIR, the .so is copied there before
-#       another checkout's build can replace it (test that copy).
+#       outside. Incremental: the target directory is kept between runs (one per
+#       checkout). With DEST_DIR, the .so is copied there under the target's lock, before
+#       a concurrent build can replace it (test that copy).
 #   cg_chroot_copy ROOT DEST
 #       A throw-away copy of ROOT at DEST (for tests that install into it: make install,
 #       apt-get install ./x.deb); cg_chroot_run works on it, with DEST/cg/target as target.
