@@ -704,8 +704,11 @@ final class DecisionSeamsTest extends OwnValkeyTestCase
             $this->assertNotNull($free, "round $round: still denied as hot 1.2 s after the mark ran out");
             $this->assertSame(-2, $r->pttl($key), "round $round: not hot only once the mark is gone");
             $this->assertTrue($d->isAllowed(), "round $round: not hot any more, global has room; got " . $d->reason());
+            // Without the fix a reply's knowledge outlives the mark by up to 250 ms
+            // (MAX_LOCAL_DENIAL_NS); 150 ms leaves room for a loaded machine's stalls
+            // (74 ms was seen with the PHP matrix running beside other sessions).
             $this->assertLessThan(
-                0.05,
+                0.15,
                 $free - $gone,
                 sprintf('round %d: denied as hot for %.0f ms after the mark ran out', $round, 1000 * ($free - $gone))
             );
