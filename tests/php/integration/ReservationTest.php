@@ -5,6 +5,7 @@ namespace CheckoutGuard\Tests;
 
 use CheckoutGuard\ConfigurationException;
 use CheckoutGuard\RateLimiter;
+use PHPUnit\Framework\Attributes\DataProvider;
 
 /**
  * Reservations: `acquire($shop, $tokens, $maxWaitSeconds)` takes tokens that will be there
@@ -151,6 +152,7 @@ final class ReservationTest extends LimiterTestCase
     }
 
     /** @dataProvider badWaits */
+    #[DataProvider('badWaits')]
     public function testAWaitOutsideZeroToTenSecondsIsAConfigurationError(float $wait): void
     {
         $l = $this->limiter(['global' => self::bucket(1)]);
