@@ -180,23 +180,9 @@ impl EncodedBucket {
         self.len += 1;
     }
 
-    /// `n` in decimal, as `to_string` writes it.
+    /// `n` in decimal, as `to_string` writes it (itoa: no allocation, no formatter).
     fn push_int(&mut self, n: i64) {
-        if n < 0 {
-            self.push(b'-');
-        }
-        let mut digits = [0u8; 20];
-        let mut i = digits.len();
-        let mut m = n.unsigned_abs();
-        loop {
-            i -= 1;
-            digits[i] = b'0' + (m % 10) as u8;
-            m /= 10;
-            if m == 0 {
-                break;
-            }
-        }
-        for &d in &digits[i..] {
+        for &d in itoa::Buffer::new().format(n).as_bytes() {
             self.push(d);
         }
     }

@@ -597,18 +597,7 @@ fn decimal_len(mut n: usize) -> usize {
 }
 
 fn push_decimal(out: &mut Vec<u8>, n: usize) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    let mut m = n;
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (m % 10) as u8;
-        m /= 10;
-        if m == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 /// `CG.DECIDE` with `call`'s keys and arguments (the script's KEYS then ARGV).
