@@ -119,10 +119,11 @@ fn module_without_the_module_applies_the_policy_and_says_why() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("checkout_guard module is not loaded"), "{e}");
-    let d = limiter(&v.url, "mod-missing-deny", "module", "deny")
-        .acquire(b"shop", 1)
-        .unwrap();
+    let deny = limiter(&v.url, "mod-missing-deny", "module", "deny");
+    let d = deny.acquire(b"shop", 1).unwrap();
     assert_eq!((d.allowed, d.reason), (false, Reason::Unavailable));
+    // No engine decided anything: health() names none (not the module that failed).
+    assert_eq!(deny.health(false).engine, None);
 }
 
 /// A server that stops knowing `CG.DECIDE` (a restart without the module, a node of a

@@ -422,13 +422,27 @@ static LAST_ENGINE: AtomicU8 = AtomicU8::new(0);
 const LUA: u8 = 1;
 const MODULE: u8 = 2;
 
-/// Which engine made this process's last decision: "module", "lua", or none yet.
-pub fn last_engine() -> Option<&'static str> {
-    match LAST_ENGINE.load(Ordering::Relaxed) {
+fn engine_name(engine: u8) -> Option<&'static str> {
+    match engine {
         LUA => Some("lua"),
         MODULE => Some("module"),
         _ => None,
     }
+}
+
+/// Which engine made this process's last decision: "module", "lua", or none yet.
+pub fn last_engine() -> Option<&'static str> {
+    engine_name(LAST_ENGINE.load(Ordering::Relaxed))
+}
+
+/// Records that `engine` made a decision, for the connection (`health()`) and the process
+/// (`phpinfo()`), only when it answered: a failed call decided nothing.
+fn decided<T, E>(by: &mut Option<&'static str>, engine: u8, reply: Result<T, E>) -> Result<T, E> {
+    if reply.is_ok() {
+        *by = engine_name(engine);
+        LAST_ENGINE.store(engine, Ordering::Relaxed);
+    }
+    reply
 }
 
 impl Store for ValkeyStore {
@@ -464,21 +478,11 @@ impl Store for ValkeyStore {
                         Err(e) if engine == Engine::Auto && is_unknown_command(&e) => {
                             *state.module = Some(false);
                         }
-                        other => {
-                            *state.decided_by = Some("module");
-                            if other.is_ok() {
-                                LAST_ENGINE.store(MODULE, Ordering::Relaxed);
-                            }
-                            return other;
-                        }
+                        other => return decided(state.decided_by, MODULE, other),
                     }
                 }
-                *state.decided_by = Some("lua");
                 let reply = invocation(call, &DECIDE).invoke::<Vec<i64>>(c);
-                if reply.is_ok() {
-                    LAST_ENGINE.store(LUA, Ordering::Relaxed);
-                }
-                reply
+                decided(state.decided_by, LUA, reply)
             },
         );
         result.map_err(|e| match e {
