@@ -306,6 +306,11 @@ mod tests {
         let e = lookup(k, now).unwrap();
         assert!(e.lacks(1, now + 2_999_999, 5) && !e.lacks(1, now + 3_000_000, 5));
         assert!(e.lacks(3, now + 4_999_999, 5) && !e.lacks(3, now + 5_000_000, 5));
+        // A reservation: the shortest wait (earliest mapping) for one token is 3 ms, so
+        // only a caller that waits less is certain to be denied; more tokens than the
+        // bucket holds, whatever the wait.
+        assert!(e.lacks_within(1, now, 5, 2_999_999) && !e.lacks_within(1, now, 5, 3_000_000));
+        assert!(e.lacks_within(6, now, 5, 10_000_000_000));
         assert_eq!(e.certain_wait(1, now, 5), 3_300_000);
         assert_eq!(e.certain_wait(1, now + 3_300_000, 5), 0);
         // More than the bucket holds: always lacking, and a finite wait that stops

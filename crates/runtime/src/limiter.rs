@@ -291,11 +291,11 @@ impl Limiter {
         let mut reason = None;
         let mut remaining = i64::MAX;
         let mut wait = 0;
+        let max_wait_ns = max_wait_us as u64 * 1000;
         for lane in lanes {
             let (Some(e), Some(spec)) = (entries[lane as usize], tuned.buckets().get(lane)) else {
                 return None;
             };
-            let max_wait_ns = max_wait_us as u64 * 1000;
             if reason.is_none() && e.lacks_within(n, now, spec.capacity(), max_wait_ns) {
                 reason = Some(lane);
             }
@@ -512,10 +512,12 @@ impl Limiter {
                     // A reservation: the tokens are the caller's once every bucket holds
                     // them. Waited from the reply's arrival, no earlier than Valkey's
                     // `now` (read before it), so never early.
-                    let wait_us = reservation_wait_us(tuned.buckets(), &reply);
-                    if d.allowed && wait_us > 0 {
-                        let wait = Duration::from_micros(wait_us as u64);
-                        d.waited = self.store.sleep(wait).as_secs_f64();
+                    if d.allowed && max_wait_us > 0 {
+                        let wait_us = reservation_wait_us(tuned.buckets(), &reply);
+                        if wait_us > 0 {
+                            let wait = Duration::from_micros(wait_us as u64);
+                            d.waited = self.store.sleep(wait).as_secs_f64();
+                        }
                     }
                     return Ok((d, notices));
                 }
