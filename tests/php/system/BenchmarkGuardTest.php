@@ -62,11 +62,15 @@ final class BenchmarkGuardTest extends TestCase
      */
     public function testTheModuleCostsValkeyAFractionOfTheScript(): void
     {
-        foreach ([['acquire', 'acquire_module'], ['acquire_auto_hot', 'acquire_auto_hot_module']] as [$script, $module]) {
+        // auto_hot: the window keys' slot and ACL checks (a review fix) cost ~0.35 µs, and
+        // one call at a time on a busy machine it measured 2.9x-4.6x below the script, so
+        // a third sat inside the noise (4.66 vs 4.57 µs failed a clean CI run); 2.5x
+        // still catches a gross regression.
+        foreach ([['acquire', 'acquire_module', 3], ['acquire_auto_hot', 'acquire_auto_hot_module', 2.5]] as [$script, $module, $times]) {
             foreach ([1, 2] as $n) {
                 $s = self::case($script, $n)['valkey_usec_per_call'];
                 $m = self::case($module, $n)['valkey_usec_per_call'];
-                $this->assertLessThan($s / 3, $m, "N=$n: $module vs $script, µs per call in Valkey");
+                $this->assertLessThan($s / $times, $m, "N=$n: $module vs $script, µs per call in Valkey");
             }
         }
         foreach ([1, 2] as $n) {
