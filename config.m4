@@ -62,10 +62,10 @@ if test "$PHP_CHECKOUT_GUARD" != "no"; then
   fi
   AC_MSG_RESULT([yes])
 
-  AC_MSG_CHECKING([for PHP 8.1 or newer])
+  AC_MSG_CHECKING([for PHP 8.2 or newer])
   checkout_guard_vernum=`"$CHECKOUT_GUARD_PHP_CONFIG" --vernum 2>/dev/null`
-  if test -z "$checkout_guard_vernum" || test "$checkout_guard_vernum" -lt 80100; then
-    AC_MSG_ERROR([checkout_guard needs PHP 8.1 or newer (ext-php-rs 0.16); php-config says ${checkout_guard_vernum:-nothing}])
+  if test -z "$checkout_guard_vernum" || test "$checkout_guard_vernum" -lt 80200; then
+    AC_MSG_ERROR([checkout_guard needs PHP 8.2 or newer (it reads the packed arrays of PHP 8.2); php-config says ${checkout_guard_vernum:-nothing}])
   fi
   AC_MSG_RESULT([yes, $checkout_guard_vernum])
 

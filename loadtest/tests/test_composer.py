@@ -86,8 +86,8 @@ class ExtensionPackageTest(unittest.TestCase):
 
     def test_the_php_range_is_what_configure_and_ext_php_rs_accept(self):
         php = self.ext["require"]["php"]
-        self.assertEqual(php, ">=8.1 <8.7")  # ext-php-rs 0.16 builds 8.1 to 8.6
-        self.assertIn("-lt 80100", read("config.m4"))
+        self.assertEqual(php, ">=8.2 <8.7")  # ext-php-rs 0.16 builds 8.1 to 8.6; src/convert.rs reads 8.2+'s arPacked
+        self.assertIn("-lt 80200", read("config.m4"))
 
     def test_the_ini_priority_is_the_debian_packages(self):
         deb = read("scripts", "deb.sh")
