@@ -22,6 +22,7 @@
 #         $CG_ROOT            this repository, read-write, at the same path
 #         ~/.rustup, ~/.cargo/bin   the host's Rust toolchain, read-only
 #         /cg/cargo-home      CARGO_HOME, writable, seeded from the host's registry cache
+#                             before every run (the host's filled by `cargo fetch` first)
 #         /cg/target          CARGO_TARGET_DIR (cached chroot: CG_CACHE/target/NAME/CHECKOUT)
 #         /tmp                a fresh tmpfs
 #       and only this environment: HOME PATH LANG CARGO_HOME CARGO_TARGET_DIR RUSTUP_HOME
@@ -50,7 +51,8 @@
 #   target/php8.4/CHECKOUT/, ...       each chroot's cargo target directory, one per checkout
 #                                      (its directory name and a hash of its path; removed
 #                                      after 14 days unused)
-#   cargo-home/                        the chroots' CARGO_HOME (registry copied from ~/.cargo)
+#   cargo-home/                        the chroots' CARGO_HOME (registry copied from ~/.cargo;
+#                                      CG_CHROOT_CARGO_HOME names another)
 # Clearing it: `rm -rf --one-file-system /var/cache/checkout-guard` while no run is going
 # (no mount outlives a run, so nothing is mounted under it between runs).
 
@@ -154,36 +156,53 @@ _cg_chroot_unmounted() {
 }
 
 # The host's Cargo registry (index, crate files, sources) copied into the chroots'
-# CARGO_HOME: only what is new since the last copy, so the build works offline.
+# CARGO_HOME: only what is new since the last copy, so the build works offline. The host's
+# registry is filled first (`cargo fetch --locked`: a no-op when it holds every crate of
+# Cargo.lock), so this works on a machine where nothing was built yet. Every run seeds it
+# (cg_chroot_run): any run may build (the phpize path, deb.sh), not only cg_chroot_build.
 _cg_chroot_seed_cargo_home() {
-  mkdir -p "$CG_CACHE/cargo-home/registry"
+  local home; home=$(_cg_chroot_cargo_home)
+  mkdir -p "$home/registry"
+  if command -v cargo >/dev/null 2>&1 && [ -f "$CG_ROOT/Cargo.lock" ]; then
+    (cd "$CG_ROOT" && cargo fetch --locked --quiet) || {
+      echo "cg_chroot: cargo fetch --locked failed: the chroots build offline from the host's registry" >&2
+      return 1
+    }
+  fi
   local d
   for d in index cache src; do
-    [ -d "$HOME/.cargo/registry/$d" ] || continue
-    cp -a -u "$HOME/.cargo/registry/$d" "$CG_CACHE/cargo-home/registry/"
+    [ -d "${CARGO_HOME:-$HOME/.cargo}/registry/$d" ] || continue
+    cp -a -u "${CARGO_HOME:-$HOME/.cargo}/registry/$d" "$home/registry/"
   done
 }
+
+# The chroots' CARGO_HOME on the host: CG_CHROOT_CARGO_HOME (install-test.sh gives the PHP
+# way's build an empty one, as on a machine where nothing was built yet) or the cache's.
+_cg_chroot_cargo_home() { echo "${CG_CHROOT_CARGO_HOME:-$CG_CACHE/cargo-home}"; }
 
 # _cg_chroot_enter ROOT TARGET CMD...: the namespaces, the mounts, then chroot.
 _cg_chroot_enter() {
   local root=${1%/} target=$2
   shift 2
   local v; v=$(cat "$root/.cg-php")
-  mkdir -p "$target" "$CG_CACHE/cargo-home" "$root/cg/target" "$root/cg/cargo-home" "$root$CG_ROOT" \
+  # The checkout's mount point is made inside, after the tmpfs on /tmp: a checkout under
+  # /tmp (a fresh clone there) would otherwise get a mount point the tmpfs hides.
+  mkdir -p "$target" "$(_cg_chroot_cargo_home)" "$root/cg/target" "$root/cg/cargo-home" \
     "$root$HOME/.rustup" "$root$HOME/.cargo/bin"
   rm -f "$root/etc/resolv.conf"; cp -L /etc/resolv.conf "$root/etc/resolv.conf"
   # shellcheck disable=SC2016  # expanded by the inner bash
   unshare --mount --pid --fork --kill-child --propagation private -- bash -c '
     set -e
-    root=$1 target=$2 v=$3 repo=$4 home=$5 cache=$6; shift 6
+    root=$1 target=$2 v=$3 repo=$4 home=$5 cargo_home=$6; shift 6
     mount -t proc proc "$root/proc"
     mount --rbind /dev "$root/dev"
     mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
+    mkdir -p "$root$repo"
     mount --bind "$repo" "$root$repo"
     for d in "$home/.rustup" "$home/.cargo/bin"; do
       mount --bind "$d" "$root$d"; mount -o remount,bind,ro "$root$d"
     done
-    mount --bind "$cache/cargo-home" "$root/cg/cargo-home"
+    mount --bind "$cargo_home" "$root/cg/cargo-home"
     [ "$target" = "$root/cg/target" ] || mount --bind "$target" "$root/cg/target"
     for b in ${CG_CHROOT_BINDS:-}; do
       mkdir -p "$root${b#*:}"; mount --bind "${b%%:*}" "$root${b#*:}"
@@ -194,13 +213,15 @@ _cg_chroot_enter() {
       CARGO_HOME=/cg/cargo-home CARGO_TARGET_DIR=/cg/target RUSTUP_HOME="$home/.rustup" \
       CARGO_NET_OFFLINE=true PHP="/usr/bin/php$v" PHP_CONFIG="/usr/bin/php-config$v" "$@"
     exit $?
-  ' cg-chroot "$root" "$target" "$v" "$CG_ROOT" "$HOME" "$CG_CACHE" "$@"
+  ' cg-chroot "$root" "$target" "$v" "$CG_ROOT" "$HOME" "$(_cg_chroot_cargo_home)" "$@"
 }
 
 cg_chroot_run() {
   local root=${1:?cg_chroot_run ROOT CMD...}
   shift
   [ -f "$root/.cg-stamp" ] || { echo "cg_chroot_run: $root is not a chroot made by cg_chroot_ensure" >&2; return 1; }
+  mkdir -p "$CG_CACHE"
+  (flock 9; _cg_chroot_seed_cargo_home) 9>"$(_cg_chroot_cargo_home).lock" || return 1
   # A shared lock on a cached chroot while it is in use: cg_chroot_ensure waits for it
   # before making that chroot again (other sessions' mounts are invisible here).
   ( flock -s 9; _cg_chroot_enter "$root" "$(cg_chroot_target "$root")" "$@" 9>&- ) 9>>"$(_cg_chroot_lock "$root")"
@@ -219,7 +240,6 @@ cg_chroot_build() {
   touch "$target"
   # Target directories of checkouts unused for 14 days go (about 350 MB each).
   find "$(dirname "$target")" -mindepth 1 -maxdepth 1 -type d -mtime +14 -exec rm -rf --one-file-system {} + 2>/dev/null || true
-  (flock 9; _cg_chroot_seed_cargo_home) 9>"$CG_CACHE/cargo-home.lock"
   # One build at a time in a target directory; the copy is taken before a build from
   # another checkout (another worktree, another session) replaces the .so.
   (

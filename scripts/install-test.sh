@@ -42,13 +42,30 @@ status=0
 for v in "${versions[@]}"; do
   root=$(cg_chroot_ensure "$v")
 
+  # A checkout may live anywhere, /tmp included (a fresh clone there): the chroot's /tmp is
+  # a tmpfs of its own, which must not hide the checkout's mount point.
+  elsewhere=$(mktemp -d /tmp/checkout-guard-clone.XXXXXX)
+  mkdir -p "$elsewhere/scripts"
+  cp scripts/lib.sh scripts/chroot.sh "$elsewhere/scripts/"
+  if bash -c 'source "$1/scripts/lib.sh"; source "$1/scripts/chroot.sh"; cg_chroot_run "$2" test -f "$1/scripts/chroot.sh"; s=$?; rmdir "$(cg_chroot_target "$2")"; exit $s' \
+      checkout "$elsewhere" "$root" > "$out/under-tmp-$v.log" 2>&1; then
+    log "PHP $v: a checkout under /tmp is seen inside the chroot"
+  else
+    cat "$out/under-tmp-$v.log" >&2
+    echo "FAIL: a checkout under /tmp ($elsewhere) is not seen inside the PHP $v chroot" >&2
+    status=1
+  fi
+  rm -rf "$elsewhere"
+
   log "PHP $v, the PHP way: phpize, configure, make, make install in a fresh chroot"
   copy="$scratch/phpize-$v"
   cg_chroot_copy "$root" "$copy"
   mkdir -p "$copy/usr/src/php/ext/checkout_guard"
   tar -xf "$source_tar" -C "$copy/usr/src/php/ext/checkout_guard"
   t0=$SECONDS
-  if cg_chroot_run "$copy" bash "$CG_ROOT/tests/install/phpize-inside.sh" "$v" "$vport" \
+  # As on a machine where nothing was built yet: the build gets an empty CARGO_HOME, which
+  # cg_chroot_run must seed from the host's registry (it builds offline).
+  if CG_CHROOT_CARGO_HOME="$scratch/cargo-home-$v" cg_chroot_run "$copy" bash "$CG_ROOT/tests/install/phpize-inside.sh" "$v" "$vport" \
       > "$out/phpize-$v.log" 2>&1; then phpize_result=passed; else phpize_result=FAILED; status=1; fi
   phpize_s=$((SECONDS - t0))
   # Every file the build wrote is one git ignores (target/ is).
