@@ -31,14 +31,17 @@ final class JsonlSinkTest extends HostileCallsTestCase
         parent::tearDown();
     }
 
-    /** Another process takes an exclusive flock on $file and keeps it $seconds s. */
+    /**
+     * Another process takes an exclusive flock on $file and keeps it $seconds s (`-o`: the
+     * lock is flock(1)'s own, not inherited by sleep, so killing flock(1) releases it).
+     */
     private function holdLock(string $file, int $seconds): void
     {
         if (trim((string) shell_exec('command -v flock')) === '') {
             $this->markTestSkipped('flock(1) (util-linux) is not installed');
         }
         touch($file);
-        $this->holder = proc_open(['flock', '-x', $file, 'sleep', (string) $seconds], [], $pipes);
+        $this->holder = proc_open(['flock', '-x', '-o', $file, 'sleep', (string) $seconds], [], $pipes);
         // Bounded poll until the lock is taken (a non-blocking try fails).
         $deadline = microtime(true) + 10;
         while (true) {
