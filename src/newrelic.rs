@@ -37,7 +37,8 @@ impl Sink for NewRelicSink {
                 r.map_err(|e| (i, e.to_string()))?;
             }
             // A call into PHP: see `hostile.rs` for what it may do.
-            match hostile::call_contained(|| f.try_call(vec![&e.event_type.as_str(), &attrs])) {
+            let event_type: &str = &e.event_type;
+            match hostile::call_contained(|| f.try_call(vec![&event_type, &attrs])) {
                 Ended::Returned(_) => {}
                 Ended::Threw(ex) => {
                     let class = ex.get_class_name().unwrap_or_else(|_| "?".into());

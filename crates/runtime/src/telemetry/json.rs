@@ -1,6 +1,7 @@
 //! JSON lines, written by hand: events are flat objects of scalars, so a small writer is
 //! all it takes, and it never allocates per value.
 
+use std::borrow::Cow;
 use std::fmt::Write;
 
 use super::event::{AttrValue, Event};
@@ -75,12 +76,11 @@ fn write_value(out: &mut String, v: &AttrValue) {
     match v {
         AttrValue::Null => out.push_str("null"),
         AttrValue::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        AttrValue::Int(i) => {
-            let _ = write!(out, "{i}");
-        }
+        AttrValue::Int(i) => out.push_str(itoa::Buffer::new().format(*i)),
         AttrValue::Float(f) if f.is_finite() => {
-            // `{:?}` keeps a decimal point or exponent, so the value reads back as a float.
-            let _ = write!(out, "{f:?}");
+            // The shortest form that reads back as the same float, always with a decimal
+            // point or an exponent (ryu: `12.0`, `0.25`, `1e-7`), so it reads back as a float.
+            out.push_str(ryu::Buffer::new().format_finite(*f));
         }
         AttrValue::Float(_) => out.push_str("null"),
         AttrValue::Str(s) => write_json_string(out, s),
@@ -92,9 +92,21 @@ pub fn write_event_line(out: &mut String, e: &Event) {
     out.push_str("{\"eventType\":");
     write_json_string(out, &e.event_type);
     for (k, v) in &e.attrs {
-        out.push(',');
-        write_json_string(out, k);
-        out.push(':');
+        match k {
+            // A static name is one of the code's own (`KNOWN_NAMES` and the recorder's):
+            // nothing in it to escape.
+            Cow::Borrowed(k) => {
+                debug_assert!(find_escape(k.as_bytes()).is_none(), "{k}");
+                out.push_str(",\"");
+                out.push_str(k);
+                out.push_str("\":");
+            }
+            Cow::Owned(k) => {
+                out.push(',');
+                write_json_string(out, k);
+                out.push(':');
+            }
+        }
         write_value(out, v);
     }
     out.push_str("}\n");

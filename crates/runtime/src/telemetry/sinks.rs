@@ -82,7 +82,8 @@ impl JsonlSink {
     /// Appends `lines` to the locked file; on a short write, cuts the file back to its last
     /// whole line. Returns how many events are in the file.
     fn append_locked(&self, file: &mut File) -> Result<(), (usize, String)> {
-        let fail = |n: usize, what: &str, e: std::io::Error| (n, format!("{what} {}: {e}", self.path));
+        let fail =
+            |n: usize, what: &str, e: std::io::Error| (n, format!("{what} {}: {e}", self.path));
         let mut len = file.metadata().map_err(|e| fail(0, "stat", e))?.len();
         if len > 0 {
             let mut last = [0u8];
@@ -241,7 +242,10 @@ mod tests {
     /// Each line parsed: the `i` of every whole event; panics on a torn line.
     fn whole_lines(path: &std::path::Path) -> Vec<i64> {
         let text = std::fs::read_to_string(path).unwrap_or_default();
-        assert!(text.is_empty() || text.ends_with('\n'), "torn tail: {text:?}");
+        assert!(
+            text.is_empty() || text.ends_with('\n'),
+            "torn tail: {text:?}"
+        );
         text.lines()
             .map(|l| {
                 let v: serde_json::Value = serde_json::from_str(l).expect(l);
@@ -283,7 +287,10 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 4, "{text}");
         assert_eq!(lines[1], "{\"eventType\":\"Ch");
-        assert!(lines[2].contains("\"i\":0") && lines[3].contains("\"i\":1"), "{text}");
+        assert!(
+            lines[2].contains("\"i\":0") && lines[3].contains("\"i\":1"),
+            "{text}"
+        );
         assert!(text.ends_with('\n'));
         std::fs::remove_dir_all(&dir).unwrap();
     }
