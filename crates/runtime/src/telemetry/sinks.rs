@@ -22,14 +22,14 @@ pub trait Sink: Send {
 /// frozen mid-append, a tool that locks the file) before it drops its batch.
 pub const JSONL_LOCK_WAIT: Duration = Duration::from_millis(20);
 
-/// How long one wait between two tries of the lock lasts.
+/// The longest pause between two tries of the lock.
 const LOCK_RETRY: Duration = Duration::from_millis(1);
 
 /// Appends JSON lines to a file. Each batch is one `write` under an exclusive `flock` on a
 /// file opened with `O_APPEND`, so many php-fpm workers appending at once never interleave
 /// or tear a line.
 ///
-/// - The lock is tried without blocking, again every millisecond, for at most
+/// - The lock is tried without blocking, again and again (pauses of 50 µs to 1 ms), for at most
 ///   [`JSONL_LOCK_WAIT`]; then the batch is dropped ("lock held").
 /// - A write cut short (a full disk, a file size limit) is cut back to its last whole line
 ///   (`ftruncate` to the length the file had plus the whole lines that made it): those are
@@ -57,9 +57,11 @@ impl JsonlSink {
         }
     }
 
-    /// Tries the lock until `self.lock_wait` has passed.
+    /// Tries the lock until `self.lock_wait` has passed, waiting 50 µs, then twice as long
+    /// each time up to 1 ms, between tries (another worker's append takes microseconds).
     fn lock(&self, file: &File) -> Result<(), String> {
         let started = Instant::now();
+        let mut pause = Duration::from_micros(50);
         loop {
             match file.try_lock() {
                 Ok(()) => return Ok(()),
@@ -72,7 +74,8 @@ impl JsonlSink {
                             self.lock_wait.as_millis()
                         ));
                     }
-                    std::thread::sleep(LOCK_RETRY.min(self.lock_wait - waited));
+                    std::thread::sleep(pause.min(self.lock_wait - waited));
+                    pause = (pause * 2).min(LOCK_RETRY);
                 }
                 Err(TryLockError::Error(e)) => return Err(format!("lock {}: {e}", self.path)),
             }
@@ -81,11 +84,14 @@ impl JsonlSink {
 
     /// Appends `lines` to the locked file; on a short write, cuts the file back to its last
     /// whole line. Returns how many events are in the file.
-    fn append_locked(&self, file: &mut File) -> Result<(), (usize, String)> {
+    fn append_locked(&self, file: &mut File, readable: bool) -> Result<(), (usize, String)> {
         let fail =
             |n: usize, what: &str, e: std::io::Error| (n, format!("{what} {}: {e}", self.path));
-        let mut len = file.metadata().map_err(|e| fail(0, "stat", e))?.len();
-        if len > 0 {
+        let meta = file.metadata().map_err(|e| fail(0, "stat", e))?;
+        // A pipe or a terminal (/dev/stderr) has no length to check or cut back to.
+        let regular = meta.is_file();
+        let mut len = meta.len();
+        if regular && readable && len > 0 {
             let mut last = [0u8];
             file.read_exact_at(&mut last, len - 1)
                 .map_err(|e| fail(0, "read", e))?;
@@ -101,6 +107,16 @@ impl JsonlSink {
         };
         let whole = self.ends.partition_point(|&end| end <= done);
         let keep = if whole == 0 { 0 } else { self.ends[whole - 1] };
+        if !regular || keep == done {
+            return Err((
+                whole,
+                format!(
+                    "write {}: {e}; {whole} of {} events written",
+                    self.path,
+                    self.ends.len()
+                ),
+            ));
+        }
         let why = match file.set_len(len + keep as u64) {
             Ok(()) => format!(
                 "write {}: {e}; {whole} of {} events written, the file cut back to its last whole line",
@@ -143,15 +159,25 @@ impl Sink for JsonlSink {
             write_event_line(&mut self.lines, e);
             self.ends.push(self.lines.len());
         }
-        // Read too: the last byte tells whether the file ends with a whole line.
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(&self.path)
-            .map_err(|e| (0, format!("open {}: {e}", self.path)))?;
+        // Read too: the last byte tells whether the file ends with a whole line. A file
+        // this process may only write to (or a pipe that cannot be reopened for reading)
+        // is still written, without that check.
+        let open = |read| {
+            OpenOptions::new()
+                .read(read)
+                .append(true)
+                .create(true)
+                .open(&self.path)
+        };
+        let (mut file, readable) = match open(true) {
+            Ok(f) => (f, true),
+            Err(_) => match open(false) {
+                Ok(f) => (f, false),
+                Err(e) => return Err((0, format!("open {}: {e}", self.path))),
+            },
+        };
         self.lock(&file).map_err(|e| (0, e))?;
-        let result = self.append_locked(&mut file);
+        let result = self.append_locked(&mut file, readable);
         let _ = file.unlock();
         result
     }
@@ -274,6 +300,30 @@ mod tests {
         sink.write(&events(2, 0)).unwrap();
         assert_eq!(whole_lines(&path), vec![0, 1]);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_lock_released_within_the_bound_is_taken_and_the_batch_written() {
+        let dir = temp_dir("lock-released");
+        let path = dir.join("e.jsonl");
+        let holder = File::create(&path).unwrap();
+        holder.lock().unwrap();
+        let released = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(3));
+            holder.unlock().unwrap();
+        });
+        let mut sink = JsonlSink::new(path.to_str().unwrap());
+        // Generous, so a busy machine that runs the thread late does not fail the test.
+        sink.lock_wait = Duration::from_secs(5);
+        sink.write(&events(2, 0)).unwrap();
+        released.join().unwrap();
+        assert_eq!(whole_lines(&path), vec![0, 1]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_device_is_written_without_a_tail_check() {
+        JsonlSink::new("/dev/null").write(&events(3, 0)).unwrap();
     }
 
     #[test]
