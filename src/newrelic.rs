@@ -15,12 +15,16 @@ impl Sink for NewRelicSink {
         "newrelic"
     }
 
-    fn write(&mut self, events: &[Event]) -> Result<(), String> {
+    fn write(&mut self, events: &[Event]) -> Result<(), (usize, String)> {
         let f = ZendCallable::try_from_name("newrelic_record_custom_event").map_err(|_| {
-            "newrelic_record_custom_event() is not defined: the New Relic agent is not loaded"
-                .to_string()
+            (
+                0,
+                "newrelic_record_custom_event() is not defined: the New Relic agent is not loaded"
+                    .to_string(),
+            )
         })?;
-        for e in events {
+        // The events before a failing call reached the agent.
+        for (i, e) in events.iter().enumerate() {
             let mut attrs = ZendHashTable::new();
             for (k, v) in &e.attrs {
                 let r = match v {
@@ -30,26 +34,27 @@ impl Sink for NewRelicSink {
                     AttrValue::Float(x) => attrs.insert(k.as_ref(), *x),
                     AttrValue::Str(s) => attrs.insert(k.as_ref(), s.as_str()),
                 };
-                r.map_err(|e| e.to_string())?;
+                r.map_err(|e| (i, e.to_string()))?;
             }
             // A call into PHP: see `hostile.rs` for what it may do.
-            match hostile::call_contained(|| f.try_call(vec![&e.event_type.as_str(), &attrs])) {
+            let event_type: &str = &e.event_type;
+            match hostile::call_contained(|| f.try_call(vec![&event_type, &attrs])) {
                 Ended::Returned(_) => {}
                 Ended::Threw(ex) => {
                     let class = ex.get_class_name().unwrap_or_else(|_| "?".into());
-                    return Err(format!("newrelic_record_custom_event() threw {class}"));
+                    return Err((i, format!("newrelic_record_custom_event() threw {class}")));
                 }
                 Ended::Failed(why) => {
-                    return Err(format!("newrelic_record_custom_event() failed: {why}"))
+                    return Err((i, format!("newrelic_record_custom_event() failed: {why}")))
                 }
                 Ended::Exit | Ended::FatalExit | Ended::FiberDestroyed => {
-                    return Err("newrelic_record_custom_event() exited".into())
+                    return Err((i, "newrelic_record_custom_event() exited".into()))
                 }
                 Ended::Bailout => {
                     // A fatal error: no further call into PHP; `flush_now` puts the sinks
                     // back and lets the engine bail out on.
                     BAILED_OUT.with(|b| b.set(true));
-                    return Err("newrelic_record_custom_event() hit a fatal error".into());
+                    return Err((i, "newrelic_record_custom_event() hit a fatal error".into()));
                 }
             }
         }

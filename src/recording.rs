@@ -79,7 +79,7 @@ pub fn push(e: Event) {
 
 /// Counts a measured call and, when telemetry is on, buffers its event.
 pub fn push_call(call: ExternalCall, caller: Vec<(Name, AttrValue)>) {
-    if with_state(|s| s.push_call(&call, caller)) {
+    if with_state(|s| s.push_call(call, caller)) {
         flush_now();
     }
 }

@@ -169,7 +169,7 @@ impl Telemetry {
         } else {
             RECORD_OWNED
         };
-        note_dropped(e.event_type.as_str(), &drop_owned(&mut attrs, owned));
+        note_dropped(&e.event_type, &drop_owned(&mut attrs, owned));
         e.set("timestamp", AttrValue::Int(now_ms()));
         for (k, v) in attrs {
             e.set_named(k, v);

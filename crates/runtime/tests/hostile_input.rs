@@ -201,7 +201,7 @@ proptest! {
         prop_assert_eq!(line.matches('\n').count(), 1, "one event, one line");
         let parsed: serde_json::Value = serde_json::from_str(&line).expect("valid JSON");
         let obj = parsed.as_object().unwrap();
-        prop_assert_eq!(obj["eventType"].as_str().unwrap(), e.event_type.as_str());
+        prop_assert_eq!(obj["eventType"].as_str().unwrap(), &*e.event_type);
         prop_assert!(e.attrs.len() <= 64);
         for (k, v) in &e.attrs {
             match v {

@@ -12,8 +12,8 @@ use super::sinks::Sink;
 pub struct SinkStats {
     pub written: u64,
     pub dropped: u64,
-    /// Writes that failed (each dropped its batch): a sink's failure is counted, never
-    /// surfaced.
+    /// Writes that failed (each dropped its batch, or what of it did not reach the sink):
+    /// a sink's failure is counted, never surfaced.
     pub failures: u64,
     pub last_error: Option<String>,
 }
@@ -80,56 +80,43 @@ impl Sinks {
         }
     }
 
-    /// Writes a batch to every sink. A sink that fails drops its copy and counts it.
-    /// Returns how many events were written by at least one sink (all or none).
+    /// Writes a batch to every sink. What a sink could not write it drops and counts: its
+    /// `written` grows by exactly the events that reached it, `dropped` by the rest.
+    /// Returns how many events reached at least one sink.
     pub fn write(&mut self, events: &[Event]) -> usize {
-        if events.is_empty() {
-            return 0;
-        }
-        let n = events.len();
-        let mut any = false;
-        for (sink, stats) in &mut self.sinks {
-            match sink.write(events) {
-                Ok(()) => {
-                    stats.written += n as u64;
-                    any = true;
-                }
-                Err(e) => {
-                    stats.dropped += n as u64;
-                    stats.failures += 1;
-                    stats.last_error = Some(e);
-                }
-            }
-        }
-        if any {
-            n
-        } else {
-            0
-        }
+        self.write_inner(events, None)
     }
 
     /// Writes a batch to every sink but the one named `skip`, which drops it and counts a
     /// failure (`why`).
     pub fn write_without(&mut self, events: &[Event], skip: &str, why: &str) {
+        self.write_inner(events, Some((skip, why)));
+    }
+
+    fn write_inner(&mut self, events: &[Event], skip: Option<(&str, &str)>) -> usize {
         if events.is_empty() {
-            return;
+            return 0;
         }
-        let n = events.len() as u64;
+        let n = events.len();
+        let mut most = 0;
         for (sink, stats) in &mut self.sinks {
-            let result = if sink.name() == skip {
-                Err(why.to_string())
-            } else {
-                sink.write(events)
+            let result = match skip {
+                Some((name, why)) if sink.name() == name => Err((0, why.to_string())),
+                _ => sink.write(events),
             };
-            match result {
-                Ok(()) => stats.written += n,
-                Err(e) => {
-                    stats.dropped += n;
+            let written = match result {
+                Ok(()) => n,
+                Err((written, e)) => {
                     stats.failures += 1;
                     stats.last_error = Some(e);
+                    written.min(n)
                 }
-            }
+            };
+            stats.written += written as u64;
+            stats.dropped += (n - written) as u64;
+            most = most.max(written);
         }
+        most
     }
 
     pub fn stats(&self) -> impl Iterator<Item = (&'static str, &SinkStats)> {
@@ -153,9 +140,9 @@ mod tests {
                 "memory"
             }
         }
-        fn write(&mut self, events: &[Event]) -> Result<(), String> {
+        fn write(&mut self, events: &[Event]) -> Result<(), (usize, String)> {
             if self.1 {
-                return Err("down".into());
+                return Err((0, "down".into()));
             }
             self.0.lock().unwrap().extend_from_slice(events);
             Ok(())
@@ -199,5 +186,32 @@ mod tests {
         assert_eq!((stats[1].1.dropped, stats[1].1.failures), (3, 1));
         assert_eq!(stats[1].1.last_error.as_deref(), Some("down"));
         assert_eq!(b.recorded(), 3);
+    }
+
+    /// Takes the first `self.0` events of each batch, then fails.
+    struct Partial(usize);
+
+    impl Sink for Partial {
+        fn name(&self) -> &'static str {
+            "partial"
+        }
+        fn write(&mut self, events: &[Event]) -> Result<(), (usize, String)> {
+            if events.len() <= self.0 {
+                return Ok(());
+            }
+            Err((self.0, "disk full".into()))
+        }
+    }
+
+    #[test]
+    fn a_partly_written_batch_counts_what_reached_the_sink_as_written_and_the_rest_dropped() {
+        let mut sinks = Sinks::new(vec![Box::new(Partial(59))]);
+        let batch: Vec<_> = (0..100).map(event).collect();
+        assert_eq!(sinks.write(&batch), 59);
+        assert_eq!(sinks.write(&batch[..10]), 10);
+        sinks.write_without(&batch, "partial", "request ended");
+        let (_, st) = sinks.stats().next().unwrap();
+        assert_eq!((st.written, st.dropped, st.failures), (69, 41 + 100, 2));
+        assert_eq!(st.last_error.as_deref(), Some("request ended"));
     }
 }

@@ -90,7 +90,8 @@ pub fn name(n: &str) -> Name {
 /// One custom event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
-    pub event_type: String,
+    /// Static for the recorder's own types (no allocation per event).
+    pub event_type: Name,
     pub attrs: Vec<(Name, AttrValue)>,
 }
 
@@ -112,14 +113,14 @@ impl Event {
             ));
         }
         Ok(Self {
-            event_type: String::from_utf8(event_type.to_vec()).expect("ASCII"),
+            event_type: Cow::Owned(String::from_utf8(event_type.to_vec()).expect("ASCII")),
             attrs: Vec::with_capacity(12),
         })
     }
 
-    fn known(event_type: &str) -> Self {
+    fn known(event_type: &'static str) -> Self {
         Self {
-            event_type: event_type.to_string(),
+            event_type: Cow::Borrowed(event_type),
             attrs: Vec::with_capacity(12),
         }
     }
@@ -150,17 +151,27 @@ impl Event {
     /// Applies the URL rule to caller-given attributes: `url.full` loses its query,
     /// fragment and credentials, and gives `server.address` when that is missing.
     pub fn sanitize_urls(&mut self) {
-        let Some(AttrValue::Str(full)) = self.get("url.full") else {
+        let Some(AttrValue::Str(full)) = self
+            .attrs
+            .iter_mut()
+            .find(|(k, _)| k == "url.full")
+            .map(|(_, v)| v)
+        else {
             return;
         };
         let (url, host) = sanitize_url(full);
-        if url.len() != full.len() {
-            let url = url.into_owned();
-            self.set("url.full", AttrValue::Str(url));
+        // Cut in place when only the query or fragment goes (the common case).
+        let replaced = match url {
+            Cow::Borrowed(kept) => Err(kept.len()),
+            Cow::Owned(url) => Ok(url),
+        };
+        match replaced {
+            Err(len) => full.truncate(len),
+            Ok(url) => *full = url,
         }
         if let Some(host) = host {
             if self.get("server.address").is_none() {
-                self.set("server.address", AttrValue::str(&host));
+                self.set_named(Cow::Borrowed("server.address"), AttrValue::Str(cut(host)));
             }
         }
     }
@@ -212,13 +223,18 @@ pub fn drop_owned(attrs: &mut Vec<(Name, AttrValue)>, owned: &[&str]) -> Vec<Str
 /// `error.type` follows OpenTelemetry: the status code for 4xx/5xx, else the exception
 /// class when the call failed without a response.
 pub fn external_call_event(call: &ExternalCall, caller: Vec<(Name, AttrValue)>) -> Event {
+    external_call_event_owned(call.clone(), caller)
+}
+
+/// As [`external_call_event`], taking the call (its strings move into the event).
+pub fn external_call_event_owned(call: ExternalCall, caller: Vec<(Name, AttrValue)>) -> Event {
     let mut e = Event::known(EXTERNAL_API_CALL);
     e.attrs.push((
         Cow::Borrowed("timestamp"),
         AttrValue::Int(call.timestamp_ms),
     ));
     e.attrs
-        .push((Cow::Borrowed("api"), AttrValue::str(&call.api)));
+        .push((Cow::Borrowed("api"), AttrValue::Str(cut(call.api))));
     e.attrs.push((
         "http.response.status_code".into(),
         AttrValue::Int(call.status),
@@ -230,11 +246,11 @@ pub fn external_call_event(call: &ExternalCall, caller: Vec<(Name, AttrValue)>) 
     let error = if call.status >= 400 {
         Some(call.status.to_string())
     } else {
-        call.exception.clone()
+        call.exception
     };
     if let Some(error) = error {
         e.attrs
-            .push((Cow::Borrowed("error.type"), AttrValue::str(&error)));
+            .push((Cow::Borrowed("error.type"), AttrValue::Str(cut(error))));
     }
     let measured = e.attrs.len();
     for (k, v) in caller {

@@ -6,7 +6,7 @@
 //! No lock is held while sinks run: [`take_batch`] hands the buffered events and the
 //! sinks out, [`put_back`] returns the sinks (a sink may call PHP, which may record again).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use checkout_guard_model::{ConfigError, Decision, Reason};
@@ -14,8 +14,8 @@ use once_cell::sync::Lazy;
 use parking_lot::Mutex;
 
 use super::{
-    decision_event, external_call_event, hot_event, limits_change_event, AttrValue, Buffer, Event,
-    ExternalCall, Name, Sink, SinkStats, Sinks, TelemetryConfig, EXTERNAL_API_CALL,
+    decision_event, external_call_event_owned, hot_event, limits_change_event, AttrValue, Buffer,
+    Event, ExternalCall, Name, Sink, SinkStats, Sinks, TelemetryConfig, EXTERNAL_API_CALL,
 };
 use crate::limiter::Notices;
 
@@ -65,7 +65,8 @@ static STATE: Lazy<Mutex<Option<State>>> = Lazy::new(|| Mutex::new(None));
 /// is the process.
 #[derive(Default)]
 struct RequestCalls {
-    per_api: HashMap<String, u64>,
+    /// Fx hashing: one short key per measured call, chosen by the application's code.
+    per_api: FxHashMap<String, u64>,
     total: u64,
 }
 
@@ -118,9 +119,9 @@ impl State {
 
     /// Counts a measured call and, when telemetry is on, buffers its event (built only
     /// then); true when the buffer is full.
-    pub fn push_call(&mut self, call: &ExternalCall, caller: Vec<(Name, AttrValue)>) -> bool {
+    pub fn push_call(&mut self, call: ExternalCall, caller: Vec<(Name, AttrValue)>) -> bool {
         self.count_call(&call.api);
-        self.enabled() && self.buffer.push(external_call_event(call, caller))
+        self.enabled() && self.buffer.push(external_call_event_owned(call, caller))
     }
 
     /// Counts a decision; true when it is to be recorded (denied or unavailable, with
@@ -273,9 +274,9 @@ mod tests {
     fn calls_count_per_request_with_telemetry_off_too() {
         let mut s = state("", "10");
         assert!(!s.enabled());
-        assert!(!s.push_call(&call("psp"), Vec::new()));
-        s.push_call(&call("psp"), Vec::new());
-        s.push_call(&call("erp"), Vec::new());
+        assert!(!s.push_call(call("psp"), Vec::new()));
+        s.push_call(call("psp"), Vec::new());
+        s.push_call(call("erp"), Vec::new());
         assert_eq!((s.call_count(None), s.call_count(Some("psp"))), (3, 2));
         assert_eq!(s.stats().recorded, 0, "nothing buffered while off");
         s.start_request();
@@ -289,14 +290,14 @@ mod tests {
         // One state for the process, as STATE is, shared by two request threads.
         let shared = std::sync::Arc::new(Mutex::new(state("", "10")));
         shared.lock().start_request();
-        shared.lock().push_call(&call("psp"), Vec::new());
+        shared.lock().push_call(call("psp"), Vec::new());
         let other = {
             let shared = shared.clone();
             std::thread::spawn(move || {
                 let mut t = shared.lock();
                 t.start_request();
-                t.push_call(&call("erp"), Vec::new());
-                t.push_call(&call("erp"), Vec::new());
+                t.push_call(call("erp"), Vec::new());
+                t.push_call(call("erp"), Vec::new());
                 (t.call_count(None), t.call_count(Some("psp")))
             })
             .join()
@@ -311,8 +312,8 @@ mod tests {
     fn a_full_buffer_asks_for_a_flush() {
         let mut s = state("jsonl", "2");
         assert_eq!(config("jsonl", "2").unwrap().sinks, vec![SinkKind::Jsonl]);
-        assert!(!s.push_call(&call("a"), Vec::new()));
-        assert!(s.push_call(&call("a"), Vec::new()));
+        assert!(!s.push_call(call("a"), Vec::new()));
+        assert!(s.push_call(call("a"), Vec::new()));
     }
 
     #[test]

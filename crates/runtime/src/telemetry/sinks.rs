@@ -1,8 +1,10 @@
-//! Where events go. A sink writes a whole batch or fails; the buffer counts the outcome.
+//! Where events go. A sink writes a batch, or says how many of its events (the first ones)
+//! reached it and why the rest did not; the buffer counts the outcome.
 
-use std::fs::OpenOptions;
-use std::io::Write;
-use std::time::Duration;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{ErrorKind, Write};
+use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
 
 use super::event::Event;
 use super::json::write_event_line;
@@ -11,16 +13,38 @@ use checkout_guard_model::Endpoint;
 
 pub trait Sink: Send {
     fn name(&self) -> &'static str;
-    /// Writes every event of the batch, or returns why not.
-    fn write(&mut self, events: &[Event]) -> Result<(), String>;
+    /// Writes every event of the batch, or returns how many of its first events reached
+    /// the sink (the rest did not) and why.
+    fn write(&mut self, events: &[Event]) -> Result<(), (usize, String)>;
 }
 
-/// Appends JSON lines to a file. Each batch is one `write` under an exclusive `flock`
-/// on a file opened with `O_APPEND`, so many php-fpm workers appending at once never
-/// interleave or tear a line.
+/// How long a JSONL write waits, in all, for the file's lock held by someone else (a worker
+/// frozen mid-append, a tool that locks the file) before it drops its batch.
+pub const JSONL_LOCK_WAIT: Duration = Duration::from_millis(20);
+
+/// The longest pause between two tries of the lock.
+const LOCK_RETRY: Duration = Duration::from_millis(1);
+
+/// Appends JSON lines to a file. Each batch is one `write` under an exclusive `flock` on a
+/// file opened with `O_APPEND`, so many php-fpm workers appending at once never interleave
+/// or tear a line.
+///
+/// - The lock is tried without blocking, again and again (pauses of 50 µs to 1 ms), for at most
+///   [`JSONL_LOCK_WAIT`]; then the batch is dropped ("lock held").
+/// - A write cut short (a full disk, a file size limit) is cut back to its last whole line
+///   (`ftruncate` to the length the file had plus the whole lines that made it): those are
+///   counted as written, the rest as dropped.
+/// - A file that does not end in a newline (someone else's torn tail) gets one before the
+///   batch, so a torn line is never glued to a good one.
+///
+/// A write that blocks in the kernel (a hung network mount, a disk that stalls) cannot be
+/// bounded from here: the bound covers the lock only.
 pub struct JsonlSink {
     path: String,
     lines: String,
+    /// The end (in `lines`) of each event's line.
+    ends: Vec<usize>,
+    lock_wait: Duration,
 }
 
 impl JsonlSink {
@@ -28,8 +52,99 @@ impl JsonlSink {
         Self {
             path: path.into(),
             lines: String::new(),
+            ends: Vec::new(),
+            lock_wait: JSONL_LOCK_WAIT,
         }
     }
+
+    /// Tries the lock until `self.lock_wait` has passed, waiting 50 µs, then twice as long
+    /// each time up to 1 ms, between tries (another worker's append takes microseconds).
+    fn lock(&self, file: &File) -> Result<(), String> {
+        let started = Instant::now();
+        let mut pause = Duration::from_micros(50);
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(()),
+                Err(TryLockError::WouldBlock) => {
+                    let waited = started.elapsed();
+                    if waited >= self.lock_wait {
+                        return Err(format!(
+                            "lock held: {} stayed locked by another process for {} ms; batch dropped",
+                            self.path,
+                            self.lock_wait.as_millis()
+                        ));
+                    }
+                    std::thread::sleep(pause.min(self.lock_wait - waited));
+                    pause = (pause * 2).min(LOCK_RETRY);
+                }
+                Err(TryLockError::Error(e)) => return Err(format!("lock {}: {e}", self.path)),
+            }
+        }
+    }
+
+    /// Appends `lines` to the locked file; on a short write, cuts the file back to its last
+    /// whole line. Returns how many events are in the file.
+    fn append_locked(&self, file: &mut File, readable: bool) -> Result<(), (usize, String)> {
+        let fail =
+            |n: usize, what: &str, e: std::io::Error| (n, format!("{what} {}: {e}", self.path));
+        let meta = file.metadata().map_err(|e| fail(0, "stat", e))?;
+        // A pipe or a terminal (/dev/stderr) has no length to check or cut back to.
+        let regular = meta.is_file();
+        let mut len = meta.len();
+        if regular && readable && len > 0 {
+            let mut last = [0u8];
+            file.read_exact_at(&mut last, len - 1)
+                .map_err(|e| fail(0, "read", e))?;
+            if last[0] != b'\n' {
+                // Someone else's torn tail: ended here, so it stays one bad line.
+                write_fully(file, b"\n").map_err(|(_, e)| fail(0, "write", e))?;
+                len += 1;
+            }
+        }
+        let bytes = self.lines.as_bytes();
+        let Err((done, e)) = write_fully(file, bytes) else {
+            return Ok(());
+        };
+        let whole = self.ends.partition_point(|&end| end <= done);
+        let keep = if whole == 0 { 0 } else { self.ends[whole - 1] };
+        if !regular || keep == done {
+            return Err((
+                whole,
+                format!(
+                    "write {}: {e}; {whole} of {} events written",
+                    self.path,
+                    self.ends.len()
+                ),
+            ));
+        }
+        let why = match file.set_len(len + keep as u64) {
+            Ok(()) => format!(
+                "write {}: {e}; {whole} of {} events written, the file cut back to its last whole line",
+                self.path,
+                self.ends.len()
+            ),
+            Err(cut) => format!(
+                "write {}: {e}; {whole} of {} events written, and cutting back the torn line failed: {cut}",
+                self.path,
+                self.ends.len()
+            ),
+        };
+        Err((whole, why))
+    }
+}
+
+/// Writes all of `bytes`, or says how many were written before the error.
+fn write_fully(file: &mut File, bytes: &[u8]) -> Result<(), (usize, std::io::Error)> {
+    let mut done = 0;
+    while done < bytes.len() {
+        match file.write(&bytes[done..]) {
+            Ok(0) => return Err((done, ErrorKind::WriteZero.into())),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err((done, e)),
+        }
+    }
+    Ok(())
 }
 
 impl Sink for JsonlSink {
@@ -37,21 +152,34 @@ impl Sink for JsonlSink {
         "jsonl"
     }
 
-    fn write(&mut self, events: &[Event]) -> Result<(), String> {
+    fn write(&mut self, events: &[Event]) -> Result<(), (usize, String)> {
         self.lines.clear();
+        self.ends.clear();
         for e in events {
             write_event_line(&mut self.lines, e);
+            self.ends.push(self.lines.len());
         }
-        let mut file = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(&self.path)
-            .map_err(|e| format!("open {}: {e}", self.path))?;
-        file.lock()
-            .map_err(|e| format!("lock {}: {e}", self.path))?;
-        let written = file.write_all(self.lines.as_bytes());
+        // Read too: the last byte tells whether the file ends with a whole line. A file
+        // this process may only write to (or a pipe that cannot be reopened for reading)
+        // is still written, without that check.
+        let open = |read| {
+            OpenOptions::new()
+                .read(read)
+                .append(true)
+                .create(true)
+                .open(&self.path)
+        };
+        let (mut file, readable) = match open(true) {
+            Ok(f) => (f, true),
+            Err(_) => match open(false) {
+                Ok(f) => (f, false),
+                Err(e) => return Err((0, format!("open {}: {e}", self.path))),
+            },
+        };
+        self.lock(&file).map_err(|e| (0, e))?;
+        let result = self.append_locked(&mut file, readable);
         let _ = file.unlock();
-        written.map_err(|e| format!("write {}: {e}", self.path))
+        result
     }
 }
 
@@ -91,7 +219,7 @@ impl Sink for StreamSink {
         "stream"
     }
 
-    fn write(&mut self, events: &[Event]) -> Result<(), String> {
+    fn write(&mut self, events: &[Event]) -> Result<(), (usize, String)> {
         let mut pipe = redis::pipe();
         for e in events {
             self.line.clear();
@@ -109,6 +237,161 @@ impl Sink for StreamSink {
         store::with_connection(&self.endpoint, self.timeout, self.retry_interval, |c| {
             pipe.query::<()>(c)
         })
-        .map_err(|e| format!("{} at {}", e, self.endpoint.display_url()))
+        .map_err(|e| (0, format!("{} at {}", e, self.endpoint.display_url())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::telemetry::event::AttrValue;
+    use std::process::Command;
+
+    fn events(n: usize, pad: usize) -> Vec<Event> {
+        (0..n)
+            .map(|i| {
+                let mut e = Event::new(b"CheckoutStep").unwrap();
+                e.set("i", AttrValue::Int(i as i64));
+                e.set("pad", AttrValue::Str("x".repeat(pad)));
+                e
+            })
+            .collect()
+    }
+
+    fn temp_dir(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("cg-sink-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// Each line parsed: the `i` of every whole event; panics on a torn line.
+    fn whole_lines(path: &std::path::Path) -> Vec<i64> {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            text.is_empty() || text.ends_with('\n'),
+            "torn tail: {text:?}"
+        );
+        text.lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).expect(l);
+                v["i"].as_i64().unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_lock_held_elsewhere_drops_the_batch_after_the_bound_and_writes_nothing() {
+        let dir = temp_dir("lock");
+        let path = dir.join("e.jsonl");
+        let holder = File::create(&path).unwrap();
+        holder.lock().unwrap(); // another open file description: flock conflicts with it
+        let mut sink = JsonlSink::new(path.to_str().unwrap());
+        let started = Instant::now();
+        let (written, why) = sink.write(&events(3, 0)).unwrap_err();
+        let waited = started.elapsed();
+        assert_eq!(written, 0);
+        assert!(why.contains("lock held"), "{why}");
+        assert!(waited >= JSONL_LOCK_WAIT, "{waited:?}");
+        // A bound only a blocking wait crosses (the lock is never released here).
+        assert!(waited < Duration::from_secs(2), "{waited:?}");
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+        holder.unlock().unwrap();
+        sink.write(&events(2, 0)).unwrap();
+        assert_eq!(whole_lines(&path), vec![0, 1]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_lock_released_within_the_bound_is_taken_and_the_batch_written() {
+        let dir = temp_dir("lock-released");
+        let path = dir.join("e.jsonl");
+        let holder = File::create(&path).unwrap();
+        holder.lock().unwrap();
+        let released = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(3));
+            holder.unlock().unwrap();
+        });
+        let mut sink = JsonlSink::new(path.to_str().unwrap());
+        // Generous, so a busy machine that runs the thread late does not fail the test.
+        sink.lock_wait = Duration::from_secs(5);
+        sink.write(&events(2, 0)).unwrap();
+        released.join().unwrap();
+        assert_eq!(whole_lines(&path), vec![0, 1]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_device_is_written_without_a_tail_check() {
+        JsonlSink::new("/dev/null").write(&events(3, 0)).unwrap();
+    }
+
+    #[test]
+    fn a_torn_tail_left_by_someone_else_is_ended_before_the_batch() {
+        let dir = temp_dir("torn");
+        let path = dir.join("e.jsonl");
+        std::fs::write(&path, "{\"i\":7}\n{\"eventType\":\"Ch").unwrap();
+        let mut sink = JsonlSink::new(path.to_str().unwrap());
+        sink.write(&events(2, 0)).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert_eq!(lines[1], "{\"eventType\":\"Ch");
+        assert!(
+            lines[2].contains("\"i\":0") && lines[3].contains("\"i\":1"),
+            "{text}"
+        );
+        assert!(text.ends_with('\n'));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A 64 KB tmpfs, unmounted on drop; None (the test says why it skips) when not root.
+    struct SmallDisk(std::path::PathBuf);
+
+    impl SmallDisk {
+        fn mount(name: &str) -> Option<Self> {
+            if unsafe { libc::geteuid() } != 0 {
+                eprintln!("SKIPPED: mounting a small tmpfs needs root");
+                return None;
+            }
+            let dir = temp_dir(name);
+            let ok = Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+                .arg(&dir)
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                eprintln!("SKIPPED: cannot mount a tmpfs on {}", dir.display());
+                return None;
+            }
+            Some(SmallDisk(dir))
+        }
+    }
+
+    impl Drop for SmallDisk {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn a_full_disk_keeps_the_whole_lines_that_made_it_counts_them_and_cuts_the_torn_one() {
+        let Some(disk) = SmallDisk::mount("full") else {
+            return;
+        };
+        let path = disk.0.join("e.jsonl");
+        let filler = disk.0.join("filler");
+        std::fs::write(&filler, vec![b'f'; 32 * 1024]).unwrap();
+        let mut sink = JsonlSink::new(path.to_str().unwrap());
+        let (written, why) = sink.write(&events(200, 250)).unwrap_err();
+        assert!(written > 0 && written < 200, "{written}: {why}");
+        assert!(why.contains("No space left"), "{why}");
+        assert_eq!(whole_lines(&path), (0..written as i64).collect::<Vec<_>>());
+        std::fs::remove_file(&filler).unwrap();
+        sink.write(&events(3, 0)).unwrap();
+        let mut expected: Vec<i64> = (0..written as i64).collect();
+        expected.extend([0, 1, 2]);
+        assert_eq!(whole_lines(&path), expected);
     }
 }

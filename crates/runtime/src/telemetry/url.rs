@@ -8,24 +8,17 @@ use std::borrow::Cow;
 /// first `?` or `#`, with no host.
 pub fn sanitize_url(url: &str) -> (Cow<'_, str>, Option<String>) {
     let bytes = url.as_bytes();
-    let end = bytes
-        .iter()
-        .position(|&b| b == b'?' || b == b'#')
-        .unwrap_or(bytes.len());
+    let end = memchr::memchr2(b'?', b'#', bytes).unwrap_or(bytes.len());
     let cut = &url[..end];
     // The common case, a clean URL, costs no formatting.
-    if !cut.as_bytes().contains(&b'@') {
-        if let Some(scheme_end) = cut.find("://") {
+    if memchr::memchr(b'@', cut.as_bytes()).is_none() {
+        if let Some(scheme_end) = scheme_end(cut) {
             let rest = &cut[scheme_end + 3..];
-            let host_end = rest
-                .as_bytes()
-                .iter()
-                .position(|&b| b == b'/')
-                .unwrap_or(rest.len());
+            let host_end = memchr::memchr(b'/', rest.as_bytes()).unwrap_or(rest.len());
             return (Cow::Borrowed(cut), host_of(&rest[..host_end]));
         }
     }
-    let Some(scheme_end) = cut.find("://") else {
+    let Some(scheme_end) = scheme_end(cut) else {
         return (Cow::Borrowed(cut), None);
     };
     let auth_start = scheme_end + 3;
@@ -36,6 +29,12 @@ pub fn sanitize_url(url: &str) -> (Cow<'_, str>, Option<String>) {
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
     let sanitized = format!("{}{}{}", &cut[..auth_start], host_port, &cut[auth_end..]);
     (Cow::Owned(sanitized), host_of(host_port))
+}
+
+/// Where the first `://` starts (as `str::find("://")`, without building a searcher).
+fn scheme_end(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    memchr::memchr_iter(b':', b).find(|&i| b[i + 1..].starts_with(b"//"))
 }
 
 fn host_of(host_port: &str) -> Option<String> {
