@@ -114,7 +114,10 @@ mod tests {
         for bad in ["a\\b", "\\", "x\\x", "x\\xf", "x\\xfg", "\\u00ff", "\\n"] {
             let e = unescape(bad.as_bytes()).unwrap_err();
             let literal = format!("is \"{}\")", escape(bad.as_bytes()));
-            assert!(e.contains(&format!("shop ID \"{bad}\" (as typed): bad escape")), "{e}");
+            assert!(
+                e.contains(&format!("shop ID \"{bad}\" (as typed): bad escape")),
+                "{e}"
+            );
             assert!(e.contains(&literal), "{e}");
         }
         let e = unescape(b"\xff\\q").unwrap_err();
@@ -132,7 +135,9 @@ mod tests {
                 all.push(vec![a, b]);
             }
         }
-        let some = [b'a', b'\\', b'x', b'f', 0x7f, 0x80, 0xc2, 0xc3, 0xa9, 0xe2, 0xff];
+        let some = [
+            b'a', b'\\', b'x', b'f', 0x7f, 0x80, 0xc2, 0xc3, 0xa9, 0xe2, 0xff,
+        ];
         for &a in &some {
             for &b in &some {
                 for &c in &some {

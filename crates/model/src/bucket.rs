@@ -504,7 +504,11 @@ mod tests {
             b"5:1:5: ",
             b"a:s:2:{i:0;i:1;}",
         ] {
-            assert_eq!(StoredBucket::read_like_the_script(foreign), None, "{foreign:?}");
+            assert_eq!(
+                StoredBucket::read_like_the_script(foreign),
+                None,
+                "{foreign:?}"
+            );
         }
         let max = MAX_STORED_NUMBER.to_string();
         assert_eq!(
