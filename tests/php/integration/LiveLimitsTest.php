@@ -199,6 +199,11 @@ final class LiveLimitsTest extends LimiterTestCase
         $this->assertTrue($l->isHot("shop-\xff"));
         $this->assertFalse($l->isHot("shop-\xfe"));
         $this->assertFalse($l->isHot('shop-\\xff'));
+        // The raw bytes as an argument (bash's $'shop-\xff') are that shop too.
+        [$code, $out, $err] = Cli::limiter(self::url(), $name, 'unhot', "shop-\xff");
+        $this->assertSame(0, $code, $err);
+        $this->assertStringContainsString('shop "shop-\\xff" no longer marked hot', $out);
+        $this->assertFalse($l->isHot("shop-\xff"));
         // A backslash that is no escape is refused, naming the form, and nothing is marked.
         [$code, , $err] = Cli::limiter(self::url(), $name, 'hot', 'a\\b');
         $this->assertSame(2, $code);
