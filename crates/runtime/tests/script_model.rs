@@ -518,7 +518,10 @@ fn script_module_and_model_agree_on_random_sequences() {
                     let value = forms[rng.range(0, forms.len() as i64 - 1) as usize];
                     for k in [&lua_keys, &mod_keys] {
                         let _: () = if value == b"hash" {
-                            redis::cmd("DEL").arg(key(k)).query::<()>(&mut conn).unwrap();
+                            redis::cmd("DEL")
+                                .arg(key(k))
+                                .query::<()>(&mut conn)
+                                .unwrap();
                             redis::cmd("HSET")
                                 .arg(key(k))
                                 .arg("tokens")
