@@ -343,8 +343,9 @@ impl Admin {
                 self.call(|c| redis::cmd("MGET").arg(&keys[0]).arg(&keys[1]).query(c))?;
             for (lane, raw) in [Lane::Global, Lane::HotLane].into_iter().zip(stored) {
                 if let Some(spec) = set.get(lane) {
-                    // Read as the next decision reads it (the level carried over a change).
-                    let bucket = raw.as_deref().and_then(StoredBucket::parse);
+                    // Read as the next decision reads it (the level carried over a change;
+                    // a value no engine reads is a missing key: full).
+                    let bucket = raw.as_deref().and_then(StoredBucket::read_like_the_script);
                     let (tat, _) = StoredBucket::effective_tat(
                         bucket.as_ref(),
                         spec,

@@ -5,4 +5,5 @@
 
 pub mod admin;
 pub mod scan;
+pub mod shop_id;
 pub mod valkey;

@@ -2,9 +2,12 @@
 //! Valkey URL forms as the extension (redis://, valkey://, unix://, valkey+cluster://,
 //! user:password@).
 
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
 use checkout_guard_cli::admin::{Admin, Status};
+use checkout_guard_cli::shop_id;
 use checkout_guard_model::{live, Lane};
 use clap::{Args, Subcommand};
 use serde_json::json;
@@ -56,15 +59,17 @@ enum LimiterCommand {
         #[arg(long, env = "USER", default_value = "unknown")]
         by: String,
     },
-    /// Marks a shop hot for every worker (as markHot()).
+    /// Marks a shop hot for every worker (as markHot()). SHOP as `status` shows it: `\\` is
+    /// a backslash, `\xHH` a byte (a shop ID that is not UTF-8).
     Hot {
-        shop: String,
+        shop: OsString,
         /// How long.
         #[arg(long, default_value_t = 3600)]
         ttl: i64,
     },
     /// Ends a shop's hot mark (manual or automatic); hot_shops listed in code stay hot.
-    Unhot { shop: String },
+    /// SHOP as `status` shows it (`\\`, `\xHH`).
+    Unhot { shop: OsString },
     /// Prints the decision script and, per shop, the KEYS and ARGV of one decision as the
     /// extension encodes it (JSON; nothing is sent): for benchmarks and hand checks with
     /// `EVAL`/`EVALSHA`.
@@ -74,8 +79,9 @@ enum LimiterCommand {
         global: String,
         #[arg(long, default_value_t = 1)]
         tokens: i64,
+        /// Shop IDs as `status` shows them (`\\`, `\xHH`).
         #[arg(required = true)]
-        shops: Vec<String>,
+        shops: Vec<OsString>,
     },
 }
 
@@ -124,15 +130,22 @@ pub fn run(args: LimiterArgs) -> Result<(), String> {
             println!("  new: {}", done.new);
         }
         LimiterCommand::Hot { shop, ttl } => {
-            admin.hot(shop.as_bytes(), ttl)?;
-            println!("limiter {}: shop {shop:?} hot for {ttl} s", args.name);
+            let raw = shop_id::unescape(shop.as_bytes())?;
+            admin.hot(&raw, ttl)?;
+            println!(
+                "limiter {}: shop \"{}\" hot for {ttl} s",
+                args.name,
+                shop_id::escape(&raw)
+            );
         }
         LimiterCommand::Call { .. } => unreachable!("handled above"),
         LimiterCommand::Unhot { shop } => {
-            let was = admin.unhot(shop.as_bytes())?;
+            let raw = shop_id::unescape(shop.as_bytes())?;
+            let was = admin.unhot(&raw)?;
             println!(
-                "limiter {}: shop {shop:?} {}",
+                "limiter {}: shop \"{}\" {}",
                 args.name,
+                shop_id::escape(&raw),
                 if was {
                     "no longer marked hot"
                 } else {
@@ -157,8 +170,10 @@ fn parse_change(arg: &str) -> Result<(Lane, Option<(i64, f64)>), String> {
     live::parse_bucket(lane, value).map(|b| (lane, Some(b)))
 }
 
+/// A shop ID as text and JSON show it: escaped (see [`shop_id`]), the form `hot`/`unhot`
+/// take back.
 fn shop_text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+    shop_id::escape(b)
 }
 
 fn status_text(name: &str, st: &Status) -> String {
@@ -223,7 +238,7 @@ fn status_text(name: &str, st: &Status) -> String {
             "no expiry".to_string()
         };
         out.push_str(&format!(
-            "  hot shop {:?}: {kind}, {until}\n",
+            "  hot shop \"{}\": {kind}, {until}\n",
             shop_text(shop)
         ));
     }
@@ -235,7 +250,7 @@ fn status_text(name: &str, st: &Status) -> String {
             } else {
                 0.0
             };
-            out.push_str(&format!(", {:?} {share:.0}%", shop_text(shop)));
+            out.push_str(&format!(", \"{}\" {share:.0}%", shop_text(shop)));
         }
         out.push('\n');
     }
@@ -277,8 +292,8 @@ fn status_json(name: &str, st: &Status) -> serde_json::Value {
         "module_decisions": st.module_decisions,
         "problems": st.problems,
         "buckets": st.levels.iter().map(|(l, level, cap)| json!({"bucket": l.as_str(), "tokens": level, "capacity": cap})).collect::<Vec<_>>(),
-        "hot_shops": st.hot.iter().map(|(s, kind, ttl)| json!({"shop": shop_text(s), "kind": kind, "ttl_ms": ttl})).collect::<Vec<_>>(),
-        "window": st.window.as_ref().map(|w| json!({"tokens": w.total, "shops": w.shops.iter().map(|(s, n)| json!({"shop": shop_text(s), "tokens": n})).collect::<Vec<_>>()})),
+        "hot_shops": st.hot.iter().map(|(s, kind, ttl)| json!({"shop": shop_text(s), "shop_hex": shop_id::hex(s), "kind": kind, "ttl_ms": ttl})).collect::<Vec<_>>(),
+        "window": st.window.as_ref().map(|w| json!({"tokens": w.total, "shops": w.shops.iter().map(|(s, n)| json!({"shop": shop_text(s), "shop_hex": shop_id::hex(s), "tokens": n})).collect::<Vec<_>>()})),
         "decisions": st.decisions.as_ref().ok(),
         "decisions_error": st.decisions.as_ref().err(),
         "decisions_seconds": st.decisions_seconds,
@@ -292,7 +307,7 @@ fn encoded_calls(
     name: &str,
     global: &str,
     tokens: i64,
-    shops: &[String],
+    shops: &[OsString],
 ) -> Result<String, String> {
     use checkout_guard_model::call::{decide_source, AutoHotArgs, DecideCall, LaneArgs, ShopKeys};
     use checkout_guard_model::options::validate_name;
@@ -306,24 +321,29 @@ fn encoded_calls(
     let settings = live::describe(&set);
     let keys = Keys::new(name);
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let shops = shops
+        .iter()
+        .map(|s| shop_id::unescape(OsStr::as_bytes(s)))
+        .collect::<Result<Vec<_>, _>>()?;
     let calls: Vec<_> = shops
         .iter()
         .map(|shop| {
-            let shop_keys = ShopKeys::new(&keys, shop.as_bytes());
+            let shop = shop.as_slice();
+            let shop_keys = ShopKeys::new(&keys, shop);
             let call = DecideCall {
                 keys: shop_keys.decide_keys(),
                 tokens,
                 static_hot: false,
                 lanes: &lanes,
                 version: b"",
-                shop: shop.as_bytes(),
+                shop,
                 auto_hot: &auto,
                 settings: &settings,
                 peek: false,
                 max_wait_us: 0,
             };
             json!({
-                "shop": shop,
+                "shop": shop_text(shop),
                 "keys": call.keys().iter().map(|k| text(k)).collect::<Vec<_>>(),
                 "argv": call.argv().iter().map(|a| text(a)).collect::<Vec<_>>(),
             })

@@ -157,6 +157,11 @@ pub struct StoredBucket {
     pub change: Option<i64>,
 }
 
+/// The largest number a stored bucket value may hold in any of its fields (2^53 - 1): the
+/// script reads them as Lua numbers (doubles), exact up to here. A TAT in µs reaches it in
+/// the year 2255.
+pub const MAX_STORED_NUMBER: i64 = (1 << 53) - 1;
+
 /// Room for an encoded [`StoredBucket`]: four integers of at most 20 characters and
 /// three separators.
 #[derive(Debug, Clone)]
@@ -214,12 +219,32 @@ impl StoredBucket {
     }
 
     /// A stored value as the decision script reads it (`carry.lua`):
-    /// `tat:interval:tolerance[:change]` in digits only, or a bare integer (a TAT written
-    /// before buckets carried their limits). Anything else (signs, other separators,
-    /// text) is unreadable: the script fails on it. (Lua's `tonumber` would also take a
-    /// float or hex TAT written by hand; this refuses them.)
+    /// `tat:interval:tolerance[:change]` in ASCII digits only, or a bare TAT in digits only
+    /// (written before buckets carried their limits); each number at most
+    /// [`MAX_STORED_NUMBER`] (2^53 - 1, where Lua's doubles are still exact; leading
+    /// zeros are fine) and the interval at least 1. Anything else (signs, spaces, floats,
+    /// exponents, other separators, text such as another library's serialized state, a
+    /// number beyond the bound) is `None`: every engine then decides as if the key were
+    /// missing (a full bucket) and the next write replaces it.
     pub fn read_like_the_script(raw: &[u8]) -> Option<Self> {
-        let digits = |p: &[u8]| !p.is_empty() && p.iter().all(u8::is_ascii_digit);
+        // Digits only, read without overflow, at most MAX_STORED_NUMBER.
+        let num = |p: &[u8]| -> Option<i64> {
+            if p.is_empty() {
+                return None;
+            }
+            let mut n: i64 = 0;
+            for &b in p {
+                let d = b.wrapping_sub(b'0');
+                if d > 9 {
+                    return None;
+                }
+                n = n * 10 + i64::from(d);
+                if n > MAX_STORED_NUMBER {
+                    return None;
+                }
+            }
+            Some(n)
+        };
         // Split on ':' without collecting (this runs on every decision): at most 4 parts.
         let mut parts: [&[u8]; 4] = [&[]; 4];
         let mut n = 0;
@@ -230,55 +255,28 @@ impl StoredBucket {
             parts[n] = part;
             n += 1;
         }
-        // Digits only, read as `parse` reads them (one past i64 is unreadable too).
-        let num = |p: &[u8]| digits(p).then(|| crate::server::parse_i64(p)).flatten();
+        let params = |i: &[u8], t: &[u8]| Some((num(i).filter(|&i| i >= 1)?, num(t)?));
         match &parts[..n] {
             [a, i, t] => Some(Self {
                 tat: num(a)?,
-                params: Some((num(i)?, num(t)?)),
+                params: Some(params(i, t)?),
                 change: None,
             }),
             [a, i, t, w] => Some(Self {
                 tat: num(a)?,
-                params: Some((num(i)?, num(t)?)),
+                params: Some(params(i, t)?),
                 change: match w.is_empty() {
                     true => None,
                     false => Some(num(w)?),
                 },
             }),
-            [bare] => {
-                let text = std::str::from_utf8(bare).ok()?.trim();
-                text.parse::<i64>().ok().map(|tat| Self {
-                    tat,
-                    params: None,
-                    change: None,
-                })
-            }
+            [bare] => Some(Self {
+                tat: num(bare)?,
+                params: None,
+                change: None,
+            }),
             _ => None,
         }
-    }
-
-    /// Parses a stored value (`None` when it is not one).
-    pub fn parse(raw: &[u8]) -> Option<Self> {
-        let text = std::str::from_utf8(raw).ok()?;
-        let mut parts = text.split(':');
-        let tat = parts.next()?.parse().ok()?;
-        let (params, change) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
-            (None, ..) => (None, None),
-            (Some(i), Some(t), w, None) => {
-                let change = match w {
-                    None | Some("") => None,
-                    Some(w) => Some(w.parse().ok()?),
-                };
-                (Some((i.parse().ok()?, t.parse().ok()?)), change)
-            }
-            _ => return None,
-        };
-        Some(Self {
-            tat,
-            params,
-            change,
-        })
     }
 
     /// The bucket's TAT at `now` under `spec`, and whether it was carried over from other
@@ -314,7 +312,9 @@ impl StoredBucket {
                 let credit = ((credit as f64 / old_interval as f64 * interval as f64).floor()
                     as i64)
                     .min(tolerance);
-                x = c + tolerance - credit;
+                // Saturating: only a value no release writes (a TAT decades ahead) gets
+                // near the ends of i64.
+                x = c.saturating_add(tolerance).saturating_sub(credit);
                 moved = true;
             }
         }
@@ -486,35 +486,86 @@ mod tests {
         ] {
             assert_eq!(StoredBucket::read_like_the_script(bad), None, "{bad:?}");
         }
+        // Values Lua's tonumber would take but no release writes: foreign (a missing key).
+        for foreign in [
+            &b" 17 "[..],
+            b"17 ",
+            b"+4",
+            b"-3",
+            b"5.5",
+            b"1e3",
+            b"0x10",
+            b"inf",
+            b"nan",
+            b"9007199254740992",
+            b"99999999999999999999999999",
+            b"17abc",
+            b"5:0:5:",
+            b"5:1:5: ",
+            b"a:s:2:{i:0;i:1;}",
+        ] {
+            assert_eq!(
+                StoredBucket::read_like_the_script(foreign),
+                None,
+                "{foreign:?}"
+            );
+        }
+        let max = MAX_STORED_NUMBER.to_string();
         assert_eq!(
-            StoredBucket::read_like_the_script(b" 17 ").map(|b| b.tat),
-            Some(17)
+            StoredBucket::read_like_the_script(max.as_bytes()).map(|b| b.tat),
+            Some(MAX_STORED_NUMBER)
+        );
+        assert_eq!(
+            StoredBucket::read_like_the_script(b"000000000000000000000000017:01:0:").unwrap(),
+            StoredBucket {
+                tat: 17,
+                params: Some((1, 0)),
+                change: None
+            }
         );
     }
 
-    /// The reading before it was made allocation-free, kept as the reference.
+    /// The reading spelled out with allocations, kept as the reference: digits only,
+    /// each number at most MAX_STORED_NUMBER, the interval at least 1.
     fn read_like_the_script_before(raw: &[u8]) -> Option<StoredBucket> {
-        let digits = |p: &[u8]| !p.is_empty() && p.iter().all(u8::is_ascii_digit);
-        let parts: Vec<&[u8]> = raw.split(|&b| b == b':').collect();
-        let shaped = match parts.as_slice() {
-            [a, i, t] => digits(a) && digits(i) && digits(t),
-            [a, i, t, w] => digits(a) && digits(i) && digits(t) && (w.is_empty() || digits(w)),
-            [bare] => {
-                let text = std::str::from_utf8(bare).ok()?.trim();
-                return text.parse::<i64>().ok().map(|tat| StoredBucket {
-                    tat,
-                    params: None,
-                    change: None,
-                });
+        let text = std::str::from_utf8(raw).ok()?;
+        let num = |p: &str| -> Option<i64> {
+            if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
             }
-            _ => false,
+            let n: u128 = p.parse().ok()?;
+            (n <= MAX_STORED_NUMBER as u128).then_some(n as i64)
         };
-        shaped.then(|| StoredBucket::parse(raw)).flatten()
+        let parts: Vec<&str> = text.split(':').collect();
+        let (tat, rest) = parts.split_first()?;
+        let tat = num(tat)?;
+        match rest {
+            [] => Some(StoredBucket {
+                tat,
+                params: None,
+                change: None,
+            }),
+            [i, t] | [i, t, ""] => Some(StoredBucket {
+                tat,
+                params: Some((num(i).filter(|&i| i > 0)?, num(t)?)),
+                change: None,
+            }),
+            [i, t, w] => Some(StoredBucket {
+                tat,
+                params: Some((num(i).filter(|&i| i > 0)?, num(t)?)),
+                change: Some(num(w)?),
+            }),
+            _ => None,
+        }
     }
 
     #[test]
     fn reading_a_stored_bucket_is_what_it_was() {
-        let pieces: [&[u8]; 16] = [
+        let pieces: [&[u8]; 20] = [
+            b"9007199254740991",
+            b"9007199254740992",
+            b"0000000000000000000000000000009",
+            b"1:",
             b"",
             b"0",
             b"17",

@@ -5,8 +5,8 @@
 //!
 //! Order, as the script's: read the hot flag, the buckets, the version and the settings
 //! (other types read as nil, like `MGET`); a version other than the caller's answers
-//! "limits changed" with nothing done; a bucket the decision reads that cannot be read
-//! fails the call before any write; then the buckets taken from (or carried over), the
+//! "limits changed" with nothing done; a bucket value that no engine reads is a missing
+//! key; then the buckets taken from (or carried over), the
 //! `auto_hot` window and mark, and the settings when they differ.
 
 use crate::bucket::{BucketSet, BucketSpec, EncodedBucket, Lane, StoredBucket};
@@ -229,17 +229,11 @@ pub fn decide_on(
         if call.buckets.get(lane).is_none() || (lane != Lane::Global && !hot) {
             continue;
         }
-        buckets[lane as usize] = ks.read_string(key, |raw| match raw {
-            None => Ok(None),
-            Some(raw) => match StoredBucket::read_like_the_script(raw) {
-                None => Err(format!(
-                    "ERR unreadable bucket {:?} at {:?}",
-                    String::from_utf8_lossy(raw),
-                    String::from_utf8_lossy(key)
-                )),
-                parsed => Ok(parsed),
-            },
-        })?;
+        // A value no engine reads (another library's, a hand edit) and a key of another
+        // type are a missing key, as the script reads them: a full bucket, replaced by
+        // the next write.
+        buckets[lane as usize] =
+            ks.read_string(key, |raw| raw.and_then(StoredBucket::read_like_the_script));
     }
     // A peek reads the window counters (it fails where acquire() would) but counts
     // nothing for `auto_hot`.

@@ -196,3 +196,47 @@ fn hot_marks_from_the_admin_side() {
         .unwrap()
         .contains("name"));
 }
+
+/// A value no engine reads in the global bucket's key (Symfony's serialized window, a
+/// number beyond 2^53): `status` shows the bucket full, as the next decision reads it; a
+/// live change carries it over as a full bucket and replaces it; the decision after it
+/// takes from a full bucket.
+#[test]
+fn a_foreign_bucket_value_is_a_full_bucket_for_status_and_live_changes() {
+    let valkey = common::Valkey::start();
+    let mut conn = valkey.connection();
+    let keys = checkout_guard_model::Keys::new("foreign");
+    let l = limiter(&valkey.url, "foreign", vec![]);
+    assert_eq!(l.acquire(b"s", 1).unwrap().remaining, 9_999);
+    let admin = Admin::new(&valkey.url, "foreign", Duration::from_secs(2)).unwrap();
+    for value in [
+        &br#"O:55:"Symfony\Component\RateLimiter\Tests\Resources\DummyWindow":0:{}"#[..],
+        b"9007199254740992",
+        b"1800000000000000junk",
+    ] {
+        redis::cmd("SET")
+            .arg(keys.global())
+            .arg(value)
+            .query::<()>(&mut conn)
+            .unwrap();
+        let st = admin.status("none", 60).unwrap();
+        assert_eq!(st.levels, vec![(Lane::Global, 10_000, 10_000)], "{value:?}");
+    }
+    admin
+        .set(&[(Lane::Global, Some((50, 0.001)))], "t")
+        .unwrap();
+    let left: Option<Vec<u8>> = redis::cmd("GET")
+        .arg(keys.global())
+        .query(&mut conn)
+        .unwrap();
+    assert_ne!(
+        left.as_deref(),
+        Some(&b"1800000000000000junk"[..]),
+        "replaced"
+    );
+    assert_eq!(
+        admin.status("none", 60).unwrap().levels,
+        vec![(Lane::Global, 50, 50)]
+    );
+    assert_eq!(l.acquire(b"s", 1).unwrap().remaining, 49);
+}

@@ -379,7 +379,8 @@ fn production_script_uses_valkeys_clock_and_lets_idle_buckets_expire() {
 /// the production script (on a test clock), the native module's `CG.DECIDE` (loaded with
 /// `test-clock`) and the in-memory store (the model's `server::decide_on`). The sequences
 /// have `auto_hot`, static and marked hot shops, marks removed, live changes (new limits
-/// and version, buckets carried over), data loss, and peeks (decide, write nothing). Marks live 1,000 s, longer than any
+/// and version, buckets carried over), data loss, foreign values written into bucket keys
+/// (other formats, other types), and peeks (decide, write nothing). Marks live 1,000 s, longer than any
 /// sequence, so Valkey's real clock and the simulated one never disagree about them; the
 /// mark's PTTL (real in Valkey) is compared by sign only.
 #[test]
@@ -408,6 +409,7 @@ fn script_module_and_model_agree_on_random_sequences() {
     println!("seed {seed} (CG_MODEL_SEED={seed} repeats it)");
     let mut rng = Rng::new(seed);
     let (mut became, mut changes, mut carried, mut peeks, mut reserved) = (0, 0, 0, 0, 0);
+    let mut foreign = 0;
     for seq in 0..40 {
         let mem = MemoryStore::new();
         // As the test-clock script and module: buckets live an hour longer.
@@ -468,6 +470,77 @@ fn script_module_and_model_agree_on_random_sequences() {
                             .unwrap();
                     }
                     mem.set(&mem_keys.limits_version(), version.as_bytes());
+                    continue;
+                }
+                14..=16 => {
+                    // A foreign value in a bucket key (another library's state, an older
+                    // release's, a hand edit): what no engine reads is a missing key (a
+                    // full bucket) in all three, replaced by the next write; what reads is
+                    // read alike (leading zeros, a bare TAT).
+                    foreign += 1;
+                    let lane = rng.range(0, 2);
+                    let key = |k: &Keys| match lane {
+                        0 => k.global(),
+                        1 => k.hot_lane(),
+                        _ => k.hot_shop(&shop),
+                    };
+                    let bare_tat = format!("{}", now + rng.range(-2_000_000, 2_000_000));
+                    let zeros = format!("000{}", now + rng.range(0, 1_000_000));
+                    let spec = set.get(Lane::ALL[lane as usize]).unwrap_or(&set.global);
+                    let padded = format!(
+                        "{}:000{}:0{}:",
+                        now + rng.range(0, 1_000_000),
+                        spec.interval_us(),
+                        spec.tolerance_us()
+                    );
+                    let forms: [&[u8]; 20] = [
+                        b"abc",
+                        b"",
+                        b"1e3",
+                        b" 5",
+                        b"5.5",
+                        b"-3",
+                        b"0x10",
+                        b"nan",
+                        b"99999999999999999999999",
+                        b"9007199254740992",
+                        b"1800000000000000junk",
+                        b"1800000000000000:100000:1000000:x",
+                        b"1800000000000000:0:0:",
+                        br#"O:56:"Symfony\Component\RateLimiter\Tests\Resources\DummyWindow":0:{}"#,
+                        br#"a:3:{s:2:"id";s:3:"foo";s:6:"tokens";d:4.5;s:5:"timer";d:1.7E9;}"#,
+                        b"\xff\x00",
+                        bare_tat.as_bytes(),
+                        zeros.as_bytes(),
+                        padded.as_bytes(),
+                        b"hash",
+                    ];
+                    let value = forms[rng.range(0, forms.len() as i64 - 1) as usize];
+                    for k in [&lua_keys, &mod_keys] {
+                        let _: () = if value == b"hash" {
+                            redis::cmd("DEL")
+                                .arg(key(k))
+                                .query::<()>(&mut conn)
+                                .unwrap();
+                            redis::cmd("HSET")
+                                .arg(key(k))
+                                .arg("tokens")
+                                .arg(3)
+                                .query(&mut conn)
+                                .unwrap()
+                        } else {
+                            redis::cmd("SET")
+                                .arg(key(k))
+                                .arg(value)
+                                .query(&mut conn)
+                                .unwrap()
+                        };
+                    }
+                    if value == b"hash" {
+                        mem.set_hash(&key(&mem_keys), &[(b"tokens", b"3")]);
+                    } else {
+                        mem.set(&key(&mem_keys), value);
+                    }
                     continue;
                 }
                 13 => {
@@ -559,4 +632,5 @@ fn script_module_and_model_agree_on_random_sequences() {
     assert!(carried > 0, "seed {seed}: no decision after a live change");
     assert!(peeks > 0, "seed {seed}: no peek");
     assert!(reserved > 0, "seed {seed}: no reservation waited");
+    assert!(foreign > 0, "seed {seed}: no foreign value written");
 }

@@ -65,9 +65,10 @@ fn valkey_store(v: &Valkey) -> ValkeyStore {
 }
 
 /// MemoryStore claims hand-written values "read as Valkey would read them". A bucket key
-/// holding something the script cannot read: the script fails (error reply, the limiter
-/// applies `on_unavailable`), the in-memory store reads it as a missing key (a full
-/// bucket) and allows.
+/// holding something no engine reads (another library's value, a hand edit) is a missing
+/// key for the script and the in-memory store alike: a full bucket, and the call is
+/// allowed (it was a script error, answered by `on_unavailable`, until issue 23). The
+/// readable values here are TATs long past: full too.
 #[test]
 fn memory_store_and_script_agree_on_an_unreadable_bucket_value() {
     let valkey = Valkey::start();
@@ -88,6 +89,12 @@ fn memory_store_and_script_agree_on_an_unreadable_bucket_value() {
         b"1:2:3:",
         b"1:2:3:4",
         b"99999999999999:100000:900000:1",
+        br#"O:55:"Symfony\Component\RateLimiter\Tests\Resources\DummyWindow":0:{}"#,
+        b"1e3",
+        b"5.5",
+        b"-3",
+        b"99999999999999999999",
+        b"1800000000000000junk",
     ] {
         redis::cmd("SET")
             .arg(keys.global())
@@ -103,6 +110,12 @@ fn memory_store_and_script_agree_on_an_unreadable_bucket_value() {
             m,
             r,
             "global bucket = {:?}: MemoryStore answers {m}, the script {r}",
+            String::from_utf8_lossy(raw)
+        );
+        assert_eq!(
+            r,
+            "decided reason=0 hot=false",
+            "global bucket = {:?}: a full bucket",
             String::from_utf8_lossy(raw)
         );
     }

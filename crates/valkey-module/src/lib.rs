@@ -10,8 +10,9 @@
 //! (`READONLY`) and a Valkey over `maxmemory` refuses it, as the `#!lua` script is
 //! refused; it is never replicated as itself (a replica, or an AOF replay, would decide
 //! again on another clock): each write is replicated as its effect, with absolute expiry
-//! times. Everything that can fail (an unreadable bucket, bad arguments, a window key of
-//! another type) fails before the first write, so an error leaves the keys as they were.
+//! times. Everything that can fail (bad arguments, a window key of another type) fails
+//! before the first write, so an error leaves the keys as they were; a bucket value no
+//! engine reads is a missing key (see `StoredBucket::read_like_the_script`).
 //!
 //! What one call costs is most of what the decision is worth here (a `SET` costs Valkey
 //! about 0.3 µs), so the command works on Valkey's key API directly, as a command of

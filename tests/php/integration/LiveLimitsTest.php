@@ -156,4 +156,58 @@ final class LiveLimitsTest extends LimiterTestCase
         $this->assertSame(2, $code);
         $this->assertStringContainsString('name', $err);
     }
+
+    public function testShopIdsThatAreNotUtf8AreShownDistinctlyAndTakenBackByHotAndUnhot(): void
+    {
+        $name = self::uniqueName('oncall-bytes');
+        $l = $this->named($name);
+        // Two shops that a lossy rendering shows alike, one that is valid UTF-8 and holds
+        // what looks like an escape, and one with a backslash.
+        $shops = ["shop-\xff" => 'shop-\\xff', "shop-\xfe" => 'shop-\\xfe', 'shop-\\xff' => 'shop-\\\\xff', 'a\\b' => 'a\\\\b', "caf\u{e9}" => "caf\u{e9}"];
+        foreach (array_keys($shops) as $shop) {
+            $l->markHot((string) $shop, 600);
+        }
+        [$code, $out, $err] = Cli::limiter(self::url(), $name, 'status', '--json');
+        $this->assertSame(0, $code, $err);
+        $st = json_decode($out, true, 512, JSON_THROW_ON_ERROR);
+        $shown = array_column($st['hot_shops'], 'shop', 'shop_hex');
+        ksort($shown);
+        $want = [];
+        foreach ($shops as $raw => $escaped) {
+            $want[bin2hex((string) $raw)] = $escaped;
+        }
+        ksort($want);
+        $this->assertSame($want, $shown, 'every shop distinct, escaped, with its bytes in hex');
+        [$code, $text] = Cli::limiter(self::url(), $name, 'status');
+        $this->assertSame(0, $code);
+        foreach ($shops as $escaped) {
+            $this->assertStringContainsString("hot shop \"$escaped\": marked, until", $text);
+        }
+        // The shown form ends the mark of exactly that shop, in Valkey.
+        foreach ($shops as $raw => $escaped) {
+            $raw = (string) $raw;
+            $this->assertTrue($l->isHot($raw));
+            [$code, $out, $err] = Cli::limiter(self::url(), $name, 'unhot', $escaped);
+            $this->assertSame(0, $code, $err);
+            $this->assertStringContainsString("shop \"$escaped\" no longer marked hot", $out);
+            $this->assertFalse($l->isHot($raw), "$escaped: mark ended");
+            $this->assertSame(0, self::redis()->exists("{cg:$name}:hot:$raw"), "$escaped: flag gone");
+        }
+        // And hot takes it back the same way.
+        [$code, $out, $err] = Cli::limiter(self::url(), $name, 'hot', 'shop-\\xff', '--ttl', '60');
+        $this->assertSame(0, $code, $err);
+        $this->assertTrue($l->isHot("shop-\xff"));
+        $this->assertFalse($l->isHot("shop-\xfe"));
+        $this->assertFalse($l->isHot('shop-\\xff'));
+        // The raw bytes as an argument (bash's $'shop-\xff') are that shop too.
+        [$code, $out, $err] = Cli::limiter(self::url(), $name, 'unhot', "shop-\xff");
+        $this->assertSame(0, $code, $err);
+        $this->assertStringContainsString('shop "shop-\\xff" no longer marked hot', $out);
+        $this->assertFalse($l->isHot("shop-\xff"));
+        // A backslash that is no escape is refused, naming the form, and nothing is marked.
+        [$code, , $err] = Cli::limiter(self::url(), $name, 'hot', 'a\\b');
+        $this->assertSame(2, $code);
+        $this->assertStringContainsString('bad escape', $err);
+        $this->assertFalse($l->isHot('a\\b'));
+    }
 }

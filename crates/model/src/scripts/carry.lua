@@ -1,18 +1,26 @@
 -- A stored bucket read under other limits: its level in tokens carried over.
 -- The Lua twin of StoredBucket::effective_tat (bucket.rs); contract in call.rs.
+-- A value this project does not write (another library's, a hand edit: see
+-- StoredBucket::read_like_the_script) reads as nil: a missing key, a full bucket.
 local function carry(s, si, st, interval, tol, now, change)
+  local big = 9007199254740991
   local a, oi, ot, w = string.match(s, '^(%d+):(%d+):(%d+):?(%d*)$')
-  if not a then return tonumber(s), false end
-  local x = tonumber(a)
-  if oi == si and ot == st then return x, false end
+  if not a then
+    a = string.match(s, '^%d+$')
+    if a and tonumber(a) <= big then return tonumber(a), false end
+    return nil, false
+  end
+  local x, i, o = tonumber(a), tonumber(oi), tonumber(ot)
+  if x > big or i > big or o > big or i < 1 or (w ~= '' and tonumber(w) > big) then return nil, false end
+  if i == interval and o == tol then return x, false end
   local c = now
-  if change ~= '' and w ~= change then
+  if change ~= '' and (w == '' or tonumber(w) ~= tonumber(change)) then
     c = tonumber(change)
     if c > now then c = now end
   end
-  local credit = tonumber(ot) - (x - c)
-  if credit > tonumber(ot) then credit = tonumber(ot) end
-  credit = math.floor(credit / tonumber(oi) * interval)
+  local credit = o - (x - c)
+  if credit > o then credit = o end
+  credit = math.floor(credit / i * interval)
   if credit > tol then credit = tol end
   return c + tol - credit, true
 end

@@ -26,7 +26,8 @@ for i = 1, last do
     local x = now
     local s = v[i + 1]
     if s then
-      x, moved[i] = carry(s, ARGV[1 + 2 * i], ARGV[2 + 2 * i], interval, tol, now, change)
+      local y, m = carry(s, ARGV[1 + 2 * i], ARGV[2 + 2 * i], interval, tol, now, change)
+      if y then x, moved[i] = y, m end
       if x < now then x = now end
     end
     tat[i] = x

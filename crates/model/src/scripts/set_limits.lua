@@ -18,13 +18,14 @@ for j = 0, 1 do
   local oi, ot, ni, nt = ARGV[7 + 2 * j], ARGV[8 + 2 * j], ARGV[11 + 2 * j], ARGV[12 + 2 * j]
   if tonumber(ni) > 0 then
     local s = redis.pcall('GET', KEYS[4 + j])
-    if type(s) ~= 'string' then
-      s = nil
-      if tonumber(oi) > 0 then s = string.format('%d:%s:%s:', now, oi, ot) end
+    local x, moved
+    if type(s) == 'string' then x, moved = carry(s, ni, nt, tonumber(ni), tonumber(nt), now, change) end
+    -- Missing, another type or a value no engine reads: full at the old limits.
+    if not x and tonumber(oi) > 0 then
+      x, moved = carry(string.format('%d:%s:%s:', now, oi, ot), ni, nt, tonumber(ni), tonumber(nt), now, change)
     end
-    if s then
-      local x, moved = carry(s, ni, nt, tonumber(ni), tonumber(nt), now, change)
-      if moved and x and x > now then
+    if x then
+      if moved and x > now then
         redis.call('SET', KEYS[4 + j], string.format('%d:%s:%s:%s', x, ni, nt, change), 'PX', math.floor((x - now) / 1000) + 1)
       elseif moved then
         redis.call('DEL', KEYS[4 + j])
