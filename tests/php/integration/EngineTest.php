@@ -97,7 +97,7 @@ final class EngineTest extends LimiterTestCase
             $l = new \CheckoutGuard\RateLimiter([
                 'name' => self::uniqueName('engine-load'),
                 'url' => $v->url(),
-                'global' => self::bucket(1_000_000),
+                'global' => self::bucket(1_000_000, 1000.0),
                 'engine' => 'auto',
             ]);
             $admin = $v->client();
