@@ -55,6 +55,48 @@ pub struct Health {
     /// Which engine made this process's last decision on the endpoint: "module" (the
     /// native `CG.DECIDE`), "lua" (the script), or none yet.
     pub engine: Option<&'static str>,
+    /// Whether this process's recent decisions could be made (for the limiter's engine
+    /// setting): kept apart from the connection's state, which a PING can clear.
+    pub decisions: Decisions,
+}
+
+/// Failed decisions in a row at or above which [`Decisions::failing`] says so.
+pub const FAILING_AFTER: u32 = 3;
+
+/// The outcomes of this process's decisions on one endpoint with one engine setting: a
+/// decision that got no answer from the engine (connection down, error reply such as OOM
+/// or an unknown `CG.DECIDE`, the back-off) is a failed one, whatever a PING says.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Decisions {
+    /// When a decision last succeeded.
+    pub last_ok_at: Option<SystemTime>,
+    /// The last failed decision's error and when it happened; kept until a decision
+    /// succeeds.
+    pub last_error: Option<(String, SystemTime)>,
+    /// Decisions that failed since the last that succeeded.
+    pub failed_in_row: u32,
+}
+
+impl Decisions {
+    /// The last [`FAILING_AFTER`] decisions all failed.
+    pub fn failing(&self) -> bool {
+        self.failed_in_row >= FAILING_AFTER
+    }
+
+    /// Records one decision's outcome.
+    pub fn record<T>(&mut self, outcome: &Result<T, StoreError>) {
+        match outcome {
+            Ok(_) => {
+                self.last_ok_at = Some(SystemTime::now());
+                self.last_error = None;
+                self.failed_in_row = 0;
+            }
+            Err(e) => {
+                self.last_error = Some((e.to_string(), SystemTime::now()));
+                self.failed_in_row = self.failed_in_row.saturating_add(1);
+            }
+        }
+    }
 }
 
 /// What a limiter asks of its store. Every method is one round trip at most.
