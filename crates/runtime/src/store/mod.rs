@@ -125,3 +125,34 @@ pub trait Store: Send + Sync + fmt::Debug {
         start.elapsed()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Failing takes FAILING_AFTER failures in a row; one success ends it and clears the
+    /// error; a failure keeps the time of the last success.
+    #[test]
+    fn decisions_fail_after_three_in_a_row_and_one_success_ends_it() {
+        let failed: Result<(), StoreError> = Err(StoreError::Failed {
+            cause: "OOM".into(),
+            retry_in: Duration::ZERO,
+        });
+        let mut d = Decisions::default();
+        d.record(&Ok::<(), StoreError>(()));
+        let ok_at = d.last_ok_at;
+        assert!(ok_at.is_some());
+        for n in 1..FAILING_AFTER {
+            d.record(&failed);
+            assert_eq!(d.failed_in_row, n);
+            assert!(!d.failing());
+        }
+        d.record(&failed);
+        assert!(d.failing());
+        assert_eq!(d.last_error.as_ref().map(|(e, _)| e.as_str()), Some("OOM"));
+        assert_eq!(d.last_ok_at, ok_at);
+        d.record(&Ok::<(), StoreError>(()));
+        assert!(!d.failing());
+        assert_eq!((d.failed_in_row, d.last_error.is_none()), (0, true));
+    }
+}
