@@ -89,7 +89,10 @@ impl RateLimiter {
     /// What a readiness check needs, from this process's pooled connection to the
     /// limiter's Valkey: ok, url (password masked), connected, circuit ("closed" or "open":
     /// after a failure calls fail at once for retry_in_ms), last_error,
-    /// consecutive_failures, connects, ping_ms and last_ping_at (unix seconds), pid.
+    /// consecutive_failures, connects, ping_ms and last_ping_at (unix seconds), pid; and
+    /// this process's decisions with the limiter's engine: last_decision_at (the last that
+    /// succeeded), last_decision_error and last_decision_error_at (kept until a decision
+    /// succeeds), consecutive_failed_decisions, decisions_failing (the last 3 failed).
     /// With `ping` one PING is sent over the pooled connection (never a new connection per
     /// call, nothing while the circuit is open); without it nothing is sent.
     #[php(defaults(ping = true))]
@@ -119,6 +122,25 @@ impl RateLimiter {
             out.insert("ping_ms", ms)?;
             out.insert("last_ping_at", at)?;
             out.insert("pid", i64::from(std::process::id()))?;
+            // This process's decisions with the limiter's engine, apart from the
+            // connection: a PING that answers clears none of it.
+            let d = &h.decisions;
+            let unix = |t: std::time::SystemTime| {
+                t.duration_since(std::time::UNIX_EPOCH)
+                    .ok()
+                    .map(|d| d.as_secs_f64())
+            };
+            out.insert("last_decision_at", d.last_ok_at.and_then(unix))?;
+            out.insert(
+                "last_decision_error",
+                d.last_error.as_ref().map(|(e, _)| e.clone()),
+            )?;
+            out.insert(
+                "last_decision_error_at",
+                d.last_error.as_ref().and_then(|(_, t)| unix(*t)),
+            )?;
+            out.insert("consecutive_failed_decisions", i64::from(d.failed_in_row))?;
+            out.insert("decisions_failing", d.failing())?;
             Ok(out)
         };
         build().map_err(|e| PhpException::from(e.to_string()))

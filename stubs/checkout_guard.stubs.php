@@ -84,7 +84,10 @@ namespace CheckoutGuard {
          * What a readiness check needs, from this process's pooled connection to the
          * limiter's Valkey: ok, url (password masked), connected, circuit ("closed" or "open":
          * after a failure calls fail at once for retry_in_ms), last_error,
-         * consecutive_failures, connects, ping_ms and last_ping_at (unix seconds), pid.
+         * consecutive_failures, connects, ping_ms and last_ping_at (unix seconds), pid; and
+         * this process's decisions with the limiter's engine: last_decision_at (the last that
+         * succeeded), last_decision_error and last_decision_error_at (kept until a decision
+         * succeeds), consecutive_failed_decisions, decisions_failing (the last 3 failed).
          * With `ping` one PING is sent over the pooled connection (never a new connection per
          * call, nothing while the circuit is open); without it nothing is sent.
          *

@@ -207,10 +207,11 @@ fn status_text(name: &str, st: &Status) -> String {
             "  PROBLEM: {p}; fix it with `limiter set BUCKET=...` or `BUCKET=default`\n"
         ));
     }
-    out.push_str(if st.module_loaded {
-        "  engine: the native module is loaded (CG.DECIDE): workers with engine auto or module decide with it"
+    let recheck = checkout_guard_model::options::MODULE_RECHECK_SECONDS;
+    out.push_str(&if st.module_loaded {
+        format!("  engine: the native module is loaded (CG.DECIDE): workers with engine module decide with it, with engine auto within {recheck} s of its loading (they ask again every {recheck} s while it is missing)")
     } else {
-        "  engine: no native module at this Valkey: workers decide with the Lua script (engine module cannot decide)"
+        "  engine: no native module at this Valkey: workers decide with the Lua script (engine module cannot decide)".to_string()
     });
     match st.module_decisions {
         Some(n) => out.push_str(&format!(

@@ -12,6 +12,11 @@ use CheckoutGuard\RateLimiter;
  *    decisions fall to on_unavailable for retry_interval_ms: the instance is degraded);
  *  - valkey:  one PING over the extension's pooled connection answers (no new connection
  *    per check; nothing is sent while the circuit is open);
+ *  - decisions: this worker's decisions can be made (a Valkey that answers PING may still
+ *    refuse every decision: at maxmemory, engine module without the module). Not ready
+ *    when the last 3 decisions failed; when none succeeded in the last 10 s (an idle or
+ *    a new worker), or after those 3 failures, one peek() on PROBE_SHOP decides (takes
+ *    nothing): ready if it was made. One failure among successes never fails it.
  *  - fpm:     php-fpm has a free worker besides the one answering, and nothing waits in its
  *    listen queue (skipped outside php-fpm).
  *
@@ -23,6 +28,12 @@ use CheckoutGuard\RateLimiter;
  */
 final class Readiness
 {
+    /** The shop ID of the peek() that probes whether a decision can be made. */
+    public const PROBE_SHOP = 'checkout-guard-readiness-probe';
+
+    /** Without a decision made within this time, the check makes one (a peek). */
+    public const DECISION_WINDOW_SECONDS = 10.0;
+
     /**
      * @param RateLimiter|null $limiter   null: the instance runs without a limiter
      * @param int              $minIdleWorkers free php-fpm workers required besides this one
@@ -67,6 +78,7 @@ final class Readiness
             } else {
                 $checks['valkey'] = ['ok' => false, 'url' => $state['url'], 'error' => 'not pinged: circuit open'];
             }
+            $checks['decisions'] = $this->decisions($checks['valkey']['ok']);
         }
         $checks['fpm'] = $this->fpm();
         $failed = array_keys(array_filter($checks, static fn (array $c) => !$c['ok']));
@@ -81,6 +93,40 @@ final class Readiness
         header('Content-Type: application/json');
         header('Cache-Control: no-store');
         echo json_encode($result, JSON_UNESCAPED_SLASHES), "\n";
+    }
+
+    /**
+     * Whether decisions can be made: from this worker's recent decisions, or from one
+     * peek() when they failed or are too old to tell (only while Valkey answered the PING:
+     * nothing more is sent to a Valkey that is down).
+     *
+     * @return array<string, mixed>
+     */
+    private function decisions(bool $reachable): array
+    {
+        \assert($this->limiter !== null);
+        $s = $this->limiter->health(false);
+        $at = $s['last_decision_at'];
+        $recent = $at !== null && microtime(true) - $at <= self::DECISION_WINDOW_SECONDS;
+        $probed = $reachable && ($s['decisions_failing'] || !$recent);
+        if ($probed) {
+            try {
+                $this->limiter->peek(self::PROBE_SHOP);
+            } catch (\Throwable) {
+                // on_unavailable = throw: the failure is in health() as any other.
+            }
+            $s = $this->limiter->health(false);
+            $ok = $s['consecutive_failed_decisions'] === 0;
+        } else {
+            $ok = !$s['decisions_failing'];
+        }
+        return [
+            'ok' => $ok,
+            'probed' => $probed,
+            'consecutive_failed' => $s['consecutive_failed_decisions'],
+            'last_decision_at' => $s['last_decision_at'],
+            'error' => $ok ? null : $s['last_decision_error'],
+        ];
     }
 
     /** @return array<string, mixed> */

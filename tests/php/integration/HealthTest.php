@@ -161,4 +161,107 @@ final class HealthTest extends OwnValkeyTestCase
         $this->assertSame('open', $second['checks']['limiter']['circuit']);
         $this->assertSame('not pinged: circuit open', $second['checks']['valkey']['error']);
     }
+
+    /** Valkey refuses every write (CONFIG SET maxmemory 1, noeviction) until the returned undo runs. */
+    private function fillMemory(): \Closure
+    {
+        $admin = $this->valkey->client();
+        $admin->rawCommand('CONFIG', 'SET', 'maxmemory-policy', 'noeviction');
+        $admin->rawCommand('CONFIG', 'SET', 'maxmemory', '1');
+        return static fn () => $admin->rawCommand('CONFIG', 'SET', 'maxmemory', '0');
+    }
+
+    public function testReadinessFailsWhileValkeyAtMaxmemoryRefusesEveryDecision(): void
+    {
+        $l = $this->own();
+        $readiness = new Readiness($l);
+        $this->assertTrue($l->acquire('s')->isAllowed());
+        $this->assertTrue($readiness->check()['ready']);
+        $undo = $this->fillMemory();
+        try {
+            for ($i = 0; $i < 20; $i++) {
+                $this->assertSame('unavailable', $l->acquire('s')->reason());
+            }
+            $r = $readiness->check();
+            $this->assertFalse($r['ready'], 'a PING answers, but no decision can be made: ' . json_encode($r));
+            $this->assertSame(['decisions'], $r['failed']);
+            $this->assertStringContainsString('OOM', (string) $r['checks']['decisions']['error']);
+            // The PING succeeded; health() still names the decisions' error until one succeeds.
+            $h = $l->health();
+            $this->assertTrue($h['ok'], 'the connection itself is fine');
+            $this->assertStringContainsString('OOM', (string) $h['last_error']);
+            $this->assertStringContainsString('OOM', (string) $h['last_decision_error']);
+            $this->assertIsFloat($h['last_decision_error_at']);
+            $this->assertTrue($h['decisions_failing']);
+            $this->assertSame(21, $h['consecutive_failed_decisions'], "20 acquire() and the check's peek");
+            $this->assertTrue($readiness->check()['checks']['decisions']['probed'], 'failing: probed every check');
+        } finally {
+            $undo();
+        }
+        // An instance out of rotation gets no checkouts: the check's own peek brings it back.
+        $back = $readiness->check();
+        $this->assertTrue($back['ready'], json_encode($back));
+        $this->assertTrue($back['checks']['decisions']['probed']);
+        $h = $l->health(false);
+        $this->assertNull($h['last_decision_error']);
+        $this->assertNull($h['last_error']);
+        $this->assertSame(0, $h['consecutive_failed_decisions']);
+        $this->assertFalse($h['decisions_failing']);
+        $this->assertIsFloat($h['last_decision_at']);
+    }
+
+    public function testOneOrTwoFailedDecisionsAmongSuccessesDoNotFailReadiness(): void
+    {
+        $l = $this->own();
+        $readiness = new Readiness($l);
+        for ($i = 0; $i < 5; $i++) {
+            $this->assertTrue($l->acquire('s')->isAllowed());
+        }
+        $undo = $this->fillMemory();
+        $this->assertSame('unavailable', $l->acquire('s')->reason());
+        $this->assertSame('unavailable', $l->acquire('s')->reason());
+        $undo();
+        $r = $readiness->check();
+        $this->assertTrue($r['ready'], json_encode($r));
+        $this->assertFalse($r['checks']['decisions']['probed'], 'a recent success and two failures: nothing sent');
+        $this->assertSame(2, $r['checks']['decisions']['consecutive_failed']);
+        $this->assertTrue($l->acquire('s')->isAllowed());
+        $this->assertSame(0, $l->health(false)['consecutive_failed_decisions']);
+
+        // A third failure in a row, and the probe failing too: not ready.
+        $undo = $this->fillMemory();
+        try {
+            for ($i = 0; $i < 3; $i++) {
+                $this->assertSame('unavailable', $l->acquire('s')->reason());
+            }
+            $this->assertTrue($l->health(false)['decisions_failing']);
+            $this->assertFalse($readiness->check()['ready']);
+        } finally {
+            $undo();
+        }
+    }
+
+    public function testReadinessFailsWithEngineModuleOnAValkeyWithoutTheModule(): void
+    {
+        $l = $this->own(['engine' => 'module']);
+        $readiness = new Readiness($l);
+        // A worker that has decided nothing yet: the check's peek finds it out.
+        $first = $readiness->check();
+        $this->assertFalse($first['ready'], json_encode($first));
+        $this->assertSame(['decisions'], $first['failed']);
+        $this->assertStringContainsString('module is not loaded', (string) $first['checks']['decisions']['error']);
+        for ($i = 0; $i < 20; $i++) {
+            $this->assertSame('unavailable', $l->acquire('s')->reason());
+        }
+        $this->assertFalse($readiness->check()['ready']);
+        $h = $l->health();
+        $this->assertTrue($h['ok'], 'PING answers');
+        $this->assertStringContainsString('module is not loaded', (string) $h['last_error']);
+        $this->assertStringContainsString('module is not loaded', (string) $h['last_decision_error']);
+        $this->assertNull($h['last_decision_at'], 'never decided');
+        // The same Valkey decides for a limiter with the script: its own state, ready.
+        $lua = $this->own(['engine' => 'lua']);
+        $this->assertTrue((new Readiness($lua))->check()['ready']);
+        $this->assertFalse($readiness->check()['ready'], 'the module limiter still cannot decide');
+    }
 }

@@ -69,6 +69,13 @@ impl OnUnavailable {
     }
 }
 
+/// How long `engine = auto` goes on with the script on a connection whose server had no
+/// usable `CG.DECIDE` before asking again (`COMMAND INFO`): a module loaded later
+/// (`MODULE LOAD`, a reload after an unload) decides within this time, on a connection
+/// that is never replaced too. A module that goes away is noticed at once, by its error
+/// reply.
+pub const MODULE_RECHECK_SECONDS: u64 = 5;
+
 /// Which engine decides in Valkey.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Engine {

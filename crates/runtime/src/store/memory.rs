@@ -463,6 +463,7 @@ impl Store for MemoryStore {
             connects: 1,
             last_ping: ping.then(|| (Duration::ZERO, SystemTime::now())),
             engine: Some("model"),
+            decisions: Default::default(),
         }
     }
 }

@@ -55,6 +55,48 @@ pub struct Health {
     /// Which engine made this process's last decision on the endpoint: "module" (the
     /// native `CG.DECIDE`), "lua" (the script), or none yet.
     pub engine: Option<&'static str>,
+    /// Whether this process's recent decisions could be made (for the limiter's engine
+    /// setting): kept apart from the connection's state, which a PING can clear.
+    pub decisions: Decisions,
+}
+
+/// Failed decisions in a row at or above which [`Decisions::failing`] says so.
+pub const FAILING_AFTER: u32 = 3;
+
+/// The outcomes of this process's decisions on one endpoint with one engine setting: a
+/// decision that got no answer from the engine (connection down, error reply such as OOM
+/// or an unknown `CG.DECIDE`, the back-off) is a failed one, whatever a PING says.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Decisions {
+    /// When a decision last succeeded.
+    pub last_ok_at: Option<SystemTime>,
+    /// The last failed decision's error and when it happened; kept until a decision
+    /// succeeds.
+    pub last_error: Option<(String, SystemTime)>,
+    /// Decisions that failed since the last that succeeded.
+    pub failed_in_row: u32,
+}
+
+impl Decisions {
+    /// The last [`FAILING_AFTER`] decisions all failed.
+    pub fn failing(&self) -> bool {
+        self.failed_in_row >= FAILING_AFTER
+    }
+
+    /// Records one decision's outcome.
+    pub fn record<T>(&mut self, outcome: &Result<T, StoreError>) {
+        match outcome {
+            Ok(_) => {
+                self.last_ok_at = Some(SystemTime::now());
+                self.last_error = None;
+                self.failed_in_row = 0;
+            }
+            Err(e) => {
+                self.last_error = Some((e.to_string(), SystemTime::now()));
+                self.failed_in_row = self.failed_in_row.saturating_add(1);
+            }
+        }
+    }
 }
 
 /// What a limiter asks of its store. Every method is one round trip at most.
@@ -81,5 +123,36 @@ pub trait Store: Send + Sync + fmt::Debug {
         let start = Instant::now();
         std::thread::sleep(d);
         start.elapsed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Failing takes FAILING_AFTER failures in a row; one success ends it and clears the
+    /// error; a failure keeps the time of the last success.
+    #[test]
+    fn decisions_fail_after_three_in_a_row_and_one_success_ends_it() {
+        let failed: Result<(), StoreError> = Err(StoreError::Failed {
+            cause: "OOM".into(),
+            retry_in: Duration::ZERO,
+        });
+        let mut d = Decisions::default();
+        d.record(&Ok::<(), StoreError>(()));
+        let ok_at = d.last_ok_at;
+        assert!(ok_at.is_some());
+        for n in 1..FAILING_AFTER {
+            d.record(&failed);
+            assert_eq!(d.failed_in_row, n);
+            assert!(!d.failing());
+        }
+        d.record(&failed);
+        assert!(d.failing());
+        assert_eq!(d.last_error.as_ref().map(|(e, _)| e.as_str()), Some("OOM"));
+        assert_eq!(d.last_ok_at, ok_at);
+        d.record(&Ok::<(), StoreError>(()));
+        assert!(!d.failing());
+        assert_eq!((d.failed_in_row, d.last_error.is_none()), (0, true));
     }
 }

@@ -33,7 +33,7 @@ use checkout_guard_model::keys::mark_hot_command;
 use checkout_guard_model::live::Stored;
 use checkout_guard_model::{DecideCall, Endpoint, Engine, Keys};
 
-use super::{Health, Store, StoreError};
+use super::{Decisions, Health, Store, StoreError};
 
 /// An open connection: to one server, or to the nodes of a cluster.
 enum Conn {
@@ -70,9 +70,47 @@ struct Live {
     generation: u64,
     /// The read/write timeout currently set on the socket, to skip needless syscalls.
     timeout: Option<Duration>,
-    /// Whether the server of this connection has `CG.DECIDE` (asked once per connection
-    /// with `engine = auto`; `None` until asked).
-    module: Option<bool>,
+    /// Whether the server of this connection has `CG.DECIDE` (with `engine = auto`).
+    module: ModuleProbe,
+}
+
+/// See [`checkout_guard_model::options::MODULE_RECHECK_SECONDS`].
+pub const MODULE_RECHECK: Duration =
+    Duration::from_secs(checkout_guard_model::options::MODULE_RECHECK_SECONDS);
+
+/// What `engine = auto` knows of the connection's server: whether it has the module, and
+/// when that was last asked (`COMMAND INFO`, only when [`MODULE_RECHECK`] has passed
+/// since it answered no; never while it answers yes).
+#[derive(Default)]
+pub struct ModuleProbe {
+    has: Option<bool>,
+    asked_at: Option<Instant>,
+}
+
+impl ModuleProbe {
+    /// Whether to send `CG.DECIDE`; asks the server when not known or known to be no for
+    /// [`MODULE_RECHECK`]. An error reply to the question counts as no (the script works
+    /// everywhere); a broken connection is the call's failure.
+    fn has(&mut self, c: &mut dyn ConnectionLike) -> RedisResult<bool> {
+        match self.has {
+            Some(true) => return Ok(true),
+            Some(false) if self.asked_at.is_some_and(|t| t.elapsed() < MODULE_RECHECK) => {
+                return Ok(false)
+            }
+            _ => {}
+        }
+        let has = has_module(c)?;
+        self.has = Some(has);
+        self.asked_at = Some(Instant::now());
+        Ok(has)
+    }
+
+    /// The server answered that `CG.DECIDE` cannot be used: the script until the next
+    /// recheck.
+    fn lost(&mut self) {
+        self.has = Some(false);
+        self.asked_at = Some(Instant::now());
+    }
 }
 
 #[derive(Default)]
@@ -88,6 +126,17 @@ struct Slot {
     last_ping: Option<(Duration, SystemTime)>,
     /// The engine that made the last decision on this endpoint ("module" or "lua").
     engine: Option<&'static str>,
+    /// The decisions' outcomes per engine setting (see [`engine_index`]): apart from the
+    /// connection's, so a PING that succeeds does not hide decisions that fail.
+    decisions: [Decisions; 3],
+}
+
+fn engine_index(engine: Engine) -> usize {
+    match engine {
+        Engine::Auto => 0,
+        Engine::Lua => 1,
+        Engine::Module => 2,
+    }
 }
 
 static POOL: Lazy<Mutex<HashMap<String, Arc<Mutex<Slot>>>>> = Lazy::new(Default::default);
@@ -153,7 +202,7 @@ impl Slot {
             conn,
             generation: crate::process::generation(),
             timeout: None,
-            module: None,
+            module: ModuleProbe::default(),
         });
         self.connects += 1;
         Ok(())
@@ -178,7 +227,7 @@ pub fn with_connection<T>(
 /// What a call knows of its connection's engine: whether the server has the module (see
 /// [`Live::module`]) and which engine decided last.
 pub struct EngineState<'a> {
-    pub module: &'a mut Option<bool>,
+    pub module: &'a mut ModuleProbe,
     pub decided_by: &'a mut Option<&'static str>,
 }
 
@@ -267,7 +316,18 @@ fn with_slot<T>(
 }
 
 impl Slot {
-    fn health(&self, ok: bool) -> Health {
+    /// The connection's state, and the decisions of the limiters with `engine` (none:
+    /// the connection alone). `last_error` is the connection's, or while decisions fail
+    /// the last decision's: a PING that succeeds does not clear a decision's error.
+    fn health(&self, ok: bool, engine: Option<Engine>) -> Health {
+        let decisions = engine
+            .map(|e| self.decisions[engine_index(e)].clone())
+            .unwrap_or_default();
+        let last_error = self.last_error.clone().or_else(|| {
+            (decisions.failed_in_row > 0)
+                .then(|| decisions.last_error.as_ref().map(|(e, _)| e.clone()))
+                .flatten()
+        });
         let retry_in = self
             .retry_at
             .map(|at| at.saturating_duration_since(Instant::now()))
@@ -278,11 +338,12 @@ impl Slot {
             connected: self.live.is_some(),
             circuit_open,
             retry_in,
-            last_error: self.last_error.clone(),
+            last_error,
             consecutive_failures: self.failures,
             connects: self.connects,
             last_ping: self.last_ping,
             engine: self.engine,
+            decisions,
         }
     }
 }
@@ -290,11 +351,15 @@ impl Slot {
 /// The state of this process's connection to `endpoint`, without any I/O: `ok` when the
 /// connection is open and no failure is pending.
 pub fn status(endpoint: &Endpoint) -> Health {
+    status_of(endpoint, None)
+}
+
+fn status_of(endpoint: &Endpoint, engine: Option<Engine>) -> Health {
     let slot = slot(endpoint);
     let mut s = slot.lock();
     s.forget_if_forked();
     let ok = s.live.is_some() && s.last_error.is_none();
-    s.health(ok)
+    s.health(ok, engine)
 }
 
 /// One PING over the pooled connection (opened if none is, unless the back-off after a
@@ -309,6 +374,16 @@ pub fn ping(
     timeout: Duration,
     retry_interval: Duration,
     cluster_key: &[u8],
+) -> Health {
+    ping_of(endpoint, timeout, retry_interval, cluster_key, None)
+}
+
+fn ping_of(
+    endpoint: &Endpoint,
+    timeout: Duration,
+    retry_interval: Duration,
+    cluster_key: &[u8],
+    engine: Option<Engine>,
 ) -> Health {
     let started = Instant::now();
     let sent = SystemTime::now();
@@ -332,7 +407,7 @@ pub fn ping(
         }
         Err(_) => false,
     };
-    s.health(ok)
+    s.health(ok, engine)
 }
 
 /// A URL the model's endpoint accepted, as redis-rs connects to it; the connections are
@@ -464,7 +539,7 @@ impl Store for ValkeyStore {
                 let module = match engine {
                     Engine::Lua => false,
                     Engine::Module => true,
-                    Engine::Auto => *state.module.get_or_insert_with(|| has_module(c)),
+                    Engine::Auto => state.module.has(c)?,
                 };
                 if module {
                     let reply = match &packed {
@@ -476,7 +551,7 @@ impl Store for ValkeyStore {
                     };
                     match reply {
                         Err(e) if engine == Engine::Auto && is_unknown_command(&e) => {
-                            *state.module = Some(false);
+                            state.module.lost();
                         }
                         other => return decided(state.decided_by, MODULE, other),
                     }
@@ -485,7 +560,7 @@ impl Store for ValkeyStore {
                 decided(state.decided_by, LUA, reply)
             },
         );
-        result.map_err(|e| match e {
+        let result = result.map_err(|e| match e {
             StoreError::Failed { cause, retry_in } if cause.contains("unknown command") => {
                 StoreError::Failed {
                     cause: format!(
@@ -495,7 +570,9 @@ impl Store for ValkeyStore {
                 }
             }
             other => other,
-        })
+        });
+        self.slot.lock().decisions[engine_index(engine)].record(&result);
+        result
     }
 
     fn read_limits(&self, keys: &Keys) -> Result<Stored, StoreError> {
@@ -543,15 +620,17 @@ impl Store for ValkeyStore {
     }
 
     fn health(&self, ping_now: bool, cluster_key: &[u8]) -> Health {
+        let engine = Some(self.engine);
         if ping_now {
-            ping(
+            ping_of(
                 &self.endpoint,
                 self.timeout,
                 self.retry_interval,
                 cluster_key,
+                engine,
             )
         } else {
-            status(&self.endpoint)
+            status_of(&self.endpoint, engine)
         }
     }
 }
@@ -617,13 +696,20 @@ fn native(call: &DecideCall<'_>) -> redis::Cmd {
 }
 
 /// Whether the server has `CG.DECIDE` (`COMMAND INFO` answers nil for an unknown
-/// command; on a cluster, the node asked; a node without it is found by its answer). A failure to ask counts as no: the script works
-/// everywhere.
-fn has_module(c: &mut dyn ConnectionLike) -> bool {
-    matches!(
-        redis::cmd("COMMAND").arg("INFO").arg("CG.DECIDE").query::<Vec<redis::Value>>(c),
-        Ok(v) if v.first().is_some_and(|i| !matches!(i, redis::Value::Nil))
-    )
+/// command; on a cluster, the node asked; a node without it is found by its answer). An
+/// error reply (`COMMAND` disabled, as on some managed services) counts as no: the script
+/// works everywhere. A connection that broke or timed out is an error: its stream may be
+/// out of step, so the call fails (or is retried on a new connection) as any other.
+fn has_module(c: &mut dyn ConnectionLike) -> RedisResult<bool> {
+    match redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("CG.DECIDE")
+        .query::<Vec<redis::Value>>(c)
+    {
+        Ok(v) => Ok(v.first().is_some_and(|i| !matches!(i, redis::Value::Nil))),
+        Err(e) if is_reply_error(&e) || e.kind() == ErrorKind::Parse => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// The module cannot be used on this connection: the server does not know the command
