@@ -187,8 +187,13 @@ pub fn key(bucket_key: &[u8], shop: &[u8], interval_us: i64, tolerance_us: i64) 
     h.finish() | 1
 }
 
+/// The slot index of a key.
+fn slot_index(key: u64) -> usize {
+    (key as usize) & (SLOTS - 1)
+}
+
 fn slot(t: &Table, key: u64) -> &Slot {
-    &t.slots[(key as usize) & (SLOTS - 1)]
+    &t.slots[slot_index(key)]
 }
 
 /// What is known of this bucket at local instant `now`, if anything still holds.
@@ -254,6 +259,8 @@ fn write(key: u64, entry: Entry, expires: u64) {
     }
     s.key.store(key, Ordering::Relaxed);
     s.base.store(entry.base, Ordering::Relaxed);
+    #[cfg(debug_assertions)]
+    pause_mid_write::here();
     s.interval_ns.store(entry.interval, Ordering::Relaxed);
     s.rtt_ns.store(entry.rtt, Ordering::Relaxed);
     s.expires.store(expires, Ordering::Relaxed);
@@ -281,6 +288,38 @@ pub fn forget_all() {
         let k = s.key.load(Ordering::Relaxed);
         if k != 0 {
             write(k, EMPTY, 0);
+        }
+    }
+}
+
+/// Test-only (debug builds; compiled out of release builds): stops this process's next
+/// write half-way, after the slot is locked and part of it written, as a worker killed or
+/// descheduled at that instant leaves it.
+#[cfg(debug_assertions)]
+#[doc(hidden)]
+pub mod pause_mid_write {
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    static NOTIFY: AtomicI32 = AtomicI32::new(-1);
+    static RESUME: AtomicI32 = AtomicI32::new(-1);
+
+    /// Arms the pause: the next write writes one byte to the file descriptor `notify`,
+    /// then blocks reading one byte from `resume` (a byte or end of file resumes it).
+    pub fn arm(notify: i32, resume: i32) {
+        RESUME.store(resume, Ordering::SeqCst);
+        NOTIFY.store(notify, Ordering::SeqCst);
+    }
+
+    pub(super) fn here() {
+        let notify = NOTIFY.swap(-1, Ordering::SeqCst);
+        if notify < 0 {
+            return;
+        }
+        let mut b = 0u8;
+        // SAFETY: plain reads and writes of one byte on descriptors the test owns.
+        unsafe {
+            libc::write(notify, b"p".as_ptr().cast(), 1);
+            libc::read(RESUME.load(Ordering::SeqCst), (&mut b as *mut u8).cast(), 1);
         }
     }
 }
@@ -406,6 +445,16 @@ mod tests {
         record(k, entry(now + 9_000_000, 1, 0), now, u64::MAX);
         s.seq.fetch_add(1, Ordering::AcqRel);
         assert_eq!(lookup(k, now).unwrap().base, now + 1_000_000);
+    }
+
+    #[test]
+    fn keys_spread_over_every_slot() {
+        let mut used = vec![false; SLOTS];
+        for i in 0..100_000u32 {
+            used[slot_index(key(b"{cg:spread}:b:hot_shop", &i.to_le_bytes(), 1000, 5000))] = true;
+        }
+        let n = used.iter().filter(|u| **u).count();
+        assert_eq!(n, SLOTS, "100,000 keys used {n} of the {SLOTS} slots");
     }
 
     #[test]
