@@ -181,6 +181,31 @@ impl Sharing {
     }
 }
 
+impl std::fmt::Display for Sharing {
+    /// For phpinfo(): what the table is shared with, and how the loading decided it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Sharing::Own => write!(
+                f,
+                "own: made at module start-up in this process, shared with the processes it \
+                 forks afterwards (all php-fpm workers when loaded globally)"
+            ),
+            Sharing::Inherited => write!(
+                f,
+                "inherited: made at module start-up before this process was forked, shared \
+                 with its sibling workers (loaded globally, extension=)"
+            ),
+            Sharing::Named(p) => write!(
+                f,
+                "named: {}, shared by the workers of this php-fpm master (loaded per pool, \
+                 php_admin_value[extension])",
+                p.display()
+            ),
+            Sharing::Private(why) => write!(f, "private: this process's alone ({why})"),
+        }
+    }
+}
+
 struct Table {
     slots: &'static [Slot],
     /// How it was made, and by which process.
