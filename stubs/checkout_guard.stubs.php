@@ -84,7 +84,12 @@ namespace CheckoutGuard {
          * What a readiness check needs, from this process's pooled connection to the
          * limiter's Valkey: ok, url (password masked), connected, circuit ("closed" or "open":
          * after a failure calls fail at once for retry_in_ms), last_error,
-         * consecutive_failures, connects, ping_ms and last_ping_at (unix seconds), pid.
+         * consecutive_failures, connects, ping_ms and last_ping_at (unix seconds), pid;
+         * local_denials_table: where this process's local-denial table is ("inherited": made
+         * before the fork, shared with its sibling workers; "named": a file in /dev/shm shared
+         * by the workers of its php-fpm master; "own": made here, shared with the processes it
+         * forks; "private": its alone, see phpinfo()), and local_denials_shared: whether it
+         * shares it with sibling workers ("inherited" or "named").
          * With `ping` one PING is sent over the pooled connection (never a new connection per
          * call, nothing while the circuit is open); without it nothing is sent.
          *
