@@ -21,6 +21,13 @@ pub extern "C" fn php_info(_module: *mut ModuleEntry) {
             "engine of the last decision",
             checkout_guard_runtime::store::last_engine().unwrap_or("none yet in this process")
         );
+        // Which processes share what this one learns (the same as health()'s
+        // local_denials_table).
+        let table = match checkout_guard_runtime::denials::sharing() {
+            Some(t) => t.to_string(),
+            None => "none yet in this process".into(),
+        };
+        info_table_row!("local denial table", table.as_str());
         for setting in ini::all() {
             let value = ini::get(*setting).unwrap_or_default();
             let value = if setting.secret_url {

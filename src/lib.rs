@@ -22,14 +22,31 @@ use ext_php_rs::prelude::*;
 /// registered by hand; see `errors.rs`). Must never panic: a panic here aborts PHP.
 fn startup(_ty: i32, module_number: i32) -> i32 {
     ini::register(module_number);
-    // Before php-fpm forks its workers: they all share the table of local denials.
-    checkout_guard_runtime::denials::init_shared();
+    let _ = std::panic::catch_unwind(share_local_denials);
     match errors::register_exception_classes() {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("checkout_guard: could not register exception classes: {e}");
             -1
         }
+    }
+}
+
+/// The table of local denials, shared by the workers of a php-fpm master however the
+/// extension is loaded. Loaded globally (`extension=` in php.ini or conf.d), module
+/// start-up runs in the master before it forks its workers: they inherit the table. Loaded
+/// per pool (`php_admin_value[extension]`), it runs in each worker after the fork (its
+/// parent is then a php-fpm, the master): the workers map one file in /dev/shm named after
+/// the master. Any other SAPI: shared with the processes forked afterwards.
+fn share_local_denials() {
+    use checkout_guard_runtime::{denials, process};
+    let fpm = ext_php_rs::zend::php_sapi_name().as_deref() == Some("fpm-fcgi");
+    match fpm.then(process::same_program_parent).flatten() {
+        Some(master) => {
+            // On failure the worker has a table of its own; health() and phpinfo() say why.
+            let _ = denials::init_for_siblings(std::path::Path::new("/dev/shm"), master);
+        }
+        None => denials::init_shared(),
     }
 }
 

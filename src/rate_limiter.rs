@@ -93,6 +93,11 @@ impl RateLimiter {
     /// this process's decisions with the limiter's engine: last_decision_at (the last that
     /// succeeded), last_decision_error and last_decision_error_at (kept until a decision
     /// succeeds), consecutive_failed_decisions, decisions_failing (the last 3 failed).
+    /// local_denials_table: where this process's local-denial table is ("inherited": made
+    /// before the fork, shared with its sibling workers; "named": a file in /dev/shm shared
+    /// by the workers of its php-fpm master; "own": made here, shared with the processes it
+    /// forks; "private": its alone, see phpinfo()), and local_denials_shared: whether it
+    /// shares it with sibling workers ("inherited" or "named").
     /// With `ping` one PING is sent over the pooled connection (never a new connection per
     /// call, nothing while the circuit is open); without it nothing is sent.
     #[php(defaults(ping = true))]
@@ -141,6 +146,12 @@ impl RateLimiter {
             )?;
             out.insert("consecutive_failed_decisions", i64::from(d.failed_in_row))?;
             out.insert("decisions_failing", d.failing())?;
+            let table = checkout_guard_runtime::denials::sharing();
+            out.insert("local_denials_table", table.as_ref().map(|t| t.kind()))?;
+            out.insert(
+                "local_denials_shared",
+                table.as_ref().is_some_and(|t| t.with_siblings()),
+            )?;
             Ok(out)
         };
         build().map_err(|e| PhpException::from(e.to_string()))

@@ -22,14 +22,25 @@
 //!   Valkey answers unless other hosts took tokens since (then Valkey may name an earlier
 //!   bucket or fewer tokens: it is still a denial Valkey makes).
 //!
-//! The table lives in memory shared by every process forked after [`init_shared`] (called
-//! at MINIT, so all php-fpm workers of a pool share it): one worker's reply spares every
-//! other worker the round trip. Each slot is a seqlock of six words; a reader that sees
-//! a write in progress treats the slot as empty (asks Valkey), a writer that finds the
-//! slot busy skips the write. Nothing here can make a decision more permissive.
+//! The table lives in memory shared by the workers of a php-fpm master: made at module
+//! start-up ([`init_shared`]) in the master when the extension is loaded globally, so
+//! every worker forked afterwards inherits it; or, loaded per pool (module start-up in
+//! each worker, after the fork), a file in `/dev/shm` named after the master that each
+//! worker maps ([`init_for_siblings`]). One worker's reply spares every other worker the
+//! round trip.
+//!
+//! Each slot is a seqlock: a reader that sees a write in progress treats the slot as empty
+//! (asks Valkey), a writer that finds the slot busy skips the write. A locked slot holds
+//! the instant its write began; a writer that finds it locked for longer than any write
+//! takes ([`STUCK_WRITE_NS`]: its writer was killed or stopped mid-write) takes it over.
+//! Every entry carries a checksum of its words and of the sequence number it was
+//! published under, so a writer that was taken over and finishes its stores late leaves a
+//! slot that reads as empty, never a mix of two entries. Nothing here can make a decision
+//! more permissive.
 
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use once_cell::sync::OnceCell;
 
@@ -43,12 +54,26 @@ pub const MAX_LOCAL_DENIAL_NS: u64 = 250_000_000;
 /// reply, which may be long before this host booted.
 const CLOCK_OFFSET_NS: u64 = 1 << 62;
 
-/// Slots in the table (a power of two): 4096 x 48 bytes = 192 KiB.
+/// Slots in the table (a power of two): 4096 x 64 bytes = 256 KiB.
 const SLOTS: usize = 4096;
 
-#[repr(C)]
+/// The table's size in bytes.
+const TABLE_BYTES: usize = SLOTS * std::mem::size_of::<Slot>();
+
+/// The layout of a slot, in the names of shared tables: a table of another layout (an
+/// older or newer extension on the same master) is another file.
+const LAYOUT: u32 = 2;
+
+/// A write is a handful of stores; a slot locked for longer (20 ms) was abandoned by a
+/// writer killed (SIGKILL, the OOM killer, `request_terminate_timeout`) or stopped
+/// mid-write, and the next writer takes it over. Until then, its bucket is asked of Valkey.
+pub const STUCK_WRITE_NS: u64 = 20_000_000;
+
+/// One cache line.
+#[repr(C, align(64))]
 struct Slot {
-    /// Even: stable; odd: a write is in progress.
+    /// Even: stable; odd: a write is in progress, begun at this local instant ([`now_ns`]).
+    /// Every write raises it, so a reader sees any write that overlapped its read.
     seq: AtomicU64,
     key: AtomicU64,
     /// Local ns (earliest mapping) at which the bucket holds zero tokens.
@@ -58,6 +83,19 @@ struct Slot {
     rtt_ns: AtomicU64,
     /// No knowledge from this entry at or after this local instant.
     expires: AtomicU64,
+    /// [`checksum`] of the words above and of the (even) `seq` they were published with.
+    check: AtomicU64,
+}
+
+/// A checksum of one entry as published under `seq`: a slot whose words came from two
+/// writes (a writer taken over that finished late) fails it, and so reads as empty.
+fn checksum(seq: u64, key: u64, entry: &Entry, expires: u64) -> u64 {
+    let mut h = 0x9e37_79b9_7f4a_7c15u64;
+    for w in [seq, key, entry.base, entry.interval, entry.rtt, expires] {
+        h = (h ^ w).wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 32;
+    }
+    h
 }
 
 /// What one reply taught about one bucket (local clock, see [`now_ns`]).
@@ -110,27 +148,92 @@ impl Entry {
     }
 }
 
+/// Where this process's table is, and so which processes share what it learns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sharing {
+    /// Made at module start-up in this process: shared with the processes it forks
+    /// afterwards (a php-fpm master's workers, a CLI script's `pcntl_fork` children).
+    Own,
+    /// Made at module start-up in the process this one was forked from: shared with its
+    /// siblings (the workers of a php-fpm master that loaded the extension globally).
+    Inherited,
+    /// A file named after this process's php-fpm master, mapped by each of its workers
+    /// (the extension loaded per pool: module start-up in each worker, after the fork).
+    Named(PathBuf),
+    /// This process's alone: the shared table could not be made or opened (why).
+    Private(String),
+}
+
+impl Sharing {
+    /// `"own"`, `"inherited"`, `"named"` or `"private"`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Sharing::Own => "own",
+            Sharing::Inherited => "inherited",
+            Sharing::Named(_) => "named",
+            Sharing::Private(_) => "private",
+        }
+    }
+
+    /// Whether this process shares the table with sibling workers.
+    pub fn with_siblings(&self) -> bool {
+        matches!(self, Sharing::Inherited | Sharing::Named(_))
+    }
+}
+
+impl std::fmt::Display for Sharing {
+    /// For phpinfo(): what the table is shared with, and how the loading decided it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Sharing::Own => write!(
+                f,
+                "own: made at module start-up in this process, shared with the processes it \
+                 forks afterwards (all php-fpm workers when loaded globally)"
+            ),
+            Sharing::Inherited => write!(
+                f,
+                "inherited: made at module start-up before this process was forked, shared \
+                 with its sibling workers (loaded globally, extension=)"
+            ),
+            Sharing::Named(p) => write!(
+                f,
+                "named: {}, shared by the workers of this php-fpm master (loaded per pool, \
+                 php_admin_value[extension])",
+                p.display()
+            ),
+            Sharing::Private(why) => write!(f, "private: this process's alone ({why})"),
+        }
+    }
+}
+
 struct Table {
     slots: &'static [Slot],
+    /// How it was made, and by which process.
+    sharing: Sharing,
+    creator: u32,
 }
 
 static TABLE: OnceCell<Table> = OnceCell::new();
 
-fn map(bytes: usize, shared: bool) -> Option<&'static [Slot]> {
-    let flags = if shared {
-        libc::MAP_SHARED | libc::MAP_ANONYMOUS
-    } else {
-        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS
+/// Maps the table: anonymous (zero-filled) when `fd` is `None`, else the first
+/// [`TABLE_BYTES`] of that file, shared.
+fn map(shared: bool, fd: Option<i32>) -> Option<&'static [Slot]> {
+    let flags = match (shared, fd) {
+        (_, Some(_)) => libc::MAP_SHARED,
+        (true, None) => libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+        (false, None) => libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
     };
-    // SAFETY: a fresh anonymous mapping, zero-filled by the kernel; all-zero is a valid
-    // `Slot` (atomics), and the mapping is never unmapped, so `'static` holds.
+    // SAFETY: a fresh mapping of TABLE_BYTES, page-aligned (so 64-byte aligned); all-zero
+    // is a valid `Slot` (atomics) and any other bytes are too (a failed checksum reads as
+    // empty); the file is exactly TABLE_BYTES long (checked before), and the mapping is
+    // never unmapped, so `'static` holds.
     unsafe {
         let p = libc::mmap(
             std::ptr::null_mut(),
-            bytes,
+            TABLE_BYTES,
             libc::PROT_READ | libc::PROT_WRITE,
             flags,
-            -1,
+            fd.unwrap_or(-1),
             0,
         );
         if p == libc::MAP_FAILED {
@@ -143,8 +246,12 @@ fn map(bytes: usize, shared: bool) -> Option<&'static [Slot]> {
 fn table() -> Option<&'static Table> {
     TABLE
         .get_or_try_init(|| {
-            map(SLOTS * std::mem::size_of::<Slot>(), false)
-                .map(|slots| Table { slots })
+            map(false, None)
+                .map(|slots| Table {
+                    slots,
+                    sharing: Sharing::Private("no table was made at module start-up".into()),
+                    creator: std::process::id(),
+                })
                 .ok_or(())
         })
         .ok()
@@ -154,10 +261,190 @@ fn table() -> Option<&'static Table> {
 /// Call before forking workers (MINIT). Without it, each process has a private table.
 pub fn init_shared() {
     let _ = TABLE.get_or_try_init(|| {
-        map(SLOTS * std::mem::size_of::<Slot>(), true)
-            .map(|slots| Table { slots })
+        map(true, None)
+            .map(|slots| Table {
+                slots,
+                sharing: Sharing::Own,
+                creator: std::process::id(),
+            })
             .ok_or(())
     });
+}
+
+/// Where this process's table is (`None` before any was made).
+pub fn sharing() -> Option<Sharing> {
+    let t = TABLE.get()?;
+    Some(match &t.sharing {
+        Sharing::Own if t.creator != std::process::id() => Sharing::Inherited,
+        s => s.clone(),
+    })
+}
+
+/// The prefix of every shared table's file name.
+const FILE_PREFIX: &str = "checkout-guard-denials.";
+
+/// The file name of the table shared by the workers (of user `uid`) of the process `pid`
+/// started at `start` (clock ticks after boot) in boot `boot`.
+fn file_name(boot: &str, pid: u32, start: u64, uid: u32) -> String {
+    format!("{FILE_PREFIX}L{LAYOUT}.B{boot}.P{pid}.S{start}.U{uid}")
+}
+
+/// For a process forked from `master` that made no table before the fork (a php-fpm
+/// worker that loaded the extension itself, per pool): maps the table all of `master`'s
+/// workers share, a file in `dir` (`/dev/shm`) named after the master's pid and start
+/// time (so a later master with a reused pid never joins it), this boot, and this user.
+/// The first worker makes it (zero-filled, mode 0600, put in place whole with `link`),
+/// and removes the tables of this user's masters that are gone. On any failure this
+/// process gets a private table and the reason is returned (and kept for [`sharing`]).
+pub fn init_for_siblings(dir: &Path, master: u32) -> Result<PathBuf, String> {
+    let mut result = Err(String::from("a table was already made in this process"));
+    let _ = TABLE.get_or_try_init(|| {
+        let (slots, sharing) = match open_named(dir, master) {
+            Ok((slots, path)) => {
+                result = Ok(path.clone());
+                (slots, Sharing::Named(path))
+            }
+            Err(why) => {
+                result = Err(why.clone());
+                (map(false, None).ok_or(())?, Sharing::Private(why))
+            }
+        };
+        Ok::<_, ()>(Table {
+            slots,
+            sharing,
+            creator: std::process::id(),
+        })
+    });
+    result
+}
+
+fn open_named(dir: &Path, master: u32) -> Result<(&'static [Slot], PathBuf), String> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+    use std::os::unix::io::AsRawFd;
+
+    let (_, start) = crate::process::identity(master)
+        .ok_or_else(|| format!("process {master} (the php-fpm master) is gone"))?;
+    let boot = crate::process::boot_id().unwrap_or_else(|| "0".into());
+    // SAFETY: geteuid never fails.
+    let uid = unsafe { libc::geteuid() };
+    let path = dir.join(file_name(&boot, master, start, uid));
+    let open = |p: &Path| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(p)
+    };
+    let shown = |e: std::io::Error| format!("{}: {e}", path.display());
+    let file = match open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // Made whole under a name of this process's, then linked into place: a
+            // sibling never maps a file shorter than the table.
+            let tmp = dir.join(format!(
+                "{}.T{}",
+                path.file_name().unwrap_or_default().to_string_lossy(),
+                std::process::id()
+            ));
+            let _ = std::fs::remove_file(&tmp);
+            let made = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&tmp)
+                .and_then(|f| f.set_len(TABLE_BYTES as u64).map(|()| f));
+            let f = match made {
+                Ok(f) => f,
+                Err(e) => {
+                    let _ = std::fs::remove_file(&tmp);
+                    return Err(format!("{}: {e}", tmp.display()));
+                }
+            };
+            let linked = std::fs::hard_link(&tmp, &path);
+            let _ = std::fs::remove_file(&tmp);
+            match linked {
+                Ok(()) => {
+                    remove_stale(dir, uid, &boot);
+                    f
+                }
+                // A sibling was first: use its table.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    open(&path).map_err(shown)?
+                }
+                Err(e) => return Err(shown(e)),
+            }
+        }
+        Err(e) => return Err(shown(e)),
+    };
+    let meta = file.metadata().map_err(shown)?;
+    if !meta.is_file()
+        || meta.uid() != uid
+        || meta.permissions().mode() & 0o077 != 0
+        || meta.len() != TABLE_BYTES as u64
+    {
+        return Err(format!(
+            "{}: not a table of this user's (owner {}, mode {:o}, {} bytes)",
+            path.display(),
+            meta.uid(),
+            meta.permissions().mode() & 0o7777,
+            meta.len()
+        ));
+    }
+    let slots = map(true, Some(file.as_raw_fd()))
+        .ok_or_else(|| format!("{}: mmap failed", path.display()))?;
+    Ok((slots, path))
+}
+
+/// Removes the shared tables (and half-made ones) in `dir` of this user's masters that are
+/// gone: another boot, or no process of that pid and start time. At most 10,000 entries
+/// are looked at.
+fn remove_stale(dir: &Path, uid: u32, boot: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.take(10_000).flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(fields) = name.strip_prefix(FILE_PREFIX) else {
+            continue;
+        };
+        let field = |tag: char| {
+            fields
+                .split('.')
+                .find_map(|f| f.strip_prefix(tag))
+                .map(str::to_owned)
+        };
+        let pid = field('P').and_then(|p| p.parse::<u32>().ok());
+        let start = field('S').and_then(|s| s.parse::<u64>().ok());
+        let (Some(pid), Some(start)) = (pid, start) else {
+            continue;
+        };
+        if field('U').and_then(|u| u.parse::<u32>().ok()) != Some(uid) {
+            continue;
+        }
+        let maker_gone = field('T')
+            .and_then(|t| t.parse::<u32>().ok())
+            .is_some_and(|t| gone(t, None));
+        let master_gone = field('B').as_deref() != Some(boot) || gone(pid, Some(start));
+        if master_gone || maker_gone {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// Whether no process `pid` (started at `start`, if given) runs: a process that /proc
+/// does not show us (`hidepid`) but that exists is not gone.
+fn gone(pid: u32, start: Option<u64>) -> bool {
+    match crate::process::identity(pid) {
+        Some((_, s)) => start.is_some_and(|start| s != start),
+        // SAFETY: signal 0 only checks that the process exists.
+        None => {
+            let alive = unsafe { libc::kill(pid as i32, 0) } == 0;
+            !alive && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+        }
+    }
 }
 
 /// This host's monotonic clock in ns, plus a fixed offset: the same clock in every
@@ -187,13 +474,17 @@ pub fn key(bucket_key: &[u8], shop: &[u8], interval_us: i64, tolerance_us: i64) 
     h.finish() | 1
 }
 
-fn slot(t: &Table, key: u64) -> &Slot {
-    &t.slots[(key as usize) & (SLOTS - 1)]
+/// The slot index of a key: its top bits (the lowest is always 1).
+fn slot_index(key: u64) -> usize {
+    (key >> (64 - SLOTS.trailing_zeros())) as usize
 }
 
-/// What is known of this bucket at local instant `now`, if anything still holds.
-pub fn lookup(key: u64, now: u64) -> Option<Entry> {
-    let s = slot(table()?, key);
+fn slot(t: &Table, key: u64) -> &Slot {
+    &t.slots[slot_index(key)]
+}
+
+/// The slot's entry, key and expiry, if it is stable and whole.
+fn read(s: &Slot) -> Option<(u64, Entry, u64)> {
     let seq = s.seq.load(Ordering::Acquire);
     if seq & 1 == 1 {
         return None;
@@ -205,10 +496,18 @@ pub fn lookup(key: u64, now: u64) -> Option<Entry> {
         rtt: s.rtt_ns.load(Ordering::Relaxed),
     };
     let expires = s.expires.load(Ordering::Relaxed);
-    if s.seq.load(Ordering::Acquire) != seq || k != key || now >= expires {
+    let check = s.check.load(Ordering::Relaxed);
+    fence(Ordering::Acquire);
+    if s.seq.load(Ordering::Relaxed) != seq || check != checksum(seq, k, &entry, expires) {
         return None;
     }
-    Some(entry)
+    Some((k, entry, expires))
+}
+
+/// What is known of this bucket at local instant `now`, if anything still holds.
+pub fn lookup(key: u64, now: u64) -> Option<Entry> {
+    let (k, entry, expires) = read(slot(table()?, key))?;
+    (k == key && now < expires).then_some(entry)
 }
 
 /// Records what a reply sent at local instant `sent` proved about a bucket; it is used
@@ -221,21 +520,11 @@ pub fn lookup(key: u64, now: u64) -> Option<Entry> {
 pub fn record(key: u64, entry: Entry, sent: u64, valid_until: u64) {
     let expires = sent.saturating_add(MAX_LOCAL_DENIAL_NS).min(valid_until);
     if let Some(t) = table() {
-        let s = slot(t, key);
-        let seq = s.seq.load(Ordering::Acquire);
-        let (k, base, until) = (
-            s.key.load(Ordering::Relaxed),
-            s.base.load(Ordering::Relaxed),
-            s.expires.load(Ordering::Relaxed),
-        );
-        if seq & 1 == 0
-            && s.seq.load(Ordering::Acquire) == seq
-            && k == key
-            && until > sent
-            && base > entry.base
-            && s.interval_ns.load(Ordering::Relaxed) == entry.interval
-        {
-            return;
+        if let Some((k, held, until)) = read(slot(t, key)) {
+            if k == key && until > sent && held.base > entry.base && held.interval == entry.interval
+            {
+                return;
+            }
         }
     }
     write(key, entry, expires);
@@ -245,19 +534,36 @@ fn write(key: u64, entry: Entry, expires: u64) {
     let Some(t) = table() else { return };
     let s = slot(t, key);
     let seq = s.seq.load(Ordering::Relaxed);
-    if seq & 1 == 1
-        || s.seq
-            .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
+    let now = now_ns();
+    // Locked by a write in progress: skip; locked for longer than any write takes: its
+    // writer died or stopped mid-write, take it over.
+    if seq & 1 == 1 && now.saturating_sub(seq) < STUCK_WRITE_NS {
+        return;
+    }
+    // Odd, above `seq`, and the instant this write begins (for whoever finds it locked).
+    let locked = (now | 1).max(seq + 1 + (seq & 1));
+    if s.seq
+        .compare_exchange(seq, locked, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
     {
         return;
     }
+    fence(Ordering::Release);
     s.key.store(key, Ordering::Relaxed);
     s.base.store(entry.base, Ordering::Relaxed);
+    #[cfg(debug_assertions)]
+    pause_mid_write::here();
     s.interval_ns.store(entry.interval, Ordering::Relaxed);
     s.rtt_ns.store(entry.rtt, Ordering::Relaxed);
     s.expires.store(expires, Ordering::Relaxed);
-    s.seq.store(seq + 2, Ordering::Release);
+    let published = locked + 1;
+    s.check
+        .store(checksum(published, key, &entry, expires), Ordering::Relaxed);
+    // Fails only if this write took so long that another writer took the slot over: that
+    // one's entry stands (and if this one's stores landed in it, the checksum fails).
+    let _ = s
+        .seq
+        .compare_exchange(locked, published, Ordering::Release, Ordering::Relaxed);
 }
 
 const EMPTY: Entry = Entry {
@@ -281,6 +587,38 @@ pub fn forget_all() {
         let k = s.key.load(Ordering::Relaxed);
         if k != 0 {
             write(k, EMPTY, 0);
+        }
+    }
+}
+
+/// Test-only (debug builds; compiled out of release builds): stops this process's next
+/// write half-way, after the slot is locked and part of it written, as a worker killed or
+/// descheduled at that instant leaves it.
+#[cfg(debug_assertions)]
+#[doc(hidden)]
+pub mod pause_mid_write {
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    static NOTIFY: AtomicI32 = AtomicI32::new(-1);
+    static RESUME: AtomicI32 = AtomicI32::new(-1);
+
+    /// Arms the pause: the next write writes one byte to the file descriptor `notify`,
+    /// then blocks reading one byte from `resume` (a byte or end of file resumes it).
+    pub fn arm(notify: i32, resume: i32) {
+        RESUME.store(resume, Ordering::SeqCst);
+        NOTIFY.store(notify, Ordering::SeqCst);
+    }
+
+    pub(super) fn here() {
+        let notify = NOTIFY.swap(-1, Ordering::SeqCst);
+        if notify < 0 {
+            return;
+        }
+        let mut b = 0u8;
+        // SAFETY: plain reads and writes of one byte on descriptors the test owns.
+        unsafe {
+            libc::write(notify, b"p".as_ptr().cast(), 1);
+            libc::read(RESUME.load(Ordering::SeqCst), (&mut b as *mut u8).cast(), 1);
         }
     }
 }
@@ -400,12 +738,34 @@ mod tests {
         let now = now_ns();
         record(k, entry(now + 1_000_000, 1, 0), now, u64::MAX);
         let s = slot(table().unwrap(), k);
-        s.seq.fetch_add(1, Ordering::AcqRel);
+        let published = s.seq.load(Ordering::Acquire);
+        // A write that began now.
+        s.seq.store(now_ns() | 1, Ordering::Release);
         assert_eq!(lookup(k, now), None);
         // A writer skips a busy slot rather than wait.
         record(k, entry(now + 9_000_000, 1, 0), now, u64::MAX);
-        s.seq.fetch_add(1, Ordering::AcqRel);
+        s.seq.store(published, Ordering::Release);
         assert_eq!(lookup(k, now).unwrap().base, now + 1_000_000);
+        // A write that began longer ago than any write takes was abandoned: taken over.
+        s.seq
+            .store((now_ns() - STUCK_WRITE_NS) | 1, Ordering::Release);
+        record(k, entry(now + 9_000_000, 1, 0), now, u64::MAX);
+        assert_eq!(lookup(k, now).unwrap().base, now + 9_000_000);
+        // A slot whose words do not match its checksum (two writes mixed) reads as empty.
+        s.rtt_ns.fetch_add(1, Ordering::AcqRel);
+        assert_eq!(lookup(k, now), None);
+        record(k, entry(now + 9_000_000, 1, 0), now, u64::MAX);
+        assert_eq!(lookup(k, now).unwrap().base, now + 9_000_000);
+    }
+
+    #[test]
+    fn keys_spread_over_every_slot() {
+        let mut used = vec![false; SLOTS];
+        for i in 0..100_000u32 {
+            used[slot_index(key(b"{cg:spread}:b:hot_shop", &i.to_le_bytes(), 1000, 5000))] = true;
+        }
+        let n = used.iter().filter(|u| **u).count();
+        assert_eq!(n, SLOTS, "100,000 keys used {n} of the {SLOTS} slots");
     }
 
     #[test]

@@ -159,14 +159,19 @@ final class LocalDenialsTest extends OwnValkeyTestCase
             for ($i = 0; $i < 20; $i++) {
                 $reasons[] = $l->acquire('s')->reason();
             }
-            file_put_contents($result, implode(',', array_unique($reasons)));
+            $h = $l->health(false);
+            file_put_contents($result, implode(',', array_unique($reasons)) . '|' . $h['local_denials_table']
+                . '|' . json_encode($h['local_denials_shared']));
             posix_kill(getmypid(), SIGKILL);
         }
         self::drain($l, 's', 3);
         $calls = $this->scriptCalls();
         file_put_contents($go, 'go');
         pcntl_waitpid($pid, $status);
-        $this->assertSame('global', file_get_contents($result));
+        // health() says the child shares the table with its siblings; this process made it.
+        $this->assertSame('global|inherited|true', file_get_contents($result));
+        $h = $l->health(false);
+        $this->assertSame(['own', false], [$h['local_denials_table'], $h['local_denials_shared']]);
         unlink($result);
         unlink($go);
         $this->assertSame($calls, $this->scriptCalls(), 'the child never asked Valkey');

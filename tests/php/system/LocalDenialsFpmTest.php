@@ -1,0 +1,238 @@
+<?php
+declare(strict_types=1);
+
+namespace CheckoutGuard\Tests;
+
+/**
+ * The local-denial table under a real php-fpm (4 static workers) of the test's own, with
+ * checkout_guard loaded either globally (`-d extension=`: module start-up in the master,
+ * before the fork) or per pool (`php_admin_value[extension]`: module start-up in each
+ * worker, after the fork). Either way the pool's workers share one table: what one
+ * worker learns from Valkey spares the others the round trip.
+ *
+ * Each round, one request learns that the bucket is empty (one call to Valkey), then four
+ * requests held at a barrier (so that each is served by another worker) ask once each.
+ * With one table they all find the fresh entry (0 calls); with a table per worker, the
+ * three workers that did not learn it ask Valkey (3 calls). Rounds are 300 ms apart, longer
+ * than an entry lives (250 ms), so a worker's own table never answers from a former round.
+ */
+final class LocalDenialsFpmTest extends OwnValkeyTestCase
+{
+    private const ROUNDS = 4;
+
+    private string $dir = '';
+    /** @var resource|null */
+    private $fpm = null;
+    private int $port = 0;
+
+    protected function setUp(): void
+    {
+        $fpm = self::fpmBinary();
+        if ($fpm === null) {
+            $this->markTestSkipped('no php-fpm for PHP ' . PHP_MAJOR_VERSION . '.' . PHP_MINOR_VERSION . ' on this machine');
+        }
+        if (trim((string) shell_exec('command -v cgi-fcgi')) === '') {
+            $this->markTestSkipped('cgi-fcgi (Debian: libfcgi-bin) is not installed: it sends the FastCGI requests');
+        }
+        parent::setUp();
+        $this->dir = sys_get_temp_dir() . '/cg-ld-fpm-' . getmypid() . '-' . bin2hex(random_bytes(4));
+        mkdir($this->dir);
+    }
+
+    protected function tearDown(): void
+    {
+        $master = $this->stopFpm();
+        if ($master > 0) {
+            foreach (glob("/dev/shm/checkout-guard-denials.*.P$master.*") ?: [] as $f) {
+                @unlink($f);
+            }
+        }
+        if ($this->dir !== '') {
+            foreach (glob("{$this->dir}/*") ?: [] as $f) {
+                @unlink($f);
+            }
+            @rmdir($this->dir);
+        }
+        parent::tearDown();
+    }
+
+    private static function fpmBinary(): ?string
+    {
+        foreach (['/usr/sbin/php-fpm' . PHP_MAJOR_VERSION . '.' . PHP_MINOR_VERSION, '/usr/sbin/php-fpm'] as $f) {
+            if (is_executable($f)) {
+                return $f;
+            }
+        }
+        return null;
+    }
+
+    /** @return array<string, array{bool}> */
+    public static function loadings(): array
+    {
+        return ['loaded per pool (php_admin_value[extension])' => [true], 'loaded globally (extension=)' => [false]];
+    }
+
+    /** @dataProvider loadings */
+    public function testTheWorkersOfAPoolShareOneTable(bool $perPool): void
+    {
+        $master = $this->startFpm($perPool);
+        $name = self::uniqueName('ld-fpm');
+        $query = ['name' => $name, 'url' => $this->valkey->url()];
+
+        // Drain the bucket (2 tokens, refill once in 1000 s): 2 allowed, then denied.
+        $first = $this->request($query + ['n' => 3]);
+        $this->assertSame(['allowed' => 2, 'global' => 1], $first['reasons']);
+        $tables = [$first['pid'] => [$first['table'], $first['shared']]];
+
+        $probeCalls = [];
+        for ($round = 0; $round < self::ROUNDS; $round++) {
+            usleep(300_000);
+            $this->request($query + ['n' => 1]);
+            $before = $this->commandCalls('evalsha');
+            $barrier = "{$this->dir}/barrier-$round";
+            touch($barrier);
+            $answers = $this->concurrently(4, $query + ['n' => 1, 'barrier' => $barrier]);
+            $probeCalls[] = $this->commandCalls('evalsha') - $before;
+            $pids = array_unique(array_column($answers, 'pid'));
+            $this->assertCount(4, $pids, 'the barrier holds each probe in a worker of its own');
+            foreach ($answers as $a) {
+                $this->assertSame(['global' => 1], $a['reasons']);
+                $tables[$a['pid']] = [$a['table'], $a['shared']];
+            }
+        }
+        fwrite(STDERR, sprintf(
+            "\n%s: the probes' calls to Valkey per round: %s (a table per worker: 3 each)\n",
+            $perPool ? 'per pool' : 'global',
+            implode(', ', $probeCalls)
+        ));
+        // A round is only late (its entry expired before the probes ran) on a stalled
+        // machine; the best round shows whether the workers share what one learnt.
+        $this->assertSame(0, min($probeCalls), 'calls per round: ' . implode(', ', $probeCalls));
+        $this->assertLessThanOrEqual(self::ROUNDS, array_sum($probeCalls));
+        // And health() says so in every worker.
+        $this->assertSame(
+            array_fill_keys(array_keys($tables), [$perPool ? 'named' : 'inherited', true]),
+            $tables,
+            "health()'s local_denials_table and local_denials_shared per worker"
+        );
+
+        if ($perPool) {
+            // The table is a file named after this master (pid and start time).
+            $files = glob("/dev/shm/checkout-guard-denials.*.P$master.*") ?: [];
+            $this->assertCount(1, $files, 'one table for the pool');
+            $this->assertSame(0o600, fileperms($files[0]) & 0o777);
+        }
+    }
+
+    private function startFpm(bool $perPool): int
+    {
+        $ext = (string) getenv('CHECKOUT_GUARD_EXT');
+        $this->port = ValkeyProcess::freePort();
+        file_put_contents("{$this->dir}/probe.php", <<<'PHP'
+            <?php
+            if (isset($_GET['barrier'])) {
+                // Arrive, then wait (at most 5 s) until all four have: four workers busy.
+                $f = fopen($_GET['barrier'], 'c+');
+                flock($f, LOCK_EX);
+                $n = (int) stream_get_contents($f) + 1;
+                ftruncate($f, 0);
+                rewind($f);
+                fwrite($f, (string) $n);
+                flock($f, LOCK_UN);
+                for ($i = 0; $i < 2500 && $n < 4; $i++) {
+                    usleep(2000);
+                    rewind($f);
+                    $n = (int) stream_get_contents($f);
+                }
+                fclose($f);
+            }
+            $l = new CheckoutGuard\RateLimiter([
+                'name' => $_GET['name'],
+                'url' => $_GET['url'],
+                'global' => ['capacity' => 2, 'refill_per_second' => 0.001],
+            ]);
+            $reasons = [];
+            for ($i = 0; $i < (int) $_GET['n']; $i++) {
+                $reasons[] = $l->acquire('s')->reason();
+            }
+            $h = $l->health(false);
+            echo json_encode([
+                'pid' => getmypid(),
+                'reasons' => array_count_values($reasons),
+                'table' => $h['local_denials_table'] ?? null,
+                'shared' => $h['local_denials_shared'] ?? null,
+            ]);
+            PHP);
+        $pool = "[probe]\nlisten = 127.0.0.1:{$this->port}\npm = static\npm.max_children = 4\n"
+            . "request_terminate_timeout = 20s\n"
+            . ($perPool ? "php_admin_value[extension] = $ext\n" : '');
+        file_put_contents("{$this->dir}/php-fpm.conf", "[global]\nerror_log = {$this->dir}/fpm.log\n"
+            . "pid = {$this->dir}/fpm.pid\ndaemonize = no\n$pool");
+        $cmd = [self::fpmBinary(), '-n', '-R', '-F', '-y', "{$this->dir}/php-fpm.conf"];
+        if (!$perPool) {
+            array_push($cmd, '-d', "extension=$ext");
+        }
+        $this->fpm = proc_open($cmd, [0 => ['file', '/dev/null', 'r'], 1 => ['file', "{$this->dir}/fpm.out", 'a'],
+            2 => ['file', "{$this->dir}/fpm.out", 'a']], $pipes);
+        for ($i = 0; $i < 250; $i++) {
+            $s = @fsockopen('127.0.0.1', $this->port, $errno, $errstr, 0.1);
+            if ($s) {
+                fclose($s);
+                return proc_get_status($this->fpm)['pid'];
+            }
+            usleep(20_000);
+        }
+        $this->fail('php-fpm did not start: ' . @file_get_contents("{$this->dir}/fpm.out") . @file_get_contents("{$this->dir}/fpm.log"));
+    }
+
+    /** Stops php-fpm (bounded); returns the master's pid, or 0 if none ran. */
+    private function stopFpm(): int
+    {
+        if ($this->fpm === null) {
+            return 0;
+        }
+        $pid = proc_get_status($this->fpm)['pid'];
+        proc_terminate($this->fpm, SIGTERM);
+        for ($i = 0; $i < 250 && proc_get_status($this->fpm)['running']; $i++) {
+            usleep(20_000);
+        }
+        if (proc_get_status($this->fpm)['running']) {
+            proc_terminate($this->fpm, SIGKILL);
+        }
+        proc_close($this->fpm);
+        $this->fpm = null;
+        return $pid;
+    }
+
+    private function command(array $query): array
+    {
+        return ['env', "SCRIPT_FILENAME={$this->dir}/probe.php", 'SCRIPT_NAME=/probe.php', 'REQUEST_METHOD=GET',
+            'QUERY_STRING=' . http_build_query($query), 'timeout', '20', 'cgi-fcgi', '-bind', '-connect', "127.0.0.1:{$this->port}"];
+    }
+
+    private function request(array $query): array
+    {
+        return $this->concurrently(1, $query)[0];
+    }
+
+    /** Sends `$n` requests at once; their decoded answers. */
+    private function concurrently(int $n, array $query): array
+    {
+        $procs = [];
+        for ($i = 0; $i < $n; $i++) {
+            $procs[] = proc_open($this->command($query), [1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes);
+            $outs[] = $pipes;
+        }
+        $answers = [];
+        foreach ($procs as $i => $p) {
+            $out = (string) stream_get_contents($outs[$i][1]);
+            $err = (string) stream_get_contents($outs[$i][2]);
+            proc_close($p);
+            $body = substr($out, (int) strpos($out, "\r\n\r\n") + 4);
+            $answer = json_decode($body, true);
+            $this->assertIsArray($answer, "not a probe's answer: $out $err " . @file_get_contents("{$this->dir}/fpm.log"));
+            $answers[] = $answer;
+        }
+        return $answers;
+    }
+}
