@@ -5,7 +5,7 @@
 //! another event), and put the sinks back.
 
 use super::event::Event;
-use super::sinks::Sink;
+use super::sinks::{Outcome, Sink};
 
 /// Counters of one sink since the process started.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -80,56 +80,40 @@ impl Sinks {
         }
     }
 
-    /// Writes a batch to every sink. A sink that fails drops its copy and counts it.
-    /// Returns how many events were written by at least one sink (all or none).
+    /// Writes a batch to every sink. A sink counts the events that reached it as written
+    /// and the rest as dropped (a write cut short counts one failure). Returns the most
+    /// events any sink wrote.
     pub fn write(&mut self, events: &[Event]) -> usize {
+        self.write_without(events, "", "")
+    }
+
+    /// Writes a batch to every sink but the one named `skip`, which drops it and counts a
+    /// failure (`why`). Returns the most events any sink wrote.
+    pub fn write_without(&mut self, events: &[Event], skip: &str, why: &str) -> usize {
         if events.is_empty() {
             return 0;
         }
         let n = events.len();
-        let mut any = false;
+        let mut most = 0;
         for (sink, stats) in &mut self.sinks {
-            match sink.write(events) {
-                Ok(()) => {
-                    stats.written += n as u64;
-                    any = true;
+            let outcome = if !skip.is_empty() && sink.name() == skip {
+                Outcome {
+                    written: 0,
+                    error: Some(why.to_string()),
                 }
-                Err(e) => {
-                    stats.dropped += n as u64;
-                    stats.failures += 1;
-                    stats.last_error = Some(e);
-                }
-            }
-        }
-        if any {
-            n
-        } else {
-            0
-        }
-    }
-
-    /// Writes a batch to every sink but the one named `skip`, which drops it and counts a
-    /// failure (`why`).
-    pub fn write_without(&mut self, events: &[Event], skip: &str, why: &str) {
-        if events.is_empty() {
-            return;
-        }
-        let n = events.len() as u64;
-        for (sink, stats) in &mut self.sinks {
-            let result = if sink.name() == skip {
-                Err(why.to_string())
             } else {
-                sink.write(events)
+                sink.write_counted(events)
             };
-            match result {
-                Ok(()) => stats.written += n,
-                Err(e) => {
-                    stats.dropped += n;
-                    stats.failures += 1;
-                    stats.last_error = Some(e);
-                }
+            let written = outcome.written.min(n);
+            most = most.max(written);
+            stats.written += written as u64;
+            stats.dropped += (n - written) as u64;
+            if let Some(e) = outcome.error {
+                stats.failures += 1;
+                stats.last_error = Some(e);
             }
         }
+        most
     }
 
     pub fn stats(&self) -> impl Iterator<Item = (&'static str, &SinkStats)> {
@@ -199,5 +183,46 @@ mod tests {
         assert_eq!((stats[1].1.dropped, stats[1].1.failures), (3, 1));
         assert_eq!(stats[1].1.last_error.as_deref(), Some("down"));
         assert_eq!(b.recorded(), 3);
+    }
+
+    /// Writes the first `.0` events of each batch, then fails.
+    struct Partial(usize);
+
+    impl Sink for Partial {
+        fn name(&self) -> &'static str {
+            "partial"
+        }
+        fn write(&mut self, _: &[Event]) -> Result<(), String> {
+            unreachable!("the buffer asks write_counted")
+        }
+        fn write_counted(&mut self, events: &[Event]) -> Outcome {
+            let written = self.0.min(events.len());
+            Outcome {
+                written,
+                error: (written < events.len()).then(|| "refused".to_string()),
+            }
+        }
+    }
+
+    #[test]
+    fn a_sink_cut_short_counts_what_it_wrote_as_written_and_the_rest_as_dropped() {
+        let seen = Arc::new(Mutex::new(vec![]));
+        let mut sinks = Sinks::new(vec![
+            Box::new(Partial(2)),
+            Box::new(Memory(seen.clone(), true)),
+        ]);
+        let batch: Vec<_> = (0..5).map(event).collect();
+        assert_eq!(sinks.write(&batch), 2, "the most any sink wrote");
+        assert_eq!(sinks.write(&batch[..1]), 1, "a batch written whole");
+        sinks.write_without(&batch, "partial", "skipped");
+        let stats: Vec<_> = sinks.stats().collect();
+        let p = stats[0].1;
+        assert_eq!((p.written, p.dropped, p.failures), (3, 8, 2));
+        assert_eq!(p.last_error.as_deref(), Some("skipped"));
+        let failing = stats[1].1;
+        assert_eq!(
+            (failing.written, failing.dropped, failing.failures),
+            (0, 11, 3)
+        );
     }
 }

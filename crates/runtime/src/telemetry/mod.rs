@@ -22,5 +22,5 @@ pub use event::{
     MAX_STRING_BYTES, RATE_LIMIT_CHANGE, RATE_LIMIT_DECISION, RATE_LIMIT_HOT, RECORD_OWNED,
 };
 pub use json::{write_event_line, write_json_string};
-pub use sinks::{JsonlSink, Sink, StreamSink};
+pub use sinks::{JsonlSink, Outcome, Sink, StreamSink};
 pub use url::sanitize_url;
