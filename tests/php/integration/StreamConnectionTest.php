@@ -102,6 +102,28 @@ final class StreamConnectionTest extends OwnValkeyTestCase
         $this->assertLessThan(1000, (int) $r->xLen(self::KEY), 'MAXLEN ~ 100 trimmed the stream');
     }
 
+    public function testABatchAfterAValkeyRestartIsWrittenOnceOnANewConnection(): void
+    {
+        $out = $this->child($this->streamIni($this->valkey->url(), ['timeout_ms' => '1000']), <<<'PHP'
+            CheckoutGuard\Telemetry::record('Probe', ['i' => -1]);
+            CheckoutGuard\Telemetry::flush(); // connected
+            for ($i = 0; $i < 20; $i++) {
+                CheckoutGuard\Telemetry::record('Probe', ['i' => $i]);
+            }
+            echo "ready\n";
+            fgets(STDIN);
+            $n = CheckoutGuard\Telemetry::flush(); // on the connection Valkey closed
+            echo json_encode(['flushed' => $n, 'stream' => CheckoutGuard\Telemetry::stats()['sinks']['stream']]);
+            PHP, function () {
+                $this->valkey->stop();
+                $this->valkey->start();
+            });
+        $this->assertSame(20, $out['flushed'], json_encode($out));
+        $this->assertSame([21, 0], [$out['stream']['written'], $out['stream']['dropped']]);
+        $events = array_map(fn ($e) => json_decode($e['event'], true)['i'], $this->valkey->client()->xRange(self::KEY, '-', '+'));
+        $this->assertSame(range(0, 19), array_values($events), 'each event once, in order');
+    }
+
     // Item 7: telemetry never changes a decision ----------------------------------------
 
     private const FOUR_DECISIONS_WITH_A_FLUSH_EACH = <<<'PHP'

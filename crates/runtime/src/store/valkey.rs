@@ -118,6 +118,16 @@ fn slot(endpoint: &Endpoint, pool: Pool) -> Arc<Mutex<Slot>> {
         .clone()
 }
 
+/// A failure as `health()['last_error']` shows it: a timeout says so (the OS says
+/// "Resource temporarily unavailable").
+fn describe(e: &RedisError, timeout: Duration) -> String {
+    if e.is_timeout() {
+        format!("timed out after {} ms", timeout.as_millis())
+    } else {
+        e.to_string()
+    }
+}
+
 /// Errors that came back as a reply: the connection is still in step and stays.
 fn is_reply_error(e: &RedisError) -> bool {
     matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension)
@@ -386,7 +396,8 @@ fn with_live<T>(
             }
             if let Err(e) = s.connect(endpoint, left) {
                 let upto = upto(&e);
-                return Err(s.fail(format!("connect: {e}"), retry_interval, upto));
+                let cause = format!("connect: {}", describe(&e, timeout));
+                return Err(s.fail(cause, retry_interval, upto));
             }
             fresh = true;
         }
@@ -424,7 +435,7 @@ fn with_live<T>(
             }
             Err(e) => {
                 let upto = upto(&e);
-                return Err(s.fail(e.to_string(), retry_interval, upto));
+                return Err(s.fail(describe(&e, timeout), retry_interval, upto));
             }
         }
     }
@@ -565,20 +576,16 @@ fn connect_single(url: &str, timeout: Duration) -> RedisResult<Connection> {
     for (what, reply) in checked.iter().zip(replies) {
         // CLIENT SETINFO's answer is ignored (an old server does not know it).
         if let redis::Value::ServerError(e) = reply {
-            let kind = if *what == "AUTH" {
-                ErrorKind::AuthenticationFailed
+            let why = RedisError::from(e).to_string();
+            return Err(if *what == "AUTH" {
+                RedisError::from((
+                    ErrorKind::AuthenticationFailed,
+                    "Password authentication failed",
+                    why,
+                ))
             } else {
-                ErrorKind::Client
-            };
-            return Err(RedisError::from((
-                kind,
-                if *what == "AUTH" {
-                    "authentication failed"
-                } else {
-                    "Valkey refused to switch database"
-                },
-                format!("{e:?}"),
-            )));
+                RedisError::from((ErrorKind::Client, "Valkey refused to switch database", why))
+            });
         }
     }
     con.set_read_timeout(None)?;

@@ -151,7 +151,9 @@ impl Sink for StreamSink {
         for v in &replies.values {
             match v {
                 redis::Value::ServerError(e) => {
-                    refused.get_or_insert_with(|| format!("XADD refused: {e:?}"));
+                    refused.get_or_insert_with(|| {
+                        format!("XADD refused: {}", redis::RedisError::from(e.clone()))
+                    });
                 }
                 _ => written += 1,
             }
