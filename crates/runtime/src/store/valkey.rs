@@ -100,7 +100,10 @@ struct Slot {
     engine: Option<&'static str>,
 }
 
-static POOL: Lazy<Mutex<HashMap<(String, Pool), Arc<Mutex<Slot>>>>> = Lazy::new(Default::default);
+/// The process's connections: one slot per endpoint (its pool key) and [`Pool`].
+type Slots = HashMap<(String, Pool), Arc<Mutex<Slot>>>;
+
+static POOL: Lazy<Mutex<Slots>> = Lazy::new(Default::default);
 
 /// Whose connection to an endpoint: each has its own socket and back-off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
