@@ -52,6 +52,7 @@ require '/usr/share/php/Nyholm/Psr7/autoload.php';
 require __DIR__ . '/../../php/examples/zone_a_checkout.php';
 require __DIR__ . '/support/NewRelicStandIn.php';
 require __DIR__ . '/support/ValkeyProcess.php';
+require __DIR__ . '/support/LatencyProxy.php';
 require __DIR__ . '/support/ValkeyCluster.php';
 require __DIR__ . '/support/Cli.php';
 require __DIR__ . '/support/HttpGet.php';

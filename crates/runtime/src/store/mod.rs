@@ -8,7 +8,9 @@ mod memory;
 mod valkey;
 
 pub use memory::{Fault, MemoryStore};
-pub use valkey::{invocation, last_engine, ping, status, with_connection, ValkeyStore};
+pub use valkey::{
+    invocation, last_engine, ping, pipeline, status, with_connection, Pool, Replies, ValkeyStore,
+};
 
 use std::fmt;
 use std::time::{Duration, Instant, SystemTime};

@@ -1,8 +1,15 @@
-//! The connection to Valkey: one persistent connection per process per URL, reused across
-//! requests and limiters, never shared across fork, with a short back-off after a failure.
+//! The connection to Valkey: one persistent connection per process per URL for decisions
+//! (and one more for the stream sink's events, when it is on), reused across requests and
+//! limiters, never shared across fork, with a short back-off after a failure.
 //!
 //! Rules a checkout depends on:
-//! - every call is bounded by the limiter's timeout (connect, write and read);
+//! - every call is bounded by the limiter's timeout: connect, the connection's set-up
+//!   (AUTH, SELECT, CLIENT SETINFO) and the call share one deadline;
+//! - the back-off after a timeout holds back the callers whose timeout is not longer than
+//!   the one that failed (a limiter with a longer timeout still tries); after any other
+//!   failure (refused, reset) it holds back every caller;
+//! - telemetry (the stream sink) has a connection and a back-off of its own: it never
+//!   touches the decisions' connection;
 //! - a connection that broke while idle (Valkey restarted, idle timeout) is reconnected
 //!   once, transparently;
 //! - after a failure nobody tries again for `retry_interval`: calls fail at once, so a
@@ -117,6 +124,9 @@ impl ModuleProbe {
 struct Slot {
     live: Option<Live>,
     retry_at: Option<Instant>,
+    /// The back-off until `retry_at` holds back callers whose timeout is at most this:
+    /// the timeout that failed, or `Duration::MAX` after a failure no wait would cure.
+    backoff_upto: Duration,
     last_error: Option<String>,
     /// Calls that failed in a row (reply errors excluded: Valkey answered).
     failures: u32,
@@ -139,13 +149,35 @@ fn engine_index(engine: Engine) -> usize {
     }
 }
 
-static POOL: Lazy<Mutex<HashMap<String, Arc<Mutex<Slot>>>>> = Lazy::new(Default::default);
+/// The process's connections: one slot per endpoint (its pool key) and [`Pool`].
+type Slots = HashMap<(String, Pool), Arc<Mutex<Slot>>>;
 
-fn slot(endpoint: &Endpoint) -> Arc<Mutex<Slot>> {
+static POOL: Lazy<Mutex<Slots>> = Lazy::new(Default::default);
+
+/// Whose connection to an endpoint: each has its own socket and back-off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Pool {
+    /// Limiters' decisions and administration, readiness and health.
+    Decisions,
+    /// The stream sink's events (telemetry never touches a decision's connection).
+    Events,
+}
+
+fn slot(endpoint: &Endpoint, pool: Pool) -> Arc<Mutex<Slot>> {
     POOL.lock()
-        .entry(endpoint.pool_key().to_string())
+        .entry((endpoint.pool_key().to_string(), pool))
         .or_default()
         .clone()
+}
+
+/// A failure as `health()['last_error']` shows it: a timeout says so (the OS says
+/// "Resource temporarily unavailable").
+fn describe(e: &RedisError, timeout: Duration) -> String {
+    if e.is_timeout() {
+        format!("timed out after {} ms", timeout.as_millis())
+    } else {
+        e.to_string()
+    }
 }
 
 /// Errors that came back as a reply: the connection is still in step and stays.
@@ -163,10 +195,26 @@ impl Slot {
         }
     }
 
-    fn fail(&mut self, cause: String, retry_interval: Duration) -> StoreError {
+    /// The back-off that holds back a caller with `timeout`, if one is running.
+    fn backoff_for(&self, timeout: Duration) -> Option<Duration> {
+        let left = self.retry_at?.saturating_duration_since(Instant::now());
+        (!left.is_zero() && timeout <= self.backoff_upto).then_some(left)
+    }
+
+    /// Drops the connection and starts a back-off for callers whose timeout is at most
+    /// `upto` (the failed call's timeout after a timeout, `Duration::MAX` otherwise).
+    fn fail(&mut self, cause: String, retry_interval: Duration, upto: Duration) -> StoreError {
         self.live = None;
         self.failures = self.failures.saturating_add(1);
-        self.retry_at = Some(Instant::now() + retry_interval);
+        let now = Instant::now();
+        // A back-off still running for more callers keeps holding them back.
+        let running = self.retry_at.is_some_and(|at| at > now);
+        self.backoff_upto = if running {
+            self.backoff_upto.max(upto)
+        } else {
+            upto
+        };
+        self.retry_at = Some(now + retry_interval);
         self.last_error = Some(cause.clone());
         StoreError::Failed {
             cause,
@@ -176,9 +224,7 @@ impl Slot {
 
     fn connect(&mut self, endpoint: &Endpoint, timeout: Duration) -> RedisResult<()> {
         let conn = match endpoint.target() {
-            Target::Single(url) => Conn::Single(
-                redis::Client::open(connection_info(url)?)?.get_connection_with_timeout(timeout)?,
-            ),
+            Target::Single(url) => Conn::Single(connect_single(url, timeout)?),
             Target::Cluster(seeds) => {
                 let seeds = seeds
                     .iter()
@@ -224,6 +270,104 @@ pub fn with_connection<T>(
     with_engine(endpoint, timeout, retry_interval, |c, _| op(c))
 }
 
+/// What came back of a pipeline: the replies read, in order (error replies included, as
+/// `Value::ServerError`), and why the others were not read (`None`: all were).
+#[derive(Debug)]
+pub struct Replies {
+    pub values: Vec<redis::Value>,
+    pub error: Option<StoreError>,
+}
+
+/// Sends `pipe` on the process's `pool` connection to `endpoint` and reads its replies,
+/// all within `timeout` (connection included): the first reply not in by then ends the
+/// call, and the commands not answered count as not done. A connection found broken is
+/// replaced once and only the commands not yet answered are sent again.
+pub fn pipeline(
+    endpoint: &Endpoint,
+    pool: Pool,
+    timeout: Duration,
+    retry_interval: Duration,
+    pipe: &redis::Pipeline,
+) -> Replies {
+    let deadline = Instant::now() + timeout;
+    let commands: Vec<&redis::Cmd> = pipe.cmd_iter().collect();
+    let mut values = Vec::with_capacity(commands.len());
+    let result = with_live(
+        &slot(endpoint, pool),
+        endpoint,
+        timeout,
+        retry_interval,
+        |live, _| {
+            let rest = &commands[values.len()..];
+            if rest.is_empty() {
+                return Ok(());
+            }
+            let mut packed = Vec::new();
+            for c in rest {
+                c.write_packed_command(&mut packed);
+            }
+            match &mut live.conn {
+                Conn::Single(c) => {
+                    // The socket's timeouts are set per reply here: they are set again
+                    // before the next call.
+                    live.timeout = None;
+                    set_left(c, deadline)?;
+                    c.send_packed_command(&packed)?;
+                    read_replies(c, rest.len(), deadline, &mut values)
+                }
+                Conn::Cluster(c) => {
+                    let got = c.req_packed_commands(&packed, 0, rest.len())?;
+                    values.extend(got);
+                    Ok(())
+                }
+            }
+        },
+    );
+    Replies {
+        values,
+        error: result.err(),
+    }
+}
+
+/// Sets `c`'s read and write timeouts to what is left until `deadline`; an error once
+/// nothing is.
+fn set_left(c: &Connection, deadline: Instant) -> RedisResult<()> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(timed_out());
+    }
+    c.set_read_timeout(Some(left))?;
+    c.set_write_timeout(Some(left))
+}
+
+fn timed_out() -> RedisError {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out").into()
+}
+
+/// Reads `count` replies into `into` by `deadline`, stopping at the first that is not in
+/// by then or at a broken connection (redis-rs's own pipeline reading waits a whole
+/// timeout for every reply after a first one timed out).
+fn read_replies(
+    c: &mut Connection,
+    count: usize,
+    deadline: Instant,
+    into: &mut Vec<redis::Value>,
+) -> RedisResult<()> {
+    let mut read = 0;
+    while read < count {
+        set_left(c, deadline)?;
+        match c.recv_response()? {
+            // RESP3 out-of-band data is not a reply.
+            redis::Value::Push { .. } => {}
+            v => {
+                into.push(v);
+                read += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// What a call knows of its connection's engine: whether the server has the module (see
 /// [`Live::module`]) and which engine decided last.
 pub struct EngineState<'a> {
@@ -238,7 +382,13 @@ fn with_engine<T>(
     retry_interval: Duration,
     op: impl FnMut(&mut dyn ConnectionLike, EngineState<'_>) -> RedisResult<T>,
 ) -> Result<T, StoreError> {
-    with_slot(&slot(endpoint), endpoint, timeout, retry_interval, op)
+    with_slot(
+        &slot(endpoint, Pool::Decisions),
+        endpoint,
+        timeout,
+        retry_interval,
+        op,
+    )
 }
 
 /// [`with_engine`] on the endpoint's slot, already looked up.
@@ -249,28 +399,57 @@ fn with_slot<T>(
     retry_interval: Duration,
     mut op: impl FnMut(&mut dyn ConnectionLike, EngineState<'_>) -> RedisResult<T>,
 ) -> Result<T, StoreError> {
+    with_live(
+        slot,
+        endpoint,
+        timeout,
+        retry_interval,
+        |live, decided_by| {
+            let state = EngineState {
+                module: &mut live.module,
+                decided_by,
+            };
+            op(live.conn.as_dyn(), state)
+        },
+    )
+}
+
+/// [`with_slot`], giving `op` the open connection itself and the slot's last engine.
+fn with_live<T>(
+    slot: &Mutex<Slot>,
+    endpoint: &Endpoint,
+    timeout: Duration,
+    retry_interval: Duration,
+    mut op: impl FnMut(&mut Live, &mut Option<&'static str>) -> RedisResult<T>,
+) -> Result<T, StoreError> {
     let mut s = slot.lock();
     s.forget_if_forked();
-    if let Some(at) = s.retry_at {
-        let now = Instant::now();
-        if now < at {
-            return Err(StoreError::Backoff {
-                retry_in: at - now,
-                cause: s.last_error.clone().unwrap_or_default(),
-            });
-        }
-        s.retry_at = None;
+    if let Some(retry_in) = s.backoff_for(timeout) {
+        return Err(StoreError::Backoff {
+            retry_in,
+            cause: s.last_error.clone().unwrap_or_default(),
+        });
     }
+    // A timeout's failure: only callers with no longer a timeout wait it out.
+    let upto = |e: &RedisError| {
+        if e.is_timeout() {
+            timeout
+        } else {
+            Duration::MAX
+        }
+    };
     let deadline = Instant::now() + timeout;
     let mut fresh = false;
     loop {
         if s.live.is_none() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(s.fail("timed out".into(), retry_interval));
+                return Err(s.fail("timed out".into(), retry_interval, timeout));
             }
             if let Err(e) = s.connect(endpoint, left) {
-                return Err(s.fail(format!("connect: {e}"), retry_interval));
+                let upto = upto(&e);
+                let cause = format!("connect: {}", describe(&e, timeout));
+                return Err(s.fail(cause, retry_interval, upto));
             }
             fresh = true;
         }
@@ -282,17 +461,13 @@ fn with_slot<T>(
         let want = if fresh { left } else { timeout };
         if live.timeout != Some(want) {
             if let Err(e) = live.conn.set_timeouts(want) {
-                return Err(s.fail(format!("socket: {e}"), retry_interval));
+                return Err(s.fail(format!("socket: {e}"), retry_interval, Duration::MAX));
             }
             live.timeout = Some(want);
         }
         let slot = &mut *s;
         let live = slot.live.as_mut().expect("connected above");
-        let state = EngineState {
-            module: &mut live.module,
-            decided_by: &mut slot.engine,
-        };
-        match op(live.conn.as_dyn(), state) {
+        match op(live, &mut slot.engine) {
             Ok(v) => {
                 s.last_error = None;
                 s.failures = 0;
@@ -310,16 +485,21 @@ fn with_slot<T>(
                 // on a new connection, transparently.
                 s.live = None;
             }
-            Err(e) => return Err(s.fail(e.to_string(), retry_interval)),
+            Err(e) => {
+                let upto = upto(&e);
+                return Err(s.fail(describe(&e, timeout), retry_interval, upto));
+            }
         }
     }
 }
 
 impl Slot {
-    /// The connection's state, and the decisions of the limiters with `engine` (none:
-    /// the connection alone). `last_error` is the connection's, or while decisions fail
-    /// the last decision's: a PING that succeeds does not clear a decision's error.
-    fn health(&self, ok: bool, engine: Option<Engine>) -> Health {
+    /// The connection's state as a caller with `timeout` sees it (a back-off after a
+    /// shorter timeout does not hold it back), and the decisions of the limiters with
+    /// `engine` (none: the connection alone). `last_error` is the connection's, or while
+    /// decisions fail the last decision's: a PING that succeeds does not clear a
+    /// decision's error.
+    fn health(&self, ok: bool, timeout: Duration, engine: Option<Engine>) -> Health {
         let decisions = engine
             .map(|e| self.decisions[engine_index(e)].clone())
             .unwrap_or_default();
@@ -328,10 +508,7 @@ impl Slot {
                 .then(|| decisions.last_error.as_ref().map(|(e, _)| e.clone()))
                 .flatten()
         });
-        let retry_in = self
-            .retry_at
-            .map(|at| at.saturating_duration_since(Instant::now()))
-            .unwrap_or_default();
+        let retry_in = self.backoff_for(timeout).unwrap_or_default();
         let circuit_open = !retry_in.is_zero();
         Health {
             ok: ok && !circuit_open,
@@ -348,18 +525,18 @@ impl Slot {
     }
 }
 
-/// The state of this process's connection to `endpoint`, without any I/O: `ok` when the
-/// connection is open and no failure is pending.
-pub fn status(endpoint: &Endpoint) -> Health {
-    status_of(endpoint, None)
+/// The state of this process's connection to `endpoint` for a caller with `timeout`,
+/// without any I/O: `ok` when the connection is open and no failure is pending.
+pub fn status(endpoint: &Endpoint, timeout: Duration) -> Health {
+    status_of(endpoint, timeout, None)
 }
 
-fn status_of(endpoint: &Endpoint, engine: Option<Engine>) -> Health {
-    let slot = slot(endpoint);
+fn status_of(endpoint: &Endpoint, timeout: Duration, engine: Option<Engine>) -> Health {
+    let slot = slot(endpoint, Pool::Decisions);
     let mut s = slot.lock();
     s.forget_if_forked();
     let ok = s.live.is_some() && s.last_error.is_none();
-    s.health(ok, engine)
+    s.health(ok, timeout, engine)
 }
 
 /// One PING over the pooled connection (opened if none is, unless the back-off after a
@@ -398,7 +575,7 @@ fn ping_of(
             redis::cmd("PING").query::<String>(c).map(drop)
         }
     });
-    let slot = slot(endpoint);
+    let slot = slot(endpoint, Pool::Decisions);
     let mut s = slot.lock();
     let ok = match result {
         Ok(_) => {
@@ -407,7 +584,7 @@ fn ping_of(
         }
         Err(_) => false,
     };
-    s.health(ok, engine)
+    s.health(ok, timeout, engine)
 }
 
 /// A URL the model's endpoint accepted, as redis-rs connects to it; the connections are
@@ -419,6 +596,79 @@ fn connection_info(url: &str) -> RedisResult<ConnectionInfo> {
         .clone()
         .set_lib_name("checkout_guard", checkout_guard_model::VERSION);
     Ok(info.set_redis_settings(settings))
+}
+
+/// A connection to one server, its whole set-up within `timeout`: TCP connect, then AUTH,
+/// SELECT and the two CLIENT SETINFO (the name in `CLIENT LIST`) pipelined in one round
+/// trip whose replies share the deadline. (redis-rs's own set-up waits the whole timeout
+/// for each of its replies in turn when the server does not answer.) With RESP3, redis-rs
+/// sends HELLO (with the credentials) itself: one reply, within the same deadline.
+fn connect_single(url: &str, timeout: Duration) -> RedisResult<Connection> {
+    let deadline = Instant::now() + timeout;
+    let info = url.into_connection_info()?;
+    let wanted = info.redis_settings().clone();
+    let resp3 = wanted.protocol().supports_resp3();
+    let mut bare = redis::RedisConnectionInfo::default()
+        .set_protocol(wanted.protocol())
+        .set_skip_set_lib_name();
+    if resp3 {
+        if let Some(user) = wanted.username() {
+            bare = bare.set_username(user);
+        }
+        if let Some(pass) = wanted.password() {
+            bare = bare.set_password(pass);
+        }
+    }
+    let mut con =
+        redis::Client::open(info.set_redis_settings(bare))?.get_connection_with_timeout(timeout)?;
+    let mut setup = redis::pipe();
+    let mut checked = Vec::new();
+    if !resp3 {
+        if let Some(pass) = wanted.password() {
+            let auth = setup.cmd("AUTH");
+            if let Some(user) = wanted.username() {
+                auth.arg(user);
+            }
+            auth.arg(pass);
+            checked.push("AUTH");
+        }
+    }
+    if wanted.db() != 0 {
+        setup.cmd("SELECT").arg(wanted.db());
+        checked.push("SELECT");
+    }
+    setup
+        .cmd("CLIENT")
+        .arg("SETINFO")
+        .arg("LIB-NAME")
+        .arg("checkout_guard");
+    setup
+        .cmd("CLIENT")
+        .arg("SETINFO")
+        .arg("LIB-VER")
+        .arg(checkout_guard_model::VERSION);
+    set_left(&con, deadline)?;
+    con.send_packed_command(&setup.get_packed_pipeline())?;
+    let mut replies = Vec::new();
+    read_replies(&mut con, setup.len(), deadline, &mut replies)?;
+    for (what, reply) in checked.iter().zip(replies) {
+        // CLIENT SETINFO's answer is ignored (an old server does not know it).
+        if let redis::Value::ServerError(e) = reply {
+            let why = RedisError::from(e).to_string();
+            return Err(if *what == "AUTH" {
+                RedisError::from((
+                    ErrorKind::AuthenticationFailed,
+                    "Password authentication failed",
+                    why,
+                ))
+            } else {
+                RedisError::from((ErrorKind::Client, "Valkey refused to switch database", why))
+            });
+        }
+    }
+    con.set_read_timeout(None)?;
+    con.set_write_timeout(None)?;
+    Ok(con)
 }
 
 /// The decision script as Valkey runs it: hashed once per process, sent by EVALSHA (and
@@ -473,7 +723,7 @@ impl ValkeyStore {
         retry_interval: Duration,
         engine: Engine,
     ) -> Self {
-        let slot = slot(&endpoint);
+        let slot = slot(&endpoint, Pool::Decisions);
         Self {
             endpoint,
             timeout,
@@ -630,7 +880,7 @@ impl Store for ValkeyStore {
                 engine,
             )
         } else {
-            status_of(&self.endpoint, engine)
+            status_of(&self.endpoint, self.timeout, engine)
         }
     }
 }
@@ -707,7 +957,7 @@ fn has_module(c: &mut dyn ConnectionLike) -> RedisResult<bool> {
         .query::<Vec<redis::Value>>(c)
     {
         Ok(v) => Ok(v.first().is_some_and(|i| !matches!(i, redis::Value::Nil))),
-        Err(e) if is_reply_error(&e) || e.kind() == ErrorKind::Parse => Ok(false),
+        Err(e) if is_reply_error(&e) || !e.is_io_error() => Ok(false),
         Err(e) => Err(e),
     }
 }

@@ -184,8 +184,10 @@ impl Sink for JsonlSink {
 }
 
 /// XADDs each event to a Valkey stream as one field `event` holding the JSON object, with
-/// an approximate MAXLEN; a batch is one pipelined round trip on the process's pooled
-/// connection, bounded by the timeout.
+/// an approximate MAXLEN; a batch is one pipelined round trip, bounded by the timeout, on
+/// a pooled connection of its own (never the limiter's: a slow or refusing stream cannot
+/// put the decisions' connection into back-off). Each XADD's reply is read: the entries
+/// Valkey added are written, the ones it refused (maxmemory) or never answered dropped.
 pub struct StreamSink {
     endpoint: Endpoint,
     key: String,
@@ -231,13 +233,38 @@ impl Sink for StreamSink {
                 .arg(self.maxlen)
                 .arg("*")
                 .arg("event")
-                .arg(self.line.trim_end())
-                .ignore();
+                .arg(self.line.trim_end());
         }
-        store::with_connection(&self.endpoint, self.timeout, self.retry_interval, |c| {
-            pipe.query::<()>(c)
-        })
-        .map_err(|e| (0, format!("{} at {}", e, self.endpoint.display_url())))
+        let replies = store::pipeline(
+            &self.endpoint,
+            store::Pool::Events,
+            self.timeout,
+            self.retry_interval,
+            &pipe,
+        );
+        // An entry ID for each entry added (a trim by MAXLEN does not change the reply);
+        // an error reply for each refused.
+        let mut written = 0;
+        let mut refused = None;
+        for v in &replies.values {
+            match v {
+                redis::Value::ServerError(e) => {
+                    refused.get_or_insert_with(|| {
+                        format!("XADD refused: {}", redis::RedisError::from(e.clone()))
+                    });
+                }
+                _ => written += 1,
+            }
+        }
+        let error = match (replies.error, refused) {
+            (Some(e), _) => Some(e.to_string()),
+            (None, Some(r)) => Some(r),
+            (None, None) => None,
+        };
+        match error {
+            None => Ok(()),
+            Some(e) => Err((written, format!("{e} at {}", self.endpoint.display_url()))),
+        }
     }
 }
 
