@@ -40,18 +40,27 @@ final class BenchmarkGuardTest extends TestCase
         self::fail("no $name N=$procs in the results");
     }
 
+    /** `$field` of case `$name`, the best (lowest) of the run's rounds (N=1 and N=2). */
+    private static function best(string $name, string $field): float
+    {
+        return min(array_map(static fn (int $n): float => (float) self::case($name, $n)[$field], [1, 2]));
+    }
+
+    /**
+     * Each figure is the best of the run's rounds (N=1 and N=2): a single round of either
+     * side slowed by other work on the 2 cores failed the guard on correct builds (client
+     * CPU 19.76 µs against a by-hand round that caught a quiet moment at 9.78 µs).
+     */
     public function testAcquireCostsAboutWhatTheSameScriptByHandCosts(): void
     {
         foreach ([1, 2] as $n) {
             $acquire = self::case('acquire', $n);
-            $hand = self::case('evalsha', $n);
-            $ping = self::case('ping', $n);
             $this->assertSame($acquire['decisions'], $acquire['allowed'], 'every decision allowed: the bucket is unlimited');
-            $floor = max($hand['p50_us'], $ping['p50_us']);
-            $this->assertLessThan(3 * $floor, $acquire['p50_us'], "N=$n: acquire() p50 vs the slower of PING and evalSha by hand");
-            $this->assertLessThan(2 * $hand['client_cpu_us'], $acquire['client_cpu_us'], "N=$n: client CPU per decision vs evalSha by hand");
             $this->assertEqualsWithDelta(1.0, $acquire['valkey_calls_per_decision'], 0.01, 'one script call per decision');
         }
+        $floor = max(self::best('evalsha', 'p50_us'), self::best('ping', 'p50_us'));
+        $this->assertLessThan(3 * $floor, self::best('acquire', 'p50_us'), 'acquire() p50 vs the slower of PING and evalSha by hand');
+        $this->assertLessThan(2 * self::best('evalsha', 'client_cpu_us'), self::best('acquire', 'client_cpu_us'), 'client CPU per decision vs evalSha by hand');
     }
 
     /**
@@ -69,19 +78,11 @@ final class BenchmarkGuardTest extends TestCase
     public function testTheModuleCostsValkeyAFractionOfTheScript(): void
     {
         foreach ([['acquire', 'acquire_module', 2.0], ['acquire_auto_hot', 'acquire_auto_hot_module', 1.5]] as [$script, $module, $times]) {
-            $best = static fn (string $case): float => min(array_map(
-                static fn (int $n): float => (float) self::case($case, $n)['valkey_usec_per_call'],
-                [1, 2]
-            ));
-            $s = $best($script);
-            $m = $best($module);
+            $s = self::best($script, 'valkey_usec_per_call');
+            $m = self::best($module, 'valkey_usec_per_call');
             $this->assertLessThan($s / $times, $m, sprintf('%s vs %s, best µs per call in Valkey: %.2f vs %.2f (%.1fx; the guard wants %.1fx)', $module, $script, $m, $s, $s / $m, $times));
         }
-        foreach ([1, 2] as $n) {
-            $acquire = self::case('acquire_module', $n);
-            $hand = self::case('module_by_hand', $n);
-            $this->assertLessThan(2 * $hand['client_cpu_us'], $acquire['client_cpu_us'], "N=$n: client CPU per decision vs CG.DECIDE by hand");
-        }
+        $this->assertLessThan(2 * self::best('module_by_hand', 'client_cpu_us'), self::best('acquire_module', 'client_cpu_us'), 'client CPU per decision vs CG.DECIDE by hand');
     }
 
     public function testSymfonyRateLimiterIsSlower(): void
