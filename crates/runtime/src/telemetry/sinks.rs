@@ -3,7 +3,7 @@
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{ErrorKind, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::time::{Duration, Instant};
 
 use super::event::Event;
@@ -102,6 +102,26 @@ impl JsonlSink {
             }
         }
         let bytes = self.lines.as_bytes();
+        if !regular {
+            // A line at a time: a pipe takes a write of up to PIPE_BUF (4 KiB) whole or
+            // not at all, so a full pipe leaves no torn line (a longer line may still be
+            // cut: its reader sees one bad line).
+            let mut start = 0;
+            for (i, &end) in self.ends.iter().enumerate() {
+                if let Err((_, e)) = write_fully(file, &bytes[start..end]) {
+                    return Err((
+                        i,
+                        format!(
+                            "write {}: {e}; {i} of {} events written",
+                            self.path,
+                            self.ends.len()
+                        ),
+                    ));
+                }
+                start = end;
+            }
+            return Ok(());
+        }
         let Err((done, e)) = write_fully(file, bytes) else {
             return Ok(());
         };
@@ -169,12 +189,26 @@ impl Sink for JsonlSink {
                 .create(true)
                 .open(&self.path)
         };
-        let (mut file, readable) = match open(true) {
-            Ok(f) => (f, true),
-            Err(_) => match open(false) {
-                Ok(f) => (f, false),
-                Err(e) => return Err((0, format!("open {}: {e}", self.path))),
-            },
+        // A path that is not a regular file (a log shipper's FIFO, /dev/stdout as a pipe)
+        // is opened write-only and non-blocking: opened for reading too, this process
+        // would be a reader of its own pipe (a batch nobody reads "written", and one larger
+        // than the pipe blocked for ever); non-blocking, a FIFO without a reader refuses
+        // the open (ENXIO) and a full pipe the write (EAGAIN): dropped and counted.
+        let special = std::fs::metadata(&self.path).is_ok_and(|m| !m.is_file());
+        let opened = if special {
+            OpenOptions::new()
+                .append(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&self.path)
+                .map(|f| (f, false))
+        } else {
+            open(true)
+                .map(|f| (f, true))
+                .or_else(|_| open(false).map(|f| (f, false)))
+        };
+        let (mut file, readable) = match opened {
+            Ok(f) => f,
+            Err(e) => return Err((0, format!("open {}: {e}", self.path))),
         };
         self.lock(&file).map_err(|e| (0, e))?;
         let result = self.append_locked(&mut file, readable);

@@ -1,4 +1,4 @@
-//! attack2: the JSONL sink on a path that is a FIFO (a log shipper's named pipe).
+//! The JSONL sink on a path that is a FIFO (a log shipper's named pipe).
 //! The sink opens the path read-write (to check the file's last byte), so on a FIFO this
 //! process becomes a reader of its own pipe: with no other reader (the shipper is down or
 //! restarting) a batch is "written" into the pipe's buffer and discarded when the sink
@@ -60,4 +60,24 @@ fn a_fifo_without_a_reader_never_blocks_the_request_end() {
         Ok(r) => assert!(r.is_err(), "written into a FIFO nobody reads: {r:?}"),
         Err(_) => panic!("JsonlSink::write on a FIFO without a reader still blocked after 10 s"),
     }
+}
+
+#[test]
+fn a_fifo_with_a_reader_gets_every_line() {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = fifo("read");
+    // The reader opens first (non-blocking, so the open does not wait for a writer).
+    let mut reader = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&path)
+        .unwrap();
+    let mut sink = JsonlSink::new(path.to_str().unwrap());
+    assert!(sink.write(&events(3, 10)).is_ok());
+    let mut got = String::new();
+    reader.read_to_string(&mut got).unwrap();
+    let lines: Vec<_> = got.lines().collect();
+    assert_eq!(lines.len(), 3, "{got:?}");
+    assert!(lines.iter().all(|l| l.starts_with('{') && l.ends_with('}')));
 }
