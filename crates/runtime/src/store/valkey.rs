@@ -62,13 +62,6 @@ impl Conn {
         }
         Ok(())
     }
-
-    fn as_dyn(&mut self) -> &mut dyn ConnectionLike {
-        match self {
-            Conn::Single(c) => c,
-            Conn::Cluster(c) => c.as_mut(),
-        }
-    }
 }
 
 struct Live {
@@ -399,6 +392,7 @@ fn with_slot<T>(
     retry_interval: Duration,
     mut op: impl FnMut(&mut dyn ConnectionLike, EngineState<'_>) -> RedisResult<T>,
 ) -> Result<T, StoreError> {
+    let deadline = Instant::now() + timeout;
     with_live(
         slot,
         endpoint,
@@ -409,9 +403,73 @@ fn with_slot<T>(
                 module: &mut live.module,
                 decided_by,
             };
-            op(live.conn.as_dyn(), state)
+            match &mut live.conn {
+                Conn::Single(conn) => op(
+                    &mut Bounded {
+                        conn,
+                        deadline,
+                        sent: 0,
+                        timeout: &mut live.timeout,
+                    },
+                    state,
+                ),
+                Conn::Cluster(c) => op(c.as_mut(), state),
+            }
         },
     )
+}
+
+/// One server's connection as one call sees it: every command after the call's first
+/// (`COMMAND INFO` before a decision, `EVAL` after `NOSCRIPT`, the steps of a reset) gets
+/// only what is left of the call's deadline, so a call of several round trips still ends
+/// within its timeout. The first command runs on the timeout already set (no syscall on
+/// the hot path of one command per call).
+struct Bounded<'a> {
+    conn: &'a mut Connection,
+    deadline: Instant,
+    sent: u32,
+    /// The socket's timeout as [`Live`] records it (changed here, set again next call).
+    timeout: &'a mut Option<Duration>,
+}
+
+impl Bounded<'_> {
+    fn before(&mut self) -> RedisResult<()> {
+        self.sent += 1;
+        if self.sent > 1 {
+            *self.timeout = None;
+            set_left(self.conn, self.deadline)?;
+        }
+        Ok(())
+    }
+}
+
+impl ConnectionLike for Bounded<'_> {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<redis::Value> {
+        self.before()?;
+        self.conn.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<redis::Value>> {
+        self.before()?;
+        self.conn.req_packed_commands(cmd, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.conn.get_db()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.conn.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        self.conn.is_open()
+    }
 }
 
 /// [`with_slot`], giving `op` the open connection itself and the slot's last engine.
