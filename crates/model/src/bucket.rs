@@ -401,10 +401,7 @@ mod tests {
     fn a_carry_over_beyond_the_stored_range_is_clamped_to_it() {
         let spec = BucketSpec::new("global", 10, 10.0).unwrap();
         let now = 1_796_000_000_000_000;
-        for raw in [
-            &b"9007199254740991:1:1"[..],
-            b"1800000000000000:1:0",
-        ] {
+        for raw in [&b"9007199254740991:1:1"[..], b"1800000000000000:1:0"] {
             let b = StoredBucket::read_like_the_script(raw).unwrap();
             assert_eq!(
                 StoredBucket::effective_tat(Some(&b), &spec, now, Some(now - 5)),
