@@ -312,9 +312,15 @@ impl StoredBucket {
                 let credit = ((credit as f64 / old_interval as f64 * interval as f64).floor()
                     as i64)
                     .min(tolerance);
-                // Saturating: only a value no release writes (a TAT decades ahead) gets
-                // near the ends of i64.
-                x = c.saturating_add(tolerance).saturating_sub(credit);
+                // Clamped to MAX_STORED_NUMBER, as carry.lua: a readable value no release
+                // writes (a TAT decades ahead, or days ahead at 1 µs per token) can carry
+                // over beyond it (beyond i64 too: saturating); clamped, it stays a debt
+                // (a denial) and a value every engine reads, and the script's `%d` and
+                // PX stay in range.
+                x = c
+                    .saturating_add(tolerance)
+                    .saturating_sub(credit)
+                    .min(MAX_STORED_NUMBER);
                 moved = true;
             }
         }
@@ -387,6 +393,32 @@ impl BucketSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A readable value whose carry-over leaves 2^53 (a TAT 285 years ahead, a TAT
+    /// days ahead at 1 µs per token) is clamped to MAX_STORED_NUMBER: still a denial,
+    /// still a value every engine reads, as carry.lua clamps it.
+    #[test]
+    fn a_carry_over_beyond_the_stored_range_is_clamped_to_it() {
+        let spec = BucketSpec::new("global", 10, 10.0).unwrap();
+        let now = 1_796_000_000_000_000;
+        for raw in [&b"9007199254740991:1:1"[..], b"1800000000000000:1:0"] {
+            let b = StoredBucket::read_like_the_script(raw).unwrap();
+            assert_eq!(
+                StoredBucket::effective_tat(Some(&b), &spec, now, Some(now - 5)),
+                (MAX_STORED_NUMBER, true),
+                "{raw:?}"
+            );
+        }
+        let same = StoredBucket {
+            tat: MAX_STORED_NUMBER,
+            params: Some((spec.interval_us(), spec.tolerance_us())),
+            change: None,
+        };
+        assert_eq!(
+            StoredBucket::effective_tat(Some(&same), &spec, now, None),
+            (MAX_STORED_NUMBER, false)
+        );
+    }
 
     #[test]
     fn interval_rounds_up_so_rate_never_exceeds_configured() {

@@ -493,7 +493,14 @@ fn script_module_and_model_agree_on_random_sequences() {
                         spec.interval_us(),
                         spec.tolerance_us()
                     );
-                    let forms: [&[u8]; 20] = [
+                    // Readable but huge: a TAT 285 years ahead, or one whose carry-over to
+                    // these limits leaves 2^53 (clamped there alike: still a denial).
+                    let huge_same = format!(
+                        "9007199254740991:{}:{}:",
+                        spec.interval_us(),
+                        spec.tolerance_us()
+                    );
+                    let forms: [&[u8]; 25] = [
                         b"abc",
                         b"",
                         b"1e3",
@@ -513,6 +520,11 @@ fn script_module_and_model_agree_on_random_sequences() {
                         bare_tat.as_bytes(),
                         zeros.as_bytes(),
                         padded.as_bytes(),
+                        b"9007199254740991:1:1",
+                        b"1800000000000000:1:0",
+                        b"9007199254740991:9007199254740991:0:",
+                        b"9007199254740991",
+                        huge_same.as_bytes(),
                         b"hash",
                     ];
                     let value = forms[rng.range(0, forms.len() as i64 - 1) as usize];

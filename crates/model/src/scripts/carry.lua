@@ -22,5 +22,9 @@ local function carry(s, si, st, interval, tol, now, change)
   if credit > o then credit = o end
   credit = math.floor(credit / i * interval)
   if credit > tol then credit = tol end
-  return c + tol - credit, true
+  -- Clamped to 2^53 - 1 (MAX_STORED_NUMBER), as effective_tat: a readable value far
+  -- ahead can carry over beyond it (~1e24), which %d and PX cannot take.
+  local x = c + tol - credit
+  if x > big then x = big end
+  return x, true
 end

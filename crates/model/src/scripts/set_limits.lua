@@ -9,11 +9,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local change = t[1] .. string.format('%06d', tonumber(t[2]))
 local v = n .. '-' .. epoch .. '-' .. change
-redis.call('DEL', KEYS[1], KEYS[2])
-for i = 15, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-redis.call('HSET', KEYS[1], 'by', ARGV[2], 'at', ARGV[3])
-redis.call('SET', KEYS[2], v)
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', 1000, '*', 'version', n, 'by', ARGV[2], 'at', ARGV[3], 'old', ARGV[4], 'new', ARGV[5])
+-- The carried buckets first, written only after the limits: nothing below can fail
+-- half-way (carry() clamps its TAT to 2^53 - 1, so %d and PX stay in range).
+local sets = {}
 for j = 0, 1 do
   local oi, ot, ni, nt = ARGV[7 + 2 * j], ARGV[8 + 2 * j], ARGV[11 + 2 * j], ARGV[12 + 2 * j]
   if tonumber(ni) > 0 then
@@ -24,13 +22,21 @@ for j = 0, 1 do
     if not x and tonumber(oi) > 0 then
       x, moved = carry(string.format('%d:%s:%s:', now, oi, ot), ni, nt, tonumber(ni), tonumber(nt), now, change)
     end
-    if x then
-      if moved and x > now then
-        redis.call('SET', KEYS[4 + j], string.format('%d:%s:%s:%s', x, ni, nt, change), 'PX', math.floor((x - now) / 1000) + 1)
-      elseif moved then
-        redis.call('DEL', KEYS[4 + j])
+    if x and moved then
+      if x > now then
+        sets[#sets + 1] = {KEYS[4 + j], string.format('%d:%s:%s:%s', x, ni, nt, change), math.floor((x - now) / 1000) + 1}
+      else
+        sets[#sets + 1] = {KEYS[4 + j]}
       end
     end
   end
+end
+redis.call('DEL', KEYS[1], KEYS[2])
+for i = 15, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('HSET', KEYS[1], 'by', ARGV[2], 'at', ARGV[3])
+redis.call('SET', KEYS[2], v)
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', 1000, '*', 'version', n, 'by', ARGV[2], 'at', ARGV[3], 'old', ARGV[4], 'new', ARGV[5])
+for _, w in ipairs(sets) do
+  if w[2] then redis.call('SET', w[1], w[2], 'PX', w[3]) else redis.call('DEL', w[1]) end
 end
 return v
