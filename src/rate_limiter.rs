@@ -115,13 +115,14 @@ impl RateLimiter {
             out.insert("connects", h.connects as i64)?;
             // Which engine decided last in this process: "module", "lua", or null.
             out.insert("engine", h.engine)?;
+            // Unix seconds, as PHP's microtime(true).
+            let unix = |t: std::time::SystemTime| {
+                t.duration_since(std::time::UNIX_EPOCH)
+                    .ok()
+                    .map(|d| d.as_secs_f64())
+            };
             let (ms, at) = match h.last_ping {
-                Some((rtt, at)) => (
-                    Some(rtt.as_secs_f64() * 1e3),
-                    at.duration_since(std::time::UNIX_EPOCH)
-                        .ok()
-                        .map(|d| d.as_secs_f64()),
-                ),
+                Some((rtt, at)) => (Some(rtt.as_secs_f64() * 1e3), unix(at)),
                 None => (None, None),
             };
             out.insert("ping_ms", ms)?;
@@ -130,11 +131,6 @@ impl RateLimiter {
             // This process's decisions with the limiter's engine, apart from the
             // connection: a PING that answers clears none of it.
             let d = &h.decisions;
-            let unix = |t: std::time::SystemTime| {
-                t.duration_since(std::time::UNIX_EPOCH)
-                    .ok()
-                    .map(|d| d.as_secs_f64())
-            };
             out.insert("last_decision_at", d.last_ok_at.and_then(unix))?;
             out.insert(
                 "last_decision_error",
