@@ -121,25 +121,32 @@ mod tests {
     /// `empty ...`, and the stream URL's as the setting it falls back to).
     #[test]
     fn the_readme_settings_tables_match_this_table() {
-        let readme =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
-                .expect("README.md at the workspace root");
-        let section = readme
-            .split("\n## Settings")
-            .nth(1)
-            .expect("a `## Settings` section");
-        let section = section.split("\n## ").next().unwrap_or(section);
+        // The README holds the limiter's settings; docs/telemetry.md#settings holds
+        // telemetry's (the README links there). Together they list every setting.
+        let mut rows = Vec::new();
+        for doc in ["README.md", "docs/telemetry.md"] {
+            let path = format!("{}/../../{doc}", env!("CARGO_MANIFEST_DIR"));
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            let section = text
+                .split("\n## Settings")
+                .nth(1)
+                .unwrap_or_else(|| panic!("{doc}: a `## Settings` section"));
+            let section = section.split("\n## ").next().unwrap_or(section);
+            rows.extend(
+                section
+                    .lines()
+                    .filter(|l| l.starts_with("| `checkout_guard."))
+                    .map(str::to_string),
+            );
+        }
         let mut seen = Vec::new();
-        for row in section
-            .lines()
-            .filter(|l| l.starts_with("| `checkout_guard."))
-        {
+        for row in &rows {
             let cells: Vec<&str> = row.split('|').map(str::trim).collect();
             let (name, shown) = (cells[1].trim_matches('`'), cells[2]);
             let s = ALL
                 .iter()
                 .find(|s| s.name() == name)
-                .unwrap_or_else(|| panic!("README lists unknown setting {name}"));
+                .unwrap_or_else(|| panic!("the settings tables list unknown setting {name}"));
             let ok = match s.default() {
                 "" if s.name == EVENTS_STREAM_URL.name => shown == "`checkout_guard.url`",
                 "" => shown.starts_with("empty"),
@@ -147,7 +154,7 @@ mod tests {
             };
             assert!(
                 ok,
-                "README: {name} shown as {shown}, default is {:?}",
+                "settings table: {name} shown as {shown}, default is {:?}",
                 s.default()
             );
             seen.push(name.to_string());
@@ -155,7 +162,7 @@ mod tests {
         for s in ALL {
             assert!(
                 seen.iter().any(|n| n == s.name()),
-                "README misses {}",
+                "no settings table (README.md, docs/telemetry.md) lists {}",
                 s.name()
             );
         }
