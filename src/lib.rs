@@ -7,10 +7,10 @@
 mod convert;
 mod decision;
 mod errors;
-mod hostile;
 mod info;
 mod ini;
 mod newrelic;
+mod php_call;
 mod probe;
 mod rate_limiter;
 mod recording;

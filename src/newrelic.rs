@@ -5,7 +5,7 @@
 use checkout_guard_runtime::telemetry::{AttrValue, Event, Sink};
 use ext_php_rs::types::{ZendCallable, ZendHashTable};
 
-use crate::hostile::{self, Ended};
+use crate::php_call::{self, Ended};
 
 /// The New Relic PHP agent's `newrelic_record_custom_event()`, called once per event.
 pub struct NewRelicSink;
@@ -36,9 +36,9 @@ impl Sink for NewRelicSink {
                 };
                 r.map_err(|e| (i, e.to_string()))?;
             }
-            // A call into PHP: see `hostile.rs` for what it may do.
+            // A call into PHP: see `php_call.rs` for what it may do.
             let event_type: &str = &e.event_type;
-            match hostile::call_contained(|| f.try_call(vec![&event_type, &attrs])) {
+            match php_call::call_contained(|| f.try_call(vec![&event_type, &attrs])) {
                 Ended::Returned(_) => {}
                 Ended::Threw(ex) => {
                     let class = ex.get_class_name().unwrap_or_else(|_| "?".into());

@@ -1,10 +1,10 @@
 //! What a measured call ended with: its status code, found in what it returned (an int,
 //! an array with `status`, a PSR-7 response) or in what it threw (`getResponse()`).
-//! The probes call into PHP: see `hostile.rs` for what that may do.
+//! The probes call into PHP: see `php_call.rs` for what that may do.
 
 use ext_php_rs::types::{ZendObject, Zval};
 
-use crate::hostile::{self, Ended};
+use crate::php_call::{self, Ended};
 
 /// The status code in what a call returned: an int, an array with a `status` key, or an
 /// object with `getStatusCode()` (a PSR-7 response); 0 when there is none. `Err` when a
@@ -28,12 +28,12 @@ pub fn status_of(v: &Zval) -> Result<i64, Ended> {
 
 /// Calls a method that takes no argument and returns the status it leads to; swallows
 /// whatever the method throws or returns that is not a status (the call's own outcome
-/// matters, not this probe's). A call into PHP: see `hostile.rs`.
+/// matters, not this probe's). A call into PHP: see `php_call.rs`.
 pub fn call_status_method(obj: &ZendObject, method: &str) -> Result<Option<i64>, Ended> {
     // What the method returned is read and dropped inside the guarded call: dropping it may
     // run a destructor (PHP code) that exits or hits a fatal error.
     let inner = std::cell::Cell::new(None);
-    let ended = hostile::call(|| {
+    let ended = php_call::call(|| {
         let r = obj.try_call_method(method, vec![])?;
         let status = if method == "getStatusCode" {
             Ok(r.long())
@@ -45,7 +45,7 @@ pub fn call_status_method(obj: &ZendObject, method: &str) -> Result<Option<i64>,
             Ok(status) => inner.set(Some(status)),
             // A fatal error in a nested probe: bail on out of this call too.
             // SAFETY: `r` is dropped; nothing on this closure's frame needs dropping.
-            Err(Ended::Bailout) => unsafe { hostile::resume_bailout() },
+            Err(Ended::Bailout) => unsafe { php_call::resume_bailout() },
             // exit() or a destroyed fiber in a nested probe: still pending, seen below.
             Err(_) => {}
         }

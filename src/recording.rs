@@ -12,9 +12,9 @@ use ext_php_rs::prelude::*;
 
 use crate::convert::{attributes, OptionalArray};
 use crate::errors::configuration;
-use crate::hostile;
 use crate::ini;
 use crate::newrelic::{NewRelicSink, BAILED_OUT};
+use crate::php_call;
 
 /// The state's configuration and sinks, from the `checkout_guard.events.*` settings.
 fn setup() -> Setup {
@@ -58,7 +58,7 @@ fn setup() -> Setup {
         }
         // Straight to the error log: this runs under the state lock, and an error handler
         // (which may record telemetry, throw or bail out) must not run here.
-        Err(e) => hostile::log_error(&format!(
+        Err(e) => php_call::log_error(&format!(
             "PHP Warning:  {e}; telemetry is off in this process"
         )),
     }
@@ -96,7 +96,7 @@ pub fn flush_now() -> usize {
     if BAILED_OUT.with(|b| b.replace(false)) {
         // SAFETY: the sinks are back in the state and the batch is dropped: nothing on
         // this frame needs dropping.
-        unsafe { hostile::resume_bailout() }
+        unsafe { php_call::resume_bailout() }
     }
     written
 }
@@ -111,7 +111,7 @@ pub fn note_dropped(event_type: &str, dropped: &[String]) {
     with_state(|s| s.add_dropped_attributes(dropped.len()));
     static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
-        hostile::log_error(&format!(
+        php_call::log_error(&format!(
             "checkout_guard: attribute(s) {} of a {event_type} event dropped: the recorder sets them \
              (counted in Telemetry::stats()['dropped_attributes']; said once per process)",
             dropped.join(", ")

@@ -21,7 +21,7 @@ use ext_php_rs::types::{ZendCallable, ZendHashTable, Zval};
 
 use crate::convert::{attributes, OptionalArray};
 use crate::errors::configuration;
-use crate::hostile::{self, Ended};
+use crate::php_call::{self, Ended};
 use crate::probe::{call_status_method, status_of};
 use crate::recording::{call_attributes, flush_now, note_dropped, push, push_call, with_state};
 
@@ -46,8 +46,8 @@ impl Telemetry {
         let api = String::from_utf8_lossy(&api).into_owned();
         let timestamp_ms = now_ms();
         let started = Instant::now();
-        // A call into PHP: see `hostile.rs` for what it may do and how each is handled.
-        let ended = hostile::call(|| call.try_call(vec![]));
+        // A call into PHP: see `php_call.rs` for what it may do and how each is handled.
+        let ended = php_call::call(|| call.try_call(vec![]));
         drop(call);
         let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
         // The status probes call into PHP too, and may end the script's flow themselves.
@@ -98,7 +98,7 @@ impl Telemetry {
                 // the rest went above): jump on to the engine's enclosing zend_try.
                 drop(stop);
                 // SAFETY: nothing on this frame needs dropping any more.
-                unsafe { hostile::resume_bailout() }
+                unsafe { php_call::resume_bailout() }
             }
             // exit() or a destroyed fiber: its object stays pending; returning lets the
             // engine unwind on, and the event is written at request end.
@@ -129,7 +129,7 @@ impl Telemetry {
         let failure = outcome
             .object()
             .filter(|o| o.instance_of(ext_php_rs::zend::ce::throwable()));
-        // The probes call into PHP (see `hostile.rs`) and may end the script's flow.
+        // The probes call into PHP (see `php_call.rs`) and may end the script's flow.
         let (status, exception, stop) = match failure {
             Some(ex) => match call_status_method(ex, "getResponse") {
                 Ok(status) => (status.unwrap_or(0), ex.get_class_name().ok(), None),
@@ -153,7 +153,7 @@ impl Telemetry {
         if let Some(Ended::Bailout) = stop {
             drop(stop);
             // SAFETY: nothing on this frame needs dropping any more.
-            unsafe { hostile::resume_bailout() }
+            unsafe { php_call::resume_bailout() }
         }
         // exit() or a destroyed fiber in a probe: its object stays pending.
         Ok(())

@@ -8,19 +8,17 @@ use std::io::{self, BufWriter, Write};
 /// 2026-11-30 00:00:00 UTC.
 pub const DAY_START_MS: i64 = 1_796_083_200_000 - 86_400_000;
 
-/// A small xorshift generator: generated days replay from their seed.
-pub struct Rng(u64);
+/// The generator of synthetic days: `rand_xorshift` (the generator proptest uses), so a
+/// generated day replays from its seed.
+pub struct Rng(rand_xorshift::XorShiftRng);
 
 impl Rng {
     pub fn new(seed: u64) -> Self {
-        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+        Self(rand_core::SeedableRng::seed_from_u64(seed))
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        rand_core::Rng::next_u64(&mut self.0)
     }
 
     /// Uniform in `0..n` (0 when n is 0).

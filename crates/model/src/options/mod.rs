@@ -312,6 +312,37 @@ mod tests {
     use super::*;
     use crate::bucket::BucketSpec;
 
+    /// The constructor's doc (the PHP stubs, generated from `src/rate_limiter.rs`) names
+    /// every option the constructor takes.
+    #[test]
+    fn the_constructors_doc_names_every_option() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../stubs/checkout_guard.stubs.php"
+        );
+        let stubs = std::fs::read_to_string(path).expect("the PHP stubs");
+        let doc = stubs
+            .split("class RateLimiter {")
+            .nth(1)
+            .and_then(|s| s.split("public function __construct").next())
+            .expect("RateLimiter::__construct's doc in the stubs");
+        let listed = doc
+            .split("Options:")
+            .nth(1)
+            .and_then(|s| s.split('(').next())
+            .expect("an `Options: a, b, c (see the README)` line");
+        let listed: Vec<&str> = listed
+            .split(|c: char| c == ',' || c.is_whitespace() || c == '*')
+            .filter(|w| !w.is_empty())
+            .collect();
+        for option in KNOWN {
+            assert!(
+                listed.contains(option),
+                "the constructor's doc does not name `{option}` (lists {listed:?})"
+            );
+        }
+    }
+
     fn map(entries: &[(&str, Value)]) -> Value {
         Value::Map(
             entries
