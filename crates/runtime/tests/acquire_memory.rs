@@ -3,10 +3,13 @@
 //! otherwise need a real Valkey: timeouts and the back-off after them, error replies,
 //! NOSCRIPT, replies outside the contract, data loss, live limits changing mid-call.
 //!
+//! Every test runs on a [`FakeClock`] that the limiter and the store share: nothing here
+//! sleeps, and times are exact.
+//!
 //! Most tests here are hand-picked seams; `random_sequences_match_the_reference` is
-//! model-based: random sequences of operations, each decision compared with a pure
-//! reference built on `model::step`; the seed is printed and a failing sequence is shrunk
-//! to the shortest one that still fails.
+//! model-based (proptest): random sequences of operations, each decision compared with a
+//! pure reference built on `model::step`; the seed is printed (`CG_MODEL_SEED` repeats it,
+//! see `seeded/mod.rs`) and proptest shrinks a failing sequence.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,8 +21,12 @@ use checkout_guard_model::{
     step_auto_hot, BucketSet, Decision, Defaults, Keys, LimiterOptions, Reason, StoredBucket,
     StoredState, Value,
 };
+use checkout_guard_runtime::clock::FakeClock;
 use checkout_guard_runtime::store::{Fault, MemoryStore};
 use checkout_guard_runtime::Limiter;
+use proptest::prelude::*;
+
+mod seeded;
 
 fn bucket(capacity: i64, rate: f64) -> Value {
     Value::Map(vec![
@@ -28,7 +35,8 @@ fn bucket(capacity: i64, rate: f64) -> Value {
     ])
 }
 
-/// A limiter named `name` (names keep the tests' process-wide caches apart) on `store`.
+/// A limiter named `name` (names keep the tests' process-wide caches apart) on `store`,
+/// on the clock the store follows.
 fn limiter(
     name: &str,
     store: &Arc<MemoryStore>,
@@ -56,7 +64,7 @@ fn limiter(
         ..Defaults::default()
     };
     let options = LimiterOptions::from_value(&Value::Map(entries), &defaults).unwrap();
-    Limiter::with_store(options, store.clone())
+    Limiter::with_store(options, store.clone(), Arc::new(store.clock()))
 }
 
 fn store() -> Arc<MemoryStore> {
@@ -75,7 +83,7 @@ fn a_flood_is_denied_by_the_global_bucket_and_refills_on_the_stores_clock() {
     let d = l.acquire(b"shop", 1).unwrap();
     assert!(!d.allowed);
     assert_eq!(d.reason, Reason::Global);
-    assert!((d.retry_after - 0.1).abs() < 1e-6, "{}", d.retry_after);
+    assert_eq!(d.retry_after, 0.1);
     s.advance(Duration::from_millis(100));
     assert!(l.acquire(b"shop", 1).unwrap().allowed);
     assert_eq!(s.stats().decisions, 12);
@@ -274,7 +282,9 @@ fn unmark_and_reset_reach_the_store() {
 
 #[test]
 fn local_denials_spare_the_store_and_agree_with_it() {
-    let s = Arc::new(MemoryStore::with_real_clock());
+    // The worker's and the store's time: one fake clock, moved by the test only.
+    let clock = FakeClock::new();
+    let s = Arc::new(MemoryStore::on(&clock));
     // A slow refill (1 token per 10 s): the bucket stays empty for the whole test.
     let l = limiter(
         "local",
@@ -297,7 +307,23 @@ fn local_denials_spare_the_store_and_agree_with_it() {
     let local = l.acquire(b"shop", 1).unwrap();
     assert_eq!(s.stats().calls, calls, "denied in the worker");
     assert_eq!((local.allowed, local.reason), (false, Reason::Global));
-    assert!(local.retry_after > 0.0 && local.retry_after <= asked.retry_after);
+    // No time passed and the reply took none: exactly what the store answered.
+    assert_eq!(
+        (local.retry_after, local.remaining),
+        (asked.retry_after, asked.remaining)
+    );
+    // Time passes on the shared clock: the local denial follows it, still exact.
+    clock.advance(Duration::from_millis(249));
+    let later = l.acquire(b"shop", 1).unwrap();
+    assert_eq!(s.stats().calls, calls, "still denied in the worker");
+    assert!(
+        (later.retry_after - (asked.retry_after - 0.249)).abs() < 1e-9,
+        "{later:?}"
+    );
+    // 250 ms after the reply its knowledge is no longer used: the store is asked again.
+    clock.advance(Duration::from_millis(1));
+    l.acquire(b"shop", 1).unwrap();
+    assert_eq!(s.stats().calls, calls + 1, "asked the store again");
     // After a reset the worker forgets what it knew: the store decides again.
     l.reset().unwrap();
     assert!(l.acquire(b"shop", 1).unwrap().allowed);
@@ -354,50 +380,23 @@ struct Reference {
     changes: u32,
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn random_ops(rng: &mut Rng, n: usize) -> Vec<Op> {
-    (0..n)
-        .map(|_| match rng.below(100) {
-            0..=54 => Op::Acquire {
-                shop: rng.below(3) as u8,
-                tokens: 1 + rng.below(3) as i64,
-                wait_ms: [0, 0, 0, 1, 99, 250, 1000][rng.below(7) as usize],
-            },
-            55..=74 => Op::Advance {
-                ms: [1, 50, 99, 100, 250, 1000][rng.below(6) as usize],
-            },
-            75..=79 => Op::Mark {
-                shop: rng.below(3) as u8,
-                ttl_s: 1 + rng.below(2) as i64,
-            },
-            80..=82 => Op::Unmark {
-                shop: rng.below(3) as u8,
-            },
-            83..=87 => Op::Live {
-                capacity: [6, 10, 20][rng.below(3) as usize],
-                rate: [1.0, 10.0, 50.0][rng.below(3) as usize],
-            },
-            88..=90 => Op::FlushAll,
-            91..=92 => Op::Reset,
-            93..=96 => Op::Timeout {
-                retry_ms: [1, 100, 1000][rng.below(3) as usize],
-            },
-            _ => Op::ErrorReply,
-        })
-        .collect()
+/// One random operation, in about the proportions of a checkout's traffic (mostly
+/// acquires, the clock moving, now and then a mark, a live change, a fault).
+fn op() -> impl Strategy<Value = Op> {
+    let shop = 0..3u8;
+    prop_oneof![
+        55 => (shop.clone(), 1..=3i64, prop::sample::select(vec![0, 0, 0, 1, 99, 250, 1000]))
+            .prop_map(|(shop, tokens, wait_ms)| Op::Acquire { shop, tokens, wait_ms }),
+        20 => prop::sample::select(vec![1, 50, 99, 100, 250, 1000]).prop_map(|ms| Op::Advance { ms }),
+        5 => (shop.clone(), 1..=2i64).prop_map(|(shop, ttl_s)| Op::Mark { shop, ttl_s }),
+        3 => shop.prop_map(|shop| Op::Unmark { shop }),
+        5 => (prop::sample::select(vec![6, 10, 20]), prop::sample::select(vec![1.0, 10.0, 50.0]))
+            .prop_map(|(capacity, rate)| Op::Live { capacity, rate }),
+        3 => Just(Op::FlushAll),
+        2 => Just(Op::Reset),
+        4 => prop::sample::select(vec![1, 100, 1000]).prop_map(|retry_ms| Op::Timeout { retry_ms }),
+        3 => Just(Op::ErrorReply),
+    ]
 }
 
 fn shop_id(shop: u8) -> Vec<u8> {
@@ -597,53 +596,27 @@ impl Reference {
     }
 }
 
-/// Removes operations one at a time while the sequence still fails: the shortest failing
-/// sequence this finds (each remaining operation is needed).
-fn shrink(name: &str, mut ops: Vec<Op>) -> Vec<Op> {
-    let mut i = 0;
-    while i < ops.len() {
-        let mut fewer = ops.clone();
-        fewer.remove(i);
-        if run(name, &fewer).is_err() {
-            ops = fewer;
-        } else {
-            i += 1;
-        }
-    }
-    ops
-}
-
+/// Sequences of up to 60 operations (`PROPTEST_CASES`, default 200); a failing one is
+/// shrunk by proptest (operations removed, values made simpler) and printed with the seed.
 #[test]
 fn random_sequences_match_the_reference() {
-    let seed: u64 = std::env::var("CG_MODEL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    println!("seed {seed} (CG_MODEL_SEED={seed} repeats it)");
-    let mut rng = Rng(seed);
-    let mut waited = 0;
-    for n in 0..200 {
-        let ops = random_ops(&mut rng, 60);
-        let name = format!("model-{seed}-{n}");
-        match run(&name, &ops) {
-            Ok(w) => waited += w,
-            Err(e) => {
-                let shortest = shrink(&format!("{name}-shrink"), ops);
-                let last = run(&format!("{name}-last"), &shortest).unwrap_err();
-                panic!(
-                "seed {seed}, sequence {n}: {e}\nshortest failing sequence ({} ops): {shortest:#?}\n{last}",
-                shortest.len()
-            );
-            }
-        }
-    }
-    assert!(waited > 0, "seed {seed}: no reservation ever waited");
+    static RUN: AtomicU64 = AtomicU64::new(0);
+    let waited = AtomicU64::new(0);
+    seeded::run(
+        "random_sequences_match_the_reference",
+        200,
+        prop::collection::vec(op(), 0..=60),
+        |ops| {
+            let name = format!("model-{}", RUN.fetch_add(1, Ordering::Relaxed));
+            let w = run(&name, &ops)?;
+            waited.fetch_add(w as u64, Ordering::Relaxed);
+            Ok(())
+        },
+    );
+    assert!(
+        waited.load(Ordering::Relaxed) > 0,
+        "no reservation ever waited"
+    );
 }
 
 #[test]
