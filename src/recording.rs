@@ -188,7 +188,10 @@ pub fn observe_notices(
 
 /// Counts a decision and records denied and unavailable ones as "RateLimitDecision".
 pub fn observe_decision(limiter: &str, shop: &[u8], d: &CoreDecision) {
-    if let Some(e) = with_state(|s| s.count_decision(d).then(|| s.decision_event(limiter, shop, d))) {
+    if let Some(e) = with_state(|s| {
+        s.count_decision(d)
+            .then(|| s.decision_event(limiter, shop, d))
+    }) {
         push(e);
     }
 }

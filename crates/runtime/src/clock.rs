@@ -153,7 +153,11 @@ mod tests {
         let c = FakeClock::new();
         let other = c.clone();
         let (m, w) = (c.monotonic_ns(), c.wall());
-        assert_eq!((c.monotonic_ns(), c.wall()), (m, w), "it does not run by itself");
+        assert_eq!(
+            (c.monotonic_ns(), c.wall()),
+            (m, w),
+            "it does not run by itself"
+        );
         other.advance(Duration::from_millis(5));
         assert_eq!(c.monotonic_ns(), m + 5_000_000);
         assert_eq!(c.wall(), w + Duration::from_millis(5));

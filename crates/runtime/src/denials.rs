@@ -641,7 +641,13 @@ mod tests {
         let k = key(b"{cg:t}:b:global", b"", 1000, 5000);
         let now = now_ns();
         // No token until now + 2 ms, then one every 1 ms; the reply took 0.3 ms.
-        record(k, entry(now + 2_000_000, 1_000_000, 300_000), now, u64::MAX, now);
+        record(
+            k,
+            entry(now + 2_000_000, 1_000_000, 300_000),
+            now,
+            u64::MAX,
+            now,
+        );
         let e = lookup(k, now).unwrap();
         assert!(e.lacks(1, now + 2_999_999, 5) && !e.lacks(1, now + 3_000_000, 5));
         assert!(e.lacks(3, now + 4_999_999, 5) && !e.lacks(3, now + 5_000_000, 5));
@@ -679,7 +685,13 @@ mod tests {
         assert!(lookup(k, now + MAX_LOCAL_DENIAL_NS - 1).is_some());
         assert_eq!(lookup(k, now + MAX_LOCAL_DENIAL_NS), None);
         // Learnt from a shop hot by a mark that runs out in 100 ms.
-        record(k, entry(now, 60_000_000_000, 0), now, now + 100_000_000, now);
+        record(
+            k,
+            entry(now, 60_000_000_000, 0),
+            now,
+            now + 100_000_000,
+            now,
+        );
         assert!(lookup(k, now + 99_999_999).is_some());
         assert_eq!(lookup(k, now + 100_000_000), None);
     }

@@ -18,8 +18,8 @@ pub mod store;
 pub mod telemetry;
 
 pub use checkout_guard_model as model;
-pub use limiter::{Limiter, LimitsChange, Notices};
 pub use clock::{Clock, SystemClock};
+pub use limiter::{Limiter, LimitsChange, Notices};
 #[cfg(feature = "test-support")]
 pub use store::MemoryStore;
 pub use store::{Health, Store, StoreError, ValkeyStore};

@@ -148,7 +148,11 @@ impl Limiter {
 
     /// A limiter deciding against `store` on `clock` (tests use a `store::MemoryStore` and
     /// a `clock::FakeClock` that the store follows too).
-    pub fn with_store(options: LimiterOptions, store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
+    pub fn with_store(
+        options: LimiterOptions,
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         let keys = Keys::new(&options.name);
         let endpoint = options.endpoint.display_url().as_bytes();
         let denial_tags = Lane::ALL.map(|lane| {
@@ -216,7 +220,10 @@ impl Limiter {
 
     /// Reads the stored live limits after the script said they changed: one round trip,
     /// only then (version and hash read together, so they cannot disagree). Returns the buckets now in force and the change to report.
-    fn reload(&self, old: &BucketsInForce) -> Result<(Arc<BucketsInForce>, LimitsChange), StoreError> {
+    fn reload(
+        &self,
+        old: &BucketsInForce,
+    ) -> Result<(Arc<BucketsInForce>, LimitsChange), StoreError> {
         let stored = self.store.read_limits(&self.keys)?;
         let (live, parse_error) = match stored.parse() {
             (l, errors) if errors.is_empty() => (l, None),
@@ -300,7 +307,8 @@ impl Limiter {
         let mut wait = 0;
         let max_wait_ns = max_wait_us as u64 * 1000;
         for lane in lanes {
-            let (Some(e), Some(spec)) = (entries[lane as usize], in_force.buckets().get(lane)) else {
+            let (Some(e), Some(spec)) = (entries[lane as usize], in_force.buckets().get(lane))
+            else {
                 return None;
             };
             if reason.is_none() && e.lacks_within(n, now, spec.capacity(), max_wait_ns) {
@@ -355,7 +363,8 @@ impl Limiter {
             }
         }
         for lane in lanes_in(reply) {
-            let (Some(spec), Some(key)) = (in_force.buckets().get(lane), keys[lane as usize]) else {
+            let (Some(spec), Some(key)) = (in_force.buckets().get(lane), keys[lane as usize])
+            else {
                 continue;
             };
             let tat = reply.tats[lane as usize];
@@ -460,7 +469,8 @@ impl Limiter {
             .local_denials
             .then(|| self.denial_keys(&in_force, shop));
         if let Some(keys) = &denial_keys {
-            if let Some(d) = self.deny_locally(&in_force, keys, tokens, static_hot, shop, max_wait_us)
+            if let Some(d) =
+                self.deny_locally(&in_force, keys, tokens, static_hot, shop, max_wait_us)
             {
                 return Ok((d, notices));
             }

@@ -255,7 +255,11 @@ impl MemoryStore {
 
 impl State {
     fn now(&self) -> i64 {
-        let since_epoch = self.clock.wall().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let since_epoch = self
+            .clock
+            .wall()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
         since_epoch.as_micros() as i64 + self.skew_us
     }
 
