@@ -985,3 +985,91 @@ fn a_local_denial_outlives_a_store_failure_by_at_most_250_ms() {
         "250 ms after the reply, Valkey is asked"
     );
 }
+
+/// More tokens than a live change left a bucket: the store denies with the full bucket's
+/// shortfall ("come back in 1 s"), and the local denials that follow say the same, at
+/// every instant, not counting down as if the tokens were coming (DecisionSeamsTest made
+/// this with 0.2 s sleeps).
+#[test]
+fn a_request_above_a_live_capacity_is_told_the_same_retry_after_every_time() {
+    let clock = FakeClock::new();
+    let s = Arc::new(MemoryStore::on(&clock));
+    let name = "above-live";
+    let l = limiter(
+        name,
+        &s,
+        "deny",
+        true,
+        vec![
+            ("global".into(), bucket(10, 5.0)),
+            ("hot_lane".into(), bucket(10, 5.0)),
+            ("hot_shop".into(), bucket(10, 5.0)),
+            (
+                "hot_shops".into(),
+                Value::List(vec![Value::Str(b"h".to_vec())]),
+            ),
+        ],
+    );
+    assert!(l.acquire(b"s", 1).unwrap().allowed);
+    let keys = Keys::new(name);
+    s.set_hash(
+        &keys.limits(),
+        &[(b"hot_shop", b"2/1"), (b"by", b"test"), (b"at", b"0")],
+    );
+    s.set(
+        &keys.limits_version(),
+        format!("1-e1-{}", s.now_us()).as_bytes(),
+    );
+    let first = l.acquire(b"h", 3).unwrap();
+    assert_eq!((first.allowed, first.reason), (false, Reason::HotShop));
+    assert_eq!(first.retry_after, 1.0, "the full bucket's shortfall");
+    let calls = s.stats().calls;
+    let mut asked = 0;
+    for step in 0..6 {
+        clock.advance(Duration::from_millis(200));
+        let before = s.stats().calls;
+        let d = l.acquire(b"h", 3).unwrap();
+        asked += s.stats().calls - before;
+        assert_eq!(
+            (d.reason, d.retry_after),
+            (Reason::HotShop, 1.0),
+            "after {} ms",
+            200 * (step + 1)
+        );
+    }
+    assert!(
+        asked < 6 && s.stats().calls > calls,
+        "answered both by the worker and (after 250 ms) by the store: {asked} asked"
+    );
+}
+
+/// The worker maps the store's time onto its own clock per reply: a store whose clock
+/// reads an hour ahead or behind the worker's (`skew`) changes no local denial.
+#[test]
+fn local_denials_do_not_depend_on_what_the_stores_clock_reads() {
+    for (i, skew_us) in [-3_600_000_000i64, 0, 3_600_000_000]
+        .into_iter()
+        .enumerate()
+    {
+        let clock = FakeClock::new();
+        let s = Arc::new(MemoryStore::on(&clock));
+        s.skew(skew_us);
+        let l = limiter(&format!("skew-{i}"), &s, "deny", true, vec![]);
+        for _ in 0..10 {
+            assert!(l.acquire(b"s", 1).unwrap().allowed);
+        }
+        let calls = s.stats().calls;
+        clock.advance(Duration::from_millis(30));
+        let local = l.acquire(b"s", 1).unwrap();
+        assert_eq!(
+            s.stats().calls,
+            calls,
+            "skew {skew_us}: denied in the worker"
+        );
+        let asked = limiter(&format!("skew-{i}"), &s, "deny", false, vec![])
+            .acquire(b"s", 1)
+            .unwrap();
+        assert_eq!(local, asked, "skew {skew_us}");
+        assert_eq!((asked.reason, asked.retry_after), (Reason::Global, 0.07));
+    }
+}
