@@ -62,7 +62,12 @@ fn setup() -> Setup {
             "PHP Warning:  {e}; telemetry is off in this process"
         )),
     }
-    Setup { config, sinks }
+    // Events are stamped on the system clock.
+    Setup {
+        config,
+        sinks,
+        clock: std::sync::Arc::new(checkout_guard_runtime::SystemClock),
+    }
 }
 
 /// Runs `f` on the process's state, building it on first use (and again after fork).
@@ -173,17 +178,20 @@ pub fn observe_notices(
     if n.became_hot.is_none() && n.limits_change.is_none() {
         return;
     }
-    if !with_state(|s| s.enabled()) {
+    let Some(now_ms) = with_state(|s| s.enabled().then(|| s.now_ms())) else {
         return;
-    }
-    for e in recorder::notice_events(limiter, shop, n, auto_hot, recorder::now_ms()) {
+    };
+    for e in recorder::notice_events(limiter, shop, n, auto_hot, now_ms) {
         push(e);
     }
 }
 
 /// Counts a decision and records denied and unavailable ones as "RateLimitDecision".
 pub fn observe_decision(limiter: &str, shop: &[u8], d: &CoreDecision) {
-    if with_state(|s| s.count_decision(d)) {
-        push(recorder::decision(limiter, shop, d));
+    if let Some(e) = with_state(|s| {
+        s.count_decision(d)
+            .then(|| s.decision_event(limiter, shop, d))
+    }) {
+        push(e);
     }
 }

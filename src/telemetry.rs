@@ -6,7 +6,6 @@
 
 use std::time::Instant;
 
-use checkout_guard_runtime::telemetry::recorder::now_ms;
 use checkout_guard_runtime::telemetry::{
     drop_owned, AttrValue, Event, ExternalCall, EXTERNAL_API_CALL, EXTERNAL_CALL_OWNED,
     RECORD_OWNED,
@@ -24,6 +23,11 @@ use crate::errors::configuration;
 use crate::php_call::{self, Ended};
 use crate::probe::{call_status_method, status_of};
 use crate::recording::{call_attributes, flush_now, note_dropped, push, push_call, with_state};
+
+/// Now in Unix ms on the telemetry state's clock (the system clock).
+fn now_ms() -> i64 {
+    with_state(|s| s.now_ms())
+}
 
 /// Unsampled custom events for every external API call, and the call budget's counts.
 #[php_class]

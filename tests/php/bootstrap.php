@@ -60,4 +60,5 @@ require __DIR__ . '/support/ProjectScript.php';
 require __DIR__ . '/support/EventLog.php';
 require __DIR__ . '/support/LimiterTestCase.php';
 require __DIR__ . '/support/OwnValkeyTestCase.php';
+require __DIR__ . '/support/DecisionTestCase.php';
 require __DIR__ . '/support/HostileCallsTestCase.php';

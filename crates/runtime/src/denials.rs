@@ -7,6 +7,10 @@
 //! is recorded here, for every bucket it applied, as the local instant `base` at which the
 //! bucket held no token (`tat - tolerance`) and the round trip it took.
 //!
+//! The table reads no clock: every instant is given by its caller, from the limiter's
+//! injected [`Clock::monotonic_ns`] (CLOCK_MONOTONIC in the extension, the same clock in
+//! every process sharing the table; a fake clock in tests).
+//!
 //! Mapped to this host's monotonic clock: Valkey read `now` after we sent the request and
 //! before we got the reply, so at local instant `L` Valkey's clock reads between
 //! `now + (L - received)` and `now + (L - sent)`.
@@ -44,21 +48,19 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use once_cell::sync::OnceCell;
 
+#[cfg(doc)]
+use crate::clock::Clock;
+
 /// The longest a reply's knowledge is used (250 ms): what was changed outside this host's
 /// workers (a live change, a reset, data loss, a mark) is seen within that. A flood still
 /// asks Valkey only a few times a second per bucket.
 pub const MAX_LOCAL_DENIAL_NS: u64 = 250_000_000;
 
-/// Added to the monotonic clock so that every instant the table holds is positive: a
-/// bucket's empty instant lies up to its whole refill time (at most 10 years) before the
-/// reply, which may be long before this host booted.
-const CLOCK_OFFSET_NS: u64 = 1 << 62;
-
-/// Slots in the table (a power of two): 4096 x 64 bytes = 256 KiB.
-const SLOTS: usize = 4096;
+/// Entries in the table (a power of two): 4096 x 64 bytes = 256 KiB.
+const ENTRIES: usize = 4096;
 
 /// The table's size in bytes.
-const TABLE_BYTES: usize = SLOTS * std::mem::size_of::<Slot>();
+const TABLE_BYTES: usize = ENTRIES * std::mem::size_of::<SharedEntry>();
 
 /// The layout of a slot, in the names of shared tables: a table of another layout (an
 /// older or newer extension on the same master) is another file.
@@ -69,10 +71,12 @@ const LAYOUT: u32 = 2;
 /// mid-write, and the next writer takes it over. Until then, its bucket is asked of Valkey.
 pub const STUCK_WRITE_NS: u64 = 20_000_000;
 
-/// One cache line.
+/// One entry as the shared table holds it (a slot of the table): seqlocked, one cache
+/// line.
 #[repr(C, align(64))]
-struct Slot {
-    /// Even: stable; odd: a write is in progress, begun at this local instant ([`now_ns`]).
+struct SharedEntry {
+    /// Even: stable; odd: a write is in progress, begun at this local instant (the
+    /// writer's [`Clock::monotonic_ns`]).
     /// Every write raises it, so a reader sees any write that overlapped its read.
     seq: AtomicU64,
     key: AtomicU64,
@@ -98,7 +102,7 @@ fn checksum(seq: u64, key: u64, entry: &Entry, expires: u64) -> u64 {
     h
 }
 
-/// What one reply taught about one bucket (local clock, see [`now_ns`]).
+/// What one reply taught about one bucket (local clock: [`Clock::monotonic_ns`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
     /// The earliest local instant at which the bucket may have held zero tokens.
@@ -207,7 +211,7 @@ impl std::fmt::Display for Sharing {
 }
 
 struct Table {
-    slots: &'static [Slot],
+    slots: &'static [SharedEntry],
     /// How it was made, and by which process.
     sharing: Sharing,
     creator: u32,
@@ -217,14 +221,14 @@ static TABLE: OnceCell<Table> = OnceCell::new();
 
 /// Maps the table: anonymous (zero-filled) when `fd` is `None`, else the first
 /// [`TABLE_BYTES`] of that file, shared.
-fn map(shared: bool, fd: Option<i32>) -> Option<&'static [Slot]> {
+fn map(shared: bool, fd: Option<i32>) -> Option<&'static [SharedEntry]> {
     let flags = match (shared, fd) {
         (_, Some(_)) => libc::MAP_SHARED,
         (true, None) => libc::MAP_SHARED | libc::MAP_ANONYMOUS,
         (false, None) => libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
     };
     // SAFETY: a fresh mapping of TABLE_BYTES, page-aligned (so 64-byte aligned); all-zero
-    // is a valid `Slot` (atomics) and any other bytes are too (a failed checksum reads as
+    // is a valid `SharedEntry` (atomics) and any other bytes are too (a failed checksum reads as
     // empty); the file is exactly TABLE_BYTES long (checked before), and the mapping is
     // never unmapped, so `'static` holds.
     unsafe {
@@ -239,7 +243,7 @@ fn map(shared: bool, fd: Option<i32>) -> Option<&'static [Slot]> {
         if p == libc::MAP_FAILED {
             return None;
         }
-        Some(std::slice::from_raw_parts(p as *const Slot, SLOTS))
+        Some(std::slice::from_raw_parts(p as *const SharedEntry, ENTRIES))
     }
 }
 
@@ -318,7 +322,7 @@ pub fn init_for_siblings(dir: &Path, master: u32) -> Result<PathBuf, String> {
     result
 }
 
-fn open_named(dir: &Path, master: u32) -> Result<(&'static [Slot], PathBuf), String> {
+fn open_named(dir: &Path, master: u32) -> Result<(&'static [SharedEntry], PathBuf), String> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
     use std::os::unix::io::AsRawFd;
 
@@ -447,18 +451,6 @@ fn gone(pid: u32, start: Option<u64>) -> bool {
     }
 }
 
-/// This host's monotonic clock in ns, plus a fixed offset: the same clock in every
-/// process, and far from 0 (see [`CLOCK_OFFSET_NS`]).
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: CLOCK_MONOTONIC always exists on Linux; `ts` is a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    CLOCK_OFFSET_NS + ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// The slot key of one bucket as one shop sees it. `bucket_key` names the store too (the
 /// endpoint, with database or cluster seeds), and the bucket's interval and tolerance are
 /// part of it, so limiters on other Valkeys, or configured differently, never mix.
@@ -475,16 +467,16 @@ pub fn key(bucket_key: &[u8], shop: &[u8], interval_us: i64, tolerance_us: i64) 
 }
 
 /// The slot index of a key: its top bits (the lowest is always 1).
-fn slot_index(key: u64) -> usize {
-    (key >> (64 - SLOTS.trailing_zeros())) as usize
+fn index_of(key: u64) -> usize {
+    (key >> (64 - ENTRIES.trailing_zeros())) as usize
 }
 
-fn slot(t: &Table, key: u64) -> &Slot {
-    &t.slots[slot_index(key)]
+fn shared_entry(t: &Table, key: u64) -> &SharedEntry {
+    &t.slots[index_of(key)]
 }
 
 /// The slot's entry, key and expiry, if it is stable and whole.
-fn read(s: &Slot) -> Option<(u64, Entry, u64)> {
+fn read(s: &SharedEntry) -> Option<(u64, Entry, u64)> {
     let seq = s.seq.load(Ordering::Acquire);
     if seq & 1 == 1 {
         return None;
@@ -506,35 +498,36 @@ fn read(s: &Slot) -> Option<(u64, Entry, u64)> {
 
 /// What is known of this bucket at local instant `now`, if anything still holds.
 pub fn lookup(key: u64, now: u64) -> Option<Entry> {
-    let (k, entry, expires) = read(slot(table()?, key))?;
+    let (k, entry, expires) = read(shared_entry(table()?, key))?;
     (k == key && now < expires).then_some(entry)
 }
 
 /// Records what a reply sent at local instant `sent` proved about a bucket; it is used
 /// until `sent + MAX_LOCAL_DENIAL_NS`, or `valid_until` if earlier (a hot mark's end).
+/// `now` is the writer's instant (when the write begins: a writer that finds the slot
+/// locked since more than [`STUCK_WRITE_NS`] before it takes it over).
 ///
 /// Replies arrive out of order (several workers): an entry that knows of more tokens taken
 /// (a later empty instant) is kept until it expires rather than replaced by one that knows
 /// of fewer, and its expiry is not extended by it, so what a `reset()` or data loss made
 /// elsewhere still ends within [`MAX_LOCAL_DENIAL_NS`].
-pub fn record(key: u64, entry: Entry, sent: u64, valid_until: u64) {
+pub fn record(key: u64, entry: Entry, sent: u64, valid_until: u64, now: u64) {
     let expires = sent.saturating_add(MAX_LOCAL_DENIAL_NS).min(valid_until);
     if let Some(t) = table() {
-        if let Some((k, held, until)) = read(slot(t, key)) {
+        if let Some((k, held, until)) = read(shared_entry(t, key)) {
             if k == key && until > sent && held.base > entry.base && held.interval == entry.interval
             {
                 return;
             }
         }
     }
-    write(key, entry, expires);
+    write(key, entry, expires, now);
 }
 
-fn write(key: u64, entry: Entry, expires: u64) {
+fn write(key: u64, entry: Entry, expires: u64, now: u64) {
     let Some(t) = table() else { return };
-    let s = slot(t, key);
+    let s = shared_entry(t, key);
     let seq = s.seq.load(Ordering::Relaxed);
-    let now = now_ns();
     // Locked by a write in progress: skip; locked for longer than any write takes: its
     // writer died or stopped mid-write, take it over.
     if seq & 1 == 1 && now.saturating_sub(seq) < STUCK_WRITE_NS {
@@ -572,21 +565,23 @@ const EMPTY: Entry = Entry {
     rtt: 0,
 };
 
-/// Forgets the entry for `key` (a `reset()` or `unmarkHot()` made here).
-pub fn forget(key: u64) {
+/// Forgets the entry for `key` (a `reset()` or `unmarkHot()` made here); `now` as for
+/// [`record`].
+pub fn forget(key: u64, now: u64) {
     let Some(t) = table() else { return };
-    if slot(t, key).key.load(Ordering::Relaxed) == key {
-        write(key, EMPTY, 0);
+    if shared_entry(t, key).key.load(Ordering::Relaxed) == key {
+        write(key, EMPTY, 0, now);
     }
 }
 
-/// Forgets every entry (a `reset()` made here: the limiter's keys are gone).
-pub fn forget_all() {
+/// Forgets every entry (a `reset()` made here: the limiter's keys are gone); `now` as
+/// for [`record`].
+pub fn forget_all(now: u64) {
     let Some(t) = table() else { return };
     for s in t.slots {
         let k = s.key.load(Ordering::Relaxed);
         if k != 0 {
-            write(k, EMPTY, 0);
+            write(k, EMPTY, 0, now);
         }
     }
 }
@@ -626,6 +621,12 @@ pub mod pause_mid_write {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::{Clock, FakeClock};
+
+    /// A test's instant: a fake clock's, so nothing here depends on the machine's time.
+    fn now_ns() -> u64 {
+        FakeClock::new().monotonic_ns()
+    }
 
     fn entry(base: u64, interval: u64, rtt: u64) -> Entry {
         Entry {
@@ -640,7 +641,13 @@ mod tests {
         let k = key(b"{cg:t}:b:global", b"", 1000, 5000);
         let now = now_ns();
         // No token until now + 2 ms, then one every 1 ms; the reply took 0.3 ms.
-        record(k, entry(now + 2_000_000, 1_000_000, 300_000), now, u64::MAX);
+        record(
+            k,
+            entry(now + 2_000_000, 1_000_000, 300_000),
+            now,
+            u64::MAX,
+            now,
+        );
         let e = lookup(k, now).unwrap();
         assert!(e.lacks(1, now + 2_999_999, 5) && !e.lacks(1, now + 3_000_000, 5));
         assert!(e.lacks(3, now + 4_999_999, 5) && !e.lacks(3, now + 5_000_000, 5));
@@ -666,7 +673,7 @@ mod tests {
         let other = key(b"{cg:t}:b:global", b"", 1000, 6000);
         assert_ne!(k, other);
         assert_eq!(lookup(other, now), None);
-        forget(k);
+        forget(k, now);
         assert_eq!(lookup(k, now), None);
     }
 
@@ -674,11 +681,17 @@ mod tests {
     fn no_entry_outlives_its_time_after_the_reply_or_its_hot_mark() {
         let k = key(b"{cg:slow}:b:global", b"", 60_000_000, 60_000_000);
         let now = now_ns();
-        record(k, entry(now, 60_000_000_000, 0), now, u64::MAX);
+        record(k, entry(now, 60_000_000_000, 0), now, u64::MAX, now);
         assert!(lookup(k, now + MAX_LOCAL_DENIAL_NS - 1).is_some());
         assert_eq!(lookup(k, now + MAX_LOCAL_DENIAL_NS), None);
         // Learnt from a shop hot by a mark that runs out in 100 ms.
-        record(k, entry(now, 60_000_000_000, 0), now, now + 100_000_000);
+        record(
+            k,
+            entry(now, 60_000_000_000, 0),
+            now,
+            now + 100_000_000,
+            now,
+        );
         assert!(lookup(k, now + 99_999_999).is_some());
         assert_eq!(lookup(k, now + 100_000_000), None);
     }
@@ -698,13 +711,14 @@ mod tests {
     fn an_older_reply_does_not_replace_what_a_newer_one_taught() {
         let k = key(b"{cg:merge}:b:global", b"", 1000, 5000);
         let now = now_ns();
-        record(k, entry(now + 2_000_000, 1_000_000, 0), now, u64::MAX);
+        record(k, entry(now + 2_000_000, 1_000_000, 0), now, u64::MAX, now);
         // Knows of fewer tokens taken: ignored, and the first entry keeps its expiry.
         record(
             k,
             entry(now + 1_000_000, 1_000_000, 0),
             now + MAX_LOCAL_DENIAL_NS / 2,
             u64::MAX,
+            now + MAX_LOCAL_DENIAL_NS / 2,
         );
         assert_eq!(lookup(k, now).unwrap().base, now + 2_000_000);
         assert_eq!(lookup(k, now + MAX_LOCAL_DENIAL_NS), None);
@@ -714,6 +728,7 @@ mod tests {
             entry(now + 1_000_000, 1_000_000, 0),
             now + MAX_LOCAL_DENIAL_NS,
             u64::MAX,
+            now + MAX_LOCAL_DENIAL_NS,
         );
         assert_eq!(
             lookup(k, now + MAX_LOCAL_DENIAL_NS).unwrap().base,
@@ -725,6 +740,7 @@ mod tests {
             entry(now + 3_000_000, 1_000_000, 0),
             now + MAX_LOCAL_DENIAL_NS,
             u64::MAX,
+            now + MAX_LOCAL_DENIAL_NS,
         );
         assert_eq!(
             lookup(k, now + MAX_LOCAL_DENIAL_NS).unwrap().base,
@@ -736,36 +752,38 @@ mod tests {
     fn a_write_in_progress_reads_as_empty() {
         let k = key(b"{cg:seq}:b:global", b"", 1, 1);
         let now = now_ns();
-        record(k, entry(now + 1_000_000, 1, 0), now, u64::MAX);
-        let s = slot(table().unwrap(), k);
+        record(k, entry(now + 1_000_000, 1, 0), now, u64::MAX, now);
+        let s = shared_entry(table().unwrap(), k);
         let published = s.seq.load(Ordering::Acquire);
         // A write that began now.
-        s.seq.store(now_ns() | 1, Ordering::Release);
+        let began = now | 1;
+        s.seq.store(began, Ordering::Release);
         assert_eq!(lookup(k, now), None);
-        // A writer skips a busy slot rather than wait.
-        record(k, entry(now + 9_000_000, 1, 0), now, u64::MAX);
+        // A writer skips a busy slot rather than wait, up to the last ns a write may take.
+        let stuck = began + STUCK_WRITE_NS;
+        record(k, entry(now + 9_000_000, 1, 0), now, u64::MAX, stuck - 1);
+        assert_eq!(s.seq.load(Ordering::Acquire), began, "skipped");
         s.seq.store(published, Ordering::Release);
         assert_eq!(lookup(k, now).unwrap().base, now + 1_000_000);
-        // A write that began longer ago than any write takes was abandoned: taken over.
-        s.seq
-            .store((now_ns() - STUCK_WRITE_NS) | 1, Ordering::Release);
-        record(k, entry(now + 9_000_000, 1, 0), now, u64::MAX);
+        // A write that began STUCK_WRITE_NS ago or more was abandoned: taken over.
+        s.seq.store(began, Ordering::Release);
+        record(k, entry(now + 9_000_000, 1, 0), now, u64::MAX, stuck);
         assert_eq!(lookup(k, now).unwrap().base, now + 9_000_000);
         // A slot whose words do not match its checksum (two writes mixed) reads as empty.
         s.rtt_ns.fetch_add(1, Ordering::AcqRel);
         assert_eq!(lookup(k, now), None);
-        record(k, entry(now + 9_000_000, 1, 0), now, u64::MAX);
+        record(k, entry(now + 9_000_000, 1, 0), now, u64::MAX, stuck);
         assert_eq!(lookup(k, now).unwrap().base, now + 9_000_000);
     }
 
     #[test]
     fn keys_spread_over_every_slot() {
-        let mut used = vec![false; SLOTS];
+        let mut used = vec![false; ENTRIES];
         for i in 0..100_000u32 {
-            used[slot_index(key(b"{cg:spread}:b:hot_shop", &i.to_le_bytes(), 1000, 5000))] = true;
+            used[index_of(key(b"{cg:spread}:b:hot_shop", &i.to_le_bytes(), 1000, 5000))] = true;
         }
         let n = used.iter().filter(|u| **u).count();
-        assert_eq!(n, SLOTS, "100,000 keys used {n} of the {SLOTS} slots");
+        assert_eq!(n, ENTRIES, "100,000 keys used {n} of the {ENTRIES} slots");
     }
 
     #[test]

@@ -1,10 +1,15 @@
 //! What runs inside the PHP worker, without PHP: the limiter over a [`store::Store`] (the
 //! process's pooled Valkey connection, or an in-memory store in tests), the live-limit
-//! cache, the local denial table, and telemetry (events, buffer, sinks).
+//! cache, the local denial table, and telemetry (events, buffer, sinks), all on an
+//! injected [`clock::Clock`].
+//!
+//! The test doubles (`store::MemoryStore`, `store::Fault`, `clock::FakeClock`) exist only
+//! with the `test-support` feature: the extension is built without them.
 //!
 //! The decision itself (bucket math, options, the script and its encoder) is
 //! `checkout-guard-model`'s; this crate adds the I/O and the process-wide state.
 
+pub mod clock;
 pub mod denials;
 pub mod limiter;
 pub mod live_cache;
@@ -13,5 +18,8 @@ pub mod store;
 pub mod telemetry;
 
 pub use checkout_guard_model as model;
+pub use clock::{Clock, SystemClock};
 pub use limiter::{Limiter, LimitsChange, Notices};
-pub use store::{Health, MemoryStore, Store, StoreError, ValkeyStore};
+#[cfg(feature = "test-support")]
+pub use store::MemoryStore;
+pub use store::{Health, Store, StoreError, ValkeyStore};

@@ -10,6 +10,7 @@ use checkout_guard_model::{
     Lane, LaneArgs, LimiterError, LimiterOptions, OnUnavailable, StepReply,
 };
 
+use crate::clock::{Clock, SystemClock};
 use crate::denials;
 use crate::live_cache;
 use crate::store::{self, Store, StoreError, ValkeyStore};
@@ -21,6 +22,9 @@ pub struct Limiter {
     options: LimiterOptions,
     /// Where it decides: the pooled Valkey connection, or a test's store.
     store: Arc<dyn Store>,
+    /// Where its time comes from (local denials' instants, a reservation's sleep): the
+    /// system clock, or a test's fake clock.
+    clock: Arc<dyn Clock>,
     keys: Keys,
     /// Per lane, the prefix of its local-denial keys (`<endpoint> {cg:<name>}:<lane>`),
     /// built once: the endpoint (URL with database, or cluster seeds) keeps limiters of
@@ -30,7 +34,7 @@ pub struct Limiter {
     /// {cg:<name>}:hot?`): a local denial must know which buckets apply.
     hot_status_tag: Vec<u8>,
     /// The buckets decided with: the constructor's, or live limits over them.
-    tuned: RwLock<Arc<Tuned>>,
+    in_force: RwLock<Arc<BucketsInForce>>,
     /// Keys and arguments of the script that do not change per call.
     global_key: Vec<u8>,
     hot_lane_key: Vec<u8>,
@@ -47,7 +51,7 @@ pub struct Limiter {
 
 /// The buckets in force and what each call derives from them.
 #[derive(Debug)]
-struct Tuned {
+struct BucketsInForce {
     /// The live limits' version these buckets come from (empty: none stored).
     version: Vec<u8>,
     /// The buckets, and their ARGV formatted once.
@@ -58,7 +62,7 @@ struct Tuned {
     hot_lane_denial_key: u64,
 }
 
-impl Tuned {
+impl BucketsInForce {
     fn buckets(&self) -> &BucketSet {
         self.lane_args.buckets()
     }
@@ -79,15 +83,15 @@ impl Tuned {
             Err(e) => (base.clone(), Some(e.to_string())),
         };
         let lane_args = LaneArgs::new(&buckets);
-        let mut tuned = Self {
+        let mut in_force = Self {
             version,
             lane_args,
             global_denial_key: 0,
             hot_lane_denial_key: 0,
         };
-        tuned.global_denial_key = tuned.hashed_denial_key(denial_tags, Lane::Global, b"");
-        tuned.hot_lane_denial_key = tuned.hashed_denial_key(denial_tags, Lane::HotLane, b"");
-        (tuned, error)
+        in_force.global_denial_key = in_force.hashed_denial_key(denial_tags, Lane::Global, b"");
+        in_force.hot_lane_denial_key = in_force.hashed_denial_key(denial_tags, Lane::HotLane, b"");
+        (in_force, error)
     }
 
     /// The local-denial key of one bucket as `shop` sees it: the global bucket and the hot
@@ -130,7 +134,8 @@ pub struct LimitsChange {
 }
 
 impl Limiter {
-    /// A limiter deciding on the process's pooled connection to `options.endpoint`.
+    /// A limiter deciding on the process's pooled connection to `options.endpoint`, on
+    /// the system clock.
     pub fn new(options: LimiterOptions) -> Self {
         let store = ValkeyStore::new(
             options.endpoint.clone(),
@@ -138,11 +143,16 @@ impl Limiter {
             options.retry_interval,
             options.engine,
         );
-        Self::with_store(options, Arc::new(store))
+        Self::with_store(options, Arc::new(store), Arc::new(SystemClock))
     }
 
-    /// A limiter deciding against `store` (tests use a [`store::MemoryStore`]).
-    pub fn with_store(options: LimiterOptions, store: Arc<dyn Store>) -> Self {
+    /// A limiter deciding against `store` on `clock` (tests use a `store::MemoryStore` and
+    /// a `clock::FakeClock` that the store follows too).
+    pub fn with_store(
+        options: LimiterOptions,
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         let keys = Keys::new(&options.name);
         let endpoint = options.endpoint.display_url().as_bytes();
         let denial_tags = Lane::ALL.map(|lane| {
@@ -169,7 +179,7 @@ impl Limiter {
         }
         let live_id = live_cache::limiter_id(options.endpoint.display_url(), &options.name);
         let known = live_cache::known(live_id);
-        let tuned = Tuned::new(&options.buckets, &denial_tags, known.as_deref()).0;
+        let in_force = BucketsInForce::new(&options.buckets, &denial_tags, known.as_deref()).0;
         Self {
             global_key: keys.global(),
             hot_lane_key: keys.hot_lane(),
@@ -178,9 +188,10 @@ impl Limiter {
             settings_key: keys.settings(),
             keys,
             store,
+            clock,
             denial_tags,
             hot_status_tag,
-            tuned: RwLock::new(Arc::new(tuned)),
+            in_force: RwLock::new(Arc::new(in_force)),
             auto_hot_args,
             live_id,
             settings,
@@ -188,28 +199,31 @@ impl Limiter {
         }
     }
 
-    /// The buckets for `live` over the constructor's (see [`Tuned::new`]).
-    fn tune(&self, live: Option<&LiveLimits>) -> (Tuned, Option<String>) {
-        Tuned::new(&self.options.buckets, &self.denial_tags, live)
+    /// The buckets for `live` over the constructor's (see [`BucketsInForce::new`]).
+    fn in_force_with(&self, live: Option<&LiveLimits>) -> (BucketsInForce, Option<String>) {
+        BucketsInForce::new(&self.options.buckets, &self.denial_tags, live)
     }
 
     /// The buckets in force: the newest live limits this process knows of.
-    fn current(&self) -> Arc<Tuned> {
-        let tuned = self.tuned.read().clone();
+    fn current(&self) -> Arc<BucketsInForce> {
+        let in_force = self.in_force.read().clone();
         let known = live_cache::known(self.live_id);
         match known {
-            Some(l) if l.id != tuned.version => {
-                let fresh = Arc::new(self.tune(Some(&l)).0);
-                *self.tuned.write() = fresh.clone();
+            Some(l) if l.id != in_force.version => {
+                let fresh = Arc::new(self.in_force_with(Some(&l)).0);
+                *self.in_force.write() = fresh.clone();
                 fresh
             }
-            _ => tuned,
+            _ => in_force,
         }
     }
 
     /// Reads the stored live limits after the script said they changed: one round trip,
     /// only then (version and hash read together, so they cannot disagree). Returns the buckets now in force and the change to report.
-    fn reload(&self, old: &Tuned) -> Result<(Arc<Tuned>, LimitsChange), StoreError> {
+    fn reload(
+        &self,
+        old: &BucketsInForce,
+    ) -> Result<(Arc<BucketsInForce>, LimitsChange), StoreError> {
         let stored = self.store.read_limits(&self.keys)?;
         let (live, parse_error) = match stored.parse() {
             (l, errors) if errors.is_empty() => (l, None),
@@ -227,37 +241,37 @@ impl Limiter {
                 )),
             ),
         };
-        let (tuned, apply_error) = self.tune(Some(&live));
+        let (in_force, apply_error) = self.in_force_with(Some(&live));
         let change = LimitsChange {
             version: live.version,
             by: live.by.clone(),
             at_ms: live.at_ms,
             old: live::describe(old.buckets()),
-            new: live::describe(tuned.buckets()),
+            new: live::describe(in_force.buckets()),
             error: parse_error.or(apply_error),
         };
         live_cache::remember(self.live_id, Arc::new(live));
-        let tuned = Arc::new(tuned);
-        *self.tuned.write() = tuned.clone();
-        Ok((tuned, change))
+        let in_force = Arc::new(in_force);
+        *self.in_force.write() = in_force.clone();
+        Ok((in_force, change))
     }
 
-    fn denial_key(&self, tuned: &Tuned, lane: Lane, shop: &[u8]) -> u64 {
+    fn denial_key(&self, in_force: &BucketsInForce, lane: Lane, shop: &[u8]) -> u64 {
         match lane {
-            Lane::Global => tuned.global_denial_key,
-            Lane::HotLane => tuned.hot_lane_denial_key,
-            Lane::HotShop => tuned.hashed_denial_key(&self.denial_tags, lane, shop),
+            Lane::Global => in_force.global_denial_key,
+            Lane::HotLane => in_force.hot_lane_denial_key,
+            Lane::HotShop => in_force.hashed_denial_key(&self.denial_tags, lane, shop),
         }
     }
 
     /// The local-denial keys of the configured buckets for `shop`, computed once per
     /// acquire and used both to check and to learn.
-    fn denial_keys(&self, tuned: &Tuned, shop: &[u8]) -> [Option<u64>; 3] {
+    fn denial_keys(&self, in_force: &BucketsInForce, shop: &[u8]) -> [Option<u64>; 3] {
         Lane::ALL.map(|lane| {
-            tuned
+            in_force
                 .buckets()
                 .get(lane)
-                .map(|_| self.denial_key(tuned, lane, shop))
+                .map(|_| self.denial_key(in_force, lane, shop))
         })
     }
 
@@ -273,14 +287,14 @@ impl Limiter {
     /// about it found it, for no longer than `MAX_LOCAL_DENIAL_NS` or than its mark.
     fn deny_locally(
         &self,
-        tuned: &Tuned,
+        in_force: &BucketsInForce,
         keys: &[Option<u64>; 3],
         tokens: i64,
         static_hot: bool,
         shop: &[u8],
         max_wait_us: i64,
     ) -> Option<Decision> {
-        let now = denials::now_ns();
+        let now = self.clock.monotonic_ns();
         let entries = keys.map(|k| k.and_then(|k| denials::lookup(k, now)));
         entries[Lane::Global as usize]?;
         let hot = static_hot || denials::lookup(self.hot_status_key(shop), now)?.base == 1;
@@ -293,7 +307,8 @@ impl Limiter {
         let mut wait = 0;
         let max_wait_ns = max_wait_us as u64 * 1000;
         for lane in lanes {
-            let (Some(e), Some(spec)) = (entries[lane as usize], tuned.buckets().get(lane)) else {
+            let (Some(e), Some(spec)) = (entries[lane as usize], in_force.buckets().get(lane))
+            else {
                 return None;
             };
             if reason.is_none() && e.lacks_within(n, now, spec.capacity(), max_wait_ns) {
@@ -318,13 +333,13 @@ impl Limiter {
     /// What was learnt from the hot buckets of a shop hot by a mark ends with the mark.
     fn learn(
         &self,
-        tuned: &Tuned,
+        in_force: &BucketsInForce,
         keys: &[Option<u64>; 3],
         shop: &[u8],
         reply: &StepReply,
         sent_ns: u64,
     ) {
-        let received = denials::now_ns();
+        let received = self.clock.monotonic_ns();
         let rtt = received.saturating_sub(sent_ns);
         // The mark's TTL was read at the script's start, no later than Valkey's `now`
         // (itself read after `sent`); a 2 ms margin covers the rounding to milliseconds.
@@ -337,18 +352,19 @@ impl Limiter {
             // apply. A shop made hot by auto_hot in this very call is hot from now on.
             let status = self.hot_status_key(shop);
             if reply.became_hot {
-                denials::forget(status);
+                denials::forget(status, received);
             } else {
                 let hot = denials::Entry {
                     base: reply.hot as u64,
                     interval: 0,
                     rtt: 0,
                 };
-                denials::record(status, hot, sent_ns, mark_end);
+                denials::record(status, hot, sent_ns, mark_end, received);
             }
         }
         for lane in lanes_in(reply) {
-            let (Some(spec), Some(key)) = (tuned.buckets().get(lane), keys[lane as usize]) else {
+            let (Some(spec), Some(key)) = (in_force.buckets().get(lane), keys[lane as usize])
+            else {
                 continue;
             };
             let tat = reply.tats[lane as usize];
@@ -365,7 +381,7 @@ impl Limiter {
             } else {
                 mark_end
             };
-            denials::record(key, entry, sent_ns, valid_until);
+            denials::record(key, entry, sent_ns, valid_until, received);
         }
     }
 
@@ -393,7 +409,7 @@ impl Limiter {
         shop: &[u8],
         tokens: i64,
     ) -> Result<(Decision, Notices), LimiterError> {
-        self.decide(shop, tokens, false, 0)
+        self.acquire_or_peek(shop, tokens, false, 0)
     }
 
     /// A reservation: [`Self::acquire`] where tokens that every bucket holds within
@@ -407,7 +423,7 @@ impl Limiter {
         max_wait_seconds: f64,
     ) -> Result<(Decision, Notices), LimiterError> {
         let max_wait_us = validate_max_wait(max_wait_seconds)?;
-        self.decide(shop, tokens, false, max_wait_us)
+        self.acquire_or_peek(shop, tokens, false, max_wait_us)
     }
 
     /// What [`Self::acquire`] would answer now, taking nothing: the same decision (the same
@@ -426,10 +442,13 @@ impl Limiter {
         shop: &[u8],
         tokens: i64,
     ) -> Result<(Decision, Notices), LimiterError> {
-        self.decide(shop, tokens, true, 0)
+        self.acquire_or_peek(shop, tokens, true, 0)
     }
 
-    fn decide(
+    /// The one path of [`Self::acquire_noticed`], [`Self::acquire_within`] and
+    /// [`Self::peek_noticed`]: local denials, the decision (taking nothing when `peek`),
+    /// reloading live limits, the reservation's sleep, `on_unavailable`.
+    fn acquire_or_peek(
         &self,
         shop: &[u8],
         tokens: i64,
@@ -441,16 +460,17 @@ impl Limiter {
         // change may turn into an exception in checkout code. A request more than a live
         // limit can hold is denied by that bucket (with a finite retryAfter).
         validate_tokens(tokens, &self.options.buckets)?;
-        let mut tuned = self.current();
+        let mut in_force = self.current();
         let static_hot = self.is_statically_hot(shop);
         let mut notices = Notices::default();
         // With the fast path off, no key is hashed and nothing is learnt.
         let mut denial_keys = self
             .options
             .local_denials
-            .then(|| self.denial_keys(&tuned, shop));
+            .then(|| self.denial_keys(&in_force, shop));
         if let Some(keys) = &denial_keys {
-            if let Some(d) = self.deny_locally(&tuned, keys, tokens, static_hot, shop, max_wait_us)
+            if let Some(d) =
+                self.deny_locally(&in_force, keys, tokens, static_hot, shop, max_wait_us)
             {
                 return Ok((d, notices));
             }
@@ -459,7 +479,7 @@ impl Limiter {
         let hot_flag_key = self.keys.hot_flag(shop);
         let mut failure = None;
         for _attempt in 0..3 {
-            let sent_ns = denials::now_ns();
+            let sent_ns = self.clock.monotonic_ns();
             let call = DecideCall {
                 keys: DecideKeys {
                     global: &self.global_key,
@@ -472,8 +492,8 @@ impl Limiter {
                 },
                 tokens,
                 static_hot,
-                lanes: &tuned.lane_args,
-                version: &tuned.version,
+                lanes: &in_force.lane_args,
+                version: &in_force.version,
                 shop,
                 auto_hot: &self.auto_hot_args,
                 settings: &self.settings,
@@ -487,12 +507,12 @@ impl Limiter {
             match result {
                 Ok(DecideReply::LimitsChanged) => {
                     // The live limits changed: read them, decide again with them.
-                    match self.reload(&tuned) {
+                    match self.reload(&in_force) {
                         Ok((fresh, change)) => {
-                            tuned = fresh;
+                            in_force = fresh;
                             notices.limits_change = Some(change);
                             if self.options.local_denials {
-                                denial_keys = Some(self.denial_keys(&tuned, shop));
+                                denial_keys = Some(self.denial_keys(&in_force, shop));
                             }
                         }
                         Err(e) => {
@@ -503,20 +523,20 @@ impl Limiter {
                 }
                 Ok(DecideReply::Decided(reply)) => {
                     if let (Some(keys), false) = (&denial_keys, peek) {
-                        self.learn(&tuned, keys, shop, &reply, sent_ns);
+                        self.learn(&in_force, keys, shop, &reply, sent_ns);
                     }
                     if reply.became_hot {
                         notices.became_hot = Some(reply.share_permille as f64 / 1000.0);
                     }
-                    let mut d = Decision::from_reply(tuned.buckets(), tokens, &reply);
+                    let mut d = Decision::from_reply(in_force.buckets(), tokens, &reply);
                     // A reservation: the tokens are the caller's once every bucket holds
                     // them. Waited from the reply's arrival, no earlier than Valkey's
                     // `now` (read before it), so never early.
                     if d.allowed && max_wait_us > 0 {
-                        let wait_us = reservation_wait_us(tuned.buckets(), &reply);
+                        let wait_us = reservation_wait_us(in_force.buckets(), &reply);
                         if wait_us > 0 {
                             let wait = Duration::from_micros(wait_us as u64);
-                            d.waited = self.store.sleep(wait).as_secs_f64();
+                            d.waited = self.clock.sleep(wait).as_secs_f64();
                         }
                     }
                     return Ok((d, notices));
@@ -551,7 +571,7 @@ impl Limiter {
             .mark_hot(&key, ttl_seconds)
             .map_err(|e| self.unavailable(e))?;
         // The shop's hot buckets apply from now on: this host no longer knows its state.
-        denials::forget(self.hot_status_key(shop));
+        denials::forget(self.hot_status_key(shop), self.clock.monotonic_ns());
         Ok(())
     }
 
@@ -563,9 +583,10 @@ impl Limiter {
             .unmark_hot(&key)
             .map_err(|e| self.unavailable(e))?;
         // The shop's hot buckets no longer apply: forget what this host knew of them.
-        let tuned = self.current();
-        denials::forget(self.hot_status_key(shop));
-        denials::forget(self.denial_key(&tuned, Lane::HotShop, shop));
+        let in_force = self.current();
+        let now = self.clock.monotonic_ns();
+        denials::forget(self.hot_status_key(shop), now);
+        denials::forget(self.denial_key(&in_force, Lane::HotShop, shop), now);
         Ok(())
     }
 
@@ -586,7 +607,7 @@ impl Limiter {
             .reset(&self.global_key, &self.keys.bucket_pattern())
             .map_err(|e| self.unavailable(e))?;
         // Every bucket is full again: nothing this host knew still holds.
-        denials::forget_all();
+        denials::forget_all(self.clock.monotonic_ns());
         Ok(())
     }
 

@@ -4,12 +4,20 @@
 //! The table is the one php-fpm workers share: created before the fork (`init_shared`).
 //!
 //! The child only touches atomics and raw file descriptors (no allocation), so forking
-//! from the multi-threaded test harness is safe.
+//! from the multi-threaded test harness is safe. The processes are real, the time is
+//! given: the parent writes at instants past the child's lock ([`STUCK_WRITE_NS`]) rather
+//! than sleeping until the system clock gets there.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use checkout_guard_runtime::denials::{self, Entry};
+use checkout_guard_runtime::clock::SystemClock;
+use checkout_guard_runtime::denials::{self, Entry, STUCK_WRITE_NS};
+
+/// The system clock's instant (the child's writes are stamped on it).
+fn now_ns() -> u64 {
+    SystemClock::monotonic_ns()
+}
 
 fn entry(base: u64, interval: u64, rtt: u64) -> Entry {
     Entry {
@@ -76,7 +84,8 @@ fn child_stopped_mid_write(key: u64, e: Entry) -> (Child, i32) {
             libc::close(resume_w);
         }
         denials::pause_mid_write::arm(notify_w, resume_r);
-        denials::record(key, e, denials::now_ns(), u64::MAX);
+        let now = now_ns();
+        denials::record(key, e, now, u64::MAX, now);
         unsafe { libc::_exit(0) };
     }
     unsafe {
@@ -100,20 +109,16 @@ fn wait(mut child: Child) -> i32 {
     status
 }
 
-/// Records fresh entries for `key` until a lookup finds one (at most `bound`); returns it.
-fn record_until_found(key: u64, bound: Duration, base_offset: u64) -> Option<(Entry, Duration)> {
-    let t0 = Instant::now();
-    while t0.elapsed() < bound {
-        let now = denials::now_ns();
-        let e = entry(now + base_offset, 1_000_000, 300_000);
-        denials::record(key, e, now, u64::MAX);
-        if let Some(found) = denials::lookup(key, now) {
-            assert_eq!(found, e, "a lookup found an entry nobody wrote");
-            return Some((found, t0.elapsed()));
-        }
-        std::thread::sleep(Duration::from_millis(1));
+/// Records a fresh entry for `key` written at instant `at` (what a sibling's reply
+/// teaches); the entry if a lookup then finds it.
+fn record_at(key: u64, at: u64, base_offset: u64) -> (Entry, Option<Entry>) {
+    let e = entry(at + base_offset, 1_000_000, 300_000);
+    denials::record(key, e, at, u64::MAX, at);
+    let found = denials::lookup(key, at);
+    if let Some(found) = found {
+        assert_eq!(found, e, "a lookup found an entry nobody wrote");
     }
-    None
+    (e, found)
 }
 
 #[test]
@@ -126,27 +131,33 @@ fn a_writer_killed_mid_write_leaves_a_slot_that_recovers_by_itself() {
     denials::init_shared();
     // The global bucket's slot: every shop's decisions use it.
     let k = denials::key(b"127.0.0.1:6379/0 {cg:killed}:b:global", b"", 1000, 5000);
-    let now = denials::now_ns();
-    denials::record(k, entry(now + 2_000_000, 1_000_000, 0), now, u64::MAX);
+    let now = now_ns();
+    denials::record(k, entry(now + 2_000_000, 1_000_000, 0), now, u64::MAX, now);
     assert!(denials::lookup(k, now).is_some());
 
     let (child, resume) = child_stopped_mid_write(k, entry(now + 7_000_000, 1_000_000, 0));
     // Mid-write, the slot reads as empty (Valkey is asked): never a half-written entry.
-    assert_eq!(denials::lookup(k, denials::now_ns()), None);
+    assert_eq!(denials::lookup(k, now_ns()), None);
     // SAFETY: our own child, stopped in the write.
     unsafe { libc::kill(child.0, libc::SIGKILL) };
     let status = wait(child);
     assert!(libc::WIFSIGNALED(status), "the child was killed mid-write");
     unsafe { libc::close(resume) };
-    assert_eq!(denials::lookup(k, denials::now_ns()), None);
+    assert_eq!(denials::lookup(k, now_ns()), None);
 
-    // A sibling's replies are recorded again within a bounded time (well under 2 s).
-    let found = record_until_found(k, Duration::from_secs(2), 5_000_000);
-    let (_, after) = found.expect("the slot stayed locked 2 s after its writer was killed");
-    eprintln!("slot recovered {after:?} after its writer was killed");
+    // Once the dead writer's lock is STUCK_WRITE_NS old, a sibling's reply is recorded:
+    // the slot recovers by itself (that a younger lock is respected is denials.rs's unit
+    // test, on a fake clock: here the lock's age depends on how fast the fork ran).
+    let locked_at = now_ns();
+    let (e, found) = record_at(k, locked_at + STUCK_WRITE_NS, 5_000_000);
+    assert_eq!(
+        found,
+        Some(e),
+        "the slot stayed locked after its writer was killed"
+    );
     // And it keeps working: the next write lands at once.
-    let now = denials::now_ns();
-    denials::record(k, entry(now + 9_000_000, 1_000_000, 0), now, u64::MAX);
+    let now = locked_at + STUCK_WRITE_NS;
+    denials::record(k, entry(now + 9_000_000, 1_000_000, 0), now, u64::MAX, now);
     assert_eq!(denials::lookup(k, now).unwrap().base, now + 9_000_000);
 }
 
@@ -159,12 +170,18 @@ fn a_writer_that_resumes_after_its_slot_was_reclaimed_leaves_no_torn_entry() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     denials::init_shared();
     let k = denials::key(b"127.0.0.1:6379/0 {cg:late}:b:global", b"", 2000, 8000);
-    let now = denials::now_ns();
+    let now = now_ns();
     // The child's entry differs from the parent's in every field.
     let (child, resume) = child_stopped_mid_write(k, entry(now + 70_000_000, 3_000_000, 1));
-    // The parent reclaims the slot the stalled child holds, and writes its own entry.
-    let (mine, _) = record_until_found(k, Duration::from_secs(2), 5_000_000)
-        .expect("a slot held by a stalled writer was never reclaimed");
+    // The parent reclaims the slot the stalled child holds (its lock is STUCK_WRITE_NS
+    // old at the instant given), and writes its own entry.
+    let at = now_ns() + STUCK_WRITE_NS;
+    let (mine, found) = record_at(k, at, 5_000_000);
+    assert_eq!(
+        found,
+        Some(mine),
+        "a slot held by a stalled writer was not reclaimed"
+    );
     // The child wakes up and finishes its stores into the slot it no longer holds.
     // SAFETY: a one-byte write to our pipe.
     unsafe {
@@ -174,12 +191,12 @@ fn a_writer_that_resumes_after_its_slot_was_reclaimed_leaves_no_torn_entry() {
     assert_eq!(wait(child), 0, "the child finished its write and exited");
     // What a reader finds is the parent's entry or nothing (asks Valkey): never a mix
     // of both writes.
-    let seen = denials::lookup(k, denials::now_ns());
+    let seen = denials::lookup(k, at);
     assert!(
         seen.is_none() || seen == Some(mine),
         "a torn entry: {seen:?}, written {mine:?}"
     );
     // And the slot still takes new entries.
-    record_until_found(k, Duration::from_secs(2), 6_000_000)
-        .expect("the slot never took an entry again");
+    let (e, found) = record_at(k, at + 1, 6_000_000);
+    assert_eq!(found, Some(e), "the slot never took an entry again");
 }

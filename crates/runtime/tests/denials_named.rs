@@ -64,7 +64,7 @@ fn workers_that_load_the_extension_after_the_fork_share_a_table_named_after_thei
 
     // Worker 1 learns; worker 2, forked later, finds what worker 1 learnt.
     let d = dir.clone();
-    let now = denials::now_ns();
+    let now = checkout_guard_runtime::clock::SystemClock::monotonic_ns();
     assert_eq!(
         in_child(move || {
             let path = denials::init_for_siblings(&d, master).expect("a named table");
@@ -80,6 +80,7 @@ fn workers_that_load_the_extension_after_the_fork_share_a_table_named_after_thei
                 },
                 now,
                 u64::MAX,
+                now,
             );
             if denials::lookup(k, now).is_some() {
                 0
@@ -138,6 +139,7 @@ fn workers_that_load_the_extension_after_the_fork_share_a_table_named_after_thei
                 },
                 now,
                 u64::MAX,
+                now,
             );
             if ok && denials::lookup(k, now).is_some() {
                 0

@@ -3,45 +3,35 @@
 //! promises that the calls it admitted, at the times they are *made*, stay within
 //! `capacity + rate * t` over every interval.
 //!
-//! The store here is the in-memory reference, except that a reservation's sleep does
-//! not move the shared clock: the caller sleeps in its own worker while every other
+//! The store here is the in-memory reference on a fake clock, except that a reservation's
+//! sleep does not move that clock: the caller sleeps in its own worker while every other
 //! worker goes on (as in php-fpm). A reserved call is made at `decision time + waited`.
+//! The random test runs on proptest (seed printed, `CG_MODEL_SEED` repeats it: see
+//! `seeded/mod.rs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use checkout_guard_model::live::Stored;
-use checkout_guard_model::{DecideCall, Defaults, Keys, LimiterOptions, Value};
-use checkout_guard_runtime::store::{Health, MemoryStore, Store, StoreError};
+use checkout_guard_model::{Defaults, Keys, LimiterOptions, Value};
+use checkout_guard_runtime::clock::{Clock, FakeClock};
+use checkout_guard_runtime::store::MemoryStore;
 use checkout_guard_runtime::Limiter;
+use proptest::prelude::*;
 
-/// A [`MemoryStore`] whose `sleep` leaves the clock alone (the sleeping worker is one of
-/// many; the others go on deciding at the store's time).
+mod seeded;
+
+/// The store's [`FakeClock`], except that a sleep leaves it alone (the sleeping worker is
+/// one of many; the others go on deciding at the store's time).
 #[derive(Debug)]
-struct Concurrent(Arc<MemoryStore>);
+struct OneWorkerOfMany(FakeClock);
 
-impl Store for Concurrent {
-    fn decide(&self, call: &DecideCall<'_>) -> Result<Vec<i64>, StoreError> {
-        self.0.decide(call)
+impl Clock for OneWorkerOfMany {
+    fn monotonic_ns(&self) -> u64 {
+        self.0.monotonic_ns()
     }
-    fn read_limits(&self, keys: &Keys) -> Result<Stored, StoreError> {
-        self.0.read_limits(keys)
-    }
-    fn mark_hot(&self, key: &[u8], ttl_seconds: i64) -> Result<(), StoreError> {
-        self.0.mark_hot(key, ttl_seconds)
-    }
-    fn unmark_hot(&self, key: &[u8]) -> Result<(), StoreError> {
-        self.0.unmark_hot(key)
-    }
-    fn exists(&self, key: &[u8]) -> Result<bool, StoreError> {
-        self.0.exists(key)
-    }
-    fn reset(&self, routing_key: &[u8], pattern: &[u8]) -> Result<(), StoreError> {
-        self.0.reset(routing_key, pattern)
-    }
-    fn health(&self, ping: bool, cluster_key: &[u8]) -> Health {
-        self.0.health(ping, cluster_key)
+    fn wall(&self) -> SystemTime {
+        self.0.wall()
     }
     fn sleep(&self, d: Duration) -> Duration {
         d
@@ -75,7 +65,7 @@ fn limiter(name: &str, mem: &Arc<MemoryStore>, extra: Vec<(String, Value)>) -> L
         ..Defaults::default()
     };
     let options = LimiterOptions::from_value(&Value::Map(entries), &defaults).unwrap();
-    Limiter::with_store(options, Arc::new(Concurrent(mem.clone())))
+    Limiter::with_store(options, mem.clone(), Arc::new(OneWorkerOfMany(mem.clock())))
 }
 
 /// The calls the provider sees: (µs on the store's clock, tokens).
@@ -170,15 +160,20 @@ fn a_reservation_waiting_for_its_shop_bucket_keeps_the_global_envelope() {
     );
 }
 
-struct Rng(u64);
+/// One step of random traffic: the clock moving (ms), or an acquire by a hot shop (0, 1)
+/// or another (2) of 1 to 3 tokens, waiting up to 0, 0.25 or 1 s.
+#[derive(Debug, Clone)]
+enum Step {
+    Advance(u64),
+    Acquire { who: usize, n: i64, wait: f64 },
+}
 
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        1 => (0..150u64).prop_map(Step::Advance),
+        3 => (0..3usize, 1..=3i64, prop::sample::select(vec![0.0, 0.0, 0.25, 1.0]))
+            .prop_map(|(who, n, wait)| Step::Acquire { who, n, wait }),
+    ]
 }
 
 /// The property behind the test above, on random traffic: hot and other shops, plain
@@ -187,59 +182,60 @@ impl Rng {
 /// lane over the hot shops' calls, each hot shop's bucket over its own.
 #[test]
 fn random_traffic_with_reservations_stays_within_every_buckets_envelope() {
-    let seed: u64 = std::env::var("CG_MODEL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x9e37_79b9_7f4a_7c15);
-    let mut rng = Rng(seed | 1);
-    for run in 0..40 {
-        let mem = Arc::new(MemoryStore::new());
-        let hot: [&[u8]; 2] = [b"h1", b"h2"];
-        let l = limiter(
-            &unique("envelope-random"),
-            &mem,
-            vec![
-                ("hot_lane".into(), bucket(6, 6.0)),
-                ("hot_shop".into(), bucket(4, 4.0)),
-                (
-                    "hot_shops".into(),
-                    Value::List(hot.iter().map(|h| Value::Str(h.to_vec())).collect()),
-                ),
-            ],
-        );
-        let start = mem.now_us();
-        let (mut all, mut lane) = (Calls::default(), Calls::default());
-        let mut own = [Calls::default(), Calls::default()];
-        for _ in 0..200 {
-            if rng.below(4) == 0 {
-                mem.advance(Duration::from_millis(rng.below(150)));
-                continue;
-            }
-            let who = rng.below(3) as usize;
-            let shop: &[u8] = if who < 2 { hot[who] } else { b"other" };
-            let n = 1 + rng.below(3) as i64;
-            let wait = [0.0, 0.0, 0.25, 1.0][rng.below(4) as usize];
-            let d = l.acquire_within(shop, n, wait).unwrap().0;
-            if d.allowed {
-                let call = (mem.now_us() + (d.waited * 1e6).round() as i64, n);
-                all.0.push(call);
-                if who < 2 {
-                    lane.0.push(call);
-                    own[who].0.push(call);
+    seeded::run(
+        "random_traffic_with_reservations_stays_within_every_buckets_envelope",
+        40,
+        prop::collection::vec(step(), 0..=200),
+        |steps| {
+            let mem = Arc::new(MemoryStore::new());
+            let hot: [&[u8]; 2] = [b"h1", b"h2"];
+            let l = limiter(
+                &unique("envelope-random"),
+                &mem,
+                vec![
+                    ("hot_lane".into(), bucket(6, 6.0)),
+                    ("hot_shop".into(), bucket(4, 4.0)),
+                    (
+                        "hot_shops".into(),
+                        Value::List(hot.iter().map(|h| Value::Str(h.to_vec())).collect()),
+                    ),
+                ],
+            );
+            let start = mem.now_us();
+            let (mut all, mut lane) = (Calls::default(), Calls::default());
+            let mut own = [Calls::default(), Calls::default()];
+            for step in steps {
+                let (who, n, wait) = match step {
+                    Step::Advance(ms) => {
+                        mem.advance(Duration::from_millis(ms));
+                        continue;
+                    }
+                    Step::Acquire { who, n, wait } => (who, n, wait),
+                };
+                let shop: &[u8] = if who < 2 { hot[who] } else { b"other" };
+                let d = l.acquire_within(shop, n, wait).unwrap().0;
+                if d.allowed {
+                    let call = (mem.now_us() + (d.waited * 1e6).round() as i64, n);
+                    all.0.push(call);
+                    if who < 2 {
+                        lane.0.push(call);
+                        own[who].0.push(call);
+                    }
                 }
             }
-        }
-        for (what, calls, cap, rate) in [
-            ("global", &all, 10, 10.0),
-            ("hot_lane", &lane, 6, 6.0),
-            ("hot_shop h1", &own[0], 4, 4.0),
-            ("hot_shop h2", &own[1], 4, 4.0),
-        ] {
-            if let Some(e) = calls.excess(cap, rate, start) {
-                panic!("seed {seed}, run {run}: {what}: {e}");
+            for (what, calls, cap, rate) in [
+                ("global", &all, 10, 10.0),
+                ("hot_lane", &lane, 6, 6.0),
+                ("hot_shop h1", &own[0], 4, 4.0),
+                ("hot_shop h2", &own[1], 4, 4.0),
+            ] {
+                if let Some(e) = calls.excess(cap, rate, start) {
+                    return Err(format!("{what}: {e}"));
+                }
             }
-        }
-    }
+            Ok(())
+        },
+    );
 }
 
 /// HIGH. A live change forgives every reservation in flight: a bucket written with its

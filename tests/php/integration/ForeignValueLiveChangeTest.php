@@ -22,9 +22,18 @@ use CheckoutGuard\RateLimiter;
  */
 final class ForeignValueLiveChangeTest extends LimiterTestCase
 {
+    protected function tearDown(): void
+    {
+        ini_restore('checkout_guard.local_denials');
+        parent::tearDown();
+    }
+
     /** A denial that carries the bucket over writes it back (decide.lua, moved) the same way. */
     public function testADenialNeverTurnsAReadableBucketIntoAFullOne(): void
     {
+        // Every decision below is Valkey's: local denials off (rather than waiting out
+        // their 250 ms between decisions).
+        ini_set('checkout_guard.local_denials', '0');
         $v = new ValkeyProcess();
         $v->start(['--loadmodule', self::valkeyModule()]);
         try {
@@ -42,7 +51,6 @@ final class ForeignValueLiveChangeTest extends LimiterTestCase
                 ]);
                 $seen = [];
                 for ($i = 0; $i < 3; $i++) {
-                    usleep(300000); // past the local-denial window: each one asks Valkey
                     $d = $l->acquire('shop-1');
                     $seen[] = [$d->isAllowed(), $d->reason(), $d->retryAfter(), (string) $r->get($key)];
                 }

@@ -128,7 +128,7 @@ final class LocalDenialsTest extends OwnValkeyTestCase
         $this->assertSame(['allowed' => 5], self::drain($l, 's', 5));
     }
 
-    public function testValkeyDownAfterADrainIsStillALocalDenialThenThePolicy(): void
+    public function testValkeyDownAfterADrainIsStillALocalDenial(): void
     {
         // A bucket that refills once a minute: a local denial lasts at most 250 ms.
         $l = $this->own(['global' => self::bucket(1, 1 / 60), 'timeout_ms' => 50]);
@@ -136,10 +136,9 @@ final class LocalDenialsTest extends OwnValkeyTestCase
         $this->assertSame('global', $l->acquire('s')->reason());
         $this->valkey->stop();
         $this->assertSame('global', $l->acquire('s')->reason(), 'Valkey was certain to deny it');
-        usleep(300_000);
-        $d = $l->acquire('s');
-        $this->assertSame('unavailable', $d->reason(), 'after 250 ms, Valkey is asked again');
-        $this->assertTrue($d->isAllowed(), 'and on_unavailable=allow decides');
+        // That Valkey is asked again (and on_unavailable decides) 250 ms after the reply is
+        // the runtime's: acquire_memory.rs, a_local_denial_outlives_a_store_failure_by_at_most_250_ms
+        // (on a fake clock, to the nanosecond).
     }
 
     public function testWorkersForkedFromOneParentShareWhatTheyLearn(): void

@@ -1,5 +1,7 @@
-//! An in-memory store for tests: the reference decision (`model::step`) on a key space
-//! held in memory, with a clock the test moves and faults it injects. The limiter runs
+//! An in-memory store for tests (the `test-support` feature): the reference decision
+//! (`model::step`) on a key space held in memory, with a server clock that follows the
+//! test's [`FakeClock`] (the worker's clock too, so one `advance` moves both; a skew makes
+//! the server's clock differ when a test needs it) and faults the test injects. The limiter runs
 //! against it exactly as against Valkey, so its acquire path (local denials, reloading
 //! live limits, the three tries, the `on_unavailable` policy) is tested in microseconds,
 //! with the store's data lost, its script cache flushed or its answers broken at will.
@@ -11,7 +13,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
@@ -20,6 +22,7 @@ use checkout_guard_model::server::{decide_on, Keyspace, ReceivedCall};
 use checkout_guard_model::{DecideCall, Keys};
 
 use super::{Health, Store, StoreError};
+use crate::clock::{Clock, FakeClock};
 
 /// A fault the next call meets (one per call, in the order injected).
 #[derive(Debug, Clone, PartialEq)]
@@ -52,11 +55,10 @@ struct Entry {
     expires_at_ms: Option<i64>,
 }
 
-#[derive(Default)]
 struct State {
-    /// The clock: `now_us`, plus the time since `real_since` with a real clock.
-    now_us: i64,
-    real_since: Option<std::time::Instant>,
+    /// The clock the server's time follows: its wall clock in Unix µs, plus `skew_us`.
+    clock: FakeClock,
+    skew_us: i64,
     keys: HashMap<Vec<u8>, Entry>,
     faults: VecDeque<Fault>,
     /// Until this store time, every call fails at once (a back-off after a timeout).
@@ -101,22 +103,39 @@ pub struct MemoryStats {
 }
 
 impl MemoryStore {
-    /// An empty store whose clock starts at an arbitrary, realistic instant.
+    /// An empty store on a clock of its own (a new [`FakeClock`], see [`Self::clock`]),
+    /// at an arbitrary, realistic instant.
     pub fn new() -> Self {
+        Self::on(&FakeClock::new())
+    }
+
+    /// An empty store whose server clock follows `clock`: give the same clock to the
+    /// limiter and the worker's and the server's time move together.
+    pub fn on(clock: &FakeClock) -> Self {
         Self {
             state: Mutex::new(State {
-                now_us: 1_750_000_000_000_000,
-                ..Default::default()
+                clock: clock.clone(),
+                skew_us: 0,
+                keys: HashMap::new(),
+                faults: VecDeque::new(),
+                backoff_until: None,
+                calls: 0,
+                decisions: 0,
+                script_loads: 0,
+                bucket_slack_ms: 0,
             }),
         }
     }
 
-    /// A store whose clock also runs by itself (as Valkey's does), for tests of what
-    /// the worker learns on its own clock (local denials); [`Self::advance`] still adds.
-    pub fn with_real_clock() -> Self {
-        let s = Self::new();
-        s.state.lock().real_since = Some(std::time::Instant::now());
-        s
+    /// The clock the server's time follows.
+    pub fn clock(&self) -> FakeClock {
+        self.state.lock().clock.clone()
+    }
+
+    /// Sets the server's clock `us` µs ahead of (or, negative, behind) the clock it
+    /// follows: a Valkey whose clock differs from the worker's.
+    pub fn skew(&self, us: i64) {
+        self.state.lock().skew_us = us;
     }
 
     /// Buckets expire `ms` later than the script sets (as the script's test-clock variant
@@ -131,9 +150,10 @@ impl MemoryStore {
         self.state.lock().now()
     }
 
-    /// Moves the store's clock forward.
+    /// Moves the store's clock forward: the [`FakeClock`] it follows, so every limiter
+    /// on that clock too.
     pub fn advance(&self, by: Duration) {
-        self.state.lock().now_us += by.as_micros() as i64;
+        self.clock().advance(by);
     }
 
     /// The next calls meet `fault`, one call each, in order.
@@ -235,10 +255,12 @@ impl MemoryStore {
 
 impl State {
     fn now(&self) -> i64 {
-        self.now_us
-            + self
-                .real_since
-                .map_or(0, |t| t.elapsed().as_micros() as i64)
+        let since_epoch = self
+            .clock
+            .wall()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        since_epoch.as_micros() as i64 + self.skew_us
     }
 
     fn now_ms(&self) -> i64 {
@@ -364,18 +386,6 @@ impl Keyspace for State {
 }
 
 impl Store for MemoryStore {
-    /// A reservation's wait: on a store with a real clock, a real sleep; otherwise the
-    /// store's clock moves on by `d` (the test's time, not the machine's).
-    fn sleep(&self, d: Duration) -> Duration {
-        if self.state.lock().real_since.is_some() {
-            let start = std::time::Instant::now();
-            std::thread::sleep(d);
-            return start.elapsed();
-        }
-        self.advance(d);
-        d
-    }
-
     fn decide(&self, call: &DecideCall<'_>) -> Result<Vec<i64>, StoreError> {
         let (fault, mut s) = self.enter(true)?;
         if s.script_loads == 0 || fault == Some(Fault::NoScript) {
@@ -461,7 +471,7 @@ impl Store for MemoryStore {
             last_error: None,
             consecutive_failures: 0,
             connects: 1,
-            last_ping: ping.then(|| (Duration::ZERO, SystemTime::now())),
+            last_ping: ping.then(|| (Duration::ZERO, s.clock.wall())),
             engine: Some("model"),
             decisions: Default::default(),
         }

@@ -1,22 +1,27 @@
 //! The store a limiter decides against, behind a small trait: [`ValkeyStore`] (the
-//! process's pooled connection to Valkey, what the extension uses) or [`MemoryStore`]
-//! (the reference model on an in-memory key space with a clock and faults the test
-//! controls). The limiter's whole acquire path (local denials, the three tries, reloading
-//! live limits, the policy when the store fails) runs unchanged against either.
+//! process's pooled connection to Valkey, what the extension uses) or, with the
+//! `test-support` feature, `MemoryStore` (the reference model on an in-memory key space
+//! whose server clock follows the test's `FakeClock`, with faults the test controls). The
+//! limiter's whole acquire path (local denials, the three tries, reloading live limits,
+//! the policy when the store fails) runs unchanged against either.
 
+#[cfg(feature = "test-support")]
 mod memory;
 mod valkey;
 
-pub use memory::{Fault, MemoryStore};
+#[cfg(feature = "test-support")]
+pub use memory::{Fault, MemoryStats, MemoryStore};
 pub use valkey::{
     invocation, last_engine, ping, pipeline, status, with_connection, Pool, Replies, ValkeyStore,
 };
 
 use std::fmt;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use checkout_guard_model::live::Stored;
 use checkout_guard_model::{DecideCall, Keys};
+
+use crate::clock::{Clock, SystemClock};
 
 /// Why a call to the store did not happen or did not succeed. Messages carry no password.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -85,16 +90,21 @@ impl Decisions {
         self.failed_in_row >= FAILING_AFTER
     }
 
-    /// Records one decision's outcome.
+    /// Records one decision's outcome, now on the system clock.
     pub fn record<T>(&mut self, outcome: &Result<T, StoreError>) {
+        self.record_at(outcome, SystemClock.wall());
+    }
+
+    /// Records one decision's outcome at wall-clock time `at`.
+    pub fn record_at<T>(&mut self, outcome: &Result<T, StoreError>, at: SystemTime) {
         match outcome {
             Ok(_) => {
-                self.last_ok_at = Some(SystemTime::now());
+                self.last_ok_at = Some(at);
                 self.last_error = None;
                 self.failed_in_row = 0;
             }
             Err(e) => {
-                self.last_error = Some((e.to_string(), SystemTime::now()));
+                self.last_error = Some((e.to_string(), at));
                 self.failed_in_row = self.failed_in_row.saturating_add(1);
             }
         }
@@ -119,13 +129,6 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// The connection's state; with `ping`, after one PING (or, on a cluster, an EXISTS
     /// of `cluster_key`, so only the node the limiter needs is asked).
     fn health(&self, ping: bool, cluster_key: &[u8]) -> Health;
-    /// Waits `d` for a reservation's tokens, on the store's clock (a test store with a
-    /// clock of its own moves it instead); returns the time waited.
-    fn sleep(&self, d: Duration) -> Duration {
-        let start = Instant::now();
-        std::thread::sleep(d);
-        start.elapsed()
-    }
 }
 
 #[cfg(test)]
@@ -140,20 +143,23 @@ mod tests {
             cause: "OOM".into(),
             retry_in: Duration::ZERO,
         });
+        let clock = crate::clock::FakeClock::new();
         let mut d = Decisions::default();
-        d.record(&Ok::<(), StoreError>(()));
+        d.record_at(&Ok::<(), StoreError>(()), clock.wall());
         let ok_at = d.last_ok_at;
-        assert!(ok_at.is_some());
+        assert_eq!(ok_at, Some(clock.wall()));
         for n in 1..FAILING_AFTER {
-            d.record(&failed);
+            clock.advance(Duration::from_secs(1));
+            d.record_at(&failed, clock.wall());
+            assert_eq!(d.last_error.as_ref().map(|e| e.1), Some(clock.wall()));
             assert_eq!(d.failed_in_row, n);
             assert!(!d.failing());
         }
-        d.record(&failed);
+        d.record_at(&failed, clock.wall());
         assert!(d.failing());
         assert_eq!(d.last_error.as_ref().map(|(e, _)| e.as_str()), Some("OOM"));
         assert_eq!(d.last_ok_at, ok_at);
-        d.record(&Ok::<(), StoreError>(()));
+        d.record_at(&Ok::<(), StoreError>(()), clock.wall());
         assert!(!d.failing());
         assert_eq!((d.failed_in_row, d.last_error.is_none()), (0, true));
     }

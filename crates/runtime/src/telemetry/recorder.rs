@@ -7,7 +7,7 @@
 //! sinks out, [`put_back`] returns the sinks (a sink may call PHP, which may record again).
 
 use rustc_hash::FxHashMap;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
 
 use checkout_guard_model::{ConfigError, Decision, Reason};
 use once_cell::sync::Lazy;
@@ -17,6 +17,7 @@ use super::{
     decision_event, external_call_event_owned, hot_event, limits_change_event, AttrValue, Buffer,
     Event, ExternalCall, Name, Sink, SinkStats, Sinks, TelemetryConfig, EXTERNAL_API_CALL,
 };
+use crate::clock::Clock;
 use crate::limiter::Notices;
 
 /// What the state is built from.
@@ -24,6 +25,8 @@ pub struct Setup {
     pub config: Result<TelemetryConfig, ConfigError>,
     /// The sinks of `config` (none when it is an error).
     pub sinks: Vec<Box<dyn Sink>>,
+    /// The clock events are stamped with (the system clock in the extension).
+    pub clock: Arc<dyn Clock>,
 }
 
 /// The decision counters: allowed, denied, unavailable.
@@ -41,6 +44,7 @@ pub struct State {
     decisions: [u64; 3],
     /// Caller attributes dropped since process start: names the recorder owns.
     dropped_attributes: u64,
+    clock: Arc<dyn Clock>,
 }
 
 /// Counters since process start, as `Telemetry::stats()` shows them.
@@ -84,7 +88,18 @@ impl State {
             sinks: Some(Sinks::new(setup.sinks)),
             decisions: [0; 3],
             dropped_attributes: 0,
+            clock: setup.clock,
         }
+    }
+
+    /// Now in Unix ms on the state's clock, as events carry it.
+    pub fn now_ms(&self) -> i64 {
+        self.clock.unix_ms()
+    }
+
+    /// The event of a recorded decision, stamped now.
+    pub fn decision_event(&self, limiter: &str, shop: &[u8], d: &Decision) -> Event {
+        decision_event(limiter, shop, d, self.now_ms())
     }
 
     /// Telemetry is on: the settings are valid and name at least one sink.
@@ -203,13 +218,6 @@ pub fn put_back(setup: impl FnOnce() -> Setup, sinks: Sinks) {
     with_state(setup, |s| s.sinks = Some(sinks));
 }
 
-/// Unix time in ms, as events carry it.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 /// The events what an acquire() learnt beside its decision leads to: a shop made hot by
 /// `auto_hot` ("RateLimitHot") and new live limits picked up by this worker
 /// ("RateLimitChange").
@@ -230,15 +238,12 @@ pub fn notice_events(
     out
 }
 
-/// The event of a recorded decision.
-pub fn decision(limiter: &str, shop: &[u8], d: &Decision) -> Event {
-    decision_event(limiter, shop, d, now_ms())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::FakeClock;
     use crate::telemetry::{RawTelemetryIni, SinkKind};
+    use std::time::Duration;
 
     fn config(sinks: &str, buffer: &str) -> Result<TelemetryConfig, ConfigError> {
         TelemetryConfig::from_ini(
@@ -253,10 +258,15 @@ mod tests {
     }
 
     fn state(sinks: &str, buffer: &str) -> State {
+        state_on(sinks, buffer, FakeClock::new())
+    }
+
+    fn state_on(sinks: &str, buffer: &str, clock: FakeClock) -> State {
         let config = config(sinks, buffer);
         State::new(Setup {
             config,
             sinks: Vec::new(),
+            clock: Arc::new(clock),
         })
     }
 
@@ -341,5 +351,18 @@ mod tests {
         let st = s.stats();
         assert!(!st.enabled);
         assert!(st.config_error.unwrap().contains("carrier-pigeon"));
+    }
+
+    /// Events are stamped on the state's clock, not the machine's.
+    #[test]
+    fn events_are_stamped_on_the_injected_clock() {
+        let clock = FakeClock::new();
+        let s = state_on("jsonl", "10", clock.clone());
+        assert_eq!(s.now_ms(), 1_750_000_000_000);
+        clock.advance(Duration::from_millis(1234));
+        let mut denied = Decision::unavailable(false, 0.5, false);
+        denied.reason = Reason::Global;
+        let e = s.decision_event("checkout", b"shop", &denied);
+        assert_eq!(e.get("timestamp"), Some(&AttrValue::Int(1_750_000_001_234)));
     }
 }
