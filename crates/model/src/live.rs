@@ -386,4 +386,37 @@ mod tests {
         let p = PublishedSettings::parse("global=30/30 auto_hot=2s/0.3/300s/8").unwrap();
         assert_eq!(p.auto_hot.map(|a| a.window.as_micros()), Some(2_000_000));
     }
+
+    proptest::proptest! {
+        /// Whatever options a worker runs with, the CLI reads back its buckets and
+        /// `auto_hot` from the text it published.
+        #[test]
+        fn published_settings_round_trip(
+            caps in [1..=1000i64, 1..=1000i64, 1..=1000i64],
+            rates in [0.01..=1000.0f64, 0.01..=1000.0f64, 0.01..=1000.0f64],
+            lanes in [proptest::bool::ANY, proptest::bool::ANY],
+            window_ms in proptest::option::of(1000..=3_600_000u64),
+            share in 0.001..0.999f64,
+            ttl in 1..=crate::MAX_TTL_SECONDS,
+            min_tokens in 1..=1_000_000_000i64,
+        ) {
+            let mut entries = vec![("global".to_string(), bucket_value(caps[0], rates[0]))];
+            for (i, lane) in [Lane::HotLane, Lane::HotShop].into_iter().enumerate() {
+                if lanes[i] {
+                    // No larger and no faster than global, as the options require.
+                    let cap = caps[i + 1].min(caps[0]);
+                    let rate = rates[i + 1].min(rates[0]);
+                    entries.push((lane.as_str().to_string(), bucket_value(cap, rate)));
+                }
+            }
+            let buckets = buckets_from_value(&Value::Map(entries)).unwrap();
+            let auto_hot = window_ms.map(|ms| {
+                AutoHot::new(std::time::Duration::from_millis(ms), share, ttl, min_tokens).unwrap()
+            });
+            let text = PublishedSettings::encode(&buckets, auto_hot.as_ref());
+            let back = PublishedSettings::parse(&text).unwrap();
+            proptest::prop_assert_eq!(&back.buckets, &buckets, "{}", text);
+            proptest::prop_assert_eq!(back.auto_hot, auto_hot, "{}", text);
+        }
+    }
 }
