@@ -11,8 +11,7 @@ use checkout_guard_model::keys::mark_hot_command;
 use checkout_guard_model::live::{self, LiveLimits, Stored};
 use checkout_guard_model::options::validate_name;
 use checkout_guard_model::{
-    bucket_value, buckets_from_value, validate_shop_id, validate_ttl, BucketSet, Endpoint, Keys,
-    Lane, StoredBucket, Value,
+    validate_shop_id, validate_ttl, BucketSet, Endpoint, Keys, Lane, StoredBucket, Value,
 };
 use once_cell::sync::Lazy;
 
@@ -547,27 +546,13 @@ fn json_field(line: &str, field: &str) -> Option<String> {
 /// Parses published settings (`global=30/30 hot_lane=25/25 auto_hot=...`) into buckets,
 /// through the constructor's validation.
 pub fn parse_settings(text: &str) -> Result<BucketSet, String> {
-    let mut entries = Vec::new();
-    for part in text.split_whitespace() {
-        let Some((k, v)) = part.split_once('=') else {
-            continue;
-        };
-        if let Some(lane) = Lane::from_name(k) {
-            let (c, r) =
-                live::parse_bucket(lane, v).map_err(|e| format!("published settings: {e}"))?;
-            entries.push((k.to_string(), bucket_value(c, r)));
-        }
-    }
-    buckets_from_value(&Value::Map(entries)).map_err(|e| format!("published settings: {e}"))
+    live::PublishedSettings::parse(text).map(|p| p.buckets)
 }
 
 /// The auto-hot window (µs) in published settings, if auto_hot is on.
 fn auto_hot_window_us(text: &str) -> Option<i64> {
-    let v = text
-        .split_whitespace()
-        .find_map(|p| p.strip_prefix("auto_hot="))?;
-    let secs: f64 = v.split('/').next()?.strip_suffix('s')?.parse().ok()?;
-    Some((secs * 1e6) as i64)
+    let auto_hot = live::PublishedSettings::parse(text).ok()?.auto_hot?;
+    Some(auto_hot.window.as_micros() as i64)
 }
 
 #[cfg(test)]

@@ -1,15 +1,17 @@
 //! The Valkey script that makes one decision atomically: the Lua twin of [`crate::step`].
 //!
-//! KEYS and ARGV are built by [`DecideCall`] only (the one encoder of the contract):
-//! KEYS: global bucket, hot-lane bucket, hot-shop bucket, hot flag, live-limits version,
-//! auto-hot window prefix (never read itself: `<prefix><window number>` are the counters),
-//! published settings (all share one hash tag, so a cluster routes the call to one slot).
-//! ARGV: tokens, static_hot (0/1), then interval and tolerance (µs) of global, hot lane and
-//! hot shop (interval 0 = bucket not configured), then the live-limits version the caller
-//! decided with ("" = none), the shop ID, auto-hot window (µs, 0 = off), share, TTL (s) and
-//! minimum tokens, the caller's settings (published when the stored ones differ), and
-//! peek (1: decide as acquire() would, writing nothing; no auto-hot counting), and the
-//! longest wait of a reservation in µs (0: none; see `step_auto_hot`).
+//! KEYS and ARGV are built by [`DecideCall`] only (the one encoder of the contract), in
+//! the order of the named table [`crate::contract::decide`] (the script reads them by
+//! those names, through a generated prelude): KEYS: the buckets of global, hot lane and
+//! hot shop, hot flag, live-limits version, auto-hot window prefix (never read itself:
+//! `<prefix><window number>` are the counters), published settings (all share one hash
+//! tag, so a cluster routes the call to one slot). ARGV: tokens, static_hot (0/1), then
+//! interval and tolerance (µs) of global, hot lane and hot shop (interval 0 = bucket not
+//! configured), then the live-limits version the caller decided with ("" = none), the
+//! shop ID, auto-hot window (µs, 0 = off), share, TTL (s) and minimum tokens, the
+//! caller's settings (published when the stored ones differ), and peek (1: decide as
+//! acquire() would, writing nothing; no auto-hot counting), and the longest wait of a
+//! reservation in µs (0: none; see `step_auto_hot`).
 //! Reply: `{reason, hot, now, tat_global, tat_lane, tat_shop, became_hot, share_permille,
 //! mark_ttl_ms}` (see `StepReply`), or `{-1, 0}` when the live limits changed since the
 //! caller read them: nothing was decided, the caller reloads them and asks again.
@@ -37,6 +39,7 @@
 use std::borrow::Cow;
 
 use crate::bucket::{BucketSet, Lane};
+use crate::contract::{self, decide};
 use crate::keys::Keys;
 use crate::options::AutoHot;
 use crate::step::StepReply;
@@ -61,6 +64,11 @@ pub const CARRY: &str = include_str!("scripts/carry.lua");
 const CLOCK_BLOCK: &str = include_str!("scripts/clock.lua");
 
 const BODY: &str = include_str!("scripts/decide.lua");
+
+/// The decision's inputs by name (see [`crate::contract`]).
+fn decide_prelude() -> String {
+    contract::prelude(decide::keys::ALL, decide::args::ALL)
+}
 
 /// The keys of one decision, in the script's KEYS order.
 #[derive(Debug, Clone, Copy)]
@@ -90,8 +98,8 @@ impl LaneArgs {
             let (interval, tolerance) = buckets
                 .get(lane)
                 .map_or((0, 0), |b| (b.interval_us(), b.tolerance_us()));
-            text[2 * lane as usize] = interval.to_string();
-            text[2 * lane as usize + 1] = tolerance.to_string();
+            text[decide::interval_arg(lane) - decide::args::LANES] = interval.to_string();
+            text[decide::tolerance_arg(lane) - decide::args::LANES] = tolerance.to_string();
         }
         Self {
             buckets: buckets.clone(),
@@ -103,7 +111,7 @@ impl LaneArgs {
         &self.buckets
     }
 
-    /// ARGV[3..8]: interval and tolerance of global, hot lane, hot shop.
+    /// The group `LANES` of ARGV: interval and tolerance of global, hot lane, hot shop.
     pub fn text(&self) -> &[String; 6] {
         &self.text
     }
@@ -217,58 +225,55 @@ pub enum DecideReply {
 
 impl DecideCall<'_> {
     /// Number of KEYS.
-    pub const KEYS: usize = 7;
+    pub const KEYS: usize = decide::keys::LEN;
     /// Number of ARGV.
-    pub const ARGS: usize = 17;
+    pub const ARGS: usize = decide::args::LEN;
 
-    /// KEYS in the script's order.
-    pub fn keys(&self) -> [&[u8]; 7] {
+    /// KEYS at their positions in [`decide::keys`].
+    pub fn keys(&self) -> [&[u8]; decide::keys::LEN] {
+        use decide::keys::*;
         let k = &self.keys;
-        [
-            k.global,
-            k.hot_lane,
-            k.hot_shop,
-            k.hot_flag,
-            k.limits_version,
-            k.auto_hot_prefix,
-            k.settings,
-        ]
+        let mut out: [&[u8]; decide::keys::LEN] = [&[]; decide::keys::LEN];
+        out[decide::bucket_key(Lane::Global)] = k.global;
+        out[decide::bucket_key(Lane::HotLane)] = k.hot_lane;
+        out[decide::bucket_key(Lane::HotShop)] = k.hot_shop;
+        out[HOT_FLAG] = k.hot_flag;
+        out[LIMITS_VERSION] = k.limits_version;
+        out[AUTO_HOT_PREFIX] = k.auto_hot_prefix;
+        out[SETTINGS] = k.settings;
+        out
     }
 
-    /// ARGV in the script's order: tokens, static_hot, the lanes, version, shop,
-    /// auto_hot, settings, peek, max wait. An iterator, so the call on every acquire() is sent
-    /// without a vector of its own (see [`Self::argv`] for one).
+    /// ARGV at their positions in [`decide::args`]: tokens, static_hot, the lanes,
+    /// version, shop, auto_hot, settings, peek, max wait. An array on the stack, so the
+    /// call on every acquire() is sent without a vector of its own (see [`Self::argv`]
+    /// for one).
     pub fn args(&self) -> impl Iterator<Item = Cow<'_, [u8]>> {
+        use decide::args::*;
         let flag = |on: bool| Cow::Borrowed(if on { &b"1"[..] } else { &b"0"[..] });
-        [
-            match self.tokens {
-                1 => Cow::Borrowed(&b"1"[..]),
-                n => Cow::Owned(n.to_string().into_bytes()),
-            },
-            flag(self.static_hot),
-        ]
-        .into_iter()
-        .chain(
-            self.lanes
-                .text()
-                .iter()
-                .map(|t| Cow::Borrowed(t.as_bytes())),
-        )
-        .chain([Cow::Borrowed(self.version), Cow::Borrowed(self.shop)])
-        .chain(
-            self.auto_hot
-                .text()
-                .iter()
-                .map(|t| Cow::Borrowed(t.as_bytes())),
-        )
-        .chain([
-            Cow::Borrowed(self.settings.as_bytes()),
-            flag(self.peek),
-            match self.max_wait_us {
-                0 => Cow::Borrowed(&b"0"[..]),
-                us => Cow::Owned(us.to_string().into_bytes()),
-            },
-        ])
+        let mut out: [Cow<'_, [u8]>; decide::args::LEN] = Default::default();
+        out[TOKENS] = match self.tokens {
+            1 => Cow::Borrowed(&b"1"[..]),
+            n => Cow::Owned(n.to_string().into_bytes()),
+        };
+        out[STATIC_HOT] = flag(self.static_hot);
+        for (i, t) in self.lanes.text().iter().enumerate() {
+            out[LANES + i] = Cow::Borrowed(t.as_bytes());
+        }
+        out[VERSION] = Cow::Borrowed(self.version);
+        out[SHOP] = Cow::Borrowed(self.shop);
+        let [window, share, ttl, min_tokens] = self.auto_hot.text();
+        out[AUTO_HOT_WINDOW] = Cow::Borrowed(window.as_bytes());
+        out[AUTO_HOT_SHARE] = Cow::Borrowed(share.as_bytes());
+        out[AUTO_HOT_TTL] = Cow::Borrowed(ttl.as_bytes());
+        out[AUTO_HOT_MIN_TOKENS] = Cow::Borrowed(min_tokens.as_bytes());
+        out[SETTINGS] = Cow::Borrowed(self.settings.as_bytes());
+        out[PEEK] = flag(self.peek);
+        out[MAX_WAIT] = match self.max_wait_us {
+            0 => Cow::Borrowed(&b"0"[..]),
+            us => Cow::Owned(us.to_string().into_bytes()),
+        };
+        out.into_iter()
     }
 
     /// [`Self::args`], collected.
@@ -292,40 +297,56 @@ impl DecideCall<'_> {
 /// The reply [`DecideCall::decode_reply`] reads as [`DecideReply::LimitsChanged`].
 pub const LIMITS_CHANGED_REPLY: [i64; 2] = [-1, 0];
 
-/// The production script source.
+/// The production script source: the shebang, `carry.lua`, the inputs by name (the
+/// [`decide_prelude`]), the clock (`clock.lua`: Valkey's `TIME`) and `decide.lua`.
 pub fn decide_source() -> String {
-    format!("{SHEBANG}{CARRY}{CLOCK_BLOCK}{BODY}")
+    let prelude = decide_prelude();
+    format!("{SHEBANG}{CARRY}{prelude}{CLOCK_BLOCK}{BODY}")
 }
 
-/// The same decision logic with the clock taken from ARGV[18] (µs, appended after the
-/// [`DecideCall`] arguments), for tests that compare
-/// the script with the Rust model at times they choose. Keys live an hour so Valkey's real
-/// clock never expires a key the model still holds.
-pub fn decide_source_with_test_clock() -> String {
-    let clock = "\
-local now = tonumber(ARGV[18])
-local slack_ms = 3600000
-";
-    format!("{SHEBANG}{CARRY}{clock}{BODY}")
+/// The clock block of the test variant: the time from the argument after the call's
+/// ([`decide::TEST_NOW_ARG`], µs), keys kept [`decide::TEST_KEY_SLACK_MS`] longer.
+fn test_clock_block() -> String {
+    format!(
+        "local now = tonumber(ARGV[{}])\nlocal slack_ms = {}\n",
+        decide::TEST_NOW_ARG + 1,
+        decide::TEST_KEY_SLACK_MS
+    )
 }
+
+/// The same decision logic on the test clock (see [`decide::TEST_NOW_ARG`]), for tests
+/// that compare the script with the Rust model at times they choose: the clock block of
+/// [`decide_source`] replaced, nothing else.
+pub fn decide_source_with_test_clock() -> String {
+    let prelude = decide_prelude();
+    let clock = test_clock_block();
+    format!("{SHEBANG}{CARRY}{prelude}{clock}{BODY}")
+}
+
+const CARRY_STEP: &str = include_str!("scripts/carry_step.lua");
 
 /// One step of carrying every bucket of a limiter over a live change at once (the CLI
 /// runs it after `set` until the cursor is 0), so that no key written under the old limits
-/// expires on their schedule before a decision reads it. KEYS: global, hot lane (KEYS[1]
-/// routes it). ARGV: SCAN cursor, MATCH pattern (the bucket keys), the new version, then
-/// interval and tolerance of global, hot lane, hot shop as the decision takes them.
+/// expires on their schedule before a decision reads it. KEYS and ARGV:
+/// [`contract::carry_step`] (global and hot lane; SCAN cursor, MATCH pattern of the bucket
+/// keys, the new version, the lanes as the decision takes them).
 /// Reply: next cursor, buckets carried over. A bucket full under the new limits is deleted
 /// (a missing key means full).
 pub fn carry_step_source() -> String {
-    format!("{SHEBANG}{CARRY}{}", include_str!("scripts/carry_step.lua"))
+    let prelude = contract::prelude(
+        contract::carry_step::keys::ALL,
+        contract::carry_step::args::ALL,
+    );
+    format!("{SHEBANG}{CARRY}{prelude}{CARRY_STEP}")
 }
 
-/// One step of `reset()`: KEYS[1] routes it (any key of the limiter); ARGV: SCAN cursor,
-/// MATCH pattern (the limiter's bucket keys, all in KEYS[1]'s slot). Reply: next cursor,
-/// keys removed.
+/// One step of `reset()`: KEYS and ARGV [`contract::reset_step`] (any key of the
+/// limiter, that routes it; SCAN cursor, MATCH pattern of the limiter's bucket keys, all in
+/// that key's slot). Reply: next cursor, keys removed.
 pub const RESET_STEP: &str = include_str!("scripts/reset_step.lua");
 
-/// Reads the live limits' version and hash in one atomic step (KEYS: limits, limits:v):
+/// Reads the live limits' version and hash in one atomic step (KEYS
+/// [`contract::read_limits`]: limits, limits:v):
 /// the version is the one every decision compares with, never a copy that could differ.
 /// Keys of the wrong type (written by hand) read as empty, with the error: the version as
 /// the decisions' MGET sees it (nil), the hash as unreadable. Reply: version, fields, error.
@@ -335,24 +356,32 @@ pub const READ_LIMITS: &str = include_str!("scripts/read_limits.lua");
 /// is replaced whole by what the writer validated (so fields nobody could read are gone),
 /// and in the same step the global and hot-lane buckets are carried over to the new
 /// limits as of the change, a missing one (full) at the old limits' capacity.
-/// KEYS: limits, limits:v, changes, global bucket, hot-lane bucket. ARGV: expected version
-/// ("" = none), by, at (ms), old, new, a fresh epoch (used when the stored limits are
-/// created anew), then interval and tolerance of global and hot lane under the old
-/// limits, then the same under the new ("0" = not configured), then (lane, "capacity/rate")
-/// pairs: every override of the new limits. Reply: the new version, or an error when
-/// someone else changed them first.
+/// KEYS and ARGV: [`contract::set_limits`] (limits, limits:v, changes, global bucket,
+/// hot-lane bucket; expected version ("" = none), by, at (ms), old, new, a fresh epoch
+/// (used when the stored limits are created anew), then interval and tolerance of global
+/// and hot lane under the old limits, then the same under the new ("0" = not configured),
+/// then (lane, "capacity/rate") pairs: every override of the new limits). Reply: the new
+/// version, or an error when someone else changed them first.
 pub fn set_limits_source() -> String {
-    format!("{CARRY}{}", include_str!("scripts/set_limits.lua"))
+    let prelude = contract::prelude(
+        contract::set_limits::keys::ALL,
+        contract::set_limits::args::ALL,
+    );
+    format!("{CARRY}{prelude}{SET_LIMITS}")
 }
 
-/// The hot shops of a limiter for `limiter status` (the CLI): KEYS[1] routes it; ARGV:
-/// SCAN cursor, MATCH pattern of the hot flags. Reply: next cursor, then per flag its key,
+const SET_LIMITS: &str = include_str!("scripts/set_limits.lua");
+
+/// The hot shops of a limiter for `limiter status` (the CLI): KEYS and ARGV
+/// [`contract::hot_scan`] (a key that routes it; SCAN cursor, MATCH pattern of the hot
+/// flags). Reply: next cursor, then per flag its key,
 /// value and PTTL.
 pub const HOT_SCAN: &str = include_str!("scripts/hot_scan.lua");
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::contract::tests::assert_reads_by_name;
 
     #[test]
     fn test_clock_variant_differs_only_in_the_clock_block() {
@@ -361,21 +390,93 @@ mod tests {
         assert!(prod.contains("redis.call('TIME')"));
         assert!(!test.contains("TIME"));
         assert_eq!(
-            prod.strip_prefix(SHEBANG)
-                .and_then(|p| p.strip_prefix(CARRY))
-                .and_then(|p| p.strip_prefix(CLOCK_BLOCK)),
-            test.split_once("slack_ms = 3600000\n").map(|x| x.1)
+            prod.replacen(CLOCK_BLOCK, &test_clock_block(), 1),
+            test,
+            "only the clock block differs"
         );
+        // The time is the argument after the call's; keys live an hour longer.
+        let after_the_call = format!(
+            "local now = tonumber(ARGV[{}])\nlocal slack_ms = 3600000\n",
+            DecideCall::ARGS + 1
+        );
+        assert!(test.contains(&after_the_call), "{test}");
     }
 
     #[test]
     fn the_script_is_the_lua_files_in_order() {
-        // "#!lua\n" + carry.lua + clock.lua + decide.lua, as `checkout-guard limiter call`
-        // prints it for the benchmark.
+        // "#!lua\n" + carry.lua + the prelude + clock.lua + decide.lua, as `checkout-guard
+        // limiter call` prints it for the benchmark.
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/scripts/");
         let read = |f: &str| std::fs::read_to_string(format!("{dir}{f}")).unwrap();
-        let files = ["carry.lua", "clock.lua", "decide.lua"].map(read).concat();
-        assert_eq!(decide_source(), format!("#!lua\n{files}"));
+        let [carry, clock, body] = ["carry.lua", "clock.lua", "decide.lua"].map(read);
+        assert_eq!(
+            decide_source(),
+            format!("#!lua\n{carry}{}{clock}{body}", decide_prelude())
+        );
+    }
+
+    #[test]
+    fn the_scripts_read_their_inputs_by_name() {
+        assert_reads_by_name("decide.lua", BODY, decide::keys::ALL, decide::args::ALL);
+        // The clock reads no input of the call.
+        assert_reads_by_name("clock.lua", CLOCK_BLOCK, &[], &[]);
+        assert_reads_by_name(
+            "carry_step.lua",
+            CARRY_STEP,
+            contract::carry_step::keys::ALL,
+            contract::carry_step::args::ALL,
+        );
+        assert_reads_by_name(
+            "set_limits.lua",
+            SET_LIMITS,
+            contract::set_limits::keys::ALL,
+            contract::set_limits::args::ALL,
+        );
+        // carry.lua is a function of its parameters.
+        assert_reads_by_name("carry.lua", CARRY, &[], &[]);
+        // peek(), by its name in Rust.
+        assert!(!crate::contract::tests::uses(BODY, "dry"));
+    }
+
+    #[test]
+    fn keys_and_args_sit_at_their_named_positions() {
+        let set = BucketSet {
+            global: crate::BucketSpec::new("global", 30, 7.5).unwrap(),
+            hot_lane: None,
+            hot_shop: Some(crate::BucketSpec::new("hot_shop", 5, 1.0).unwrap()),
+        };
+        let keys = ShopKeys::new(&Keys::new("n"), b"s");
+        let (lanes, auto) = (LaneArgs::new(&set), AutoHotArgs::new(None));
+        let call = DecideCall {
+            keys: keys.decide_keys(),
+            tokens: 3,
+            static_hot: true,
+            lanes: &lanes,
+            version: b"v",
+            shop: b"s",
+            auto_hot: &auto,
+            settings: "set",
+            peek: true,
+            max_wait_us: 9,
+        };
+        let k = call.keys();
+        assert_eq!(k[decide::keys::HOT_FLAG], keys.decide_keys().hot_flag);
+        assert_eq!(
+            k[decide::bucket_key(Lane::HotShop)],
+            keys.decide_keys().hot_shop
+        );
+        let a = call.argv();
+        assert_eq!(a.len(), DecideCall::ARGS);
+        let at = |i: usize| String::from_utf8_lossy(&a[i]).into_owned();
+        use decide::args::*;
+        assert_eq!(
+            [TOKENS, STATIC_HOT, VERSION, SHOP, SETTINGS, PEEK, MAX_WAIT].map(at),
+            ["3", "1", "v", "s", "set", "1", "9"]
+        );
+        assert_eq!(at(decide::interval_arg(Lane::HotShop)), "1000000");
+        assert_eq!(at(decide::tolerance_arg(Lane::HotShop)), "5000000");
+        assert_eq!(at(decide::interval_arg(Lane::HotLane)), "0");
+        assert_eq!(at(AUTO_HOT_WINDOW), "0");
     }
 
     #[test]

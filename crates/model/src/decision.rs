@@ -27,12 +27,13 @@ impl Reason {
         }
     }
 
-    fn from_script_code(code: i64) -> Self {
-        match code {
-            1 => Reason::Global,
-            2 => Reason::HotLane,
-            3 => Reason::HotShop,
-            _ => Reason::Allowed,
+    /// The reason of a reply: allowed, or the lane that lacked tokens.
+    pub fn of(denied_by: Option<Lane>) -> Self {
+        match denied_by {
+            None => Reason::Allowed,
+            Some(Lane::Global) => Reason::Global,
+            Some(Lane::HotLane) => Reason::HotLane,
+            Some(Lane::HotShop) => Reason::HotShop,
         }
     }
 }
@@ -68,7 +69,7 @@ impl Decision {
         if remaining == i64::MAX {
             remaining = 0;
         }
-        let reason = Reason::from_script_code(reply.reason);
+        let reason = Reason::of(reply.reason);
         let allowed = reason == Reason::Allowed;
         Self {
             allowed,
@@ -86,11 +87,7 @@ impl Decision {
     pub fn local_denial(lane: Lane, retry_after: f64, remaining: i64, hot_shop: bool) -> Self {
         Self {
             allowed: false,
-            reason: match lane {
-                Lane::Global => Reason::Global,
-                Lane::HotLane => Reason::HotLane,
-                Lane::HotShop => Reason::HotShop,
-            },
+            reason: Reason::of(Some(lane)),
             retry_after,
             remaining,
             hot_shop,

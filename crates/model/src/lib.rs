@@ -9,6 +9,7 @@
 //! - [`decision`]: the [`Decision`] a caller gets, derived from a reply;
 //! - [`options`]: typed options, valid by construction; [`settings`]: the INI settings
 //!   and their defaults, the one table;
+//! - [`contract`]: the named KEYS/ARGV tables of every script, each position written once;
 //! - [`call`]: the decision script (the `.lua` files under `src/scripts/`) and
 //!   [`DecideCall`], the one encoder of its KEYS/ARGV and decoder of its reply;
 //! - [`keys`], [`live`], [`endpoint`], [`value`]: key names, the live-limits codec,
@@ -16,6 +17,7 @@
 
 pub mod bucket;
 pub mod call;
+pub mod contract;
 pub mod decision;
 pub mod endpoint;
 pub mod error;

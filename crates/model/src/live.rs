@@ -16,7 +16,7 @@
 
 use crate::bucket::{BucketSet, Lane};
 use crate::error::ConfigError;
-use crate::options::{bucket_value, buckets_from_value, buckets_to_value};
+use crate::options::{bucket_value, buckets_from_value, buckets_to_value, AutoHot};
 use crate::value::Value;
 
 /// The live limits as stored: overrides of some buckets, and who set them when.
@@ -188,6 +188,76 @@ pub fn describe(set: &BucketSet) -> String {
         .join(" ")
 }
 
+/// The settings a worker publishes (the decision writes them to `settings` when the
+/// stored ones differ) and the CLI reads back: the constructor's buckets as [`describe`]
+/// shows them, then with `auto_hot` `auto_hot=<window s>s/<share>/<ttl s>s/<min tokens>`,
+/// e.g. `global=30/30 hot_lane=25/25 auto_hot=10s/0.3/300s/31`. One codec: [`Self::encode`]
+/// writes what [`Self::parse`] reads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PublishedSettings {
+    pub buckets: BucketSet,
+    pub auto_hot: Option<AutoHot>,
+}
+
+impl PublishedSettings {
+    /// The text a worker publishes.
+    pub fn encode(buckets: &BucketSet, auto_hot: Option<&AutoHot>) -> String {
+        let mut out = describe(buckets);
+        if let Some(a) = auto_hot {
+            out.push_str(&format!(
+                " auto_hot={}s/{}/{}s/{}",
+                a.window.as_secs_f64(),
+                a.share,
+                a.ttl_seconds,
+                a.min_tokens
+            ));
+        }
+        out
+    }
+
+    /// Published settings, validated as the constructor's options are. Parts that are no
+    /// bucket are skipped (an older or newer worker's); an `auto_hot` part that does not
+    /// read as one reads as off (it only tells the CLI which window to show).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut entries = Vec::new();
+        let mut auto_hot = None;
+        for part in text.split_whitespace() {
+            let Some((k, v)) = part.split_once('=') else {
+                continue;
+            };
+            if k == "auto_hot" {
+                auto_hot = parse_auto_hot(v);
+            } else if let Some(lane) = Lane::from_name(k) {
+                let (c, r) =
+                    parse_bucket(lane, v).map_err(|e| format!("published settings: {e}"))?;
+                entries.push((k.to_string(), bucket_value(c, r)));
+            }
+        }
+        let buckets = buckets_from_value(&Value::Map(entries))
+            .map_err(|e| format!("published settings: {e}"))?;
+        Ok(Self { buckets, auto_hot })
+    }
+}
+
+/// `<window s>s/<share>/<ttl s>s/<min tokens>`, validated as the option.
+fn parse_auto_hot(text: &str) -> Option<AutoHot> {
+    let mut parts = text.split('/');
+    let window: f64 = parts.next()?.strip_suffix('s')?.parse().ok()?;
+    let share: f64 = parts.next()?.parse().ok()?;
+    let ttl: i64 = parts.next()?.strip_suffix('s')?.parse().ok()?;
+    let min_tokens: i64 = parts.next()?.parse().ok()?;
+    if parts.next().is_some() || !window.is_finite() || window < 0.0 {
+        return None;
+    }
+    AutoHot::new(
+        std::time::Duration::from_secs_f64(window),
+        share,
+        ttl,
+        min_tokens,
+    )
+    .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,5 +334,89 @@ mod tests {
         assert_eq!(live.overrides[1], Some((5, 5.0)));
         assert_eq!(live.overrides[0], None);
         assert_eq!(errors.len(), 2, "{errors:?}");
+    }
+
+    #[test]
+    fn published_settings_read_back_what_a_worker_wrote() {
+        use crate::options::LimiterOptions;
+        use crate::value::Value;
+        let opts = |auto_hot: Value| {
+            let v = Value::Map(vec![
+                ("name".into(), Value::Str(b"p".to_vec())),
+                ("global".into(), bucket_value(30, 30.5)),
+                ("hot_lane".into(), bucket_value(25, 25.0)),
+                ("auto_hot".into(), auto_hot),
+            ]);
+            LimiterOptions::from_value(&v, &crate::Defaults::default()).unwrap()
+        };
+        let window = |s: f64| {
+            Value::Map(vec![
+                ("window_seconds".into(), Value::Float(s)),
+                ("share".into(), Value::Float(0.3)),
+            ])
+        };
+        for o in [
+            opts(Value::Bool(true)),
+            opts(Value::Bool(false)),
+            opts(window(2.5)),
+            opts(window(1.001)),
+            opts(window(3600.0)),
+        ] {
+            let text = PublishedSettings::encode(&o.buckets, o.auto_hot.as_ref());
+            let back = PublishedSettings::parse(&text).unwrap();
+            assert_eq!(back.buckets, o.buckets, "{text}");
+            assert_eq!(back.auto_hot, o.auto_hot, "{text}");
+        }
+        let text = PublishedSettings::encode(
+            &opts(Value::Bool(true)).buckets,
+            opts(window(2.5)).auto_hot.as_ref(),
+        );
+        assert_eq!(
+            text,
+            "global=30/30.5 hot_lane=25/25 auto_hot=2.5s/0.3/300s/8"
+        );
+        // Validated as the options are.
+        assert!(PublishedSettings::parse("global=x/1").is_err());
+        assert!(PublishedSettings::parse("hot_lane=5/5")
+            .unwrap_err()
+            .contains("global"));
+        // An auto_hot the option would refuse reads as off; other parts are skipped.
+        let p = PublishedSettings::parse("global=30/30 auto_hot=0.5s/0.3/300s/8 future=1").unwrap();
+        assert_eq!(p.auto_hot, None);
+        let p = PublishedSettings::parse("global=30/30 auto_hot=2s/0.3/300s/8").unwrap();
+        assert_eq!(p.auto_hot.map(|a| a.window.as_micros()), Some(2_000_000));
+    }
+
+    proptest::proptest! {
+        /// Whatever options a worker runs with, the CLI reads back its buckets and
+        /// `auto_hot` from the text it published.
+        #[test]
+        fn published_settings_round_trip(
+            caps in [1..=1000i64, 1..=1000i64, 1..=1000i64],
+            rates in [0.01..=1000.0f64, 0.01..=1000.0f64, 0.01..=1000.0f64],
+            lanes in [proptest::bool::ANY, proptest::bool::ANY],
+            window_ms in proptest::option::of(1000..=3_600_000u64),
+            share in 0.001..0.999f64,
+            ttl in 1..=crate::MAX_TTL_SECONDS,
+            min_tokens in 1..=1_000_000_000i64,
+        ) {
+            let mut entries = vec![("global".to_string(), bucket_value(caps[0], rates[0]))];
+            for (i, lane) in [Lane::HotLane, Lane::HotShop].into_iter().enumerate() {
+                if lanes[i] {
+                    // No larger and no faster than global, as the options require.
+                    let cap = caps[i + 1].min(caps[0]);
+                    let rate = rates[i + 1].min(rates[0]);
+                    entries.push((lane.as_str().to_string(), bucket_value(cap, rate)));
+                }
+            }
+            let buckets = buckets_from_value(&Value::Map(entries)).unwrap();
+            let auto_hot = window_ms.map(|ms| {
+                AutoHot::new(std::time::Duration::from_millis(ms), share, ttl, min_tokens).unwrap()
+            });
+            let text = PublishedSettings::encode(&buckets, auto_hot.as_ref());
+            let back = PublishedSettings::parse(&text).unwrap();
+            proptest::prop_assert_eq!(&back.buckets, &buckets, "{}", text);
+            proptest::prop_assert_eq!(back.auto_hot, auto_hot, "{}", text);
+        }
     }
 }

@@ -11,6 +11,7 @@
 
 use crate::bucket::{BucketSet, BucketSpec, EncodedBucket, Lane, StoredBucket};
 use crate::call::{LIMITS_CHANGED_REPLY, SETTINGS_TTL_SECONDS};
+use crate::contract::decide;
 use crate::options::AutoHot;
 use crate::options::MAX_WAIT_US;
 use crate::step::{auto_hot_window, step_auto_hot, StoredState, WindowCounts};
@@ -19,8 +20,8 @@ use crate::step::{auto_hot_window, step_auto_hot, StoredState, WindowCounts};
 /// KEYS then ARGV), decoded: the inverse of [`crate::DecideCall`]'s encoding.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReceivedCall<'a> {
-    /// Global, hot lane, hot shop, hot flag, limits version, auto-hot prefix, settings.
-    pub keys: [&'a [u8]; 7],
+    /// The keys, at their positions in [`decide::keys`].
+    pub keys: [&'a [u8]; decide::keys::LEN],
     pub tokens: i64,
     pub static_hot: bool,
     pub buckets: BucketSet,
@@ -73,28 +74,30 @@ fn int(name: &str, raw: &[u8]) -> Result<i64, String> {
 }
 
 impl<'a> ReceivedCall<'a> {
-    /// Decodes 7 keys and 17 arguments.
+    /// Decodes the call's KEYS then ARGV, each by its name in [`decide`]. What it holds
+    /// is valid as the options are: the buckets are buckets, `auto_hot` passed
+    /// [`AutoHot::new`].
     pub fn parse(args: &[&'a [u8]]) -> Result<Self, String> {
-        let [g, l, s, f, v, a, st, argv @ ..] = args else {
+        const KEYS: usize = decide::keys::LEN;
+        const ARGS: usize = decide::args::LEN;
+        if args.len() != KEYS + ARGS {
             return Err(format!(
-                "expected 7 keys and 17 arguments, got {}",
+                "expected {KEYS} keys and {ARGS} arguments, got {}",
                 args.len()
             ));
-        };
-        let [tokens, hot, gi, gt, li, lt, si, stol, version, shop, w, share, ttl, min, settings, peek, max_wait] =
-            argv
-        else {
-            return Err(format!(
-                "expected 7 keys and 17 arguments, got {}",
-                args.len()
-            ));
-        };
-        let tokens = int("tokens", tokens)?;
+        }
+        let (keys, argv) = args.split_at(KEYS);
+        let keys: [&'a [u8]; KEYS] = keys.try_into().expect("split at KEYS");
+        use decide::args::*;
+        let arg = |i: usize| argv[i];
+        let tokens = int("tokens", arg(TOKENS))?;
         if tokens < 1 {
             return Err(format!("tokens must be at least 1, got {tokens}"));
         }
-        let bucket = |name: &str, i: &[u8], t: &[u8]| -> Result<Option<BucketSpec>, String> {
-            let (i, t) = (int(name, i)?, int(name, t)?);
+        let bucket = |lane: Lane| -> Result<Option<BucketSpec>, String> {
+            let name = lane.as_str();
+            let i = int(name, arg(decide::interval_arg(lane)))?;
+            let t = int(name, arg(decide::tolerance_arg(lane)))?;
             match i {
                 0 => Ok(None),
                 _ => BucketSpec::from_script_args(i, t).map(Some).ok_or_else(|| {
@@ -102,45 +105,53 @@ impl<'a> ReceivedCall<'a> {
                 }),
             }
         };
-        let global = bucket("global", gi, gt)?.ok_or("the global bucket is required")?;
+        let global = bucket(Lane::Global)?.ok_or("the global bucket is required")?;
         let buckets = BucketSet {
             global,
-            hot_lane: bucket("hot_lane", li, lt)?,
-            hot_shop: bucket("hot_shop", si, stol)?,
+            hot_lane: bucket(Lane::HotLane)?,
+            hot_shop: bucket(Lane::HotShop)?,
         };
-        let max_wait_us = int("max wait", max_wait)?;
+        let max_wait_us = int("max wait", arg(MAX_WAIT))?;
         if !(0..=MAX_WAIT_US).contains(&max_wait_us) {
             return Err(format!(
                 "max wait must be from 0 to {MAX_WAIT_US} µs, got {max_wait_us}"
             ));
         }
-        let window_us = int("auto_hot window", w)?;
+        let window_us = int("auto_hot window", arg(AUTO_HOT_WINDOW))?;
         let auto_hot = match window_us {
             0 => None,
-            w if w > 0 => Some(AutoHot {
-                window: std::time::Duration::from_micros(w as u64),
-                share: std::str::from_utf8(share)
-                    .ok()
-                    .and_then(|s| s.parse::<f64>().ok())
-                    .filter(|x| x.is_finite())
-                    .ok_or("auto_hot share must be a number")?,
-                ttl_seconds: int("auto_hot ttl", ttl)?,
-                min_tokens: int("auto_hot min_tokens", min)?,
-            }),
+            w if w > 0 => Some(
+                AutoHot::new(
+                    std::time::Duration::from_micros(w as u64),
+                    std::str::from_utf8(arg(AUTO_HOT_SHARE))
+                        .ok()
+                        .and_then(|s| s.parse::<f64>().ok())
+                        .filter(|x| x.is_finite())
+                        .ok_or("auto_hot share must be a number")?,
+                    int("auto_hot ttl", arg(AUTO_HOT_TTL))?,
+                    int("auto_hot min_tokens", arg(AUTO_HOT_MIN_TOKENS))?,
+                )
+                .map_err(|e| format!("{} {}", e.option, e.message))?,
+            ),
             w => return Err(format!("auto_hot window must be >= 0, got {w}")),
         };
         Ok(Self {
-            keys: [g, l, s, f, v, a, st],
+            keys,
             tokens,
-            static_hot: *hot == b"1",
+            static_hot: arg(STATIC_HOT) == b"1",
             buckets,
-            version,
-            shop,
+            version: arg(VERSION),
+            shop: arg(SHOP),
             auto_hot,
-            settings,
-            peek: *peek == b"1",
+            settings: arg(SETTINGS),
+            peek: arg(PEEK) == b"1",
             max_wait_us,
         })
+    }
+
+    /// The key at `at` (a position in [`decide::keys`]).
+    pub fn key(&self, at: usize) -> &'a [u8] {
+        self.keys[at]
     }
 }
 
@@ -210,7 +221,13 @@ pub fn decide_on(
     call: &ReceivedCall<'_>,
     now: i64,
 ) -> Result<ServerReply, String> {
-    let [kg, kl, ks_, kf, kv, ka, kst] = call.keys;
+    use decide::keys::*;
+    let (kf, kv, ka, kst) = (
+        call.key(HOT_FLAG),
+        call.key(LIMITS_VERSION),
+        call.key(AUTO_HOT_PREFIX),
+        call.key(SETTINGS),
+    );
     let flagged = ks.has_string(kf);
     let same_version = ks.read_string(kv, |v| v.unwrap_or_default() == call.version);
     if !same_version {
@@ -221,7 +238,7 @@ pub fn decide_on(
         _ => None,
     };
     let hot = call.static_hot || mark_ttl_ms.is_some();
-    let bucket_keys = [kg, kl, ks_];
+    let bucket_keys = Lane::ALL.map(|lane| call.key(decide::bucket_key(lane)));
     let mut buckets = [None; 3];
     for (lane, key) in Lane::ALL.into_iter().zip(bucket_keys) {
         // Only the buckets the decision applies are read (the script reads all three in
@@ -271,7 +288,7 @@ pub fn decide_on(
         )
     };
     let (mut reply, mut next) = decide(&stored, None);
-    if let (Some(wk), 0) = (&window_keys, reply.reason) {
+    if let (Some(wk), None) = (&window_keys, reply.reason) {
         // A window key that is also one of the call's keys (an `auto_hot` prefix that
         // collides with a bucket, the mark or the settings: a hand-built call) would be
         // written as a hash and as a string in one call: refused before any write (the
@@ -303,7 +320,7 @@ pub fn decide_on(
             ks.set_bucket(key, b.encode_into(&mut encoded), px);
         }
     }
-    if let (Some([cur, _]), Some(a), 0) = (&window_keys, auto_hot, reply.reason) {
+    if let (Some([cur, _]), Some(a), None) = (&window_keys, auto_hot, reply.reason) {
         let counts = next.windows[0];
         ks.hset(cur, &[(call.shop, counts.mine), (b"", counts.all)]);
         if stored.windows[0].all == 0 {
@@ -427,5 +444,66 @@ mod tests {
             );
         }
         assert!(ReceivedCall::parse(&args[..23]).is_err());
+    }
+
+    /// A call whose `auto_hot` the options would refuse is refused, naming the part.
+    #[test]
+    fn a_received_auto_hot_is_validated_as_the_option_is() {
+        let set = BucketSet {
+            global: BucketSpec::new("global", 30, 7.5).unwrap(),
+            hot_lane: None,
+            hot_shop: None,
+        };
+        let keys = ShopKeys::new(&Keys::new("n"), b"s");
+        let lanes = LaneArgs::new(&set);
+        let parse = |window_us: &str, share: &str, ttl: &str, min: &str| {
+            let auto = AutoHotArgs::new(None);
+            let call = DecideCall {
+                keys: keys.decide_keys(),
+                tokens: 1,
+                static_hot: false,
+                lanes: &lanes,
+                version: b"",
+                shop: b"s",
+                auto_hot: &auto,
+                settings: "",
+                peek: false,
+                max_wait_us: 0,
+            };
+            let mut argv: Vec<Vec<u8>> = call.argv().iter().map(|a| a.to_vec()).collect();
+            use decide::args::*;
+            for (at, v) in [
+                (AUTO_HOT_WINDOW, window_us),
+                (AUTO_HOT_SHARE, share),
+                (AUTO_HOT_TTL, ttl),
+                (AUTO_HOT_MIN_TOKENS, min),
+            ] {
+                argv[at] = v.as_bytes().to_vec();
+            }
+            let args: Vec<&[u8]> = call
+                .keys()
+                .into_iter()
+                .chain(argv.iter().map(|a| a.as_slice()))
+                .collect();
+            ReceivedCall::parse(&args).map(|c| c.auto_hot)
+        };
+        let ok = parse("1000000", "0.3", "60", "1").unwrap().unwrap();
+        assert_eq!(
+            ok,
+            AutoHot::new(std::time::Duration::from_secs(1), 0.3, 60, 1).unwrap()
+        );
+        for (args, part) in [
+            (("200000", "0.3", "60", "1"), "auto_hot.window_seconds"),
+            (("3600000001", "0.3", "60", "1"), "auto_hot.window_seconds"),
+            (("1000000", "1.5", "60", "1"), "auto_hot.share"),
+            (("1000000", "0", "60", "1"), "auto_hot.share"),
+            (("1000000", "0.3", "0", "1"), "auto_hot.ttl_seconds"),
+            (("1000000", "0.3", "60", "0"), "auto_hot.min_tokens"),
+        ] {
+            let e = parse(args.0, args.1, args.2, args.3).unwrap_err();
+            assert!(e.starts_with(part), "{args:?}: {e}");
+        }
+        // Off is off, whatever the other parts hold.
+        assert_eq!(parse("0", "x", "y", "z"), Ok(None));
     }
 }

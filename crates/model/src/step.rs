@@ -1,6 +1,8 @@
-//! The atomic step of one decision, in Rust. `script::DECIDE` is its Lua twin, run inside
-//! Valkey; `tests/script_model.rs` drives both with the same random sequences and requires
-//! identical replies. Keep the two in lock-step.
+//! The atomic step of one decision, in Rust. The decision script
+//! ([`crate::call::decide_source`], `src/scripts/decide.lua`) is its Lua twin, run inside
+//! Valkey, and [`crate::server::decide_on`] wraps it for the native module and the
+//! in-memory store; the runtime's `tests/script_model.rs` drives them with the same random
+//! sequences and requires identical replies. Keep them in lock-step.
 
 use crate::bucket::{BucketSet, Lane, StoredBucket};
 use crate::options::AutoHot;
@@ -39,8 +41,8 @@ impl StoredState {
 /// The script's raw reply: `{reason, hot, now, tat_global, tat_lane, tat_shop,
 /// became_hot, share_permille, mark_ttl_ms}`.
 ///
-/// `reason` is 0 when allowed, otherwise the 1-based index of the first bucket (global,
-/// hot lane, hot shop) that lacked tokens. Each TAT is the bucket's effective TAT after the
+/// `reason` is `None` when allowed, otherwise the first lane (global, hot lane, hot shop)
+/// whose bucket lacked tokens (on the wire: 0, or the lane's 1-based index). Each TAT is the bucket's effective TAT after the
 /// decision (`max(stored, now)` read at the current limits, moved forward when allowed), or
 /// -1 when the bucket did not apply to this request. `became_hot`: `auto_hot` marked the
 /// shop hot in this call; `share_permille`: its share of the global consumption over the
@@ -49,7 +51,7 @@ impl StoredState {
 /// was learnt from the hot buckets holds no longer than the mark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepReply {
-    pub reason: i64,
+    pub reason: Option<Lane>,
     pub hot: bool,
     pub now_us: i64,
     pub tats: [i64; 3],
@@ -62,7 +64,7 @@ impl StepReply {
     /// The integers the script returns for this reply (what an in-memory store answers).
     pub fn to_ints(&self) -> [i64; 9] {
         [
-            self.reason,
+            self.reason.map_or(0, |lane| lane as i64 + 1),
             self.hot as i64,
             self.now_us,
             self.tats[0],
@@ -81,7 +83,10 @@ impl StepReply {
                 if (0..=3).contains(&reason) =>
             {
                 Some(Self {
-                    reason,
+                    reason: match reason {
+                        0 => None,
+                        r => Some(Lane::ALL[r as usize - 1]),
+                    },
                     hot: hot == 1,
                     now_us,
                     tats: [g, l, s],
@@ -138,7 +143,7 @@ pub fn step_auto_hot(
     let hot = static_hot || by_mark;
     let mut tats = [-1i64; 3];
     let mut moved = [false; 3];
-    let mut reason = 0;
+    let mut reason = None;
     for (lane, spec) in set.applicable(hot) {
         let i = lane as usize;
         let (tat, m) =
@@ -148,11 +153,11 @@ pub fn step_auto_hot(
         // Saturating: a cost beyond i64 (tokens far above any capacity, from a direct
         // caller) is denied, as the script's doubles deny it.
         let cost = tokens.saturating_mul(spec.interval_us());
-        if reason == 0
+        if reason.is_none()
             && (cost > spec.tolerance_us()
                 || tat.saturating_add(cost) - now > spec.tolerance_us() + max_wait_us)
         {
-            reason = i as i64 + 1;
+            reason = Some(lane);
         }
     }
     // The instant the tokens are the caller's: now, or for a reservation the instant the
@@ -161,7 +166,7 @@ pub fn step_auto_hot(
     // reserved calls as made before they are, or it would hand its refill to others at
     // the same moment the reserved calls go out.
     let mut take_at = now;
-    if reason == 0 {
+    if reason.is_none() {
         for (lane, spec) in set.applicable(hot) {
             let i = lane as usize;
             take_at = take_at.max(tats[i] + tokens * spec.interval_us() - spec.tolerance_us());
@@ -172,7 +177,7 @@ pub fn step_auto_hot(
     let mut next = *stored;
     for (lane, spec) in set.applicable(hot) {
         let i = lane as usize;
-        if reason == 0 {
+        if reason.is_none() {
             tats[i] = tats[i].max(take_at) + tokens * spec.interval_us();
         } else if !moved[i] {
             continue;
@@ -184,7 +189,7 @@ pub fn step_auto_hot(
         });
     }
     let (mut became_hot, mut share_permille) = (false, 0);
-    if let (0, Some(a)) = (reason, auto_hot) {
+    if let (None, Some(a)) = (reason, auto_hot) {
         let w = a.window.as_micros() as i64;
         let [cur, prev] = stored.windows;
         let mine = cur.mine + tokens;
@@ -256,21 +261,22 @@ mod tests {
         let set = set();
         let t0 = 1_700_000_000_000_000;
         let mut state = StoredState::default();
-        let cases: &[(i64, i64, bool, i64)] = &[
-            (0, 4, true, 0),        // hot shop takes its whole cap (4 of 4)
-            (0, 1, true, 3),        // its own bucket is empty: hot_shop
-            (0, 2, true, 3),        // still hot_shop (lane has 2 left, shop has 0)
-            (0, 6, false, 0),       // others take the rest of global (10 - 4)
-            (0, 1, false, 1),       // global empty: global
-            (0, 1, true, 1),        // global is checked first, even for a hot shop
-            (100_000, 1, false, 0), // 0.1 s later global has refilled one token
-            (250_000, 1, true, 0),  // 0.25 s: shop refilled 1, lane had 2, global 1.5
-            (250_000, 1, true, 1),  // global has 0.5 left
+        let (ok, global, shop) = (None, Some(Lane::Global), Some(Lane::HotShop));
+        let cases: &[(i64, i64, bool, Option<Lane>)] = &[
+            (0, 4, true, ok),           // hot shop takes its whole cap (4 of 4)
+            (0, 1, true, shop),         // its own bucket is empty: hot_shop
+            (0, 2, true, shop),         // still hot_shop (lane has 2 left, shop has 0)
+            (0, 6, false, ok),          // others take the rest of global (10 - 4)
+            (0, 1, false, global),      // global empty: global
+            (0, 1, true, global),       // global is checked first, even for a hot shop
+            (100_000, 1, false, ok),    // 0.1 s later global has refilled one token
+            (250_000, 1, true, ok),     // 0.25 s: shop refilled 1, lane had 2, global 1.5
+            (250_000, 1, true, global), // global has 0.5 left
         ];
         for (k, &(dt, tokens, hot, want)) in cases.iter().enumerate() {
             let (reply, next) = step(&set, &state, t0 + dt, tokens, hot, "");
             assert_eq!(reply.reason, want, "case {k}: {reply:?}");
-            if want != 0 {
+            if want.is_some() {
                 assert_eq!(next, state, "case {k}: a denial must take nothing");
             }
             state = next;
@@ -291,7 +297,7 @@ mod tests {
         };
         let (reply, next) = step(&set, &state, 5_000_000, 2, false, "");
         assert!(reply.hot);
-        assert_eq!(reply.reason, 0);
+        assert_eq!(reply.reason, None);
         assert_eq!(reply.tats[1], -1);
         assert_eq!(reply.mark_ttl_ms, 1500);
         assert_eq!(next.buckets[1], None);
@@ -310,13 +316,17 @@ mod tests {
         };
         let t0 = 1_700_000_000_000_000;
         let (r, s) = step(&set, &StoredState::default(), t0, 10, false, "");
-        assert_eq!(r.reason, 0);
+        assert_eq!(r.reason, None);
         let run = |tokens, wait| step_auto_hot(&set, &s, t0, tokens, false, "", None, wait);
         // Empty: 3 tokens are 300 ms away.
-        assert_eq!(run(3, 0).0.reason, 1, "no wait: denied");
-        assert_eq!(run(3, 299_999).0.reason, 1, "1 µs short: denied");
+        assert_eq!(run(3, 0).0.reason, Some(Lane::Global), "no wait: denied");
+        assert_eq!(
+            run(3, 299_999).0.reason,
+            Some(Lane::Global),
+            "1 µs short: denied"
+        );
         let (r, next) = run(3, 300_000);
-        assert_eq!(r.reason, 0, "exactly the wait: allowed");
+        assert_eq!(r.reason, None, "exactly the wait: allowed");
         assert_eq!(reservation_wait_us(&set, &r), 300_000);
         assert_eq!(next.buckets[0].unwrap().tat, t0 + 1_300_000);
         let (denied, untouched) = run(3, 299_999);
@@ -329,16 +339,19 @@ mod tests {
         };
         let full = StoredState::default();
         let r = step_auto_hot(&small, &full, t0, 3, false, "", None, 10_000_000).0;
-        assert_eq!(r.reason, 1);
+        assert_eq!(r.reason, Some(Lane::Global));
         // A wait that is not needed is not taken.
         let r = step_auto_hot(&small, &full, t0, 2, false, "", None, 10_000_000).0;
-        assert_eq!((r.reason, reservation_wait_us(&small, &r)), (0, 0));
+        assert_eq!((r.reason, reservation_wait_us(&small, &r)), (None, 0));
     }
 
     #[test]
     fn reply_parsing_rejects_wrong_shapes() {
         let r = StepReply::from_ints(&[0, 1, 2, 3, 4, 5, 1, 420, 900]).unwrap();
-        assert!(r.became_hot && r.hot);
+        assert!(r.became_hot && r.hot && r.reason.is_none());
+        let denied = StepReply::from_ints(&[3, 1, 2, 3, 4, 5, 0, 0, -2]).unwrap();
+        assert_eq!(denied.reason, Some(Lane::HotShop));
+        assert_eq!(denied.to_ints(), [3, 1, 2, 3, 4, 5, 0, 0, -2]);
         assert_eq!(
             (r.share_permille, r.tats, r.mark_ttl_ms),
             (420, [3, 4, 5], 900)

@@ -167,16 +167,7 @@ impl Limiter {
         });
         let hot_status_tag = [endpoint, b" ", keys.hash_tag(), b":hot?"].concat();
         let auto_hot_args = AutoHotArgs::new(options.auto_hot.as_ref());
-        let mut settings = live::describe(&options.buckets);
-        if let Some(a) = options.auto_hot {
-            settings.push_str(&format!(
-                " auto_hot={}s/{}/{}s/{}",
-                a.window.as_secs_f64(),
-                a.share,
-                a.ttl_seconds,
-                a.min_tokens
-            ));
-        }
+        let settings = live::PublishedSettings::encode(&options.buckets, options.auto_hot.as_ref());
         let live_id = live_cache::limiter_id(options.endpoint.display_url(), &options.name);
         let known = live_cache::known(live_id);
         let in_force = BucketsInForce::new(&options.buckets, &denial_tags, known.as_deref()).0;

@@ -1,39 +1,107 @@
 //! The Valkey script and the Rust model must decide identically: both are driven with the
 //! same random sequences of (time, shop, tokens, hot marks) and every reply is compared.
+//!
+//! The sequences are proptest strategies, run by a [`TestRunner`] with a bounded number
+//! of cases (each runs against a real Valkey): a failing sequence is shrunk (calls
+//! simplified: shorter gaps, fewer tokens, fewer live changes) and reported. The seed of
+//! a run is printed; `PROPTEST_RNG_SEED=<seed>` (proptest's own) or `CG_MODEL_SEED=<seed>`
+//! (as the other random tests take it) runs the same sequences again, `PROPTEST_CASES`
+//! changes how many.
 
 mod common;
 
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use checkout_guard_model::call::{
     decide_source, decide_source_with_test_clock, AutoHotArgs, DecideCall, LaneArgs, ShopKeys,
     SETTINGS_TTL_SECONDS,
 };
+use checkout_guard_model::contract::decide::TEST_KEY_SLACK_MS;
 use checkout_guard_model::{
     reservation_wait_us, step, BucketSet, BucketSpec, Decision, Keys, Lane, StepReply,
     StoredBucket, StoredState,
 };
 use checkout_guard_runtime::store::invocation;
-use common::{Rng, Valkey};
+use common::Valkey;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 
-fn random_buckets(rng: &mut Rng) -> BucketSet {
-    const RATES: [f64; 7] = [0.5, 1.0, 3.0, 7.5, 10.0, 33.3, 100.0];
-    let g_cap = rng.range(1, 30);
-    let g_rate = RATES[rng.range(0, 6) as usize];
-    let global = BucketSpec::new("global", g_cap, g_rate).unwrap();
-    // Hot buckets may not exceed global's capacity or rate.
-    let g_rate_idx = RATES.iter().position(|&r| r == g_rate).unwrap() as i64;
-    let smaller = |name: &str, rng: &mut Rng| {
-        let cap = rng.range(1, g_cap);
-        let rate = RATES[rng.range(0, g_rate_idx) as usize];
-        BucketSpec::new(name, cap, rate).unwrap()
+const RATES: [f64; 7] = [0.5, 1.0, 3.0, 7.5, 10.0, 33.3, 100.0];
+
+/// Buckets as a constructor could configure them: hot buckets no larger and no faster
+/// than global.
+fn buckets() -> impl Strategy<Value = BucketSet> {
+    (1..=30i64, 0..RATES.len())
+        .prop_flat_map(|(g_cap, g_rate)| {
+            let smaller = move |name: &'static str| {
+                proptest::option::weighted(
+                    0.7,
+                    (1..=g_cap, 0..=g_rate).prop_map(move |(cap, rate)| {
+                        BucketSpec::new(name, cap, RATES[rate]).unwrap()
+                    }),
+                )
+            };
+            (
+                Just((g_cap, g_rate)),
+                smaller("hot_lane"),
+                smaller("hot_shop"),
+            )
+        })
+        .prop_map(|((g_cap, g_rate), hot_lane, hot_shop)| BucketSet {
+            global: BucketSpec::new("global", g_cap, RATES[g_rate]).unwrap(),
+            hot_lane,
+            hot_shop,
+        })
+}
+
+/// `draw` (any number) as one of `1..=max`: the token counts depend on the limits in
+/// force when the call is made, so a strategy draws the number and the call maps it.
+fn one_to(max: i64, draw: u32) -> i64 {
+    1 + i64::from(draw) % max.max(1)
+}
+
+/// A runner of `cases` cases (unless `PROPTEST_CASES` says otherwise) whose seed is
+/// printed and taken from `PROPTEST_RNG_SEED` or `CG_MODEL_SEED` when given.
+fn runner(cases: u32) -> TestRunner {
+    let mut config = Config {
+        failure_persistence: None,
+        // A failing case replays against Valkey for every shrinking step: bounded.
+        max_shrink_iters: 512,
+        ..Config::default()
     };
-    let hot_lane = rng.chance(70).then(|| smaller("hot_lane", rng));
-    let hot_shop = rng.chance(70).then(|| smaller("hot_shop", rng));
-    BucketSet {
-        global,
-        hot_lane,
-        hot_shop,
+    if std::env::var_os("PROPTEST_CASES").is_none() {
+        config.cases = cases;
+    }
+    let seed = match (config.rng_seed, std::env::var("CG_MODEL_SEED").ok()) {
+        (_, Some(s)) => s.parse().expect("CG_MODEL_SEED is a u64"),
+        (RngSeed::Fixed(s), None) => s,
+        (RngSeed::Random, None) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64,
+    };
+    config.rng_seed = RngSeed::Fixed(seed);
+    println!("seed {seed} (PROPTEST_RNG_SEED={seed} or CG_MODEL_SEED={seed} repeats it)");
+    TestRunner::new(config)
+}
+
+/// A namespace no earlier run of a case used (shrinking runs a case again on the same
+/// server).
+fn fresh(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("{prefix}{}", N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Runs `runner` over `strategy`, failing the test with the shrunk case.
+fn run<S: Strategy>(
+    mut runner: TestRunner,
+    strategy: S,
+    test: impl Fn(S::Value) -> Result<(), TestCaseError>,
+) {
+    if let Err(e) = runner.run(&strategy, test) {
+        panic!("{e}");
     }
 }
 
@@ -99,58 +167,128 @@ fn invoke(script: &redis::Script, conn: &mut redis::Connection, c: &Call) -> Vec
     inv.arg(c.now);
     inv.invoke(conn).unwrap()
 }
+/// One step of the script-and-model sequences.
+#[derive(Debug, Clone)]
+struct Step {
+    shop: usize,
+    /// Mark the shop hot (or unmark it) first.
+    toggle_mark: bool,
+    /// A live change first: the new limits, and the tokens of a call that still decides
+    /// with the old version.
+    change: Option<(BucketSet, u32)>,
+    /// µs since the step before: bursts at one instant, short gaps, long idle stretches.
+    gap_us: i64,
+    tokens: u32,
+}
+
+const SHOPS: [&[u8]; 4] = [b"shop-a", b"shop-b", b"{shop}:c", b"\xffshop d"];
+
+/// A sequence: limits, which shops are listed hot, a start time, 600 steps.
+fn script_sequence() -> impl Strategy<Value = (BucketSet, [bool; 4], i64, Vec<Step>)> {
+    let step = (
+        0..SHOPS.len(),
+        proptest::bool::weighted(0.05),
+        proptest::option::weighted(0.03, (buckets(), any::<u32>())),
+        prop_oneof![3 => Just(0i64), 5 => 1..=300_000i64, 2 => 300_000..=5_000_000i64],
+        any::<u32>(),
+    )
+        .prop_map(|(shop, toggle_mark, change, gap_us, tokens)| Step {
+            shop,
+            toggle_mark,
+            change,
+            gap_us,
+            tokens,
+        });
+    (
+        buckets(),
+        [(); 4].map(|_| proptest::bool::weighted(0.25)),
+        0..=1_000_000_000i64,
+        proptest::collection::vec(step, 600),
+    )
+}
 
 #[test]
 fn script_and_model_decide_identically_on_random_sequences() {
     let valkey = Valkey::start();
-    let mut conn = valkey.connection();
+    let conn = RefCell::new(valkey.connection());
     let script = redis::Script::new(&decide_source_with_test_clock());
-    let shops: [&[u8]; 4] = [b"shop-a", b"shop-b", b"{shop}:c", b"\xffshop d"];
-    let mut reasons_seen = [0u32; 4];
-    let (mut steps, mut changes, mut carried, mut stale) = (0, 0, 0, 0);
-    for seed in 1..=40u64 {
-        let mut rng = Rng::new(seed);
-        let mut set = random_buckets(&mut rng);
-        let keys = Keys::new(&format!("seed{seed}"));
-        let static_hot: Vec<bool> = shops.iter().map(|_| rng.chance(25)).collect();
-        let mut model = ModelStore::default();
-        let mut now: i64 = 1_800_000_000_000_000 + rng.range(0, 1_000_000_000);
-        // The live limits' version in Valkey, and the one the caller decides with.
-        let mut version = String::new();
-        let settings = format!("settings of seed {seed}");
-        for _ in 0..600 {
-            let shop = rng.range(0, shops.len() as i64 - 1) as usize;
-            if rng.chance(5) {
-                // Mark or unmark the shop hot, in Valkey and in the model.
-                let flag = keys.hot_flag(shops[shop]);
-                if model.marked.insert(shop) {
-                    redis::cmd("SET")
-                        .arg(&flag)
-                        .arg(1)
-                        .arg("PX")
-                        .arg(MARK_TTL_MS)
-                        .query::<()>(&mut conn)
-                        .unwrap();
-                } else {
-                    model.marked.remove(&shop);
-                    redis::cmd("DEL").arg(&flag).query::<()>(&mut conn).unwrap();
+    let reasons_seen = Cell::new([0u32; 4]);
+    let (steps, changes, carried, stale) = (Cell::new(0), Cell::new(0), Cell::new(0), Cell::new(0));
+    let count = |c: &Cell<u32>| c.set(c.get() + 1);
+    run(
+        runner(40),
+        script_sequence(),
+        |(mut set, static_hot, start, ops)| {
+            let conn = &mut *conn.borrow_mut();
+            let name = fresh("seq");
+            let keys = Keys::new(&name);
+            let mut model = ModelStore::default();
+            let mut now: i64 = 1_800_000_000_000_000 + start;
+            // The live limits' version in Valkey, and the one the caller decides with.
+            let mut version = String::new();
+            let settings = format!("settings of {name}");
+            for (k, op) in ops.iter().enumerate() {
+                let shop = op.shop;
+                if op.toggle_mark {
+                    // Mark or unmark the shop hot, in Valkey and in the model.
+                    let flag = keys.hot_flag(SHOPS[shop]);
+                    if model.marked.insert(shop) {
+                        redis::cmd("SET")
+                            .arg(&flag)
+                            .arg(1)
+                            .arg("PX")
+                            .arg(MARK_TTL_MS)
+                            .query::<()>(conn)
+                            .unwrap();
+                    } else {
+                        model.marked.remove(&shop);
+                        redis::cmd("DEL").arg(&flag).query::<()>(conn).unwrap();
+                    }
                 }
-            }
-            if rng.chance(3) {
-                // A live change (or a deploy): other limits over the same stored state.
-                // First a caller that still decides with the old version: nothing happens.
-                set = random_buckets(&mut rng);
-                changes += 1;
-                let next = format!("{changes}-{seed:x}-{now}");
-                redis::cmd("SET")
-                    .arg(keys.limits_version())
-                    .arg(&next)
-                    .query::<()>(&mut conn)
-                    .unwrap();
-                let tokens = rng.range(1, set.min_capacity());
+                if let Some((next_set, tokens)) = &op.change {
+                    // A live change (or a deploy): other limits over the same stored state.
+                    // First a caller that still decides with the old version: nothing happens.
+                    set = next_set.clone();
+                    count(&changes);
+                    let next = format!("{}-{k:x}-{now}", changes.get());
+                    redis::cmd("SET")
+                        .arg(keys.limits_version())
+                        .arg(&next)
+                        .query::<()>(conn)
+                        .unwrap();
+                    let call = Call {
+                        keys: &keys,
+                        shop: SHOPS[shop],
+                        tokens: one_to(set.min_capacity(), *tokens),
+                        static_hot: static_hot[shop],
+                        set: &set,
+                        version: &version,
+                        settings: &settings,
+                        now,
+                    };
+                    prop_assert_eq!(invoke(&script, conn, &call), vec![-1, 0], "stale version");
+                    count(&stale);
+                    version = next;
+                }
+                now += op.gap_us;
+                // Up to more than a capacity (a live change may have lowered it).
+                let tokens = one_to(set.min_capacity().min(5) + 1, op.tokens);
+                let state = model.state(shop);
+                if state.buckets.iter().flatten().any(|b| {
+                    b.params.is_some_and(|p| {
+                        !Lane::ALL.iter().any(|&l| {
+                            set.get(l)
+                                .is_some_and(|x| (x.interval_us(), x.tolerance_us()) == p)
+                        })
+                    })
+                }) {
+                    count(&carried);
+                }
+                let (mut want, next) = step(&set, &state, now, tokens, static_hot[shop], &version);
+                model.store(shop, next);
                 let call = Call {
                     keys: &keys,
-                    shop: shops[shop],
+                    shop: SHOPS[shop],
                     tokens,
                     static_hot: static_hot[shop],
                     set: &set,
@@ -158,90 +296,60 @@ fn script_and_model_decide_identically_on_random_sequences() {
                     settings: &settings,
                     now,
                 };
-                assert_eq!(
-                    invoke(&script, &mut conn, &call),
-                    vec![-1, 0],
-                    "seed {seed}: stale version"
+                let got = invoke(&script, conn, &call);
+                let got = StepReply::from_ints(&got).expect("reply shape");
+                // PTTL reads real time: the mark was set at most a minute ago.
+                if want.mark_ttl_ms == MARK_TTL_MS
+                    && (MARK_TTL_MS - 60_000..=MARK_TTL_MS).contains(&got.mark_ttl_ms)
+                {
+                    want.mark_ttl_ms = got.mark_ttl_ms;
+                }
+                prop_assert_eq!(
+                    got,
+                    want,
+                    "step {}, shop {}, tokens {}, buckets {:?}",
+                    k,
+                    shop,
+                    tokens,
+                    set
                 );
-                stale += 1;
-                version = next;
+                // Same reply, same decision; and the decision is self-consistent.
+                let d = Decision::from_reply(&set, tokens, &got);
+                prop_assert_eq!(d.allowed, d.retry_after == 0.0, "{:?}", d);
+                let mut seen = reasons_seen.get();
+                seen[got.reason.map_or(0, |l| l as usize + 1)] += 1;
+                reasons_seen.set(seen);
+                count(&steps);
             }
-            // Bursts at one instant, short gaps, and long idle stretches.
-            now += match rng.range(0, 9) {
-                0..=2 => 0,
-                3..=7 => rng.range(1, 300_000),
-                _ => rng.range(300_000, 5_000_000),
-            };
-            // Up to more than a capacity (a live change may have lowered it).
-            let tokens = rng.range(1, set.min_capacity().min(5) + 1);
-            let state = model.state(shop);
-            if state.buckets.iter().flatten().any(|b| {
-                b.params.is_some_and(|p| {
-                    !Lane::ALL.iter().any(|&l| {
-                        set.get(l)
-                            .is_some_and(|x| (x.interval_us(), x.tolerance_us()) == p)
-                    })
-                })
-            }) {
-                carried += 1;
-            }
-            let (mut want, next) = step(&set, &state, now, tokens, static_hot[shop], &version);
-            model.store(shop, next);
-            let call = Call {
-                keys: &keys,
-                shop: shops[shop],
-                tokens,
-                static_hot: static_hot[shop],
-                set: &set,
-                version: &version,
-                settings: &settings,
-                now,
-            };
-            let got = invoke(&script, &mut conn, &call);
-            let got = StepReply::from_ints(&got).expect("reply shape");
-            // PTTL reads real time: the mark was set at most a minute ago.
-            if want.mark_ttl_ms == MARK_TTL_MS
-                && (MARK_TTL_MS - 60_000..=MARK_TTL_MS).contains(&got.mark_ttl_ms)
-            {
-                want.mark_ttl_ms = got.mark_ttl_ms;
-            }
-            assert_eq!(
-                got, want,
-                "seed {seed}, shop {shop}, tokens {tokens}, buckets {set:?}"
+            // What the script stored is what the model stored, to the character.
+            let stored: Option<String> = redis::cmd("GET").arg(keys.global()).query(conn).unwrap();
+            prop_assert_eq!(stored, model.global.map(|b| b.encode()));
+            // The settings were published with a TTL.
+            let (text, ttl): (Option<String>, i64) = redis::pipe()
+                .cmd("GET")
+                .arg(keys.settings())
+                .cmd("TTL")
+                .arg(keys.settings())
+                .query(conn)
+                .unwrap();
+            prop_assert_eq!(text.as_deref(), Some(settings.as_str()));
+            prop_assert!(
+                (1..=SETTINGS_TTL_SECONDS).contains(&ttl),
+                "settings TTL {}",
+                ttl
             );
-            // Same reply, same decision; and the decision is self-consistent.
-            let d = Decision::from_reply(&set, tokens, &got);
-            assert_eq!(d.allowed, d.retry_after == 0.0, "{d:?}");
-            reasons_seen[got.reason as usize] += 1;
-            steps += 1;
-        }
-        // What the script stored is what the model stored, to the character.
-        let stored: Option<String> = redis::cmd("GET")
-            .arg(keys.global())
-            .query(&mut conn)
-            .unwrap();
-        assert_eq!(stored, model.global.map(|b| b.encode()), "seed {seed}");
-        // The settings were published with a TTL.
-        let (text, ttl): (Option<String>, i64) = redis::pipe()
-            .cmd("GET")
-            .arg(keys.settings())
-            .cmd("TTL")
-            .arg(keys.settings())
-            .query(&mut conn)
-            .unwrap();
-        assert_eq!(text.as_deref(), Some(settings.as_str()));
-        assert!(
-            (1..=SETTINGS_TTL_SECONDS).contains(&ttl),
-            "settings TTL {ttl}"
-        );
-    }
+            Ok(())
+        },
+    );
     // The sequences must exercise every outcome, or the comparison proves little.
+    let (reasons_seen, steps) = (reasons_seen.get(), steps.get());
     for (reason, n) in reasons_seen.iter().enumerate() {
         assert!(
             *n > 20,
             "reason {reason} seen only {n} times in {steps} steps: {reasons_seen:?}"
         );
     }
+    let (changes, stale, carried) = (changes.get(), stale.get(), carried.get());
     assert!(
         changes > 200 && stale == changes,
         "{changes} live changes, {stale} stale calls"
@@ -296,31 +404,41 @@ fn a_live_change_carries_the_level_in_tokens_over_from_its_instant() {
     let (fast, slow) = (spec(100, 100.0), spec(100, 1.0));
     // A drained 100/100 bucket set to 100/1 5 ms later: half a token then, not 100, and it
     // refills at 1/s from the change on (not at 100/s until it is next read).
-    assert_eq!(call("a", &fast, 100, t0, "").reason, 0);
+    assert_eq!(call("a", &fast, 100, t0, "").reason, None);
     let v = format!("1-e-{}", t0 + 5_000);
     let r = call("a", &slow, 1, t0 + 5_000, &v);
-    assert_eq!(r.reason, 1, "{r:?}");
+    assert_eq!(r.reason, Some(Lane::Global), "{r:?}");
     let d = Decision::from_reply(&slow, 1, &r);
     assert!((d.retry_after - 0.5).abs() < 1e-6, "{d:?}");
-    assert_eq!(call("a", &slow, 1, t0 + 300_000, &v).reason, 1);
-    assert_eq!(call("a", &slow, 1, t0 + 505_000, &v).reason, 0);
+    assert_eq!(
+        call("a", &slow, 1, t0 + 300_000, &v).reason,
+        Some(Lane::Global)
+    );
+    assert_eq!(call("a", &slow, 1, t0 + 505_000, &v).reason, None);
     // And back: a drained 100/1 bucket set to 100/100 refills within 10 ms, not 97 s.
-    assert_eq!(call("b", &slow, 100, t0, "").reason, 0);
+    assert_eq!(call("b", &slow, 100, t0, "").reason, None);
     let v = format!("1-e-{}", t0 + 1_000);
-    assert_eq!(call("b", &fast, 1, t0 + 1_000, &v).reason, 1);
-    assert_eq!(call("b", &fast, 1, t0 + 11_000, &v).reason, 0);
+    assert_eq!(
+        call("b", &fast, 1, t0 + 1_000, &v).reason,
+        Some(Lane::Global)
+    );
+    assert_eq!(call("b", &fast, 1, t0 + 11_000, &v).reason, None);
     // A lower capacity clamps the level; a bucket that was full stays full at the new one.
     let (big, small) = (spec(100, 0.001), spec(50, 0.001));
-    assert_eq!(call("c", &big, 10, t0, "").reason, 0);
+    assert_eq!(call("c", &big, 10, t0, "").reason, None);
     let r = call("c", &small, 1, t0, "");
     assert_eq!(
         Decision::from_reply(&small, 1, &r).remaining,
         49,
         "90 clamped to 50, one taken"
     );
-    assert_eq!(call("d", &small, 1, t0, "").reason, 0);
+    assert_eq!(call("d", &small, 1, t0, "").reason, None);
     let r = call("d", &big, 60, t0, "");
-    assert_eq!(r.reason, 1, "49 tokens carried over, not a full 100");
+    assert_eq!(
+        r.reason,
+        Some(Lane::Global),
+        "49 tokens carried over, not a full 100"
+    );
 }
 
 #[test]
@@ -352,7 +470,7 @@ fn production_script_uses_valkeys_clock_and_lets_idle_buckets_expire() {
     };
     let inv = invocation(&call, &script);
     let reply = StepReply::from_ints(&inv.invoke::<Vec<i64>>(&mut conn).unwrap()).unwrap();
-    assert_eq!(reply.reason, 0);
+    assert_eq!(reply.reason, None);
     assert!(
         reply.now_us >= before && reply.now_us - before < 5_000_000,
         "{reply:?} vs {before}"
@@ -374,18 +492,132 @@ fn production_script_uses_valkeys_clock_and_lets_idle_buckets_expire() {
         .query::<bool>(&mut conn)
         .unwrap());
 }
+/// One operation of the three-engine sequences.
+#[derive(Debug, Clone)]
+enum Op {
+    /// A mark, as markHot() sets it.
+    Mark,
+    Unmark,
+    /// A live change: new limits, a new version carrying its instant.
+    LiveChange(BucketSet),
+    /// A foreign value in a bucket key (lane, which of [`FOREIGN_FORMS`], and the random
+    /// offsets of the forms built from now).
+    Foreign {
+        lane: usize,
+        form: usize,
+        offsets: (i64, i64, i64),
+    },
+    DataLoss,
+    /// A decision: tokens (drawn), a peek, a reservation's wait (0: none).
+    Decide {
+        tokens: u32,
+        peek: bool,
+        max_wait_us: i64,
+    },
+}
+
+/// How many forms [`foreign_value`] has.
+const FOREIGN_FORMS: usize = 25;
+
+/// What another library, an older release or a hand wrote into a bucket key: what no
+/// engine reads is a missing key (a full bucket) in all three, replaced by the next write;
+/// what reads is read alike (leading zeros, a bare TAT). `None`: a hash.
+fn foreign_value(
+    form: usize,
+    now: i64,
+    spec: &BucketSpec,
+    offsets: (i64, i64, i64),
+) -> Option<Vec<u8>> {
+    let bare_tat = format!("{}", now + offsets.0);
+    let zeros = format!("000{}", now + offsets.1);
+    let padded = format!(
+        "{}:000{}:0{}:",
+        now + offsets.2,
+        spec.interval_us(),
+        spec.tolerance_us()
+    );
+    // Readable but huge: a TAT 285 years ahead, or one whose carry-over to these limits
+    // leaves 2^53 (clamped there alike: still a denial).
+    let huge_same = format!(
+        "9007199254740991:{}:{}:",
+        spec.interval_us(),
+        spec.tolerance_us()
+    );
+    let forms: [&[u8]; FOREIGN_FORMS] = [
+        b"abc",
+        b"",
+        b"1e3",
+        b" 5",
+        b"5.5",
+        b"-3",
+        b"0x10",
+        b"nan",
+        b"99999999999999999999999",
+        b"9007199254740992",
+        b"1800000000000000junk",
+        b"1800000000000000:100000:1000000:x",
+        b"1800000000000000:0:0:",
+        br#"O:56:"Symfony\Component\RateLimiter\Tests\Resources\DummyWindow":0:{}"#,
+        br#"a:3:{s:2:"id";s:3:"foo";s:6:"tokens";d:4.5;s:5:"timer";d:1.7E9;}"#,
+        b"\xff\x00",
+        bare_tat.as_bytes(),
+        zeros.as_bytes(),
+        padded.as_bytes(),
+        b"9007199254740991:1:1",
+        b"1800000000000000:1:0",
+        b"9007199254740991:9007199254740991:0:",
+        b"9007199254740991",
+        huge_same.as_bytes(),
+        b"hash",
+    ];
+    let value = forms[form];
+    (value != b"hash").then(|| value.to_vec())
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let wait = prop_oneof![3 => Just(0i64), 1 => 1..=2_000_000i64];
+    prop_oneof![
+        6 => Just(Op::Mark),
+        3 => Just(Op::Unmark),
+        4 => buckets().prop_map(Op::LiveChange),
+        1 => Just(Op::DataLoss),
+        3 => (0..3usize, 0..FOREIGN_FORMS, (-2_000_000..=2_000_000i64, 0..=1_000_000i64, 0..=1_000_000i64))
+            .prop_map(|(lane, form, offsets)| Op::Foreign { lane, form, offsets }),
+        // One call in five is a peek: the same answer, nothing written (the calls after it
+        // show that nothing was). One in four is a reservation: tokens there within up to
+        // 2 s are taken now (a peek may ask with a wait too: the contract allows it).
+        83 => (any::<u32>(), proptest::bool::weighted(0.2), wait)
+            .prop_map(|(tokens, peek, max_wait_us)| Op::Decide { tokens, peek, max_wait_us }),
+    ]
+}
+
+/// An `auto_hot` as the options could configure it (windows of 1 to 3 s, so 60 calls
+/// cross several).
+fn auto_hot() -> impl Strategy<Value = Option<checkout_guard_model::AutoHot>> {
+    proptest::option::weighted(
+        0.7,
+        (
+            1000..=3000u64,
+            prop::sample::select(vec![0.2, 0.34, 0.5, 0.75]),
+            1..=8i64,
+        )
+            .prop_map(|(window_ms, share, min_tokens)| {
+                let window = std::time::Duration::from_millis(window_ms);
+                checkout_guard_model::AutoHot::new(window, share, 1000, min_tokens).unwrap()
+            }),
+    )
+}
 
 /// The three engines of a decision decide every call of random sequences identically:
 /// the production script (on a test clock), the native module's `CG.DECIDE` (loaded with
 /// `test-clock`) and the in-memory store (the model's `server::decide_on`). The sequences
 /// have `auto_hot`, static and marked hot shops, marks removed, live changes (new limits
 /// and version, buckets carried over), data loss, foreign values written into bucket keys
-/// (other formats, other types), and peeks (decide, write nothing). Marks live 1,000 s, longer than any
-/// sequence, so Valkey's real clock and the simulated one never disagree about them; the
-/// mark's PTTL (real in Valkey) is compared by sign only.
+/// (other formats, other types), and peeks (decide, write nothing). Marks live 1,000 s,
+/// longer than any sequence, so Valkey's real clock and the simulated one never disagree
+/// about them; the mark's PTTL (real in Valkey) is compared by sign only.
 #[test]
 fn script_module_and_model_agree_on_random_sequences() {
-    use checkout_guard_model::AutoHot;
     use checkout_guard_runtime::store::{MemoryStore, Store};
     use std::time::Duration;
 
@@ -395,196 +627,130 @@ fn script_module_and_model_agree_on_random_sequences() {
         module.as_os_str(),
         "test-clock".as_ref(),
     ]);
-    let mut conn = valkey.connection();
+    let conn = RefCell::new(valkey.connection());
     let script = redis::Script::new(&decide_source_with_test_clock());
-    let seed = std::env::var("CG_MODEL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    println!("seed {seed} (CG_MODEL_SEED={seed} repeats it)");
-    let mut rng = Rng::new(seed);
-    let (mut became, mut changes, mut carried, mut peeks, mut reserved) = (0, 0, 0, 0, 0);
-    let mut foreign = 0;
-    for seq in 0..40 {
+    let (became, changes, carried, peeks, reserved, foreign) = (
+        Cell::new(0),
+        Cell::new(0),
+        Cell::new(0),
+        Cell::new(0),
+        Cell::new(0),
+        Cell::new(0),
+    );
+    let count = |c: &Cell<u32>, n: bool| c.set(c.get() + u32::from(n));
+    let sequence = (
+        buckets(),
+        auto_hot(),
+        proptest::bool::weighted(0.3),
+        proptest::collection::vec((0..=300_000u64, 0..4u8, op()), 60),
+    );
+    run(runner(40), sequence, |(mut set, auto, static_hot, ops)| {
+        let conn = &mut *conn.borrow_mut();
         let mem = MemoryStore::new();
-        // As the test-clock script and module: buckets live an hour longer.
-        mem.keep_buckets_longer(3_600_000);
-        let lua_keys = Keys::new(&format!("lua-{seed}-{seq}"));
-        let mod_keys = Keys::new(&format!("mod-{seed}-{seq}"));
+        // As the test-clock script and module: buckets live longer.
+        mem.keep_buckets_longer(TEST_KEY_SLACK_MS);
+        let name = fresh("seq");
+        let lua_keys = Keys::new(&format!("lua-{name}"));
+        let mod_keys = Keys::new(&format!("mod-{name}"));
         let mem_keys = Keys::new("mem");
-        let mut set = random_buckets(&mut rng);
-        let auto = rng.chance(70).then(|| AutoHot {
-            window: Duration::from_millis(rng.range(200, 3000) as u64),
-            share: [0.2, 0.34, 0.5, 0.75][rng.range(0, 3) as usize],
-            ttl_seconds: 1000,
-            min_tokens: rng.range(1, 8),
-        });
         let auto_args = AutoHotArgs::new(auto.as_ref());
-        let static_hot = rng.chance(30);
         let mut version = String::new();
-        for op in 0..60 {
-            mem.advance(Duration::from_micros(rng.range(0, 300_000) as u64));
+        for (op_n, (advance_us, shop_n, op)) in ops.into_iter().enumerate() {
+            mem.advance(Duration::from_micros(advance_us));
             let now = mem.now_us();
-            let shop_n = rng.range(0, 3);
             let shop = format!("s{shop_n}").into_bytes();
-            match rng.range(0, 99) {
-                0..=5 => {
-                    // A mark, as markHot() sets it.
+            let (tokens, peek, max_wait_us) = match op {
+                Op::Mark => {
                     for k in [&lua_keys, &mod_keys] {
                         redis::cmd("SET")
                             .arg(k.hot_flag(&shop))
                             .arg(1)
                             .arg("EX")
                             .arg(1000)
-                            .query::<()>(&mut conn)
+                            .query::<()>(conn)
                             .unwrap();
                     }
                     mem.mark_hot(&mem_keys.hot_flag(&shop), 1000).unwrap();
                     continue;
                 }
-                6..=8 => {
+                Op::Unmark => {
                     for k in [&lua_keys, &mod_keys] {
                         redis::cmd("DEL")
                             .arg(k.hot_flag(&shop))
-                            .query::<()>(&mut conn)
+                            .query::<()>(conn)
                             .unwrap();
                     }
                     mem.unmark_hot(&mem_keys.hot_flag(&shop)).unwrap();
                     continue;
                 }
-                9..=12 => {
-                    // A live change: new limits, a new version carrying its instant.
-                    changes += 1;
-                    set = random_buckets(&mut rng);
-                    version = format!("{changes}-e{seq}-{now}");
+                Op::LiveChange(next) => {
+                    count(&changes, true);
+                    set = next;
+                    version = format!("{}-e{op_n}-{now}", changes.get());
                     for k in [&lua_keys, &mod_keys] {
                         redis::cmd("SET")
                             .arg(k.limits_version())
                             .arg(&version)
-                            .query::<()>(&mut conn)
+                            .query::<()>(conn)
                             .unwrap();
                     }
                     mem.set(&mem_keys.limits_version(), version.as_bytes());
                     continue;
                 }
-                14..=16 => {
-                    // A foreign value in a bucket key (another library's state, an older
-                    // release's, a hand edit): what no engine reads is a missing key (a
-                    // full bucket) in all three, replaced by the next write; what reads is
-                    // read alike (leading zeros, a bare TAT).
-                    foreign += 1;
-                    let lane = rng.range(0, 2);
+                Op::Foreign {
+                    lane,
+                    form,
+                    offsets,
+                } => {
+                    count(&foreign, true);
                     let key = |k: &Keys| match lane {
                         0 => k.global(),
                         1 => k.hot_lane(),
                         _ => k.hot_shop(&shop),
                     };
-                    let bare_tat = format!("{}", now + rng.range(-2_000_000, 2_000_000));
-                    let zeros = format!("000{}", now + rng.range(0, 1_000_000));
-                    let spec = set.get(Lane::ALL[lane as usize]).unwrap_or(&set.global);
-                    let padded = format!(
-                        "{}:000{}:0{}:",
-                        now + rng.range(0, 1_000_000),
-                        spec.interval_us(),
-                        spec.tolerance_us()
-                    );
-                    // Readable but huge: a TAT 285 years ahead, or one whose carry-over to
-                    // these limits leaves 2^53 (clamped there alike: still a denial).
-                    let huge_same = format!(
-                        "9007199254740991:{}:{}:",
-                        spec.interval_us(),
-                        spec.tolerance_us()
-                    );
-                    let forms: [&[u8]; 25] = [
-                        b"abc",
-                        b"",
-                        b"1e3",
-                        b" 5",
-                        b"5.5",
-                        b"-3",
-                        b"0x10",
-                        b"nan",
-                        b"99999999999999999999999",
-                        b"9007199254740992",
-                        b"1800000000000000junk",
-                        b"1800000000000000:100000:1000000:x",
-                        b"1800000000000000:0:0:",
-                        br#"O:56:"Symfony\Component\RateLimiter\Tests\Resources\DummyWindow":0:{}"#,
-                        br#"a:3:{s:2:"id";s:3:"foo";s:6:"tokens";d:4.5;s:5:"timer";d:1.7E9;}"#,
-                        b"\xff\x00",
-                        bare_tat.as_bytes(),
-                        zeros.as_bytes(),
-                        padded.as_bytes(),
-                        b"9007199254740991:1:1",
-                        b"1800000000000000:1:0",
-                        b"9007199254740991:9007199254740991:0:",
-                        b"9007199254740991",
-                        huge_same.as_bytes(),
-                        b"hash",
-                    ];
-                    let value = forms[rng.range(0, forms.len() as i64 - 1) as usize];
+                    let spec = set.get(Lane::ALL[lane]).unwrap_or(&set.global);
+                    let value = foreign_value(form, now, spec, offsets);
                     for k in [&lua_keys, &mod_keys] {
-                        let _: () = if value == b"hash" {
-                            redis::cmd("DEL")
-                                .arg(key(k))
-                                .query::<()>(&mut conn)
-                                .unwrap();
-                            redis::cmd("HSET")
-                                .arg(key(k))
-                                .arg("tokens")
-                                .arg(3)
-                                .query(&mut conn)
-                                .unwrap()
-                        } else {
-                            redis::cmd("SET")
-                                .arg(key(k))
-                                .arg(value)
-                                .query(&mut conn)
-                                .unwrap()
+                        let _: () = match &value {
+                            None => {
+                                redis::cmd("DEL").arg(key(k)).query::<()>(conn).unwrap();
+                                redis::cmd("HSET")
+                                    .arg(key(k))
+                                    .arg("tokens")
+                                    .arg(3)
+                                    .query(conn)
+                                    .unwrap()
+                            }
+                            Some(v) => redis::cmd("SET").arg(key(k)).arg(v).query(conn).unwrap(),
                         };
                     }
-                    if value == b"hash" {
-                        mem.set_hash(&key(&mem_keys), &[(b"tokens", b"3")]);
-                    } else {
-                        mem.set(&key(&mem_keys), value);
+                    match &value {
+                        None => mem.set_hash(&key(&mem_keys), &[(b"tokens", b"3")]),
+                        Some(v) => mem.set(&key(&mem_keys), v),
                     }
                     continue;
                 }
-                13 => {
-                    // Data loss.
+                Op::DataLoss => {
                     for k in [&lua_keys, &mod_keys] {
                         let pattern = [k.hash_tag(), b"*"].concat();
                         let found: Vec<Vec<u8>> =
-                            redis::cmd("KEYS").arg(pattern).query(&mut conn).unwrap();
+                            redis::cmd("KEYS").arg(pattern).query(conn).unwrap();
                         if !found.is_empty() {
-                            redis::cmd("DEL").arg(found).query::<()>(&mut conn).unwrap();
+                            redis::cmd("DEL").arg(found).query::<()>(conn).unwrap();
                         }
                     }
                     mem.flush_all();
                     version.clear();
                     continue;
                 }
-                _ => {}
-            }
-            let lanes = LaneArgs::new(&set);
-            let max_tokens = set.min_capacity().min(3);
-            let tokens = rng.range(1, max_tokens);
-            // One call in five is a peek: the same answer, nothing written (the calls
-            // after it show that nothing was).
-            let peek = rng.chance(20);
-            peeks += usize::from(peek);
-            // One call in four is a reservation: tokens there within up to 2 s are taken
-            // now (a peek may ask with a wait too: the contract allows it).
-            let max_wait_us = if rng.chance(25) {
-                rng.range(1, 2_000_000)
-            } else {
-                0
+                Op::Decide {
+                    tokens,
+                    peek,
+                    max_wait_us,
+                } => (one_to(set.min_capacity().min(3), tokens), peek, max_wait_us),
             };
+            count(&peeks, peek);
+            let lanes = LaneArgs::new(&set);
             // One call, encoded once per key namespace, sent to each engine.
             let with_call = |keys: &Keys, send: &mut dyn FnMut(&DecideCall<'_>) -> Vec<i64>| {
                 let shop_keys = ShopKeys::new(keys, &shop);
@@ -604,7 +770,7 @@ fn script_module_and_model_agree_on_random_sequences() {
             let lua = with_call(&lua_keys, &mut |call| {
                 let mut inv = invocation(call, &script);
                 inv.arg(now);
-                inv.invoke(&mut conn).unwrap()
+                inv.invoke(conn).unwrap()
             });
             let native = with_call(&mod_keys, &mut |call| {
                 let mut cmd = redis::cmd("CG.DECIDE");
@@ -614,7 +780,7 @@ fn script_module_and_model_agree_on_random_sequences() {
                 for a in call.argv() {
                     cmd.arg(a.as_ref());
                 }
-                cmd.arg(now).query(&mut conn).unwrap()
+                cmd.arg(now).query(conn).unwrap()
             });
             let model = with_call(&mem_keys, &mut |call| mem.decide(call).unwrap());
             let sign = |v: &[i64]| {
@@ -625,24 +791,26 @@ fn script_module_and_model_agree_on_random_sequences() {
                 v
             };
             let what = format!(
-                "seed {seed}, sequence {seq}, call {op} (shop s{shop_n}, {tokens} tokens at {now} µs, version {version:?}, {set:?}, {auto:?})"
+                "call {op_n} (shop s{shop_n}, {tokens} tokens at {now} µs, version {version:?}, {set:?}, {auto:?})"
             );
-            assert_eq!(sign(&native), sign(&lua), "{what}: module vs script");
-            assert_eq!(sign(&model), sign(&lua), "{what}: model vs script");
+            prop_assert_eq!(sign(&native), sign(&lua), "{}: module vs script", what);
+            prop_assert_eq!(sign(&model), sign(&lua), "{}: model vs script", what);
             if lua.len() == 9 {
                 let reply = StepReply::from_ints(&lua).unwrap();
-                if reply.reason == 0 && reservation_wait_us(&set, &reply) > 0 {
-                    reserved += 1;
-                }
-                became += usize::from(lua[6] == 1);
-                carried += usize::from(!version.is_empty());
+                count(
+                    &reserved,
+                    reply.reason.is_none() && reservation_wait_us(&set, &reply) > 0,
+                );
+                count(&became, lua[6] == 1);
+                count(&carried, !version.is_empty());
             }
         }
-    }
+        Ok(())
+    });
     // The sequences did reach the interesting parts.
-    assert!(became > 0, "seed {seed}: no shop ever became hot");
-    assert!(carried > 0, "seed {seed}: no decision after a live change");
-    assert!(peeks > 0, "seed {seed}: no peek");
-    assert!(reserved > 0, "seed {seed}: no reservation waited");
-    assert!(foreign > 0, "seed {seed}: no foreign value written");
+    assert!(became.get() > 0, "no shop ever became hot");
+    assert!(carried.get() > 0, "no decision after a live change");
+    assert!(peeks.get() > 0, "no peek");
+    assert!(reserved.get() > 0, "no reservation waited");
+    assert!(foreign.get() > 0, "no foreign value written");
 }

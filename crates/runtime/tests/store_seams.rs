@@ -49,7 +49,7 @@ fn decide(store: &dyn Store, keys: &Keys, shop: &[u8]) -> Result<DecideReply, St
 /// Outcome of a decision, reduced to what a caller sees: error, or (reason, hot).
 fn outcome(r: Result<DecideReply, String>) -> String {
     match r {
-        Ok(DecideReply::Decided(s)) => format!("decided reason={} hot={}", s.reason, s.hot),
+        Ok(DecideReply::Decided(s)) => format!("decided reason={:?} hot={}", s.reason, s.hot),
         Ok(DecideReply::LimitsChanged) => "limits changed".into(),
         Err(_) => "error".into(),
     }
@@ -114,7 +114,7 @@ fn memory_store_and_script_agree_on_an_unreadable_bucket_value() {
         );
         assert_eq!(
             r,
-            "decided reason=0 hot=false",
+            "decided reason=None hot=false",
             "global bucket = {:?}: a full bucket",
             String::from_utf8_lossy(raw)
         );

@@ -38,6 +38,7 @@ use std::ffi::{c_char, c_int, c_longlong, CStr};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
+use checkout_guard_model::contract::decide;
 use checkout_guard_model::server::{decide_on, Keyspace, ReceivedCall};
 use checkout_guard_model::DecideCall;
 use valkey_module::alloc::ValkeyAlloc;
@@ -51,7 +52,7 @@ type Key = *mut raw::RedisModuleKey;
 /// argument, the time to decide at (µs), as the script's test variant does, and keys live
 /// an hour longer, so the server's own clock never expires what the test still reads.
 static TEST_CLOCK: AtomicBool = AtomicBool::new(false);
-const TEST_SLACK_MS: i64 = 3_600_000;
+const TEST_SLACK_MS: i64 = decide::TEST_KEY_SLACK_MS;
 
 /// The empty string, the window hash's field of all shops' count, and `PXAT` (created at
 /// load, kept for the module's life).
@@ -61,8 +62,8 @@ static PXAT: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(null_mut());
 const KEYS: usize = DecideCall::KEYS;
 /// The call's arguments after the command name: keys, arguments, the test clock.
 const MAX_ARGS: usize = KEYS + DecideCall::ARGS + 1;
-/// Position of the shop among the arguments after the keys (ARGV[10]).
-const SHOP_ARG: usize = 9;
+/// Position of the shop among the arguments after the keys.
+const SHOP_ARG: usize = decide::args::SHOP;
 
 /// A Valkey module API function, filled in when the module loaded (`init` checked that
 /// every one this module calls is there, or refused to load).
@@ -588,7 +589,7 @@ unsafe extern "C" fn cg_decide(ctx: Ctx, argv: *mut Str, argc: c_int) -> c_int {
     };
     let now_us = api!(RedisModule_CachedMicroseconds)();
     let (now, slack_ms) = match test_clock {
-        true => match std::str::from_utf8(args[n])
+        true => match std::str::from_utf8(args[KEYS + decide::TEST_NOW_ARG])
             .ok()
             .and_then(|t| t.parse().ok())
         {

@@ -20,7 +20,74 @@ pub struct AutoHot {
 
 const AUTO_HOT_KNOWN: &str = "window_seconds, share, ttl_seconds, min_tokens";
 
+// What each part must be: the one check of the option and of a decoded call.
+const WINDOW_EXPECTED: &str = "a number of seconds from 1 to 3600";
+const SHARE_EXPECTED: &str = "a number above 0 and below 1 (0.3 = 30%)";
+const MIN_TOKENS_EXPECTED: &str = "an integer from 1 to 1000000000";
+fn ttl_expected() -> String {
+    format!("an integer from 1 to {MAX_TTL_SECONDS}")
+}
+fn window_ok(seconds: f64) -> bool {
+    (1.0..=3600.0).contains(&seconds)
+}
+fn share_ok(share: f64) -> bool {
+    share > 0.0 && share < 1.0
+}
+fn ttl_ok(seconds: i64) -> bool {
+    (1..=MAX_TTL_SECONDS).contains(&seconds)
+}
+fn min_tokens_ok(tokens: i64) -> bool {
+    (1..=1_000_000_000).contains(&tokens)
+}
+
 impl AutoHot {
+    /// An `auto_hot` from its parts, validated exactly as the option's are (what a
+    /// decoded call or the published settings build): the error names the option.
+    pub fn new(
+        window: Duration,
+        share: f64,
+        ttl_seconds: i64,
+        min_tokens: i64,
+    ) -> Result<Self, ConfigError> {
+        let refuse = |part: &str, expected: &str, got: String| {
+            ConfigError::new(
+                format!("auto_hot.{part}"),
+                format!("must be {expected}, got {got}"),
+            )
+        };
+        let seconds = window.as_secs_f64();
+        if !window_ok(seconds) {
+            return Err(refuse(
+                "window_seconds",
+                WINDOW_EXPECTED,
+                seconds.to_string(),
+            ));
+        }
+        if !share_ok(share) {
+            return Err(refuse("share", SHARE_EXPECTED, share.to_string()));
+        }
+        if !ttl_ok(ttl_seconds) {
+            return Err(refuse(
+                "ttl_seconds",
+                &ttl_expected(),
+                ttl_seconds.to_string(),
+            ));
+        }
+        if !min_tokens_ok(min_tokens) {
+            return Err(refuse(
+                "min_tokens",
+                MIN_TOKENS_EXPECTED,
+                min_tokens.to_string(),
+            ));
+        }
+        Ok(Self {
+            window,
+            share,
+            ttl_seconds,
+            min_tokens,
+        })
+    }
+
     /// `true` for the defaults (10 s, 30%, 5 minutes, min_tokens 10% of what the global
     /// bucket refills in one window, at least 1), or an array overriding any of them.
     pub(super) fn from_value(v: &Value, global: &BucketSpec) -> Result<Option<Self>, ConfigError> {
@@ -42,44 +109,20 @@ impl AutoHot {
             };
             match key.as_str() {
                 "window_seconds" => match number {
-                    Some(x) if (1.0..=3600.0).contains(&x) => window_s = x,
-                    _ => {
-                        return Err(type_error(
-                            &option,
-                            "a number of seconds from 1 to 3600",
-                            value,
-                        ))
-                    }
+                    Some(x) if window_ok(x) => window_s = x,
+                    _ => return Err(type_error(&option, WINDOW_EXPECTED, value)),
                 },
                 "share" => match number {
-                    Some(x) if x > 0.0 && x < 1.0 => share = x,
-                    _ => {
-                        return Err(type_error(
-                            &option,
-                            "a number above 0 and below 1 (0.3 = 30%)",
-                            value,
-                        ))
-                    }
+                    Some(x) if share_ok(x) => share = x,
+                    _ => return Err(type_error(&option, SHARE_EXPECTED, value)),
                 },
                 "ttl_seconds" => match value {
-                    Value::Int(t) if (1..=MAX_TTL_SECONDS).contains(t) => ttl_seconds = *t,
-                    _ => {
-                        return Err(type_error(
-                            &option,
-                            &format!("an integer from 1 to {MAX_TTL_SECONDS}"),
-                            value,
-                        ))
-                    }
+                    Value::Int(t) if ttl_ok(*t) => ttl_seconds = *t,
+                    _ => return Err(type_error(&option, &ttl_expected(), value)),
                 },
                 "min_tokens" => match value {
-                    Value::Int(t) if (1..=1_000_000_000).contains(t) => min_tokens = Some(*t),
-                    _ => {
-                        return Err(type_error(
-                            &option,
-                            "an integer from 1 to 1000000000",
-                            value,
-                        ))
-                    }
+                    Value::Int(t) if min_tokens_ok(*t) => min_tokens = Some(*t),
+                    _ => return Err(type_error(&option, MIN_TOKENS_EXPECTED, value)),
                 },
                 _ => {
                     return Err(ConfigError::new(
@@ -92,11 +135,12 @@ impl AutoHot {
         let min_tokens = min_tokens.unwrap_or_else(|| {
             ((global.refill_per_second() * window_s * 0.1).ceil() as i64).max(1)
         });
-        Ok(Some(Self {
-            window: Duration::from_secs_f64(window_s),
+        Self::new(
+            Duration::from_secs_f64(window_s),
             share,
             ttl_seconds,
             min_tokens,
-        }))
+        )
+        .map(Some)
     }
 }

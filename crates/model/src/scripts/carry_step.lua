@@ -1,12 +1,14 @@
+-- The inputs are locals named by contract.rs's table (the prelude before this file):
+-- lane i's interval is ARGV[lane_args + 2 * i - 1], its tolerance the next.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local change = string.match(ARGV[3], '^%d+%-%w+%-(%d+)$') or ''
-local r = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', 1000)
+local change = string.match(version, '^%d+%-%w+%-(%d+)$') or ''
+local r = redis.call('SCAN', cursor, 'MATCH', pattern, 'COUNT', 1000)
 local carried = 0
 for _, k in ipairs(r[2]) do
   local i = 3
-  if k == KEYS[1] then i = 1 elseif k == KEYS[2] then i = 2 end
-  local si, st = ARGV[2 + 2 * i], ARGV[3 + 2 * i]
+  if k == global_key then i = 1 elseif k == hot_lane_key then i = 2 end
+  local si, st = ARGV[lane_args + 2 * i - 1], ARGV[lane_args + 2 * i]
   local interval = tonumber(si)
   local s = redis.pcall('GET', k)
   if interval > 0 and type(s) == 'string' then
@@ -19,4 +21,3 @@ for _, k in ipairs(r[2]) do
   end
 end
 return {r[1], carried}
-

@@ -1,10 +1,11 @@
-local cur = redis.pcall('GET', KEYS[2])
+-- The inputs are locals named by contract.rs's table (the prelude before this file).
+local cur = redis.pcall('GET', version_key)
 if type(cur) ~= 'string' then cur = '' end
-if cur ~= ARGV[1] then
+if cur ~= expected then
   return redis.error_reply('live limits changed meanwhile (now version ' .. cur .. '): read them again')
 end
 local n = tonumber(string.match(cur, '^%d+') or '0') + 1
-local epoch = string.match(cur, '^%d+%-(%w+)') or ARGV[6]
+local epoch = string.match(cur, '^%d+%-(%w+)') or epoch
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local change = t[1] .. string.format('%06d', tonumber(t[2]))
@@ -13,9 +14,10 @@ local v = n .. '-' .. epoch .. '-' .. change
 -- half-way (carry() clamps its TAT to 2^53 - 1, so %d and PX stay in range).
 local sets = {}
 for j = 0, 1 do
-  local oi, ot, ni, nt = ARGV[7 + 2 * j], ARGV[8 + 2 * j], ARGV[11 + 2 * j], ARGV[12 + 2 * j]
+  local oi, ot = ARGV[old_lanes + 2 * j + 1], ARGV[old_lanes + 2 * j + 2]
+  local ni, nt = ARGV[new_lanes + 2 * j + 1], ARGV[new_lanes + 2 * j + 2]
   if tonumber(ni) > 0 then
-    local s = redis.pcall('GET', KEYS[4 + j])
+    local s = redis.pcall('GET', KEYS[bucket_keys + j + 1])
     local x, moved
     if type(s) == 'string' then x, moved = carry(s, ni, nt, tonumber(ni), tonumber(nt), now, change) end
     -- Missing, another type or a value no engine reads: full at the old limits.
@@ -24,18 +26,18 @@ for j = 0, 1 do
     end
     if x and moved then
       if x > now then
-        sets[#sets + 1] = {KEYS[4 + j], string.format('%d:%s:%s:%s', x, ni, nt, change), math.floor((x - now) / 1000) + 1}
+        sets[#sets + 1] = {KEYS[bucket_keys + j + 1], string.format('%d:%s:%s:%s', x, ni, nt, change), math.floor((x - now) / 1000) + 1}
       else
-        sets[#sets + 1] = {KEYS[4 + j]}
+        sets[#sets + 1] = {KEYS[bucket_keys + j + 1]}
       end
     end
   end
 end
-redis.call('DEL', KEYS[1], KEYS[2])
-for i = 15, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-redis.call('HSET', KEYS[1], 'by', ARGV[2], 'at', ARGV[3])
-redis.call('SET', KEYS[2], v)
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', 1000, '*', 'version', n, 'by', ARGV[2], 'at', ARGV[3], 'old', ARGV[4], 'new', ARGV[5])
+redis.call('DEL', limits_key, version_key)
+for i = overrides + 1, #ARGV, 2 do redis.call('HSET', limits_key, ARGV[i], ARGV[i + 1]) end
+redis.call('HSET', limits_key, 'by', by, 'at', at)
+redis.call('SET', version_key, v)
+redis.call('XADD', changes_key, 'MAXLEN', '~', 1000, '*', 'version', n, 'by', by, 'at', at, 'old', old, 'new', new)
 for _, w in ipairs(sets) do
   if w[2] then redis.call('SET', w[1], w[2], 'PX', w[3]) else redis.call('DEL', w[1]) end
 end
