@@ -4,13 +4,18 @@
 //! controls). The limiter's whole acquire path (local denials, the three tries, reloading
 //! live limits, the policy when the store fails) runs unchanged against either.
 
+mod engine;
 mod memory;
+mod native;
+mod pool;
+mod scripts;
 mod valkey;
 
+pub use engine::last_engine;
 pub use memory::{Fault, MemoryStore};
-pub use valkey::{
-    invocation, last_engine, ping, pipeline, status, with_connection, Pool, Replies, ValkeyStore,
-};
+pub use pool::{ping, pipeline, status, with_connection, Pool, Replies};
+pub use scripts::invocation;
+pub use valkey::ValkeyStore;
 
 use std::fmt;
 use std::time::{Duration, Instant, SystemTime};
