@@ -71,7 +71,10 @@ impl ValkeyStore {
 }
 
 impl Store for ValkeyStore {
-    /// With the engine [`engine::decide`] chooses for the limiter's setting.
+    /// With `engine = auto`, the module where the connection's server has it (asked once
+    /// per connection), the script elsewhere, and the script at once when a node answers
+    /// that `CG.DECIDE` cannot be used (a cluster half upgraded, a node restarted without
+    /// the module). With `module`, a server without it cannot decide (`store/engine.rs`).
     fn decide(&self, call: &DecideCall<'_>) -> Result<Vec<i64>, StoreError> {
         let engine = self.engine;
         // On one server the command is packed here, in one buffer (a cluster connection
