@@ -2,7 +2,7 @@ use std::fmt;
 
 /// What an endpoint connects to: one server (its URL, `valkey://` written `redis://`),
 /// or a cluster found from seed nodes (each a `redis://[user:password@]host:port` URL).
-/// Plain data: the runtime turns it into a connection (`runtime::store`).
+/// Plain data: the connection layer (`checkout-guard-connection`) turns it into one.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Target {
     Single(String),
@@ -92,7 +92,7 @@ impl Endpoint {
 /// connects, made here without it, rule for rule: a known scheme; for TCP a host that is
 /// not a wildcard address, a database number in the path and credentials that decode to
 /// UTF-8; for a Unix socket a file path and a database number in the query; and a known
-/// `protocol`. A runtime test holds the two to the same answers.
+/// `protocol`. A test of the connection layer holds the two to the same answers.
 fn check_single(url: &str) -> Result<(), &'static str> {
     let parsed = url::Url::parse(url).map_err(|_| "invalid URL")?;
     let query = || parsed.query_pairs();

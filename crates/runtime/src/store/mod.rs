@@ -5,15 +5,20 @@
 //! limiter's whole acquire path (local denials, the three tries, reloading live limits,
 //! the policy when the store fails) runs unchanged against either.
 
+mod engine;
 #[cfg(feature = "test-support")]
 mod memory;
+mod native;
+mod pool;
+mod scripts;
 mod valkey;
 
+pub use engine::last_engine;
 #[cfg(feature = "test-support")]
 pub use memory::{Fault, MemoryStats, MemoryStore};
-pub use valkey::{
-    invocation, last_engine, ping, pipeline, status, with_connection, Pool, Replies, ValkeyStore,
-};
+pub use pool::{ping, pipeline, status, with_connection, Pool, Replies};
+pub use scripts::invocation;
+pub use valkey::ValkeyStore;
 
 use std::fmt;
 use std::time::{Duration, SystemTime};

@@ -1,7 +1,8 @@
-//! Seams the crate split opened, found by an adversarial review: the in-memory store must
-//! read what a hand (or a bug) wrote into Valkey as the decision script reads it, and the
-//! CLI's own connection must stay bounded by `--timeout-ms` on a cluster that is down.
-//! Each needs a real Valkey (`VALKEY_SERVER` or the project's `.venv`).
+//! Foreign values and a cluster that is down: the in-memory store must read what a hand
+//! (or a bug) wrote into Valkey as the decision script reads it, and the CLI's connection
+//! (the connection layer the worker uses) must stay bounded by `--timeout-ms` on a cluster
+//! that is down, as the worker's store is. Each needs a real Valkey (`VALKEY_SERVER` or the
+//! project's `.venv`).
 
 #[allow(dead_code)]
 mod common;

@@ -1,0 +1,302 @@
+//! An open connection to an endpoint: one server or a cluster's nodes, opened within a
+//! deadline, with its per-command timeout and a call's deadline over several commands.
+
+use std::time::{Duration, Instant};
+
+use checkout_guard_model::Endpoint;
+use redis::cluster::{ClusterClientBuilder, ClusterConnection};
+use redis::{ConnectionInfo, ConnectionLike, ErrorKind, RedisError, RedisResult, Value};
+
+use crate::errors::timed_out;
+use crate::info::{addresses, Addresses, Client};
+
+enum Link {
+    Single(redis::Connection),
+    Cluster(Box<ClusterConnection>),
+}
+
+/// An open connection: to one server, or to the nodes of a cluster (redis-rs's
+/// `ClusterConnection`: a connection per node it needed, MOVED and ASK followed).
+pub struct Connection {
+    link: Link,
+    /// The per-command (read and write) timeout set on the socket, to skip needless
+    /// syscalls; `None` once a call changed it for itself.
+    timeout: Option<Duration>,
+}
+
+impl AsMut<Connection> for Connection {
+    fn as_mut(&mut self) -> &mut Connection {
+        self
+    }
+}
+
+impl Connection {
+    /// Opens a connection to `endpoint` for `client`, its whole set-up within `timeout`.
+    ///
+    /// One server: TCP (or Unix socket) connect, then AUTH, SELECT and the two CLIENT
+    /// SETINFO (the name in `CLIENT LIST`) pipelined in one round trip whose replies share
+    /// the deadline (redis-rs's own set-up waits the whole timeout for each of its replies
+    /// in turn when the server does not answer). With RESP3, redis-rs sends HELLO (with
+    /// the credentials) itself: one reply, within the same deadline.
+    ///
+    /// A cluster: the slot map asked of the seeds, each node's connection and every
+    /// command bounded by `timeout`; redirects (MOVED, ASK), CLUSTERDOWN/TRYAGAIN and one
+    /// reconnection are retried inside a command, the waits between retries a small part
+    /// of `timeout` (redis-rs would wait over a second each), so a cluster that is down
+    /// fails a command within about its timeout.
+    ///
+    /// The per-command timeout is not set yet: [`Connection::set_timeout`] sets it.
+    pub fn open(endpoint: &Endpoint, client: Client, timeout: Duration) -> RedisResult<Self> {
+        let link = match addresses(endpoint, client)? {
+            Addresses::Single(info) => Link::Single(open_single(info, timeout)?),
+            Addresses::Cluster(seeds) => {
+                let wait_ms = (timeout.as_millis() as u64 / 10).clamp(2, 50);
+                let conn = ClusterClientBuilder::new(seeds)
+                    .connection_timeout(timeout)
+                    .response_timeout(timeout)
+                    .retries(3)
+                    .min_retry_wait(1)
+                    .max_retry_wait(wait_ms)
+                    .build()?
+                    .get_connection()?;
+                Link::Cluster(Box::new(conn))
+            }
+        };
+        Ok(Self {
+            link,
+            timeout: None,
+        })
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.link, Link::Cluster(_))
+    }
+
+    /// Sets every command's read and write timeout (no syscall when it is set already).
+    pub fn set_timeout(&mut self, t: Duration) -> RedisResult<()> {
+        if self.timeout == Some(t) {
+            return Ok(());
+        }
+        match &mut self.link {
+            Link::Single(c) => {
+                c.set_read_timeout(Some(t))?;
+                c.set_write_timeout(Some(t))?;
+            }
+            Link::Cluster(c) => {
+                c.set_read_timeout(Some(t))?;
+                c.set_write_timeout(Some(t))?;
+            }
+        }
+        self.timeout = Some(t);
+        Ok(())
+    }
+
+    /// Runs `op` with each command on the per-command timeout.
+    pub fn each_command<T>(&mut self, op: impl FnOnce(&mut dyn ConnectionLike) -> T) -> T {
+        match &mut self.link {
+            Link::Single(c) => op(c),
+            Link::Cluster(c) => op(c.as_mut()),
+        }
+    }
+
+    /// Runs `op`, a call of one or more commands, within `deadline`: on one server every
+    /// command after the call's first (`COMMAND INFO` before a decision, `SCRIPT LOAD`
+    /// after `NOSCRIPT`, the steps of a reset) gets only what is left of the deadline, so
+    /// a call of several round trips still ends within its timeout. The first command runs
+    /// on the per-command timeout already set (no syscall on the hot path of one command
+    /// per call). A cluster's commands are each bounded by its own timeout (see
+    /// [`Connection::open`]).
+    pub fn within<T>(
+        &mut self,
+        deadline: Instant,
+        op: impl FnOnce(&mut dyn ConnectionLike) -> T,
+    ) -> T {
+        match &mut self.link {
+            Link::Single(conn) => op(&mut Bounded {
+                conn,
+                deadline,
+                sent: 0,
+                timeout: &mut self.timeout,
+            }),
+            Link::Cluster(c) => op(c.as_mut()),
+        }
+    }
+
+    /// Sends `count` commands packed in `packed` and reads their replies into `into`, all
+    /// by `deadline`: on one server the first reply not in by then ends the call (redis-rs's
+    /// own pipeline reading waits a whole timeout for every reply after a first one timed
+    /// out), error replies are read as `Value::ServerError`. What was read before a failure
+    /// stays in `into`.
+    pub fn pipeline_within(
+        &mut self,
+        packed: &[u8],
+        count: usize,
+        deadline: Instant,
+        into: &mut Vec<Value>,
+    ) -> RedisResult<()> {
+        match &mut self.link {
+            Link::Single(c) => {
+                // The socket's timeouts are set per reply here: they are set again before
+                // the next call.
+                self.timeout = None;
+                set_left(c, deadline)?;
+                c.send_packed_command(packed)?;
+                read_replies(c, count, deadline, into)
+            }
+            Link::Cluster(c) => {
+                into.extend(c.req_packed_commands(packed, 0, count)?);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// One server's connection as one call sees it (see [`Connection::within`]).
+struct Bounded<'a> {
+    conn: &'a mut redis::Connection,
+    deadline: Instant,
+    sent: u32,
+    /// The socket's timeout as [`Connection`] records it (changed here, set again next call).
+    timeout: &'a mut Option<Duration>,
+}
+
+impl Bounded<'_> {
+    fn before(&mut self) -> RedisResult<()> {
+        self.sent += 1;
+        if self.sent > 1 {
+            *self.timeout = None;
+            set_left(self.conn, self.deadline)?;
+        }
+        Ok(())
+    }
+}
+
+impl ConnectionLike for Bounded<'_> {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
+        self.before()?;
+        self.conn.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        self.before()?;
+        self.conn.req_packed_commands(cmd, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.conn.get_db()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.conn.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        self.conn.is_open()
+    }
+}
+
+/// Sets `c`'s read and write timeouts to what is left until `deadline`; an error once
+/// nothing is.
+fn set_left(c: &redis::Connection, deadline: Instant) -> RedisResult<()> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(timed_out());
+    }
+    c.set_read_timeout(Some(left))?;
+    c.set_write_timeout(Some(left))
+}
+
+/// Reads `count` replies into `into` by `deadline`, stopping at the first that is not in
+/// by then or at a broken connection.
+fn read_replies(
+    c: &mut redis::Connection,
+    count: usize,
+    deadline: Instant,
+    into: &mut Vec<Value>,
+) -> RedisResult<()> {
+    let mut read = 0;
+    while read < count {
+        set_left(c, deadline)?;
+        match c.recv_response()? {
+            // RESP3 out-of-band data is not a reply.
+            Value::Push { .. } => {}
+            v => {
+                into.push(v);
+                read += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A connection to one server, its whole set-up within `timeout` (see
+/// [`Connection::open`]); named as `info`'s lib name says.
+fn open_single(info: ConnectionInfo, timeout: Duration) -> RedisResult<redis::Connection> {
+    let deadline = Instant::now() + timeout;
+    let wanted = info.redis_settings().clone();
+    let resp3 = wanted.protocol().supports_resp3();
+    let mut bare = redis::RedisConnectionInfo::default()
+        .set_protocol(wanted.protocol())
+        .set_skip_set_lib_name();
+    if resp3 {
+        if let Some(user) = wanted.username() {
+            bare = bare.set_username(user);
+        }
+        if let Some(pass) = wanted.password() {
+            bare = bare.set_password(pass);
+        }
+    }
+    let mut con =
+        redis::Client::open(info.set_redis_settings(bare))?.get_connection_with_timeout(timeout)?;
+    let mut setup = redis::pipe();
+    let mut checked = Vec::new();
+    if !resp3 {
+        if let Some(pass) = wanted.password() {
+            let auth = setup.cmd("AUTH");
+            if let Some(user) = wanted.username() {
+                auth.arg(user);
+            }
+            auth.arg(pass);
+            checked.push("AUTH");
+        }
+    }
+    if wanted.db() != 0 {
+        setup.cmd("SELECT").arg(wanted.db());
+        checked.push("SELECT");
+    }
+    if let Some(name) = wanted.lib_name() {
+        setup.cmd("CLIENT").arg("SETINFO").arg("LIB-NAME").arg(name);
+        setup
+            .cmd("CLIENT")
+            .arg("SETINFO")
+            .arg("LIB-VER")
+            .arg(wanted.lib_ver().unwrap_or(checkout_guard_model::VERSION));
+    }
+    set_left(&con, deadline)?;
+    con.send_packed_command(&setup.get_packed_pipeline())?;
+    let mut replies = Vec::new();
+    read_replies(&mut con, setup.len(), deadline, &mut replies)?;
+    for (what, reply) in checked.iter().zip(replies) {
+        // CLIENT SETINFO's answer is ignored (an old server does not know it).
+        if let Value::ServerError(e) = reply {
+            let why = RedisError::from(e).to_string();
+            return Err(if *what == "AUTH" {
+                RedisError::from((
+                    ErrorKind::AuthenticationFailed,
+                    "Password authentication failed",
+                    why,
+                ))
+            } else {
+                RedisError::from((ErrorKind::Client, "Valkey refused to switch database", why))
+            });
+        }
+    }
+    con.set_read_timeout(None)?;
+    con.set_write_timeout(None)?;
+    Ok(con)
+}

@@ -1,0 +1,47 @@
+//! The one connection layer to Valkey, used by the PHP worker (`checkout-guard-runtime`'s
+//! pool, its decisions and its stream sink) and by the on-call CLI alike; neither opens a
+//! connection any other way.
+//!
+//! What it owns:
+//! - a parsed [`Endpoint`](checkout_guard_model::Endpoint) as redis-rs connects to it, named
+//!   for its [`Client`] in `CLIENT LIST` ([`info`]: [`connection_info`], [`addresses`]);
+//! - opening a single-server or cluster [`Connection`] within a deadline (connect and the
+//!   set-up, AUTH/SELECT/HELLO, under one deadline), its per-command timeout, and a call's
+//!   deadline over several commands ([`Connection::within`]) or a pipeline's replies
+//!   ([`Connection::pipeline_within`]);
+//! - one call on a kept connection that replaces it once when it broke ([`reconnect_once`],
+//!   with the call's [`Budget`] and what went wrong, [`Failure`]);
+//! - what an error means ([`errors`]: an error reply, a missing command, an ACL's NOPERM,
+//!   another build's arity) and how a failure is shown ([`describe`]).
+//!
+//! What it does not own: the worker's per-process pool, back-off and fork safety, and its
+//! choice of engine (`checkout-guard-runtime`'s `store`); the CLI's one connection per run
+//! (`checkout-guard`'s `valkey.rs`). They keep their connection in an `Option` and call
+//! [`reconnect_once`].
+//!
+//! Where the next transports go, in this crate only:
+//! - **TLS** (`rediss://`, `valkeys://`, `rediss+cluster://`): the model's `Endpoint`
+//!   accepts the schemes and carries the `tls` options; [`info::connection_info`] turns them
+//!   into redis-rs's TLS address and certificates (`ConnectionInfo::set_addr` with
+//!   `ConnectionAddr::TcpTls`, `TlsCertificates`), the `tls-rustls` feature is enabled in
+//!   this crate's `Cargo.toml`; [`Connection::open`]'s set-up is unchanged (the handshake
+//!   runs inside redis-rs's connect, within the same deadline), and the cluster builder gets
+//!   the certificates in the same place.
+//! - **Sentinel** (`valkey+sentinel://`): a third arm of [`info::Addresses`] (the
+//!   sentinels and the service name) and of [`Connection::open`]: ask the sentinels for the
+//!   primary, open it as a single server, check its `ROLE`, all within the one deadline. A
+//!   failover is found by [`reconnect_once`]'s reconnect, which opens (and so asks the
+//!   sentinels) again; `READONLY` from a demoted primary is classified in [`errors`].
+
+mod connection;
+pub mod errors;
+pub mod info;
+mod reconnect;
+
+pub use connection::Connection;
+pub use errors::describe;
+pub use info::{addresses, connection_info, Addresses, Client};
+pub use reconnect::{reconnect_once, Budget, Failure};
+
+/// The redis-rs this layer is built on (its transport features are chosen here).
+pub use redis;

@@ -1,0 +1,106 @@
+//! One call on a kept connection: opened when there is none, its per-command timeout
+//! from the call's budget, and replaced once when it turns out broken.
+
+use std::time::{Duration, Instant};
+
+use redis::{RedisError, RedisResult};
+
+use crate::connection::Connection;
+use crate::errors::is_reply_error;
+
+/// One call's time: `timeout` from when the call started.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    pub timeout: Duration,
+    pub deadline: Instant,
+}
+
+impl Budget {
+    pub fn starting_now(timeout: Duration) -> Self {
+        Self {
+            timeout,
+            deadline: Instant::now() + timeout,
+        }
+    }
+
+    /// What is left of it.
+    pub fn left(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+}
+
+/// Why a call failed.
+#[derive(Debug)]
+pub enum Failure {
+    /// The deadline passed before a connection could be opened (after the one that broke).
+    NoTimeLeft,
+    /// No connection could be opened (connect, handshake, slot map).
+    Open(RedisError),
+    /// The per-command timeout could not be set on the socket; the connection was dropped.
+    Socket(RedisError),
+    /// Valkey answered with an error: the connection is in step and was kept.
+    Reply(RedisError),
+    /// The connection broke or timed out; it was dropped.
+    Broken(RedisError),
+}
+
+impl Failure {
+    /// The error behind it (a timeout's for [`Failure::NoTimeLeft`]).
+    pub fn into_error(self) -> RedisError {
+        match self {
+            Failure::NoTimeLeft => crate::errors::timed_out(),
+            Failure::Open(e) | Failure::Socket(e) | Failure::Reply(e) | Failure::Broken(e) => e,
+        }
+    }
+}
+
+/// Runs `op` on the connection kept in `kept` (anything holding a [`Connection`], with
+/// what its owner keeps beside it), opening one with `open` (given what is left of the
+/// budget) when there is none.
+///
+/// The command timeout: a connection opened by this call gets what is left of the budget
+/// (at least 1 ms), one already open the whole timeout (as on its last call: no syscall).
+///
+/// A connection that was already open and turns out broken (not slow, not an error reply:
+/// Valkey restarted, an idle timeout) is dropped and `op` run once more on a new one. `op`
+/// may therefore run twice: it must be harmless to repeat (at worst a decision takes
+/// tokens twice, which only errs on the side of the limit). A connection this call opened
+/// is not retried: the endpoint is down, the caller reports it.
+pub fn reconnect_once<C: AsMut<Connection>, T>(
+    kept: &mut Option<C>,
+    budget: Budget,
+    mut open: impl FnMut(Duration) -> RedisResult<C>,
+    mut op: impl FnMut(&mut C) -> RedisResult<T>,
+) -> Result<T, Failure> {
+    let mut fresh = false;
+    loop {
+        if kept.is_none() {
+            let left = budget.left();
+            if left.is_zero() {
+                return Err(Failure::NoTimeLeft);
+            }
+            *kept = Some(open(left).map_err(Failure::Open)?);
+            fresh = true;
+        }
+        let held = kept.as_mut().expect("opened above");
+        let want = if fresh {
+            budget.left().max(Duration::from_millis(1))
+        } else {
+            budget.timeout
+        };
+        if let Err(e) = held.as_mut().set_timeout(want) {
+            *kept = None;
+            return Err(Failure::Socket(e));
+        }
+        match op(held) {
+            Ok(v) => return Ok(v),
+            Err(e) if is_reply_error(&e) => return Err(Failure::Reply(e)),
+            Err(e) => {
+                *kept = None;
+                if fresh || e.is_timeout() {
+                    return Err(Failure::Broken(e));
+                }
+            }
+        }
+    }
+}

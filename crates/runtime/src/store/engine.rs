@@ -1,0 +1,177 @@
+//! Which engine decides: the native module's `CG.DECIDE` or the decision script, per
+//! connection (`engine = auto` asks the server once, and again after
+//! [`MODULE_RECHECK`] while it answers no) and per process (`phpinfo()`'s last engine).
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+use checkout_guard_connection::errors::is_reply_error;
+use checkout_guard_connection::errors::{is_denied_by_acl, is_missing_command, is_wrong_arity};
+use redis::{ConnectionLike, RedisError, RedisResult};
+
+use checkout_guard_model::{DecideCall, Engine};
+
+use super::native::native;
+use super::scripts::{invocation, DECIDE};
+use super::StoreError;
+
+/// See [`checkout_guard_model::options::MODULE_RECHECK_SECONDS`].
+pub const MODULE_RECHECK: Duration =
+    Duration::from_secs(checkout_guard_model::options::MODULE_RECHECK_SECONDS);
+
+/// What `engine = auto` knows of the connection's server: whether it has the module, and
+/// when that was last asked (`COMMAND INFO`, only when [`MODULE_RECHECK`] has passed
+/// since it answered no; never while it answers yes).
+#[derive(Default)]
+pub struct ModuleProbe {
+    has: Option<bool>,
+    asked_at: Option<Instant>,
+}
+
+impl ModuleProbe {
+    /// Whether to send `CG.DECIDE`; asks the server when not known or known to be no for
+    /// [`MODULE_RECHECK`]. An error reply to the question counts as no (the script works
+    /// everywhere); a broken connection is the call's failure.
+    fn has(&mut self, c: &mut dyn ConnectionLike) -> RedisResult<bool> {
+        match self.has {
+            Some(true) => return Ok(true),
+            Some(false) if self.asked_at.is_some_and(|t| t.elapsed() < MODULE_RECHECK) => {
+                return Ok(false)
+            }
+            _ => {}
+        }
+        let has = has_module(c)?;
+        self.has = Some(has);
+        self.asked_at = Some(Instant::now());
+        Ok(has)
+    }
+
+    /// The server answered that `CG.DECIDE` cannot be used: the script until the next
+    /// recheck.
+    fn lost(&mut self) {
+        self.has = Some(false);
+        self.asked_at = Some(Instant::now());
+    }
+}
+
+/// What a call knows of its connection's engine: whether the server has the module (see
+/// [`ModuleProbe`]) and which engine decided last on the endpoint.
+pub struct EngineState<'a> {
+    pub module: &'a mut ModuleProbe,
+    pub decided_by: &'a mut Option<&'static str>,
+}
+
+/// The index of `engine`'s decisions in a pooled connection's record.
+pub(super) fn engine_index(engine: Engine) -> usize {
+    match engine {
+        Engine::Auto => 0,
+        Engine::Lua => 1,
+        Engine::Module => 2,
+    }
+}
+
+/// One decision on `c` with `engine`: with `auto`, the module where the connection's
+/// server has it (asked once per connection), the script elsewhere, and the script at once
+/// when a node answers that `CG.DECIDE` cannot be used (a cluster half upgraded, a node
+/// restarted without the module). With `module`, a server without it cannot decide.
+/// `packed` is `call` as [`super::native::pack_native`] packed it (one server; a cluster
+/// connection routes a `Cmd` by its keys, so it gets one).
+pub(super) fn decide(
+    engine: Engine,
+    call: &DecideCall<'_>,
+    packed: Option<&[u8]>,
+    c: &mut dyn ConnectionLike,
+    state: EngineState<'_>,
+) -> RedisResult<Vec<i64>> {
+    let module = match engine {
+        Engine::Lua => false,
+        Engine::Module => true,
+        Engine::Auto => state.module.has(c)?,
+    };
+    if module {
+        let reply = match packed {
+            Some(bytes) => c
+                .req_packed_command(bytes)
+                .and_then(|v| v.extract_error())
+                .and_then(|v| Ok(redis::from_redis_value::<Vec<i64>>(v)?)),
+            None => native(call).query::<Vec<i64>>(c),
+        };
+        match reply {
+            Err(e) if engine == Engine::Auto && module_unusable(&e) => state.module.lost(),
+            other => return decided(state.decided_by, MODULE, other),
+        }
+    }
+    let reply = invocation(call, &DECIDE).invoke::<Vec<i64>>(c);
+    decided(state.decided_by, LUA, reply)
+}
+
+/// A decision's failure with `engine = module` on a server that does not know the
+/// command says what to do about it.
+pub(super) fn explain(e: StoreError) -> StoreError {
+    match e {
+        StoreError::Failed { cause, retry_in } if cause.contains("unknown command") => {
+            StoreError::Failed {
+                cause: format!(
+                    "engine = module, but the checkout_guard module is not loaded in Valkey ({cause})"
+                ),
+                retry_in,
+            }
+        }
+        other => other,
+    }
+}
+
+/// Whether the server has `CG.DECIDE` (`COMMAND INFO` answers nil for an unknown
+/// command; on a cluster, the node asked; a node without it is found by its answer). An
+/// error reply (`COMMAND` disabled, as on some managed services) counts as no: the script
+/// works everywhere. A connection that broke or timed out is an error: its stream may be
+/// out of step, so the call fails (or is retried on a new connection) as any other.
+fn has_module(c: &mut dyn ConnectionLike) -> RedisResult<bool> {
+    match redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("CG.DECIDE")
+        .query::<Vec<redis::Value>>(c)
+    {
+        Ok(v) => Ok(v.first().is_some_and(|i| !matches!(i, redis::Value::Nil))),
+        Err(e) if is_reply_error(&e) || !e.is_io_error() => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The module cannot be used on this connection: the server does not know the command
+/// (not loaded, unloaded, a node not upgraded), the connection's ACL user may not run it
+/// (`CG.DECIDE` is in no ACL category a user given `+@write` would have), or it is
+/// another build's, with another number of arguments (a rolling upgrade). The script,
+/// sent by this build, decides then.
+fn module_unusable(e: &RedisError) -> bool {
+    is_missing_command(e) || is_denied_by_acl(e) || is_wrong_arity(e)
+}
+
+/// The engine of this process's last decision on any endpoint (for `phpinfo()`): 0 none
+/// yet, [`LUA`] or [`MODULE`].
+static LAST_ENGINE: AtomicU8 = AtomicU8::new(0);
+const LUA: u8 = 1;
+const MODULE: u8 = 2;
+
+fn engine_name(engine: u8) -> Option<&'static str> {
+    match engine {
+        LUA => Some("lua"),
+        MODULE => Some("module"),
+        _ => None,
+    }
+}
+
+/// Which engine made this process's last decision: "module", "lua", or none yet.
+pub fn last_engine() -> Option<&'static str> {
+    engine_name(LAST_ENGINE.load(Ordering::Relaxed))
+}
+
+/// Records that `engine` made a decision, for the connection (`health()`) and the process
+/// (`phpinfo()`), only when it answered: a failed call decided nothing.
+fn decided<T, E>(by: &mut Option<&'static str>, engine: u8, reply: Result<T, E>) -> Result<T, E> {
+    if reply.is_ok() {
+        *by = engine_name(engine);
+        LAST_ENGINE.store(engine, Ordering::Relaxed);
+    }
+    reply
+}

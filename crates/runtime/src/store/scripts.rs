@@ -1,0 +1,32 @@
+//! The scripts the worker runs, as Valkey runs them: each hashed once per process and sent
+//! by EVALSHA; on `NOSCRIPT` (a restarted or flushed Valkey) redis-rs loads it with
+//! `SCRIPT LOAD` and sends the EVALSHA again, within the same call.
+
+use once_cell::sync::Lazy;
+
+use checkout_guard_model::call::{self, READ_LIMITS};
+use checkout_guard_model::DecideCall;
+
+/// The decision script.
+pub(super) static DECIDE: Lazy<redis::Script> =
+    Lazy::new(|| redis::Script::new(&call::decide_source()));
+/// The live limits' version and hash, read together.
+pub(super) static READ: Lazy<redis::Script> = Lazy::new(|| redis::Script::new(READ_LIMITS));
+/// One step of a reset (SCAN + UNLINK inside Valkey).
+pub(super) static RESET: Lazy<redis::Script> = Lazy::new(|| redis::Script::new(call::RESET_STEP));
+
+/// `call` on `script` (the production script, or a test's variant of it): KEYS and ARGV
+/// exactly as [`DecideCall`] encodes them.
+pub fn invocation<'s>(
+    call: &DecideCall<'_>,
+    script: &'s redis::Script,
+) -> redis::ScriptInvocation<'s> {
+    let mut inv = script.prepare_invoke();
+    for k in call.keys() {
+        inv.key(k);
+    }
+    for a in call.args() {
+        inv.arg(a.as_ref());
+    }
+    inv
+}
