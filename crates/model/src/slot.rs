@@ -82,7 +82,7 @@ mod tests {
     #[test]
     fn slot_without_a_tag_hashes_the_whole_key() {
         // An empty tag, an unclosed `{`, a `}` before any `{`: the whole key is hashed.
-        assert_eq!(hash_tag(b"foo{}{bar}"), b"foo{}{bar");
+        assert_eq!(hash_tag(b"foo{}{bar}"), b"foo{}{bar}");
         assert_eq!(key_slot(b"{}"), crc16(b"{}") % SLOTS);
         assert_ne!(key_slot(b"{}a"), key_slot(b"{}b"));
         assert_eq!(hash_tag(b"foo{bar"), b"foo{bar");
