@@ -243,10 +243,12 @@ struct Recorded<'j> {
 /// The decision's reads and writes on Valkey's keys, each write replicated as its effect.
 pub struct ValkeyKeys<'a> {
     ctx: Ctx,
-    /// The call's 7 keys (arguments 1 to 7).
+    /// The call's 7 keys (arguments 1 to 7) and their bytes.
     keys: [Arg<'a>; KEYS],
-    /// The shop (a window hash's field).
+    key_bytes: [&'a [u8]; KEYS],
+    /// The shop (a window hash's field) and its bytes.
     shop: Arg<'a>,
+    shop_bytes: &'a [u8],
     /// Valkey's time of this command, in ms (absolute expiry times).
     now_ms: i64,
     /// Added to every bucket's expiry (test clock only).
@@ -291,7 +293,9 @@ impl<'a> ValkeyKeys<'a> {
         Self {
             ctx,
             keys,
+            key_bytes: keys.map(Arg::bytes),
             shop,
+            shop_bytes: shop.bytes(),
             now_ms: now_us.div_euclid(1000),
             slack_ms,
             journal: Journal::default(),
@@ -324,12 +328,12 @@ impl<'a> ValkeyKeys<'a> {
     /// the very slices it was given: same address, which no other live buffer can have),
     /// else one created in this call with the same bytes, else created now.
     fn name(&mut self, key: &[u8]) -> Name {
-        let own = self.keys.iter().find(|k| {
-            let b = k.bytes();
-            std::ptr::eq(b.as_ptr(), key.as_ptr()) && b.len() == key.len()
-        });
-        if let Some(k) = own {
-            return Name::borrowed(k.raw());
+        let own = self
+            .key_bytes
+            .iter()
+            .position(|k| std::ptr::eq(k.as_ptr(), key.as_ptr()) && k.len() == key.len());
+        if let Some(i) = own {
+            return Name::borrowed(self.keys[i].raw());
         }
         if let Some(&s) = self
             .created
@@ -350,7 +354,7 @@ impl<'a> ValkeyKeys<'a> {
 
     /// A hash field as a Valkey string: the shop's argument, the empty string, or created.
     fn field(&self, f: &[u8]) -> Name {
-        let shop = self.shop.bytes();
+        let shop = self.shop_bytes;
         if std::ptr::eq(f.as_ptr(), shop.as_ptr()) && f.len() == shop.len() {
             return Name::borrowed(self.shop.raw());
         }
@@ -410,7 +414,7 @@ impl<'a> ValkeyKeys<'a> {
         // SAFETY: a live context.
         let flags = unsafe { ffi::get_context_flags(self.ctx) };
         if flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER as c_int != 0
-            && key_slot(key) != key_slot(self.keys[0].bytes())
+            && key_slot(key) != key_slot(self.key_bytes[0])
         {
             return Err(format!(
                 "CROSSSLOT the auto_hot window key \"{}\" does not hash to the slot of the call's keys",
