@@ -13,7 +13,7 @@
 //! - [`call`]: the decision script (the `.lua` files under `src/scripts/`) and
 //!   [`DecideCall`], the one encoder of its KEYS/ARGV and decoder of its reply;
 //! - [`keys`], [`live`], [`endpoint`], [`value`]: key names, the live-limits codec,
-//!   Valkey URLs, PHP-like values.
+//!   Valkey URLs, PHP-like values; [`slot`]: a key's cluster slot (CRC16).
 
 pub mod bucket;
 pub mod call;
@@ -26,6 +26,7 @@ pub mod live;
 pub mod options;
 pub mod server;
 pub mod settings;
+pub mod slot;
 pub mod step;
 pub mod value;
 

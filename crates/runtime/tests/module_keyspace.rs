@@ -1,17 +1,76 @@
-//! Adversarial review 2 of the key-API `CG.DECIDE`: the `auto_hot` window keys
-//! (`<prefix><n>`) are keys the call never declares. The script reaches them through
-//! `redis.call`, where Valkey checks them (cluster slot, ACL key permissions) and refuses;
-//! the module opens them with `RM_OpenKey`, which checks nothing.
+//! What `CG.DECIDE` does to keys, seen from outside, against the script's: its keyspace
+//! events, the window hash's expiry, and the `auto_hot` window keys (`<prefix><n>`), keys
+//! the call never declares: where one hashes to another cluster slot or aliases a bucket,
+//! the command fails as the script does.
 
 #[allow(dead_code)]
 mod common;
+#[allow(dead_code)]
+mod module_support;
 
 use checkout_guard_model::call::decide_source;
 use common::{valkey_module, Valkey};
+use module_support::*;
 use std::time::{Duration, Instant};
 
+/// The keyspace events of a decision are those of the script's writes (`set`, `expire`,
+/// `hset`), key for key and in order: what a subscriber (or a module listening to them)
+/// sees does not depend on the engine.
+#[test]
+fn the_keyspace_events_are_the_scripts() {
+    let v = with_module(false);
+    let mut c = v.connection();
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("EA")
+        .query::<()>(&mut c)
+        .unwrap();
+    let mut events_of = |db: i64, script: bool| {
+        let mut sub = v.connection();
+        sub.set_read_timeout(Some(std::time::Duration::from_millis(300)))
+            .unwrap();
+        let mut ps = sub.as_pubsub();
+        ps.psubscribe(format!("__keyevent@{db}__:*")).unwrap();
+        redis::cmd("SELECT").arg(db).query::<()>(&mut c).unwrap();
+        for (k, a) in a_sequence_that_writes_everything() {
+            let cmd = match script {
+                true => script_cmd(&k, &a, None),
+                false => module_cmd(&k, &a, None),
+            };
+            cmd.query::<Vec<i64>>(&mut c).unwrap();
+        }
+        let mut seen = Vec::new();
+        while let Ok(m) = ps.get_message() {
+            let event = m.get_channel_name().rsplit(':').next().unwrap().to_string();
+            seen.push((event, m.get_payload_bytes().to_vec()));
+        }
+        seen
+    };
+    let script = events_of(0, true);
+    let module = events_of(1, false);
+    assert!(script.len() > 20, "{script:?}");
+    assert_eq!(module, script);
+}
+
+/// The window hash's expiry: the script's `PEXPIRE cur, math.floor(2 * w / 1000) + 1000`
+/// (w in µs), to the millisecond where `2 * (w / 1000) + 1000` would be 1 ms shorter
+/// (`auto_hot.window_seconds = 1.0006`: w = 1,000,600 µs, 3,001 ms, not 3,000).
+#[test]
+fn the_window_hash_expires_when_the_scripts_does() {
+    let v = with_module(false);
+    let mut c = v.connection();
+    let w = 1_000_600;
+    let (k, a) = (keys(b"s"), argv(b"s", 1, (w, "0.3", 60, 1), b"global=10/5"));
+    let reply: Vec<i64> = module_cmd(&k, &a, None).query(&mut c).unwrap();
+    let now_us = reply[2];
+    let wkey = [k[5].as_slice(), (now_us / w).to_string().as_bytes()].concat();
+    let at: i64 = redis::cmd("PEXPIRETIME").arg(&wkey).query(&mut c).unwrap();
+    assert_eq!(at - now_us / 1000, 2 * w / 1000 + 1000);
+}
+
 /// The 17 arguments: global 10 tokens at 5/s, `auto_hot` with a 1 s window.
-fn argv() -> Vec<Vec<u8>> {
+fn auto_hot_argv() -> Vec<Vec<u8>> {
     [
         "1",
         "0",
@@ -48,9 +107,9 @@ fn call(name: &str, k: &[Vec<u8>], a: &[Vec<u8>]) -> redis::Cmd {
 /// Cluster mode: all 7 declared keys hash to one slot (the prefix `ah` has no hash tag;
 /// the other keys are tagged `{ah}`, so there is no CROSSSLOT), but the window key
 /// `ah<n>` hashes to another slot. The script is refused ("Script attempted to access
-/// keys that do not hash to the same slot"); `CG.DECIDE` admits and writes `ah<n>` on a
-/// node that does not own its slot (stored under the call's slot: COUNTKEYSINSLOT of its
-/// own slot says 0 while KEYS lists it; a replica files it under its real slot).
+/// keys that do not hash to the same slot"), and so is `CG.DECIDE` (CROSSSLOT), writing
+/// nothing in a slot the node does not own (`RM_OpenKey` checks no slot: the module
+/// checks the undeclared key itself, with `model::slot`).
 #[test]
 fn a_window_key_in_another_slot_is_refused_like_the_script() {
     let module = valkey_module();
@@ -106,7 +165,7 @@ fn a_window_key_in_another_slot_is_refused_like_the_script() {
     .iter()
     .map(|s| s.as_bytes().to_vec())
     .collect();
-    let a = argv();
+    let a = auto_hot_argv();
     let script = call("EVAL", &k, &a).query::<Vec<i64>>(&mut c);
     assert!(script.is_err(), "the script is refused: {script:?}");
     redis::cmd("FLUSHALL").query::<()>(&mut c).unwrap();
@@ -130,74 +189,10 @@ fn a_window_key_in_another_slot_is_refused_like_the_script() {
     );
 }
 
-/// ACL: a user allowed the 7 declared keys (the prefix `{cg:R}:ah:` exactly) and not the
-/// window keys `{cg:R}:ah:<n>`. The script's HMGET is refused (NOPERM); `CG.DECIDE`
-/// reads and writes the window hash the user may not touch.
-#[test]
-fn a_window_key_the_user_may_not_access_is_refused_like_the_script() {
-    let module = valkey_module();
-    let v = Valkey::start_with(&["--loadmodule".as_ref(), module.as_os_str()]);
-    let mut admin = v.connection();
-    redis::cmd("ACL")
-        .arg(&[
-            "SETUSER",
-            "cg",
-            "on",
-            ">pw",
-            "~{cg:R}:b:*",
-            "~{cg:R}:hot:*",
-            "~{cg:R}:limits:v",
-            "~{cg:R}:ah:",
-            "~{cg:R}:settings",
-            "+@all",
-        ])
-        .query::<()>(&mut admin)
-        .unwrap();
-    let mut c = redis::Client::open(format!("{}?user=cg&pass=pw", v.url).as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let k: Vec<Vec<u8>> = [
-        "{cg:R}:b:global",
-        "{cg:R}:b:lane",
-        "{cg:R}:b:shop:s",
-        "{cg:R}:hot:s",
-        "{cg:R}:limits:v",
-        "{cg:R}:ah:",
-        "{cg:R}:settings",
-    ]
-    .iter()
-    .map(|s| s.as_bytes().to_vec())
-    .collect();
-    let a = argv();
-    let script = call("EVAL", &k, &a).query::<Vec<i64>>(&mut c);
-    assert!(
-        script
-            .as_ref()
-            .is_err_and(|e| e.to_string().contains("ermission")),
-        "the script is refused: {script:?}"
-    );
-    redis::cmd("FLUSHALL").query::<()>(&mut admin).unwrap();
-    let module = call("CG.DECIDE", &k, &a).query::<Vec<i64>>(&mut c);
-    let windows: Vec<Vec<u8>> = redis::cmd("KEYS")
-        .arg("{cg:R}:ah:?*")
-        .query(&mut admin)
-        .unwrap();
-    assert!(
-        windows.is_empty() && module.is_err(),
-        "CG.DECIDE answered {module:?} and wrote {:?}, keys user cg may not access",
-        windows
-            .iter()
-            .map(|w| String::from_utf8_lossy(w))
-            .collect::<Vec<_>>()
-    );
-}
-
 /// The current window key equal to the global bucket's (a prefix that collides with the
 /// bucket names): the script's HSET on the bucket string fails (WRONGTYPE) and the call
-/// is an error. The module skips its HSET, answers "admitted" and then sets the window's
-/// expiry (2 windows + 1 s) on the bucket string: the bucket expires seconds later,
-/// forgiving its debt, and the PEXPIREAT is replicated.
+/// is an error, and so is `CG.DECIDE`'s (an earlier build skipped its HSET, admitted,
+/// and set the window's expiry on the bucket string, forgiving its debt).
 #[test]
 fn a_window_key_aliasing_the_bucket_fails_like_the_script() {
     use checkout_guard_model::call::decide_source_with_test_clock;
@@ -223,7 +218,7 @@ fn a_window_key_aliasing_the_bucket_fails_like_the_script() {
     .map(|s| s.as_bytes().to_vec())
     .collect();
     k[0] = bucket.clone();
-    let a = argv();
+    let a = auto_hot_argv();
     let script = redis::cmd("EVAL")
         .arg(decide_source_with_test_clock())
         .arg(7)

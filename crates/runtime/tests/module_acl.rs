@@ -1,0 +1,171 @@
+//! `CG.DECIDE` under ACL users: a window key the user may not access is refused as the
+//! script's `redis.call` is; `engine = auto` decides with the script where the user may
+//! not run the module's command.
+
+#[allow(dead_code)]
+mod common;
+#[allow(dead_code)]
+mod module_support;
+
+use checkout_guard_model::call::decide_source;
+use checkout_guard_model::{Defaults, LimiterOptions, Value};
+use checkout_guard_runtime::Limiter;
+use module_support::*;
+
+/// The 17 arguments: global 10 tokens at 5/s, `auto_hot` with a 1 s window.
+fn auto_hot_argv() -> Vec<Vec<u8>> {
+    [
+        "1",
+        "0",
+        "200000",
+        "2000000",
+        "0",
+        "0",
+        "0",
+        "0",
+        "",
+        "s",
+        "1000000",
+        "0.3",
+        "60",
+        "1",
+        "global=10/5",
+        "0",
+        "0",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect()
+}
+
+fn call(name: &str, k: &[Vec<u8>], a: &[Vec<u8>]) -> redis::Cmd {
+    let mut cmd = redis::cmd(name);
+    if name == "EVAL" {
+        cmd.arg(decide_source()).arg(7);
+    }
+    cmd.arg(k).arg(a);
+    cmd
+}
+
+/// ACL: a user allowed the 7 declared keys (the prefix `{cg:R}:ah:` exactly) and not the
+/// window keys `{cg:R}:ah:<n>`. The script's HMGET is refused (NOPERM), and so is
+/// `CG.DECIDE`, writing no window hash (`RM_OpenKey` checks no ACL: the module checks
+/// the undeclared key's permissions itself).
+#[test]
+fn a_window_key_the_user_may_not_access_is_refused_like_the_script() {
+    let v = with_module(false);
+    let mut admin = v.connection();
+    redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "cg",
+            "on",
+            ">pw",
+            "~{cg:R}:b:*",
+            "~{cg:R}:hot:*",
+            "~{cg:R}:limits:v",
+            "~{cg:R}:ah:",
+            "~{cg:R}:settings",
+            "+@all",
+        ])
+        .query::<()>(&mut admin)
+        .unwrap();
+    let mut c = redis::Client::open(format!("{}?user=cg&pass=pw", v.url).as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let k: Vec<Vec<u8>> = [
+        "{cg:R}:b:global",
+        "{cg:R}:b:lane",
+        "{cg:R}:b:shop:s",
+        "{cg:R}:hot:s",
+        "{cg:R}:limits:v",
+        "{cg:R}:ah:",
+        "{cg:R}:settings",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect();
+    let a = auto_hot_argv();
+    let script = call("EVAL", &k, &a).query::<Vec<i64>>(&mut c);
+    assert!(
+        script
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("ermission")),
+        "the script is refused: {script:?}"
+    );
+    redis::cmd("FLUSHALL").query::<()>(&mut admin).unwrap();
+    let module = call("CG.DECIDE", &k, &a).query::<Vec<i64>>(&mut c);
+    let windows: Vec<Vec<u8>> = redis::cmd("KEYS")
+        .arg("{cg:R}:ah:?*")
+        .query(&mut admin)
+        .unwrap();
+    assert!(
+        windows.is_empty() && module.is_err(),
+        "CG.DECIDE answered {module:?} and wrote {:?}, keys user cg may not access",
+        windows
+            .iter()
+            .map(|w| String::from_utf8_lossy(w))
+            .collect::<Vec<_>>()
+    );
+}
+
+/// A Valkey user whose ACL was written for the script (`+@read +@write +@scripting
+/// +time`, no module commands: `CG.DECIDE` is in no category but @all): the script decides
+/// for it, and so does `engine = auto` once the module is loaded: it finds `CG.DECIDE` in
+/// `COMMAND INFO`, gets NOPERM and falls back to the script (rather than applying
+/// `on_unavailable` to every decision).
+#[test]
+fn auto_decides_with_the_script_when_acl_denies_the_module() {
+    let v = with_module(false);
+    let mut admin = v.connection();
+    redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "cg",
+            "on",
+            ">pw",
+            "~*",
+            "+@read",
+            "+@write",
+            "+@scripting",
+            "+@connection",
+            "+command",
+            "+time",
+        ])
+        .query::<()>(&mut admin)
+        .unwrap();
+    let url = format!("{}?user=cg&pass=pw", v.url);
+    let bucket = Value::Map(vec![
+        ("capacity".into(), Value::Int(3)),
+        ("refill_per_second".into(), Value::Float(0.01)),
+    ]);
+    let options = Value::Map(vec![
+        ("name".into(), Value::Str(b"acl".to_vec())),
+        ("url".into(), Value::Str(url.into_bytes())),
+        ("global".into(), bucket),
+        ("timeout_ms".into(), Value::Int(2000)),
+        ("engine".into(), Value::Str(b"lua".to_vec())),
+        ("on_unavailable".into(), Value::Str(b"throw".to_vec())),
+    ]);
+    let defaults = Defaults {
+        local_denials: false,
+        ..Defaults::default()
+    };
+    let lua = Limiter::new(LimiterOptions::from_value(&options, &defaults).unwrap());
+    let d = lua.acquire(b"shop", 1);
+    assert!(d.as_ref().is_ok_and(|d| d.allowed), "lua: {d:?}");
+    let Value::Map(mut entries) = options else {
+        unreachable!()
+    };
+    entries.retain(|(k, _)| k != "engine" && k != "name");
+    entries.push(("engine".into(), Value::Str(b"auto".to_vec())));
+    entries.push(("name".into(), Value::Str(b"acl-auto".to_vec())));
+    let auto = Limiter::new(LimiterOptions::from_value(&Value::Map(entries), &defaults).unwrap());
+    let d = auto.acquire(b"shop", 1);
+    assert!(
+        d.as_ref().is_ok_and(|d| d.allowed),
+        "auto with the module loaded and the same user: {:?}",
+        d.map_err(|e| e.to_string())
+    );
+}

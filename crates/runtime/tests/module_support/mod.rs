@@ -1,0 +1,192 @@
+//! What the module's tests share: a Valkey with the module loaded, a decision's keys and
+//! arguments, the command and the script for them, and the state of a database.
+//!
+//! Needs `target/release/libcheckout_guard_valkey.so` (or `CG_VALKEY_MODULE`) and a
+//! valkey-server (`VALKEY_SERVER` or the project's `.venv`).
+
+use crate::common::{valkey_module, Valkey};
+use checkout_guard_model::call::{decide_source, decide_source_with_test_clock};
+
+/// The test clock's time (µs).
+pub const NOW: i64 = 1_800_000_000_000_000;
+
+/// A Valkey with the module loaded, with `test-clock` when `test_clock`.
+pub fn with_module(test_clock: bool) -> Valkey {
+    match test_clock {
+        true => with_module_args(&["test-clock"]),
+        false => with_module_args(&[]),
+    }
+}
+
+/// A Valkey with the module loaded with the module arguments `args`.
+pub fn with_module_args(args: &[&str]) -> Valkey {
+    let module = valkey_module();
+    let mut all: Vec<&std::ffi::OsStr> = vec!["--loadmodule".as_ref(), module.as_os_str()];
+    all.extend(args.iter().map(|a| std::ffi::OsStr::new(*a)));
+    Valkey::start_with(&all)
+}
+
+/// The 7 keys of a call for `shop` (prefix `{cg:R}:`).
+pub fn keys(shop: &[u8]) -> Vec<Vec<u8>> {
+    let p = b"{cg:R}:".to_vec();
+    let k = |s: &[u8]| [p.as_slice(), s].concat();
+    vec![
+        k(b"b:global"),
+        k(b"b:lane"),
+        k(&[b"b:shop:".as_slice(), shop].concat()),
+        k(&[b"hot:".as_slice(), shop].concat()),
+        k(b"limits:v"),
+        k(b"ah:"),
+        k(b"settings"),
+    ]
+}
+
+/// The 17 arguments: global 10 tokens at 5/s, no hot buckets, `auto` = (window µs, share,
+/// ttl s, min tokens).
+pub fn argv(
+    shop: &[u8],
+    tokens: i64,
+    auto: (i64, &str, i64, i64),
+    settings: &[u8],
+) -> Vec<Vec<u8>> {
+    let s = |x: &str| x.as_bytes().to_vec();
+    vec![
+        s(&tokens.to_string()),
+        s("0"),
+        s("200000"),
+        s("2000000"),
+        s("0"),
+        s("0"),
+        s("0"),
+        s("0"),
+        s(""),
+        shop.to_vec(),
+        s(&auto.0.to_string()),
+        s(auto.1),
+        s(&auto.2.to_string()),
+        s(&auto.3.to_string()),
+        settings.to_vec(),
+        s("0"),
+        s("0"),
+    ]
+}
+
+/// `CG.DECIDE` with these keys and arguments (and the test clock's time).
+pub fn module_cmd(k: &[Vec<u8>], a: &[Vec<u8>], now: Option<i64>) -> redis::Cmd {
+    let mut cmd = redis::cmd("CG.DECIDE");
+    cmd.arg(k).arg(a);
+    if let Some(now) = now {
+        cmd.arg(now);
+    }
+    cmd
+}
+
+/// The decision script with these keys and arguments (its test variant with `now`).
+pub fn script_cmd(k: &[Vec<u8>], a: &[Vec<u8>], now: Option<i64>) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    match now {
+        Some(_) => cmd.arg(decide_source_with_test_clock()),
+        None => cmd.arg(decide_source()),
+    };
+    cmd.arg(7).arg(k).arg(a);
+    if let Some(now) = now {
+        cmd.arg(now);
+    }
+    cmd
+}
+
+/// Every key of db `db`: (name, type, value as text, PEXPIRETIME != -1).
+pub fn state(c: &mut redis::Connection, db: i64) -> Vec<(Vec<u8>, String, String, bool)> {
+    redis::cmd("SELECT").arg(db).query::<()>(c).unwrap();
+    let mut names: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(c).unwrap();
+    names.sort();
+    names
+        .into_iter()
+        .map(|k| {
+            let t: String = redis::cmd("TYPE").arg(&k).query(c).unwrap();
+            let v = match t.as_str() {
+                "string" => format!(
+                    "{:?}",
+                    redis::cmd("GET").arg(&k).query::<Vec<u8>>(c).unwrap()
+                ),
+                "hash" => {
+                    let mut h: Vec<(Vec<u8>, Vec<u8>)> =
+                        redis::cmd("HGETALL").arg(&k).query(c).unwrap();
+                    h.sort();
+                    format!("{h:?}")
+                }
+                _ => String::new(),
+            };
+            let e: i64 = redis::cmd("PEXPIRETIME").arg(&k).query(c).unwrap();
+            (k, t, v, e != -1)
+        })
+        .collect()
+}
+
+/// Valkey still answers a new connection's PING.
+pub fn assert_alive(v: &Valkey) {
+    let pong = redis::Client::open(v.url.as_str())
+        .and_then(|c| c.get_connection())
+        .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+    assert!(pong.is_ok(), "Valkey died on CG.DECIDE: {pong:?}");
+}
+
+/// The 17 arguments with everything chosen: global 100 tokens at 100/s, hot buckets (hot
+/// lane 6 tokens at 2/s, hot shop 3 tokens at 1/s) when `lanes`, the shop static hot when
+/// `hot`, peek.
+#[allow(clippy::too_many_arguments)]
+pub fn argv_full(
+    shop: &[u8],
+    tokens: i64,
+    hot: bool,
+    lanes: bool,
+    auto: (i64, &str, i64, i64),
+    settings: &[u8],
+    peek: bool,
+) -> Vec<Vec<u8>> {
+    let mut a = argv(shop, tokens, auto, settings);
+    // Global: 100 tokens at 100/s, so the hot buckets decide.
+    a[2] = b"10000".to_vec();
+    a[3] = b"1000000".to_vec();
+    a[1] = if hot { b"1".to_vec() } else { b"0".to_vec() };
+    if lanes {
+        a[4] = b"500000".to_vec();
+        a[5] = b"3000000".to_vec();
+        a[6] = b"1000000".to_vec();
+        a[7] = b"3000000".to_vec();
+    }
+    a[15] = if peek { b"1".to_vec() } else { b"0".to_vec() };
+    a
+}
+
+/// A call's keys and arguments.
+pub type Call = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+
+/// A sequence of calls that writes everything `CG.DECIDE` writes: buckets taken from and
+/// denied, a shop made hot by `auto_hot` (its mark), then decided with the hot buckets by
+/// that mark, window counters and their expiry, settings published and changed (one not
+/// UTF-8), a shop with a NUL byte, peeks (nothing written).
+pub fn a_sequence_that_writes_everything() -> Vec<Call> {
+    let auto = (10_000_000, "0.3", 60, 1);
+    let mut calls = Vec::new();
+    for i in 0..40 {
+        let shop: &[u8] = match i % 4 {
+            0 => b"flash",
+            1 => b"a\x00b",
+            2 => b"plain",
+            _ => b"\xff\xfe",
+        };
+        let settings: &[u8] = match i {
+            0..=9 => b"global=100/100",
+            10..=19 => b"global=100/100 \xff",
+            _ => b"global=100/100 hot_lane=6/2 hot_shop=3/1",
+        };
+        let tokens = 1 + (i % 3) as i64;
+        let peek = i % 7 == 6;
+        calls.push((
+            keys(shop),
+            argv_full(shop, tokens, i % 5 == 4, i >= 20, auto, settings, peek),
+        ));
+    }
+    calls
+}
