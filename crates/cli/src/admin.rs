@@ -85,8 +85,9 @@ pub struct Admin {
 }
 
 /// The scripts the CLI runs (their sources are the model's `.lua` files).
-static HOT_SCAN: Lazy<redis::Script> = Lazy::new(|| redis::Script::new(call::HOT_SCAN));
-static READ_LIMITS: Lazy<redis::Script> = Lazy::new(|| redis::Script::new(call::READ_LIMITS));
+static HOT_SCAN: Lazy<redis::Script> = Lazy::new(|| redis::Script::new(&call::hot_scan_source()));
+static READ_LIMITS: Lazy<redis::Script> =
+    Lazy::new(|| redis::Script::new(&call::read_limits_source()));
 static SET_LIMITS: Lazy<redis::Script> =
     Lazy::new(|| redis::Script::new(&call::set_limits_source()));
 static CARRY_STEP: Lazy<redis::Script> =

@@ -343,14 +343,30 @@ pub fn carry_step_source() -> String {
 /// One step of `reset()`: KEYS and ARGV [`contract::reset_step`] (any key of the
 /// limiter, that routes it; SCAN cursor, MATCH pattern of the limiter's bucket keys, all in
 /// that key's slot). Reply: next cursor, keys removed.
-pub const RESET_STEP: &str = include_str!("scripts/reset_step.lua");
+pub fn reset_step_source() -> String {
+    let prelude = contract::prelude(
+        contract::reset_step::keys::ALL,
+        contract::reset_step::args::ALL,
+    );
+    format!("{prelude}{RESET_STEP}")
+}
+
+const RESET_STEP: &str = include_str!("scripts/reset_step.lua");
 
 /// Reads the live limits' version and hash in one atomic step (KEYS
 /// [`contract::read_limits`]: limits, limits:v):
 /// the version is the one every decision compares with, never a copy that could differ.
 /// Keys of the wrong type (written by hand) read as empty, with the error: the version as
 /// the decisions' MGET sees it (nil), the hash as unreadable. Reply: version, fields, error.
-pub const READ_LIMITS: &str = include_str!("scripts/read_limits.lua");
+pub fn read_limits_source() -> String {
+    let prelude = contract::prelude(
+        contract::read_limits::keys::ALL,
+        contract::read_limits::args::ALL,
+    );
+    format!("{prelude}{READ_LIMITS}")
+}
+
+const READ_LIMITS: &str = include_str!("scripts/read_limits.lua");
 
 /// Writes new live limits atomically, only if the version is still `expected`: the hash
 /// is replaced whole by what the writer validated (so fields nobody could read are gone),
@@ -376,7 +392,12 @@ const SET_LIMITS: &str = include_str!("scripts/set_limits.lua");
 /// [`contract::hot_scan`] (a key that routes it; SCAN cursor, MATCH pattern of the hot
 /// flags). Reply: next cursor, then per flag its key,
 /// value and PTTL.
-pub const HOT_SCAN: &str = include_str!("scripts/hot_scan.lua");
+pub fn hot_scan_source() -> String {
+    let prelude = contract::prelude(contract::hot_scan::keys::ALL, contract::hot_scan::args::ALL);
+    format!("{prelude}{HOT_SCAN}")
+}
+
+const HOT_SCAN: &str = include_str!("scripts/hot_scan.lua");
 
 #[cfg(test)]
 mod tests {
@@ -431,6 +452,24 @@ mod tests {
             SET_LIMITS,
             contract::set_limits::keys::ALL,
             contract::set_limits::args::ALL,
+        );
+        assert_reads_by_name(
+            "reset_step.lua",
+            RESET_STEP,
+            contract::reset_step::keys::ALL,
+            contract::reset_step::args::ALL,
+        );
+        assert_reads_by_name(
+            "read_limits.lua",
+            READ_LIMITS,
+            contract::read_limits::keys::ALL,
+            contract::read_limits::args::ALL,
+        );
+        assert_reads_by_name(
+            "hot_scan.lua",
+            HOT_SCAN,
+            contract::hot_scan::keys::ALL,
+            contract::hot_scan::args::ALL,
         );
         // carry.lua is a function of its parameters.
         assert_reads_by_name("carry.lua", CARRY, &[], &[]);

@@ -20,9 +20,8 @@
 //! what it did with literal positions and allocates no table. Width 0 is "all that
 //! follow" (pairs of `set_limits`' overrides).
 //!
-//! The scripts that are constants ([`crate::call::RESET_STEP`],
-//! [`crate::call::READ_LIMITS`], [`crate::call::HOT_SCAN`]: passed as they are by the
-//! worker and the CLI) keep literal positions; a test holds each to its table.
+//! A key named with a leading `_` only routes the call (to the limiter's slot in a
+//! cluster): the script never reads it, so the prelude gives it no local.
 
 use crate::bucket::Lane;
 
@@ -216,12 +215,12 @@ pub mod set_limits {
     }
 }
 
-/// One step of `reset()` ([`crate::call::RESET_STEP`]).
+/// One step of `reset()` ([`crate::call::reset_step_source`]).
 pub mod reset_step {
     inputs! {
         /// KEYS: one key of the limiter, that routes it.
         pub mod keys {
-            ROUTE = "route_key",
+            ROUTE = "_route",
         }
     }
     inputs! {
@@ -235,7 +234,7 @@ pub mod reset_step {
     }
 }
 
-/// The live limits' version and hash ([`crate::call::READ_LIMITS`]).
+/// The live limits' version and hash ([`crate::call::read_limits_source`]).
 pub mod read_limits {
     inputs! {
         /// KEYS.
@@ -252,12 +251,12 @@ pub mod read_limits {
     }
 }
 
-/// The hot shops of a limiter ([`crate::call::HOT_SCAN`]).
+/// The hot shops of a limiter ([`crate::call::hot_scan_source`]).
 pub mod hot_scan {
     inputs! {
         /// KEYS: one key of the limiter, that routes it.
         pub mod keys {
-            ROUTE = "route_key",
+            ROUTE = "_route",
         }
     }
     inputs! {
@@ -277,7 +276,7 @@ pub mod hot_scan {
 pub fn prelude(keys: &[Input], args: &[Input]) -> String {
     let mut out = String::new();
     for (table, inputs) in [("KEYS", keys), ("ARGV", args)] {
-        for i in inputs {
+        for i in inputs.iter().filter(|i| !i.lua.starts_with('_')) {
             match i.width {
                 1 => out.push_str(&format!("local {} = {table}[{}]\n", i.lua, i.at + 1)),
                 _ => out.push_str(&format!("local {} = {}\n", i.lua, i.at)),
@@ -327,23 +326,9 @@ pub(crate) mod tests {
                 "{file} has {table}{found:?}: read it by name"
             );
         }
-        for i in keys.iter().chain(args) {
+        for i in keys.iter().chain(args).filter(|i| !i.lua.starts_with('_')) {
             assert!(uses(body, i.lua), "{file} never uses `{}`", i.lua);
         }
-    }
-
-    /// A script with literal positions: exactly the positions of its ARGV table, and
-    /// KEYS of its table only (a key that only routes the call is never read).
-    fn assert_positions_match(file: &str, src: &str, keys: &[Input], args: &[Input]) {
-        let positions =
-            |inputs: &[Input]| -> BTreeSet<usize> { inputs.iter().map(|i| i.at + 1).collect() };
-        assert_eq!(
-            literal_positions(src, "ARGV"),
-            positions(args),
-            "{file}: ARGV"
-        );
-        let used = literal_positions(src, "KEYS");
-        assert!(used.is_subset(&positions(keys)), "{file}: KEYS{used:?}");
     }
 
     #[test]
@@ -378,29 +363,6 @@ pub(crate) mod tests {
         assert!(p.starts_with("local bucket_keys = 0\nlocal hot_flag_key = KEYS[4]\n"));
         assert!(p.contains("local lane_args = 2\nlocal version = ARGV[9]\nlocal shop = ARGV[10]\n"));
         assert!(p.ends_with("local max_wait_us = ARGV[17]\n"));
-    }
-
-    #[test]
-    fn the_constant_scripts_use_exactly_their_tables_positions() {
-        use crate::call::{HOT_SCAN, READ_LIMITS, RESET_STEP};
-        assert_positions_match(
-            "reset_step.lua",
-            RESET_STEP,
-            reset_step::keys::ALL,
-            reset_step::args::ALL,
-        );
-        assert_positions_match(
-            "read_limits.lua",
-            READ_LIMITS,
-            read_limits::keys::ALL,
-            read_limits::args::ALL,
-        );
-        assert_positions_match(
-            "hot_scan.lua",
-            HOT_SCAN,
-            hot_scan::keys::ALL,
-            hot_scan::args::ALL,
-        );
     }
 
     #[test]

@@ -624,7 +624,7 @@ mod tests {
     use crate::clock::{Clock, FakeClock};
 
     /// A test's instant: a fake clock's, so nothing here depends on the machine's time.
-    fn now_ns() -> u64 {
+    fn fake_now() -> u64 {
         FakeClock::new().monotonic_ns()
     }
 
@@ -639,7 +639,7 @@ mod tests {
     #[test]
     fn an_entry_says_when_tokens_may_and_must_be_back() {
         let k = key(b"{cg:t}:b:global", b"", 1000, 5000);
-        let now = now_ns();
+        let now = fake_now();
         // No token until now + 2 ms, then one every 1 ms; the reply took 0.3 ms.
         record(
             k,
@@ -680,7 +680,7 @@ mod tests {
     #[test]
     fn no_entry_outlives_its_time_after_the_reply_or_its_hot_mark() {
         let k = key(b"{cg:slow}:b:global", b"", 60_000_000, 60_000_000);
-        let now = now_ns();
+        let now = fake_now();
         record(k, entry(now, 60_000_000_000, 0), now, u64::MAX, now);
         assert!(lookup(k, now + MAX_LOCAL_DENIAL_NS - 1).is_some());
         assert_eq!(lookup(k, now + MAX_LOCAL_DENIAL_NS), None);
@@ -700,7 +700,7 @@ mod tests {
     fn instants_long_before_boot_are_representable() {
         // A bucket that refills in 10 years: its empty instant lies far before this
         // host booted, and must not be clamped to 0 (which would read as "empty").
-        let now = now_ns();
+        let now = fake_now();
         let ten_years = 10 * 365 * 86_400 * 1_000_000_000u64;
         let e = entry(now - ten_years, ten_years / 10, 0);
         assert_eq!(e.whole_tokens(now, 10), 10);
@@ -710,7 +710,7 @@ mod tests {
     #[test]
     fn an_older_reply_does_not_replace_what_a_newer_one_taught() {
         let k = key(b"{cg:merge}:b:global", b"", 1000, 5000);
-        let now = now_ns();
+        let now = fake_now();
         record(k, entry(now + 2_000_000, 1_000_000, 0), now, u64::MAX, now);
         // Knows of fewer tokens taken: ignored, and the first entry keeps its expiry.
         record(
@@ -751,7 +751,7 @@ mod tests {
     #[test]
     fn a_write_in_progress_reads_as_empty() {
         let k = key(b"{cg:seq}:b:global", b"", 1, 1);
-        let now = now_ns();
+        let now = fake_now();
         record(k, entry(now + 1_000_000, 1, 0), now, u64::MAX, now);
         let s = shared_entry(table().unwrap(), k);
         let published = s.seq.load(Ordering::Acquire);

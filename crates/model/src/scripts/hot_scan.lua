@@ -1,4 +1,4 @@
-local r = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', 1000)
+local r = redis.call('SCAN', cursor, 'MATCH', pattern, 'COUNT', 1000)
 local out = {r[1]}
 for _, k in ipairs(r[2]) do
   out[#out + 1] = k

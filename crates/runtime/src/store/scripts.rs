@@ -4,16 +4,18 @@
 
 use once_cell::sync::Lazy;
 
-use checkout_guard_model::call::{self, READ_LIMITS};
+use checkout_guard_model::call;
 use checkout_guard_model::DecideCall;
 
 /// The decision script.
 pub(super) static DECIDE: Lazy<redis::Script> =
     Lazy::new(|| redis::Script::new(&call::decide_source()));
 /// The live limits' version and hash, read together.
-pub(super) static READ: Lazy<redis::Script> = Lazy::new(|| redis::Script::new(READ_LIMITS));
+pub(super) static READ: Lazy<redis::Script> =
+    Lazy::new(|| redis::Script::new(&call::read_limits_source()));
 /// One step of a reset (SCAN + UNLINK inside Valkey).
-pub(super) static RESET: Lazy<redis::Script> = Lazy::new(|| redis::Script::new(call::RESET_STEP));
+pub(super) static RESET: Lazy<redis::Script> =
+    Lazy::new(|| redis::Script::new(&call::reset_step_source()));
 
 /// `call` on `script` (the production script, or a test's variant of it): KEYS and ARGV
 /// exactly as [`DecideCall`] encodes them.
