@@ -736,7 +736,7 @@ fn a_decimal_max_wait_is_honoured_to_the_microsecond() {
 
 // ---------------------------------------------------------------------------------------
 // Local denials in time, on the fake clock: checks that the PHP integration suite made by
-// sleeping (DecisionSeamsTest's cases 8 and 9, LocalDenialsTest's Valkey-down case), made
+// sleeping (formerly PHP integration cases with sleeps: LocalDenialsAgreeWithValkeyTest's and LocalDenialsTest's Valkey-down case), made
 // here exact to the microsecond. The PHP tests keep what the PHP surface adds.
 
 /// A local-denial limiter of global 100 (1000/s), hot lane 50 (500/s) and a slow hot-shop
@@ -988,7 +988,7 @@ fn a_local_denial_outlives_a_store_failure_by_at_most_250_ms() {
 
 /// More tokens than a live change left a bucket: the store denies with the full bucket's
 /// shortfall ("come back in 1 s"), and the local denials that follow say the same, at
-/// every instant, not counting down as if the tokens were coming (DecisionSeamsTest made
+/// every instant, not counting down as if the tokens were coming (a PHP integration test made
 /// this with 0.2 s sleeps).
 #[test]
 fn a_request_above_a_live_capacity_is_told_the_same_retry_after_every_time() {

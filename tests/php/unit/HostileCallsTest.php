@@ -4,7 +4,7 @@ declare(strict_types=1);
 namespace CheckoutGuard\Tests;
 
 /**
- * Every call the extension makes into PHP is hostile (src/hostile.rs): a measured
+ * Every call the extension makes into PHP is hostile (src/php_call.rs): a measured
  * callback, the status probes on what it returned or threw, the New Relic agent's
  * newrelic_record_custom_event(). Whatever they do (exit, die, a fatal error, a fiber
  * destroyed while suspended inside measure(), throw, return garbage) the process ends the
