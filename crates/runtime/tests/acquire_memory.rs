@@ -736,8 +736,8 @@ fn a_decimal_max_wait_is_honoured_to_the_microsecond() {
 
 // ---------------------------------------------------------------------------------------
 // Local denials in time, on the fake clock: checks that the PHP integration suite made by
-// sleeping (formerly PHP integration cases with sleeps: LocalDenialsAgreeWithValkeyTest's and LocalDenialsTest's Valkey-down case), made
-// here exact to the microsecond. The PHP tests keep what the PHP surface adds.
+// sleeping (LocalDenialsAgreeWithValkeyTest's cases, LocalDenialsTest's Valkey-down case),
+// made here exact to the microsecond. The PHP tests keep what the PHP surface adds.
 
 /// A local-denial limiter of global 100 (1000/s), hot lane 50 (500/s) and a slow hot-shop
 /// bucket of 2, on its own fake clock.
