@@ -12,41 +12,6 @@ use checkout_guard_model::{Defaults, LimiterOptions, Value};
 use checkout_guard_runtime::Limiter;
 use module_support::*;
 
-/// The 17 arguments: global 10 tokens at 5/s, `auto_hot` with a 1 s window.
-fn auto_hot_argv() -> Vec<Vec<u8>> {
-    [
-        "1",
-        "0",
-        "200000",
-        "2000000",
-        "0",
-        "0",
-        "0",
-        "0",
-        "",
-        "s",
-        "1000000",
-        "0.3",
-        "60",
-        "1",
-        "global=10/5",
-        "0",
-        "0",
-    ]
-    .iter()
-    .map(|s| s.as_bytes().to_vec())
-    .collect()
-}
-
-fn call(name: &str, k: &[Vec<u8>], a: &[Vec<u8>]) -> redis::Cmd {
-    let mut cmd = redis::cmd(name);
-    if name == "EVAL" {
-        cmd.arg(decide_source()).arg(7);
-    }
-    cmd.arg(k).arg(a);
-    cmd
-}
-
 /// ACL: a user allowed the 7 declared keys (the prefix `{cg:R}:ah:` exactly) and not the
 /// window keys `{cg:R}:ah:<n>`. The script's HMGET is refused (NOPERM), and so is
 /// `CG.DECIDE`, writing no window hash (`RM_OpenKey` checks no ACL: the module checks

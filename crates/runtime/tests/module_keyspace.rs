@@ -69,41 +69,6 @@ fn the_window_hash_expires_when_the_scripts_does() {
     assert_eq!(at - now_us / 1000, 2 * w / 1000 + 1000);
 }
 
-/// The 17 arguments: global 10 tokens at 5/s, `auto_hot` with a 1 s window.
-fn auto_hot_argv() -> Vec<Vec<u8>> {
-    [
-        "1",
-        "0",
-        "200000",
-        "2000000",
-        "0",
-        "0",
-        "0",
-        "0",
-        "",
-        "s",
-        "1000000",
-        "0.3",
-        "60",
-        "1",
-        "global=10/5",
-        "0",
-        "0",
-    ]
-    .iter()
-    .map(|s| s.as_bytes().to_vec())
-    .collect()
-}
-
-fn call(name: &str, k: &[Vec<u8>], a: &[Vec<u8>]) -> redis::Cmd {
-    let mut cmd = redis::cmd(name);
-    if name == "EVAL" {
-        cmd.arg(decide_source()).arg(7);
-    }
-    cmd.arg(k).arg(a);
-    cmd
-}
-
 /// Cluster mode: all 7 declared keys hash to one slot (the prefix `ah` has no hash tag;
 /// the other keys are tagged `{ah}`, so there is no CROSSSLOT), but the window key
 /// `ah<n>` hashes to another slot. The script is refused ("Script attempted to access

@@ -26,49 +26,60 @@ pub fn with_module_args(args: &[&str]) -> Valkey {
     Valkey::start_with(&all)
 }
 
-/// The 7 keys of a call for `shop` (prefix `{cg:R}:`).
+/// The 7 keys of a call for `shop` (prefix `{cg:R}:`), at their contract positions.
 pub fn keys(shop: &[u8]) -> Vec<Vec<u8>> {
-    let p = b"{cg:R}:".to_vec();
-    let k = |s: &[u8]| [p.as_slice(), s].concat();
-    vec![
-        k(b"b:global"),
-        k(b"b:lane"),
-        k(&[b"b:shop:".as_slice(), shop].concat()),
-        k(&[b"hot:".as_slice(), shop].concat()),
-        k(b"limits:v"),
-        k(b"ah:"),
-        k(b"settings"),
-    ]
+    use checkout_guard_model::contract::decide::keys as at;
+    let k = |s: &[u8]| [b"{cg:R}:".as_slice(), s].concat();
+    let mut out = vec![Vec::new(); at::LEN];
+    out[at::BUCKETS] = k(b"b:global");
+    out[at::BUCKETS + 1] = k(b"b:lane");
+    out[at::BUCKETS + 2] = k(&[b"b:shop:".as_slice(), shop].concat());
+    out[at::HOT_FLAG] = k(&[b"hot:".as_slice(), shop].concat());
+    out[at::LIMITS_VERSION] = k(b"limits:v");
+    out[at::AUTO_HOT_PREFIX] = k(b"ah:");
+    out[at::SETTINGS] = k(b"settings");
+    out
 }
 
-/// The 17 arguments: global 10 tokens at 5/s, no hot buckets, `auto` = (window µs, share,
-/// ttl s, min tokens).
+/// The 17 arguments, as raw bytes at their contract positions (tests send values the
+/// encoder would never produce): global 10 tokens at 5/s, no hot buckets, `auto` =
+/// (window µs, share, ttl s, min tokens).
 pub fn argv(
     shop: &[u8],
     tokens: i64,
     auto: (i64, &str, i64, i64),
     settings: &[u8],
 ) -> Vec<Vec<u8>> {
+    use checkout_guard_model::contract::decide::args as at;
     let s = |x: &str| x.as_bytes().to_vec();
-    vec![
-        s(&tokens.to_string()),
-        s("0"),
-        s("200000"),
-        s("2000000"),
-        s("0"),
-        s("0"),
-        s("0"),
-        s("0"),
-        s(""),
-        shop.to_vec(),
-        s(&auto.0.to_string()),
-        s(auto.1),
-        s(&auto.2.to_string()),
-        s(&auto.3.to_string()),
-        settings.to_vec(),
-        s("0"),
-        s("0"),
-    ]
+    let mut a = vec![s("0"); at::LEN];
+    a[at::TOKENS] = s(&tokens.to_string());
+    a[at::STATIC_HOT] = s("0");
+    a[at::LANES] = s("200000");
+    a[at::LANES + 1] = s("2000000");
+    a[at::VERSION] = s("");
+    a[at::SHOP] = shop.to_vec();
+    a[at::AUTO_HOT_WINDOW] = s(&auto.0.to_string());
+    a[at::AUTO_HOT_SHARE] = s(auto.1);
+    a[at::AUTO_HOT_TTL] = s(&auto.2.to_string());
+    a[at::AUTO_HOT_MIN_TOKENS] = s(&auto.3.to_string());
+    a[at::SETTINGS] = settings.to_vec();
+    a[at::PEEK] = s("0");
+    a[at::MAX_WAIT] = s("0");
+    a
+}
+
+/// The arguments of a call with `auto_hot` on a 1 s window for shop `s`.
+pub fn auto_hot_argv() -> Vec<Vec<u8>> {
+    argv(b"s", 1, (1_000_000, "0.3", 60, 1), b"global=10/5")
+}
+
+/// `EVAL` of the decision script or `CG.DECIDE`, by command name, on the production clock.
+pub fn call(name: &str, k: &[Vec<u8>], a: &[Vec<u8>]) -> redis::Cmd {
+    match name {
+        "EVAL" => script_cmd(k, a, None),
+        _ => module_cmd(k, a, None),
+    }
 }
 
 /// `CG.DECIDE` with these keys and arguments (and the test clock's time).
@@ -144,18 +155,21 @@ pub fn argv_full(
     settings: &[u8],
     peek: bool,
 ) -> Vec<Vec<u8>> {
+    use checkout_guard_model::bucket::Lane;
+    use checkout_guard_model::contract::decide::{self, args as at};
     let mut a = argv(shop, tokens, auto, settings);
+    let mut lane = |l: Lane, interval: &[u8], tolerance: &[u8]| {
+        a[decide::interval_arg(l)] = interval.to_vec();
+        a[decide::tolerance_arg(l)] = tolerance.to_vec();
+    };
     // Global: 100 tokens at 100/s, so the hot buckets decide.
-    a[2] = b"10000".to_vec();
-    a[3] = b"1000000".to_vec();
-    a[1] = if hot { b"1".to_vec() } else { b"0".to_vec() };
+    lane(Lane::Global, b"10000", b"1000000");
     if lanes {
-        a[4] = b"500000".to_vec();
-        a[5] = b"3000000".to_vec();
-        a[6] = b"1000000".to_vec();
-        a[7] = b"3000000".to_vec();
+        lane(Lane::HotLane, b"500000", b"3000000");
+        lane(Lane::HotShop, b"1000000", b"3000000");
     }
-    a[15] = if peek { b"1".to_vec() } else { b"0".to_vec() };
+    a[at::STATIC_HOT] = if hot { b"1".to_vec() } else { b"0".to_vec() };
+    a[at::PEEK] = if peek { b"1".to_vec() } else { b"0".to_vec() };
     a
 }
 
