@@ -7,7 +7,6 @@ mod common;
 #[allow(dead_code)]
 mod module_support;
 
-use checkout_guard_model::call::decide_source;
 use checkout_guard_model::{Defaults, LimiterOptions, Value};
 use checkout_guard_runtime::Limiter;
 use module_support::*;

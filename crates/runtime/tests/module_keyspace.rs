@@ -8,7 +8,6 @@ mod common;
 #[allow(dead_code)]
 mod module_support;
 
-use checkout_guard_model::call::decide_source;
 use common::{valkey_module, Valkey};
 use module_support::*;
 use std::time::{Duration, Instant};
