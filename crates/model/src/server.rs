@@ -312,6 +312,10 @@ pub fn decide_on(
     if call.peek {
         return Ok(ServerReply::new(&reply.to_ints()));
     }
+    // The stored settings as the script's MGET read them, before any write (a hand-built
+    // call whose settings key is a bucket's or the mark's compares what was stored, not
+    // what this call writes there).
+    let settings_stored = ks.read_string(kst, |v| v == Some(call.settings));
     let mut encoded = EncodedBucket::default();
     for (i, key) in bucket_keys.iter().enumerate() {
         if let (Some(b), true) = (next.buckets[i], next.buckets[i] != stored.buckets[i]) {
@@ -334,7 +338,7 @@ pub fn decide_on(
             ks.set_px(kf, b"auto", a.ttl_seconds * 1000);
         }
     }
-    if !ks.read_string(kst, |v| v == Some(call.settings)) {
+    if !settings_stored {
         ks.set_px(kst, call.settings, SETTINGS_TTL_SECONDS * 1000);
     }
     Ok(ServerReply::new(&reply.to_ints()))
