@@ -460,8 +460,8 @@ mod tests {
             window_s in proptest::prop_oneof![
                 proptest::strategy::Just(1.0f64),
                 proptest::strategy::Just(3600.0f64),
-                proptest::strategy::Just(1.000_000_000_1f64),
-                proptest::strategy::Just(3599.999_999_9f64),
+                proptest::strategy::Just(1.000_000_000_1_f64),
+                proptest::strategy::Just(3_599.999_999_9_f64),
                 1.0..=3600.0f64,
             ],
             share in proptest::prop_oneof![
