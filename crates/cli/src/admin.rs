@@ -575,6 +575,26 @@ mod tests {
             .contains("global"));
     }
 
+    /// The window `limiter status` reads counters in is the one the workers count in, to
+    /// the microsecond: the window µs a worker sends (`AutoHotArgs`) from the settings it
+    /// publishes. Before the one codec the CLI took `seconds * 1e6` truncated, 1 µs short
+    /// for 1.001 s or 1.0006 s (another window number: the counters shown were none).
+    #[test]
+    fn the_status_window_is_the_workers_to_the_microsecond() {
+        use checkout_guard_model::{AutoHot, AutoHotArgs, BucketSpec};
+        let global = BucketSet {
+            global: BucketSpec::new("global", 30, 30.0).unwrap(),
+            hot_lane: None,
+            hot_shop: None,
+        };
+        for seconds in [1.001, 1.0006, 1.003, 2.5, 10.0, 1234.567891, 3600.0] {
+            let a = AutoHot::new(std::time::Duration::from_secs_f64(seconds), 0.3, 300, 8).unwrap();
+            let sent: i64 = AutoHotArgs::new(Some(&a)).text()[0].parse().unwrap();
+            let text = live::PublishedSettings::encode(&global, Some(&a));
+            assert_eq!(auto_hot_window_us(&text), Some(sent), "{seconds} s: {text}");
+        }
+    }
+
     #[test]
     fn json_fields_are_read_from_compact_lines() {
         let line = r#"{"eventType":"RateLimitDecision","limiter":"p","reason":"hot_shop"}"#;

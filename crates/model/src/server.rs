@@ -312,6 +312,10 @@ pub fn decide_on(
     if call.peek {
         return Ok(ServerReply::new(&reply.to_ints()));
     }
+    // The stored settings as the script's MGET read them, before any write (a hand-built
+    // call whose settings key is a bucket's or the mark's compares what was stored, not
+    // what this call writes there).
+    let settings_stored = ks.read_string(kst, |v| v == Some(call.settings));
     let mut encoded = EncodedBucket::default();
     for (i, key) in bucket_keys.iter().enumerate() {
         if let (Some(b), true) = (next.buckets[i], next.buckets[i] != stored.buckets[i]) {
@@ -334,7 +338,7 @@ pub fn decide_on(
             ks.set_px(kf, b"auto", a.ttl_seconds * 1000);
         }
     }
-    if !ks.read_string(kst, |v| v == Some(call.settings)) {
+    if !settings_stored {
         ks.set_px(kst, call.settings, SETTINGS_TTL_SECONDS * 1000);
     }
     Ok(ServerReply::new(&reply.to_ints()))
@@ -444,6 +448,79 @@ mod tests {
             );
         }
         assert!(ReceivedCall::parse(&args[..23]).is_err());
+    }
+
+    proptest::proptest! {
+        /// Every `auto_hot` the options accept reaches the server as one its decoder
+        /// accepts, the same to the microsecond: the decoder validates what it reads
+        /// (the script does not), so an option it refused would make every decision of
+        /// that limiter an error on the module, and a decision on the script.
+        #[test]
+        fn every_auto_hot_the_options_accept_is_decoded_as_sent(
+            window_s in proptest::prop_oneof![
+                proptest::strategy::Just(1.0f64),
+                proptest::strategy::Just(3600.0f64),
+                proptest::strategy::Just(1.000_000_000_1_f64),
+                proptest::strategy::Just(3_599.999_999_9_f64),
+                1.0..=3600.0f64,
+            ],
+            share in proptest::prop_oneof![
+                proptest::strategy::Just(f64::MIN_POSITIVE),
+                proptest::strategy::Just(5e-324f64),
+                proptest::strategy::Just(1.0 - f64::EPSILON),
+                f64::MIN_POSITIVE..1.0f64,
+            ],
+            ttl in 1..=crate::MAX_TTL_SECONDS,
+            min_tokens in proptest::option::of(1..=1_000_000_000i64),
+            interval_us in 1..=10_000_000i64,
+        ) {
+            use crate::value::Value;
+            let mut auto = vec![
+                ("window_seconds".to_string(), Value::Float(window_s)),
+                ("share".into(), Value::Float(share)),
+                ("ttl_seconds".into(), Value::Int(ttl)),
+            ];
+            if let Some(m) = min_tokens {
+                auto.push(("min_tokens".into(), Value::Int(m)));
+            }
+            let v = Value::Map(vec![
+                ("name".into(), Value::Str(b"p".to_vec())),
+                // An exact rate (whole µs per token), up to the fastest allowed.
+                ("global".into(), crate::bucket_value(1000, 1e6 / interval_us as f64)),
+                ("auto_hot".into(), Value::Map(auto)),
+            ]);
+            let options =
+                crate::LimiterOptions::from_value(&v, &crate::Defaults::default()).unwrap();
+            let sent = options.auto_hot.expect("auto_hot on");
+            let keys = ShopKeys::new(&Keys::new("p"), b"s");
+            let (lanes, auto_args) = (LaneArgs::new(&options.buckets), AutoHotArgs::new(Some(&sent)));
+            let call = DecideCall {
+                keys: keys.decide_keys(),
+                tokens: 1,
+                static_hot: false,
+                lanes: &lanes,
+                version: b"",
+                shop: b"s",
+                auto_hot: &auto_args,
+                settings: "",
+                peek: false,
+                max_wait_us: 0,
+            };
+            let argv = call.argv();
+            let args: Vec<&[u8]> = call
+                .keys()
+                .into_iter()
+                .chain(argv.iter().map(|a| a.as_ref()))
+                .collect();
+            let got = ReceivedCall::parse(&args);
+            proptest::prop_assert!(got.is_ok(), "{:?} refused: {:?}", sent, got);
+            let got = got.unwrap().auto_hot.unwrap();
+            proptest::prop_assert_eq!(got.window.as_micros(), sent.window.as_micros());
+            proptest::prop_assert_eq!(
+                (got.share, got.ttl_seconds, got.min_tokens),
+                (sent.share, sent.ttl_seconds, sent.min_tokens)
+            );
+        }
     }
 
     /// A call whose `auto_hot` the options would refuse is refused, naming the part.

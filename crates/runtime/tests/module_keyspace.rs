@@ -203,3 +203,49 @@ fn a_window_key_aliasing_the_bucket_fails_like_the_script() {
         "CG.DECIDE answered {module:?}; the bucket now expires in {pttl} ms (written with an hour's slack)"
     );
 }
+
+/// A hand-built call whose settings key is one of its bucket keys (here the global
+/// bucket's): the script compares the stored settings as its `MGET` read them, before
+/// any write, so once they were published a call that writes the bucket leaves the bucket
+/// there; `CG.DECIDE` must decide as it does, call after call (the model read the
+/// settings after recording the bucket write, saw them differ and wrote them over the
+/// bucket, so the next call found no bucket: full again).
+#[test]
+fn a_settings_key_that_is_a_bucket_key_is_compared_as_the_script_read_it() {
+    let v = with_module(true);
+    let mut c = v.connection();
+    for alias in [0, 1, 2] {
+        let shop = b"s";
+        let mut k = keys(shop);
+        k[6] = k[alias].clone();
+        let a = argv_full(
+            shop,
+            1,
+            true,
+            true,
+            (0, "0", 0, 0),
+            b"global=100/100",
+            false,
+        );
+        let mut replies = Vec::new();
+        for (db, script) in [(0, true), (1, false)] {
+            redis::cmd("SELECT").arg(db).query::<()>(&mut c).unwrap();
+            redis::cmd("FLUSHDB").query::<()>(&mut c).unwrap();
+            let mut got = Vec::new();
+            for n in 0..4 {
+                let now = Some(NOW + n * 1000);
+                let cmd = match script {
+                    true => script_cmd(&k, &a, now),
+                    false => module_cmd(&k, &a, now),
+                };
+                got.push(cmd.query::<Vec<i64>>(&mut c).unwrap());
+            }
+            replies.push(got);
+        }
+        assert_eq!(
+            replies[1], replies[0],
+            "settings key = bucket key {alias}: module (left) against script (right)"
+        );
+        assert_eq!(state(&mut c, 1), state(&mut c, 0), "bucket key {alias}");
+    }
+}

@@ -4,8 +4,8 @@
 //! All or nothing: [`ValkeyKeys`] writes nothing while `decide_on` runs. Each write the
 //! decision asks for (`SET ... PXAT`, `HSET`, `PEXPIREAT`) is recorded, with its key name
 //! resolved, its value copied and its absolute expiry computed; reads later in the same
-//! decision see the recorded writes (the settings read after the buckets were set, where a
-//! hand-built call makes them one key). [`ValkeyKeys::apply`] then performs the journal
+//! decision would see the recorded writes (the model reads every key before its first
+//! write, as the script's `MGET` does, so none does today). [`ValkeyKeys::apply`] then performs the journal
 //! in order. So an error, or a panic anywhere in the model's code (parsing, the step,
 //! encoding, arithmetic), leaves the keys as they were: nothing is half-written. What runs
 //! while the journal is applied is this file's FFI calls only (no indexing, no arithmetic,
