@@ -3,16 +3,25 @@
 -- inputs are locals named by contract.rs's table (the prelude before this file).
 -- Cost (call.rs): every redis.call, C function call and table costs; none is spent on a
 -- lane that is not configured, and no table but the reply is built unless a bucket carries.
-local n = tonumber(tokens)
+-- The numbers DecideCall encodes are read by arithmetic (`x + 0`: Lua converts a numeric
+-- string as tonumber() does, without a function call); a value read from the store, which
+-- may be anything, by tonumber().
+local n = tokens + 0
 local hot = static_hot == '1'
 -- peek(): the same decision, nothing written.
 local peek = peek == '1'
 -- A reservation: tokens there within maxw µs are taken now (never more than a full bucket).
-local maxw = tonumber(max_wait_us)
--- Lane i's bucket is KEYS[bucket_keys + i]; its interval ARGV[lane_args + 2 * i - 1],
--- its tolerance the next.
-local v = redis.call('MGET', hot_flag_key, KEYS[bucket_keys + 1], KEYS[bucket_keys + 2], KEYS[bucket_keys + 3], version_key, settings_key)
-if (v[5] or '') ~= version then return {-1, 0} end
+local maxw = max_wait_us + 0
+-- Lane i's bucket is KEYS[bucket_keys + i], read into v[3 + i]; its interval
+-- ARGV[lane_args + 2 * i - 1], its tolerance the next. The hot lanes' buckets are read
+-- only when one of them is configured.
+local v
+if ARGV[lane_args + 3] + 0 > 0 or ARGV[lane_args + 5] + 0 > 0 then
+  v = redis.call('MGET', hot_flag_key, version_key, settings_key, KEYS[bucket_keys + 1], KEYS[bucket_keys + 2], KEYS[bucket_keys + 3])
+else
+  v = redis.call('MGET', hot_flag_key, version_key, settings_key, KEYS[bucket_keys + 1])
+end
+if (v[2] or '') ~= version then return {-1, 0} end
 local mark_ms = -2
 if not hot and v[1] then
   hot = true
@@ -33,12 +42,12 @@ local reason = 0
 local take_at = now
 for i = 1, last do
   local si = ARGV[lane_args + 2 * i - 1]
-  local interval = tonumber(si)
+  local interval = si + 0
   if interval > 0 then
     local st = ARGV[lane_args + 2 * i]
-    local tol = tonumber(st)
+    local tol = st + 0
     local x = now
-    local s = v[i + 1]
+    local s = v[3 + i]
     if s then
       local y, m = carry(s, si, st, interval, tol, now, change)
       if y then
@@ -59,7 +68,7 @@ end
 local w = 0
 local cur, c, p
 if reason == 0 then
-  w = tonumber(window_us)
+  w = window_us + 0
   if w > 0 then
     local win = math.floor(now / w)
     cur = window_prefix .. string.format('%d', win)
@@ -73,13 +82,15 @@ for i = 1, last do
     local si = ARGV[lane_args + 2 * i - 1]
     if reason == 0 then
       if x < take_at then x = take_at end
-      x = x + n * tonumber(si)
+      x = x + n * si
       r[3 + i] = x
     end
     -- The key lives until the bucket is full again: floor((x - now) / 1000) ms, by
     -- arithmetic (exact: x and now are integers below 2^53).
     local d = x - now
-    if not peek then redis.call('SET', KEYS[bucket_keys + i], string.format('%d:%s:%s:%s', x, si, ARGV[lane_args + 2 * i], change), 'PX', (d - d % 1000) / 1000 + slack_ms) end
+    -- %d: Lua's own number formatting keeps 14 digits only; the rest concatenated (cheaper
+    -- than more %s).
+    if not peek then redis.call('SET', KEYS[bucket_keys + i], string.format('%d', x) .. ':' .. si .. ':' .. ARGV[lane_args + 2 * i] .. ':' .. change, 'PX', (d - d % 1000) / 1000 + slack_ms) end
   end
 end
 r[1] = reason
@@ -94,11 +105,11 @@ if w > 0 and not peek then
   mine = mine + (tonumber(p[1]) or 0) * f
   all = all + (tonumber(p[2]) or 0) * f
   r[8] = math.floor(1000 * mine / all)
-  if not hot and mine >= tonumber(hot_min_tokens) and mine > tonumber(hot_share) * all then
+  if not hot and mine >= hot_min_tokens + 0 and mine > hot_share * all then
     redis.call('SET', hot_flag_key, 'auto', 'EX', hot_ttl_s)
     r[7] = 1
   end
 end
-if not peek and v[6] ~= settings then redis.call('SET', settings_key, settings, 'EX', 86400) end
+if not peek and v[3] ~= settings then redis.call('SET', settings_key, settings, 'EX', 86400) end
 if hot then r[2] = 1 end
 return r
