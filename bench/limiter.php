@@ -17,8 +17,9 @@
 //   *_unix       the same over Valkey's Unix socket
 // and per case Valkey's cost (commandstats µs per call of the top-level command, and
 // Valkey's CPU per decision from INFO cpu) and the client's CPU per decision.
-// Then the flood fast path (a hot shop flooded at 10x its cap, local denials on and off)
-// and accuracy at saturation (8 processes at 2x a bucket's rate).
+// Then the Lua engine's cost as a multiple of an empty script (lua_cost: best of several
+// rounds), the flood fast path (a hot shop flooded at 10x its cap, local denials on and
+// off) and accuracy at saturation (8 processes at 2x a bucket's rate).
 declare(strict_types=1);
 
 use CheckoutGuard\RateLimiter;
@@ -313,7 +314,7 @@ function script_floor(): array
 }
 
 $results = ['mode' => $mode, 'cases' => [], 'flood' => [], 'accuracy' => null, 'floor' => script_floor()];
-// BENCH_ONLY=flood or accuracy: that part alone (while working on it). BENCH_CASES=ping,acquire_module,...:
+// BENCH_ONLY=lua_cost, flood or accuracy: that part alone (while working on it). BENCH_CASES=ping,acquire_module,...:
 // those cases only (no flood, no accuracy run).
 $only = (string) getenv('BENCH_ONLY');
 if ((string) getenv('BENCH_CASES') !== '') {
@@ -456,6 +457,65 @@ function flood(bool $local, float $seconds): array
         'ordinary_requests' => $ordinary['n'],
         'ordinary_allowed' => $ordinary['allowed'],
     ];
+}
+
+/**
+ * The Lua engine's cost inside Valkey as a multiple of the empty script (issue 25): an empty
+ * script (`return 1` by EVALSHA, no KEYS or ARGV) and acquire() deciding by the script
+ * (engine lua) for the global bucket, a hot shop (global + hot_lane + hot_shop) and
+ * `auto_hot` (random shops, as acquire_auto_hot), in this Valkey, from this one process.
+ * Each case's cost is `INFO commandstats` EVALSHA µs per call over $calls calls; the cases
+ * run in turn, $rounds times, and the best round per case counts: on a machine shared with
+ * other load the best round is the least disturbed one, and all cases get the same chances.
+ */
+function lua_cost(int $rounds, int $calls): array
+{
+    global $limiter, $tcp, $always, $shops;
+    $r = admin();
+    $empty = $r->script('load', 'return 1');
+    $global = $limiter($tcp, 'lua-cost');
+    $hot = $limiter($tcp, 'lua-cost-hot', ['hot_lane' => $always, 'hot_shop' => $always, 'hot_shops' => ['flash']]);
+    $auto = $limiter($tcp, 'lua-cost-auto', ['auto_hot' => true]);
+    $ops = [
+        'empty' => static fn () => $r->evalSha($empty, [], 0),
+        'global' => static fn () => $global->acquire($shops()),
+        'hot' => static fn () => $hot->acquire('flash'),
+        'auto_hot' => static fn () => $auto->acquire($shops()),
+    ];
+    $seen = array_fill_keys(array_keys($ops), []);
+    foreach ($ops as $op) {
+        for ($i = 0; $i < 200; $i++) {
+            $op();
+        }
+    }
+    for ($round = 0; $round < $rounds; $round++) {
+        foreach ($ops as $name => $op) {
+            $r->rawCommand('CONFIG', 'RESETSTAT');
+            for ($i = 0; $i < $calls; $i++) {
+                $op();
+            }
+            [$n, $usec] = cmd_stat($r->info('commandstats'), 'evalsha');
+            $seen[$name][] = $usec / max(1, $n);
+        }
+    }
+    $best = array_map(static fn (array $v) => round(min($v), 2), $seen);
+    $out = ['rounds' => $rounds, 'calls' => $calls, 'best_us' => $best, 'median_us' => [], 'x_empty' => []];
+    foreach ($seen as $name => $v) {
+        sort($v);
+        $out['median_us'][$name] = round($v[intdiv(count($v), 2)], 2);
+        if ($name !== 'empty') {
+            $out['x_empty'][$name] = round($best[$name] / max(0.01, $best['empty']), 1);
+        }
+    }
+    return $out;
+}
+
+if ($only === '' || $only === 'lua_cost') {
+    $lc = $results['lua_cost'] = lua_cost($quick ? 7 : 15, $quick ? 1000 : 2000);
+    fprintf(STDERR, "lua cost (best of %d rounds of %d calls, EVALSHA us per call in Valkey): empty script %.2f us\n", $lc['rounds'], $lc['calls'], $lc['best_us']['empty']);
+    foreach ($lc['x_empty'] as $name => $x) {
+        fprintf(STDERR, "  %-9s %6.2f us = %5.1fx the empty script\n", $name, $lc['best_us'][$name], $x);
+    }
 }
 
 foreach ($only === '' || $only === 'flood' ? [true, false] : [] as $local) {

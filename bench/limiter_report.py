@@ -29,6 +29,14 @@ CASES = [
     ("module_by_hand_unix", "the same `CG.DECIDE` by hand, Unix socket"),
 ]
 
+# The Lua engine's cases (bench/limiter.php lua_cost) and their goals, as multiples of the
+# empty script (issue 25).
+LUA_GOALS = [
+    ("global", "global bucket", 9),
+    ("hot", "hot shop (global + hot_lane + hot_shop)", 13),
+    ("auto_hot", "global bucket, `auto_hot` on", 17),
+]
+
 
 def machine() -> str:
     model = "unknown CPU"
@@ -85,46 +93,53 @@ def main() -> None:
             out.append(f"| {label} | {n} | {c['p50_us']:.1f} | {c['p99_us']:.1f} | {c['per_second']:,} | {c['client_cpu_us']:.1f} | {c['valkey_cpu_us']:.1f} | {script} |")
 
     out += ["", "## Targets", "", "| target | measured (same run) | |", "| --- | --- | --- |"]
-    for n in procs:
-        p, acq, hand, sf = by[("ping", n)], by[("acquire", n)], by[("evalsha", n)], by[("symfony", n)]
-        r = acq["p50_us"] / p["p50_us"]
-        out.append(f"| acquire() p50 <= 1.15x PING p50 (N={n}) | {acq['p50_us']:.1f} / {p['p50_us']:.1f} µs = {r:.2f}x | {verdict(r <= 1.15)} |")
-        out.append(f"| acquire() no slower than the hand-written evalSha (N={n}) | {acq['p50_us']:.1f} vs {hand['p50_us']:.1f} µs ({acq['p50_us'] / hand['p50_us']:.2f}x) | {verdict(acq['p50_us'] <= hand['p50_us'] * 1.02)} |")
-        out.append(f"| acquire() >= 4x faster than Symfony RateLimiter (N={n}) | {sf['p50_us']:.1f} / {acq['p50_us']:.1f} µs = {sf['p50_us'] / acq['p50_us']:.1f}x | {verdict(sf['p50_us'] >= 4 * acq['p50_us'])} |")
-    one = by[("acquire", 1)]
-    hot = by[("acquire_hot", 1)]
-    out.append(f"| decision script <= 5 µs in Valkey | global {one['valkey_usec_per_call']:.1f} µs, hot shop {hot['valkey_usec_per_call']:.1f} µs per call | {verdict(one['valkey_usec_per_call'] <= 5)} |")
-    auto = by.get(("acquire_auto_hot", 1))
-    if auto:
-        extra = auto["valkey_usec_per_call"] - one["valkey_usec_per_call"]
-        out.append(f"| `auto_hot`: no extra request per acquire; its cost in Valkey | {auto['valkey_usec_per_call']:.1f} µs per call on vs {one['valkey_usec_per_call']:.1f} µs off (+{extra:.1f} µs); p50 {auto['p50_us']:.1f} vs {one['p50_us']:.1f} µs; {auto['valkey_calls_per_decision']} script calls per decision | {verdict(auto['valkey_calls_per_decision'] <= 1.01)} |")
-    mod, mod_hot = by.get(("acquire_module", 1)), by.get(("acquire_auto_hot_module", 1))
-    if mod and mod_hot and auto:
-        g, h = mod["valkey_usec_per_call"], mod_hot["valkey_usec_per_call"]
-        out.append(f"| native module: <= 1.5 µs in Valkey for the global bucket, 4x below the script | {g:.2f} µs vs the script's {one['valkey_usec_per_call']:.2f} µs ({one['valkey_usec_per_call'] / g:.1f}x) | {verdict(g <= 1.5 and one['valkey_usec_per_call'] >= 4 * g)} |")
-        out.append(f"| native module: <= 2.5 µs with `auto_hot`, 4x below the script | {h:.2f} µs vs the script's {auto['valkey_usec_per_call']:.2f} µs ({auto['valkey_usec_per_call'] / h:.1f}x) | {verdict(h <= 2.5 and auto['valkey_usec_per_call'] >= 4 * h)} |")
+    if ("acquire", 1) in by and ("symfony", 1) in by:
         for n in procs:
-            for suffix, over in (("", "TCP"), ("_unix", "Unix socket")):
-                p, m = by.get(("ping" + suffix, n)), by.get(("acquire_module" + suffix, n))
-                hand = by.get(("module_by_hand" + suffix, n))
-                if m and p:
-                    r = m["p50_us"] / p["p50_us"]
-                    floor = f"; the same command by hand {hand['p50_us']:.1f} µs ({hand['p50_us'] / p['p50_us']:.2f}x)" if hand else ""
-                    out.append(f"| native module: acquire() p50 <= 1.10x PING (N={n}, {over}) | {m['p50_us']:.1f} / {p['p50_us']:.1f} µs = {r:.2f}x{floor} | {verdict(r <= 1.10)} |")
-        n = max(procs)
-        p, m = by.get(("ping", n)), by.get(("acquire_module", n))
-        if m and p:
-            r = m["per_second"] / p["per_second"]
-            out.append(f"| native module: decisions/s >= 0.9x PING's (N={n}) | {m['per_second']:,} / {p['per_second']:,} = {r:.2f}x | {verdict(r >= 0.9)} |")
-    fl = {f["local_denials"]: f for f in res["flood"]}
-    on, off = fl[True], fl[False]
-    out.append(f"| flood: <= 0.05 round trips per denied acquire | {on['round_trips_per_denied']} (off: {off['round_trips_per_denied']}) | {verdict(on['round_trips_per_denied'] <= 0.05)} |")
-    out.append(f"| flood: denied acquire p50 < 5 µs | {on['denied_p50_us']} µs in the flood, {on['back_to_back_p50_us']} µs back to back (off: {off['denied_p50_us']} µs); md5('abc') after the same sleeps: {on['cold_md5_p50_us']} µs | {verdict(on['denied_p50_us'] < 5)} |")
-    exact = on["admitted"] <= on["admitted_limit"] and on["admitted"] >= 0.99 * on["admitted_limit"]
-    out.append(f"| flood: admitted rate exactly the cap | {on['admitted']} admitted, capacity + cap*t = {on['admitted_limit']:.0f} ({on['admitted_per_second']}/s vs {on['cap_per_second']:.0f}/s) | {verdict(exact)} |")
-    out.append(f"| flood: ordinary shops unaffected | {on['ordinary_allowed']}/{on['ordinary_requests']} allowed | {verdict(on['ordinary_allowed'] == on['ordinary_requests'])} |")
-    acc = res["accuracy"]
-    out.append(f"| accuracy: 8 processes at 2x for {acc['seconds']:.1f} s, within 1% of capacity + rate*t, never above | {acc['admitted']} of {acc['limit']:.0f} ({100 * acc['ratio']:.2f}%) | {verdict(0.99 <= acc['ratio'] <= 1.0)} |")
+            p, acq, hand, sf = by[("ping", n)], by[("acquire", n)], by[("evalsha", n)], by[("symfony", n)]
+            r = acq["p50_us"] / p["p50_us"]
+            out.append(f"| acquire() p50 <= 1.15x PING p50 (N={n}) | {acq['p50_us']:.1f} / {p['p50_us']:.1f} µs = {r:.2f}x | {verdict(r <= 1.15)} |")
+            out.append(f"| acquire() no slower than the hand-written evalSha (N={n}) | {acq['p50_us']:.1f} vs {hand['p50_us']:.1f} µs ({acq['p50_us'] / hand['p50_us']:.2f}x) | {verdict(acq['p50_us'] <= hand['p50_us'] * 1.02)} |")
+            out.append(f"| acquire() >= 4x faster than Symfony RateLimiter (N={n}) | {sf['p50_us']:.1f} / {acq['p50_us']:.1f} µs = {sf['p50_us'] / acq['p50_us']:.1f}x | {verdict(sf['p50_us'] >= 4 * acq['p50_us'])} |")
+        one = by[("acquire", 1)]
+        hot = by[("acquire_hot", 1)]
+        out.append(f"| decision script <= 5 µs in Valkey | global {one['valkey_usec_per_call']:.1f} µs, hot shop {hot['valkey_usec_per_call']:.1f} µs per call | {verdict(one['valkey_usec_per_call'] <= 5)} |")
+        auto = by.get(("acquire_auto_hot", 1))
+        if auto:
+            extra = auto["valkey_usec_per_call"] - one["valkey_usec_per_call"]
+            out.append(f"| `auto_hot`: no extra request per acquire; its cost in Valkey | {auto['valkey_usec_per_call']:.1f} µs per call on vs {one['valkey_usec_per_call']:.1f} µs off (+{extra:.1f} µs); p50 {auto['p50_us']:.1f} vs {one['p50_us']:.1f} µs; {auto['valkey_calls_per_decision']} script calls per decision | {verdict(auto['valkey_calls_per_decision'] <= 1.01)} |")
+        mod, mod_hot = by.get(("acquire_module", 1)), by.get(("acquire_auto_hot_module", 1))
+        if mod and mod_hot and auto:
+            g, h = mod["valkey_usec_per_call"], mod_hot["valkey_usec_per_call"]
+            out.append(f"| native module: <= 1.5 µs in Valkey for the global bucket, 4x below the script | {g:.2f} µs vs the script's {one['valkey_usec_per_call']:.2f} µs ({one['valkey_usec_per_call'] / g:.1f}x) | {verdict(g <= 1.5 and one['valkey_usec_per_call'] >= 4 * g)} |")
+            out.append(f"| native module: <= 2.5 µs with `auto_hot`, 4x below the script | {h:.2f} µs vs the script's {auto['valkey_usec_per_call']:.2f} µs ({auto['valkey_usec_per_call'] / h:.1f}x) | {verdict(h <= 2.5 and auto['valkey_usec_per_call'] >= 4 * h)} |")
+            for n in procs:
+                for suffix, over in (("", "TCP"), ("_unix", "Unix socket")):
+                    p, m = by.get(("ping" + suffix, n)), by.get(("acquire_module" + suffix, n))
+                    hand = by.get(("module_by_hand" + suffix, n))
+                    if m and p:
+                        r = m["p50_us"] / p["p50_us"]
+                        floor = f"; the same command by hand {hand['p50_us']:.1f} µs ({hand['p50_us'] / p['p50_us']:.2f}x)" if hand else ""
+                        out.append(f"| native module: acquire() p50 <= 1.10x PING (N={n}, {over}) | {m['p50_us']:.1f} / {p['p50_us']:.1f} µs = {r:.2f}x{floor} | {verdict(r <= 1.10)} |")
+            n = max(procs)
+            p, m = by.get(("ping", n)), by.get(("acquire_module", n))
+            if m and p:
+                r = m["per_second"] / p["per_second"]
+                out.append(f"| native module: decisions/s >= 0.9x PING's (N={n}) | {m['per_second']:,} / {p['per_second']:,} = {r:.2f}x | {verdict(r >= 0.9)} |")
+    if res.get("lua_cost"):
+        lc = res["lua_cost"]
+        for name, label, goal in LUA_GOALS:
+            out.append(f"| Lua engine, {label}: <= {goal}x the empty script in Valkey | {lc['best_us'][name]:.2f} / {lc['best_us']['empty']:.2f} µs = {lc['x_empty'][name]:.1f}x (best of {lc['rounds']} rounds) | {verdict(lc['x_empty'][name] <= goal)} |")
+    if res.get("flood"):
+        fl = {f["local_denials"]: f for f in res["flood"]}
+        on, off = fl[True], fl[False]
+        out.append(f"| flood: <= 0.05 round trips per denied acquire | {on['round_trips_per_denied']} (off: {off['round_trips_per_denied']}) | {verdict(on['round_trips_per_denied'] <= 0.05)} |")
+        out.append(f"| flood: denied acquire p50 < 5 µs | {on['denied_p50_us']} µs in the flood, {on['back_to_back_p50_us']} µs back to back (off: {off['denied_p50_us']} µs); md5('abc') after the same sleeps: {on['cold_md5_p50_us']} µs | {verdict(on['denied_p50_us'] < 5)} |")
+        exact = on["admitted"] <= on["admitted_limit"] and on["admitted"] >= 0.99 * on["admitted_limit"]
+        out.append(f"| flood: admitted rate exactly the cap | {on['admitted']} admitted, capacity + cap*t = {on['admitted_limit']:.0f} ({on['admitted_per_second']}/s vs {on['cap_per_second']:.0f}/s) | {verdict(exact)} |")
+        out.append(f"| flood: ordinary shops unaffected | {on['ordinary_allowed']}/{on['ordinary_requests']} allowed | {verdict(on['ordinary_allowed'] == on['ordinary_requests'])} |")
+    if res.get("accuracy"):
+        acc = res["accuracy"]
+        out.append(f"| accuracy: 8 processes at 2x for {acc['seconds']:.1f} s, within 1% of capacity + rate*t, never above | {acc['admitted']} of {acc['limit']:.0f} ({100 * acc['ratio']:.2f}%) | {verdict(0.99 <= acc['ratio'] <= 1.0)} |")
 
     fl0 = res.get("floor")
     if fl0:
@@ -134,18 +149,31 @@ def main() -> None:
                 f"`SET ... PX` sent as a command {fl0['set_px_command_us']} µs. The decision script needs `TIME`, one "
                 "`MGET` and, when it admits, one `SET ... PX` per bucket, so on this machine it cannot come "
                 "near 5 µs; the rest is the Lua around these calls."]
-    out += ["", "## Flood fast path (`checkout_guard.local_denials`)", "",
-            "A hot shop (cap 50/s, capacity 10) flooded at 10x its cap by 4 processes (random",
-            "arrivals), while a fifth buys at ordinary shops (100/s). Round trips per denied acquire:",
-            "EVALSHA calls less one per admitted and one per ordinary request, over denied acquires.",
-            "Limit: capacity + cap * t, t from the first request sent to the last answer. Back to",
-            "back: the same denial repeated in a tight loop (warm caches). Cold md5: `md5('abc')`",
-            "timed after the 8 ms sleeps the flood's processes take between requests, i.e. what any",
-            "PHP call costs on this machine once its caches went cold.", "",
-            "| local_denials | offered/s | admitted (limit) | admitted/s | denied | round trips per denied | denied p50 µs | denied p99 µs | back to back p50 µs | cold md5 p50 µs | ordinary allowed |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for f in (on, off):
-        out.append(f"| {'on' if f['local_denials'] else 'off'} | {f['offered_per_second']} | {f['admitted']} ({f['admitted_limit']:.0f}) | {f['admitted_per_second']} | {f['denied']} | {f['round_trips_per_denied']} | {f['denied_p50_us']} | {f['denied_p99_us']} | {f['back_to_back_p50_us']} | {f['cold_md5_p50_us']} | {f['ordinary_allowed']}/{f['ordinary_requests']} |")
+    if res.get("lua_cost"):
+        lc = res["lua_cost"]
+        out += ["", "## The Lua engine as a multiple of the empty script", "",
+                "Same run, same Valkey, one process: `INFO commandstats` EVALSHA µs per call of an empty script "
+                "(`return 1`, no KEYS or ARGV) and of acquire() deciding by the script (engine `lua`), "
+                f"{lc['calls']} calls per round, the cases in turn for {lc['rounds']} rounds, the best round per "
+                "case (the one least disturbed by other load). Managed services allow no module: this is "
+                "the cost of a decision there.", "",
+                "| case | best µs | median µs | x the empty script |", "| --- | --- | --- | --- |",
+                f"| empty script | {lc['best_us']['empty']:.2f} | {lc['median_us']['empty']:.2f} | 1 |"]
+        for name, label, _ in LUA_GOALS:
+            out.append(f"| {label} | {lc['best_us'][name]:.2f} | {lc['median_us'][name]:.2f} | {lc['x_empty'][name]:.1f} |")
+    if res.get("flood"):
+        out += ["", "## Flood fast path (`checkout_guard.local_denials`)", "",
+                "A hot shop (cap 50/s, capacity 10) flooded at 10x its cap by 4 processes (random",
+                "arrivals), while a fifth buys at ordinary shops (100/s). Round trips per denied acquire:",
+                "EVALSHA calls less one per admitted and one per ordinary request, over denied acquires.",
+                "Limit: capacity + cap * t, t from the first request sent to the last answer. Back to",
+                "back: the same denial repeated in a tight loop (warm caches). Cold md5: `md5('abc')`",
+                "timed after the 8 ms sleeps the flood's processes take between requests, i.e. what any",
+                "PHP call costs on this machine once its caches went cold.", "",
+                "| local_denials | offered/s | admitted (limit) | admitted/s | denied | round trips per denied | denied p50 µs | denied p99 µs | back to back p50 µs | cold md5 p50 µs | ordinary allowed |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for f in (on, off):
+            out.append(f"| {'on' if f['local_denials'] else 'off'} | {f['offered_per_second']} | {f['admitted']} ({f['admitted_limit']:.0f}) | {f['admitted_per_second']} | {f['denied']} | {f['round_trips_per_denied']} | {f['denied_p50_us']} | {f['denied_p99_us']} | {f['back_to_back_p50_us']} | {f['cold_md5_p50_us']} | {f['ordinary_allowed']}/{f['ordinary_requests']} |")
     print("\n".join(out) + "\n")
 
 

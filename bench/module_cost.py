@@ -8,10 +8,18 @@ it never reaches (so that it writes on every call, as the decisions here do).
 Each case is sent `--calls` times in pipelines of 100 (`--pipeline`) over a Unix socket; its cost is
 Valkey's own `usec_per_call` from `INFO commandstats` (the command's execution, without
 reading or parsing the request), reset before each case. The cases run in turn, `--rounds`
-times, and the median per case is printed: on a busy machine compare only within a run.
+times, and the median and the best round per case are printed: on a busy machine compare
+only within a run. `script_empty` (`return 1` by EVALSHA, no KEYS or ARGV) is the floor of
+any script in this Valkey: the script's cases are also printed as multiples of it (best
+round against best round: the one least disturbed by other load on a shared machine).
 
   .venv/bin/python bench/module_cost.py --module target/release/libcheckout_guard_valkey.so \
-      [--redis-cell /path/libredis_cell.so] [--calls 50000] [--rounds 5] [--json OUT]
+      [--redis-cell /path/libredis_cell.so] [--calls 50000] [--rounds 5] [--json OUT] \
+      [--cases script_empty,script_global,...] [--script NEW.lua] [--baseline OLD.lua]
+
+`--script` runs another decision script instead of the CLI's, `--baseline` one more beside
+it (cases `base_*`): a change to the script measured against the script before it, in the
+same Valkey and the same rounds.
 
 The calls are encoded as the extension encodes them for bench/limiter.php's limiters
 (global bucket 1,000,000 tokens at 1,000,000/s, so every decision takes a token and
@@ -106,6 +114,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--pipeline", type=int, default=100, help="commands per round trip (1: one at a time, as acquire() sends them)")
     ap.add_argument("--cases", help="comma-separated case names (default: all)")
+    ap.add_argument("--script", help="a decision script's source file instead of the CLI's (to try a change)")
+    ap.add_argument("--baseline", help="another decision script's source file: its cases (base_*) run beside the script's, in the same rounds")
     ap.add_argument("--json")
     a = ap.parse_args()
 
@@ -122,12 +132,15 @@ def main() -> None:
                 sys.exit("valkey-server did not start (module loads?)")
             time.sleep(0.01)
         r = valkey.Valkey(unix_socket_path=sock)
-        sha = r.script_load(decide_script())
+        sha = r.script_load(open(a.script).read() if a.script else decide_script())
+        empty = r.script_load("return 1")
         shop = lambda: "shop-%d" % random.randint(1, 1000)
         cases = {
             "ping": (lambda: ["PING"], "ping"),
             "get": (lambda: ["GET", "{cg:floor}:k"], "get"),
             "set_px": (lambda: ["SET", "{cg:floor}:k", "1796036012345678", "PX", "1000"], "set"),
+            # The floor of any script in this Valkey: the unit of the script cases' multiples.
+            "script_empty": (lambda: ["EVALSHA", empty, "0"], "evalsha"),
             "module_global": (lambda: ["CG.DECIDE"] + decide_args("m", shop()), "cg.decide"),
             "script_global": (lambda: ["EVALSHA", sha, "7"] + decide_args("s", shop()), "evalsha"),
             "module_hot": (lambda: ["CG.DECIDE"] + decide_args("mh", "flash", hot=True), "cg.decide"),
@@ -135,6 +148,11 @@ def main() -> None:
             "module_auto_hot": (lambda: ["CG.DECIDE"] + decide_args("ma", shop(), auto_hot=True), "cg.decide"),
             "script_auto_hot": (lambda: ["EVALSHA", sha, "7"] + decide_args("sa", shop(), auto_hot=True), "evalsha"),
         }
+        if a.baseline:
+            base = r.script_load(open(a.baseline).read())
+            cases["base_global"] = (lambda: ["EVALSHA", base, "7"] + decide_args("bs", shop()), "evalsha")
+            cases["base_hot"] = (lambda: ["EVALSHA", base, "7"] + decide_args("bsh", "flash", hot=True), "evalsha")
+            cases["base_auto_hot"] = (lambda: ["EVALSHA", base, "7"] + decide_args("bsa", shop(), auto_hot=True), "evalsha")
         if a.redis_cell:
             # The command as redis-cell's README gives it: after its burst of 16, denials
             # (nothing written). And one that admits every call (writes every call, as the
@@ -149,14 +167,22 @@ def main() -> None:
             for name, (make, command) in cases.items():
                 seen[name].append(run(r, a.calls, make, command, a.pipeline))
         medians = {name: round(statistics.median(v), 3) for name, v in seen.items()}
+        best = {name: round(min(v), 3) for name, v in seen.items()}
         for name, v in seen.items():
-            print("%-16s median %6.2f us/call   rounds %s" % (name, medians[name], " ".join("%.2f" % x for x in v)))
+            print("%-16s median %6.2f us/call   best %6.2f   rounds %s" % (name, medians[name], best[name], " ".join("%.2f" % x for x in v)))
+        # The script's cases as multiples of the empty script, best round against best round
+        # (on a shared machine the best round is the one least disturbed by other load).
+        if "script_empty" in best:
+            for kind in ("base", "script"):
+                for case in [c for c in ("global", "hot", "auto_hot") if kind + "_" + c in best]:
+                    t = best[kind + "_" + case]
+                    print("%-18s %6.2f us = %5.1fx the empty script (%.2f us), best of %d rounds" % (kind + "_" + case, t, t / best["script_empty"], best["script_empty"], a.rounds))
         for case in [c for c in ("global", "hot", "auto_hot") if "module_" + c in medians and "script_" + c in medians]:
             m, s = medians["module_" + case], medians["script_" + case]
             print("%-9s module %.2f us, script %.2f us: %.1fx less" % (case, m, s, s / m))
         if a.json:
             with open(a.json, "w") as f:
-                json.dump({"calls": a.calls, "rounds": a.rounds, "module": a.module, "redis_cell": a.redis_cell or None, "rounds_us": seen, "median_us": medians}, f, indent=2)
+                json.dump({"calls": a.calls, "rounds": a.rounds, "module": a.module, "redis_cell": a.redis_cell or None, "rounds_us": seen, "median_us": medians, "best_us": best}, f, indent=2)
     finally:
         server.terminate()
         server.wait()

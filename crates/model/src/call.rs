@@ -30,10 +30,14 @@
 //! done before the first write, so an error leaves the store as it was.
 //!
 //! Cost inside Valkey is mostly the number of `redis.call`s (each crosses from Lua into
-//! the command table): TIME, one MGET for the hot flag, every bucket, the version and the
-//! settings, a PTTL for a shop hot by a mark, and one SET per applied bucket only when
-//! tokens are taken; with auto-hot, two HMGET and one HSET more when tokens are taken (and
-//! a PEXPIRE once per window). TATs are written with `string.format('%d')`: Lua's own
+//! the command table): TIME, one MGET for the hot flag, the version, the settings and the
+//! buckets (the hot lanes' only when one is configured), a PTTL for a shop hot by a mark,
+//! and one SET per applied bucket only when tokens are taken; with auto-hot, two HMGET and
+//! one HSET more when tokens are taken (and a PEXPIRE once per window). Then C function
+//! calls and tables: the numbers this encoder writes are read by arithmetic (`x + 0`), no
+//! table is built but the reply unless a bucket carries over, and a bucket stored under
+//! the call's own limits skips the carry arithmetic (docs/performance.md has the cost as a
+//! multiple of an empty script). TATs are written with `string.format('%d')`: Lua's own
 //! number formatting keeps 14 digits only.
 
 use std::borrow::Cow;

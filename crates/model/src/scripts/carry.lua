@@ -10,6 +10,13 @@ local function carry(s, si, st, interval, tol, now, change)
     if a and tonumber(a) <= big then return tonumber(a), false end
     return nil, false
   end
+  -- Written under these very limits (the common case): no carry, two tonumber() fewer;
+  -- the checks below, as they fall when oi, ot read as interval, tol.
+  if oi == si and ot == st then
+    local x = tonumber(a)
+    if x > big or interval > big or tol > big or interval < 1 or (w ~= '' and tonumber(w) > big) then return nil, false end
+    return x, false
+  end
   local x, i, o = tonumber(a), tonumber(oi), tonumber(ot)
   if x > big or i > big or o > big or i < 1 or (w ~= '' and tonumber(w) > big) then return nil, false end
   if i == interval and o == tol then return x, false end

@@ -1,16 +1,27 @@
 -- One decision, atomically: the Lua twin of step() (step.rs). KEYS/ARGV are built by
 -- DecideCall only, and the reply is read by StepReply: see call.rs for the contract. The
 -- inputs are locals named by contract.rs's table (the prelude before this file).
-local n = tonumber(tokens)
+-- Cost (call.rs): every redis.call, C function call and table costs; none is spent on a
+-- lane that is not configured, and no table but the reply is built unless a bucket carries.
+-- The numbers DecideCall encodes are read by arithmetic (`x + 0`: Lua converts a numeric
+-- string as tonumber() does, without a function call); a value read from the store, which
+-- may be anything, by tonumber().
+local n = tokens + 0
 local hot = static_hot == '1'
 -- peek(): the same decision, nothing written.
 local peek = peek == '1'
 -- A reservation: tokens there within maxw µs are taken now (never more than a full bucket).
-local maxw = tonumber(max_wait_us)
--- Lane i's bucket is KEYS[bucket_keys + i]; its interval ARGV[lane_args + 2 * i - 1],
--- its tolerance the next.
-local v = redis.call('MGET', hot_flag_key, KEYS[bucket_keys + 1], KEYS[bucket_keys + 2], KEYS[bucket_keys + 3], version_key, settings_key)
-if (v[5] or '') ~= version then return {-1, 0} end
+local maxw = max_wait_us + 0
+-- Lane i's bucket is KEYS[bucket_keys + i], read into v[3 + i]; its interval
+-- ARGV[lane_args + 2 * i - 1], its tolerance the next. The hot lanes' buckets are read
+-- only when one of them is configured.
+local v
+if ARGV[lane_args + 3] + 0 > 0 or ARGV[lane_args + 5] + 0 > 0 then
+  v = redis.call('MGET', hot_flag_key, version_key, settings_key, KEYS[bucket_keys + 1], KEYS[bucket_keys + 2], KEYS[bucket_keys + 3])
+else
+  v = redis.call('MGET', hot_flag_key, version_key, settings_key, KEYS[bucket_keys + 1])
+end
+if (v[2] or '') ~= version then return {-1, 0} end
 local mark_ms = -2
 if not hot and v[1] then
   hot = true
@@ -18,32 +29,46 @@ if not hot and v[1] then
 end
 local last = 1
 if hot then last = 3 end
-local change = string.match(version, '^%d+%-%w+%-(%d+)$') or ''
-local tat = {-1, -1, -1}
-local moved = {false, false, false}
+local change = ''
+if version ~= '' then change = string.match(version, '^%d+%-%w+%-(%d+)$') or '' end
+-- The reply, built once: lane i's TAT is r[3 + i] (-1: not configured).
+local r = {0, 0, now, -1, -1, -1, 0, 0, mark_ms}
+-- The lanes carried over from other limits (written back even when denied): a table only
+-- when one is.
+local moved
 local reason = 0
+-- Every bucket takes the tokens as of the instant the slowest one holds them (now, or a
+-- reservation's wake-up): see step_auto_hot.
+local take_at = now
 for i = 1, last do
   local si = ARGV[lane_args + 2 * i - 1]
-  local interval = tonumber(si)
+  local interval = si + 0
   if interval > 0 then
     local st = ARGV[lane_args + 2 * i]
-    local tol = tonumber(st)
+    local tol = st + 0
     local x = now
-    local s = v[i + 1]
+    local s = v[3 + i]
     if s then
       local y, m = carry(s, si, st, interval, tol, now, change)
-      if y then x, moved[i] = y, m end
-      if x < now then x = now end
+      if y then
+        if m then
+          moved = moved or {}
+          moved[i] = true
+        end
+        if y > now then x = y end
+      end
     end
-    tat[i] = x
-    if reason == 0 and (n * interval > tol or x + n * interval - now > tol + maxw) then reason = i end
+    r[3 + i] = x
+    local need = n * interval
+    if reason == 0 and (need > tol or x + need - now > tol + maxw) then reason = i end
+    local at = x + need - tol
+    if at > take_at then take_at = at end
   end
 end
-local became, share = 0, 0
 local w = 0
 local cur, c, p
 if reason == 0 then
-  w = tonumber(window_us)
+  w = window_us + 0
   if w > 0 then
     local win = math.floor(now / w)
     cur = window_prefix .. string.format('%d', win)
@@ -51,27 +76,24 @@ if reason == 0 then
     p = redis.call('HMGET', window_prefix .. string.format('%d', win - 1), shop, '')
   end
 end
--- Every bucket takes the tokens as of the instant the slowest one holds them (now, or a
--- reservation's wake-up): see step_auto_hot.
-local take_at = now
-if reason == 0 then
-  for i = 1, last do
-    if tat[i] >= 0 then
-      local v = tat[i] + n * tonumber(ARGV[lane_args + 2 * i - 1]) - tonumber(ARGV[lane_args + 2 * i])
-      if v > take_at then take_at = v end
-    end
-  end
-end
 for i = 1, last do
-  if tat[i] >= 0 and (reason == 0 or moved[i]) then
-    local si, st = ARGV[lane_args + 2 * i - 1], ARGV[lane_args + 2 * i]
+  local x = r[3 + i]
+  if x >= 0 and (reason == 0 or (moved and moved[i])) then
+    local si = ARGV[lane_args + 2 * i - 1]
     if reason == 0 then
-      if tat[i] < take_at then tat[i] = take_at end
-      tat[i] = tat[i] + n * tonumber(si)
+      if x < take_at then x = take_at end
+      x = x + n * si
+      r[3 + i] = x
     end
-    if not peek then redis.call('SET', KEYS[bucket_keys + i], string.format('%d:%s:%s:%s', tat[i], si, st, change), 'PX', math.floor((tat[i] - now) / 1000) + slack_ms) end
+    -- The key lives until the bucket is full again: floor((x - now) / 1000) ms, by
+    -- arithmetic (exact: x and now are integers below 2^53).
+    local d = x - now
+    -- %d: Lua's own number formatting keeps 14 digits only; the rest concatenated (cheaper
+    -- than more %s).
+    if not peek then redis.call('SET', KEYS[bucket_keys + i], string.format('%d', x) .. ':' .. si .. ':' .. ARGV[lane_args + 2 * i] .. ':' .. change, 'PX', (d - d % 1000) / 1000 + slack_ms) end
   end
 end
+r[1] = reason
 -- A peek reads the window (it fails where acquire() would) but counts nothing.
 if w > 0 and not peek then
   local all0 = tonumber(c[2]) or 0
@@ -82,12 +104,12 @@ if w > 0 and not peek then
   local f = 1 - (now % w) / w
   mine = mine + (tonumber(p[1]) or 0) * f
   all = all + (tonumber(p[2]) or 0) * f
-  share = math.floor(1000 * mine / all)
-  if not hot and mine >= tonumber(hot_min_tokens) and mine > tonumber(hot_share) * all then
+  r[8] = math.floor(1000 * mine / all)
+  if not hot and mine >= hot_min_tokens + 0 and mine > hot_share * all then
     redis.call('SET', hot_flag_key, 'auto', 'EX', hot_ttl_s)
-    became = 1
+    r[7] = 1
   end
 end
-if not peek and v[6] ~= settings then redis.call('SET', settings_key, settings, 'EX', 86400) end
-if hot then hot = 1 else hot = 0 end
-return {reason, hot, now, tat[1], tat[2], tat[3], became, share, mark_ms}
+if not peek and v[3] ~= settings then redis.call('SET', settings_key, settings, 'EX', 86400) end
+if hot then r[2] = 1 end
+return r
