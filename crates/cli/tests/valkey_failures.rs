@@ -65,8 +65,9 @@ fn run(args: &[&str]) -> (i32, String, Duration) {
 
 /// A Valkey that accepts connections and never answers (frozen, or a proxy whose backend
 /// is gone): the command fails with exit 2 and names the endpoint (password masked)
-/// within a small multiple of its timeout, instead of hanging. Every connection is
-/// accepted and held, so each of the command's attempts costs its timeout.
+/// within a small multiple of its timeout, instead of hanging, and says it timed out.
+/// Every connection is accepted and held, so each of the command's attempts costs its
+/// timeout.
 #[test]
 fn a_server_that_never_answers_fails_the_command_within_its_timeout() {
     let (port, _server) = server(|l| {
@@ -98,6 +99,9 @@ fn a_server_that_never_answers_fails_the_command_within_its_timeout() {
         );
         assert!(!err.contains("hunter2"), "{err}");
         assert!(took < Duration::from_secs(3), "{args:?} took {took:?}");
+        // Says it timed out, and after how long, as the worker's health() does (the OS
+        // says "Resource temporarily unavailable").
+        assert!(err.contains("timed out after 200 ms"), "{args:?}: {err}");
     }
 }
 
