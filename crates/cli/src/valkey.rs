@@ -7,7 +7,7 @@
 use std::cell::RefCell;
 use std::time::Duration;
 
-use checkout_guard_connection::{reconnect_once, Budget, Client, Connection};
+use checkout_guard_connection::{describe, reconnect_once, Budget, Client, Connection};
 use checkout_guard_model::Endpoint;
 use redis::{ConnectionLike, RedisResult};
 
@@ -32,7 +32,8 @@ impl Valkey {
     }
 
     /// Runs `op` on the connection (opened if needed), each command bounded by the
-    /// timeout; an error names the endpoint, never its password. A connection that was
+    /// timeout; an error names the endpoint, never its password, and a timeout says so
+    /// (`describe`, as the worker's `health()`). A connection that was
     /// open and broke (Valkey restarted between two calls of one command) is replaced and
     /// `op` run once more, as the worker does; `op` must be harmless to repeat. A failed
     /// connection is dropped.
@@ -50,7 +51,7 @@ impl Valkey {
             format!(
                 "Valkey at {}: {}",
                 self.endpoint.display_url(),
-                f.into_error()
+                describe(&f.into_error(), self.timeout)
             )
         })
     }

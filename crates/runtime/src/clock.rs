@@ -148,6 +148,38 @@ mod tests {
         assert!(c.unix_ms() > 1_600_000_000_000);
     }
 
+    /// The system clock is the host's `CLOCK_MONOTONIC` plus the fixed offset, read now
+    /// (not an epoch of this process, as `Instant` since a first use would be): php-fpm
+    /// workers, and siblings of one master that map the named table, compare each other's
+    /// instants in the shared denial table.
+    #[test]
+    fn the_system_clock_is_the_hosts_monotonic_clock_plus_the_offset() {
+        let raw = || {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: a valid out-pointer; CLOCK_MONOTONIC exists on Linux.
+            assert_eq!(
+                unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) },
+                0
+            );
+            ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+        };
+        for _ in 0..3 {
+            let before = raw();
+            let read = [SystemClock::monotonic_ns(), SystemClock.monotonic_ns()];
+            let after = raw();
+            for r in read {
+                let r = r - CLOCK_OFFSET_NS;
+                assert!(
+                    before <= r && r <= after,
+                    "{before} <= {r} <= {after}: not CLOCK_MONOTONIC + offset"
+                );
+            }
+        }
+    }
+
     #[test]
     fn a_fake_clock_moves_only_when_told_and_its_clones_share_it() {
         let c = FakeClock::new();

@@ -88,6 +88,38 @@ final class HealthTest extends OwnValkeyTestCase
         $admin->rawCommand('CONFIG', 'SET', 'requirepass', '');
     }
 
+    /**
+     * A Valkey that refuses the password (rotated on the server, not yet in the app): the
+     * connection's set-up fails, health() says authentication failed (the server's reason
+     * too) without the password, the circuit opens for every caller, and a decision
+     * applies on_unavailable without waiting.
+     */
+    public function testARefusedPasswordOpensTheCircuitAndSaysWhyWithoutThePassword(): void
+    {
+        $admin = $this->valkey->client();
+        $admin->rawCommand('CONFIG', 'SET', 'requirepass', 'the-new-one');
+        try {
+            $l = $this->own([
+                'url' => str_replace('redis://', 'redis://:hunter2-old@', $this->valkey->url()),
+                'on_unavailable' => 'allow',
+            ]);
+            $h = $l->health();
+            $this->assertFalse($h['ok']);
+            $this->assertFalse($h['connected']);
+            $this->assertSame('open', $h['circuit']);
+            $this->assertStringContainsStringIgnoringCase('authentication failed', (string) $h['last_error']);
+            $this->assertStringContainsString('WRONGPASS', (string) $h['last_error']);
+            $this->assertStringNotContainsString('hunter2', json_encode($h));
+            $this->assertStringNotContainsString('the-new-one', json_encode($h));
+            $d = $l->acquire('shop-1');
+            $this->assertTrue($d->isAllowed());
+            $this->assertSame('unavailable', $d->reason());
+            $this->assertSame(1, $l->health()['consecutive_failures'], 'the decision waited out the back-off');
+        } finally {
+            $admin->rawCommand('CONFIG', 'SET', 'requirepass', '');
+        }
+    }
+
     public function testADownValkeyOpensTheCircuitAndIsLeftAloneUntilTheRetryInterval(): void
     {
         $l = $this->own();
