@@ -46,6 +46,12 @@ final class BenchmarkGuardTest extends TestCase
         return min(array_map(static fn (int $n): float => (float) self::case($name, $n)[$field], [1, 2]));
     }
 
+    /** `$field`, the best of the cases `$names` over the run's rounds (N=1 and N=2). */
+    private static function bestOf(array $names, string $field): float
+    {
+        return min(array_map(static fn (string $name): float => self::best($name, $field), $names));
+    }
+
     /**
      * Each figure is the best of the run's rounds (N=1 and N=2): a single round of either
      * side slowed by other work on the 2 cores failed the guard on correct builds (client
@@ -60,7 +66,15 @@ final class BenchmarkGuardTest extends TestCase
         }
         $floor = max(self::best('evalsha', 'p50_us'), self::best('ping', 'p50_us'));
         $this->assertLessThan(3 * $floor, self::best('acquire', 'p50_us'), 'acquire() p50 vs the slower of PING and evalSha by hand');
-        $this->assertLessThan(2 * self::best('evalsha', 'client_cpu_us'), self::best('acquire', 'client_cpu_us'), 'client CPU per decision vs evalSha by hand');
+        // Client CPU is the same code over TCP and a Unix socket: the best of both transports'
+        // rounds on each side (4 rounds each), since other work on the 2 cores once
+        // inflated both rounds of the TCP case alone (65 and 44 µs against 15 µs by hand,
+        // with acquire_unix at 13 µs in the same run). Extra work per decision shows in all four.
+        $this->assertLessThan(
+            2 * self::bestOf(['evalsha', 'evalsha_unix'], 'client_cpu_us'),
+            self::bestOf(['acquire', 'acquire_unix'], 'client_cpu_us'),
+            'client CPU per decision vs evalSha by hand'
+        );
     }
 
     /**
