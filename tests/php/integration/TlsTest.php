@@ -151,4 +151,50 @@ final class TlsTest extends LimiterTestCase
         $this->assertNull($h['tls']);
         $this->assertNull($h['tls_verify_peer']);
     }
+
+    public function testTheCliTakesTlsUrlsAndTheirOptions(): void
+    {
+        $name = self::uniqueName('tlscli');
+        $this->tlsLimiter(self::$serverOnly, $this->ca(), 'localhost', ['name' => $name])->acquire('s');
+        $url = 'rediss://localhost:' . self::$serverOnly;
+        [$code, $out, $err] = Cli::limiter($url, $name, '--tls-cafile', self::$tls->path('ca.pem'), 'status', '--json');
+        $this->assertSame(0, $code, $err);
+        $this->assertSame($name, json_decode($out, true)['limiter']);
+        // Verified by default: without the CA the system's roots do not know it.
+        [$code, , $err] = Cli::limiter($url, $name, '--timeout-ms', '300', 'status');
+        $this->assertSame(2, $code);
+        $this->assertStringContainsString('UnknownIssuer', $err);
+        // Mutual TLS, and peer_name for a server reached by IP under another name.
+        [$code, , $err] = Cli::limiter('valkeys://localhost:' . self::$mutual, $name, '--tls-cafile', self::$tls->path('ca.pem'),
+            '--tls-local-cert', self::$tls->path('client.pem'), '--tls-local-pk', self::$tls->path('client.key'), 'status');
+        $this->assertSame(0, $code, $err);
+        [$code, , $err] = Cli::limiter('rediss://127.0.0.1:' . self::$otherName, $name, '--tls-cafile', self::$tls->path('ca.pem'),
+            '--tls-peer-name', 'cache.other.example', 'status');
+        $this->assertSame(0, $code, $err);
+    }
+
+    /** The stream sink's TLS URL, verified with the INI's checkout_guard.tls.*. */
+    public function testTheStreamSinkWritesOverTls(): void
+    {
+        $run = function (array $ini): array {
+            $cmd = self::phpWithExtension();
+            $ini += ['events.sinks' => 'stream', 'events.stream_url' => 'rediss://localhost:' . self::$serverOnly,
+                'events.stream_key' => 'cg-tls:events', 'timeout_ms' => '300'];
+            foreach ($ini as $k => $v) {
+                array_push($cmd, '-d', "checkout_guard.$k=$v");
+            }
+            array_push($cmd, '-r', 'for ($i = 0; $i < 5; $i++) { CheckoutGuard\Telemetry::record("Probe", ["i" => $i]); }
+                CheckoutGuard\Telemetry::flush(); echo json_encode(CheckoutGuard\Telemetry::stats()["sinks"]["stream"]);');
+            $p = proc_open($cmd, [1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes);
+            $out = (string) stream_get_contents($pipes[1]);
+            $err = (string) stream_get_contents($pipes[2]);
+            $this->assertSame(0, proc_close($p), $err);
+            return json_decode($out, true, 512, JSON_THROW_ON_ERROR);
+        };
+        $ok = $run(['tls.cafile' => self::$tls->path('ca.pem')]);
+        $this->assertSame([5, 0], [$ok['written'], $ok['failures']], json_encode($ok));
+        $refused = $run([]);
+        $this->assertSame(0, $refused['written'], json_encode($refused));
+        $this->assertStringContainsString('UnknownIssuer', (string) $refused['last_error']);
+    }
 }
