@@ -197,4 +197,37 @@ final class TlsTest extends LimiterTestCase
         $this->assertSame(0, $refused['written'], json_encode($refused));
         $this->assertStringContainsString('UnknownIssuer', (string) $refused['last_error']);
     }
+
+    /**
+     * One handshake per worker connection, kept across calls; a forked child opens its own
+     * TLS connection and never touches its parent's (whose TLS session would break: the
+     * parent would have to reconnect).
+     */
+    public function testAForkedChildHasItsOwnTlsConnection(): void
+    {
+        $l = $this->tlsLimiter(self::$serverOnly, $this->ca(), 'localhost', ['global' => self::bucket(10)]);
+        for ($i = 0; $i < 3; $i++) {
+            $this->assertTrue($l->acquire('s')->isAllowed());
+        }
+        $this->assertSame(1, $l->health(false)['connects'], 'one handshake for three decisions');
+        $result = tempnam(sys_get_temp_dir(), 'cg-tls-fork');
+        $pid = pcntl_fork();
+        if ($pid === 0) {
+            $a = $l->acquire('s');
+            file_put_contents($result, $a->reason() . ',' . $a->remaining());
+            sleep(30);
+            posix_kill(getmypid(), SIGKILL);
+        }
+        for ($i = 0; $i < 500 && filesize($result) === 0; $i++) {
+            usleep(10000);
+            clearstatcache();
+        }
+        posix_kill($pid, SIGKILL);
+        pcntl_waitpid($pid, $status);
+        $this->assertSame('allowed,6', file_get_contents($result));
+        unlink($result);
+        $d = $l->acquire('s');
+        $this->assertSame(['allowed', 5], [$d->reason(), $d->remaining()]);
+        $this->assertSame(1, $l->health(false)['connects'], "the parent's TLS connection is intact");
+    }
 }
