@@ -126,9 +126,14 @@ pub fn in_handshake(e: RedisError, host: &str, port: u16) -> RedisError {
         return e;
     }
     let text = e.to_string();
+    // rustls's errors as redis-rs shows them ("invalid peer certificate: ...", "received
+    // fatal alert: ...", "peer is incompatible: ...", "peer misbehaved: ...", "received
+    // corrupt message ..." from a server that does not speak TLS); not "Connection reset
+    // by peer" or a refused connection, which say what they are.
     let tls = [
         "certificate",
-        "peer",
+        "peer is incompatible",
+        "peer misbehaved",
         "alert",
         "handshake",
         "tls",
@@ -145,5 +150,61 @@ pub fn in_handshake(e: RedisError, host: &str, port: u16) -> RedisError {
         ))
     } else {
         e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io(kind: std::io::ErrorKind, text: &str) -> RedisError {
+        std::io::Error::new(kind, text.to_string()).into()
+    }
+
+    #[test]
+    fn a_failed_handshake_is_named_and_other_failures_are_left_as_they_are() {
+        let e = in_handshake(
+            io(
+                std::io::ErrorKind::InvalidData,
+                "invalid peer certificate: UnknownIssuer",
+            ),
+            "cache",
+            6380,
+        );
+        let text = e.to_string();
+        assert!(text.contains("TLS handshake failed"), "{text}");
+        assert!(
+            text.contains("cache:6380") && text.contains("UnknownIssuer"),
+            "{text}"
+        );
+        let e = in_handshake(
+            io(
+                std::io::ErrorKind::InvalidData,
+                "received fatal alert: CertificateRequired",
+            ),
+            "cache",
+            6380,
+        );
+        assert!(e.to_string().contains("TLS handshake failed"), "{e}");
+        for (kind, text) in [
+            (std::io::ErrorKind::ConnectionRefused, "Connection refused"),
+            (
+                std::io::ErrorKind::ConnectionReset,
+                "Connection reset by peer",
+            ),
+        ] {
+            let e = in_handshake(io(kind, text), "cache", 6380);
+            assert!(!e.to_string().contains("TLS"), "{e}");
+        }
+        let e = in_handshake(crate::errors::timed_out(), "cache", 6380);
+        assert!(e.is_timeout(), "{e}");
+        let auth = RedisError::from((
+            ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        ));
+        assert_eq!(
+            in_handshake(auth, "cache", 6380).kind(),
+            ErrorKind::AuthenticationFailed
+        );
     }
 }
