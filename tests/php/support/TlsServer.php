@@ -59,8 +59,17 @@ final class TlsServer
     {
         file_put_contents("{$this->dir}/$name.ext", $ext);
         $this->openssl(['req', '-newkey', 'rsa:2048', '-nodes', '-keyout', "$name.key", '-out', "$name.csr", '-subj', "/CN=$name"]);
-        $this->openssl(['x509', '-req', '-in', "$name.csr", '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial',
-            '-out', "$name.pem", '-days', $days, '-extfile', "$name.ext"]);
+        $sign = ['x509', '-req', '-in', "$name.csr", '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial',
+            '-out', "$name.pem", '-extfile', "$name.ext"];
+        try {
+            $this->openssl([...$sign, '-days', $days]);
+        } catch (\RuntimeException $e) {
+            if ((int) $days > 0) {
+                throw $e;
+            }
+            // An OpenSSL that refuses negative days (3.4+) takes explicit dates.
+            $this->openssl([...$sign, '-not_before', '20200101000000Z', '-not_after', '20200102000000Z']);
+        }
     }
 
     public function path(string $file): string
