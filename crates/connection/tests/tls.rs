@@ -383,6 +383,15 @@ fn a_handshake_that_never_ends_times_out_within_the_timeout() {
         assert!(e.is_timeout(), "{e}");
         assert!(started.elapsed() < TIMEOUT * 3, "{:?}", started.elapsed());
     }
+    // A cluster seed that never answers the handshake: the open fails, bounded.
+    let ep = Endpoint::parse(&format!("rediss+cluster://127.0.0.1:{port}"))
+        .unwrap()
+        .with_tls(Tls::default());
+    let started = Instant::now();
+    assert!(Connection::open(&ep, Client::WORKER, TIMEOUT).is_err());
+    let took = started.elapsed();
+    eprintln!("cluster open against a hung handshake: {took:?}");
+    assert!(took < TIMEOUT * 3, "{took:?}");
 }
 
 /// A one-node TLS cluster (`--tls-cluster yes`) holding every slot, its slot map naming
