@@ -13,7 +13,8 @@
 #       php$V-{cli,dev,fpm,curl,xml,mbstring}, phpredis (php$V-redis, or built from
 #       source where the archive lacks it), PHPUnit (Debian's `phpunit`), clang,
 #       libclang-dev, gcc, make, nginx, libfcgi-bin (cgi-fcgi), python3, Guzzle and the
-#       PSR-7/PSR-18 packages; `php` is PHP VERSION. Returns 1 with a message naming the
+#       PSR-7/PSR-18 packages, redis-server and openssl (TlsTest's TLS server, never
+#       started as a service: policy-rc.d); `php` is PHP VERSION. Returns 1 with a message naming the
 #       step and its log when the chroot cannot be made (a mirror down): never a half one.
 #   cg_chroot_run ROOT CMD [ARG...]
 #       Runs CMD as root inside ROOT, in new mount and PID namespaces: every mount and
@@ -86,7 +87,7 @@ _cg_chroot_packages() {
   printf '%s\n' "php$v-cli" "php$v-dev" "php$v-fpm" "$redis" "php$v-curl" "php$v-xml" \
     "php$v-mbstring" phpunit php-guzzlehttp-guzzle php-nyholm-psr7 php-psr-http-client \
     php-psr-http-message clang libclang-dev gcc libc6-dev make nginx libfcgi-bin python3 \
-    ca-certificates procps
+    ca-certificates procps redis-server openssl
 }
 
 cg_debian_mirror() {

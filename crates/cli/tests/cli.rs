@@ -329,6 +329,60 @@ fn limiter_commands_refuse_bad_input_before_touching_valkey_and_mask_passwords()
     assert!(!err.contains("hunter2"), "{err}");
 }
 
+/// The TLS URLs with their `--tls-*` options: a file that cannot be used is named with its
+/// option and path before anything is sent; `--tls-*` with a plain URL is an error; a TLS
+/// server that is not there fails within the timeout, password masked.
+#[test]
+fn limiter_takes_tls_urls_and_their_options() {
+    let missing = "/nonexistent/checkout-guard/ca.pem";
+    let (code, _, err) = run(
+        &[
+            "limiter",
+            "--url",
+            "rediss://u:hunter2@127.0.0.1:1",
+            "--tls-cafile",
+            missing,
+            "status",
+        ],
+        None,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--tls-cafile") && err.contains(missing),
+        "{err}"
+    );
+    let (code, _, err) = run(
+        &[
+            "limiter",
+            "--url",
+            "redis://127.0.0.1:1",
+            "--tls-peer-name",
+            "cache",
+            "status",
+        ],
+        None,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("need a TLS URL"), "{err}");
+    let (code, _, err) = run(
+        &[
+            "limiter",
+            "--url",
+            "valkeys://u:hunter2@127.0.0.1:1",
+            "--timeout-ms",
+            "200",
+            "status",
+        ],
+        None,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("Valkey at valkeys://u:***@127.0.0.1:1"),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"), "{err}");
+}
+
 /// `checkout-guard ARGS` under `/usr/bin/time -v`, `stdin` written by a thread as it
 /// streams (never whole in this process): (exit code, stdout, peak RSS in KB, stderr).
 fn run_measured(

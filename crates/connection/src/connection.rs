@@ -5,10 +5,13 @@ use std::time::{Duration, Instant};
 
 use checkout_guard_model::Endpoint;
 use redis::cluster::{ClusterClientBuilder, ClusterConnection};
-use redis::{ConnectionInfo, ConnectionLike, ErrorKind, RedisError, RedisResult, Value};
+use redis::{
+    ConnectionAddr, ConnectionInfo, ConnectionLike, ErrorKind, RedisError, RedisResult, TlsMode,
+    Value,
+};
 
 use crate::errors::timed_out;
-use crate::info::{addresses, Addresses, Client};
+use crate::info::{addresses, certificates, Addresses, Client};
 
 enum Link {
     Single(redis::Connection),
@@ -46,19 +49,68 @@ impl Connection {
     /// fails a command within about its timeout.
     ///
     /// The per-command timeout is not set yet: [`Connection::set_timeout`] sets it.
+    ///
+    /// Over TLS the handshake is part of the set-up, within the same deadline; a failed
+    /// one says so with its cause ([`crate::tls::in_handshake`]). With `peer_name`, each
+    /// server (each seed of a cluster) is first checked by [`crate::tls::check_peer_name`],
+    /// within the deadline too.
     pub fn open(endpoint: &Endpoint, client: Client, timeout: Duration) -> RedisResult<Self> {
+        let deadline = Instant::now() + timeout;
+        let tls = endpoint.tls();
+        let peer_name = tls
+            .filter(|t| t.verify_peer)
+            .and_then(|t| t.peer_name.as_deref().map(|n| (t, n)));
+        let tcp_tls = |info: &ConnectionInfo| match info.addr() {
+            ConnectionAddr::TcpTls { host, port, .. } => Some((host.clone(), *port)),
+            _ => None,
+        };
+        let check = |info: &ConnectionInfo| -> RedisResult<()> {
+            if let (Some((tls, name)), Some((host, port))) = (peer_name, tcp_tls(info)) {
+                crate::tls::check_peer_name(&host, port, name, tls, deadline)
+                    .map_err(|e| crate::tls::in_handshake(e, &host, port))?;
+            }
+            Ok(())
+        };
         let link = match addresses(endpoint, client)? {
-            Addresses::Single(info) => Link::Single(open_single(info, timeout)?),
+            Addresses::Single(info) => {
+                check(&info)?;
+                let at = tcp_tls(&info);
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(timed_out());
+                }
+                let conn = open_single(info, left).map_err(|e| match &at {
+                    Some((host, port)) => crate::tls::in_handshake(e, host, *port),
+                    None => e,
+                })?;
+                Link::Single(conn)
+            }
             Addresses::Cluster(seeds) => {
+                for seed in &seeds {
+                    check(seed)?;
+                }
                 let wait_ms = (timeout.as_millis() as u64 / 10).clamp(2, 50);
-                let conn = ClusterClientBuilder::new(seeds)
+                let mut builder = ClusterClientBuilder::new(seeds)
                     .connection_timeout(timeout)
                     .response_timeout(timeout)
                     .retries(3)
                     .min_retry_wait(1)
-                    .max_retry_wait(wait_ms)
-                    .build()?
-                    .get_connection()?;
+                    .max_retry_wait(wait_ms);
+                if let Some(tls) = tls {
+                    // Every node the slot map names is opened with the same certificates
+                    // and verified the same way (by its name in the slot map, or with
+                    // `peer_name` the chain only: see docs/operations.md#tls).
+                    let mode = if tls.verify_peer {
+                        TlsMode::Secure
+                    } else {
+                        TlsMode::Insecure
+                    };
+                    builder = builder
+                        .tls(mode)
+                        .certs(certificates(tls))
+                        .danger_accept_invalid_hostnames(peer_name.is_some());
+                }
+                let conn = builder.build()?.get_connection()?;
                 Link::Cluster(Box::new(conn))
             }
         };

@@ -1,8 +1,11 @@
 //! A parsed [`Endpoint`] as redis-rs connects to it.
 
 use checkout_guard_model::endpoint::Target;
-use checkout_guard_model::Endpoint;
-use redis::{ConnectionInfo, IntoConnectionInfo, RedisResult};
+use checkout_guard_model::{Endpoint, Tls};
+use redis::{
+    ClientTlsConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisResult,
+    TlsCertificates,
+};
 
 /// Who opens a connection: its name in `CLIENT LIST` (`lib-name=`), so an operator tells
 /// the workers' connections from the CLI's.
@@ -37,7 +40,53 @@ pub fn connection_info(url: &str, client: Client) -> RedisResult<ConnectionInfo>
     Ok(info.set_redis_settings(settings))
 }
 
+/// The certificates of `tls` as redis-rs takes them: the CA file (else the system's
+/// roots), the client certificate and key for mutual TLS.
+pub fn certificates(tls: &Tls) -> TlsCertificates {
+    TlsCertificates {
+        client_tls: match (&tls.local_cert, &tls.local_pk) {
+            (Some(cert), Some(key)) => Some(ClientTlsConfig {
+                client_cert: cert.pem.clone(),
+                client_key: key.pem.clone(),
+            }),
+            _ => None,
+        },
+        root_cert: tls.cafile.as_ref().map(|ca| ca.pem.clone()),
+    }
+}
+
+/// One `rediss://` URL of a TLS endpoint as redis-rs connects to it: its certificates,
+/// verification of the chain and of the name (the URL's host), or of nothing with
+/// `verify_peer => false`. With `peer_name`, redis-rs checks the chain only: the name is
+/// checked against `peer_name` by [`crate::tls::check_peer_name`] before it connects.
+pub fn tls_connection_info(url: &str, client: Client, tls: &Tls) -> RedisResult<ConnectionInfo> {
+    let info = connection_info(url, client)?;
+    let info = redis::Client::build_with_tls(info, certificates(tls))?
+        .get_connection_info()
+        .clone();
+    let mut addr = match info.addr().clone() {
+        ConnectionAddr::TcpTls {
+            host,
+            port,
+            tls_params,
+            ..
+        } => ConnectionAddr::TcpTls {
+            host,
+            port,
+            insecure: !tls.verify_peer,
+            tls_params,
+        },
+        other => other,
+    };
+    if tls.verify_peer && tls.peer_name.is_some() {
+        addr.set_danger_accept_invalid_hostnames(true);
+    }
+    Ok(info.set_addr(addr))
+}
+
 /// What `endpoint` connects to, as redis-rs connects to it.
+// Made once per connect and consumed by it: the size of a TLS address does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Addresses {
     Single(ConnectionInfo),
     /// A cluster's seed nodes, any of which gives the slot map.
@@ -46,14 +95,15 @@ pub enum Addresses {
 
 /// `endpoint`'s server or seeds, named for `client`.
 pub fn addresses(endpoint: &Endpoint, client: Client) -> RedisResult<Addresses> {
+    let info = |url: &str| match endpoint.tls() {
+        Some(tls) => tls_connection_info(url, client, tls),
+        None => connection_info(url, client),
+    };
     Ok(match endpoint.target() {
-        Target::Single(url) => Addresses::Single(connection_info(url, client)?),
-        Target::Cluster(seeds) => Addresses::Cluster(
-            seeds
-                .iter()
-                .map(|s| connection_info(s, client))
-                .collect::<RedisResult<_>>()?,
-        ),
+        Target::Single(url) => Addresses::Single(info(url)?),
+        Target::Cluster(seeds) => {
+            Addresses::Cluster(seeds.iter().map(|s| info(s)).collect::<RedisResult<_>>()?)
+        }
     })
 }
 
@@ -112,6 +162,12 @@ mod tests {
             "redis:127.0.0.1",
             "valkey+cluster://127.0.0.1:7000,127.0.0.1:7001",
             "valkey+cluster://u:p@127.0.0.1:7000",
+            "rediss://127.0.0.1:6380",
+            "valkeys://u:p@localhost:6380/3",
+            "rediss://h:1#insecure",
+            "rediss://h:1#x",
+            "rediss+cluster://u:p@127.0.0.1:7000,127.0.0.1:7001",
+            "valkeys+cluster://127.0.0.1:7000",
         ];
         // And every combination of these parts.
         let mut all: Vec<String> = urls.iter().map(|u| u.to_string()).collect();
@@ -154,8 +210,12 @@ mod tests {
                 }
             }
             // What redis-rs alone accepts (with valkey:// as redis://), the model accepts.
+            // A TLS URL's `#insecure` is refused on purpose: verification is turned off
+            // by the explicit option only.
             let raw = url.replacen("valkey://", "redis://", 1);
-            if !url.contains("+cluster") && raw.as_str().into_connection_info().is_ok() {
+            let insecure = url.starts_with("rediss://") && url.contains('#');
+            if !url.contains("+cluster") && !insecure && raw.as_str().into_connection_info().is_ok()
+            {
                 assert!(
                     model.is_ok(),
                     "{url}: redis-rs takes it, the model refuses: {model:?}"
@@ -164,6 +224,41 @@ mod tests {
         }
         // The table is not all refusals (a model refusing everything would pass the above).
         assert!(accepted > 100, "only {accepted} URLs accepted");
+    }
+
+    /// A TLS endpoint's addresses are TLS ones, verified unless `verify_peer => false`
+    /// said otherwise; a plain endpoint's are plain.
+    #[test]
+    fn tls_endpoints_connect_over_tls_verified_by_default() {
+        let addr = |url: &str, tls: Option<Tls>| -> Vec<ConnectionAddr> {
+            let mut endpoint = Endpoint::parse(url).unwrap();
+            if let Some(t) = tls {
+                endpoint = endpoint.with_tls(t);
+            }
+            match addresses(&endpoint, Client::WORKER).unwrap() {
+                Addresses::Single(i) => vec![i.addr().clone()],
+                Addresses::Cluster(seeds) => seeds.iter().map(|i| i.addr().clone()).collect(),
+            }
+        };
+        let insecure = |a: &ConnectionAddr| match a {
+            ConnectionAddr::TcpTls { insecure, .. } => Some(*insecure),
+            _ => None,
+        };
+        for url in [
+            "rediss://h:6380",
+            "valkeys://h:6380",
+            "valkeys+cluster://h:1,h:2",
+        ] {
+            for a in addr(url, None) {
+                assert_eq!(insecure(&a), Some(false), "{url}: {a:?}");
+            }
+        }
+        let off = Tls {
+            verify_peer: false,
+            ..Tls::default()
+        };
+        assert_eq!(insecure(&addr("rediss://h:6380", Some(off))[0]), Some(true));
+        assert_eq!(insecure(&addr("redis://h:6379", None)[0]), None);
     }
 
     /// Every address of an endpoint carries the client's name, cluster seeds included.

@@ -19,14 +19,16 @@
 //! (`checkout-guard`'s `valkey.rs`). They keep their connection in an `Option` and call
 //! [`reconnect_once`].
 //!
-//! Where the next transports go, in this crate only:
-//! - **TLS** (`rediss://`, `valkeys://`, `rediss+cluster://`): the model's `Endpoint`
-//!   accepts the schemes and carries the `tls` options; [`info::connection_info`] turns them
-//!   into redis-rs's TLS address and certificates (`ConnectionInfo::set_addr` with
-//!   `ConnectionAddr::TcpTls`, `TlsCertificates`), the `tls-rustls` feature is enabled in
-//!   this crate's `Cargo.toml`; [`Connection::open`]'s set-up is unchanged (the handshake
-//!   runs inside redis-rs's connect, within the same deadline), and the cluster builder gets
-//!   the certificates in the same place.
+//! - **TLS** (`rediss://`, `valkeys://`, `rediss+cluster://`, `valkeys+cluster://`): the
+//!   model's `Endpoint` carries the `tls` settings (files read and checked when the
+//!   options were); [`info::tls_connection_info`] turns them into redis-rs's TLS address
+//!   and certificates (rustls, `tls-rustls` in this crate's `Cargo.toml`);
+//!   [`Connection::open`]'s set-up is unchanged: rustls's handshake runs on the set-up's
+//!   first write, within the same deadline. `peer_name` is checked by a handshake of this
+//!   crate's own ([`tls::check_peer_name`]) because redis-rs checks the URL's host only;
+//!   a cluster's builder gets the certificates, so every node it opens is verified.
+//!
+//! Where the next transport goes, in this crate only:
 //! - **Sentinel** (`valkey+sentinel://`): a third arm of [`info::Addresses`] (the
 //!   sentinels and the service name) and of [`Connection::open`]: ask the sentinels for the
 //!   primary, open it as a single server, check its `ROLE`, all within the one deadline. A
@@ -37,10 +39,11 @@ mod connection;
 pub mod errors;
 pub mod info;
 mod reconnect;
+pub mod tls;
 
 pub use connection::Connection;
 pub use errors::describe;
-pub use info::{addresses, connection_info, Addresses, Client};
+pub use info::{addresses, connection_info, tls_connection_info, Addresses, Client};
 pub use reconnect::{reconnect_once, Budget, Failure};
 
 /// The redis-rs this layer is built on (its transport features are chosen here).

@@ -1,7 +1,10 @@
 use std::fmt;
 
-/// What an endpoint connects to: one server (its URL, `valkey://` written `redis://`),
-/// or a cluster found from seed nodes (each a `redis://[user:password@]host:port` URL).
+use crate::tls::Tls;
+
+/// What an endpoint connects to: one server (its URL, `valkey://` written `redis://`,
+/// `valkeys://` written `rediss://`), or a cluster found from seed nodes (each a
+/// `redis://[user:password@]host:port` URL, `rediss://` for a TLS cluster).
 /// Plain data: the connection layer (`checkout-guard-connection`) turns it into one.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Target {
@@ -16,6 +19,10 @@ pub struct Endpoint {
     url: String,
     display: String,
     target: Target,
+    /// `Some` for the TLS forms (verified by default), `None` for the plain ones.
+    tls: Option<Tls>,
+    /// The URL, and the TLS settings where there are any.
+    pool_key: String,
 }
 
 impl fmt::Debug for Endpoint {
@@ -29,20 +36,24 @@ impl Endpoint {
     /// `unix:///path/to/valkey.sock[?db=N&user=U&pass=P]` (also `redis+unix://`), and for a
     /// Valkey Cluster `valkey+cluster://[user[:password]@]host:port[,host:port...]` (also
     /// `redis+cluster://`): seed nodes, any of which gives the slot map.
+    /// Each TCP form has a TLS twin: `rediss://` and `valkeys://`, `rediss+cluster://` and
+    /// `valkeys+cluster://`, verified by default ([`Endpoint::with_tls`] sets how); a TLS
+    /// URL takes no `#fragment` (verification is turned off only by an explicit option).
     /// The error message shows the URL with its password masked.
     pub fn parse(url: &str) -> Result<Self, String> {
         let display = mask_password(url);
-        let cluster = ["valkey+cluster://", "redis+cluster://"]
-            .iter()
-            .find_map(|scheme| url.strip_prefix(scheme));
-        if let Some(rest) = cluster {
-            let seeds =
-                parse_cluster_seeds(rest).map_err(|why| format!("{why}, got \"{display}\""))?;
-            return Ok(Self {
-                url: url.to_string(),
-                display,
-                target: Target::Cluster(seeds),
-            });
+        let cluster = [
+            ("valkey+cluster://", false),
+            ("redis+cluster://", false),
+            ("valkeys+cluster://", true),
+            ("rediss+cluster://", true),
+        ]
+        .iter()
+        .find_map(|(scheme, tls)| url.strip_prefix(scheme).map(|rest| (rest, *tls)));
+        if let Some((rest, tls)) = cluster {
+            let seeds = parse_cluster_seeds(rest, tls)
+                .map_err(|why| format!("{why}, got \"{display}\""))?;
+            return Ok(Self::new(url, display, Target::Cluster(seeds), tls));
         }
         let normalized = match url.strip_prefix("valkey://") {
             Some(rest) => format!("redis://{rest}"),
@@ -51,21 +62,52 @@ impl Endpoint {
                 None => url.to_string(),
             },
         };
-        if normalized.starts_with("rediss://") {
-            return Err(format!(
-                "TLS (rediss://) is not supported by this build, got \"{display}\""
-            ));
-        }
+        let tls = normalized.starts_with("rediss://");
         check_single(&normalized).map_err(|detail| {
             format!(
-                "must be a redis://, valkey://, unix:// or valkey+cluster:// URL ({detail}), got \"{display}\""
+                "must be a redis://, rediss://, valkey://, valkeys://, unix:// or valkey+cluster:// URL ({detail}), got \"{display}\""
             )
         })?;
-        Ok(Self {
+        Ok(Self::new(url, display, Target::Single(normalized), tls))
+    }
+
+    fn new(url: &str, display: String, target: Target, tls: bool) -> Self {
+        let mut endpoint = Self {
             url: url.to_string(),
             display,
-            target: Target::Single(normalized),
-        })
+            target,
+            tls: None,
+            pool_key: String::new(),
+        };
+        endpoint.set_tls(tls.then(Tls::default));
+        endpoint
+    }
+
+    fn set_tls(&mut self, tls: Option<Tls>) {
+        self.pool_key = match &tls {
+            None => self.url.clone(),
+            Some(t) => format!("{} tls:{}", self.url, t.key()),
+        };
+        self.tls = tls;
+    }
+
+    /// Whether the URL is a TLS form (`rediss://`, `valkeys://`, `*s+cluster://`).
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// A TLS endpoint with these settings; a plain one is returned as it is (the options
+    /// refuse `tls` on a plain URL before this).
+    pub fn with_tls(mut self, tls: Tls) -> Self {
+        if self.is_tls() {
+            self.set_tls(Some(tls));
+        }
+        self
+    }
+
+    /// The TLS settings of a TLS endpoint.
+    pub fn tls(&self) -> Option<&Tls> {
+        self.tls.as_ref()
     }
 
     /// Whether this is a Valkey Cluster.
@@ -78,9 +120,10 @@ impl Endpoint {
         &self.display
     }
 
-    /// The URL as given: processes keep one connection per distinct URL.
+    /// The URL as given (with the TLS settings' paths and names): processes keep one
+    /// connection per distinct key.
     pub fn pool_key(&self) -> &str {
-        &self.url
+        &self.pool_key
     }
 
     pub fn target(&self) -> &Target {
@@ -101,7 +144,10 @@ fn check_single(url: &str) -> Result<(), &'static str> {
         .last()
         .is_none_or(|(_, v)| matches!(&*v, "2" | "resp2" | "3" | "resp3"));
     match parsed.scheme() {
-        "redis" | "valkey" => {
+        "redis" | "valkey" | "rediss" => {
+            if parsed.scheme() == "rediss" && parsed.fragment().is_some() {
+                return Err("a TLS URL takes no #fragment (set the tls option instead)");
+            }
             let host = match parsed.host() {
                 None => return Err("missing hostname"),
                 Some(url::Host::Domain(d)) => d.to_string(),
@@ -165,9 +211,11 @@ fn percent_decode_is_utf8(s: &str) -> bool {
     std::str::from_utf8(&out).is_ok()
 }
 
-/// `[user[:password]@]host:port[,host:port...]`: every seed gets the same credentials.
-/// No database number (a cluster has only database 0) and no query.
-fn parse_cluster_seeds(rest: &str) -> Result<Vec<String>, String> {
+/// `[user[:password]@]host:port[,host:port...]`: every seed gets the same credentials
+/// (and `rediss://` when `tls`). No database number (a cluster has only database 0) and
+/// no query.
+fn parse_cluster_seeds(rest: &str, tls: bool) -> Result<Vec<String>, String> {
+    let scheme = if tls { "rediss" } else { "redis" };
     let (userinfo, hosts) = match rest.rfind('@') {
         Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
         None => (None, rest),
@@ -187,8 +235,8 @@ fn parse_cluster_seeds(rest: &str) -> Result<Vec<String>, String> {
                 .filter(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0))
                 .ok_or_else(|| format!("cluster seed \"{seed}\" must be host:port"))?;
             let url = match userinfo {
-                Some(u) => format!("redis://{u}@{host}:{port}"),
-                None => format!("redis://{host}:{port}"),
+                Some(u) => format!("{scheme}://{u}@{host}:{port}"),
+                None => format!("{scheme}://{host}:{port}"),
             };
             check_single(&url)
                 .map(|()| url)
@@ -257,12 +305,58 @@ mod tests {
         assert!(Endpoint::parse("unix:///tmp/valkey.sock").is_ok());
         let e = Endpoint::parse("http://x").unwrap_err();
         assert!(e.contains("\"http://x\""), "{e}");
-        let e = Endpoint::parse("rediss://u:topsecret@host").unwrap_err();
-        assert!(e.contains("TLS") && !e.contains("topsecret"), "{e}");
+        let e = Endpoint::parse("rediss://u:topsecret@host:1#insecure").unwrap_err();
+        assert!(e.contains("#fragment") && !e.contains("topsecret"), "{e}");
         let ep = Endpoint::parse("redis://u:topsecret@host:1").unwrap();
         assert!(!ep.is_cluster());
         assert!(!format!("{ep:?}").contains("topsecret"));
         assert_eq!(ep.display_url(), "redis://u:***@host:1");
+    }
+
+    #[test]
+    fn every_tcp_form_has_a_tls_twin_verified_by_default() {
+        for (url, single) in [
+            (
+                "rediss://u:pw@cache.internal:6380/2",
+                "rediss://u:pw@cache.internal:6380/2",
+            ),
+            (
+                "valkeys://cache.internal:6380",
+                "rediss://cache.internal:6380",
+            ),
+        ] {
+            let ep = Endpoint::parse(url).unwrap();
+            assert!(ep.is_tls() && !ep.is_cluster(), "{url}");
+            assert!(ep.target() == &Target::Single(single.into()), "{url}");
+            assert_eq!(ep.tls(), Some(&Tls::default()));
+            assert!(ep.tls().unwrap().verify_peer);
+        }
+        for url in [
+            "rediss+cluster://u:pw@10.0.0.1:7000,10.0.0.2:7001",
+            "valkeys+cluster://u:pw@10.0.0.1:7000,10.0.0.2:7001",
+        ] {
+            let ep = Endpoint::parse(url).unwrap();
+            assert!(ep.is_tls() && ep.is_cluster(), "{url}");
+            let Target::Cluster(seeds) = ep.target() else {
+                panic!("not a cluster")
+            };
+            assert_eq!(seeds[1], "rediss://u:pw@10.0.0.2:7001");
+        }
+        for plain in ["redis://h:1", "valkey+cluster://h:1", "unix:///tmp/v.sock"] {
+            let ep = Endpoint::parse(plain).unwrap();
+            assert!(!ep.is_tls() && ep.tls().is_none(), "{plain}");
+            assert_eq!(ep.pool_key(), plain);
+            // Settings do not make a plain endpoint a TLS one.
+            assert!(ep.with_tls(Tls::default()).tls().is_none());
+        }
+        // Different TLS settings, different connections.
+        let ep = Endpoint::parse("rediss://h:1").unwrap();
+        let off = ep.clone().with_tls(Tls {
+            verify_peer: false,
+            ..Tls::default()
+        });
+        assert_ne!(ep.pool_key(), off.pool_key());
+        assert!(!off.tls().unwrap().verify_peer);
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub mod server;
 pub mod settings;
 pub mod slot;
 pub mod step;
+pub mod tls;
 pub mod value;
 
 pub use bucket::{BucketSet, BucketSpec, Lane, StoredBucket};
@@ -45,6 +46,7 @@ pub use step::{
     auto_hot_window, lanes_in, reservation_wait_us, step, step_auto_hot, StepReply, StoredState,
     WindowCounts,
 };
+pub use tls::{Tls, TlsDefaults};
 pub use value::Value;
 
 /// The version of checkout-guard, shown in `phpinfo()` and sent as the client's library

@@ -55,6 +55,14 @@ pub const RETRY_INTERVAL_MS: Setting =
 pub const LOCAL_DENIALS: Setting = setting(c"checkout_guard.local_denials", c"1", Scope::All);
 /// `auto`: the native module's `CG.DECIDE` where the server has it, the script elsewhere.
 pub const ENGINE: Setting = setting(c"checkout_guard.engine", c"auto", Scope::All);
+/// A TLS URL's CA file (PEM), instead of the system's roots. Empty: unset.
+pub const TLS_CAFILE: Setting = setting(c"checkout_guard.tls.cafile", c"", Scope::All);
+/// The client certificate (PEM) for mutual TLS. Empty: unset.
+pub const TLS_LOCAL_CERT: Setting = setting(c"checkout_guard.tls.local_cert", c"", Scope::All);
+/// The client certificate's private key (PEM). Empty: unset.
+pub const TLS_LOCAL_PK: Setting = setting(c"checkout_guard.tls.local_pk", c"", Scope::All);
+/// The name the server's certificate must carry, instead of the URL's host. Empty: unset.
+pub const TLS_PEER_NAME: Setting = setting(c"checkout_guard.tls.peer_name", c"", Scope::All);
 pub const EVENTS_SINKS: Setting = setting(c"checkout_guard.events.sinks", c"", Scope::System);
 pub const EVENTS_JSONL_PATH: Setting =
     setting(c"checkout_guard.events.jsonl_path", c"", Scope::System);
@@ -77,13 +85,17 @@ pub const EVENTS_BUFFER_SIZE: Setting =
     setting(c"checkout_guard.events.buffer_size", c"1000", Scope::System);
 
 /// Every setting, in the order `phpinfo()` shows them.
-pub const ALL: [Setting; 12] = [
+pub const ALL: [Setting; 16] = [
     URL,
     TIMEOUT_MS,
     ON_UNAVAILABLE,
     RETRY_INTERVAL_MS,
     LOCAL_DENIALS,
     ENGINE,
+    TLS_CAFILE,
+    TLS_LOCAL_CERT,
+    TLS_LOCAL_PK,
+    TLS_PEER_NAME,
     EVENTS_SINKS,
     EVENTS_JSONL_PATH,
     EVENTS_STREAM_URL,

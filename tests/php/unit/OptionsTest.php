@@ -61,7 +61,7 @@ final class OptionsTest extends LimiterTestCase
     public function testPasswordInABadUrlIsNotShown(): void
     {
         try {
-            new RateLimiter(['global' => self::bucket(1), 'url' => 'rediss://app:hunter2@127.0.0.1:6379']);
+            new RateLimiter(['global' => self::bucket(1), 'url' => 'rediss://app:hunter2@127.0.0.1:6379#insecure']);
             $this->fail('no exception');
         } catch (ConfigurationException $e) {
             $this->assertStringNotContainsString('hunter2', $e->getMessage());

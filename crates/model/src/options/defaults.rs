@@ -2,6 +2,7 @@
 
 use super::{Engine, OnUnavailable, MAX_TIMEOUT_MS};
 use crate::error::ConfigError;
+use crate::tls::TlsDefaults;
 use crate::value::quote_bytes;
 
 /// Process-wide defaults, from the INI settings `checkout_guard.*`. The option array
@@ -16,6 +17,9 @@ pub struct Defaults {
     pub local_denials: bool,
     /// Which engine decides (`checkout_guard.engine`).
     pub engine: Engine,
+    /// A TLS URL's settings where its `tls` option does not give them
+    /// (`checkout_guard.tls.*`).
+    pub tls: TlsDefaults,
 }
 
 impl Default for Defaults {
@@ -31,6 +35,7 @@ impl Default for Defaults {
             retry_interval_ms: 0,
             local_denials: false,
             engine: Engine::Auto,
+            tls: TlsDefaults::default(),
         };
         builtin
             .read(
@@ -94,6 +99,19 @@ impl Defaults {
             d.retry_interval_ms = int("checkout_guard.retry_interval_ms", r, 0, 3_600_000)?;
         }
         Ok(self)
+    }
+
+    /// Sets the TLS defaults from their INI values (empty: unset); the files are read
+    /// when a limiter with a TLS URL is made.
+    pub fn with_tls(
+        mut self,
+        cafile: Option<&str>,
+        local_cert: Option<&str>,
+        local_pk: Option<&str>,
+        peer_name: Option<&str>,
+    ) -> Self {
+        self.tls = TlsDefaults::from_ini(cafile, local_cert, local_pk, peer_name);
+        self
     }
 
     /// Sets `engine` from its INI value: auto, lua or module.

@@ -18,6 +18,7 @@ pub use defaults::Defaults;
 use crate::bucket::BucketSet;
 use crate::endpoint::Endpoint;
 use crate::error::ConfigError;
+use crate::tls::tls_from_value;
 use crate::value::{quote_bytes, Value};
 
 /// Longest shop ID, in bytes.
@@ -141,6 +142,7 @@ const KNOWN: &[&str] = &[
     "on_unavailable",
     "auto_hot",
     "engine",
+    "tls",
 ];
 
 impl LimiterOptions {
@@ -178,7 +180,11 @@ impl LimiterOptions {
             })?,
             Some(v) => return Err(type_error("url", "a string", v)),
         };
-        let endpoint = Endpoint::parse(&url).map_err(|msg| ConfigError::new("url", msg))?;
+        let mut endpoint = Endpoint::parse(&url).map_err(|msg| ConfigError::new("url", msg))?;
+        let read = |path: &str| std::fs::read(path);
+        if let Some(tls) = tls_from_value(get("tls"), &defaults.tls, endpoint.is_tls(), &read)? {
+            endpoint = endpoint.with_tls(tls);
+        }
         let timeout_ms = match get("timeout_ms") {
             None => defaults.timeout_ms,
             Some(Value::Int(t)) if (1..=MAX_TIMEOUT_MS).contains(t) => *t,
@@ -519,6 +525,64 @@ mod tests {
                 "{e} should contain {needle}"
             );
         }
+    }
+
+    #[test]
+    fn tls_options_go_with_a_tls_url_only() {
+        let dir = std::env::temp_dir().join(format!("cg-tls-opts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = dir.join("ca.pem");
+        std::fs::write(
+            &ca,
+            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let ca = ca.to_str().unwrap().to_string();
+        let tls = map(&[
+            ("cafile", ca.as_str().into()),
+            ("peer_name", "cache".into()),
+        ]);
+        let o = parse(&[
+            ("global", bucket_v(1, 1.0)),
+            ("url", "rediss://h:6380".into()),
+            ("tls", tls.clone()),
+        ])
+        .unwrap();
+        let t = o.endpoint.tls().expect("TLS settings");
+        assert_eq!(t.cafile.as_ref().unwrap().path, ca);
+        assert_eq!(t.peer_name.as_deref(), Some("cache"));
+        // The INI defaults apply to a TLS URL given without the option.
+        let defaults = Defaults::default().with_tls(Some(&ca), None, None, None);
+        let o = LimiterOptions::from_value(
+            &map(&[
+                ("global", bucket_v(1, 1.0)),
+                ("url", "valkeys+cluster://h:7000".into()),
+            ]),
+            &defaults,
+        )
+        .unwrap();
+        assert_eq!(o.endpoint.tls().unwrap().cafile.as_ref().unwrap().path, ca);
+        // ... and not to a plain one; the option on a plain URL is an error.
+        let o =
+            LimiterOptions::from_value(&map(&[("global", bucket_v(1, 1.0))]), &defaults).unwrap();
+        assert!(o.endpoint.tls().is_none());
+        let e = err(&[("global", bucket_v(1, 1.0)), ("tls", tls)]);
+        assert_eq!(e.option, "tls", "{e}");
+        let missing = dir.join("missing.pem");
+        let e = err(&[
+            ("global", bucket_v(1, 1.0)),
+            ("url", "rediss://h:6380".into()),
+            (
+                "tls",
+                map(&[
+                    ("local_cert", missing.to_str().unwrap().into()),
+                    ("local_pk", ca.as_str().into()),
+                ]),
+            ),
+        ]);
+        assert_eq!(e.option, "tls.local_cert", "{e}");
+        assert!(e.message.contains("missing.pem"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

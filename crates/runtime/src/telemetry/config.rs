@@ -3,9 +3,10 @@
 use checkout_guard_model::settings::{
     Setting, EVENTS_BUFFER_SIZE, EVENTS_STREAM_KEY, EVENTS_STREAM_MAXLEN,
 };
+use checkout_guard_model::tls::tls_from_value;
 use checkout_guard_model::value::quote_bytes;
 use checkout_guard_model::ConfigError;
-use checkout_guard_model::Endpoint;
+use checkout_guard_model::{Endpoint, TlsDefaults};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SinkKind {
@@ -47,6 +48,8 @@ pub struct RawTelemetryIni<'a> {
     pub stream_key: Option<&'a str>,
     pub stream_maxlen: Option<&'a str>,
     pub buffer_size: Option<&'a str>,
+    /// `checkout_guard.tls.*`: the stream sink's TLS settings when its URL is a TLS one.
+    pub tls: TlsDefaults,
 }
 
 impl TelemetryConfig {
@@ -93,9 +96,16 @@ impl TelemetryConfig {
         }
         let stream = if sinks.contains(&SinkKind::Stream) {
             let url = nonempty(raw.stream_url).unwrap_or_else(|| default_url.to_string());
+            let endpoint = Endpoint::parse(&url)
+                .map_err(|m| ConfigError::new("checkout_guard.events.stream_url", m))?;
+            // A TLS URL is verified with the INI's `checkout_guard.tls.*` (the errors
+            // name them); a plain one does not read them.
+            let read = |path: &str| std::fs::read(path);
             Some(
-                Endpoint::parse(&url)
-                    .map_err(|m| ConfigError::new("checkout_guard.events.stream_url", m))?,
+                match tls_from_value(None, &raw.tls, endpoint.is_tls(), &read)? {
+                    Some(tls) => endpoint.with_tls(tls),
+                    None => endpoint,
+                },
             )
         } else {
             None
@@ -200,5 +210,20 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(e.option, "checkout_guard.events.stream_url");
+        // The stream's TLS URL takes the INI's TLS settings.
+        let tls = |cafile: &str| RawTelemetryIni {
+            sinks: Some("stream"),
+            stream_url: Some("rediss://cache.internal:6380"),
+            tls: TlsDefaults::from_ini(Some(cafile), None, None, Some("cache.internal")),
+            ..Default::default()
+        };
+        let e = bad(tls("/nonexistent/ca.pem"));
+        assert_eq!(e.option, "checkout_guard.tls.cafile", "{e}");
+        let c = TelemetryConfig::from_ini(&tls(""), "redis://x:1").unwrap();
+        let stream = c.stream.unwrap();
+        assert_eq!(
+            stream.tls().unwrap().peer_name.as_deref(),
+            Some("cache.internal")
+        );
     }
 }

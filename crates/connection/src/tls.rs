@@ -1,0 +1,210 @@
+//! TLS beyond what redis-rs does itself: the check of a server's certificate against
+//! `peer_name` (redis-rs checks the name against the URL's host only), and how a failed
+//! handshake is shown.
+//!
+//! redis-rs (rustls) does the handshake inside its connect, lazily: on the first write of
+//! the set-up, whose socket timeouts are what is left of the open's deadline, so a server
+//! that accepts TCP and never answers the handshake fails the open within its timeout.
+
+use std::io::Write;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Instant;
+
+use checkout_guard_model::Tls;
+use redis::{ErrorKind, RedisError, RedisResult};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+use crate::errors::timed_out;
+
+fn config_error(what: &str, detail: String) -> RedisError {
+    RedisError::from((
+        ErrorKind::InvalidClientConfig,
+        "TLS",
+        format!("{what}: {detail}"),
+    ))
+}
+
+/// The rustls configuration `tls` says: the CA file's certificates (else the system's
+/// roots) and the client certificate for mutual TLS.
+fn client_config(tls: &Tls) -> RedisResult<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    match &tls.cafile {
+        Some(ca) => {
+            for cert in CertificateDer::pem_slice_iter(&ca.pem) {
+                let cert = cert.map_err(|e| config_error(&ca.path, e.to_string()))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| config_error(&ca.path, e.to_string()))?;
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            roots.add_parsable_certificates(found.certs);
+        }
+    }
+    let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+    Ok(match (&tls.local_cert, &tls.local_pk) {
+        (Some(cert), Some(key)) => {
+            let chain = CertificateDer::pem_slice_iter(&cert.pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| config_error(&cert.path, e.to_string()))?;
+            let key = PrivateKeyDer::from_pem_slice(&key.pem)
+                .map_err(|e| config_error(&key.path, e.to_string()))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| config_error("local_cert/local_pk", e.to_string()))?
+        }
+        _ => builder.with_no_client_auth(),
+    })
+}
+
+/// Checks, by a TLS handshake of its own by `deadline`, that the server at `host:port`
+/// presents a chain `tls` trusts for the name `peer_name`. The connection redis-rs then
+/// opens checks the chain again (its name check is off: the name was checked here).
+pub fn check_peer_name(
+    host: &str,
+    port: u16,
+    peer_name: &str,
+    tls: &Tls,
+    deadline: Instant,
+) -> RedisResult<()> {
+    let name = ServerName::try_from(peer_name.to_string())
+        .map_err(|e| config_error("peer_name", e.to_string()))?;
+    let mut conn = rustls::ClientConnection::new(Arc::new(client_config(tls)?), name)
+        .map_err(|e| config_error("TLS", e.to_string()))?;
+    let left = || {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            Err(timed_out())
+        } else {
+            Ok(left)
+        }
+    };
+    let mut last = None;
+    let mut tcp = None;
+    for addr in (host, port).to_socket_addrs()? {
+        match TcpStream::connect_timeout(&addr, left()?) {
+            Ok(s) => {
+                tcp = Some(s);
+                break;
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    let mut tcp = match (tcp, last) {
+        (Some(tcp), _) => tcp,
+        (None, Some(e)) => return Err(e.into()),
+        (None, None) => {
+            return Err(RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "could not resolve to any addresses",
+            )))
+        }
+    };
+    while conn.is_handshaking() {
+        let t = left()?;
+        tcp.set_read_timeout(Some(t))?;
+        tcp.set_write_timeout(Some(t))?;
+        conn.complete_io(&mut tcp)?;
+    }
+    // (A server's refusal of the client's certificate comes after the handshake in TLS
+    // 1.3: the connection redis-rs opens next sees it.)
+    conn.send_close_notify();
+    let _ = conn.write_tls(&mut tcp);
+    let _ = tcp.flush();
+    Ok(())
+}
+
+/// An error of opening a TLS connection as `health()` and `UnavailableException` show it:
+/// a failed handshake says so, with rustls's cause (an unknown CA, an expired certificate,
+/// a name it is not valid for, a client certificate the server wanted); a timeout stays a
+/// timeout (shown with the timeout that ran out).
+pub fn in_handshake(e: RedisError, host: &str, port: u16) -> RedisError {
+    if e.is_timeout() || !e.is_io_error() {
+        return e;
+    }
+    let text = e.to_string();
+    // rustls's errors as redis-rs shows them ("invalid peer certificate: ...", "received
+    // fatal alert: ...", "peer is incompatible: ...", "peer misbehaved: ...", "received
+    // corrupt message ..." from a server that does not speak TLS); not "Connection reset
+    // by peer" or a refused connection, which say what they are.
+    let tls = [
+        "certificate",
+        "peer is incompatible",
+        "peer misbehaved",
+        "alert",
+        "handshake",
+        "tls",
+        "ssl",
+        "decrypt",
+        "received corrupt message",
+    ];
+    let lower = text.to_ascii_lowercase();
+    if tls.iter().any(|w| lower.contains(w)) {
+        RedisError::from((
+            ErrorKind::Io,
+            "TLS handshake failed",
+            format!("{host}:{port}: {text}"),
+        ))
+    } else {
+        e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io(kind: std::io::ErrorKind, text: &str) -> RedisError {
+        std::io::Error::new(kind, text.to_string()).into()
+    }
+
+    #[test]
+    fn a_failed_handshake_is_named_and_other_failures_are_left_as_they_are() {
+        let e = in_handshake(
+            io(
+                std::io::ErrorKind::InvalidData,
+                "invalid peer certificate: UnknownIssuer",
+            ),
+            "cache",
+            6380,
+        );
+        let text = e.to_string();
+        assert!(text.contains("TLS handshake failed"), "{text}");
+        assert!(
+            text.contains("cache:6380") && text.contains("UnknownIssuer"),
+            "{text}"
+        );
+        let e = in_handshake(
+            io(
+                std::io::ErrorKind::InvalidData,
+                "received fatal alert: CertificateRequired",
+            ),
+            "cache",
+            6380,
+        );
+        assert!(e.to_string().contains("TLS handshake failed"), "{e}");
+        for (kind, text) in [
+            (std::io::ErrorKind::ConnectionRefused, "Connection refused"),
+            (
+                std::io::ErrorKind::ConnectionReset,
+                "Connection reset by peer",
+            ),
+        ] {
+            let e = in_handshake(io(kind, text), "cache", 6380);
+            assert!(!e.to_string().contains("TLS"), "{e}");
+        }
+        let e = in_handshake(crate::errors::timed_out(), "cache", 6380);
+        assert!(e.is_timeout(), "{e}");
+        let auth = RedisError::from((
+            ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        ));
+        assert_eq!(
+            in_handshake(auth, "cache", 6380).kind(),
+            ErrorKind::AuthenticationFailed
+        );
+    }
+}

@@ -1,0 +1,514 @@
+//! The connection layer over TLS against real TLS servers: Debian's `redis-server` (built
+//! with TLS; `$REDIS_SERVER`, else `redis-server` on the PATH) started here with
+//! certificates this test makes with `openssl`: a CA, another CA, a server certificate for
+//! localhost and 127.0.0.1, one for another name, an expired one, a client certificate.
+//! Every failure is an error within the open's timeout that says what went wrong.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use checkout_guard_connection::redis;
+use checkout_guard_connection::{Client, Connection};
+use checkout_guard_model::tls::PemFile;
+use checkout_guard_model::{Endpoint, Tls};
+
+const TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Certificates made by `openssl` in a directory of this test's own.
+struct Pki {
+    dir: PathBuf,
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl (apt-get install openssl)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Pki {
+    fn new() -> Self {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("cg-tls-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pki = Self { dir };
+        for ca in ["ca", "other-ca"] {
+            openssl(
+                &pki.dir,
+                &[
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "rsa:2048",
+                    "-nodes",
+                    "-keyout",
+                    &format!("{ca}.key"),
+                    "-out",
+                    &format!("{ca}.pem"),
+                    "-days",
+                    "2",
+                    "-subj",
+                    &format!("/CN=checkout-guard test {ca}"),
+                    "-addext",
+                    "basicConstraints=critical,CA:TRUE",
+                    "-addext",
+                    "keyUsage=critical,keyCertSign,cRLSign",
+                ],
+            );
+        }
+        let server = "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n";
+        pki.leaf("server", server, "2");
+        pki.leaf(
+            "other-name",
+            "subjectAltName=DNS:cache.other.example\nextendedKeyUsage=serverAuth\n",
+            "2",
+        );
+        pki.leaf("expired", server, "-1");
+        pki.leaf("client", "extendedKeyUsage=clientAuth\n", "2");
+        pki.leaf(
+            "dns-only",
+            "subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\n",
+            "2",
+        );
+        pki
+    }
+
+    /// A key and a certificate signed by the CA with these extensions, valid for `days`
+    /// (negative: expired already).
+    fn leaf(&self, name: &str, ext: &str, days: &str) {
+        std::fs::write(self.dir.join(format!("{name}.ext")), ext).unwrap();
+        openssl(
+            &self.dir,
+            &[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.csr"),
+                "-subj",
+                &format!("/CN={name}"),
+            ],
+        );
+        openssl(
+            &self.dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &format!("{name}.pem"),
+                "-days",
+                days,
+                "-extfile",
+                &format!("{name}.ext"),
+            ],
+        );
+    }
+
+    fn path(&self, file: &str) -> String {
+        self.dir.join(file).to_str().unwrap().to_string()
+    }
+
+    fn pem(&self, file: &str) -> PemFile {
+        let path = self.path(file);
+        PemFile {
+            pem: std::fs::read(&path).unwrap(),
+            path,
+        }
+    }
+
+    /// Verified against this CA (not the system's roots).
+    fn tls(&self) -> Tls {
+        Tls {
+            cafile: Some(self.pem("ca.pem")),
+            ..Tls::default()
+        }
+    }
+
+    fn with_client_cert(&self) -> Tls {
+        Tls {
+            local_cert: Some(self.pem("client.pem")),
+            local_pk: Some(self.pem("client.key")),
+            ..self.tls()
+        }
+    }
+}
+
+impl Drop for Pki {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A `redis-server` serving TLS only, with the certificate `cert` (and its key), trusting
+/// client certificates from the CA; `clients` is `--tls-auth-clients` (yes: required).
+struct TlsServer {
+    child: Child,
+    port: u16,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl TlsServer {
+    fn start(pki: &Pki, cert: &str, clients: &str) -> Self {
+        Self::start_with(pki, cert, clients, &[])
+    }
+
+    fn start_with(pki: &Pki, cert: &str, clients: &str, more: &[&str]) -> Self {
+        let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let port = free_port();
+        let child = Command::new(&bin)
+            .args([
+                "--port",
+                "0",
+                "--tls-port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                &pki.path(""),
+                "--tls-cert-file",
+                &pki.path(&format!("{cert}.pem")),
+                "--tls-key-file",
+                &pki.path(&format!("{cert}.key")),
+                "--tls-ca-cert-file",
+                &pki.path("ca.pem"),
+                "--tls-auth-clients",
+                clients,
+            ])
+            .args(more)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{bin} (apt-get install redis-server): {e}"));
+        let server = Self { child, port };
+        let started = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{bin} did not listen on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        server
+    }
+
+    fn endpoint(&self, host: &str, tls: Tls) -> Endpoint {
+        Endpoint::parse(&format!("rediss://{host}:{}", self.port))
+            .unwrap()
+            .with_tls(tls)
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn ping(endpoint: &Endpoint) -> redis::RedisResult<String> {
+    let mut c = Connection::open(endpoint, Client::WORKER, TIMEOUT)?;
+    c.set_timeout(TIMEOUT)?;
+    c.each_command(|c| redis::cmd("PING").query(c))
+}
+
+/// The open fails, within its timeout, with an error that names `cause`.
+fn refused(endpoint: &Endpoint, cause: &str) -> String {
+    let started = Instant::now();
+    let e = ping(endpoint).expect_err("the TLS connection should fail");
+    let elapsed = started.elapsed();
+    assert!(elapsed < TIMEOUT * 3, "took {elapsed:?}: {e}");
+    let text = e.to_string();
+    assert!(text.contains(cause), "{text} should name {cause}");
+    eprintln!("refused as it should be: {text}");
+    text
+}
+
+#[test]
+fn server_only_tls_is_verified_against_the_ca_and_the_urls_host() {
+    let pki = Pki::new();
+    let server = TlsServer::start(&pki, "server", "no");
+    assert_eq!(
+        ping(&server.endpoint("localhost", pki.tls())).unwrap(),
+        "PONG"
+    );
+    assert_eq!(
+        ping(&server.endpoint("127.0.0.1", pki.tls())).unwrap(),
+        "PONG"
+    );
+    // valkeys:// is the same.
+    let ep = Endpoint::parse(&format!("valkeys://localhost:{}", server.port))
+        .unwrap()
+        .with_tls(pki.tls());
+    assert_eq!(ping(&ep).unwrap(), "PONG");
+    // Verified by default: the system's roots do not know the test's CA.
+    let e = refused(
+        &server.endpoint("localhost", Tls::default()),
+        "TLS handshake failed",
+    );
+    assert!(e.contains("UnknownIssuer"), "{e}");
+    // Another CA.
+    let other = Tls {
+        cafile: Some(pki.pem("other-ca.pem")),
+        ..Tls::default()
+    };
+    let e = refused(&server.endpoint("localhost", other), "TLS handshake failed");
+    assert!(e.contains("UnknownIssuer"), "{e}");
+    // A plain connection to a TLS port fails within the timeout too.
+    let plain = Endpoint::parse(&format!("redis://127.0.0.1:{}", server.port)).unwrap();
+    assert!(ping(&plain).is_err());
+}
+
+#[test]
+fn a_certificate_for_another_name_or_expired_is_refused() {
+    let pki = Pki::new();
+    let other = TlsServer::start(&pki, "other-name", "no");
+    let e = refused(
+        &other.endpoint("localhost", pki.tls()),
+        "TLS handshake failed",
+    );
+    assert!(e.contains("not valid for name"), "{e}");
+    // The name the certificate carries, given as peer_name.
+    let named = Tls {
+        peer_name: Some("cache.other.example".into()),
+        ..pki.tls()
+    };
+    assert_eq!(ping(&other.endpoint("127.0.0.1", named)).unwrap(), "PONG");
+    // peer_name is checked too, not only the chain.
+    let wrong = Tls {
+        peer_name: Some("cache.wrong.example".into()),
+        ..pki.tls()
+    };
+    let e = refused(&other.endpoint("127.0.0.1", wrong), "TLS handshake failed");
+    assert!(e.contains("not valid for name"), "{e}");
+    // ... and the chain with it.
+    let wrong_ca = Tls {
+        peer_name: Some("cache.other.example".into()),
+        cafile: Some(pki.pem("other-ca.pem")),
+        ..Tls::default()
+    };
+    let e = refused(
+        &other.endpoint("127.0.0.1", wrong_ca),
+        "TLS handshake failed",
+    );
+    assert!(e.contains("UnknownIssuer"), "{e}");
+
+    let expired = TlsServer::start(&pki, "expired", "no");
+    let e = refused(
+        &expired.endpoint("localhost", pki.tls()),
+        "TLS handshake failed",
+    );
+    assert!(e.contains("Expired"), "{e}");
+}
+
+#[test]
+fn verify_peer_false_connects_to_what_would_be_refused() {
+    let pki = Pki::new();
+    let other = TlsServer::start(&pki, "other-name", "no");
+    let off = Tls {
+        verify_peer: false,
+        ..Tls::default()
+    };
+    assert_eq!(ping(&other.endpoint("localhost", off)).unwrap(), "PONG");
+}
+
+#[test]
+fn mutual_tls_needs_the_client_certificate() {
+    let pki = Pki::new();
+    let server = TlsServer::start(&pki, "server", "yes");
+    assert_eq!(
+        ping(&server.endpoint("localhost", pki.with_client_cert())).unwrap(),
+        "PONG"
+    );
+    let e = refused(
+        &server.endpoint("localhost", pki.tls()),
+        "TLS handshake failed",
+    );
+    assert!(e.to_lowercase().contains("certificate"), "{e}");
+}
+
+/// A server that accepts TCP and never answers the handshake: the open ends within its
+/// timeout, as a timeout (with and without peer_name's own check).
+#[test]
+fn a_handshake_that_never_ends_times_out_within_the_timeout() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let _held = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in listener.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    for tls in [
+        Tls::default(),
+        Tls {
+            peer_name: Some("cache.example".into()),
+            ..Tls::default()
+        },
+    ] {
+        let ep = Endpoint::parse(&format!("rediss://127.0.0.1:{port}"))
+            .unwrap()
+            .with_tls(tls);
+        let started = Instant::now();
+        let e = ping(&ep).expect_err("nothing answered");
+        assert!(e.is_timeout(), "{e}");
+        assert!(started.elapsed() < TIMEOUT * 3, "{:?}", started.elapsed());
+    }
+    // A cluster seed that never answers the handshake: the open fails, bounded.
+    let ep = Endpoint::parse(&format!("rediss+cluster://127.0.0.1:{port}"))
+        .unwrap()
+        .with_tls(Tls::default());
+    let started = Instant::now();
+    assert!(Connection::open(&ep, Client::WORKER, TIMEOUT).is_err());
+    let took = started.elapsed();
+    eprintln!("cluster open against a hung handshake: {took:?}");
+    assert!(took < TIMEOUT * 3, "{took:?}");
+}
+
+/// A one-node TLS cluster (`--tls-cluster yes`) holding every slot, its slot map naming
+/// the node by IP (`cluster-announce-ip`) or by name (`cluster-announce-hostname`).
+fn tls_cluster(pki: &Pki, cert: &str, by_name: bool) -> TlsServer {
+    let port = free_port();
+    let conf = pki.path(&format!("nodes-{port}.conf"));
+    let mut more = vec![
+        "--cluster-enabled",
+        "yes",
+        "--tls-cluster",
+        "yes",
+        "--cluster-config-file",
+    ];
+    more.push(&conf);
+    if !by_name {
+        // A node that was never met would be named by the address it was asked at.
+        more.extend(["--cluster-announce-ip", "127.0.0.1"]);
+    } else {
+        more.extend([
+            "--cluster-announce-hostname",
+            "localhost",
+            "--cluster-preferred-endpoint-type",
+            "hostname",
+        ]);
+    }
+    let server = TlsServer::start_with(pki, cert, "no", &more);
+    // Every slot to the node, over a single-server TLS connection.
+    let admin = Endpoint::parse(&format!("rediss://127.0.0.1:{}", server.port))
+        .unwrap()
+        .with_tls(Tls {
+            verify_peer: false,
+            ..Tls::default()
+        });
+    let mut c = Connection::open(&admin, Client::CLI, TIMEOUT).unwrap();
+    c.set_timeout(TIMEOUT).unwrap();
+    c.each_command(|c| {
+        redis::cmd("CLUSTER")
+            .arg("ADDSLOTSRANGE")
+            .arg(0)
+            .arg(16383)
+            .query::<()>(c)
+    })
+    .unwrap();
+    let started = Instant::now();
+    loop {
+        let info: String = c
+            .each_command(|c| redis::cmd("CLUSTER").arg("INFO").query(c))
+            .unwrap();
+        if info.contains("cluster_state:ok") {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{info}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server
+}
+
+fn cluster_set_get(server: &TlsServer, host: &str, tls: Tls) -> redis::RedisResult<String> {
+    let ep = Endpoint::parse(&format!("rediss+cluster://{host}:{}", server.port))
+        .unwrap()
+        .with_tls(tls);
+    let mut c = Connection::open(&ep, Client::WORKER, TIMEOUT)?;
+    c.set_timeout(TIMEOUT)?;
+    c.each_command(|c| {
+        redis::cmd("SET")
+            .arg("{cg:tls}:k")
+            .arg("v")
+            .query::<()>(c)?;
+        redis::cmd("GET").arg("{cg:tls}:k").query(c)
+    })
+}
+
+/// Every node of a TLS cluster is verified, by its name in the slot map: a slot map that
+/// names the node by IP, with a certificate that carries only a DNS name, is refused even
+/// though the seed (reached by that name) was fine; announcing the name fixes it, as does
+/// `peer_name`; a wrong CA is refused and `verify_peer => false` takes anything.
+#[test]
+fn every_node_of_a_tls_cluster_is_verified() {
+    let pki = Pki::new();
+    let by_ip = tls_cluster(&pki, "server", false);
+    assert_eq!(
+        cluster_set_get(&by_ip, "127.0.0.1", pki.tls()).unwrap(),
+        "v"
+    );
+    let valkeys = Endpoint::parse(&format!("valkeys+cluster://localhost:{}", by_ip.port))
+        .unwrap()
+        .with_tls(pki.tls());
+    assert!(Connection::open(&valkeys, Client::WORKER, TIMEOUT).is_ok());
+    let other_ca = Tls {
+        cafile: Some(pki.pem("other-ca.pem")),
+        ..Tls::default()
+    };
+    let e = cluster_set_get(&by_ip, "127.0.0.1", other_ca).unwrap_err();
+    assert!(e.to_string().contains("UnknownIssuer"), "{e}");
+
+    // The certificate carries `localhost` only; the slot map says 127.0.0.1.
+    let dns_by_ip = tls_cluster(&pki, "dns-only", false);
+    let e = cluster_set_get(&dns_by_ip, "localhost", pki.tls()).unwrap_err();
+    assert!(e.to_string().contains("not valid for name"), "{e}");
+    let named = Tls {
+        peer_name: Some("localhost".into()),
+        ..pki.tls()
+    };
+    assert_eq!(
+        cluster_set_get(&dns_by_ip, "127.0.0.1", named).unwrap(),
+        "v"
+    );
+    let off = Tls {
+        verify_peer: false,
+        ..Tls::default()
+    };
+    assert_eq!(cluster_set_get(&dns_by_ip, "127.0.0.1", off).unwrap(), "v");
+
+    let dns_by_name = tls_cluster(&pki, "dns-only", true);
+    assert_eq!(
+        cluster_set_get(&dns_by_name, "localhost", pki.tls()).unwrap(),
+        "v"
+    );
+}

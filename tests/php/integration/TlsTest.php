@@ -1,0 +1,233 @@
+<?php
+declare(strict_types=1);
+
+namespace CheckoutGuard\Tests;
+
+use CheckoutGuard\RateLimiter;
+use CheckoutGuard\UnavailableException;
+
+/**
+ * Limiters over TLS against real TLS servers (Debian's redis-server, certificates made by
+ * the test): server-only and mutual TLS decide; a wrong CA, a wrong name, an expired
+ * certificate or a missing client certificate is an unavailable decision within
+ * timeout_ms, with the cause in health() and in UnavailableException's message;
+ * verify_peer => false decides, and health() and phpinfo() say verification is off.
+ */
+final class TlsTest extends LimiterTestCase
+{
+    private static TlsServer $tls;
+    private static int $serverOnly;
+    private static int $mutual;
+    private static int $otherName;
+    private static int $expired;
+
+    public static function setUpBeforeClass(): void
+    {
+        if (!TlsServer::available()) {
+            self::fail('redis-server (with TLS) is needed: apt-get install redis-server (scripts/setup.sh)');
+        }
+        self::$tls = new TlsServer();
+        self::$serverOnly = self::$tls->start('server', 'no');
+        self::$mutual = self::$tls->start('server', 'yes');
+        self::$otherName = self::$tls->start('other-name', 'no');
+        self::$expired = self::$tls->start('expired', 'no');
+    }
+
+    public static function tearDownAfterClass(): void
+    {
+        self::$tls->stop();
+    }
+
+    private function tlsLimiter(int $port, array $tls, string $host = 'localhost', array $more = []): RateLimiter
+    {
+        return new RateLimiter($more + [
+            'name' => self::uniqueName('tls'),
+            'global' => self::bucket(3),
+            'url' => "rediss://$host:$port",
+            'tls' => $tls,
+            'timeout_ms' => 200,
+            'on_unavailable' => 'deny',
+        ]);
+    }
+
+    private function ca(): array
+    {
+        return ['cafile' => self::$tls->path('ca.pem')];
+    }
+
+    public function testServerOnlyTlsDecides(): void
+    {
+        $l = $this->tlsLimiter(self::$serverOnly, $this->ca());
+        $this->assertSame(['allowed' => 3, 'global' => 1], self::drain($l, 'shop', 4));
+        $h = $l->health();
+        $this->assertTrue($h['ok']);
+        $this->assertTrue($h['tls_verify_peer']);
+        $this->assertStringContainsString('verified against cafile ' . self::$tls->path('ca.pem'), $h['tls']);
+        // By IP too: the certificate carries 127.0.0.1. And valkeys:// is the same.
+        $this->assertTrue($this->tlsLimiter(self::$serverOnly, $this->ca(), '127.0.0.1')->acquire('s')->isAllowed());
+        $v = new RateLimiter(['global' => self::bucket(3), 'name' => self::uniqueName('tls'),
+            'url' => 'valkeys://localhost:' . self::$serverOnly, 'tls' => $this->ca()]);
+        $this->assertTrue($v->acquire('s')->isAllowed());
+    }
+
+    public function testMutualTlsDecidesWithTheClientCertificate(): void
+    {
+        $l = $this->tlsLimiter(self::$mutual, $this->ca() + [
+            'local_cert' => self::$tls->path('client.pem'),
+            'local_pk' => self::$tls->path('client.key'),
+        ]);
+        $this->assertSame(['allowed' => 3, 'global' => 1], self::drain($l, 'shop', 4));
+        $this->assertStringContainsString('client certificate', $l->health()['tls']);
+    }
+
+    /** @return array<string, array{0: string, 1: array, 2: string}> */
+    public static function refusals(): array
+    {
+        return [
+            'wrong CA' => ['serverOnly', ['cafile' => 'other-ca.pem'], 'UnknownIssuer'],
+            'system roots do not know the CA' => ['serverOnly', [], 'UnknownIssuer'],
+            'wrong name' => ['otherName', ['cafile' => 'ca.pem'], 'not valid for name'],
+            'wrong peer_name' => ['otherName', ['cafile' => 'ca.pem', 'peer_name' => 'cache.wrong.example'], 'not valid for name'],
+            'expired' => ['expired', ['cafile' => 'ca.pem'], 'Expired'],
+            'missing client certificate' => ['mutual', ['cafile' => 'ca.pem'], 'CertificateRequired'],
+        ];
+    }
+
+    /** @dataProvider refusals */
+    #[\PHPUnit\Framework\Attributes\DataProvider('refusals')]
+    public function testAFailedHandshakeIsUnavailableWithinTheTimeoutWithItsCause(string $server, array $tls, string $cause): void
+    {
+        if (isset($tls['cafile'])) {
+            $tls['cafile'] = self::$tls->path($tls['cafile']);
+        }
+        $port = self::${$server};
+        $l = $this->tlsLimiter($port, $tls);
+        $started = microtime(true);
+        $d = $l->acquire('shop');
+        $secs = microtime(true) - $started;
+        $this->assertSame('unavailable', $d->reason());
+        $this->assertLessThan(1.0, $secs, 'within timeout_ms (200), not hung');
+        $h = $l->health(false);
+        $this->assertFalse($h['ok']);
+        $this->assertStringContainsString('TLS handshake failed', (string) $h['last_error']);
+        $this->assertStringContainsString($cause, (string) $h['last_error']);
+        $t = $this->tlsLimiter($port, $tls, 'localhost', ['on_unavailable' => 'throw']);
+        try {
+            $t->acquire('shop');
+            $this->fail('no exception');
+        } catch (UnavailableException $e) {
+            $this->assertStringContainsString("Valkey unavailable at rediss://localhost:$port", $e->getMessage());
+            $this->assertStringContainsString($cause, $e->getMessage());
+        }
+    }
+
+    public function testPeerNameAcceptsTheNameTheCertificateCarries(): void
+    {
+        $l = $this->tlsLimiter(self::$otherName, $this->ca() + ['peer_name' => 'cache.other.example'], '127.0.0.1');
+        $this->assertTrue($l->acquire('s')->isAllowed());
+        $this->assertStringContainsString('peer_name cache.other.example', $l->health()['tls']);
+    }
+
+    public function testVerifyPeerFalseDecidesAndSaysVerificationIsOff(): void
+    {
+        $l = $this->tlsLimiter(self::$otherName, ['verify_peer' => false]);
+        $this->assertTrue($l->acquire('s')->isAllowed());
+        $h = $l->health();
+        $this->assertTrue($h['ok']);
+        $this->assertFalse($h['tls_verify_peer']);
+        $this->assertStringContainsString('verification off', $h['tls']);
+        ob_start();
+        phpinfo(INFO_MODULES);
+        $info = (string) ob_get_clean();
+        $this->assertMatchesRegularExpression(
+            '/TLS => rustls; verification off \(verify_peer => false\) for .*rediss:\/\/localhost:' . self::$otherName . '/',
+            $info
+        );
+    }
+
+    public function testAPlainUrlShowsNoTls(): void
+    {
+        $h = $this->limiter(['global' => self::bucket(3)])->health(false);
+        $this->assertNull($h['tls']);
+        $this->assertNull($h['tls_verify_peer']);
+    }
+
+    public function testTheCliTakesTlsUrlsAndTheirOptions(): void
+    {
+        $name = self::uniqueName('tlscli');
+        $this->tlsLimiter(self::$serverOnly, $this->ca(), 'localhost', ['name' => $name])->acquire('s');
+        $url = 'rediss://localhost:' . self::$serverOnly;
+        [$code, $out, $err] = Cli::limiter($url, $name, '--tls-cafile', self::$tls->path('ca.pem'), 'status', '--json');
+        $this->assertSame(0, $code, $err);
+        $this->assertSame($name, json_decode($out, true)['limiter']);
+        // Verified by default: without the CA the system's roots do not know it.
+        [$code, , $err] = Cli::limiter($url, $name, '--timeout-ms', '300', 'status');
+        $this->assertSame(2, $code);
+        $this->assertStringContainsString('UnknownIssuer', $err);
+        // Mutual TLS, and peer_name for a server reached by IP under another name.
+        [$code, , $err] = Cli::limiter('valkeys://localhost:' . self::$mutual, $name, '--tls-cafile', self::$tls->path('ca.pem'),
+            '--tls-local-cert', self::$tls->path('client.pem'), '--tls-local-pk', self::$tls->path('client.key'), 'status');
+        $this->assertSame(0, $code, $err);
+        [$code, , $err] = Cli::limiter('rediss://127.0.0.1:' . self::$otherName, $name, '--tls-cafile', self::$tls->path('ca.pem'),
+            '--tls-peer-name', 'cache.other.example', 'status');
+        $this->assertSame(0, $code, $err);
+    }
+
+    /** The stream sink's TLS URL, verified with the INI's checkout_guard.tls.*. */
+    public function testTheStreamSinkWritesOverTls(): void
+    {
+        $run = function (array $ini): array {
+            $cmd = self::phpWithExtension();
+            $ini += ['events.sinks' => 'stream', 'events.stream_url' => 'rediss://localhost:' . self::$serverOnly,
+                'events.stream_key' => 'cg-tls:events', 'timeout_ms' => '300'];
+            foreach ($ini as $k => $v) {
+                array_push($cmd, '-d', "checkout_guard.$k=$v");
+            }
+            array_push($cmd, '-r', 'for ($i = 0; $i < 5; $i++) { CheckoutGuard\Telemetry::record("Probe", ["i" => $i]); }
+                CheckoutGuard\Telemetry::flush(); echo json_encode(CheckoutGuard\Telemetry::stats()["sinks"]["stream"]);');
+            $p = proc_open($cmd, [1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes);
+            $out = (string) stream_get_contents($pipes[1]);
+            $err = (string) stream_get_contents($pipes[2]);
+            $this->assertSame(0, proc_close($p), $err);
+            return json_decode($out, true, 512, JSON_THROW_ON_ERROR);
+        };
+        $ok = $run(['tls.cafile' => self::$tls->path('ca.pem')]);
+        $this->assertSame([5, 0], [$ok['written'], $ok['failures']], json_encode($ok));
+        $refused = $run([]);
+        $this->assertSame(0, $refused['written'], json_encode($refused));
+        $this->assertStringContainsString('UnknownIssuer', (string) $refused['last_error']);
+    }
+
+    /**
+     * One handshake per worker connection, kept across calls; a forked child opens its own
+     * TLS connection and never touches its parent's (whose TLS session would break: the
+     * parent would have to reconnect).
+     */
+    public function testAForkedChildHasItsOwnTlsConnection(): void
+    {
+        $l = $this->tlsLimiter(self::$serverOnly, $this->ca(), 'localhost', ['global' => self::bucket(10)]);
+        for ($i = 0; $i < 3; $i++) {
+            $this->assertTrue($l->acquire('s')->isAllowed());
+        }
+        $this->assertSame(1, $l->health(false)['connects'], 'one handshake for three decisions');
+        $result = tempnam(sys_get_temp_dir(), 'cg-tls-fork');
+        $pid = pcntl_fork();
+        if ($pid === 0) {
+            $a = $l->acquire('s');
+            file_put_contents($result, $a->reason() . ',' . $a->remaining());
+            sleep(30);
+            posix_kill(getmypid(), SIGKILL);
+        }
+        for ($i = 0; $i < 500 && filesize($result) === 0; $i++) {
+            usleep(10000);
+            clearstatcache();
+        }
+        posix_kill($pid, SIGKILL);
+        pcntl_waitpid($pid, $status);
+        $this->assertSame('allowed,6', file_get_contents($result));
+        unlink($result);
+        $d = $l->acquire('s');
+        $this->assertSame(['allowed', 5], [$d->reason(), $d->remaining()]);
+        $this->assertSame(1, $l->health(false)['connects'], "the parent's TLS connection is intact");
+    }
+}

