@@ -63,6 +63,9 @@ final class ManagedProfileTest extends LimiterTestCase
         $this->assertStringContainsString('NOPERM', $s->asLimiterUser('FLUSHALL'));
         $this->assertStringContainsString('NOPERM', $s->asLimiterUser('SET', 'outside-the-limiter-keys', '1'));
         $this->assertSame('PONG', $s->asLimiterUser('PING'));
+        // The user is README's, word for word.
+        $readme = (string) file_get_contents(dirname(__DIR__, 3) . '/README.md');
+        $this->assertStringContainsString('ACL SETUSER checkout on >PASSWORD ' . ManagedServer::ACL_RULES . "\n", $readme);
         // The default user is off: a URL without the user is refused.
         $default = new RateLimiter(['name' => self::uniqueName('managed'), 'global' => self::bucket(3),
             'url' => "rediss://127.0.0.1:{$s->port}", 'tls' => ['cafile' => $s->cafile()], 'timeout_ms' => 300]);
