@@ -72,6 +72,7 @@ final class ManagedProfileTest extends LimiterTestCase
         $this->assertSame('unavailable', $default->acquire('s')->reason());
         // Redis 7.0 answers an unauthenticated client's script-sized command so.
         $this->assertStringContainsString('unauthenticated', (string) $default->health(false)['last_error']);
+        $this->assertStringContainsString('the server wants a user: give it in the URL', (string) $default->health(false)['last_error']);
     }
 
     /** @return array<string, array{0: string}> */
