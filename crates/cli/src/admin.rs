@@ -45,6 +45,10 @@ pub struct Status {
     /// Whether this Valkey (on a cluster: the node asked) has the native module's
     /// `CG.DECIDE`: workers with `engine = auto` decide with it there.
     pub module_loaded: bool,
+    /// Why whether the module is loaded is not known: the server refused `COMMAND INFO`
+    /// (an ACL user without it, a managed service that disables `COMMAND`); then
+    /// `module_loaded` is false and workers with `engine = auto` decide with the script.
+    pub module_unknown: Option<String>,
     /// Decisions `CG.DECIDE` made at this Valkey (the node asked) since it started, from
     /// `INFO commandstats` (all limiters: the module is the server's); `None` without it.
     pub module_decisions: Option<u64>,
@@ -396,6 +400,7 @@ impl Admin {
         };
         let decisions = self.recent_decisions(events_key, now_us / 1000, seconds);
         let changes = self.recent_changes()?;
+        let module = self.module_loaded();
         Ok(Status {
             now_ms: now_us / 1000,
             settings,
@@ -408,7 +413,8 @@ impl Admin {
             decisions,
             decisions_seconds: seconds,
             changes,
-            module_loaded: self.module_loaded(),
+            module_loaded: matches!(module, Ok(true)),
+            module_unknown: module.err(),
             module_decisions: self.module_decisions(),
         })
     }
@@ -424,12 +430,16 @@ impl Admin {
             .and_then(|n| n.trim().parse().ok())
     }
 
-    /// `COMMAND INFO CG.DECIDE` answers nil where the command is unknown.
-    fn module_loaded(&self) -> bool {
-        matches!(
-            self.call(|c| redis::cmd("COMMAND").arg("INFO").arg("CG.DECIDE").query::<Vec<redis::Value>>(c)),
-            Ok(v) if v.first().is_some_and(|i| !matches!(i, redis::Value::Nil))
-        )
+    /// `COMMAND INFO CG.DECIDE` answers nil where the command is unknown; a refusal
+    /// (`NOPERM`, `unknown command` where `COMMAND` is renamed away) is the error, quoted.
+    fn module_loaded(&self) -> Result<bool, String> {
+        self.call(|c| {
+            redis::cmd("COMMAND")
+                .arg("INFO")
+                .arg("CG.DECIDE")
+                .query::<Vec<redis::Value>>(c)
+        })
+        .map(|v| v.first().is_some_and(|i| !matches!(i, redis::Value::Nil)))
     }
 
     fn hot_shops(&self) -> Result<Vec<(Vec<u8>, String, i64)>, String> {

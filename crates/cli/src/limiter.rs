@@ -228,7 +228,9 @@ fn status_text(name: &str, st: &Status) -> String {
         ));
     }
     let recheck = checkout_guard_model::options::MODULE_RECHECK_SECONDS;
-    out.push_str(&if st.module_loaded {
+    out.push_str(&if let Some(why) = &st.module_unknown {
+        format!("  engine: unknown whether the native module is loaded: this Valkey refused COMMAND INFO ({why}); workers with engine auto decide with the Lua script where COMMAND is refused (engine lua is the setting for such a server)")
+    } else if st.module_loaded {
         format!("  engine: the native module is loaded (CG.DECIDE): workers with engine module decide with it, with engine auto within {recheck} s of its loading (they ask again every {recheck} s while it is missing)")
     } else {
         "  engine: no native module at this Valkey: workers decide with the Lua script (engine module cannot decide)".to_string()
@@ -310,6 +312,7 @@ fn status_json(name: &str, st: &Status) -> serde_json::Value {
         "limits": st.buckets.as_ref().map(live::describe),
         "live_version": st.live.version,
         "module_loaded": st.module_loaded,
+        "module_unknown": st.module_unknown,
         "module_decisions": st.module_decisions,
         "problems": st.problems,
         "buckets": st.levels.iter().map(|(l, level, cap)| json!({"bucket": l.as_str(), "tokens": level, "capacity": cap})).collect::<Vec<_>>(),

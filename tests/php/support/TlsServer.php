@@ -79,13 +79,15 @@ final class TlsServer
 
     /**
      * Starts a TLS-only server with certificate $cert; $clients is --tls-auth-clients
-     * ("yes": a client certificate is required). Returns its port.
+     * ("yes": a client certificate is required); $config, a config file read before the
+     * command line's settings (what the command line cannot say: `rename-command X ""`,
+     * `user` lines). Returns its port.
      */
-    public function start(string $cert = 'server', string $clients = 'no'): int
+    public function start(string $cert = 'server', string $clients = 'no', ?string $config = null): int
     {
         $port = ValkeyProcess::freePort();
         $pidfile = "{$this->dir}/redis-$port.pid";
-        $cmd = [self::bin(), '--port', '0', '--tls-port', (string) $port, '--bind', '127.0.0.1',
+        $cmd = [self::bin(), ...($config === null ? [] : [$config]), '--port', '0', '--tls-port', (string) $port, '--bind', '127.0.0.1',
             '--save', '', '--appendonly', 'no', '--dir', $this->dir, '--daemonize', 'yes',
             '--pidfile', $pidfile, '--logfile', "{$this->dir}/redis-$port.log",
             '--tls-cert-file', $this->path("$cert.pem"), '--tls-key-file', $this->path("$cert.key"),

@@ -309,9 +309,10 @@ fn with_open<T>(
             Ok(v)
         }
         Err(Failure::Reply(e)) => {
-            p.last_error = Some(e.to_string());
+            let cause = reply_cause(&e);
+            p.last_error = Some(cause.clone());
             Err(StoreError::Failed {
-                cause: e.to_string(),
+                cause,
                 retry_in: Duration::ZERO,
             })
         }
@@ -389,4 +390,18 @@ pub(super) fn ping_of(
         Err(_) => false,
     };
     p.health(ok, timeout, engine)
+}
+
+/// An error reply as the cause of a failed call; one that says the server wants a user
+/// (`NOAUTH`, or Redis 7.0's `Protocol error: unauthenticated multibulk length` for a
+/// command as long as a script call, where the URL has none and `default` is off or has
+/// a password) says where to give it.
+fn reply_cause(e: &RedisError) -> String {
+    let cause = e.to_string();
+    let lower = cause.to_ascii_lowercase();
+    if lower.contains("noauth") || lower.contains("unauthenticated") {
+        format!("{cause} (the server wants a user: give it in the URL, rediss://USER:PASSWORD@host:port)")
+    } else {
+        cause
+    }
 }
