@@ -25,6 +25,8 @@ pub struct Connection {
     /// The per-command (read and write) timeout set on the socket, to skip needless
     /// syscalls; `None` once a call changed it for itself.
     timeout: Option<Duration>,
+    /// A Sentinel endpoint's primary (`host:port`) as the sentinels named it.
+    primary: Option<String>,
 }
 
 impl AsMut<Connection> for Connection {
@@ -71,6 +73,7 @@ impl Connection {
             }
             Ok(())
         };
+        let mut primary = None;
         let link = match addresses(endpoint, client)? {
             Addresses::Single(info) => {
                 check(&info)?;
@@ -132,13 +135,20 @@ impl Connection {
                     None => e,
                 })?;
                 check_primary(&mut conn, &service, &host, port, deadline)?;
+                primary = Some(format!("{host}:{port}"));
                 Link::Single(conn)
             }
         };
         Ok(Self {
             link,
             timeout: None,
+            primary,
         })
+    }
+
+    /// For a Sentinel endpoint, the primary (`host:port`) this connection is to.
+    pub fn primary(&self) -> Option<&str> {
+        self.primary.as_deref()
     }
 
     pub fn is_cluster(&self) -> bool {
