@@ -606,7 +606,8 @@ mod tests {
         };
         assert_eq!(s.user.as_deref(), Some("sen"));
         assert_eq!(s.password.as_deref(), Some("hunter2"));
-        let cases: Vec<(Vec<(&str, Value)>, &str, &str)> = vec![
+        type Case<'a> = (Vec<(&'a str, Value)>, &'a str, &'a str);
+        let cases: Vec<Case> = vec![
             (
                 vec![("url", "redis://h:1".into()), ("sentinel", auth.clone())],
                 "sentinel",
