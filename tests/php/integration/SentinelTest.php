@@ -192,7 +192,8 @@ final class SentinelTest extends LimiterTestCase
 
         // The old primary comes back as the new one's replica: decisions stay on the new
         // primary and reach the old one by replication only (no write of its own).
-        $old->start(['--replicaof', '127.0.0.1', (string) $new->port]);
+        self::$group->waitUntilSettledOn($new->port);
+        $old->start([...SentinelGroup::DATA_ARGS, '--replicaof', '127.0.0.1', (string) $new->port]);
         $this->assertSame('slave', SentinelGroup::role($old));
         for ($i = 0; $i < 5; $i++) {
             $this->assertTrue($l->acquire('s')->isAllowed());
@@ -203,6 +204,9 @@ final class SentinelTest extends LimiterTestCase
         while ($old->client()->get(self::bucketKey($name)) !== $want && microtime(true) < $until) {
             usleep(50_000);
         }
-        $this->assertSame($want, $old->client()->get(self::bucketKey($name)));
+        $this->assertSame($want, $old->client()->get(self::bucketKey($name)), json_encode([
+            'old' => $old->client()->info('replication'),
+            'new' => $newClient->info('replication'),
+        ]));
     }
 }

@@ -13,6 +13,8 @@ final class SentinelGroup
 {
     public const SERVICE = 'cgtest';
     public const DOWN_AFTER_MS = 500;
+    /** The data nodes' arguments (a restarted one is given them too). */
+    public const DATA_ARGS = ['--repl-diskless-sync-delay', '0'];
 
     private string $dir;
     public readonly ValkeyProcess $primary;
@@ -31,8 +33,9 @@ final class SentinelGroup
 
     public function start(): void
     {
-        $this->primary->start();
-        $this->replica->start(['--replicaof', '127.0.0.1', (string) $this->primary->port]);
+        // A full sync at once (the default waits 5 s for more replicas to join it).
+        $this->primary->start(self::DATA_ARGS);
+        $this->replica->start([...self::DATA_ARGS, '--replicaof', '127.0.0.1', (string) $this->primary->port]);
         foreach ($this->sentinels as $port) {
             $this->startSentinel($port);
         }
@@ -110,6 +113,37 @@ final class SentinelGroup
             }
         }
         return null;
+    }
+
+    /**
+     * Bounded (10 s): every sentinel names `$port` as the primary, its failover over
+     * (flags just `master`), so none of them still acts on the old configuration.
+     */
+    public function waitUntilSettledOn(int $port): void
+    {
+        $deadline = microtime(true) + 10;
+        foreach ($this->sentinels as $s) {
+            while (true) {
+                try {
+                    $r = $this->sentinel($s);
+                    $addr = $r->rawCommand('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', self::SERVICE);
+                    $info = $r->rawCommand('SENTINEL', 'MASTER', self::SERVICE);
+                    $r->close();
+                    $fields = [];
+                    for ($i = 0; $i + 1 < count($info); $i += 2) {
+                        $fields[$info[$i]] = $info[$i + 1];
+                    }
+                    if (is_array($addr) && (int) $addr[1] === $port && ($fields['flags'] ?? '') === 'master') {
+                        break;
+                    }
+                } catch (\RedisException) {
+                }
+                if (microtime(true) > $deadline) {
+                    throw new \RuntimeException("sentinel $s did not settle on $port");
+                }
+                usleep(50_000);
+            }
+        }
     }
 
     public static function role(ValkeyProcess $v): string
