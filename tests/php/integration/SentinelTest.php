@@ -119,6 +119,28 @@ final class SentinelTest extends LimiterTestCase
         $this->assertStringNotContainsString('hunter2secret', json_encode($l->health(false)));
     }
 
+    public function testTheIniDefaultsGiveTheSentinelsCredentialsMasked(): void
+    {
+        ini_set('checkout_guard.sentinel.password', 'hunter2secret');
+        try {
+            // The sentinels have no password: AUTH with the INI's fails, named, not shown.
+            $l = $this->sentineled(self::uniqueName('sen'), ['on_unavailable' => 'deny']);
+            $this->assertSame('unavailable', $l->acquire('s')->reason());
+            $this->assertStringContainsString('sentinel: no sentinel answered', (string) $l->health(false)['last_error']);
+            $this->assertStringNotContainsString('hunter2secret', json_encode($l->health(false)));
+            ob_start();
+            phpinfo(INFO_MODULES);
+            $info = (string) ob_get_clean();
+            $this->assertStringContainsString('checkout_guard.sentinel.password', $info);
+            $this->assertStringNotContainsString('hunter2secret', $info);
+            // A plain URL ignores them.
+            $plain = $this->limiter(['global' => self::bucket(10), 'on_unavailable' => 'throw']);
+            $this->assertTrue($plain->acquire('s')->isAllowed());
+        } finally {
+            ini_restore('checkout_guard.sentinel.password');
+        }
+    }
+
     public function testTheCliAndTheStreamSinkTakeASentinelUrl(): void
     {
         $name = self::uniqueName('sencli');
@@ -133,21 +155,27 @@ final class SentinelTest extends LimiterTestCase
         $this->assertNotSame(0, $code);
         $this->assertStringContainsString('--sentinel-user', $err);
 
-        $key = 'cg-sentinel:events:' . bin2hex(random_bytes(4));
-        $cmd = self::phpWithExtension();
-        foreach ([
-            'events.sinks' => 'stream',
-            'events.stream_url' => self::$group->url(),
-            'events.stream_key' => $key,
-        ] as $k => $v) {
-            array_push($cmd, '-d', "checkout_guard.$k=$v");
+        // The stream sink: through the sentinels to the primary; with the INI's
+        // sentinel password (which these sentinels do not have), nothing is written.
+        foreach (['' => 1, 'hunter2secret' => 0] as $password => $written) {
+            $key = 'cg-sentinel:events:' . bin2hex(random_bytes(4));
+            $cmd = self::phpWithExtension();
+            foreach ([
+                'events.sinks' => 'stream',
+                'events.stream_url' => self::$group->url(),
+                'events.stream_key' => $key,
+                'sentinel.password' => (string) $password,
+            ] as $k => $v) {
+                array_push($cmd, '-d', "checkout_guard.$k=$v");
+            }
+            array_push($cmd, '-r', 'CheckoutGuard\Telemetry::record("Probe", ["i" => 1]); echo json_encode(CheckoutGuard\Telemetry::flush());');
+            $p = proc_open($cmd, [1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes);
+            $printed = stream_get_contents($pipes[1]);
+            $stderr = stream_get_contents($pipes[2]);
+            $this->assertSame(0, proc_close($p), "$printed $stderr");
+            $this->assertSame($written, (int) self::$group->primary->client()->xLen($key), "$printed $stderr");
+            $this->assertStringNotContainsString('hunter2secret', $printed . $stderr);
         }
-        array_push($cmd, '-r', 'CheckoutGuard\Telemetry::record("Probe", ["i" => 1]); echo json_encode(CheckoutGuard\Telemetry::flush());');
-        $p = proc_open($cmd, [1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes);
-        $printed = stream_get_contents($pipes[1]);
-        $stderr = stream_get_contents($pipes[2]);
-        $this->assertSame(0, proc_close($p), "$printed $stderr");
-        $this->assertSame(1, (int) self::$group->primary->client()->xLen($key), "$printed $stderr");
     }
 
     /**

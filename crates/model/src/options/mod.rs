@@ -186,7 +186,7 @@ impl LimiterOptions {
         if let Some(tls) = tls_from_value(get("tls"), &defaults.tls, endpoint.is_tls(), &read)? {
             endpoint = endpoint.with_tls(tls);
         }
-        endpoint = sentinel_from_value(get("sentinel"), endpoint)?;
+        endpoint = sentinel_from_value(get("sentinel"), endpoint, defaults)?;
         let timeout_ms = match get("timeout_ms") {
             None => defaults.timeout_ms,
             Some(Value::Int(t)) if (1..=MAX_TIMEOUT_MS).contains(t) => *t,
@@ -243,14 +243,26 @@ pub(super) fn type_error(option: &str, expected: &str, got: &Value) -> ConfigErr
 }
 
 /// The `sentinel` option (`['user' => NAME, 'password' => SECRET]`, both optional): the
-/// sentinels' own credentials, for a `valkey+sentinel://` URL only. The password is never
-/// shown in an error.
+/// sentinels' own credentials, for a `valkey+sentinel://` URL only; what it leaves out is
+/// taken from the INI defaults (`checkout_guard.sentinel.*`, ignored for other URLs). The
+/// password is never shown in an error.
 pub fn sentinel_from_value(
     given: Option<&Value>,
     endpoint: Endpoint,
+    defaults: &Defaults,
 ) -> Result<Endpoint, ConfigError> {
     let Some(v) = given else {
-        return Ok(endpoint);
+        if !endpoint.is_sentinel()
+            || (defaults.sentinel_user.is_none() && defaults.sentinel_password.is_none())
+        {
+            return Ok(endpoint);
+        }
+        return endpoint
+            .with_sentinel_auth(
+                defaults.sentinel_user.clone(),
+                defaults.sentinel_password.clone(),
+            )
+            .map_err(|msg| ConfigError::new("sentinel", msg));
     };
     if !endpoint.is_sentinel() {
         return Err(ConfigError::new(
@@ -299,7 +311,8 @@ pub fn sentinel_from_value(
             Some(v) => Err(type_error(&name, "a string", v)),
         }
     };
-    let (user, password) = (string("user")?, string("password")?);
+    let user = string("user")?.or_else(|| defaults.sentinel_user.clone());
+    let password = string("password")?.or_else(|| defaults.sentinel_password.clone());
     endpoint
         .with_sentinel_auth(user, password)
         .map_err(|msg| ConfigError::new("sentinel", msg))
@@ -606,6 +619,32 @@ mod tests {
         };
         assert_eq!(s.user.as_deref(), Some("sen"));
         assert_eq!(s.password.as_deref(), Some("hunter2"));
+        // The INI defaults fill in what the option leaves out, and only for a Sentinel URL.
+        let defaults = Defaults::default().with_sentinel(Some("ini-user"), Some("ini-pw"));
+        let with = |url: &str, sentinel: Option<Value>| {
+            let mut entries = vec![("global", bucket_v(1, 1.0)), ("url", url.into())];
+            if let Some(v) = sentinel {
+                entries.push(("sentinel", v));
+            }
+            LimiterOptions::from_value(&map(&entries), &defaults).unwrap()
+        };
+        let o = with(
+            "valkey+sentinel://h:1/m",
+            Some(map(&[("user", "own".into())])),
+        );
+        let crate::endpoint::Target::Sentinel(s) = o.endpoint.target() else {
+            panic!("not a sentinel endpoint")
+        };
+        assert_eq!(
+            (s.user.as_deref(), s.password.as_deref()),
+            (Some("own"), Some("ini-pw"))
+        );
+        let o = with("valkey+sentinel://h:1/m", None);
+        let crate::endpoint::Target::Sentinel(s) = o.endpoint.target() else {
+            panic!("not a sentinel endpoint")
+        };
+        assert_eq!(s.user.as_deref(), Some("ini-user"));
+        assert!(!with("redis://h:1", None).endpoint.is_sentinel());
         type Case<'a> = (Vec<(&'a str, Value)>, &'a str, &'a str);
         let cases: Vec<Case> = vec![
             (
