@@ -51,7 +51,9 @@ pub extern "C" fn php_info(_module: *mut ModuleEntry) {
         info_table_row!("TLS", tls.as_str());
         for setting in ini::all() {
             let value = ini::get(*setting).unwrap_or_default();
-            let value = if setting.secret_url {
+            let value = if setting.secret && !value.is_empty() {
+                "***".to_string()
+            } else if setting.secret_url {
                 mask_password(&value)
             } else {
                 value

@@ -15,12 +15,13 @@ use checkout_guard_model::settings::{Scope, ALL};
 pub use checkout_guard_model::settings::{
     Setting, ENGINE, EVENTS_BUFFER_SIZE, EVENTS_JSONL_PATH, EVENTS_SINKS, EVENTS_STREAM_KEY,
     EVENTS_STREAM_MAXLEN, EVENTS_STREAM_URL, LOCAL_DENIALS, ON_UNAVAILABLE, RETRY_INTERVAL_MS,
-    TIMEOUT_MS, TLS_CAFILE, TLS_LOCAL_CERT, TLS_LOCAL_PK, TLS_PEER_NAME, URL,
+    SENTINEL_PASSWORD, SENTINEL_USER, TIMEOUT_MS, TLS_CAFILE, TLS_LOCAL_CERT, TLS_LOCAL_PK,
+    TLS_PEER_NAME, URL,
 };
 
 // Telemetry settings are read once per process (its sinks are built once), so they are
 // PHP_INI_SYSTEM: php.ini, -d, or php_admin_value in an FPM pool.
-static ENTRIES: IniEntryDefs<17> = IniEntryDefs::new([
+static ENTRIES: IniEntryDefs<19> = IniEntryDefs::new([
     entry(ALL[0]),
     entry(ALL[1]),
     entry(ALL[2]),
@@ -37,6 +38,8 @@ static ENTRIES: IniEntryDefs<17> = IniEntryDefs::new([
     entry(ALL[13]),
     entry(ALL[14]),
     entry(ALL[15]),
+    entry(ALL[16]),
+    entry(ALL[17]),
     IniEntryDef::end(),
 ]);
 
@@ -99,6 +102,10 @@ pub fn defaults() -> Result<Defaults, ConfigError> {
             get(TLS_LOCAL_CERT).as_deref(),
             get(TLS_LOCAL_PK).as_deref(),
             get(TLS_PEER_NAME).as_deref(),
+        )
+        .with_sentinel(
+            get(SENTINEL_USER).as_deref(),
+            get(SENTINEL_PASSWORD).as_deref(),
         )
     })
 }

@@ -28,7 +28,7 @@ pub struct RateLimiter {
 #[php_impl]
 impl RateLimiter {
     /// Options: name, global, hot_lane, hot_shop, hot_shops, url, timeout_ms, on_unavailable,
-    /// auto_hot, engine, tls (see the README). Unknown keys and bad values throw ConfigurationException.
+    /// auto_hot, engine, tls, sentinel (see the README). Unknown keys and bad values throw ConfigurationException.
     pub fn __construct(options: &ZendHashTable) -> PhpResult<Self> {
         let defaults = ini::defaults().map_err(|e| configuration(e.to_string()))?;
         let value = array_to_value(options).map_err(|e| configuration(e.to_string()))?;
@@ -98,6 +98,8 @@ impl RateLimiter {
     /// succeeds), consecutive_failed_decisions, decisions_failing (the last 3 failed).
     /// tls: null for a plain URL, else how the server is verified ("on, verified against
     /// ..." or "on, verification off (verify_peer => false)"), and tls_verify_peer.
+    /// sentinel_service and sentinel_primary: for a Sentinel URL its service and the
+    /// primary (host:port) the open connection is to, else null.
     /// local_denials_table: where this process's local-denial table is ("inherited": made
     /// before the fork, shared with its sibling workers; "named": a file in /dev/shm shared
     /// by the workers of its php-fpm master; "own": made here, shared with the processes it
@@ -115,6 +117,13 @@ impl RateLimiter {
             out.insert("url", endpoint.display_url())?;
             out.insert("tls", endpoint.tls().map(|t| t.describe()))?;
             out.insert("tls_verify_peer", endpoint.tls().map(|t| t.verify_peer))?;
+            // A Sentinel URL: its service, and the primary the open connection is to.
+            let service = match endpoint.target() {
+                checkout_guard_model::endpoint::Target::Sentinel(s) => Some(s.service.clone()),
+                _ => None,
+            };
+            out.insert("sentinel_service", service)?;
+            out.insert("sentinel_primary", h.primary.clone())?;
             out.insert("connected", h.connected)?;
             out.insert("circuit", if h.circuit_open { "open" } else { "closed" })?;
             out.insert("retry_in_ms", h.retry_in.as_millis() as i64)?;

@@ -27,6 +27,10 @@ fn setup() -> Setup {
         ini::get(ini::EVENTS_STREAM_MAXLEN),
         ini::get(ini::EVENTS_BUFFER_SIZE),
     );
+    let (sentinel_user, sentinel_password) = (
+        ini::get(ini::SENTINEL_USER),
+        ini::get(ini::SENTINEL_PASSWORD),
+    );
     let raw = RawTelemetryIni {
         sinks: sinks_s.as_deref(),
         jsonl_path: path.as_deref(),
@@ -40,6 +44,8 @@ fn setup() -> Setup {
             ini::get(ini::TLS_LOCAL_PK).as_deref(),
             ini::get(ini::TLS_PEER_NAME).as_deref(),
         ),
+        sentinel_user: sentinel_user.as_deref(),
+        sentinel_password: sentinel_password.as_deref(),
     };
     let config = TelemetryConfig::from_ini(&raw, &url);
     let defaults = ini::defaults().unwrap_or_default();

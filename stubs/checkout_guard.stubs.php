@@ -61,7 +61,7 @@ namespace CheckoutGuard {
     class RateLimiter {
         /**
          * Options: name, global, hot_lane, hot_shop, hot_shops, url, timeout_ms, on_unavailable,
-         * auto_hot, engine, tls (see the README). Unknown keys and bad values throw ConfigurationException.
+         * auto_hot, engine, tls, sentinel (see the README). Unknown keys and bad values throw ConfigurationException.
          *
          * @param array $options
          */
@@ -90,6 +90,8 @@ namespace CheckoutGuard {
          * succeeds), consecutive_failed_decisions, decisions_failing (the last 3 failed).
          * tls: null for a plain URL, else how the server is verified ("on, verified against
          * ..." or "on, verification off (verify_peer => false)"), and tls_verify_peer.
+         * sentinel_service and sentinel_primary: for a Sentinel URL its service and the
+         * primary (host:port) the open connection is to, else null.
          * local_denials_table: where this process's local-denial table is ("inherited": made
          * before the fork, shared with its sibling workers; "named": a file in /dev/shm shared
          * by the workers of its php-fpm master; "own": made here, shared with the processes it

@@ -56,6 +56,7 @@ require __DIR__ . '/support/LatencyProxy.php';
 require __DIR__ . '/support/ValkeyCluster.php';
 require __DIR__ . '/support/TlsServer.php';
 require __DIR__ . '/support/ManagedServer.php';
+require __DIR__ . '/support/SentinelGroup.php';
 require __DIR__ . '/support/Cli.php';
 require __DIR__ . '/support/HttpGet.php';
 require __DIR__ . '/support/ProjectScript.php';

@@ -112,7 +112,42 @@ impl Admin {
         timeout: Duration,
         tls: &TlsDefaults,
     ) -> Result<Self, String> {
-        let endpoint = Endpoint::parse(url).map_err(|e| format!("--url: {e}"))?;
+        Self::with_options(url, name, timeout, tls, None, None)
+    }
+
+    /// As [`Admin::with_tls`], with the sentinels' own credentials for a
+    /// `valkey+sentinel://` URL (`--sentinel-user`, `--sentinel-password`; an error with
+    /// any other URL, and for an empty value; the password is never shown).
+    pub fn with_options(
+        url: &str,
+        name: &str,
+        timeout: Duration,
+        tls: &TlsDefaults,
+        sentinel_user: Option<&str>,
+        sentinel_password: Option<&str>,
+    ) -> Result<Self, String> {
+        let mut endpoint = Endpoint::parse(url).map_err(|e| format!("--url: {e}"))?;
+        if sentinel_user.is_some() || sentinel_password.is_some() {
+            for (flag, v) in [
+                ("--sentinel-user", sentinel_user),
+                ("--sentinel-password", sentinel_password),
+            ] {
+                if v == Some("") {
+                    return Err(format!("{flag} must not be empty"));
+                }
+            }
+            let flags = match (sentinel_user, sentinel_password) {
+                (Some(_), None) => "--sentinel-user",
+                (None, Some(_)) => "--sentinel-password",
+                _ => "--sentinel-user/--sentinel-password",
+            };
+            endpoint = endpoint
+                .with_sentinel_auth(
+                    sentinel_user.map(str::to_string),
+                    sentinel_password.map(str::to_string),
+                )
+                .map_err(|e| format!("{flags} {e}"))?;
+        }
         if !endpoint.is_tls() && *tls != TlsDefaults::default() {
             return Err(format!(
                 "--tls-* options need a TLS URL (rediss://, valkeys://, rediss+cluster://, valkeys+cluster://), got --url {}",

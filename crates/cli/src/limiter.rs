@@ -1,7 +1,8 @@
 //! `checkout-guard limiter`: what on-call needs of a running limiter, against the same
 //! Valkey URL forms as the extension (redis://, valkey://, unix://, valkey+cluster://,
-//! their TLS twins rediss://, valkeys://, rediss+cluster://, valkeys+cluster:// with the
-//! `--tls-*` options, user:password@).
+//! valkey+sentinel://, their TLS twins rediss://, valkeys://, rediss+cluster://,
+//! valkeys+cluster://, valkeys+sentinel:// with the `--tls-*` options, user:password@;
+//! a Sentinel URL's sentinels' own credentials with `--sentinel-user`/`--sentinel-password`).
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -43,6 +44,12 @@ pub struct LimiterArgs {
     /// TLS URL: the name the server's certificate must carry, instead of the URL's host.
     #[arg(long, global = true)]
     tls_peer_name: Option<String>,
+    /// Sentinel URL: the sentinels' own ACL user (the URL's credentials are the data nodes').
+    #[arg(long, global = true)]
+    sentinel_user: Option<String>,
+    /// Sentinel URL: the sentinels' own password (never shown).
+    #[arg(long, global = true, hide_env_values = true)]
+    sentinel_password: Option<String>,
     #[command(subcommand)]
     command: LimiterCommand,
 }
@@ -114,11 +121,13 @@ pub fn run(args: LimiterArgs) -> Result<(), String> {
         args.tls_local_pk.as_deref(),
         args.tls_peer_name.as_deref(),
     );
-    let admin = Admin::with_tls(
+    let admin = Admin::with_options(
         &args.url,
         &args.name,
         Duration::from_millis(args.timeout_ms.clamp(1, 60_000)),
         &tls,
+        args.sentinel_user.as_deref(),
+        args.sentinel_password.as_deref(),
     )?;
     match args.command {
         LimiterCommand::Status {

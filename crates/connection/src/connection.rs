@@ -11,7 +11,7 @@ use redis::{
 };
 
 use crate::errors::timed_out;
-use crate::info::{addresses, certificates, Addresses, Client};
+use crate::info::{addresses, certificates, primary_info, Addresses, Client};
 
 enum Link {
     Single(redis::Connection),
@@ -25,6 +25,8 @@ pub struct Connection {
     /// The per-command (read and write) timeout set on the socket, to skip needless
     /// syscalls; `None` once a call changed it for itself.
     timeout: Option<Duration>,
+    /// A Sentinel endpoint's primary (`host:port`) as the sentinels named it.
+    primary: Option<String>,
 }
 
 impl AsMut<Connection> for Connection {
@@ -71,6 +73,7 @@ impl Connection {
             }
             Ok(())
         };
+        let mut primary = None;
         let link = match addresses(endpoint, client)? {
             Addresses::Single(info) => {
                 check(&info)?;
@@ -113,11 +116,39 @@ impl Connection {
                 let conn = builder.build()?.get_connection()?;
                 Link::Cluster(Box::new(conn))
             }
+            Addresses::Sentinel { sentinels, service } => {
+                let mut asked = Vec::new();
+                for s in &sentinels {
+                    check(s)?;
+                    asked.push((s.clone(), tcp_tls(s)));
+                }
+                let (host, port) = ask_sentinels(asked, &service, deadline)?;
+                let info = primary_info(endpoint, client, &host, port)?;
+                check(&info)?;
+                let at = tcp_tls(&info);
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(timed_out());
+                }
+                let mut conn = open_single(info, left).map_err(|e| match &at {
+                    Some((host, port)) => crate::tls::in_handshake(e, host, *port),
+                    None => e,
+                })?;
+                check_primary(&mut conn, &service, &host, port, deadline)?;
+                primary = Some(format!("{host}:{port}"));
+                Link::Single(conn)
+            }
         };
         Ok(Self {
             link,
             timeout: None,
+            primary,
         })
+    }
+
+    /// For a Sentinel endpoint, the primary (`host:port`) this connection is to.
+    pub fn primary(&self) -> Option<&str> {
+        self.primary.as_deref()
     }
 
     pub fn is_cluster(&self) -> bool {
@@ -200,6 +231,84 @@ impl Connection {
                 Ok(())
             }
         }
+    }
+}
+
+/// A sentinel's failure as the open reports it (`sentinel: ...`).
+fn sentinel_error(what: String) -> RedisError {
+    std::io::Error::other(format!("sentinel: {what}")).into()
+}
+
+/// Asks the sentinels in order for `service`'s primary (`SENTINEL
+/// GET-MASTER-ADDR-BY-NAME`), all by `deadline`: each gets a share of what is left (the
+/// sentinels not yet asked and the primary's open the other shares), so one that hangs
+/// does not take the whole deadline. The first that names a primary wins.
+fn ask_sentinels(
+    sentinels: Vec<(ConnectionInfo, Option<(String, u16)>)>,
+    service: &str,
+    deadline: Instant,
+) -> RedisResult<(String, u16)> {
+    let count = sentinels.len();
+    let mut unknown = 0;
+    let mut last: Option<String> = None;
+    for (i, (info, at)) in sentinels.into_iter().enumerate() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let share = left / (count - i + 1) as u32;
+        let share = share.max(Duration::from_millis(1));
+        let until = Instant::now() + share;
+        let addr = info.addr().to_string();
+        let asked = open_single(info, share)
+            .map_err(|e| match &at {
+                Some((host, port)) => crate::tls::in_handshake(e, host, *port),
+                None => e,
+            })
+            .and_then(|mut c| {
+                set_left(&c, until)?;
+                redis::cmd("SENTINEL")
+                    .arg("GET-MASTER-ADDR-BY-NAME")
+                    .arg(service)
+                    .query::<Option<(String, u16)>>(&mut c)
+            });
+        match asked {
+            Ok(Some(primary)) => return Ok(primary),
+            Ok(None) => unknown += 1,
+            Err(e) => last = Some(format!("{addr}: {}", crate::errors::describe(&e, share))),
+        }
+    }
+    Err(sentinel_error(match (unknown, last) {
+        (0, Some(e)) => format!("no sentinel answered for service {service} (last: {e})"),
+        (0, None) => format!("no time left to ask for service {service}"),
+        (_, _) => format!("no primary for service {service}"),
+    }))
+}
+
+/// The primary the sentinels named is one (`ROLE` answers `master`), by `deadline`: a
+/// replica (a demoted primary the sentinels have not yet seen as such) is refused.
+fn check_primary(
+    conn: &mut redis::Connection,
+    service: &str,
+    host: &str,
+    port: u16,
+    deadline: Instant,
+) -> RedisResult<()> {
+    set_left(conn, deadline)?;
+    let role: Vec<Value> = redis::cmd("ROLE").query(conn)?;
+    let name = match role.first() {
+        Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+        Some(Value::SimpleString(s)) => s.clone(),
+        _ => String::new(),
+    };
+    conn.set_read_timeout(None)?;
+    conn.set_write_timeout(None)?;
+    if name == "master" {
+        Ok(())
+    } else {
+        Err(sentinel_error(format!(
+            "the primary named for service {service}, {host}:{port}, is a replica (ROLE {name})"
+        )))
     }
 }
 

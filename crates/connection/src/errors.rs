@@ -31,6 +31,14 @@ pub fn is_wrong_arity(e: &RedisError) -> bool {
     text(e).contains("wrong number of arguments")
 }
 
+/// A demoted primary (now a replica) refused a write (`READONLY You can't write against
+/// a read only replica.`): the connection is to the wrong server and is dropped as a
+/// broken one, so the next open asks the sentinels again.
+pub fn is_readonly(e: &RedisError) -> bool {
+    is_reply_error(e) && text(e).starts_with("readonly")
+        || e.code().is_some_and(|c| c.eq_ignore_ascii_case("READONLY"))
+}
+
 fn text(e: &RedisError) -> String {
     e.to_string().to_ascii_lowercase()
 }
@@ -100,6 +108,20 @@ mod tests {
             );
             assert_eq!(got, want, "{text}");
         }
+    }
+
+    #[test]
+    fn readonly_from_a_demoted_primary_is_told_apart() {
+        assert!(is_readonly(&reply(
+            "READONLY You can't write against a read only replica."
+        )));
+        for other in [
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "ERR unknown command 'READONLY'",
+        ] {
+            assert!(!is_readonly(&reply(other)), "{other}");
+        }
+        assert!(!is_readonly(&timed_out()));
     }
 
     #[test]

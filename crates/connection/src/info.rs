@@ -91,6 +91,33 @@ pub enum Addresses {
     Single(ConnectionInfo),
     /// A cluster's seed nodes, any of which gives the slot map.
     Cluster(Vec<ConnectionInfo>),
+    /// The sentinels, asked in order for `service`'s primary (with the sentinels' own
+    /// credentials, if any); [`primary_info`] names the primary they give.
+    Sentinel {
+        sentinels: Vec<ConnectionInfo>,
+        service: String,
+    },
+}
+
+/// The primary `host:port` a sentinel named for a Sentinel endpoint, with the data
+/// nodes' credentials, database and TLS settings, named for `client`.
+pub fn primary_info(
+    endpoint: &Endpoint,
+    client: Client,
+    host: &str,
+    port: u16,
+) -> RedisResult<ConnectionInfo> {
+    let Target::Sentinel(s) = endpoint.target() else {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "not a sentinel endpoint",
+        )));
+    };
+    let url = s.primary_url(host, port);
+    match endpoint.tls() {
+        Some(tls) => tls_connection_info(&url, client, tls),
+        None => connection_info(&url, client),
+    }
 }
 
 /// `endpoint`'s server or seeds, named for `client`.
@@ -104,6 +131,24 @@ pub fn addresses(endpoint: &Endpoint, client: Client) -> RedisResult<Addresses> 
         Target::Cluster(seeds) => {
             Addresses::Cluster(seeds.iter().map(|s| info(s)).collect::<RedisResult<_>>()?)
         }
+        Target::Sentinel(s) => Addresses::Sentinel {
+            sentinels: s
+                .sentinels
+                .iter()
+                .map(|url| {
+                    let i = info(url)?;
+                    let mut settings = i.redis_settings().clone();
+                    if let Some(user) = &s.user {
+                        settings = settings.set_username(user);
+                    }
+                    if let Some(pass) = &s.password {
+                        settings = settings.set_password(pass);
+                    }
+                    Ok(i.set_redis_settings(settings))
+                })
+                .collect::<RedisResult<_>>()?,
+            service: s.service.clone(),
+        },
     })
 }
 
@@ -237,7 +282,10 @@ mod tests {
             }
             match addresses(&endpoint, Client::WORKER).unwrap() {
                 Addresses::Single(i) => vec![i.addr().clone()],
-                Addresses::Cluster(seeds) => seeds.iter().map(|i| i.addr().clone()).collect(),
+                Addresses::Cluster(seeds)
+                | Addresses::Sentinel {
+                    sentinels: seeds, ..
+                } => seeds.iter().map(|i| i.addr().clone()).collect(),
             }
         };
         let insecure = |a: &ConnectionAddr| match a {
@@ -248,6 +296,7 @@ mod tests {
             "rediss://h:6380",
             "valkeys://h:6380",
             "valkeys+cluster://h:1,h:2",
+            "valkeys+sentinel://h:1,h:2/m",
         ] {
             for a in addr(url, None) {
                 assert_eq!(insecure(&a), Some(false), "{url}: {a:?}");
@@ -267,7 +316,10 @@ mod tests {
         let lib_names = |url: &str, client: Client| -> Vec<String> {
             let infos = match addresses(&Endpoint::parse(url).unwrap(), client).unwrap() {
                 Addresses::Single(i) => vec![i],
-                Addresses::Cluster(seeds) => seeds,
+                Addresses::Cluster(seeds)
+                | Addresses::Sentinel {
+                    sentinels: seeds, ..
+                } => seeds,
             };
             infos
                 .iter()
@@ -278,6 +330,37 @@ mod tests {
         assert_eq!(
             lib_names("valkey+cluster://u:p@h:1,h:2", Client::CLI),
             ["checkout_guard_cli", "checkout_guard_cli"]
+        );
+        assert_eq!(
+            lib_names("valkey+sentinel://h:1/m", Client::WORKER),
+            ["checkout_guard"]
+        );
+    }
+
+    /// The sentinels get the `sentinel` option's credentials, the primary the URL's
+    /// (the data nodes') with its database, over TLS for the TLS forms.
+    #[test]
+    fn sentinels_and_the_primary_get_their_own_credentials() {
+        let ep = Endpoint::parse("valkeys+sentinel://app:datapw@h:1,h:2/m?db=3")
+            .unwrap()
+            .with_sentinel_auth(Some("sen".into()), Some("senpw".into()))
+            .unwrap();
+        let Addresses::Sentinel { sentinels, service } = addresses(&ep, Client::WORKER).unwrap()
+        else {
+            panic!("not a sentinel endpoint")
+        };
+        assert_eq!(service, "m");
+        for s in &sentinels {
+            assert_eq!(s.redis_settings().username(), Some("sen"));
+            assert_eq!(s.redis_settings().password(), Some("senpw"));
+            assert!(matches!(s.addr(), ConnectionAddr::TcpTls { .. }));
+        }
+        let p = primary_info(&ep, Client::WORKER, "10.0.0.5", 6379).unwrap();
+        assert_eq!(p.redis_settings().username(), Some("app"));
+        assert_eq!(p.redis_settings().password(), Some("datapw"));
+        assert_eq!(p.redis_settings().db(), 3);
+        assert!(
+            matches!(p.addr(), ConnectionAddr::TcpTls { host, port: 6379, .. } if host == "10.0.0.5")
         );
     }
 }

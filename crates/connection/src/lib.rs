@@ -28,12 +28,16 @@
 //!   crate's own ([`tls::check_peer_name`]) because redis-rs checks the URL's host only;
 //!   a cluster's builder gets the certificates, so every node it opens is verified.
 //!
-//! Where the next transport goes, in this crate only:
-//! - **Sentinel** (`valkey+sentinel://`): a third arm of [`info::Addresses`] (the
-//!   sentinels and the service name) and of [`Connection::open`]: ask the sentinels for the
-//!   primary, open it as a single server, check its `ROLE`, all within the one deadline. A
-//!   failover is found by [`reconnect_once`]'s reconnect, which opens (and so asks the
-//!   sentinels) again; `READONLY` from a demoted primary is classified in [`errors`].
+//! - **Sentinel** (`valkey+sentinel://`, `redis+sentinel://`, TLS twins `valkeys+sentinel://`,
+//!   `rediss+sentinel://`): the third arm of [`info::Addresses`] (the sentinels, with their
+//!   own credentials from the `sentinel` option, and the service name) and of
+//!   [`Connection::open`]: the sentinels asked in order for the primary
+//!   (`SENTINEL GET-MASTER-ADDR-BY-NAME`, each a share of what is left), the primary opened
+//!   as a single server ([`info::primary_info`]: the URL's credentials and database), its
+//!   `ROLE` checked, all within the one deadline. A failover is found by
+//!   [`reconnect_once`]'s reconnect, which opens (and so asks the sentinels) again;
+//!   `READONLY` from a demoted primary ([`errors::is_readonly`]) counts as a broken
+//!   connection there.
 
 mod connection;
 pub mod errors;
@@ -43,7 +47,7 @@ pub mod tls;
 
 pub use connection::Connection;
 pub use errors::describe;
-pub use info::{addresses, connection_info, tls_connection_info, Addresses, Client};
+pub use info::{addresses, connection_info, primary_info, tls_connection_info, Addresses, Client};
 pub use reconnect::{reconnect_once, Budget, Failure};
 
 /// The redis-rs this layer is built on (its transport features are chosen here).

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use redis::{RedisError, RedisResult};
 
 use crate::connection::Connection;
-use crate::errors::is_reply_error;
+use crate::errors::{is_readonly, is_reply_error};
 
 /// One call's time: `timeout` from when the call started.
 #[derive(Debug, Clone, Copy)]
@@ -65,7 +65,9 @@ impl Failure {
 /// Valkey restarted, an idle timeout) is dropped and `op` run once more on a new one. `op`
 /// may therefore run twice: it must be harmless to repeat (at worst a decision takes
 /// tokens twice, which only errs on the side of the limit). A connection this call opened
-/// is not retried: the endpoint is down, the caller reports it.
+/// is not retried: the endpoint is down, the caller reports it. A `READONLY` reply (a
+/// primary demoted by a failover) counts as a broken connection: the next open (of a
+/// Sentinel endpoint) asks the sentinels again.
 pub fn reconnect_once<C: AsMut<Connection>, T>(
     kept: &mut Option<C>,
     budget: Budget,
@@ -94,7 +96,8 @@ pub fn reconnect_once<C: AsMut<Connection>, T>(
         }
         match op(held) {
             Ok(v) => return Ok(v),
-            Err(e) if is_reply_error(&e) => return Err(Failure::Reply(e)),
+            // READONLY: a demoted primary, the wrong server: dropped as a broken one.
+            Err(e) if is_reply_error(&e) && !is_readonly(&e) => return Err(Failure::Reply(e)),
             Err(e) => {
                 *kept = None;
                 if fresh || e.is_timeout() {

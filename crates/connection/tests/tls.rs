@@ -512,3 +512,73 @@ fn every_node_of_a_tls_cluster_is_verified() {
         "v"
     );
 }
+
+/// A sentinel (Debian's `redis-server --sentinel`) serving TLS only on a port of its own,
+/// speaking TLS to the primary it monitors (`tls-replication yes`).
+fn tls_sentinel(pki: &Pki, primary: u16) -> TlsServer {
+    let port = free_port();
+    let conf = pki.path(&format!("sentinel-{port}.conf"));
+    std::fs::write(
+        &conf,
+        format!(
+            "port 0\ntls-port {port}\nbind 127.0.0.1\ndir {dir}\n\
+             tls-cert-file {dir}/server.pem\ntls-key-file {dir}/server.key\n\
+             tls-ca-cert-file {dir}/ca.pem\ntls-auth-clients no\ntls-replication yes\n\
+             sentinel monitor cgtls 127.0.0.1 {primary} 1\n",
+            dir = pki.path("")
+        ),
+    )
+    .unwrap();
+    let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+    let child = Command::new(&bin)
+        .arg(&conf)
+        .arg("--sentinel")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{bin} (apt-get install redis-server): {e}"));
+    let server = TlsServer { child, port };
+    let started = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no sentinel on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    server
+}
+
+/// `valkeys+sentinel://`: TLS to the sentinel and to the primary it names, both verified
+/// with the same `tls` settings; a sentinel whose certificate the CA did not sign is
+/// refused within the timeout, the handshake's cause named.
+#[test]
+fn a_tls_sentinel_url_verifies_the_sentinels_and_the_primary() {
+    let pki = Pki::new();
+    let primary = TlsServer::start(&pki, "server", "no");
+    let sentinel = tls_sentinel(&pki, primary.port);
+    let url = format!("valkeys+sentinel://127.0.0.1:{}/cgtls", sentinel.port);
+    let ep = Endpoint::parse(&url).unwrap().with_tls(pki.tls());
+    let mut c = Connection::open(&ep, Client::WORKER, TIMEOUT).unwrap();
+    assert_eq!(
+        c.primary(),
+        Some(format!("127.0.0.1:{}", primary.port).as_str())
+    );
+    c.set_timeout(TIMEOUT).unwrap();
+    let got: String = c
+        .each_command(|c| {
+            redis::cmd("SET")
+                .arg("cg:tls-sentinel")
+                .arg("v")
+                .query::<()>(c)?;
+            redis::cmd("GET").arg("cg:tls-sentinel").query(c)
+        })
+        .unwrap();
+    assert_eq!(got, "v");
+    let other = Endpoint::parse(&url).unwrap().with_tls(Tls {
+        cafile: Some(pki.pem("other-ca.pem")),
+        ..Tls::default()
+    });
+    let text = refused(&other, "sentinel");
+    assert!(text.to_ascii_lowercase().contains("certificate"), "{text}");
+}

@@ -11,6 +11,48 @@ pub enum Target {
     Single(String),
     /// Seed nodes of a Valkey Cluster: any one that answers gives the slot map.
     Cluster(Vec<String>),
+    /// A primary found through Valkey Sentinel: the sentinels asked in order for
+    /// `service`'s primary, which is then opened as a single server.
+    Sentinel(Sentinel),
+}
+
+/// What a `valkey+sentinel://` URL names (see [`Endpoint::parse`]).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Sentinel {
+    /// `redis://host:port` (`rediss://` for the TLS forms): the sentinels, in order, without
+    /// credentials (the sentinels' own are [`Sentinel::user`] and [`Sentinel::password`]).
+    pub sentinels: Vec<String>,
+    /// The name the sentinels monitor the primary by (`sentinel monitor SERVICE ...`).
+    pub service: String,
+    /// The data nodes' database.
+    pub db: i64,
+    /// The data nodes' `user[:password]` as written in the URL (percent-encoded).
+    pub userinfo: Option<String>,
+    /// The sentinels' own ACL user and password (the `sentinel` option), if they have any.
+    pub user: Option<String>,
+    pub password: Option<String>,
+}
+
+impl Sentinel {
+    /// The URL of the primary the sentinels named: the data nodes' credentials and database.
+    pub fn primary_url(&self, host: &str, port: u16) -> String {
+        let scheme = if self.is_tls() { "rediss" } else { "redis" };
+        let host = if host.contains(':') && !host.starts_with('[') {
+            format!("[{host}]")
+        } else {
+            host.to_string()
+        };
+        match &self.userinfo {
+            Some(u) => format!("{scheme}://{u}@{host}:{port}/{}", self.db),
+            None => format!("{scheme}://{host}:{port}/{}", self.db),
+        }
+    }
+
+    pub fn is_tls(&self) -> bool {
+        self.sentinels
+            .first()
+            .is_some_and(|s| s.starts_with("rediss://"))
+    }
 }
 
 /// A parsed Valkey URL: what to connect to, and how to show it without its password.
@@ -50,6 +92,19 @@ impl Endpoint {
         ]
         .iter()
         .find_map(|(scheme, tls)| url.strip_prefix(scheme).map(|rest| (rest, *tls)));
+        let sentinel = [
+            ("valkey+sentinel://", false),
+            ("redis+sentinel://", false),
+            ("valkeys+sentinel://", true),
+            ("rediss+sentinel://", true),
+        ]
+        .iter()
+        .find_map(|(scheme, tls)| url.strip_prefix(scheme).map(|rest| (rest, *tls)));
+        if let Some((rest, tls)) = sentinel {
+            let target =
+                parse_sentinel(rest, tls).map_err(|why| format!("{why}, got \"{display}\""))?;
+            return Ok(Self::new(url, display, Target::Sentinel(target), tls));
+        }
         if let Some((rest, tls)) = cluster {
             let seeds = parse_cluster_seeds(rest, tls)
                 .map_err(|why| format!("{why}, got \"{display}\""))?;
@@ -65,7 +120,7 @@ impl Endpoint {
         let tls = normalized.starts_with("rediss://");
         check_single(&normalized).map_err(|detail| {
             format!(
-                "must be a redis://, rediss://, valkey://, valkeys://, unix:// or valkey+cluster:// URL ({detail}), got \"{display}\""
+                "must be a redis://, rediss://, valkey://, valkeys://, unix://, valkey+cluster:// or valkey+sentinel:// URL ({detail}), got \"{display}\""
             )
         })?;
         Ok(Self::new(url, display, Target::Single(normalized), tls))
@@ -84,11 +139,49 @@ impl Endpoint {
     }
 
     fn set_tls(&mut self, tls: Option<Tls>) {
-        self.pool_key = match &tls {
-            None => self.url.clone(),
-            Some(t) => format!("{} tls:{}", self.url, t.key()),
-        };
         self.tls = tls;
+        self.set_pool_key();
+    }
+
+    fn set_pool_key(&mut self) {
+        let mut key = self.url.clone();
+        if let Some(t) = &self.tls {
+            key.push_str(&format!(" tls:{}", t.key()));
+        }
+        if let Target::Sentinel(s) = &self.target {
+            if s.user.is_some() || s.password.is_some() {
+                key.push_str(&format!(
+                    " sentinel:{}:{}",
+                    s.user.as_deref().unwrap_or(""),
+                    s.password.as_deref().unwrap_or("")
+                ));
+            }
+        }
+        self.pool_key = key;
+    }
+
+    /// Whether this is a primary found through Sentinel.
+    pub fn is_sentinel(&self) -> bool {
+        matches!(self.target, Target::Sentinel(_))
+    }
+
+    /// A Sentinel endpoint whose sentinels authenticate with `user` / `password` (the
+    /// `sentinel` option); an error for any other endpoint (the option names itself).
+    pub fn with_sentinel_auth(
+        mut self,
+        user: Option<String>,
+        password: Option<String>,
+    ) -> Result<Self, String> {
+        let Target::Sentinel(s) = &mut self.target else {
+            return Err(format!(
+                "is only for a valkey+sentinel:// URL, got \"{}\"",
+                self.display
+            ));
+        };
+        s.user = user;
+        s.password = password;
+        self.set_pool_key();
+        Ok(self)
     }
 
     /// Whether the URL is a TLS form (`rediss://`, `valkeys://`, `*s+cluster://`).
@@ -245,6 +338,79 @@ fn parse_cluster_seeds(rest: &str, tls: bool) -> Result<Vec<String>, String> {
         .collect()
 }
 
+/// `[user[:password]@]host:port[,host:port...]/SERVICE[?db=N]`: the sentinels, the
+/// service name, the data nodes' credentials and database.
+fn parse_sentinel(rest: &str, tls: bool) -> Result<Sentinel, String> {
+    let scheme = if tls { "rediss" } else { "redis" };
+    let (userinfo, rest) = match rest.find('/') {
+        Some(slash) => match rest[..slash].rfind('@') {
+            Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+            None => (None, rest),
+        },
+        None => match rest.rfind('@') {
+            Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+            None => (None, rest),
+        },
+    };
+    let (hosts, path) = rest
+        .split_once('/')
+        .ok_or("a sentinel URL needs /SERVICE after its host:port sentinels")?;
+    if hosts.is_empty() {
+        return Err("a sentinel URL needs at least one host:port sentinel".into());
+    }
+    if path.contains('#') {
+        return Err("a sentinel URL takes no #fragment".into());
+    }
+    let (service, query) = match path.split_once('?') {
+        Some((s, q)) => (s, Some(q)),
+        None => (path, None),
+    };
+    if service.is_empty() || service.contains('/') {
+        return Err("a sentinel URL needs one service name after the sentinels (/SERVICE)".into());
+    }
+    let mut db = 0;
+    for pair in query.into_iter().flat_map(|q| q.split('&')) {
+        match pair.split_once('=') {
+            Some(("db", v)) => {
+                db = v.parse::<i64>().ok().filter(|d| *d >= 0).ok_or_else(|| {
+                    format!("sentinel URL option db=\"{v}\" must be a database number")
+                })?;
+            }
+            _ => return Err(format!("sentinel URL takes only ?db=N, not \"{pair}\"")),
+        }
+    }
+    if let Some(u) = userinfo {
+        let (user, pass) = match u.split_once(':') {
+            Some((user, pass)) => (user, Some(pass)),
+            None => (u, None),
+        };
+        if !percent_decode_is_utf8(user) || !pass.is_none_or(percent_decode_is_utf8) {
+            return Err("credentials are not valid UTF-8".into());
+        }
+    }
+    let sentinels = hosts
+        .split(',')
+        .map(|node| {
+            let (host, port) = node
+                .rsplit_once(':')
+                .filter(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0))
+                .ok_or_else(|| format!("sentinel \"{node}\" must be host:port"))?;
+            let url = format!("{scheme}://{host}:{port}");
+            check_single(&url)
+                .map(|()| url)
+                .map_err(|e| format!("sentinel \"{node}\": {e}"))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(Sentinel {
+        sentinels,
+        service: service.to_string(),
+        db,
+        userinfo: userinfo.map(str::to_string),
+        user: None,
+        password: None,
+    })
+}
+
 /// Masks the password of `scheme://user:password@host` and of `?pass=`/`?password=`.
 pub fn mask_password(url: &str) -> String {
     let mut out = url.to_string();
@@ -357,6 +523,86 @@ mod tests {
         });
         assert_ne!(ep.pool_key(), off.pool_key());
         assert!(!off.tls().unwrap().verify_peer);
+    }
+
+    #[test]
+    fn parses_sentinel_urls_with_the_data_nodes_credentials() {
+        let ep = Endpoint::parse(
+            "valkey+sentinel://app:s3cret@10.0.0.1:26379,10.0.0.2:26380/orders?db=2",
+        )
+        .unwrap();
+        assert!(ep.is_sentinel() && !ep.is_cluster() && !ep.is_tls());
+        assert_eq!(
+            ep.display_url(),
+            "valkey+sentinel://app:***@10.0.0.1:26379,10.0.0.2:26380/orders?db=2"
+        );
+        assert!(!format!("{ep:?}").contains("s3cret"));
+        let Target::Sentinel(s) = ep.target() else {
+            panic!("not a sentinel URL")
+        };
+        assert_eq!(
+            s.sentinels,
+            ["redis://10.0.0.1:26379", "redis://10.0.0.2:26380"]
+        );
+        assert_eq!(s.service, "orders");
+        assert_eq!(s.db, 2);
+        assert_eq!(
+            s.primary_url("10.0.0.9", 6379),
+            "redis://app:s3cret@10.0.0.9:6379/2"
+        );
+        for (url, tls) in [
+            ("redis+sentinel://h:1/m", false),
+            ("valkeys+sentinel://h:1/m", true),
+            ("rediss+sentinel://u:p@h:1,h:2/m", true),
+        ] {
+            let ep = Endpoint::parse(url).unwrap();
+            assert!(ep.is_sentinel(), "{url}");
+            assert_eq!(ep.is_tls(), tls, "{url}");
+            let Target::Sentinel(s) = ep.target() else {
+                panic!("{url}")
+            };
+            assert_eq!(s.db, 0);
+            assert_eq!(s.primary_url("h", 5).starts_with("rediss://"), tls);
+        }
+        for (bad, says) in [
+            ("valkey+sentinel://u:pw@h:1", "/SERVICE"),
+            ("valkey+sentinel://u:pw@/m", "at least one"),
+            ("valkey+sentinel://u:pw@h:1/", "service name"),
+            ("valkey+sentinel://u:pw@h:0/m", "must be host:port"),
+            ("valkey+sentinel://u:pw@h:1,:2/m", "must be host:port"),
+            ("valkey+sentinel://u:pw@h:1/m?db=x", "db=\"x\""),
+            ("valkey+sentinel://u:pw@h:1/m?foo=1", "foo=1"),
+            ("valkey+sentinel://u:pw@h:1/m/x", "service name"),
+        ] {
+            let e = Endpoint::parse(bad)
+                .err()
+                .unwrap_or_else(|| panic!("{bad} accepted"));
+            assert!(!e.contains(":pw@"), "{e}");
+            assert!(e.contains(says) && e.contains("got \""), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_sentinels_own_credentials_only_go_with_a_sentinel_url() {
+        let ep = Endpoint::parse("valkey+sentinel://h:1/m").unwrap();
+        let plain_key = ep.pool_key().to_string();
+        let ep = ep
+            .with_sentinel_auth(Some("sen".into()), Some("xyzzy".into()))
+            .unwrap();
+        let Target::Sentinel(s) = ep.target() else {
+            panic!("not a sentinel URL")
+        };
+        assert_eq!(
+            (s.user.as_deref(), s.password.as_deref()),
+            (Some("sen"), Some("xyzzy"))
+        );
+        assert_ne!(ep.pool_key(), plain_key);
+        assert!(!format!("{ep:?}").contains("xyzzy"));
+        let e = Endpoint::parse("redis://u:pw@h:1")
+            .unwrap()
+            .with_sentinel_auth(None, Some("x".into()))
+            .unwrap_err();
+        assert!(e.contains("sentinel://") && !e.contains("pw@"), "{e}");
     }
 
     #[test]

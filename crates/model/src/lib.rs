@@ -38,9 +38,9 @@ pub use endpoint::{mask_password, Endpoint};
 pub use error::{ConfigError, LimiterError};
 pub use keys::Keys;
 pub use options::{
-    bucket_value, buckets_from_value, validate_max_wait, validate_shop_id, validate_tokens,
-    validate_ttl, AutoHot, Defaults, Engine, LimiterOptions, OnUnavailable, MAX_SHOP_ID_BYTES,
-    MAX_TTL_SECONDS, MAX_WAIT_US,
+    bucket_value, buckets_from_value, sentinel_from_value, validate_max_wait, validate_shop_id,
+    validate_tokens, validate_ttl, AutoHot, Defaults, Engine, LimiterOptions, OnUnavailable,
+    MAX_SHOP_ID_BYTES, MAX_TTL_SECONDS, MAX_WAIT_US,
 };
 pub use step::{
     auto_hot_window, lanes_in, reservation_wait_us, step, step_auto_hot, StepReply, StoredState,

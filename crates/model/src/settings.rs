@@ -23,6 +23,8 @@ pub struct Setting {
     pub scope: Scope,
     /// A password it may hold is masked wherever it is shown.
     pub secret_url: bool,
+    /// The whole value is a secret: shown as `***` when set.
+    pub secret: bool,
 }
 
 impl Setting {
@@ -41,6 +43,7 @@ const fn setting(name: &'static CStr, default: &'static CStr, scope: Scope) -> S
         default,
         scope,
         secret_url: false,
+        secret: false,
     }
 }
 
@@ -63,6 +66,14 @@ pub const TLS_LOCAL_CERT: Setting = setting(c"checkout_guard.tls.local_cert", c"
 pub const TLS_LOCAL_PK: Setting = setting(c"checkout_guard.tls.local_pk", c"", Scope::All);
 /// The name the server's certificate must carry, instead of the URL's host. Empty: unset.
 pub const TLS_PEER_NAME: Setting = setting(c"checkout_guard.tls.peer_name", c"", Scope::All);
+/// A Sentinel URL's sentinels' own ACL user (the `sentinel` option's default). Empty: unset.
+pub const SENTINEL_USER: Setting = setting(c"checkout_guard.sentinel.user", c"", Scope::All);
+/// A Sentinel URL's sentinels' own password (the `sentinel` option's default), shown
+/// masked. Empty: unset.
+pub const SENTINEL_PASSWORD: Setting = Setting {
+    secret: true,
+    ..setting(c"checkout_guard.sentinel.password", c"", Scope::All)
+};
 pub const EVENTS_SINKS: Setting = setting(c"checkout_guard.events.sinks", c"", Scope::System);
 pub const EVENTS_JSONL_PATH: Setting =
     setting(c"checkout_guard.events.jsonl_path", c"", Scope::System);
@@ -85,7 +96,7 @@ pub const EVENTS_BUFFER_SIZE: Setting =
     setting(c"checkout_guard.events.buffer_size", c"1000", Scope::System);
 
 /// Every setting, in the order `phpinfo()` shows them.
-pub const ALL: [Setting; 16] = [
+pub const ALL: [Setting; 18] = [
     URL,
     TIMEOUT_MS,
     ON_UNAVAILABLE,
@@ -96,6 +107,8 @@ pub const ALL: [Setting; 16] = [
     TLS_LOCAL_CERT,
     TLS_LOCAL_PK,
     TLS_PEER_NAME,
+    SENTINEL_USER,
+    SENTINEL_PASSWORD,
     EVENTS_SINKS,
     EVENTS_JSONL_PATH,
     EVENTS_STREAM_URL,

@@ -20,6 +20,10 @@ pub struct Defaults {
     /// A TLS URL's settings where its `tls` option does not give them
     /// (`checkout_guard.tls.*`).
     pub tls: TlsDefaults,
+    /// A Sentinel URL's sentinels' own user and password where its `sentinel` option does
+    /// not give them (`checkout_guard.sentinel.*`).
+    pub sentinel_user: Option<String>,
+    pub sentinel_password: Option<String>,
 }
 
 impl Default for Defaults {
@@ -36,6 +40,8 @@ impl Default for Defaults {
             local_denials: false,
             engine: Engine::Auto,
             tls: TlsDefaults::default(),
+            sentinel_user: None,
+            sentinel_password: None,
         };
         builtin
             .read(
@@ -111,6 +117,14 @@ impl Defaults {
         peer_name: Option<&str>,
     ) -> Self {
         self.tls = TlsDefaults::from_ini(cafile, local_cert, local_pk, peer_name);
+        self
+    }
+
+    /// Sets the sentinels' own credentials from their INI values; empty or blank is unset.
+    pub fn with_sentinel(mut self, user: Option<&str>, password: Option<&str>) -> Self {
+        let set = |v: Option<&str>| v.filter(|v| !v.trim().is_empty()).map(str::to_string);
+        self.sentinel_user = set(user);
+        self.sentinel_password = set(password);
         self
     }
 

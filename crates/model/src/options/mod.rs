@@ -143,6 +143,7 @@ const KNOWN: &[&str] = &[
     "auto_hot",
     "engine",
     "tls",
+    "sentinel",
 ];
 
 impl LimiterOptions {
@@ -185,6 +186,7 @@ impl LimiterOptions {
         if let Some(tls) = tls_from_value(get("tls"), &defaults.tls, endpoint.is_tls(), &read)? {
             endpoint = endpoint.with_tls(tls);
         }
+        endpoint = sentinel_from_value(get("sentinel"), endpoint, defaults)?;
         let timeout_ms = match get("timeout_ms") {
             None => defaults.timeout_ms,
             Some(Value::Int(t)) if (1..=MAX_TIMEOUT_MS).contains(t) => *t,
@@ -238,6 +240,82 @@ pub(super) fn type_error(option: &str, expected: &str, got: &Value) -> ConfigErr
             got.describe()
         ),
     )
+}
+
+/// The `sentinel` option (`['user' => NAME, 'password' => SECRET]`, both optional): the
+/// sentinels' own credentials, for a `valkey+sentinel://` URL only; what it leaves out is
+/// taken from the INI defaults (`checkout_guard.sentinel.*`, ignored for other URLs). The
+/// password is never shown in an error.
+pub fn sentinel_from_value(
+    given: Option<&Value>,
+    endpoint: Endpoint,
+    defaults: &Defaults,
+) -> Result<Endpoint, ConfigError> {
+    let Some(v) = given else {
+        if !endpoint.is_sentinel()
+            || (defaults.sentinel_user.is_none() && defaults.sentinel_password.is_none())
+        {
+            return Ok(endpoint);
+        }
+        return endpoint
+            .with_sentinel_auth(
+                defaults.sentinel_user.clone(),
+                defaults.sentinel_password.clone(),
+            )
+            .map_err(|msg| ConfigError::new("sentinel", msg));
+    };
+    if !endpoint.is_sentinel() {
+        return Err(ConfigError::new(
+            "sentinel",
+            "is for a Sentinel URL (valkey+sentinel://, redis+sentinel://, valkeys+sentinel://, rediss+sentinel://); the url is not one",
+        ));
+    }
+    // The value is not shown: it may be the password given on its own.
+    if !matches!(v, Value::Map(_)) {
+        return Err(ConfigError::new(
+            "sentinel",
+            format!(
+                "must be an array ['user' => NAME, 'password' => SECRET], got {}",
+                v.type_name()
+            ),
+        ));
+    }
+    let entries = map_entries("sentinel", v)?;
+    const FIELDS: &[&str] = &["user", "password"];
+    for (key, _) in entries {
+        if !FIELDS.contains(&key.as_str()) {
+            return Err(ConfigError::new(
+                format!("sentinel.{}", quote_bytes(key.as_bytes())),
+                format!(
+                    "is not a known sentinel option (known: {})",
+                    FIELDS.join(", ")
+                ),
+            ));
+        }
+    }
+    let string = |k: &str| -> Result<Option<String>, ConfigError> {
+        let name = format!("sentinel.{k}");
+        match option(entries, k) {
+            None => Ok(None),
+            Some(Value::Str(s)) if s.is_empty() => Err(ConfigError::new(
+                name,
+                "must not be empty (leave it out for sentinels without one)",
+            )),
+            Some(Value::Str(s)) => String::from_utf8(s.clone())
+                .map(Some)
+                .map_err(|_| ConfigError::new(name, "must be a UTF-8 string")),
+            Some(v) if k == "password" => Err(ConfigError::new(
+                name,
+                format!("must be a string, got {}", v.type_name()),
+            )),
+            Some(v) => Err(type_error(&name, "a string", v)),
+        }
+    };
+    let user = string("user")?.or_else(|| defaults.sentinel_user.clone());
+    let password = string("password")?.or_else(|| defaults.sentinel_password.clone());
+    endpoint
+        .with_sentinel_auth(user, password)
+        .map_err(|msg| ConfigError::new("sentinel", msg))
 }
 
 /// The value of option `k` in an options array; a `null` value counts as not given.
@@ -524,6 +602,95 @@ mod tests {
                 e.to_string().contains(needle),
                 "{e} should contain {needle}"
             );
+        }
+    }
+
+    #[test]
+    fn sentinel_options_go_with_a_sentinel_url_only() {
+        let auth = map(&[("user", "sen".into()), ("password", "hunter2".into())]);
+        let o = parse(&[
+            ("global", bucket_v(1, 1.0)),
+            ("url", "valkey+sentinel://app:pw@h:26379/orders".into()),
+            ("sentinel", auth.clone()),
+        ])
+        .unwrap();
+        let crate::endpoint::Target::Sentinel(s) = o.endpoint.target() else {
+            panic!("not a sentinel endpoint")
+        };
+        assert_eq!(s.user.as_deref(), Some("sen"));
+        assert_eq!(s.password.as_deref(), Some("hunter2"));
+        // The INI defaults fill in what the option leaves out, and only for a Sentinel URL.
+        let defaults = Defaults::default().with_sentinel(Some("ini-user"), Some("ini-pw"));
+        let with = |url: &str, sentinel: Option<Value>| {
+            let mut entries = vec![("global", bucket_v(1, 1.0)), ("url", url.into())];
+            if let Some(v) = sentinel {
+                entries.push(("sentinel", v));
+            }
+            LimiterOptions::from_value(&map(&entries), &defaults).unwrap()
+        };
+        let o = with(
+            "valkey+sentinel://h:1/m",
+            Some(map(&[("user", "own".into())])),
+        );
+        let crate::endpoint::Target::Sentinel(s) = o.endpoint.target() else {
+            panic!("not a sentinel endpoint")
+        };
+        assert_eq!(
+            (s.user.as_deref(), s.password.as_deref()),
+            (Some("own"), Some("ini-pw"))
+        );
+        let o = with("valkey+sentinel://h:1/m", None);
+        let crate::endpoint::Target::Sentinel(s) = o.endpoint.target() else {
+            panic!("not a sentinel endpoint")
+        };
+        assert_eq!(s.user.as_deref(), Some("ini-user"));
+        assert!(!with("redis://h:1", None).endpoint.is_sentinel());
+        type Case<'a> = (Vec<(&'a str, Value)>, &'a str, &'a str);
+        let cases: Vec<Case> = vec![
+            (
+                vec![("url", "redis://h:1".into()), ("sentinel", auth.clone())],
+                "sentinel",
+                "Sentinel URL",
+            ),
+            (
+                vec![
+                    ("url", "valkey+sentinel://h:1/m".into()),
+                    ("sentinel", map(&[("pass", "x".into())])),
+                ],
+                "sentinel.\"pass\"",
+                "known",
+            ),
+            (
+                vec![
+                    ("url", "valkey+sentinel://h:1/m".into()),
+                    ("sentinel", map(&[("user", Value::Int(3))])),
+                ],
+                "sentinel.user",
+                "a string",
+            ),
+            (
+                vec![
+                    ("url", "valkey+sentinel://h:1/m".into()),
+                    ("sentinel", map(&[("password", "".into())])),
+                ],
+                "sentinel.password",
+                "empty",
+            ),
+            (
+                vec![
+                    ("url", "valkey+sentinel://h:1/m".into()),
+                    ("sentinel", "hunter2".into()),
+                ],
+                "sentinel",
+                "",
+            ),
+        ];
+        for (mut entries, option, needle) in cases {
+            entries.push(("global", bucket_v(1, 1.0)));
+            let e = err(&entries);
+            assert_eq!(e.option, option, "{e}");
+            assert!(e.to_string().contains(needle), "{e}");
+            assert!(!e.to_string().contains("hunter2"), "{e}");
         }
     }
 

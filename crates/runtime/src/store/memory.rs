@@ -474,6 +474,7 @@ impl Store for MemoryStore {
             last_ping: ping.then(|| (Duration::ZERO, s.clock.wall())),
             engine: Some("model"),
             decisions: Default::default(),
+            primary: None,
         }
     }
 }

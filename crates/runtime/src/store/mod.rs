@@ -70,6 +70,9 @@ pub struct Health {
     /// Whether this process's recent decisions could be made (for the limiter's engine
     /// setting): kept apart from the connection's state, which a PING can clear.
     pub decisions: Decisions,
+    /// For a Sentinel endpoint, the primary (`host:port`) the open connection was opened
+    /// to, as the sentinels named it.
+    pub primary: Option<String>,
 }
 
 /// Failed decisions in a row at or above which [`Decisions::failing`] says so.

