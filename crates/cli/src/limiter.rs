@@ -47,8 +47,14 @@ pub struct LimiterArgs {
     /// Sentinel URL: the sentinels' own ACL user (the URL's credentials are the data nodes').
     #[arg(long, global = true)]
     sentinel_user: Option<String>,
-    /// Sentinel URL: the sentinels' own password (never shown).
-    #[arg(long, global = true, hide_env_values = true)]
+    /// Sentinel URL: the sentinels' own password (never shown; prefer the environment
+    /// variable, which `ps` does not show).
+    #[arg(
+        long,
+        global = true,
+        env = "CHECKOUT_GUARD_SENTINEL_PASSWORD",
+        hide_env_values = true
+    )]
     sentinel_password: Option<String>,
     #[command(subcommand)]
     command: LimiterCommand,

@@ -66,13 +66,14 @@ impl Connection {
             ConnectionAddr::TcpTls { host, port, .. } => Some((host.clone(), *port)),
             _ => None,
         };
-        let check = |info: &ConnectionInfo| -> RedisResult<()> {
+        let check_by = |info: &ConnectionInfo, by: Instant| -> RedisResult<()> {
             if let (Some((tls, name)), Some((host, port))) = (peer_name, tcp_tls(info)) {
-                crate::tls::check_peer_name(&host, port, name, tls, deadline)
+                crate::tls::check_peer_name(&host, port, name, tls, by)
                     .map_err(|e| crate::tls::in_handshake(e, &host, port))?;
             }
             Ok(())
         };
+        let check = |info: &ConnectionInfo| check_by(info, deadline);
         let mut primary = None;
         let link = match addresses(endpoint, client)? {
             Addresses::Single(info) => {
@@ -117,12 +118,12 @@ impl Connection {
                 Link::Cluster(Box::new(conn))
             }
             Addresses::Sentinel { sentinels, service } => {
-                let mut asked = Vec::new();
-                for s in &sentinels {
-                    check(s)?;
-                    asked.push((s.clone(), tcp_tls(s)));
-                }
-                let (host, port) = ask_sentinels(asked, &service, deadline)?;
+                // Each sentinel's `peer_name` check is part of asking it, within its share:
+                // one that is down or never answers the handshake is skipped like one that
+                // does not answer the question (review: checked up front, one down sentinel
+                // made every open fail).
+                let asked = sentinels.iter().map(|s| (s.clone(), tcp_tls(s))).collect();
+                let (host, port) = ask_sentinels(asked, &service, deadline, &check_by)?;
                 let info = primary_info(endpoint, client, &host, port)?;
                 check(&info)?;
                 let at = tcp_tls(&info);
@@ -247,6 +248,7 @@ fn ask_sentinels(
     sentinels: Vec<(ConnectionInfo, Option<(String, u16)>)>,
     service: &str,
     deadline: Instant,
+    check_by: &dyn Fn(&ConnectionInfo, Instant) -> RedisResult<()>,
 ) -> RedisResult<(String, u16)> {
     let count = sentinels.len();
     let mut unknown = 0;
@@ -260,10 +262,16 @@ fn ask_sentinels(
         let share = share.max(Duration::from_millis(1));
         let until = Instant::now() + share;
         let addr = info.addr().to_string();
-        let asked = open_single(info, share)
-            .map_err(|e| match &at {
-                Some((host, port)) => crate::tls::in_handshake(e, host, *port),
-                None => e,
+        let asked = check_by(&info, until)
+            .and_then(|()| {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(timed_out());
+                }
+                open_single(info, left).map_err(|e| match &at {
+                    Some((host, port)) => crate::tls::in_handshake(e, host, *port),
+                    None => e,
+                })
             })
             .and_then(|mut c| {
                 set_left(&c, until)?;

@@ -582,3 +582,28 @@ fn a_tls_sentinel_url_verifies_the_sentinels_and_the_primary() {
     let text = refused(&other, "sentinel");
     assert!(text.to_ascii_lowercase().contains("certificate"), "{text}");
 }
+
+/// With `peer_name`, each sentinel's own name check is part of asking it: a sentinel that
+/// is down, listed first, is skipped like one that does not answer, and the next names the
+/// primary (review: the checks ran up front and one down sentinel failed every open).
+#[test]
+fn a_down_sentinel_with_peer_name_is_skipped() {
+    let pki = Pki::new();
+    let primary = TlsServer::start(&pki, "server", "no");
+    let sentinel = tls_sentinel(&pki, primary.port);
+    let down = free_port();
+    let url = format!(
+        "valkeys+sentinel://127.0.0.1:{down},127.0.0.1:{}/cgtls",
+        sentinel.port
+    );
+    let ep = Endpoint::parse(&url).unwrap().with_tls(Tls {
+        peer_name: Some("localhost".into()),
+        ..pki.tls()
+    });
+    let c = Connection::open(&ep, Client::WORKER, TIMEOUT)
+        .unwrap_or_else(|e| panic!("the second sentinel names the primary: {e}"));
+    assert_eq!(
+        c.primary(),
+        Some(format!("127.0.0.1:{}", primary.port).as_str())
+    );
+}

@@ -150,10 +150,16 @@ impl Endpoint {
         }
         if let Target::Sentinel(s) = &self.target {
             if s.user.is_some() || s.password.is_some() {
-                key.push_str(&format!(
-                    " sentinel:{}:{}",
+                // Length-prefixed, so no two (user, password) pairs give the same key
+                // ("a:b" + "c" and "a" + "b:c" would with a plain separator).
+                let (user, password) = (
                     s.user.as_deref().unwrap_or(""),
-                    s.password.as_deref().unwrap_or("")
+                    s.password.as_deref().unwrap_or(""),
+                );
+                key.push_str(&format!(
+                    " sentinel:{}:{user}:{}:{password}",
+                    user.len(),
+                    password.len()
                 ));
             }
         }
@@ -380,6 +386,11 @@ fn parse_sentinel(rest: &str, tls: bool) -> Result<Sentinel, String> {
         }
     }
     if let Some(u) = userinfo {
+        if u.contains(['?', '#']) {
+            // As in any URL, `?` and `#` end the authority: written in a password they must
+            // be percent-encoded (%3F, %23), or the primary's URL would not parse.
+            return Err("the credentials hold a '?' or '#': percent-encode them (%3F, %23)".into());
+        }
         let (user, pass) = match u.split_once(':') {
             Some((user, pass)) => (user, Some(pass)),
             None => (u, None),
@@ -416,8 +427,10 @@ pub fn mask_password(url: &str) -> String {
     let mut out = url.to_string();
     if let Some(scheme_end) = out.find("://") {
         let auth_start = scheme_end + 3;
+        // Up to the first '/' only: a '?' or '#' in a password (refused by the parsers, but
+        // still shown in their error) must not end the part that is masked.
         let auth_end = out[auth_start..]
-            .find(['/', '?', '#'])
+            .find('/')
             .map_or(out.len(), |i| auth_start + i);
         if let Some(at) = out[auth_start..auth_end].rfind('@') {
             let userinfo = &out[auth_start..auth_start + at];
@@ -603,6 +616,40 @@ mod tests {
             .with_sentinel_auth(None, Some("x".into()))
             .unwrap_err();
         assert!(e.contains("sentinel://") && !e.contains("pw@"), "{e}");
+    }
+
+    #[test]
+    fn a_question_mark_or_hash_in_a_sentinel_password_is_refused_and_never_shown() {
+        // Review: parsed up to the '@' but masked only up to the '?', such a URL was
+        // accepted, shown in clear, and never connected.
+        for url in [
+            "valkey+sentinel://app:pa?ss@10.0.0.1:26379/orders",
+            "valkey+sentinel://app:pa#ss@10.0.0.1:26379/orders",
+        ] {
+            let e = Endpoint::parse(url)
+                .err()
+                .unwrap_or_else(|| panic!("{url} accepted"));
+            assert!(e.contains("percent-encode"), "{e}");
+            assert!(!e.contains("ss@"), "password shown: {e}");
+        }
+        let ep = Endpoint::parse("valkey+sentinel://app:pa%3Fss@10.0.0.1:26379/orders").unwrap();
+        assert_eq!(
+            ep.display_url(),
+            "valkey+sentinel://app:***@10.0.0.1:26379/orders"
+        );
+    }
+
+    #[test]
+    fn two_pairs_of_sentinel_credentials_never_share_a_pool_key() {
+        let key = |user: &str, password: &str| {
+            Endpoint::parse("valkey+sentinel://h:1/m")
+                .unwrap()
+                .with_sentinel_auth(Some(user.into()), Some(password.into()))
+                .unwrap()
+                .pool_key()
+                .to_string()
+        };
+        assert_ne!(key("a:b", "c"), key("a", "b:c"));
     }
 
     #[test]

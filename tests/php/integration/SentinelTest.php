@@ -151,6 +151,15 @@ final class SentinelTest extends LimiterTestCase
         [$code, , $err] = Cli::limiter(self::$group->url(), $name, '--sentinel-password', 'hunter2secret', 'status');
         $this->assertNotSame(0, $code);
         $this->assertStringNotContainsString('hunter2secret', $err);
+        // The same password from the environment, which `ps` does not show.
+        putenv('CHECKOUT_GUARD_SENTINEL_PASSWORD=hunter2secret');
+        try {
+            [$code, , $err] = Cli::limiter(self::$group->url(), $name, 'status');
+        } finally {
+            putenv('CHECKOUT_GUARD_SENTINEL_PASSWORD');
+        }
+        $this->assertNotSame(0, $code, 'the sentinels have no password: AUTH with one fails');
+        $this->assertStringNotContainsString('hunter2secret', $err);
         [$code, , $err] = Cli::limiter('redis://127.0.0.1:1', $name, '--sentinel-user', 'u', 'status');
         $this->assertNotSame(0, $code);
         $this->assertStringContainsString('--sentinel-user', $err);

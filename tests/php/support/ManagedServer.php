@@ -15,7 +15,7 @@ final class ManagedServer
 {
     /** README's "Managed Valkey/Redis services" ACL rules, after `ACL SETUSER checkout on >PASSWORD`. */
     public const ACL_RULES = '~{cg:*}* ~checkout_guard:events resetchannels -@all'
-        . ' +evalsha +script|load +ping +exists +get +set +del +unlink +mget +hmget +hset +hgetall'
+        . ' +evalsha +script|load +ping +role +exists +get +set +del +unlink +mget +hmget +hset +hgetall'
         . ' +pexpire +pttl +time +scan +xadd +xrange +xrevrange';
 
     /** The commands a managed service disables with `rename-command X ""`. */
