@@ -188,21 +188,9 @@ final class ManagedProfileTest extends LimiterTestCase
 
     public function testTheStreamSinkWritesOverTlsAsTheLimiterUser(): void
     {
-        $run = function (string $key): array {
-            $cmd = self::phpWithExtension();
-            $ini = ['events.sinks' => 'stream', 'events.stream_url' => self::$server->url(),
-                'events.stream_key' => $key, 'tls.cafile' => self::$server->cafile(), 'timeout_ms' => '500'];
-            foreach ($ini as $k => $v) {
-                array_push($cmd, '-d', "checkout_guard.$k=$v");
-            }
-            array_push($cmd, '-r', 'for ($i = 0; $i < 5; $i++) { CheckoutGuard\Telemetry::record("ManagedProbe", ["i" => $i]); }
-                CheckoutGuard\Telemetry::flush(); echo json_encode(CheckoutGuard\Telemetry::stats()["sinks"]["stream"]);');
-            $p = proc_open($cmd, [1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes);
-            $out = (string) stream_get_contents($pipes[1]);
-            $err = (string) stream_get_contents($pipes[2]);
-            $this->assertSame(0, proc_close($p), $err);
-            return json_decode($out, true, 512, JSON_THROW_ON_ERROR);
-        };
+        $run = fn (string $key): array => $this->streamSinkStats(['events.sinks' => 'stream',
+            'events.stream_url' => self::$server->url(), 'events.stream_key' => $key,
+            'tls.cafile' => self::$server->cafile(), 'timeout_ms' => '500'], 'ManagedProbe');
         $ok = $run('checkout_guard:events');
         $this->assertSame([5, 0], [$ok['written'], $ok['failures']], json_encode($ok));
         $this->assertStringContainsString('ManagedProbe', self::$server->asLimiterUser('XRANGE', 'checkout_guard:events', '-', '+'));

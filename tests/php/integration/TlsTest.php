@@ -176,21 +176,9 @@ final class TlsTest extends LimiterTestCase
     /** The stream sink's TLS URL, verified with the INI's checkout_guard.tls.*. */
     public function testTheStreamSinkWritesOverTls(): void
     {
-        $run = function (array $ini): array {
-            $cmd = self::phpWithExtension();
-            $ini += ['events.sinks' => 'stream', 'events.stream_url' => 'rediss://localhost:' . self::$serverOnly,
-                'events.stream_key' => 'cg-tls:events', 'timeout_ms' => '300'];
-            foreach ($ini as $k => $v) {
-                array_push($cmd, '-d', "checkout_guard.$k=$v");
-            }
-            array_push($cmd, '-r', 'for ($i = 0; $i < 5; $i++) { CheckoutGuard\Telemetry::record("Probe", ["i" => $i]); }
-                CheckoutGuard\Telemetry::flush(); echo json_encode(CheckoutGuard\Telemetry::stats()["sinks"]["stream"]);');
-            $p = proc_open($cmd, [1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes);
-            $out = (string) stream_get_contents($pipes[1]);
-            $err = (string) stream_get_contents($pipes[2]);
-            $this->assertSame(0, proc_close($p), $err);
-            return json_decode($out, true, 512, JSON_THROW_ON_ERROR);
-        };
+        $run = fn (array $ini): array => $this->streamSinkStats($ini + ['events.sinks' => 'stream',
+            'events.stream_url' => 'rediss://localhost:' . self::$serverOnly,
+            'events.stream_key' => 'cg-tls:events', 'timeout_ms' => '300'], 'Probe');
         $ok = $run(['tls.cafile' => self::$tls->path('ca.pem')]);
         $this->assertSame([5, 0], [$ok['written'], $ok['failures']], json_encode($ok));
         $refused = $run([]);

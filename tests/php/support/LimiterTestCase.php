@@ -67,4 +67,26 @@ abstract class LimiterTestCase extends TestCase
     {
         return [PHP_BINARY, '-n', '-d', 'extension=' . getenv('CHECKOUT_GUARD_EXT')];
     }
+
+    /**
+     * A child PHP with the extension and these `checkout_guard.*` INI settings records five
+     * `$type` events, flushes, and prints the stream sink's `Telemetry::stats()`: returned.
+     *
+     * @param array<string, string> $ini
+     * @return array<string, mixed>
+     */
+    protected function streamSinkStats(array $ini, string $type): array
+    {
+        $cmd = self::phpWithExtension();
+        foreach ($ini as $k => $v) {
+            array_push($cmd, '-d', "checkout_guard.$k=$v");
+        }
+        array_push($cmd, '-r', 'for ($i = 0; $i < 5; $i++) { CheckoutGuard\\Telemetry::record("' . $type . '", ["i" => $i]); }
+            CheckoutGuard\\Telemetry::flush(); echo json_encode(CheckoutGuard\\Telemetry::stats()["sinks"]["stream"]);');
+        $p = proc_open($cmd, [1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes);
+        $out = (string) stream_get_contents($pipes[1]);
+        $err = (string) stream_get_contents($pipes[2]);
+        $this->assertSame(0, proc_close($p), $err);
+        return json_decode($out, true, 512, JSON_THROW_ON_ERROR);
+    }
 }

@@ -260,9 +260,9 @@ pub fn pipeline(
             // A READONLY reply (a demoted primary): the connection is to the wrong
             // server. The commands from the first refused one on count as not done and
             // the connection as broken (replaced once: a Sentinel endpoint asks again).
-            let refused = values[before..].iter().position(|v| match v {
-                redis::Value::ServerError(e) => e.code().eq_ignore_ascii_case("READONLY"),
-                _ => false,
+            let refused = values[before..].iter().position(|v| {
+                matches!(v, redis::Value::ServerError(e)
+                    if checkout_guard_connection::errors::is_readonly(&e.clone().into()))
             });
             if let Some(i) = refused {
                 let redis::Value::ServerError(e) = values.swap_remove(before + i) else {
