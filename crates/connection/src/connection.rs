@@ -57,6 +57,13 @@ impl Connection {
     /// server (each seed of a cluster) is first checked by [`crate::tls::check_peer_name`],
     /// within the deadline too.
     pub fn open(endpoint: &Endpoint, client: Client, timeout: Duration) -> RedisResult<Self> {
+        if needs_name_lookup(endpoint, client)? {
+            return open_beside(endpoint, client, timeout);
+        }
+        Self::open_here(endpoint, client, timeout)
+    }
+
+    fn open_here(endpoint: &Endpoint, client: Client, timeout: Duration) -> RedisResult<Self> {
         let deadline = Instant::now() + timeout;
         let tls = endpoint.tls();
         let peer_name = tls
@@ -236,6 +243,53 @@ impl Connection {
 }
 
 /// A sentinel's failure as the open reports it (`sentinel: ...`).
+/// Whether opening `endpoint` may ask the system's resolver for a name: a host that is not
+/// an IP address, or a cluster or Sentinel, whose slot map or sentinels may name a node by
+/// its host name.
+fn needs_name_lookup(endpoint: &Endpoint, client: Client) -> RedisResult<bool> {
+    let is_name = |info: &ConnectionInfo| match info.addr() {
+        ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => {
+            host.parse::<std::net::IpAddr>().is_err()
+        }
+        _ => false,
+    };
+    Ok(match addresses(endpoint, client)? {
+        Addresses::Single(info) => is_name(&info),
+        Addresses::Cluster(_) | Addresses::Sentinel { .. } => true,
+    })
+}
+
+/// [`Connection::open`] on a thread of its own, waited for until `timeout`.
+///
+/// redis-rs looks a host name up with the system's resolver (`getaddrinfo`), which no
+/// timeout bounds: with its DNS server down, a lookup blocks for resolv.conf's timeout times
+/// its attempts (10 s and more), and the checkout with it. The open runs beside the caller
+/// instead: the caller gets a timeout naming the lookup when it is not done in time, and the
+/// thread ends when the resolver gives up (its connection, if any, is then closed). An open
+/// that needs no name (an IP address, a Unix socket) runs on the caller's thread.
+fn open_beside(endpoint: &Endpoint, client: Client, timeout: Duration) -> RedisResult<Connection> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let ep = endpoint.clone();
+    std::thread::Builder::new()
+        .name("cg-open".into())
+        .spawn(move || {
+            let _ = tx.send(Connection::open_here(&ep, client, timeout));
+        })
+        .map_err(RedisError::from)?;
+    // A little past the open's own deadline, which it keeps when the name is looked up in
+    // time: its own error (refused, a failed handshake) is the better message.
+    match rx.recv_timeout(timeout + Duration::from_millis(20)) {
+        Ok(opened) => opened,
+        Err(_) => Err(RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "timed out: no answer within {} ms, the host's name not looked up yet (DNS)",
+                timeout.as_millis()
+            ),
+        ))),
+    }
+}
+
 fn sentinel_error(what: String) -> RedisError {
     std::io::Error::other(format!("sentinel: {what}")).into()
 }

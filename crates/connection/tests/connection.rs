@@ -4,6 +4,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::process::Command;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -295,4 +296,108 @@ fn a_fresh_connections_commands_get_what_is_left_of_the_budget() {
         "{r:?}"
     );
     assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// A host name is looked up and opened like an address (the open runs beside the caller,
+/// [`Connection::open`]'s bound on the resolver): the connection it gives works.
+#[test]
+fn a_host_name_is_opened_like_an_address() {
+    let (url, _server) = server(|l| {
+        let (mut s, _) = l.accept().unwrap();
+        s.write_all(SETUP).unwrap();
+        let mut buf = [0u8; 4096];
+        // The PING, then its answer.
+        let _ = s.read(&mut buf).unwrap();
+        answer_then_hang(&mut s, b"+PONG\r\n");
+    });
+    let url = url.replace("127.0.0.1", "localhost");
+    let mut c = Connection::open(&endpoint(&url), Client::WORKER, Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("{url}: {e}"));
+    c.set_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(c.each_command(ping).unwrap(), "PONG");
+}
+
+/// The environment variable that makes [`dns_lookup_that_never_ends`] run: set by
+/// [`a_name_the_resolver_never_answers_ends_within_the_timeout`] in the child it starts.
+const DNS_CHILD: &str = "CG_TEST_DNS_CHILD";
+
+/// A host name whose DNS server never answers (a UDP socket that reads and says nothing):
+/// the open ends within its timeout, as a timeout that names the lookup, long before the
+/// resolver gives up (resolv.conf's `timeout:30`). The resolver is the system's, so the
+/// test runs itself again in a mount namespace of its own (`unshare -m`, root only) with
+/// /etc/resolv.conf bind-mounted to name that socket; not root: skipped, said on stderr.
+#[test]
+fn a_name_the_resolver_never_answers_ends_within_the_timeout() {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout == b"0\n");
+    if !matches!(root, Ok(true)) || Command::new("unshare").arg("--help").output().is_err() {
+        eprintln!("skipped: needs root and unshare(1) to give the test its own resolv.conf");
+        return;
+    }
+    // An address of loopback's own /8 that nothing else uses; port 53 (resolv.conf has no port).
+    let dns = std::net::UdpSocket::bind("127.0.0.153:53").expect("bind 127.0.0.153:53");
+    dns.set_nonblocking(true).unwrap();
+    let dir = std::env::temp_dir().join(format!("cg-dns-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let conf = dir.join("resolv.conf");
+    std::fs::write(
+        &conf,
+        "nameserver 127.0.0.153\noptions timeout:30 attempts:1\n",
+    )
+    .unwrap();
+    let out = Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            r#"mount --bind "$0" /etc/resolv.conf && exec "$@""#,
+        ])
+        .arg(&conf)
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "dns_lookup_that_never_ends",
+            "--include-ignored",
+            "--nocapture",
+        ])
+        .env(DNS_CHILD, "1")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("1 passed"), "{said}");
+    // The lookup did reach that DNS server (so the open was really waiting on it).
+    let mut query = [0u8; 512];
+    assert!(dns.recv(&mut query).is_ok(), "no DNS query arrived: {said}");
+}
+
+/// The child of [`a_name_the_resolver_never_answers_ends_within_the_timeout`] (ignored when
+/// run otherwise: the host's own resolver would answer).
+#[test]
+#[ignore = "run by a_name_the_resolver_never_answers_ends_within_the_timeout"]
+fn dns_lookup_that_never_ends() {
+    if std::env::var_os(DNS_CHILD).is_none() {
+        return;
+    }
+    for url in [
+        "redis://valkey.cg-test.example:6379",
+        "rediss://valkey.cg-test.example:6380",
+    ] {
+        let started = Instant::now();
+        let e = Connection::open(&endpoint(url), Client::WORKER, Duration::from_millis(200))
+            .err()
+            .expect("the name was never looked up");
+        let took = started.elapsed();
+        eprintln!("{url}: {e} after {took:?}");
+        assert!(e.is_timeout(), "{e}");
+        assert!(e.to_string().contains("DNS"), "{e}");
+        assert!(took < Duration::from_secs(5), "{took:?}");
+    }
 }
