@@ -14,6 +14,9 @@ require_once __DIR__ . '/../support/ModelDriver.php';
  * (support/LimiterModel.php). A failure names its seed and the shortest failing sequence
  * the shrinker found.
  *
+ * The second test runs the same driver against a managed service (ManagedServer): see
+ * testRandomSequencesDecideAsTheModelSaysOnAManagedService.
+ *
  * CI: seeds 1, 2, 3 and one random seed. Environment:
  *   MODEL_SEEDS=5,17        exactly these seeds (to replay a failure)
  *   MODEL_SECONDS=600       random seeds for that long (scripts/model-test.sh full)
