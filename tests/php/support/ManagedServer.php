@@ -90,9 +90,17 @@ final class ManagedServer
             if ($keys === []) {
                 continue;
             }
-            $n = $r->unlink($keys);
+            try {
+                $n = $r->unlink($keys);
+            } catch (\RedisException $e) {
+                // phpredis throws NOPERM; anything else (a lost connection) is the caller's.
+                if (!str_contains($e->getMessage(), 'NOPERM')) {
+                    throw $e;
+                }
+                $n = $e->getMessage();
+            }
             if (!is_int($n)) {
-                throw new \RuntimeException('UNLINK ' . implode(' ', $keys) . ' as the checkout user: ' . $r->getLastError());
+                throw new \RuntimeException('UNLINK ' . implode(' ', $keys) . ' as the checkout user: ' . ($r->getLastError() ?? $n));
             }
             $removed += $n;
         }
