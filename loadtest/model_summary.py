@@ -1,10 +1,13 @@
 """Prints the summary of a model-test run (scripts/model-test.sh) from the JSON that
-tests/php/ModelTest.php writes (MODEL_SUMMARY); its last line is "N passed, N failed".
+tests/php/system/ModelTest.php writes (MODEL_SUMMARY, and for the managed service's
+sequences the same name with "-managed" before ".json"); its last line is
+"N passed, N failed" (over every file given that exists).
 
-  python loadtest/model_summary.py SUMMARY_JSON
+  python loadtest/model_summary.py SUMMARY_JSON [MORE_SUMMARY_JSON...]
 """
 
 import json
+import os
 import sys
 
 
@@ -18,5 +21,20 @@ def summary(s: dict) -> str:
     return "\n".join(out)
 
 
+def combined(named: list) -> str:
+    """[(label, summary dict), ...]: one summary as summary(); several, each under its
+    label, then the totals."""
+    if len(named) == 1:
+        return summary(named[0][1])
+    out = []
+    for label, s in named:
+        out.append(f"{label}:")
+        out.extend("  " + line for line in summary(s).splitlines())
+    out.append(f"{sum(s['passed'] for _, s in named)} passed, {sum(s['failed'] for _, s in named)} failed")
+    return "\n".join(out)
+
+
 if __name__ == "__main__":
-    print(summary(json.load(open(sys.argv[1]))))
+    # The first file must exist; a later one may not (the managed test skipped).
+    paths = sys.argv[1:2] + [p for p in sys.argv[2:] if os.path.exists(p)]
+    print(combined([(os.path.basename(p).removesuffix(".json"), json.load(open(p))) for p in paths]))

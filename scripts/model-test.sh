@@ -2,18 +2,21 @@
 # The model-based test of the limiter (tests/php/system/ModelTest.php): random
 # sequences of acquires from three forked workers on two databases, hot marks, auto_hot,
 # CLI set/hot/unhot, reset(), FLUSHALL and a Valkey restart, every decision checked against
-# the reference model (tests/php/support/LimiterModel.php).
+# the reference model (tests/php/support/LimiterModel.php); then the same kind of
+# sequences against a managed service (ManagedServer: TLS, the `checkout` ACL user,
+# engine lua, database 0, SCAN + UNLINK for FLUSHALL): seeds 69 and 2066, 60 operations.
 #
 #   scripts/model-test.sh short            # seeds 1, 2, 3 and one random seed (as in CI)
 #   scripts/model-test.sh full [SECONDS]   # random seeds for SECONDS (default 600, at most 86400)
+#                                          # (the managed service: its two seeds only)
 #
 # Extra knobs go to the test through the environment: MODEL_SEEDS=5,17 (replay seeds),
 # MODEL_LENGTH, MODEL_SHRINK_SECONDS, MODEL_WAIT_AFTER_SET=0, MODEL_OUTSIDE_MARK_WAIT=0
 # (strict: no pause after a CLI set or before a mark made outside the workers),
 # MODEL_LOCAL_DENIALS=0,
 # MODEL_IGNORE=field,... (see ModelTest.php). CG_SKIP_BUILD=1 uses the built extension.
-# Results in .run/model-test/<mode>/ (phpunit.log, summary.json); the last line printed is
-# "N passed, N failed" (sequences).
+# Results in .run/model-test/<mode>/ (phpunit.log, summary.json, summary-managed.json); the
+# last line printed is "N passed, N failed" (sequences, both tests).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
@@ -41,5 +44,5 @@ if [ ! -s "$MODEL_SUMMARY" ]; then
   echo "0 passed, 1 failed"
   exit 1
 fi
-.venv/bin/python loadtest/model_summary.py "$MODEL_SUMMARY"
+.venv/bin/python loadtest/model_summary.py "$MODEL_SUMMARY" "${MODEL_SUMMARY%.json}-managed.json"
 [ "$status" -eq 0 ] || exit "$status"

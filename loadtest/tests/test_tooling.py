@@ -47,6 +47,16 @@ class ModelSummaryTest(unittest.TestCase):
         self.assertEqual(model_summary.summary(s).splitlines(), [
             "seeds run (3): 1 2 3", "failing seeds: 2 3", "operations checked: 1234 in 12.3 s", "1 passed, 2 failed"])
 
+    def test_several_summaries_are_labelled_and_totalled(self):
+        a = {"seeds": [1], "results": [{"seed": 1, "ok": True}], "operations_checked": 10, "seconds": 1.0, "passed": 1, "failed": 0}
+        b = {"seeds": [69, 2066], "results": [{"seed": 69, "ok": True}, {"seed": 2066, "ok": False}],
+             "operations_checked": 100, "seconds": 15.04, "passed": 1, "failed": 1}
+        self.assertEqual(model_summary.combined([("summary", a)]), model_summary.summary(a))
+        self.assertEqual(model_summary.combined([("summary", a), ("summary-managed", b)]).splitlines(), [
+            "summary:", "  seeds run (1): 1", "  operations checked: 10 in 1.0 s", "  1 passed, 0 failed",
+            "summary-managed:", "  seeds run (2): 69 2066", "  failing seeds: 2066", "  operations checked: 100 in 15.0 s",
+            "  1 passed, 1 failed", "2 passed, 1 failed"])
+
 
 class ValgrindReportTest(unittest.TestCase):
     LOG = """==100== Memcheck, a memory error detector

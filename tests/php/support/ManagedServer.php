@@ -61,6 +61,65 @@ final class ManagedServer
         return trim($out);
     }
 
+    /**
+     * A phpredis client over TLS (verified against the CA), authenticated as the
+     * `checkout` user: it can do what the limiter's user can, nothing more.
+     */
+    public function client(): \Redis
+    {
+        $r = new \Redis();
+        $r->connect('tls://127.0.0.1', $this->port, 1.0, null, 0, 0, [
+            'auth' => ['checkout', $this->password],
+            'stream' => ['cafile' => $this->cafile(), 'verify_peer' => true, 'verify_peer_name' => true],
+        ]);
+        return $r;
+    }
+
+    /**
+     * What a managed user has instead of FLUSHALL (refused by the ACL): SCAN every key and
+     * UNLINK it, as the `checkout` user. Every key the limiter writes is under its
+     * patterns (`{cg:NAME}:...`, the stream sink's `checkout_guard:events`); a key it may
+     * not remove is an error that names it. Returns how many keys were removed.
+     */
+    public function unlinkAll(\Redis $r): int
+    {
+        $r->setOption(\Redis::OPT_SCAN, \Redis::SCAN_RETRY);
+        $removed = 0;
+        $it = null;
+        while (($keys = $r->scan($it, '*', 1000)) !== false) {
+            if ($keys === []) {
+                continue;
+            }
+            try {
+                $n = $r->unlink($keys);
+            } catch (\RedisException $e) {
+                // phpredis throws NOPERM; anything else (a lost connection) is the caller's.
+                if (!str_contains($e->getMessage(), 'NOPERM')) {
+                    throw $e;
+                }
+                $n = $e->getMessage();
+            }
+            if (!is_int($n)) {
+                throw new \RuntimeException('UNLINK ' . implode(' ', $keys) . ' as the checkout user: ' . ($r->getLastError() ?? $n));
+            }
+            $removed += $n;
+        }
+        // DBSIZE is not the user's; a second SCAN checks that nothing is left.
+        $it = null;
+        while (($keys = $r->scan($it, '*', 1000)) !== false) {
+            if ($keys !== []) {
+                throw new \RuntimeException('SCAN + UNLINK as the checkout user left ' . implode(' ', $keys));
+            }
+        }
+        return $removed;
+    }
+
+    /** Restarts the server on the same port, empty (no persistence), as a managed service's restart. */
+    public function restart(): void
+    {
+        $this->tls->restart($this->port);
+    }
+
     public function stop(): void
     {
         $this->tls->stop();

@@ -179,6 +179,12 @@ final class ModelWorkers
  * A sequence is data: {seed, options, ops}; each op carries everything it needs (worker,
  * database, shop, tokens, TTL), so a sequence runs again the same way, on fresh state (a
  * FLUSHALL and a new limiter name), which is what the shrinker does.
+ *
+ * Against a ManagedServer (a managed service: TLS only, the `checkout` ACL user, no
+ * SELECT, FLUSHALL, CONFIG) the same sequences run as that user: the limiter with
+ * `engine` lua and `tls` cafile, the CLI with `--tls-cafile`, database 0 only (generate()
+ * with $databases 1), FLUSHALL done as SCAN + UNLINK of every key
+ * (ManagedServer::unlinkAll), the restart on the same port (ManagedServer::restart).
  */
 final class ModelDriver
 {
@@ -207,7 +213,7 @@ final class ModelDriver
      * @param list<string> $ignore decision fields not compared (to look past a known bug)
      */
     public function __construct(
-        private ValkeyProcess $valkey,
+        private ValkeyProcess|ManagedServer $valkey,
         private bool $waitAfterSet = true,
         private bool $waitBeforeOutsideMark = true,
         private bool $localDenials = true,
@@ -227,9 +233,16 @@ final class ModelDriver
 
     // ---- generation ------------------------------------------------------------------
 
-    /** A random sequence: limiter options and 80-150 operations. */
-    public static function generate(int $seed, ?int $length = null): array
+    /**
+     * A random sequence: limiter options and 80-150 operations, on databases 0 and 1 (on 0
+     * only with $databases 1: a managed service has no SELECT; the same draws, every
+     * operation moved to database 0).
+     */
+    public static function generate(int $seed, ?int $length = null, int $databases = 2): array
     {
+        if ($databases !== 1 && $databases !== 2) {
+            throw new \InvalidArgumentException("databases must be 1 or 2, got $databases");
+        }
         $r = new Randomizer(new Mt19937($seed));
         $pick = fn (array $a) => $a[$r->getInt(0, count($a) - 1)];
         $chance = fn (float $p) => $r->getInt(0, 999_999) < $p * 1_000_000;
@@ -281,7 +294,7 @@ final class ModelDriver
                 }
                 $x -= $w;
             }
-            $db = $r->getInt(0, 9) < 6 ? 0 : 1;
+            $db = $r->getInt(0, 9) < 6 || $databases === 1 ? 0 : 1;
             $w = $r->getInt(0, self::WORKERS - 1);
             $hotShops = array_keys($marked[$db] + array_fill_keys($options['hot_shops'] ?? [], true));
             $shop = $hotShops !== [] && $chance(0.35) ? $pick($hotShops) : $pick($shops);
@@ -441,6 +454,7 @@ final class ModelDriver
 
     // ---- running ---------------------------------------------------------------------
 
+    /** A client of the server: on a ManagedServer, over TLS as the `checkout` user. */
     private function redis(): \Redis
     {
         return $this->redis ??= $this->valkey->client();
@@ -448,7 +462,22 @@ final class ModelDriver
 
     private function url(int $db): string
     {
+        if ($this->valkey instanceof ManagedServer) {
+            if ($db !== 0) {
+                throw new \LogicException("database $db on a managed service (database 0 only: generate() with \$databases 1)");
+            }
+            return $this->valkey->url();
+        }
         return $this->valkey->url() . '/' . $db;
+    }
+
+    /** `checkout-guard limiter` on `$db` (on a ManagedServer: over TLS, its CA file). */
+    private function cli(int $db, string $name, string ...$args): array
+    {
+        if ($this->valkey instanceof ManagedServer) {
+            return Cli::limiter($this->url($db), $name, '--tls-cafile', $this->valkey->cafile(), ...$args);
+        }
+        return Cli::limiter($this->url($db), $name, ...$args);
     }
 
     private static function sleepUntil(float $t): void
@@ -494,19 +523,29 @@ final class ModelDriver
         return ['ok' => true, 'checked' => $checked, 'name' => $name, 'seconds' => microtime(true) - $t0, 'failure' => null];
     }
 
+    /** FLUSHALL; on a ManagedServer (where the ACL refuses it) SCAN + UNLINK of every key. */
     private function flushAll(): void
     {
+        $flush = fn (\Redis $r) => $this->valkey instanceof ManagedServer ? $this->valkey->unlinkAll($r) : $r->flushAll();
         try {
-            $this->redis()->flushAll();
+            $flush($this->redis());
         } catch (\RedisException) {
             $this->redis = null;
-            $this->redis()->flushAll();
+            $flush($this->redis());
         }
     }
 
+    /**
+     * The workers' options: the sequence's, the name, the URL, the timeout (on_unavailable
+     * and the rest at their defaults); on a ManagedServer also engine lua (what a managed
+     * service runs: no module) and the CA file.
+     */
     private function options(array $seq, string $name, int $db): array
     {
-        return $seq['options'] + ['name' => $name, 'url' => $this->url($db), 'timeout_ms' => 2000];
+        $managed = $this->valkey instanceof ManagedServer
+            ? ['engine' => 'lua', 'tls' => ['cafile' => $this->valkey->cafile()]]
+            : [];
+        return $seq['options'] + ['name' => $name, 'url' => $this->url($db), 'timeout_ms' => 2000] + $managed;
     }
 
     /** One operation: done, checked against the model, the model moved on. Null when right. */
@@ -579,7 +618,9 @@ final class ModelDriver
             case 'shortMark':
                 $this->beforeOutsideMark($db, $op['shop']);
                 $r = $this->redis();
-                $r->select($db);
+                if (!$this->valkey instanceof ManagedServer) {
+                    $r->select($db);
+                }
                 $ta = microtime(true);
                 $r->set("{cg:$name}:hot:{$op['shop']}", '1', ['px' => $op['ms']]);
                 $tb = microtime(true);
@@ -592,7 +633,7 @@ final class ModelDriver
                 if ($op['op'] === 'cliHot') {
                     $this->beforeOutsideMark($db, $op['shop']);
                 }
-                [$code, $out, $err] = Cli::limiter($this->url($db), $name, ...$args);
+                [$code, $out, $err] = $this->cli($db, $name, ...$args);
                 if ($code !== 0) {
                     return ['sig' => "{$op['op']}:exit", 'message' => "`limiter {$args[0]}` exit $code: " . trim($err . $out)];
                 }
@@ -610,7 +651,7 @@ final class ModelDriver
                 foreach ($op['changes'] as [$lane, $bucket]) {
                     $changes[$lane] = $bucket;
                 }
-                [$code, $out, $err] = Cli::limiter($this->url($db), $name, 'set', ...self::setArgs($op['changes']));
+                [$code, $out, $err] = $this->cli($db, $name, 'set', ...self::setArgs($op['changes']));
                 $why = $model->set($db, $changes);
                 $want = $why === null ? 0 : 2;
                 if ($code !== $want) {
@@ -638,9 +679,14 @@ final class ModelDriver
                 return null;
 
             case 'restart':
-                $this->valkey->stop();
-                $this->redis = null;
-                $this->valkey->start();
+                if ($this->valkey instanceof ManagedServer) {
+                    $this->valkey->restart();
+                    $this->redis = null;
+                } else {
+                    $this->valkey->stop();
+                    $this->redis = null;
+                    $this->valkey->start();
+                }
                 $model->flushAll();
                 $restartedAt = microtime(true);
                 $quietUntil = array_fill(0, 2, $restartedAt + self::QUIET_SECONDS);

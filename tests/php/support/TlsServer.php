@@ -15,6 +15,8 @@ final class TlsServer
     public readonly string $dir;
     /** @var list<string> the servers' pid files */
     private array $pidfiles = [];
+    /** @var array<int, list<string>> each server's command line, by port (for restart()) */
+    private array $commands = [];
 
     public function __construct()
     {
@@ -86,23 +88,68 @@ final class TlsServer
     public function start(string $cert = 'server', string $clients = 'no', ?string $config = null): int
     {
         $port = ValkeyProcess::freePort();
-        $pidfile = "{$this->dir}/redis-$port.pid";
-        $cmd = [self::bin(), ...($config === null ? [] : [$config]), '--port', '0', '--tls-port', (string) $port, '--bind', '127.0.0.1',
+        $this->commands[$port] = [self::bin(), ...($config === null ? [] : [$config]), '--port', '0', '--tls-port', (string) $port, '--bind', '127.0.0.1',
             '--save', '', '--appendonly', 'no', '--dir', $this->dir, '--daemonize', 'yes',
-            '--pidfile', $pidfile, '--logfile', "{$this->dir}/redis-$port.log",
+            '--pidfile', $this->pidfile($port), '--logfile', "{$this->dir}/redis-$port.log",
             '--tls-cert-file', $this->path("$cert.pem"), '--tls-key-file', $this->path("$cert.key"),
             '--tls-ca-cert-file', $this->path('ca.pem'), '--tls-auth-clients', $clients];
-        proc_close(proc_open($cmd, [], $pipes));
+        $this->launch($port);
+        $this->pidfiles[] = $this->pidfile($port);
+        return $port;
+    }
+
+    private function pidfile(int $port): string
+    {
+        return "{$this->dir}/redis-$port.pid";
+    }
+
+    /** Runs the server of $port (its command from start()) and waits until it listens. */
+    private function launch(int $port): void
+    {
+        proc_close(proc_open($this->commands[$port], [], $pipes));
         for ($i = 0; $i < 250; $i++) {
             $s = @fsockopen('127.0.0.1', $port, $errno, $errstr, 0.1);
             if ($s) {
                 fclose($s);
-                $this->pidfiles[] = $pidfile;
-                return $port;
+                return;
             }
             usleep(20000);
         }
         throw new \RuntimeException("redis-server did not listen on $port: " . @file_get_contents("{$this->dir}/redis-$port.log"));
+    }
+
+    /**
+     * Stops the server on $port (SIGTERM, waited for; SIGKILL after 5 s) and starts it
+     * again on the same port with the same settings: an empty server (no persistence),
+     * as after a managed service's restart.
+     */
+    public function restart(int $port): void
+    {
+        if (!isset($this->commands[$port])) {
+            throw new \LogicException("no server of this TlsServer on port $port");
+        }
+        $pid = (int) trim((string) @file_get_contents($this->pidfile($port)));
+        if ($pid > 0) {
+            posix_kill($pid, SIGTERM);
+            for ($i = 0; $i < 250 && self::alive($pid); $i++) {
+                usleep(20000);
+            }
+            if (self::alive($pid)) {
+                posix_kill($pid, SIGKILL);
+                for ($i = 0; $i < 250 && self::alive($pid); $i++) {
+                    usleep(20000);
+                }
+            }
+        }
+        @unlink($this->pidfile($port));
+        $this->launch($port);
+    }
+
+    /** Running, and not a zombie (a daemon's parent may never reap it in a container). */
+    private static function alive(int $pid): bool
+    {
+        $stat = @file_get_contents("/proc/$pid/stat");
+        return $stat !== false && !preg_match('/^\d+ \(.*\) Z/', $stat);
     }
 
     /** Stops the servers and removes the certificates. */
