@@ -26,6 +26,28 @@ fn open(path: &str) -> io::Result<Box<dyn BufRead>> {
     })
 }
 
+/// What takes the lines of a stream: the scan's [`Accumulator`], or the replay's reader.
+pub trait LineSink {
+    /// One line (without its newline); `n` is 1-based.
+    fn line(&mut self, source: &str, n: u64, line: &[u8]);
+    /// A line of `bytes` bytes, longer than `MAX_LINE_BYTES`, skipped unread.
+    fn too_long(&mut self, source: &str, n: u64, bytes: u64);
+}
+
+impl LineSink for Accumulator {
+    fn line(&mut self, source: &str, n: u64, line: &[u8]) {
+        Accumulator::line(self, source, n, line)
+    }
+    fn too_long(&mut self, source: &str, n: u64, bytes: u64) {
+        Accumulator::too_long(self, source, n, bytes)
+    }
+}
+
+/// Every line of one file (or `-`, stdin; gzip detected) to `sink`, in order: how many.
+pub fn feed_path<S: LineSink>(path: &str, sink: &mut S) -> io::Result<u64> {
+    feed(open(path)?, path, sink, None)
+}
+
 /// Feeds every line of every file to the accumulator. A large plain file is split at line
 /// boundaries and read by `threads` threads, each into its own accumulator, merged in
 /// order (line numbers stay those of the file).
@@ -161,10 +183,10 @@ impl<R: Read> Read for Counting<'_, R> {
 /// place out of large blocks (no copy per line). A line longer than `MAX_LINE_BYTES` is
 /// skipped as it streams by (never held) and counted as malformed, so memory stays one
 /// block whatever the input. With `progress`, reports at a terminal.
-fn feed(
+fn feed<S: LineSink>(
     mut reader: Box<dyn Read + '_>,
     path: &str,
-    acc: &mut Accumulator,
+    acc: &mut S,
     progress: Option<(Instant, u64)>,
 ) -> io::Result<u64> {
     // Larger than the cap, so the rest of a line that fits it always fits the block.
@@ -175,7 +197,7 @@ fn feed(
     let mut filled = 0; // bytes of buf holding data
                         // While inside a line longer than the cap: its bytes so far, none of them kept.
     let mut skipping: Option<u64> = None;
-    let take = |acc: &mut Accumulator, n: u64, line: &[u8]| {
+    let take = |acc: &mut S, n: u64, line: &[u8]| {
         if line.len() > MAX_LINE_BYTES {
             acc.too_long(path, n, line.len() as u64);
         } else {

@@ -4,9 +4,11 @@
 //!   checkout-guard scan FILE...    the two-stage scan (coarse candidates, fine windows)
 //!   checkout-guard peaks FILE...   peak events per second per day, overall and per api
 //!   checkout-guard limiter status|set|hot|unhot   on-call view and controls of a limiter
+//!   checkout-guard replay FILE... --api A --limits ...   what-if: recorded attempts decided again
 
 mod input;
 mod limiter;
+mod replay_cmd;
 mod report;
 mod time;
 
@@ -38,6 +40,9 @@ enum Command {
     Report(ReportArgs),
     /// On-call: a running limiter's state, live limits and hot shops, in Valkey.
     Limiter(limiter::LimiterArgs),
+    /// What-if: the recorded attempts at one API decided again by the limiter's model
+    /// under candidate limits (and the provider's own limit), per shop, side by side.
+    Replay(replay_cmd::ReplayArgs),
     /// Writes a synthetic day of events (2026-11-30) for tests and benchmarks.
     Generate {
         /// About how many events.
@@ -352,6 +357,7 @@ fn run() -> Result<(), String> {
             );
         }
         Command::Limiter(args) => limiter::run(args)?,
+        Command::Replay(args) => replay_cmd::run(args)?,
         Command::Generate {
             events,
             seed,

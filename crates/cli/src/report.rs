@@ -7,7 +7,7 @@ use checkout_guard_cli::scan::{Accumulator, ReportData, ScanConfig, ScanResult, 
 
 use crate::time::format_ms;
 
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -15,12 +15,18 @@ fn esc(s: &str) -> String {
 }
 
 /// One line of a chart: label, colour, (ms, value) points.
-type Series<'a> = (&'a str, &'a str, Vec<(i64, u64)>);
+pub(crate) type Series<'a> = (&'a str, &'a str, Vec<(i64, u64)>);
 
-const COLORS: [&str; 4] = ["#1b7837", "#b2182b", "#f1a340", "#5e3c99"];
+pub(crate) const COLORS: [&str; 4] = ["#1b7837", "#b2182b", "#f1a340", "#5e3c99"];
 
 /// A line chart of per-second series over [t0, t1), with windows shaded.
-fn chart(t0: i64, t1: i64, series: &[Series<'_>], windows: &[(i64, i64)], title: &str) -> String {
+pub(crate) fn chart(
+    t0: i64,
+    t1: i64,
+    series: &[Series<'_>],
+    windows: &[(i64, i64)],
+    title: &str,
+) -> String {
     let (w, h, pad) = (900.0, 200.0, 40.0);
     let span = ((t1 - t0) as f64 / 1000.0).max(1.0);
     let ymax = series
@@ -139,7 +145,7 @@ pub fn bucket_ms(t0: i64, t1: i64) -> i64 {
 /// One point per bucket of `step` ms over [t0, t1), buckets without data at zero: the
 /// busiest second of each bucket (for 1 s buckets, the second itself). Costs one pass over
 /// the per-second data plus the (bounded) points.
-fn bucketed(
+pub(crate) fn bucketed(
     t0: i64,
     t1: i64,
     step: i64,
@@ -160,7 +166,7 @@ fn bucketed(
     pts
 }
 
-fn bucket_text(step: i64) -> String {
+pub(crate) fn bucket_text(step: i64) -> String {
     match step {
         s if s % 86_400_000 == 0 => format!("{} d", s / 86_400_000),
         s if s % 3_600_000 == 0 => format!("{} h", s / 3_600_000),

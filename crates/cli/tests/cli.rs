@@ -509,3 +509,371 @@ fn a_long_line_across_the_split_of_a_two_thread_read_is_skipped_too() {
     assert_eq!(answers[0], answers[1]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+fn call(ts: i64, shop: &str) -> String {
+    format!(
+        r#"{{"eventType":"ExternalApiCall","timestamp":{ts},"api":"payment","http.response.status_code":200,"shop.id":"{shop}"}}"#
+    )
+}
+
+fn denial(ts: i64, limiter: &str, shop: &str) -> String {
+    format!(
+        r#"{{"eventType":"RateLimitDecision","timestamp":{ts},"limiter":"{limiter}","shop.id":"{shop}","reason":"global","allowed":false}}"#
+    )
+}
+
+/// 10 s: shop `flood` at 100 attempts/s (calls, and from the 5th second denials of
+/// limiter `payment`), `a` and `b` at 2/s; a shadow decision (allowed true: its call is
+/// there already), another api's calls and a malformed line, which count nothing.
+fn sale() -> Vec<String> {
+    let mut lines = Vec::new();
+    for ms in (0..10_000).step_by(10) {
+        let t = DAY + ms;
+        lines.push(if ms < 5_000 {
+            call(t, "flood")
+        } else {
+            denial(t, "payment", "flood")
+        });
+        if ms % 500 == 0 {
+            lines.push(call(t, "a"));
+            lines.push(call(t + 1, "b"));
+            lines.push(event(t, "zoneA", 200));
+        }
+    }
+    lines.push(format!(r#"{{"eventType":"RateLimitDecision","timestamp":{},"limiter":"payment","shop.id":"a","reason":"global","allowed":true,"would_allow":false,"mode":"shadow"}}"#, DAY + 100));
+    lines.push("{not json".into());
+    lines
+}
+
+fn replay_json(args: &[&str], stdin: Option<&[u8]>) -> serde_json::Value {
+    let (code, out, err) = run(args, stdin);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// The replay decides every recorded attempt by the model: a global bucket of 50/s with a
+/// burst of 50 admits 50 + 50/s over the 10 s to the flood and the ordinary shops together,
+/// denied by global; a listed hot shop stops at its own bucket and leaves the others room.
+#[test]
+fn replay_decides_each_shop_s_attempts_under_the_candidate_limits() {
+    let f = temp("sale.jsonl", (sale().join("\n") + "\n").as_bytes());
+    let j = replay_json(
+        &[
+            "replay",
+            &f,
+            "--api",
+            "payment",
+            "--limits",
+            "global=50/50",
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(j["input"]["attempts"], 1040, "{j}");
+    assert_eq!(j["input"]["malformed"], 1);
+    assert_eq!(j["input"]["bad_lines"][0]["line"], 1062, "{j}");
+    let shops = &j["shops"];
+    assert_eq!(shops["flood"]["attempts"], 1000);
+    assert_eq!(shops["a"]["attempts"], 20);
+    let admitted: u64 = ["flood", "a", "b"]
+        .iter()
+        .map(|s| shops[s]["admitted"].as_u64().unwrap())
+        .sum();
+    // 50 at once, then 50/s for 9.99 s (the first second's refill included): 50 + 499.
+    assert_eq!(admitted, 549, "{j}");
+    assert_eq!(j["totals"]["admitted"], 549);
+    assert_eq!(j["totals"]["denied"]["global"], 1040 - 549);
+    assert_eq!(j["totals"]["denied"]["hot_shop"], 0);
+    // The flood listed hot with a shop bucket of 10/s: it gets 10 + 10/s, the others all.
+    let j = replay_json(
+        &[
+            "replay",
+            &f,
+            "--api",
+            "payment",
+            "--limits",
+            "global=50/50 hot_shop=10/10",
+            "--hot",
+            "flood",
+            "--json",
+        ],
+        None,
+    );
+    let shops = &j["shops"];
+    assert_eq!(shops["flood"]["admitted"], 10 + 99, "{j}");
+    assert_eq!(shops["flood"]["denied"]["hot_shop"], 1000 - 109);
+    assert_eq!(shops["flood"]["hot"], true);
+    assert_eq!(shops["a"]["admitted"], 20);
+    assert_eq!(shops["b"]["admitted"], 20);
+}
+
+/// Several candidate limits in one pass, side by side; the provider's own bucket predicts
+/// the 429s; without limits every attempt is admitted and only the provider decides.
+#[test]
+fn replay_compares_candidates_and_predicts_the_provider_s_429s() {
+    let f = temp("sale2.jsonl", (sale().join("\n") + "\n").as_bytes());
+    let j = replay_json(
+        &[
+            "replay",
+            &f,
+            "--api",
+            "payment",
+            "--limits",
+            "loose:global=500/500",
+            "--limits",
+            "tight:global=20/20",
+            "--provider",
+            "50/50",
+            "--json",
+        ],
+        None,
+    );
+    let s = j["scenarios"].as_array().unwrap();
+    assert_eq!(s.len(), 2);
+    assert_eq!(s[0]["name"], "loose");
+    assert_eq!(s[1]["name"], "tight");
+    assert_eq!(s[0]["totals"]["admitted"], 1040);
+    // Everything admitted, so the provider answers what a 50/s bucket cannot: as without limits.
+    let none = replay_json(
+        &[
+            "replay",
+            &f,
+            "--api",
+            "payment",
+            "--provider",
+            "50/50",
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(none["totals"]["admitted"], 1040);
+    assert_eq!(none["provider_429"], s[0]["totals"]["provider_429"]);
+    assert_eq!(none["provider_429"], 1040 - 549, "{none}");
+    // Tight limits admit below the provider's rate: no 429 predicted.
+    assert_eq!(s[1]["totals"]["provider_429"], 0);
+    assert_eq!(s[1]["totals"]["admitted"], 20 + 199);
+    assert_eq!(j["provider_429"], s[0]["totals"]["provider_429"]);
+    // The text form names both.
+    let (code, out, err) = run(
+        &[
+            "replay",
+            &f,
+            "--api",
+            "payment",
+            "--limits",
+            "loose:global=500/500",
+            "--limits",
+            "tight:global=20/20",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("loose") && out.contains("tight") && out.contains("flood"),
+        "{out}"
+    );
+    assert!(out.contains(&format!("{f}:1062")), "{out}");
+}
+
+/// Files read at once and merged in time order: the sale split in two files by shop (the
+/// second starting earlier than the first ends), one gzip, one from stdin, decides as one
+/// file; a few seconds of disorder inside a file are put right.
+#[test]
+fn replay_merges_files_gzip_and_stdin_in_time_order() {
+    let all = sale();
+    let one = temp("whole.jsonl", (all.join("\n") + "\n").as_bytes());
+    let args = |files: &[&str]| {
+        let mut a = vec!["replay"];
+        a.extend_from_slice(files);
+        a.extend([
+            "--api",
+            "payment",
+            "--limits",
+            "global=50/50 hot_shop=10/10",
+            "--hot",
+            "a",
+            "--json",
+        ]);
+        a.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let want = replay_json(
+        &args(&[&one]).iter().map(String::as_str).collect::<Vec<_>>(),
+        None,
+    );
+    let (flood, rest): (Vec<_>, Vec<_>) =
+        all.iter().cloned().partition(|l| l.contains("\"flood\""));
+    let mut rest = rest;
+    // Within a file, neighbours swapped (a batch written late by its worker).
+    for i in (0..rest.len() - 1).step_by(7) {
+        rest.swap(i, i + 1);
+    }
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all((flood.join("\n") + "\n").as_bytes()).unwrap();
+    let gz = temp("flood.jsonl.gz", &gz.finish().unwrap());
+    let got = replay_json(
+        &args(&[&gz, "-"])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        Some((rest.join("\n") + "\n").as_bytes()),
+    );
+    assert_eq!(got["shops"], want["shops"]);
+    assert_eq!(got["totals"], want["totals"]);
+    assert_eq!(got["input"]["late"], 0);
+}
+
+/// Denials of several limiters need `--limiter`; bad candidate limits and options are
+/// refused naming them (exit 2), before anything is read.
+#[test]
+fn replay_refuses_ambiguous_input_and_bad_options_naming_them() {
+    let mut lines = sale();
+    lines.push(denial(DAY + 50, "refunds", "x"));
+    let f = temp("two.jsonl", (lines.join("\n") + "\n").as_bytes());
+    let (code, _, err) = run(
+        &["replay", &f, "--api", "payment", "--limits", "global=5/5"],
+        None,
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("payment, refunds") && err.contains("--limiter"),
+        "{err}"
+    );
+    let j = replay_json(
+        &[
+            "replay",
+            &f,
+            "--api",
+            "payment",
+            "--limiter",
+            "payment",
+            "--limits",
+            "global=5000/5000",
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(j["totals"]["attempts"], 1040);
+    for (bad, says) in [
+        (vec!["--limits", "global=0/5"], "global.capacity"),
+        (
+            vec!["--limits", "global=5/5 hot_lane=x/1"],
+            "hot_lane.capacity",
+        ),
+        (vec!["--limits", "hot_shop=5/5"], "no global"),
+        (
+            vec!["--limits", "a:global=5/5", "--limits", "a:global=6/6"],
+            "same name",
+        ),
+        (
+            vec!["--limits", "global=5/5", "--provider", "5"],
+            "--provider",
+        ),
+        (
+            vec!["--limits", "global=5/5", "--auto-hot", "share=7"],
+            "auto_hot.share",
+        ),
+        (
+            vec!["--limits", "global=5/5", "--max-wait", "-1"],
+            "--max-wait",
+        ),
+        (vec!["--hot", "a"], "need --limits"),
+    ] {
+        let mut a = vec!["replay", f.as_str(), "--api", "payment"];
+        a.extend(bad.iter().copied());
+        let (code, _, err) = run(&a, None);
+        assert_eq!(code, 2, "{bad:?}: {err}");
+        assert!(err.contains(says), "{bad:?}: {err}");
+    }
+}
+
+/// Reservations: with `--max-wait` the flood's attempts wait for their tokens instead of
+/// being denied (how many, and for how long); `auto_hot` marks the flood by itself.
+#[test]
+fn replay_counts_reservations_and_auto_hot_marks() {
+    let f = temp("sale3.jsonl", (sale().join("\n") + "\n").as_bytes());
+    let j = replay_json(
+        &[
+            "replay",
+            &f,
+            "--api",
+            "payment",
+            "--limits",
+            "global=50/50",
+            "--max-wait",
+            "0.2",
+            "--json",
+        ],
+        None,
+    );
+    let r = &j["totals"]["reservations"];
+    assert!(r["waited"].as_u64().unwrap() > 0, "{j}");
+    assert!(r["max_s"].as_f64().unwrap() <= 0.2, "{j}");
+    assert!(r["p95_s"].as_f64().unwrap() <= 0.2 * 1.05, "{j}");
+    let j = replay_json(
+        &[
+            "replay",
+            &f,
+            "--api",
+            "payment",
+            "--limits",
+            "global=200/200 hot_shop=10/10",
+            "--auto-hot",
+            "window_seconds=2,share=0.5,min_tokens=20",
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(j["shops"]["flood"]["hot"], true, "{j}");
+    assert_eq!(j["shops"]["a"]["hot"], false);
+    assert!(
+        j["shops"]["flood"]["denied"]["hot_shop"].as_u64().unwrap() > 500,
+        "{j}"
+    );
+    assert_eq!(j["shops"]["a"]["admitted"], 20);
+}
+
+/// Memory follows the shops and the seconds, not the events: ten times the events over
+/// the same hour and shops take about the same memory (max RSS).
+#[test]
+fn replay_memory_does_not_grow_with_the_events() {
+    let rss = |per_second: i64| {
+        let (code, out, rss, err) = run_measured(
+            &[
+                "replay",
+                "-",
+                "--api",
+                "payment",
+                "--limits",
+                "global=100/100",
+                "--provider",
+                "80/80",
+                "--json",
+            ],
+            move |w| {
+                let mut buf = String::new();
+                for s in 0..3600 {
+                    for i in 0..per_second {
+                        let shop = (s * 7 + i) % 200;
+                        buf.push_str(&call(
+                            DAY + s * 1000 + i * 1000 / per_second,
+                            &format!("shop-{shop}"),
+                        ));
+                        buf.push('\n');
+                    }
+                    if buf.len() > 1 << 20 {
+                        let _ = w.write_all(buf.as_bytes());
+                        buf.clear();
+                    }
+                }
+                let _ = w.write_all(buf.as_bytes());
+            },
+        );
+        assert_eq!(code, 0, "{err}");
+        let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(j["totals"]["attempts"], 3600 * per_second);
+        rss
+    };
+    let (small, large) = (rss(10), rss(100));
+    eprintln!("replay max RSS: {small} kB for 36,000 events, {large} kB for 360,000");
+    assert!(large < small * 3 / 2 + 4096, "{small} kB -> {large} kB");
+}

@@ -28,6 +28,8 @@ pub struct Record<'a> {
     pub step: Option<Text<'a>>,
     pub channel: Option<Text<'a>>,
     pub tag: Option<Text<'a>>,
+    /// A decision's limiter (its `name` option).
+    pub limiter: Option<Text<'a>>,
 }
 
 impl Record<'_> {
@@ -277,9 +279,10 @@ fn fast_fields(line: &[u8]) -> Option<Record<'_>> {
             (b"step", true) => r.step = text(),
             (b"payment.channel", true) => r.channel = text(),
             (b"tag", true) => r.tag = text(),
+            (b"limiter", true) => r.limiter = text(),
             (
                 b"eventType" | b"api" | b"shop.id" | b"reason" | b"step" | b"payment.channel"
-                | b"tag",
+                | b"tag" | b"limiter",
                 false,
             )
             | (b"timestamp" | b"http.response.status_code" | b"allowed" | b"duration.ms", true) => {
@@ -333,6 +336,7 @@ pub fn parse_line_fully(line: &[u8]) -> Result<Record<'_>, LineError> {
             b"step" => r.step = c.string_field()?,
             b"payment.channel" => r.channel = c.string_field()?,
             b"tag" => r.tag = c.string_field()?,
+            b"limiter" => r.limiter = c.string_field()?,
             b"timestamp" if !is_str => r.timestamp_ms = integer(c.skip_value()?),
             b"http.response.status_code" if !is_str => r.status = integer(c.skip_value()?),
             b"duration.ms" if !is_str => r.duration_raw = Some(c.skip_value()?),

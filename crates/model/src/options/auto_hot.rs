@@ -90,7 +90,7 @@ impl AutoHot {
 
     /// `true` for the defaults (10 s, 30%, 5 minutes, min_tokens 10% of what the global
     /// bucket refills in one window, at least 1), or an array overriding any of them.
-    pub(super) fn from_value(v: &Value, global: &BucketSpec) -> Result<Option<Self>, ConfigError> {
+    pub fn from_value(v: &Value, global: &BucketSpec) -> Result<Option<Self>, ConfigError> {
         let entries: &[(String, Value)] = match v {
             Value::Bool(false) => return Ok(None),
             Value::Bool(true) => &[],

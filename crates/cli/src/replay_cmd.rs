@@ -1,0 +1,623 @@
+//! `checkout-guard replay`: recorded attempts at one API decided again under candidate
+//! limits (the library's [`checkout_guard_cli::replay`]), read from every file at once (a
+//! thread per file, merged in time order), printed per shop side by side, as JSON, or as
+//! one self-contained HTML page.
+
+use std::collections::{BTreeSet, HashSet};
+use std::fmt::Write as _;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+
+use checkout_guard_cli::replay::{
+    parse_auto_hot, parse_limits, parse_provider, Attempt, Common, Merge, Scenario, Sim,
+};
+use checkout_guard_cli::scan::{
+    parse_line, Accumulator, Filter, ScanConfig, Window, DISORDER_TOLERANCE_MS,
+};
+use checkout_guard_cli::shop_id;
+use checkout_guard_model::{validate_max_wait, BucketSpec, Lane};
+use clap::Args;
+use serde_json::{json, Map, Value};
+
+use crate::input::{feed_path, LineSink};
+use crate::report::{bucket_ms, bucket_text, bucketed, chart, esc, Series, COLORS};
+use crate::time::{self, format_ms};
+
+#[derive(Args)]
+pub struct ReplayArgs {
+    /// JSONL event files (gzip is detected); `-` reads stdin.
+    #[arg(required = true)]
+    files: Vec<String>,
+    /// The API whose calls are replayed (each `ExternalApiCall` of it is one attempt).
+    #[arg(long)]
+    api: String,
+    /// Whose denials (`RateLimitDecision`, allowed false) are attempts too; may be left
+    /// out when the files hold one limiter's decisions.
+    #[arg(long)]
+    limiter: Option<String>,
+    /// Candidate limits, `[name:]global=C/R [hot_lane=C/R] [hot_shop=C/R]` (C capacity,
+    /// R refill per second); repeatable, compared side by side. Left out: no limiter.
+    #[arg(long = "limits")]
+    limits: Vec<String>,
+    /// A shop that is always hot (the `hot_shops` option); repeatable. As `limiter status`
+    /// shows it (`\\`, `\xHH`).
+    #[arg(long = "hot")]
+    hot: Vec<String>,
+    /// `auto_hot` on: the option's defaults, or its fields
+    /// (`window_seconds=10,share=0.3,ttl_seconds=300,min_tokens=20`).
+    #[arg(long = "auto-hot", num_args = 0..=1, default_missing_value = "")]
+    auto_hot: Option<String>,
+    /// Reservations: each attempt waits up to this long for its tokens (acquire()'s
+    /// maxWaitSeconds).
+    #[arg(long = "max-wait", allow_negative_numbers = true)]
+    max_wait: Option<f64>,
+    /// The provider's own limit, CAPACITY/RATE, as a token bucket: how many admitted
+    /// calls it would have answered 429.
+    #[arg(long)]
+    provider: Option<String>,
+    /// From this time (Unix ms or YYYY-MM-DDTHH:MM:SS[.mmm]Z), inclusive.
+    #[arg(long, value_parser = time::parse_time)]
+    from: Option<i64>,
+    /// Up to this time, exclusive.
+    #[arg(long, value_parser = time::parse_time)]
+    to: Option<i64>,
+    /// The high-load windows' threshold: the API's calls per second (as `scan
+    /// --fine-threshold`).
+    #[arg(long, default_value_t = 50.0)]
+    fine_threshold: f64,
+    /// JSON output.
+    #[arg(long)]
+    json: bool,
+    /// Also write a self-contained HTML page (charts per second) to this file.
+    #[arg(long)]
+    output: Option<String>,
+    /// Per-shop rows printed (most attempts first; --json has every shop).
+    #[arg(long, default_value_t = 20)]
+    top: usize,
+}
+
+/// Attempts sent from a file's reader to the merge, this many at a time.
+const BATCH: usize = 4096;
+
+/// One file's reader: every line to the scan (the windows, the malformed lines), the
+/// attempts to the merge.
+struct Source<'a> {
+    acc: Accumulator,
+    api: &'a [u8],
+    limiter: Option<&'a [u8]>,
+    from: Option<i64>,
+    to: Option<i64>,
+    batch: Vec<Attempt>,
+    tx: SyncSender<Vec<Attempt>>,
+    limiters: BTreeSet<String>,
+}
+
+impl LineSink for Source<'_> {
+    fn line(&mut self, source: &str, n: u64, line: &[u8]) {
+        self.acc.line(source, n, line);
+        let Ok(r) = parse_line(line) else { return };
+        let Some(ts) = r.timestamp_ms else { return };
+        if self.from.is_some_and(|f| ts < f) || self.to.is_some_and(|t| ts >= t) {
+            return;
+        }
+        let attempt = match r.event_type.as_deref() {
+            Some(b"ExternalApiCall") => r.api.as_deref() == Some(self.api),
+            // A denial: an attempt whose call was not made. A shadow decision (allowed
+            // true) made its call, counted as its ExternalApiCall.
+            Some(b"RateLimitDecision") if r.allowed == Some(false) => {
+                let name = r.limiter.as_deref().unwrap_or(b"");
+                if let Some(want) = self.limiter {
+                    name == want
+                } else {
+                    if !self.limiters.iter().any(|l| l.as_bytes() == name) {
+                        self.limiters
+                            .insert(String::from_utf8_lossy(name).into_owned());
+                    }
+                    true
+                }
+            }
+            _ => false,
+        };
+        if attempt {
+            self.batch.push(Attempt {
+                ts_ms: ts,
+                shop: r.shop.as_deref().unwrap_or(b"").to_vec(),
+            });
+            if self.batch.len() >= BATCH {
+                let _ = self.tx.send(std::mem::take(&mut self.batch));
+            }
+        }
+    }
+
+    fn too_long(&mut self, source: &str, n: u64, bytes: u64) {
+        self.acc.too_long(source, n, bytes);
+    }
+}
+
+struct Read {
+    acc: Accumulator,
+    limiters: BTreeSet<String>,
+    late: u64,
+}
+
+/// Reads every file at once and feeds their attempts, in time order, to every scenario.
+fn read(args: &ReplayArgs, sims: &mut [Sim]) -> Result<Read, String> {
+    let filter = Filter {
+        event_types: Vec::new(),
+        apis: vec![args.api.clone()],
+        shops: Vec::new(),
+        from_ms: args.from,
+        to_ms: args.to,
+    };
+    let limiter = args.limiter.as_deref().map(str::as_bytes);
+    std::thread::scope(|scope| {
+        let mut receivers: Vec<Receiver<Vec<Attempt>>> = Vec::new();
+        let mut handles = Vec::new();
+        for path in &args.files {
+            let (tx, rx) = sync_channel(4);
+            receivers.push(rx);
+            let filter = filter.clone();
+            handles.push(scope.spawn(move || {
+                let mut s = Source {
+                    acc: Accumulator::new(filter, 1000),
+                    api: args.api.as_bytes(),
+                    limiter,
+                    from: args.from,
+                    to: args.to,
+                    batch: Vec::new(),
+                    tx,
+                    limiters: BTreeSet::new(),
+                };
+                let res = feed_path(path, &mut s);
+                if !s.batch.is_empty() {
+                    let _ = s.tx.send(std::mem::take(&mut s.batch));
+                }
+                res.map(|_| (s.acc, s.limiters))
+            }));
+        }
+        // The k-way merge: read from the source that is furthest behind; release what no
+        // source can still precede (DISORDER_TOLERANCE_MS, as the scan tolerates).
+        let mut merge = Merge::new(DISORDER_TOLERANCE_MS);
+        let mut last: Vec<Option<i64>> = vec![Some(i64::MIN); receivers.len()];
+        loop {
+            let next = last
+                .iter()
+                .enumerate()
+                .filter_map(|(i, t)| t.map(|t| (t, i)))
+                .min();
+            let Some((_, i)) = next else { break };
+            match receivers[i].recv() {
+                Ok(batch) => {
+                    let newest = batch.iter().map(|a| a.ts_ms).max();
+                    last[i] = Some(last[i].unwrap_or(i64::MIN).max(newest.unwrap_or(i64::MIN)));
+                    for a in batch {
+                        merge.push(a);
+                    }
+                }
+                Err(_) => last[i] = None,
+            }
+            let frontier = last.iter().flatten().min().copied();
+            merge.release(frontier, |ts, shop| {
+                for s in sims.iter_mut() {
+                    s.attempt(ts, shop);
+                }
+            });
+        }
+        merge.release(None, |ts, shop| {
+            for s in sims.iter_mut() {
+                s.attempt(ts, shop);
+            }
+        });
+        let mut acc: Option<Accumulator> = None;
+        let mut limiters = BTreeSet::new();
+        for h in handles {
+            let (a, l) = h
+                .join()
+                .map_err(|_| "a file's reader failed".to_string())?
+                .map_err(|e| e.to_string())?;
+            limiters.extend(l);
+            match &mut acc {
+                Some(all) => all.merge(a, 0),
+                None => acc = Some(a),
+            }
+        }
+        Ok(Read {
+            acc: acc.expect("at least one file"),
+            limiters,
+            late: merge.late,
+        })
+    })
+}
+
+fn scenarios(args: &ReplayArgs) -> Result<Vec<Sim>, String> {
+    let mut list = Vec::new();
+    for (i, l) in args.limits.iter().enumerate() {
+        list.push(parse_limits(l, i)?);
+    }
+    let names: HashSet<&str> = list.iter().map(|s| s.name.as_str()).collect();
+    if names.len() < list.len() {
+        return Err("two --limits have the same name: name them apart (NAME:global=...)".into());
+    }
+    if list.is_empty() {
+        if args.auto_hot.is_some() || !args.hot.is_empty() || args.max_wait.is_some() {
+            return Err("--hot, --auto-hot and --max-wait need --limits".into());
+        }
+        list.push(Scenario {
+            name: "no limiter".into(),
+            text: String::new(),
+            limits: None,
+        });
+    }
+    let mut hot_shops = HashSet::new();
+    for h in &args.hot {
+        hot_shops.insert(shop_id::unescape(h.as_bytes()).map_err(|e| format!("--hot {h:?}: {e}"))?);
+    }
+    let max_wait_us = match args.max_wait {
+        Some(s) => validate_max_wait(s).map_err(|e| format!("--max-wait: {}", e.message))?,
+        None => 0,
+    };
+    let provider = args.provider.as_deref().map(parse_provider).transpose()?;
+    list.into_iter()
+        .map(|s| {
+            let auto_hot = match (&args.auto_hot, &s.limits) {
+                (Some(text), Some(set)) => Some(parse_auto_hot(text, &set.global)?),
+                _ => None,
+            };
+            let common = Common {
+                hot_shops: hot_shops.clone(),
+                auto_hot,
+                max_wait_us,
+                provider,
+            };
+            Ok(Sim::new(s, common))
+        })
+        .collect()
+}
+
+pub fn run(args: ReplayArgs) -> Result<(), String> {
+    let cfg = ScanConfig {
+        fine_threshold: args.fine_threshold,
+        ..ScanConfig::default()
+    };
+    cfg.validate()?;
+    let mut sims = scenarios(&args)?;
+    let read = read(&args, &mut sims)?;
+    if args.limiter.is_none() && read.limiters.len() > 1 {
+        let names: Vec<&str> = read.limiters.iter().map(String::as_str).collect();
+        return Err(format!(
+            "the files hold denials of {} limiters ({}): say whose count with --limiter NAME",
+            names.len(),
+            names.join(", ")
+        ));
+    }
+    let windows = read.acc.scan(&cfg).windows;
+    let provider = args.provider.as_deref().map(parse_provider).transpose()?;
+    if let Some(path) = &args.output {
+        let page = html(&args, &sims, &windows, provider.as_ref());
+        std::fs::write(path, page).map_err(|e| format!("{path}: {e}"))?;
+        eprintln!("checkout-guard: wrote {path}");
+    }
+    if args.json {
+        println!("{}", to_json(&args, &sims, &read, &windows));
+    } else {
+        print!("{}", text(&args, &sims, &read, &windows));
+    }
+    Ok(())
+}
+
+fn denied_json(d: &[u64; 3]) -> Value {
+    let mut m = Map::new();
+    for lane in Lane::ALL {
+        m.insert(lane.as_str().into(), json!(d[lane as usize]));
+    }
+    Value::Object(m)
+}
+
+fn scenario_json(s: &Sim, windows: &[Window]) -> Value {
+    let t = &s.total;
+    let (peak, at) = s.peak_admitted();
+    let mut shops = Map::new();
+    for (id, c) in s.shops() {
+        shops.insert(
+            shop_id::escape(id),
+            json!({
+                "attempts": c.attempts,
+                "admitted": c.admitted,
+                "denied": denied_json(&c.denied),
+                "denied_total": c.denied_total(),
+                "provider_429": c.provider_429,
+                "waited": c.waited,
+                "hot": s.was_hot(id),
+            }),
+        );
+    }
+    let pct = |p: f64| s.waits.percentile(p).map(|ms| ms / 1000.0);
+    json!({
+        "name": s.scenario.name,
+        "limits": s.scenario.text,
+        "totals": {
+            "attempts": t.attempts,
+            "admitted": t.admitted,
+            "denied": denied_json(&t.denied),
+            "denied_total": t.denied_total(),
+            "provider_429": t.provider_429,
+            "admitted_hot": t.admitted_hot,
+            "peak_admitted_per_second": peak,
+            "peak_at_ms": at.map(|s| s * 1000),
+            "reservations": {
+                "waited": t.waited,
+                "p50_s": pct(50.0),
+                "p95_s": pct(95.0),
+                "max_s": s.max_wait_us as f64 / 1e6,
+            },
+        },
+        "shops": shops,
+        "windows": windows.iter().map(|w| json!({
+            "start_ms": w.start_ms,
+            "end_ms": w.end_ms,
+            "calls_peak_per_second": w.peak_rps,
+            "admitted_per_second": s.admitted_rate(w.start_ms, w.end_ms),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The first scenario's `totals`, `shops` and `provider_429` at the top (the common case,
+/// one `--limits`), every scenario under `scenarios`.
+fn to_json(args: &ReplayArgs, sims: &[Sim], read: &Read, windows: &[Window]) -> Value {
+    let all: Vec<Value> = sims.iter().map(|s| scenario_json(s, windows)).collect();
+    let first = &all[0];
+    json!({
+        "api": args.api,
+        "limiter": args.limiter.clone().or_else(|| read.limiters.iter().next().cloned()),
+        "from_ms": args.from,
+        "to_ms": args.to,
+        "provider": args.provider,
+        "input": {
+            "lines": read.acc.events,
+            "attempts": sims[0].total.attempts,
+            "malformed": read.acc.malformed,
+            "missing_timestamp": read.acc.missing_timestamp,
+            "late": read.late,
+            "bad_lines": read.acc.bad_lines.iter().map(|b| json!({
+                "file": b.source, "line": b.line, "what": b.what,
+            })).collect::<Vec<_>>(),
+        },
+        "totals": first["totals"],
+        "shops": first["shops"],
+        "provider_429": first["totals"]["provider_429"],
+        "windows": first["windows"],
+        "scenarios": all,
+    })
+}
+
+fn text(args: &ReplayArgs, sims: &[Sim], read: &Read, windows: &[Window]) -> String {
+    let mut o = String::new();
+    let limiter = args
+        .limiter
+        .clone()
+        .or_else(|| read.limiters.iter().next().cloned())
+        .unwrap_or_else(|| "none recorded".into());
+    let _ = writeln!(
+        o,
+        "replay of {} attempts at api {} (denials of limiter {limiter}), {} lines read",
+        sims[0].total.attempts, args.api, read.acc.events
+    );
+    if read.acc.malformed + read.acc.missing_timestamp > 0 {
+        let _ = writeln!(
+            o,
+            "{} malformed line(s), {} without a timestamp, skipped:",
+            read.acc.malformed, read.acc.missing_timestamp
+        );
+        for b in &read.acc.bad_lines {
+            let _ = writeln!(o, "  {}:{}: {}", b.source, b.line, b.what);
+        }
+    }
+    if read.late > 0 {
+        let _ = writeln!(
+            o,
+            "{} attempt(s) more than {} s out of order, decided when read",
+            read.late,
+            DISORDER_TOLERANCE_MS / 1000
+        );
+    }
+    let row = |o: &mut String, label: &str, vals: Vec<String>| {
+        let _ = write!(o, "{label:<24}");
+        for v in vals {
+            let _ = write!(o, "  {v:>22}");
+        }
+        o.push('\n');
+    };
+    row(
+        &mut o,
+        "",
+        sims.iter().map(|s| s.scenario.name.clone()).collect(),
+    );
+    row(
+        &mut o,
+        "limits",
+        sims.iter()
+            .map(|s| {
+                if s.scenario.text.is_empty() {
+                    "-".into()
+                } else {
+                    s.scenario.text.clone()
+                }
+            })
+            .collect(),
+    );
+    let each = |f: &dyn Fn(&Sim) -> String| sims.iter().map(f).collect::<Vec<_>>();
+    row(&mut o, "attempts", each(&|s| s.total.attempts.to_string()));
+    row(&mut o, "admitted", each(&|s| s.total.admitted.to_string()));
+    for lane in Lane::ALL {
+        row(
+            &mut o,
+            &format!("denied by {}", lane.as_str()),
+            each(&|s| s.total.denied[lane as usize].to_string()),
+        );
+    }
+    if args.provider.is_some() {
+        row(
+            &mut o,
+            "provider 429 (predicted)",
+            each(&|s| s.total.provider_429.to_string()),
+        );
+    }
+    row(
+        &mut o,
+        "peak admitted/s",
+        each(&|s| match s.peak_admitted() {
+            (n, Some(at)) => format!("{n} at {}", &format_ms(at * 1000)[11..19]),
+            _ => "0".into(),
+        }),
+    );
+    if args.max_wait.is_some() {
+        row(
+            &mut o,
+            "waited (p50/p95/max s)",
+            each(&|s| {
+                let p = |x: f64| {
+                    s.waits
+                        .percentile(x)
+                        .map_or("-".into(), |ms| format!("{:.2}", ms / 1000.0))
+                };
+                format!(
+                    "{} ({}/{}/{:.2})",
+                    s.total.waited,
+                    p(50.0),
+                    p(95.0),
+                    s.max_wait_us as f64 / 1e6
+                )
+            }),
+        );
+    }
+    for w in windows {
+        row(
+            &mut o,
+            &format!(
+                "{}-{}",
+                &format_ms(w.start_ms)[11..19],
+                &format_ms(w.end_ms)[11..19]
+            ),
+            each(&|s| format!("{:.1}/s admitted", s.admitted_rate(w.start_ms, w.end_ms))),
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\nper shop (top {} by attempts; --json lists every shop): attempts admitted denied(global/hot_lane/hot_shop){}",
+        args.top,
+        if args.provider.is_some() { " 429" } else { "" }
+    );
+    for (id, _) in sims[0].shops().into_iter().take(args.top) {
+        let mut line = format!("{:<24}", shop_id::escape(id));
+        for s in sims {
+            let c = s
+                .shops()
+                .into_iter()
+                .find(|(k, _)| *k == id)
+                .map(|(_, c)| c.clone())
+                .unwrap_or_default();
+            let _ = write!(
+                line,
+                "  {:>6} {:>6} {:>4}/{}/{}{}{}",
+                c.attempts,
+                c.admitted,
+                c.denied[0],
+                c.denied[1],
+                c.denied[2],
+                if args.provider.is_some() {
+                    format!(" {}", c.provider_429)
+                } else {
+                    String::new()
+                },
+                if s.was_hot(id) { " hot" } else { "" }
+            );
+        }
+        let _ = writeln!(o, "{line}");
+    }
+    o
+}
+
+fn html(
+    args: &ReplayArgs,
+    sims: &[Sim],
+    windows: &[Window],
+    provider: Option<&BucketSpec>,
+) -> String {
+    let (t0, t1) = sims
+        .iter()
+        .flat_map(|s| s.seconds.keys())
+        .fold((i64::MAX, i64::MIN), |(a, b), &s| {
+            (a.min(s * 1000), b.max(s * 1000 + 1000))
+        });
+    let (t0, t1) = if t0 > t1 { (0, 1000) } else { (t0, t1) };
+    let step = bucket_ms(t0, t1);
+    let shade: Vec<(i64, i64)> = windows.iter().map(|w| (w.start_ms, w.end_ms)).collect();
+    let mut h = String::new();
+    let title = format!("What-if replay: api {}", args.api);
+    let _ = write!(
+        h,
+        r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{t}</title><style>
+body{{font-family:sans-serif;margin:24px;color:#222}} table{{border-collapse:collapse;margin:8px 0 20px}}
+td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#f3f3f3}} td.l,th.l{{text-align:left}}</style></head><body><h1>{t}</h1>
+<p>Each point is the busiest second of its {b} bucket. Shaded: the high-load windows the scan finds in the recorded calls.</p>"#,
+        t = esc(&title),
+        b = bucket_text(step)
+    );
+    let _ = write!(h, "<table id=\"totals\"><tr><th class=\"l\">scenario</th><th class=\"l\">limits</th><th>attempts</th><th>admitted</th><th>denied</th><th>predicted 429</th></tr>");
+    for s in sims {
+        let _ = write!(
+            h,
+            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&s.scenario.name),
+            esc(&s.scenario.text),
+            s.total.attempts,
+            s.total.admitted,
+            s.total.denied_total(),
+            s.total.provider_429
+        );
+    }
+    h.push_str("</table>");
+    for s in sims {
+        let series_of = |f: fn(&checkout_guard_cli::replay::Second) -> u64| {
+            bucketed(t0, t1, step, s.seconds.iter().map(|(&k, c)| (k, f(c))))
+        };
+        let mut series: Vec<Series<'_>> = vec![
+            (
+                "admitted, other shops",
+                COLORS[0],
+                series_of(|c| c.admitted - c.admitted_hot),
+            ),
+            (
+                "admitted, hot shops",
+                COLORS[3],
+                series_of(|c| c.admitted_hot),
+            ),
+            ("denied", COLORS[2], series_of(|c| c.denied)),
+        ];
+        if let Some(p) = provider {
+            series.push(("predicted 429", COLORS[1], series_of(|c| c.provider_429)));
+            let rate = p.refill_per_second().round() as u64;
+            series.push((
+                "provider's limit",
+                "#444",
+                bucketed(t0, t1, step, (t0 / 1000..t1 / 1000).map(|s| (s, rate))),
+            ));
+        }
+        let _ = write!(h, "<h2>{}</h2>", esc(&s.scenario.name));
+        h.push_str(&chart(
+            t0,
+            t1,
+            &series,
+            &shade,
+            &format!(
+                "calls per second, {}",
+                if s.scenario.text.is_empty() {
+                    "no limiter"
+                } else {
+                    &s.scenario.text
+                }
+            ),
+        ));
+    }
+    h.push_str("</body></html>\n");
+    h
+}
