@@ -54,8 +54,8 @@ impl Connection {
     ///
     /// Over TLS the handshake is part of the set-up, within the same deadline; a failed
     /// one says so with its cause ([`crate::tls::in_handshake`]). With `peer_name`, each
-    /// server (each seed of a cluster) is first checked by [`crate::tls::check_peer_name`],
-    /// within the deadline too.
+    /// server is first checked by [`crate::tls::check_peer_name`], within the deadline too;
+    /// of a cluster's seeds, the first that passes (see [`first_checked_seed`]).
     pub fn open(endpoint: &Endpoint, client: Client, timeout: Duration) -> RedisResult<Self> {
         let deadline = Instant::now() + timeout;
         let tls = endpoint.tls();
@@ -90,9 +90,10 @@ impl Connection {
                 Link::Single(conn)
             }
             Addresses::Cluster(seeds) => {
-                for seed in &seeds {
-                    check(seed)?;
-                }
+                let seeds = match peer_name {
+                    Some(_) => vec![first_checked_seed(seeds, deadline, &check_by)?],
+                    None => seeds,
+                };
                 let wait_ms = (timeout.as_millis() as u64 / 10).clamp(2, 50);
                 let mut builder = ClusterClientBuilder::new(seeds)
                     .connection_timeout(timeout)
@@ -233,6 +234,33 @@ impl Connection {
             }
         }
     }
+}
+
+/// With `peer_name`, the first seed that passes its name check, each checked within a
+/// share of what is left (the seeds not yet checked and the cluster's open the other
+/// shares): one that is down or never answers is skipped, as redis-rs skips a seed it
+/// cannot connect to (review: every seed was checked up front, so one down seed failed
+/// every open). Only that seed is given to redis-rs, whose own check of the seeds' names
+/// is off: a seed not checked is never used. None passing: the last one's error.
+fn first_checked_seed(
+    seeds: Vec<ConnectionInfo>,
+    deadline: Instant,
+    check_by: &dyn Fn(&ConnectionInfo, Instant) -> RedisResult<()>,
+) -> RedisResult<ConnectionInfo> {
+    let count = seeds.len();
+    let mut last = None;
+    for (i, seed) in seeds.into_iter().enumerate() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let share = (left / (count - i + 1) as u32).max(Duration::from_millis(1));
+        match check_by(&seed, Instant::now() + share) {
+            Ok(()) => return Ok(seed),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(timed_out))
 }
 
 /// A sentinel's failure as the open reports it (`sentinel: ...`).
