@@ -60,14 +60,17 @@ final class SentinelPasswordTest extends LimiterTestCase
 
     public function testWithoutItOrWithAWrongOneDecisionsAreUnavailableAndNoPasswordIsShown(): void
     {
-        foreach ([[], ['sentinel' => ['password' => 'wrong-secret']]] as $options) {
+        foreach ([
+            'NOAUTH' => [],
+            'WRONGPASS' => ['sentinel' => ['password' => 'wrong-secret']],
+        ] as $cause => $options) {
             $l = $this->sentineled(self::uniqueName('senpw'), $options + ['on_unavailable' => 'deny']);
             $d = $l->acquire('s');
             $this->assertFalse($d->isAllowed());
             $this->assertSame('unavailable', $d->reason());
             $error = (string) $l->health(false)['last_error'];
             $this->assertStringContainsString('sentinel: no sentinel answered for service ' . SentinelGroup::SERVICE, $error);
-            $this->assertMatchesRegularExpression('/NOAUTH|WRONGPASS|auth/i', $error, 'the cause: authentication');
+            $this->assertStringContainsString($cause, $error);
             $all = json_encode($l->health(false));
             $this->assertStringNotContainsString(self::PASSWORD, $all);
             $this->assertStringNotContainsString('wrong-secret', $all);
