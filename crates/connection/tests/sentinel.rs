@@ -365,3 +365,93 @@ fn sentinel_endpoints_against_a_real_group() {
         "{e} ({failed} failed calls)"
     );
 }
+
+/// Processes killed (and their directory removed) when dropped.
+struct Started {
+    dir: PathBuf,
+    children: Vec<Child>,
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A sentinel with an ACL user of its own (`user default off`, `user sen on >senpw`): the
+/// `sentinel` option's user and password are sent as one AUTH and the primary is found;
+/// the password alone (AUTH as `default`, which is off) or a wrong one is refused, the
+/// cause named and no password shown.
+#[test]
+fn a_sentinel_with_an_acl_user_is_asked_with_its_user_and_password() {
+    let dir = std::env::temp_dir().join(format!("cg-sentinel-acl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut started = Started {
+        dir: dir.clone(),
+        children: Vec::new(),
+    };
+    let (primary, sentinel) = (free_port(), free_port());
+    started.children.push(
+        Command::new(valkey_binary())
+            .args(["--port", &primary.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    direct(primary);
+    let conf = dir.join("sentinel.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "port {sentinel}\nbind 127.0.0.1\ndir {}\nuser default off\nuser sen on >senpw +@all\n\
+             sentinel monitor {SERVICE} 127.0.0.1 {primary} 1\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    started.children.push(
+        Command::new(valkey_binary())
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let url = format!("valkey+sentinel://127.0.0.1:{sentinel}/{SERVICE}");
+    let with = |user: Option<&str>, password: &str| {
+        let ep = Endpoint::parse(&url)
+            .unwrap()
+            .with_sentinel_auth(user.map(str::to_string), Some(password.to_string()))
+            .unwrap();
+        Connection::open(&ep, Client::WORKER, TIMEOUT)
+    };
+    // Bounded (10 s): the sentinel listening and answering.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let c = loop {
+        match with(Some("sen"), "senpw") {
+            Ok(c) => break c,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "never opened: {e}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
+    assert_eq!(c.primary(), Some(format!("127.0.0.1:{primary}").as_str()));
+    for (user, password) in [(None, "senpw"), (Some("sen"), "wrong-pw")] {
+        let e = with(user, password).err().expect("refused").to_string();
+        assert!(
+            e.contains("sentinel: no sentinel answered") && e.contains("WRONGPASS"),
+            "{user:?}: {e}"
+        );
+        assert!(!e.contains("senpw") && !e.contains("wrong-pw"), "{e}");
+    }
+}
