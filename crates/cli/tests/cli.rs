@@ -329,6 +329,46 @@ fn limiter_commands_refuse_bad_input_before_touching_valkey_and_mask_passwords()
     assert!(!err.contains("hunter2"), "{err}");
 }
 
+/// `--sentinel-user` needs the sentinels' password (no AUTH could be sent with a user
+/// alone): refused before anything is sent; with the password from the environment it goes
+/// on to ask the sentinels (none listens on port 1).
+#[test]
+fn a_sentinel_user_without_a_password_is_refused() {
+    let url = "valkey+sentinel://127.0.0.1:1/orders";
+    let run_with = |password: Option<&str>| {
+        let mut cmd = Command::new(BIN);
+        cmd.args([
+            "limiter",
+            "--url",
+            url,
+            "--sentinel-user",
+            "sen",
+            "--timeout-ms",
+            "200",
+            "status",
+        ])
+        .env_remove("CHECKOUT_GUARD_SENTINEL_PASSWORD");
+        if let Some(p) = password {
+            cmd.env("CHECKOUT_GUARD_SENTINEL_PASSWORD", p);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run_with(None);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--sentinel-user is given without a password"),
+        "{err}"
+    );
+    let (code, err) = run_with(Some("hunter2"));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("sentinel: no sentinel answered"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+}
+
 /// The TLS URLs with their `--tls-*` options: a file that cannot be used is named with its
 /// option and path before anything is sent; `--tls-*` with a plain URL is an error; a TLS
 /// server that is not there fails within the timeout, password masked.

@@ -54,8 +54,8 @@ impl Connection {
     ///
     /// Over TLS the handshake is part of the set-up, within the same deadline; a failed
     /// one says so with its cause ([`crate::tls::in_handshake`]). With `peer_name`, each
-    /// server (each seed of a cluster) is first checked by [`crate::tls::check_peer_name`],
-    /// within the deadline too.
+    /// server is first checked by [`crate::tls::check_peer_name`], within the deadline too;
+    /// of a cluster's seeds, the first that passes (see [`first_checked_seed`]).
     pub fn open(endpoint: &Endpoint, client: Client, timeout: Duration) -> RedisResult<Self> {
         if needs_name_lookup(endpoint, client)? {
             return open_beside(endpoint, client, timeout);
@@ -97,9 +97,10 @@ impl Connection {
                 Link::Single(conn)
             }
             Addresses::Cluster(seeds) => {
-                for seed in &seeds {
-                    check(seed)?;
-                }
+                let seeds = match peer_name {
+                    Some(_) => vec![first_checked_seed(seeds, deadline, &check_by)?],
+                    None => seeds,
+                };
                 let wait_ms = (timeout.as_millis() as u64 / 10).clamp(2, 50);
                 let mut builder = ClusterClientBuilder::new(seeds)
                     .connection_timeout(timeout)
@@ -130,20 +131,24 @@ impl Connection {
                 // does not answer the question (review: checked up front, one down sentinel
                 // made every open fail).
                 let asked = sentinels.iter().map(|s| (s.clone(), tcp_tls(s))).collect();
-                let (host, port) = ask_sentinels(asked, &service, deadline, &check_by)?;
-                let info = primary_info(endpoint, client, &host, port)?;
-                check(&info)?;
-                let at = tcp_tls(&info);
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Err(timed_out());
-                }
-                let mut conn = open_single(info, left).map_err(|e| match &at {
-                    Some((host, port)) => crate::tls::in_handshake(e, host, *port),
-                    None => e,
-                })?;
-                check_primary(&mut conn, &service, &host, port, deadline)?;
-                primary = Some(format!("{host}:{port}"));
+                let open_primary = |host: &str, port: u16, until: Instant| {
+                    let info = primary_info(endpoint, client, host, port)?;
+                    check_by(&info, until)?;
+                    let at = tcp_tls(&info);
+                    let left = until.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(timed_out());
+                    }
+                    let mut conn = open_single(info, left).map_err(|e| match &at {
+                        Some((host, port)) => crate::tls::in_handshake(e, host, *port),
+                        None => e,
+                    })?;
+                    check_primary(&mut conn, &service, host, port, until)?;
+                    Ok(conn)
+                };
+                let (conn, at) =
+                    via_sentinels(asked, &service, deadline, &check_by, &open_primary)?;
+                primary = Some(at);
                 Link::Single(conn)
             }
         };
@@ -242,6 +247,33 @@ impl Connection {
     }
 }
 
+/// With `peer_name`, the first seed that passes its name check, each checked within a
+/// share of what is left (the seeds not yet checked and the cluster's open the other
+/// shares): one that is down or never answers is skipped, as redis-rs skips a seed it
+/// cannot connect to (review: every seed was checked up front, so one down seed failed
+/// every open). Only that seed is given to redis-rs, whose own check of the seeds' names
+/// is off: a seed not checked is never used. None passing: the last one's error.
+fn first_checked_seed(
+    seeds: Vec<ConnectionInfo>,
+    deadline: Instant,
+    check_by: &dyn Fn(&ConnectionInfo, Instant) -> RedisResult<()>,
+) -> RedisResult<ConnectionInfo> {
+    let count = seeds.len();
+    let mut last = None;
+    for (i, seed) in seeds.into_iter().enumerate() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let share = (left / (count - i + 1) as u32).max(Duration::from_millis(1));
+        match check_by(&seed, Instant::now() + share) {
+            Ok(()) => return Ok(seed),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(timed_out))
+}
+
 /// A sentinel's failure as the open reports it (`sentinel: ...`).
 /// Whether opening `endpoint` may ask the system's resolver for a name: a host that is not
 /// an IP address, or a cluster or Sentinel, whose slot map or sentinels may name a node by
@@ -295,56 +327,85 @@ fn sentinel_error(what: String) -> RedisError {
 }
 
 /// Asks the sentinels in order for `service`'s primary (`SENTINEL
-/// GET-MASTER-ADDR-BY-NAME`), all by `deadline`: each gets a share of what is left (the
-/// sentinels not yet asked and the primary's open the other shares), so one that hangs
-/// does not take the whole deadline. The first that names a primary wins.
-fn ask_sentinels(
+/// GET-MASTER-ADDR-BY-NAME`) and opens the first primary named that answers `ROLE master`,
+/// all by `deadline`. Each sentinel's question gets a share of what is left (the sentinels
+/// not yet asked and the primary's open the other shares), so one that hangs does not take
+/// the whole deadline; the primary it names gets a share of what is left then (the
+/// sentinels after it the others; the last sentinel's primary all of it). A primary that
+/// is a replica, unreachable or fails its open is passed over for the next sentinel's
+/// answer (a sentinel that lags after a failover names the old primary); when every answer
+/// fails, the last primary's error is the open's (`... is a replica (ROLE slave)`), else
+/// the sentinels' (`no primary for service`, `no sentinel answered`).
+fn via_sentinels(
     sentinels: Vec<(ConnectionInfo, Option<(String, u16)>)>,
     service: &str,
     deadline: Instant,
     check_by: &dyn Fn(&ConnectionInfo, Instant) -> RedisResult<()>,
-) -> RedisResult<(String, u16)> {
+    open_primary: &dyn Fn(&str, u16, Instant) -> RedisResult<redis::Connection>,
+) -> RedisResult<(redis::Connection, String)> {
     let count = sentinels.len();
     let mut unknown = 0;
     let mut last: Option<String> = None;
+    let mut refused: Option<RedisError> = None;
     for (i, (info, at)) in sentinels.into_iter().enumerate() {
+        let after = (count - i - 1) as u32;
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             break;
         }
-        let share = left / (count - i + 1) as u32;
-        let share = share.max(Duration::from_millis(1));
+        let share = (left / (after + 2)).max(Duration::from_millis(1));
         let until = Instant::now() + share;
         let addr = info.addr().to_string();
-        let asked = check_by(&info, until)
-            .and_then(|()| {
-                let left = until.saturating_duration_since(Instant::now());
+        match ask_sentinel(info, at, service, until, check_by) {
+            Ok(Some((host, port))) => {
+                let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    return Err(timed_out());
+                    refused = Some(timed_out());
+                    break;
                 }
-                open_single(info, left).map_err(|e| match &at {
-                    Some((host, port)) => crate::tls::in_handshake(e, host, *port),
-                    None => e,
-                })
-            })
-            .and_then(|mut c| {
-                set_left(&c, until)?;
-                redis::cmd("SENTINEL")
-                    .arg("GET-MASTER-ADDR-BY-NAME")
-                    .arg(service)
-                    .query::<Option<(String, u16)>>(&mut c)
-            });
-        match asked {
-            Ok(Some(primary)) => return Ok(primary),
+                let until = Instant::now() + (left / (after + 1)).max(Duration::from_millis(1));
+                match open_primary(&host, port, until) {
+                    Ok(conn) => return Ok((conn, format!("{host}:{port}"))),
+                    Err(e) => refused = Some(e),
+                }
+            }
             Ok(None) => unknown += 1,
             Err(e) => last = Some(format!("{addr}: {}", crate::errors::describe(&e, share))),
         }
+    }
+    if let Some(e) = refused {
+        return Err(e);
     }
     Err(sentinel_error(match (unknown, last) {
         (0, Some(e)) => format!("no sentinel answered for service {service} (last: {e})"),
         (0, None) => format!("no time left to ask for service {service}"),
         (_, _) => format!("no primary for service {service}"),
     }))
+}
+
+/// One sentinel's answer for `service`'s primary, by `until` (its `peer_name` check
+/// included): `None` when it knows no such service.
+fn ask_sentinel(
+    info: ConnectionInfo,
+    at: Option<(String, u16)>,
+    service: &str,
+    until: Instant,
+    check_by: &dyn Fn(&ConnectionInfo, Instant) -> RedisResult<()>,
+) -> RedisResult<Option<(String, u16)>> {
+    check_by(&info, until)?;
+    let left = until.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(timed_out());
+    }
+    let mut c = open_single(info, left).map_err(|e| match &at {
+        Some((host, port)) => crate::tls::in_handshake(e, host, *port),
+        None => e,
+    })?;
+    set_left(&c, until)?;
+    redis::cmd("SENTINEL")
+        .arg("GET-MASTER-ADDR-BY-NAME")
+        .arg(service)
+        .query::<Option<(String, u16)>>(&mut c)
 }
 
 /// The primary the sentinels named is one (`ROLE` answers `master`), by `deadline`: a

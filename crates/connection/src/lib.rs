@@ -34,7 +34,8 @@
 //!   [`Connection::open`]: the sentinels asked in order for the primary
 //!   (`SENTINEL GET-MASTER-ADDR-BY-NAME`, each a share of what is left), the primary opened
 //!   as a single server ([`info::primary_info`]: the URL's credentials and database), its
-//!   `ROLE` checked, all within the one deadline. A failover is found by
+//!   `ROLE` checked (a replica or an unreachable primary passed over for the next
+//!   sentinel's answer), all within the one deadline. A failover is found by
 //!   [`reconnect_once`]'s reconnect, which opens (and so asks the sentinels) again;
 //!   `READONLY` from a demoted primary ([`errors::is_readonly`]) counts as a broken
 //!   connection there.

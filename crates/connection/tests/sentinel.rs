@@ -187,6 +187,27 @@ fn get(port: u16, key: &str) -> Option<i64> {
 
 const TIMEOUT: Duration = Duration::from_millis(500);
 
+/// A sentinel stand-in that names `127.0.0.1:port` as the primary to the one client it
+/// accepts (the set-up's two `CLIENT SETINFO` answered first), then reads until the client
+/// goes (at most 5 s).
+fn liar(port: u16) -> (u16, std::thread::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = listener.local_addr().unwrap().port();
+    let serve = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let port = port.to_string();
+        let reply = format!(
+            "+OK\r\n+OK\r\n*2\r\n$9\r\n127.0.0.1\r\n${}\r\n{port}\r\n",
+            port.len()
+        );
+        s.write_all(reply.as_bytes()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut sink = [0u8; 4096];
+        while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
+    });
+    (at, serve)
+}
+
 /// One group for the whole file (starting one takes seconds); the tests run in turn in
 /// one test function so a failover does not surprise another.
 #[test]
@@ -230,27 +251,46 @@ fn sentinel_endpoints_against_a_real_group() {
     );
 
     // 3. A sentinel that names a replica: refused by its ROLE.
-    let liar = TcpListener::bind("127.0.0.1:0").unwrap();
-    let liar_port = liar.local_addr().unwrap().port();
-    let replica = g.replica;
-    let serve = std::thread::spawn(move || {
-        let (mut s, _) = liar.accept().unwrap();
-        let port = replica.to_string();
-        let reply = format!(
-            "+OK\r\n+OK\r\n*2\r\n$9\r\n127.0.0.1\r\n${}\r\n{port}\r\n",
-            port.len()
-        );
-        s.write_all(reply.as_bytes()).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let mut sink = [0u8; 4096];
-        while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
-    });
+    let (liar_port, serve) = liar(g.replica);
     let lying = format!("valkey+sentinel://127.0.0.1:{liar_port}/{SERVICE}");
     let e = Connection::open(&Endpoint::parse(&lying).unwrap(), Client::WORKER, TIMEOUT)
         .err()
         .unwrap();
-    assert!(e.to_string().contains("is a replica"), "{e}");
+    assert!(
+        e.to_string().contains(&format!(
+            "sentinel: the primary named for service {SERVICE}, 127.0.0.1:{}, is a replica (ROLE slave)",
+            g.replica
+        )),
+        "{e}"
+    );
     serve.join().unwrap();
+
+    // 3b. A sentinel that lags after a failover names the old primary (now a replica, or
+    // down): the next sentinel is asked within the same deadline and names the primary.
+    // Every sentinel's answer failing keeps the replica's error.
+    for named in [g.replica, free_port()] {
+        let (liar_port, serve) = liar(named);
+        let url = format!(
+            "valkey+sentinel://127.0.0.1:{liar_port},{}",
+            g.url(SERVICE).trim_start_matches("valkey+sentinel://")
+        );
+        let c = Connection::open(&Endpoint::parse(&url).unwrap(), Client::WORKER, TIMEOUT)
+            .unwrap_or_else(|e| panic!("the first sentinel named {named}: {e}"));
+        assert_eq!(
+            c.primary(),
+            Some(format!("127.0.0.1:{}", g.primary).as_str())
+        );
+        serve.join().unwrap();
+    }
+    let (one, first) = liar(g.replica);
+    let (two, second) = liar(g.replica);
+    let both = format!("valkey+sentinel://127.0.0.1:{one},127.0.0.1:{two}/{SERVICE}");
+    let e = Connection::open(&Endpoint::parse(&both).unwrap(), Client::WORKER, TIMEOUT)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("is a replica (ROLE slave)"), "{e}");
+    first.join().unwrap();
+    second.join().unwrap();
 
     // 4. READONLY (a connection to a replica, as a demoted primary's is) counts as
     // broken: dropped, and the call's reopen asks the sentinels, which name the primary.
@@ -324,4 +364,94 @@ fn sentinel_endpoints_against_a_real_group() {
         checkout_guard_connection::errors::is_readonly(&e),
         "{e} ({failed} failed calls)"
     );
+}
+
+/// Processes killed (and their directory removed) when dropped.
+struct Started {
+    dir: PathBuf,
+    children: Vec<Child>,
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A sentinel with an ACL user of its own (`user default off`, `user sen on >senpw`): the
+/// `sentinel` option's user and password are sent as one AUTH and the primary is found;
+/// the password alone (AUTH as `default`, which is off) or a wrong one is refused, the
+/// cause named and no password shown.
+#[test]
+fn a_sentinel_with_an_acl_user_is_asked_with_its_user_and_password() {
+    let dir = std::env::temp_dir().join(format!("cg-sentinel-acl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut started = Started {
+        dir: dir.clone(),
+        children: Vec::new(),
+    };
+    let (primary, sentinel) = (free_port(), free_port());
+    started.children.push(
+        Command::new(valkey_binary())
+            .args(["--port", &primary.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    direct(primary);
+    let conf = dir.join("sentinel.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "port {sentinel}\nbind 127.0.0.1\ndir {}\nuser default off\nuser sen on >senpw +@all\n\
+             sentinel monitor {SERVICE} 127.0.0.1 {primary} 1\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    started.children.push(
+        Command::new(valkey_binary())
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let url = format!("valkey+sentinel://127.0.0.1:{sentinel}/{SERVICE}");
+    let with = |user: Option<&str>, password: &str| {
+        let ep = Endpoint::parse(&url)
+            .unwrap()
+            .with_sentinel_auth(user.map(str::to_string), Some(password.to_string()))
+            .unwrap();
+        Connection::open(&ep, Client::WORKER, TIMEOUT)
+    };
+    // Bounded (10 s): the sentinel listening and answering.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let c = loop {
+        match with(Some("sen"), "senpw") {
+            Ok(c) => break c,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "never opened: {e}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
+    assert_eq!(c.primary(), Some(format!("127.0.0.1:{primary}").as_str()));
+    for (user, password) in [(None, "senpw"), (Some("sen"), "wrong-pw")] {
+        let e = with(user, password).err().expect("refused").to_string();
+        assert!(
+            e.contains("sentinel: no sentinel answered") && e.contains("WRONGPASS"),
+            "{user:?}: {e}"
+        );
+        assert!(!e.contains("senpw") && !e.contains("wrong-pw"), "{e}");
+    }
 }

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use checkout_guard_connection::redis;
-use checkout_guard_connection::{Client, Connection};
+use checkout_guard_connection::{reconnect_once, Budget, Client, Connection, Failure};
 use checkout_guard_model::tls::PemFile;
 use checkout_guard_model::{Endpoint, Tls};
 
@@ -74,17 +74,24 @@ impl Pki {
         );
         pki.leaf("expired", server, "-1");
         pki.leaf("client", "extendedKeyUsage=clientAuth\n", "2");
-        pki.leaf(
-            "dns-only",
-            "subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\n",
-            "2",
-        );
+        let dns_only = "subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\n";
+        pki.leaf("dns-only", dns_only, "2");
+        pki.leaf_by("dns-only-other-ca", dns_only, "2", "other-ca");
+        // Both CAs in one file: the cluster bus of nodes whose certificates the two signed.
+        let mut both = std::fs::read(pki.dir.join("ca.pem")).unwrap();
+        both.extend(std::fs::read(pki.dir.join("other-ca.pem")).unwrap());
+        std::fs::write(pki.dir.join("both-cas.pem"), both).unwrap();
         pki
     }
 
     /// A key and a certificate signed by the CA with these extensions, valid for `days`
     /// (negative: expired already).
     fn leaf(&self, name: &str, ext: &str, days: &str) {
+        self.leaf_by(name, ext, days, "ca");
+    }
+
+    /// The same, signed by the CA `ca` (`ca` or `other-ca`).
+    fn leaf_by(&self, name: &str, ext: &str, days: &str, ca: &str) {
         std::fs::write(self.dir.join(format!("{name}.ext")), ext).unwrap();
         openssl(
             &self.dir,
@@ -109,9 +116,9 @@ impl Pki {
                 "-in",
                 &format!("{name}.csr"),
                 "-CA",
-                "ca.pem",
+                &format!("{ca}.pem"),
                 "-CAkey",
-                "ca.key",
+                &format!("{ca}.key"),
                 "-CAcreateserial",
                 "-out",
                 &format!("{name}.pem"),
@@ -179,6 +186,11 @@ impl TlsServer {
     }
 
     fn start_with(pki: &Pki, cert: &str, clients: &str, more: &[&str]) -> Self {
+        Self::start_trusting(pki, cert, "ca.pem", clients, more)
+    }
+
+    /// The same, trusting the CAs in the file `ca` (for clients and for the cluster bus).
+    fn start_trusting(pki: &Pki, cert: &str, ca: &str, clients: &str, more: &[&str]) -> Self {
         let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
         let port = free_port();
         let child = Command::new(&bin)
@@ -200,7 +212,7 @@ impl TlsServer {
                 "--tls-key-file",
                 &pki.path(&format!("{cert}.key")),
                 "--tls-ca-cert-file",
-                &pki.path("ca.pem"),
+                &pki.path(ca),
                 "--tls-auth-clients",
                 clients,
             ])
@@ -511,6 +523,256 @@ fn every_node_of_a_tls_cluster_is_verified() {
         cluster_set_get(&dns_by_name, "localhost", pki.tls()).unwrap(),
         "v"
     );
+}
+
+/// Three primaries over TLS (`--tls-cluster yes`, each bus on a port of its own), met by IP
+/// (`CLUSTER MEET 127.0.0.1 ...`, `cluster-announce-ip 127.0.0.1`) and each given a third of
+/// the slots, so the slot map names every node `127.0.0.1`. Node `i` serves the certificate
+/// `certs[i]`; every node trusts both CAs, so the bus (whose nodes present the client
+/// certificate to each other) forms whichever signed a node's.
+struct TlsCluster {
+    nodes: Vec<TlsServer>,
+}
+
+fn admin(port: u16) -> Connection {
+    let ep = Endpoint::parse(&format!("rediss://127.0.0.1:{port}"))
+        .unwrap()
+        .with_tls(Tls {
+            verify_peer: false,
+            ..Tls::default()
+        });
+    let mut c = Connection::open(&ep, Client::CLI, TIMEOUT).unwrap();
+    c.set_timeout(TIMEOUT).unwrap();
+    c
+}
+
+fn cluster_cmd<T: redis::FromRedisValue>(c: &mut Connection, args: &[&str]) -> T {
+    c.each_command(|c| redis::cmd("CLUSTER").arg(args).query(c))
+        .unwrap_or_else(|e| panic!("CLUSTER {args:?}: {e}"))
+}
+
+impl TlsCluster {
+    fn start(pki: &Pki, certs: &[&str]) -> Self {
+        let mut nodes = Vec::new();
+        let mut buses = Vec::new();
+        for cert in certs {
+            let bus = free_port();
+            let conf = pki.path(&format!("nodes-{bus}.conf"));
+            let bus_port = bus.to_string();
+            let (client_cert, client_key) = (pki.path("client.pem"), pki.path("client.key"));
+            let more = [
+                "--cluster-enabled",
+                "yes",
+                "--tls-cluster",
+                "yes",
+                "--cluster-config-file",
+                &conf,
+                "--cluster-port",
+                &bus_port,
+                "--cluster-announce-ip",
+                "127.0.0.1",
+                // The bus wants a client certificate of the node that connects.
+                "--tls-client-cert-file",
+                &client_cert,
+                "--tls-client-key-file",
+                &client_key,
+            ];
+            nodes.push(TlsServer::start_trusting(
+                pki,
+                cert,
+                "both-cas.pem",
+                "no",
+                &more,
+            ));
+            buses.push(bus);
+        }
+        let mut first = admin(nodes[0].port);
+        for (node, bus) in nodes.iter().zip(&buses).skip(1) {
+            let _: () = cluster_cmd(
+                &mut first,
+                &[
+                    "MEET",
+                    "127.0.0.1",
+                    &node.port.to_string(),
+                    &bus.to_string(),
+                ],
+            );
+        }
+        let n = nodes.len();
+        for (i, node) in nodes.iter().enumerate() {
+            let (from, to) = Self::range(i, n);
+            let _: () = cluster_cmd(
+                &mut admin(node.port),
+                &["ADDSLOTSRANGE", &from.to_string(), &to.to_string()],
+            );
+        }
+        // Ready: every node sees every slot served and the others known.
+        let started = Instant::now();
+        for node in &nodes {
+            let mut c = admin(node.port);
+            loop {
+                let info: String = cluster_cmd(&mut c, &["INFO"]);
+                if info.contains("cluster_state:ok")
+                    && info.contains(&format!("cluster_known_nodes:{n}\r"))
+                {
+                    break;
+                }
+                assert!(started.elapsed() < Duration::from_secs(20), "{info}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Self { nodes }
+    }
+
+    /// Node `i`'s slots of `n` nodes.
+    fn range(i: usize, n: usize) -> (u16, u16) {
+        let slots = usize::from(checkout_guard_model::slot::SLOTS);
+        ((i * slots / n) as u16, ((i + 1) * slots / n - 1) as u16)
+    }
+
+    /// A key in node `i`'s slots.
+    fn key_on(&self, i: usize) -> String {
+        let (from, to) = Self::range(i, self.nodes.len());
+        (0..)
+            .map(|j| format!("{{cg:tls:{j}}}:k"))
+            .find(|k| (from..=to).contains(&checkout_guard_model::slot::key_slot(k.as_bytes())))
+            .unwrap()
+    }
+
+    /// The endpoint with these nodes (by index) as seeds, reached by `host`.
+    fn endpoint(&self, host: &str, seeds: &[usize], tls: Tls) -> Endpoint {
+        let seeds: Vec<String> = seeds
+            .iter()
+            .map(|&i| format!("{host}:{}", self.nodes[i].port))
+            .collect();
+        Endpoint::parse(&format!("rediss+cluster://{}", seeds.join(",")))
+            .unwrap()
+            .with_tls(tls)
+    }
+}
+
+/// One write of `value` to `key` (and its read back) on a new connection, as a worker's
+/// call is made: through `reconnect_once`, so a failure is what the call would report.
+fn cluster_write(ep: &Endpoint, key: &str, value: &str) -> Result<String, Failure> {
+    let mut kept = None;
+    reconnect_once(
+        &mut kept,
+        Budget::starting_now(TIMEOUT),
+        |left| Connection::open(ep, Client::WORKER, left),
+        |c| {
+            c.each_command(|c| {
+                redis::cmd("SET").arg(key).arg(value).query::<()>(c)?;
+                redis::cmd("GET").arg(key).query(c)
+            })
+        },
+    )
+}
+
+/// What node `port` itself holds at `key` (asked over its own connection, not the
+/// cluster's: the write reached that node).
+fn held_by(port: u16, key: &str) -> Option<String> {
+    admin(port)
+        .each_command(|c| redis::cmd("GET").arg(key).query(c))
+        .unwrap()
+}
+
+/// An unavailable call (not Valkey's answer) whose cause names `cause`.
+fn unavailable(got: Result<String, Failure>, cause: &str) -> String {
+    let failure = got.expect_err("the call should fail");
+    assert!(
+        !matches!(failure, Failure::Reply(_)),
+        "{failure:?} is not a reply"
+    );
+    let text = failure.into_error().to_string();
+    assert!(text.contains(cause), "{text} should name {cause}");
+    text
+}
+
+/// The issue's case on three primaries: the slot map names every node by IP while the
+/// certificates carry only `localhost`. With `peer_name` a write on a key in each node's
+/// slots lands on that node; without it every one is refused for the name, even though the
+/// seed (reached as `localhost`) passed; and a node whose certificate another CA signed is
+/// refused for its chain while the seed and the other node are fine.
+#[test]
+fn every_node_of_a_three_node_tls_cluster_is_verified() {
+    let pki = Pki::new();
+    let cluster = TlsCluster::start(&pki, &["dns-only"; 3]);
+    // The premise: the slot map names the nodes by IP.
+    let slots: Vec<Vec<redis::Value>> = cluster_cmd(&mut admin(cluster.nodes[0].port), &["SLOTS"]);
+    assert_eq!(slots.len(), 3, "{slots:?}");
+    for range in &slots {
+        let node: Vec<redis::Value> = redis::from_redis_value(range[2].clone()).unwrap();
+        let ip: String = redis::from_redis_value(node[0].clone()).unwrap();
+        assert_eq!(ip, "127.0.0.1", "{slots:?}");
+    }
+
+    let named = Tls {
+        peer_name: Some("localhost".into()),
+        ..pki.tls()
+    };
+    for seeds in [&[0][..], &[1, 2]] {
+        let ep = cluster.endpoint("127.0.0.1", seeds, named.clone());
+        for (i, node) in cluster.nodes.iter().enumerate() {
+            let key = cluster.key_on(i);
+            let value = format!("from {seeds:?}");
+            let got = cluster_write(&ep, &key, &value)
+                .unwrap_or_else(|e| panic!("node {i} with peer_name: {e:?}"));
+            assert_eq!(got, value);
+            assert_eq!(held_by(node.port, &key).as_deref(), Some(value.as_str()));
+        }
+    }
+
+    // A seed that is down, listed first, is skipped with peer_name as without it: the
+    // next seed gives the slot map (the seeds' name checks ran up front, so one down seed
+    // failed every open).
+    let down = free_port();
+    for tls in [
+        named.clone(),
+        Tls {
+            verify_peer: false,
+            ..Tls::default()
+        },
+    ] {
+        let seeds = format!("127.0.0.1:{down},127.0.0.1:{}", cluster.nodes[0].port);
+        let ep = Endpoint::parse(&format!("rediss+cluster://{seeds}"))
+            .unwrap()
+            .with_tls(tls.clone());
+        let got = cluster_write(&ep, &cluster.key_on(1), "after a down seed");
+        assert_eq!(
+            got.unwrap_or_else(|e| panic!("{tls:?}: {e:?}")),
+            "after a down seed"
+        );
+    }
+
+    // No peer_name: the seed as `localhost` is fine, every node in the slot map is not.
+    let by_name = cluster.endpoint("localhost", &[0], pki.tls());
+    for i in 0..3 {
+        let text = unavailable(
+            cluster_write(&by_name, &cluster.key_on(i), "no"),
+            "not valid for name",
+        );
+        eprintln!("node {i} without peer_name: {text}");
+    }
+    // Seeds by IP without peer_name: the seeds themselves are refused, named.
+    let by_ip = cluster.endpoint("127.0.0.1", &[0, 1, 2], pki.tls());
+    unavailable(
+        cluster_write(&by_ip, &cluster.key_on(0), "no"),
+        "not valid for name",
+    );
+    drop(cluster);
+
+    // The third node's certificate signed by another CA (the bus trusts both).
+    let mixed = TlsCluster::start(&pki, &["dns-only", "dns-only", "dns-only-other-ca"]);
+    let ep = mixed.endpoint("127.0.0.1", &[0], named.clone());
+    for i in 0..2 {
+        assert_eq!(cluster_write(&ep, &mixed.key_on(i), "ok").unwrap(), "ok");
+    }
+    let text = unavailable(cluster_write(&ep, &mixed.key_on(2), "no"), "UnknownIssuer");
+    eprintln!("the other CA's node: {text}");
+    assert_eq!(held_by(mixed.nodes[2].port, &mixed.key_on(2)), None);
+    // ... and as a seed, the same.
+    let ep = mixed.endpoint("127.0.0.1", &[2], named);
+    unavailable(cluster_write(&ep, &mixed.key_on(0), "no"), "UnknownIssuer");
 }
 
 /// A sentinel (Debian's `redis-server --sentinel`) serving TLS only on a port of its own,

@@ -145,6 +145,44 @@ final class TlsTest extends LimiterTestCase
         );
     }
 
+    /**
+     * Three TLS primaries whose slot map names them by IP while their certificates carry
+     * only `localhost`: with `peer_name` a decision on each node (a limiter whose hash tag
+     * is in that node's slots, its bucket key found on that node); without it each is
+     * unavailable (the seed reached as `localhost` passing), the certificate's name in the
+     * cause.
+     */
+    public function testEveryNodeOfATlsClusterDecidesWithPeerName(): void
+    {
+        $ports = self::$tls->startCluster('dns-only');
+        $admin = self::$tls->client($ports[0]);
+        foreach ($ports as $i => $port) {
+            [$from, $to] = TlsServer::clusterSlots($i, count($ports));
+            for ($j = 0; ; $j++) {
+                $name = self::uniqueName("tlsc$i") . "x$j";
+                $slot = (int) $admin->rawCommand('CLUSTER', 'KEYSLOT', "{cg:$name}");
+                if ($slot >= $from && $slot <= $to) {
+                    break;
+                }
+            }
+            $limiter = fn (array $tls, string $seed = '127.0.0.1') => new RateLimiter([
+                'name' => $name,
+                'global' => self::bucket(3),
+                'url' => "rediss+cluster://$seed:{$ports[0]}",
+                'tls' => $tls,
+                'timeout_ms' => 500,
+                'on_unavailable' => 'deny',
+            ]);
+            $d = $limiter($this->ca() + ['peer_name' => 'localhost'])->acquire('s');
+            $this->assertTrue($d->isAllowed(), "node $i: " . $d->reason());
+            $this->assertSame(1, self::$tls->client($port)->exists("{cg:$name}:b:global"), "the bucket of node $i's limiter is on node $i");
+            // The seed reached as `localhost` passes; the nodes the slot map names do not.
+            $l = $limiter($this->ca(), 'localhost');
+            $this->assertSame('unavailable', $l->acquire('s')->reason(), "node $i without peer_name");
+            $this->assertStringContainsString('not valid for name', (string) $l->health(false)['last_error']);
+        }
+    }
+
     public function testAPlainUrlShowsNoTls(): void
     {
         $h = $this->limiter(['global' => self::bucket(3)])->health(false);

@@ -8,6 +8,8 @@ namespace CheckoutGuard\Tests;
  * (`$VALKEY_SERVER`), on free loopback ports, started and stopped by the test. Each
  * sentinel has its own config file in a temp dir (a sentinel rewrites it), monitors
  * SERVICE with a quorum of 2, `down-after-milliseconds 500`, `failover-timeout 3000`.
+ * With a sentinel password, every sentinel has `requirepass` and `sentinel sentinel-pass`
+ * (the sentinels authenticate to each other with it).
  */
 final class SentinelGroup
 {
@@ -22,7 +24,7 @@ final class SentinelGroup
     /** @var list<int> */
     public readonly array $sentinels;
 
-    public function __construct()
+    public function __construct(private readonly ?string $sentinelPassword = null)
     {
         $this->dir = sys_get_temp_dir() . '/cg-sentinel-' . getmypid() . '-' . bin2hex(random_bytes(4));
         mkdir($this->dir);
@@ -56,6 +58,10 @@ final class SentinelGroup
             "sentinel monitor $service 127.0.0.1 {$this->primary->port} 2",
             "sentinel down-after-milliseconds $service " . self::DOWN_AFTER_MS,
             "sentinel failover-timeout $service 3000",
+            ...($this->sentinelPassword === null ? [] : [
+                "requirepass {$this->sentinelPassword}",
+                "sentinel sentinel-pass {$this->sentinelPassword}",
+            ]),
         ]) . "\n");
         $p = proc_open([getenv('VALKEY_SERVER'), $conf, '--sentinel'], [], $pipes);
         proc_close($p);
@@ -90,6 +96,9 @@ final class SentinelGroup
     {
         $r = new \Redis();
         $r->connect('127.0.0.1', $port, 1.0);
+        if ($this->sentinelPassword !== null) {
+            $r->auth($this->sentinelPassword);
+        }
         return $r;
     }
 

@@ -32,6 +32,7 @@ final class TlsServer
         $this->leaf('other-name', "subjectAltName=DNS:cache.other.example\nextendedKeyUsage=serverAuth\n", '2');
         $this->leaf('expired', $server, '-1');
         $this->leaf('client', "extendedKeyUsage=clientAuth\n", '2');
+        $this->leaf('dns-only', "subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\n", '2');
     }
 
     public static function available(): bool
@@ -150,6 +151,73 @@ final class TlsServer
     {
         $stat = @file_get_contents("/proc/$pid/stat");
         return $stat !== false && !preg_match('/^\d+ \(.*\) Z/', $stat);
+    }
+
+    /** An administrator's connection to the TLS server at $port (phpredis, no verification). */
+    public function client(int $port): \Redis
+    {
+        $r = new \Redis();
+        $r->connect('tls://127.0.0.1', $port, 1.0, null, 0, 0.0, ['stream' => ['verify_peer' => false, 'verify_peer_name' => false]]);
+        return $r;
+    }
+
+    /** Node $i's slots of $n nodes, as startCluster() gives them. */
+    public static function clusterSlots(int $i, int $n): array
+    {
+        return [intdiv($i * 16384, $n), intdiv(($i + 1) * 16384, $n) - 1];
+    }
+
+    /**
+     * Starts $n TLS primaries with certificate $cert as one cluster (`tls-cluster yes`, each
+     * bus on a port of its own, the nodes presenting the client certificate to each other),
+     * met by IP so the slot map names every node 127.0.0.1, node $i holding
+     * clusterSlots($i, $n). Bounded (20 s): every node sees every slot served. Returns the
+     * ports, node 0 first.
+     *
+     * @return list<int>
+     */
+    public function startCluster(string $cert, int $n = 3): array
+    {
+        $ports = [];
+        $buses = [];
+        for ($i = 0; $i < $n; $i++) {
+            $bus = ValkeyProcess::freePort();
+            $conf = "{$this->dir}/cluster-$bus.conf";
+            file_put_contents($conf, implode("\n", [
+                'cluster-enabled yes',
+                'tls-cluster yes',
+                "cluster-config-file {$this->dir}/nodes-$bus.conf",
+                "cluster-port $bus",
+                'cluster-announce-ip 127.0.0.1',
+                'tls-client-cert-file ' . $this->path('client.pem'),
+                'tls-client-key-file ' . $this->path('client.key'),
+            ]) . "\n");
+            $ports[] = $this->start($cert, 'no', $conf);
+            $buses[] = $bus;
+        }
+        $first = $this->client($ports[0]);
+        for ($i = 1; $i < $n; $i++) {
+            $first->rawCommand('CLUSTER', 'MEET', '127.0.0.1', $ports[$i], $buses[$i]);
+        }
+        foreach ($ports as $i => $port) {
+            [$from, $to] = self::clusterSlots($i, $n);
+            $this->client($port)->rawCommand('CLUSTER', 'ADDSLOTSRANGE', $from, $to);
+        }
+        $deadline = microtime(true) + 20;
+        foreach ($ports as $port) {
+            $r = $this->client($port);
+            while (true) {
+                $info = (string) $r->rawCommand('CLUSTER', 'INFO');
+                if (str_contains($info, 'cluster_state:ok') && str_contains($info, "cluster_known_nodes:$n\r")) {
+                    break;
+                }
+                if (microtime(true) > $deadline) {
+                    throw new \RuntimeException("TLS cluster node $port not ready: $info");
+                }
+                usleep(20_000);
+            }
+        }
+        return $ports;
     }
 
     /** Stops the servers and removes the certificates. */

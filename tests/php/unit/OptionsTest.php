@@ -58,6 +58,45 @@ final class OptionsTest extends LimiterTestCase
         $this->assertInstanceOf(\RuntimeException::class, new \CheckoutGuard\UnavailableException('x'));
     }
 
+    /**
+     * A sentinels' user without their password would send no AUTH at all (AUTH takes a
+     * password): refused, named where the user came from; a password alone is fine.
+     */
+    public function testASentinelUserWithoutAPasswordIsRefusedNamed(): void
+    {
+        $url = 'valkey+sentinel://127.0.0.1:1/orders';
+        $cases = [
+            [['sentinel' => ['user' => 'sen']], [], 'checkout_guard: sentinel.user is given without a password'],
+            [[], ['checkout_guard.sentinel.user' => 'sen'], 'checkout_guard: checkout_guard.sentinel.user is given without a password'],
+            [['sentinel' => []], ['checkout_guard.sentinel.user' => 'sen'], 'checkout_guard: checkout_guard.sentinel.user is given without a password'],
+        ];
+        foreach ($cases as [$options, $ini, $message]) {
+            foreach ($ini as $k => $v) {
+                ini_set($k, $v);
+            }
+            try {
+                new RateLimiter($options + ['global' => self::bucket(1), 'url' => $url]);
+                $this->fail('accepted: ' . json_encode([$options, $ini]));
+            } catch (ConfigurationException $e) {
+                $this->assertStringContainsString($message, $e->getMessage());
+            } finally {
+                foreach ($ini as $k => $v) {
+                    ini_restore($k);
+                }
+            }
+        }
+        // With the password (the option's or the INI's), or a password alone: made.
+        new RateLimiter(['global' => self::bucket(1), 'url' => $url, 'sentinel' => ['user' => 'sen', 'password' => 'pw']]);
+        new RateLimiter(['global' => self::bucket(1), 'url' => $url, 'sentinel' => ['password' => 'pw']]);
+        ini_set('checkout_guard.sentinel.password', 'pw');
+        try {
+            new RateLimiter(['global' => self::bucket(1), 'url' => $url, 'sentinel' => ['user' => 'sen']]);
+        } finally {
+            ini_restore('checkout_guard.sentinel.password');
+        }
+        $this->addToAssertionCount(3);
+    }
+
     public function testPasswordInABadUrlIsNotShown(): void
     {
         try {

@@ -80,4 +80,24 @@ final class TelemetryIniTest extends LimiterTestCase
         $this->assertSame([false, 'checkout_guard: checkout_guard.events.sinks lists unknown sink "kafka" (known: newrelic, jsonl, stream)'], json_decode(substr($out, 4), true));
         $this->assertSame(1, substr_count($err, 'lists unknown sink "kafka"'), $err);
     }
+
+    /** The stream sink's Sentinel URL: the sentinels' user needs their password (as the limiter's option). */
+    public function testASentinelUserWithoutAPasswordTurnsTheStreamSinkOffNamed(): void
+    {
+        [$rc, $out] = self::child([
+            'checkout_guard.events.sinks' => 'stream',
+            'checkout_guard.events.stream_url' => 'valkey+sentinel://127.0.0.1:1/orders',
+            'checkout_guard.sentinel.user' => 'sen',
+            'display_errors' => 'stderr',
+        ], '
+            echo CheckoutGuard\Telemetry::measure("zoneA", fn () => 7), ",";
+            $s = CheckoutGuard\Telemetry::stats();
+            echo json_encode([$s["enabled"], $s["config_error"]]);
+        ');
+        $this->assertSame(0, $rc);
+        $this->assertStringStartsWith('7,', $out);
+        [$enabled, $error] = json_decode(substr($out, 2), true);
+        $this->assertFalse($enabled);
+        $this->assertStringContainsString('checkout_guard.sentinel.user is given without a password', (string) $error);
+    }
 }

@@ -257,6 +257,9 @@ pub fn sentinel_from_value(
         {
             return Ok(endpoint);
         }
+        if defaults.sentinel_password.is_none() {
+            return Err(sentinel_user_alone(SENTINEL_USER_INI));
+        }
         return endpoint
             .with_sentinel_auth(
                 defaults.sentinel_user.clone(),
@@ -270,8 +273,10 @@ pub fn sentinel_from_value(
             "is for a Sentinel URL (valkey+sentinel://, redis+sentinel://, valkeys+sentinel://, rediss+sentinel://); the url is not one",
         ));
     }
-    // The value is not shown: it may be the password given on its own.
-    if !matches!(v, Value::Map(_)) {
+    // The value is not shown: it may be the password given on its own. An empty PHP
+    // array is a list (was refused as "must be an array ..., got array").
+    let empty = matches!(v, Value::List(items) if items.is_empty());
+    if !matches!(v, Value::Map(_)) && !empty {
         return Err(ConfigError::new(
             "sentinel",
             format!(
@@ -311,11 +316,32 @@ pub fn sentinel_from_value(
             Some(v) => Err(type_error(&name, "a string", v)),
         }
     };
-    let user = string("user")?.or_else(|| defaults.sentinel_user.clone());
+    let own_user = string("user")?;
+    let user_from = if own_user.is_some() {
+        "sentinel.user"
+    } else {
+        SENTINEL_USER_INI
+    };
+    let user = own_user.or_else(|| defaults.sentinel_user.clone());
     let password = string("password")?.or_else(|| defaults.sentinel_password.clone());
+    if user.is_some() && password.is_none() {
+        return Err(sentinel_user_alone(user_from));
+    }
     endpoint
         .with_sentinel_auth(user, password)
         .map_err(|msg| ConfigError::new("sentinel", msg))
+}
+
+const SENTINEL_USER_INI: &str = "checkout_guard.sentinel.user";
+
+/// A sentinels' user without a password (from `option`): no AUTH could be sent with it
+/// (AUTH takes a password; a user alone would silently authenticate as no one), so it is
+/// refused rather than ignored.
+fn sentinel_user_alone(option: &str) -> ConfigError {
+    ConfigError::new(
+        option,
+        "is given without a password: the sentinels' AUTH needs both (give sentinel.password or checkout_guard.sentinel.password, or leave the user out for sentinels with a password only)",
+    )
 }
 
 /// The value of option `k` in an options array; a `null` value counts as not given.
@@ -644,6 +670,67 @@ mod tests {
             panic!("not a sentinel endpoint")
         };
         assert_eq!(s.user.as_deref(), Some("ini-user"));
+        // A user without a password anywhere sends no AUTH: refused, named where it came
+        // from (the option, else the INI); a password alone is fine (requirepass).
+        let user_only = Defaults::default().with_sentinel(Some("ini-user"), None);
+        let sentinel_url = |sentinel: Option<Value>, defaults: &Defaults| {
+            let mut entries = vec![
+                ("global", bucket_v(1, 1.0)),
+                ("url", "valkey+sentinel://h:1/m".into()),
+            ];
+            if let Some(v) = sentinel {
+                entries.push(("sentinel", v));
+            }
+            LimiterOptions::from_value(&map(&entries), defaults)
+        };
+        for (sentinel, defaults, option) in [
+            (
+                Some(map(&[("user", "own".into())])),
+                Defaults::default(),
+                "sentinel.user",
+            ),
+            (None, user_only.clone(), "checkout_guard.sentinel.user"),
+            (
+                Some(map(&[])),
+                user_only.clone(),
+                "checkout_guard.sentinel.user",
+            ),
+            (
+                Some(Value::List(vec![])),
+                user_only.clone(),
+                "checkout_guard.sentinel.user",
+            ),
+            (
+                Some(map(&[("user", "own".into())])),
+                user_only.clone(),
+                "sentinel.user",
+            ),
+        ] {
+            let e = sentinel_url(sentinel.clone(), &defaults).unwrap_err();
+            assert_eq!(e.option, option, "{sentinel:?}: {e}");
+            assert!(e.to_string().contains("without a password"), "{e}");
+        }
+        let o = sentinel_url(
+            Some(map(&[("password", "pw".into())])),
+            &Defaults::default(),
+        )
+        .unwrap();
+        let crate::endpoint::Target::Sentinel(s) = o.endpoint.target() else {
+            panic!("not a sentinel endpoint")
+        };
+        assert_eq!(
+            (s.user.as_deref(), s.password.as_deref()),
+            (None, Some("pw"))
+        );
+        // The INI's user with the option's password.
+        let o = sentinel_url(Some(map(&[("password", "pw".into())])), &user_only).unwrap();
+        let crate::endpoint::Target::Sentinel(s) = o.endpoint.target() else {
+            panic!("not a sentinel endpoint")
+        };
+        assert_eq!(
+            (s.user.as_deref(), s.password.as_deref()),
+            (Some("ini-user"), Some("pw"))
+        );
         assert!(!with("redis://h:1", None).endpoint.is_sentinel());
         type Case<'a> = (Vec<(&'a str, Value)>, &'a str, &'a str);
         let cases: Vec<Case> = vec![

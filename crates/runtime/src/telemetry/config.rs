@@ -113,6 +113,13 @@ impl TelemetryConfig {
             // ignore them).
             let set = |v: Option<&str>| v.filter(|v| !v.trim().is_empty()).map(str::to_string);
             let (user, password) = (set(raw.sentinel_user), set(raw.sentinel_password));
+            if endpoint.is_sentinel() && user.is_some() && password.is_none() {
+                // No AUTH could be sent with a user alone (as the limiter's option).
+                return Err(ConfigError::new(
+                    "checkout_guard.sentinel.user",
+                    "is given without a password: the sentinels' AUTH needs both (set checkout_guard.sentinel.password, or leave the user out for sentinels with a password only)",
+                ));
+            }
             Some(
                 if endpoint.is_sentinel() && (user.is_some() || password.is_some()) {
                     endpoint
@@ -240,5 +247,25 @@ mod tests {
             stream.tls().unwrap().peer_name.as_deref(),
             Some("cache.internal")
         );
+        // A Sentinel stream URL: the sentinels' user needs their password (no AUTH could
+        // be sent with a user alone); a password alone is fine; other URLs ignore both.
+        let sentinel = |url: &'static str, user, password| RawTelemetryIni {
+            sinks: Some("stream"),
+            stream_url: Some(url),
+            sentinel_user: user,
+            sentinel_password: password,
+            ..Default::default()
+        };
+        let e = bad(sentinel("valkey+sentinel://h:1/m", Some("sen"), None));
+        assert_eq!(e.option, "checkout_guard.sentinel.user", "{e}");
+        assert!(e.to_string().contains("without a password"), "{e}");
+        for (url, user, password) in [
+            ("valkey+sentinel://h:1/m", Some("sen"), Some("pw")),
+            ("valkey+sentinel://h:1/m", None, Some("pw")),
+            ("redis://h:1", Some("sen"), None),
+        ] {
+            TelemetryConfig::from_ini(&sentinel(url, user, password), "redis://x:1")
+                .unwrap_or_else(|e| panic!("{url} {user:?} {password:?}: {e}"));
+        }
     }
 }
