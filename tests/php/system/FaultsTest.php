@@ -51,6 +51,36 @@ final class FaultsTest extends TestCase
         }
         $without = $rows['Valkey restarted without the module, then with it'];
         $this->assertGreaterThan(0, $without['engines_during']['lua'] ?? 0, json_encode($without));
+
+        // The same faults over TLS end to end: Debian's redis-server serving TLS only, the
+        // checkout's URL rediss:// with the run's CA in checkout_guard.tls.cafile, the proxy
+        // forwarding the TLS bytes. A stop/start makes every worker handshake again.
+        $res = ProjectScript::results('faults/short/tls-deny/faults.json');
+        $rows = array_column($res['rows'], null, 'fault');
+        $this->assertCount(7, $rows);
+        $this->assertSame([], $res['tls']['left_out']);
+        $stopped = $rows['Valkey stopped, then started (empty)'];
+        $this->assertGreaterThan(0, $stopped['decisions_by_policy']);
+        $this->assertSame('limited', array_key_first(array_filter($stopped['checkouts'], fn ($n) => $n === max($stopped['checkouts']))), json_encode($stopped['checkouts']));
+        foreach ($rows as $name => $r) {
+            $this->assertSame(0, $r['php_errors'], "tls / $name");
+            $this->assertSame(0, $r['crashes'], "tls / $name");
+            $this->assertNotNull($r['recovery_s'], "tls / $name");
+            $this->assertLessThan(2.0, $r['recovery_s'], "tls / $name");
+            $this->assertLessThanOrEqual($res['workers'] + 1, $r['connections_after'], "tls / $name");
+            $this->assertSame('lua', $r['engine_after'], "tls / $name");
+        }
+        $this->assertGreaterThanOrEqual(1, $rows['a php-fpm worker killed mid-request (SIGKILL)']['workers_killed']);
+        // Really TLS: the server had no plain port, every connection the proxy saw (the
+        // workers' and the probe's, the first ones and those after each restart) began with
+        // a TLS handshake record, and the probe's limiter verified against the run's CA.
+        $tls = $res['tls'];
+        $this->assertSame('0', $tls['server_port'], json_encode($tls));
+        $this->assertSame((string) $res['valkey_port'], $tls['server_tls_port'], json_encode($tls));
+        $this->assertSame(0, $tls['proxy_connections']['plain'], json_encode($tls));
+        $this->assertGreaterThan($res['workers'], $tls['proxy_connections']['tls'], json_encode($tls));
+        $this->assertStringStartsWith('rediss://', $res['url']);
+        $this->assertStringContainsString('verified against cafile', (string) $tls['probe_health_tls']);
     }
 
     public function testTheSoakStaysFlat(): void
