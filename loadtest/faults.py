@@ -34,10 +34,12 @@ CLIENT_TLS: dict = {}
 TLS_LEFT_OUT: dict = {}
 
 
-def valkey_client(port: int, timeout: float = 3) -> valkey.Valkey:
-    """A client of Valkey itself (not through the proxy), on one connection."""
+def valkey_client(port: int, timeout: float = 3, verify: bool = True) -> valkey.Valkey:
+    """A client of Valkey itself (not through the proxy), on one connection; over TLS it
+    verifies the server against the run's CA unless `verify` is False."""
+    tls = dict(CLIENT_TLS, ssl_cert_reqs="none") if CLIENT_TLS and not verify else CLIENT_TLS
     return valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=timeout, socket_connect_timeout=timeout,
-                         single_connection_client=True, **CLIENT_TLS)
+                         single_connection_client=True, **tls)
 
 
 def command(port: int, *args: str):
@@ -88,15 +90,16 @@ class Valkey:
                 break
             time.sleep(0.02)
 
-    def start(self, module: bool = True) -> None:
-        """Starts Valkey empty; with the native module when the run has one, unless `module` is False."""
+    def start(self, module: bool = True, cert: str = "server") -> None:
+        """Starts Valkey empty; with the native module when the run has one, unless `module` is False;
+        over TLS with the certificate `cert` (make_tls_certs: "server", or "wrong": another CA's)."""
         extra = ["--loadmodule", self.a.module] if self.a.module and module else []
         listen = ["--port", str(self.a.valkey_port)]
         if self.a.tls_dir:
             # TLS only, as scripts/lib.sh's start_tls_server starts it.
             certs = self.a.tls_dir
             listen = ["--port", "0", "--tls-port", str(self.a.valkey_port),
-                      "--tls-cert-file", os.path.join(certs, "server.pem"), "--tls-key-file", os.path.join(certs, "server.key"),
+                      "--tls-cert-file", os.path.join(certs, f"{cert}.pem"), "--tls-key-file", os.path.join(certs, f"{cert}.key"),
                       "--tls-ca-cert-file", os.path.join(certs, "ca.pem"), "--tls-auth-clients", "no"]
         subprocess.run([self.a.valkey_bin, "--bind", "127.0.0.1", *listen, "--save", "",
                         "--appendonly", "no", "--daemonize", "yes", "--dir", self.a.valkey_dir,
@@ -104,7 +107,7 @@ class Valkey:
                         "--logfile", os.path.join(self.a.valkey_dir, "valkey.log"), *extra], check=True)
         for _ in range(250):
             try:
-                with valkey_client(self.a.valkey_port, timeout=0.2) as c:
+                with valkey_client(self.a.valkey_port, timeout=0.2, verify=cert == "server") as c:
                     c.ping()
                 return
             except valkey.exceptions.ValkeyError:
@@ -151,6 +154,16 @@ def faults(a, v: Valkey):
         v.stop()
         v.start(module=module)
 
+    def restart_with(cert: str):
+        v.stop()
+        v.start(cert=cert)
+
+    over_tls = [
+        # A certificate rotated wrong: the server restarted with one the clients' CA did not
+        # sign, so every worker's new handshake is refused (UnknownIssuer), then with its own.
+        ("TLS: Valkey restarted with another CA's certificate (handshakes refused), then its own",
+         lambda: restart_with("wrong"), lambda: restart_with("server")),
+    ] if a.tls_dir else []
     with_module = [
         # A node restarted without the module (a half-upgraded or rolled-back server):
         # engine auto decides with the script there, and with the module once it is back.
@@ -166,7 +179,7 @@ def faults(a, v: Valkey):
          lambda: (command(port, "CONFIG", "SET", "maxmemory-policy", "noeviction"), command(port, "CONFIG", "SET", "maxmemory", "1")),
          lambda: command(port, "CONFIG", "SET", "maxmemory", "0")),
         ("a php-fpm worker killed mid-request (SIGKILL)", worker_kill, lambda: None),
-    ] + with_module
+    ] + with_module + over_tls
 
 
 def p99(values):

@@ -57,20 +57,25 @@ redis_tls_bin() {
 
 # make_tls_certs DIR: a throw-away CA (DIR/ca.pem) and a server certificate it signed for
 # localhost and 127.0.0.1 (DIR/server.pem, DIR/server.key), valid 2 days, made with openssl
-# as tests/php/support/TlsServer.php makes them. The keys live in DIR only (a run's
-# directory under .run/, git-ignored), never in the repository.
+# as tests/php/support/TlsServer.php makes them; and the same names signed by another CA
+# (DIR/other-ca.pem: DIR/wrong.pem, DIR/wrong.key), which clients trusting ca.pem refuse.
+# The keys live in DIR only (a run's directory under .run/, git-ignored), never in the
+# repository.
 make_tls_certs() {
   local dir=$1
   mkdir -p "$dir"
   (
     cd "$dir"
-    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 \
-      -subj "/CN=checkout-guard run CA" -addext basicConstraints=critical,CA:TRUE \
-      -addext keyUsage=critical,keyCertSign,cRLSign
     printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' > server.ext
-    openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost
-    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem \
-      -extfile server.ext -days 2
+    for pair in ca:server other-ca:wrong; do
+      ca=${pair%:*} leaf=${pair#*:}
+      openssl req -x509 -newkey rsa:2048 -nodes -keyout "$ca.key" -out "$ca.pem" -days 2 \
+        -subj "/CN=checkout-guard run $ca" -addext basicConstraints=critical,CA:TRUE \
+        -addext keyUsage=critical,keyCertSign,cRLSign
+      openssl req -newkey rsa:2048 -nodes -keyout "$leaf.key" -out "$leaf.csr" -subj /CN=localhost
+      openssl x509 -req -in "$leaf.csr" -CA "$ca.pem" -CAkey "$ca.key" -CAcreateserial -out "$leaf.pem" \
+        -extfile server.ext -days 2
+    done
   ) > "$dir/openssl.log" 2>&1 || { echo "openssl failed; log: $dir/openssl.log" >&2; return 1; }
 }
 

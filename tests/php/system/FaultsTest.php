@@ -54,10 +54,11 @@ final class FaultsTest extends TestCase
 
         // The same faults over TLS end to end: Debian's redis-server serving TLS only, the
         // checkout's URL rediss:// with the run's CA in checkout_guard.tls.cafile, the proxy
-        // forwarding the TLS bytes. A stop/start makes every worker handshake again.
+        // forwarding the TLS bytes. A stop/start makes every worker handshake again; one more
+        // fault: a restart with another CA's certificate, where every handshake is refused.
         $res = ProjectScript::results('faults/short/tls-deny/faults.json');
         $rows = array_column($res['rows'], null, 'fault');
-        $this->assertCount(7, $rows);
+        $this->assertCount(8, $rows);
         $this->assertSame([], $res['tls']['left_out']);
         $stopped = $rows['Valkey stopped, then started (empty)'];
         $this->assertGreaterThan(0, $stopped['decisions_by_policy']);
@@ -71,6 +72,9 @@ final class FaultsTest extends TestCase
             $this->assertSame('lua', $r['engine_after'], "tls / $name");
         }
         $this->assertGreaterThanOrEqual(1, $rows['a php-fpm worker killed mid-request (SIGKILL)']['workers_killed']);
+        $wrong = $rows["TLS: Valkey restarted with another CA's certificate (handshakes refused), then its own"];
+        $this->assertGreaterThan(0, $wrong['decisions_by_policy'], json_encode($wrong));
+        $this->assertLessThan(2.0, $wrong['recovery_s'], json_encode($wrong));
         // Really TLS: the server had no plain port, every connection the proxy saw (the
         // workers' and the probe's, the first ones and those after each restart) began with
         // a TLS handshake record, and the probe's limiter verified against the run's CA.
