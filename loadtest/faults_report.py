@@ -16,6 +16,8 @@ RUNS = POLICIES + tuple(f"module-{p}" for p in POLICIES) + tuple(f"tls-{p}" for 
 HANG_MS = 500
 # Recovery target: under 1 s plus retry_interval_ms (1000).
 RECOVERY_S = 2.0
+# The checkout's directory: paths under it are printed relative to it (.run/...).
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def main() -> None:
@@ -40,7 +42,7 @@ def main() -> None:
             conns = tls["proxy_connections"]
             tls_lines.append(f"- {run}: {res.get('url')} to {tls['server']} with `--port {tls['server_port']} --tls-port {tls['server_tls_port']}`; "
                              f"{conns['tls']} connections through the proxy began with a TLS handshake, {conns['plain']} with anything else; "
-                             f"the probe's health()['tls']: {tls['probe_health_tls']}. Faults left out over TLS: "
+                             f"the probe's health()['tls']: {(tls['probe_health_tls'] or '').replace(ROOT + os.sep, '')}. Faults left out over TLS: "
                              + ("; ".join(tls["left_out"]) if tls["left_out"] else "none (every fault applies to a TLS server as to a plain one)") + ".")
             if tls["server_port"] != "0" or not conns["tls"] or conns["plain"] or not (tls["probe_health_tls"] or "").startswith("on"):
                 failures.append(f"{run}: not TLS end to end: {tls}")
