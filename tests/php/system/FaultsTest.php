@@ -8,7 +8,8 @@ use PHPUnit\Framework\TestCase;
 /**
  * The fault matrix and the soak in CI size (scripts/faults.sh short, scripts/soak.sh
  * short): real faults against the running stack under load, for each on_unavailable
- * policy; then steady load with RSS, fds and Valkey clients watched.
+ * policy, with the script, with the native module and (deny) over TLS end to end; then
+ * steady load with RSS, fds and Valkey clients watched.
  */
 final class FaultsTest extends TestCase
 {
