@@ -13,7 +13,7 @@
 # checkout_guard.tls.cafile. Exits 1 when a must-hold check fails (PHP errors, crashes,
 # hangs, slow recovery, leaked connections, a TLS run whose connections were not TLS).
 #
-#   scripts/faults.sh short   # 2 s per fault + 3 s recovery; the module and TLS with deny only: ~4 min (CI; the default)
+#   scripts/faults.sh short   # 2 s per fault + 3 s recovery; the module and TLS with deny only: ~3.7 min (CI; the default)
 #   scripts/faults.sh full    # 5 s + 5 s, the module with every policy, TLS with deny: ~11 min
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
