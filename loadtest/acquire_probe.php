@@ -2,7 +2,8 @@
 // The fault matrix's view of acquire(): every 10 ms one decision for an ordinary shop,
 // through the same Valkey URL, timeout and on_unavailable policy as the checkout, each
 // written as a JSON line {"t": seconds, "reason": ..., "us": latency, "engine": the engine
-// that decided last in this process, "module" or "lua"}.
+// that decided last in this process, "module" or "lua", "tls": health()['tls'], null on a
+// plain URL}.
 //   php -d extension=... acquire_probe.php URL POLICY SECONDS OUT
 declare(strict_types=1);
 
@@ -28,6 +29,6 @@ while (($now = (hrtime(true) - $t0) / 1e9) < (float) $seconds) {
         $reason = 'threw';
     }
     $us = (hrtime(true) - $t) / 1e3;
-    $engine = $l->health(false)['engine'];
-    fwrite($f, json_encode(['t' => round(($t - $t0) / 1e9, 4), 'reason' => $reason, 'us' => round($us, 1), 'engine' => $engine]) . "\n");
+    $health = $l->health(false);
+    fwrite($f, json_encode(['t' => round(($t - $t0) / 1e9, 4), 'reason' => $reason, 'us' => round($us, 1), 'engine' => $health['engine'], 'tls' => $health['tls']]) . "\n");
 }

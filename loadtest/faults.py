@@ -7,6 +7,11 @@ decision every 10 ms (same Valkey URL, timeout and policy as the checkout), each
 applied for --fault seconds, then given --recovery seconds. Per fault: checkouts answered
 and how, acquire() p99 during the fault, PHP errors and crashes, recovery time (fault end
 to the first decision made by Valkey again), checkout_guard connections left in Valkey.
+
+With --tls-dir the server is Debian's redis-server serving TLS only (the certificates of
+scripts/lib.sh's make_tls_certs in that directory): this script starts and restarts it with
+the TLS arguments and talks to it over TLS too, the probe verifies it against the run's CA
+(checkout_guard.tls.cafile), and faults.json's "tls" says what shows the connections were TLS.
 """
 
 import argparse
@@ -22,12 +27,19 @@ import valkey
 import httpclient
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# valkey-py's TLS settings for this script's own connections (main() sets them for --tls-dir).
+CLIENT_TLS: dict = {}
+# Faults that do not apply over TLS, with the reason (printed by faults_report.py): none so
+# far; every fault of the list acts on the server, the proxy or a worker the same way.
+TLS_LEFT_OUT: dict = {}
 
 
-def valkey_client(port: int) -> valkey.Valkey:
-    """A client of Valkey itself (not through the proxy), on one connection."""
-    return valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=3, socket_connect_timeout=3,
-                         single_connection_client=True)
+def valkey_client(port: int, timeout: float = 3, verify: bool = True) -> valkey.Valkey:
+    """A client of Valkey itself (not through the proxy), on one connection; over TLS it
+    verifies the server against the run's CA unless `verify` is False."""
+    tls = dict(CLIENT_TLS, ssl_cert_reqs="none") if CLIENT_TLS and not verify else CLIENT_TLS
+    return valkey.Valkey(host="127.0.0.1", port=port, socket_timeout=timeout, socket_connect_timeout=timeout,
+                         single_connection_client=True, **tls)
 
 
 def command(port: int, *args: str):
@@ -38,6 +50,11 @@ def command(port: int, *args: str):
 
 def our_connections(port: int) -> int:
     with valkey_client(port) as c:
+        if CLIENT_TLS:
+            # Debian's redis-server 7.0 knows no CLIENT SETINFO, so no lib-name: every client
+            # but this one is the checkout's (php-fpm workers, the probe).
+            me = c.client_id()
+            return sum(1 for client in c.client_list() if int(client["id"]) != me)
         return sum(1 for client in c.client_list() if client.get("lib-name") == "checkout_guard")
 
 
@@ -73,17 +90,24 @@ class Valkey:
                 break
             time.sleep(0.02)
 
-    def start(self, module: bool = True) -> None:
-        """Starts Valkey empty; with the native module when the run has one, unless `module` is False."""
+    def start(self, module: bool = True, cert: str = "server") -> None:
+        """Starts Valkey empty; with the native module when the run has one, unless `module` is False;
+        over TLS with the certificate `cert` (make_tls_certs: "server", or "wrong": another CA's)."""
         extra = ["--loadmodule", self.a.module] if self.a.module and module else []
-        subprocess.run([self.a.valkey_bin, "--bind", "127.0.0.1", "--port", str(self.a.valkey_port), "--save", "",
+        listen = ["--port", str(self.a.valkey_port)]
+        if self.a.tls_dir:
+            # TLS only, as scripts/lib.sh's start_tls_server starts it.
+            certs = self.a.tls_dir
+            listen = ["--port", "0", "--tls-port", str(self.a.valkey_port),
+                      "--tls-cert-file", os.path.join(certs, f"{cert}.pem"), "--tls-key-file", os.path.join(certs, f"{cert}.key"),
+                      "--tls-ca-cert-file", os.path.join(certs, "ca.pem"), "--tls-auth-clients", "no"]
+        subprocess.run([self.a.valkey_bin, "--bind", "127.0.0.1", *listen, "--save", "",
                         "--appendonly", "no", "--daemonize", "yes", "--dir", self.a.valkey_dir,
                         "--pidfile", os.path.join(self.a.valkey_dir, "valkey.pid"),
                         "--logfile", os.path.join(self.a.valkey_dir, "valkey.log"), *extra], check=True)
         for _ in range(250):
             try:
-                with valkey.Valkey(host="127.0.0.1", port=self.a.valkey_port, socket_connect_timeout=0.2,
-                                   socket_timeout=0.2, single_connection_client=True) as c:
+                with valkey_client(self.a.valkey_port, timeout=0.2, verify=cert == "server") as c:
                     c.ping()
                 return
             except valkey.exceptions.ValkeyError:
@@ -130,6 +154,16 @@ def faults(a, v: Valkey):
         v.stop()
         v.start(module=module)
 
+    def restart_with(cert: str):
+        v.stop()
+        v.start(cert=cert)
+
+    over_tls = [
+        # A certificate rotated wrong: the server restarted with one the clients' CA did not
+        # sign, so every worker's new handshake is refused (UnknownIssuer), then with its own.
+        ("TLS: Valkey restarted with another CA's certificate (handshakes refused), then its own",
+         lambda: restart_with("wrong"), lambda: restart_with("server")),
+    ] if a.tls_dir else []
     with_module = [
         # A node restarted without the module (a half-upgraded or rolled-back server):
         # engine auto decides with the script there, and with the module once it is back.
@@ -145,7 +179,7 @@ def faults(a, v: Valkey):
          lambda: (command(port, "CONFIG", "SET", "maxmemory-policy", "noeviction"), command(port, "CONFIG", "SET", "maxmemory", "1")),
          lambda: command(port, "CONFIG", "SET", "maxmemory", "0")),
         ("a php-fpm worker killed mid-request (SIGKILL)", worker_kill, lambda: None),
-    ] + with_module
+    ] + with_module + over_tls
 
 
 def p99(values):
@@ -167,10 +201,16 @@ def main() -> None:
     ap.add_argument("--recovery", type=float, default=5)
     ap.add_argument("--warmup", type=float, default=3)
     ap.add_argument("--module", default="", help="the native module: Valkey runs with it (engine auto uses it)")
+    ap.add_argument("--tls-dir", default="", help="the server is redis-server with TLS only, certificates here (ca.pem, server.pem, server.key)")
+    ap.add_argument("--proxy-stats", default="", help="the proxy's connection counts (latency_proxy.py STATS_FILE)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    tls_ini = []
+    if a.tls_dir:
+        CLIENT_TLS.update(ssl=True, ssl_ca_certs=os.path.join(a.tls_dir, "ca.pem"))
+        tls_ini = ["-d", f"checkout_guard.tls.cafile={os.path.join(a.tls_dir, 'ca.pem')}"]
     v = Valkey(a)
-    plan = faults(a, v)
+    plan = [f for f in faults(a, v) if not (a.tls_dir and f[0] in TLS_LEFT_OUT)]
     total = a.warmup + len(plan) * (a.fault + a.recovery) + 1
     steady_out = os.path.join(a.out, "checkouts.jsonl")
     probe_out = os.path.join(a.out, "probe.jsonl")
@@ -179,7 +219,7 @@ def main() -> None:
     t0 = time.monotonic()
     steady = subprocess.Popen([sys.executable, os.path.join(HERE, "steady.py"), str(a.http_port), "4", "8", str(total), steady_out])
     probe = subprocess.Popen(["php", "-n", "-d", f"extension={a.ext}", "-d", "checkout_guard.retry_interval_ms=1000",
-                              "-d", "checkout_guard.timeout_ms=50", os.path.join(HERE, "acquire_probe.php"),
+                              "-d", "checkout_guard.timeout_ms=50", *tls_ini, os.path.join(HERE, "acquire_probe.php"),
                               a.proxy_url, a.policy, str(total), probe_out])
     time.sleep(a.warmup)
     windows = []
@@ -227,7 +267,20 @@ def main() -> None:
             "connections_after": w["connections"],
             "engines_during": engines, "engine_after": after[-1] if after else None,
         })
-    json.dump({"policy": a.policy, "module": bool(a.module), "workers": a.workers, "fault_s": a.fault, "recovery_window_s": a.recovery, "rows": rows},
+    tls = None
+    if a.tls_dir:
+        # Over TLS itself (this client would fail on a plain port): the server's own ports
+        # (port 0: no plain listener) and version.
+        with valkey_client(a.valkey_port) as c:
+            server, version = c.config_get("*port"), c.info("server").get("redis_version")
+        proxied = json.load(open(a.proxy_stats)) if a.proxy_stats and os.path.exists(a.proxy_stats) else {"tls": 0, "plain": 0}
+        tls = {"server": f"redis-server {version}",
+               "server_port": server.get("port"), "server_tls_port": server.get("tls-port"),
+               "proxy_connections": proxied,
+               "probe_health_tls": next((d.get("tls") for d in reversed(decisions) if d.get("tls")), None),
+               "left_out": [f"{name}: {why}" for name, why in TLS_LEFT_OUT.items()]}
+    json.dump({"policy": a.policy, "module": bool(a.module), "workers": a.workers, "fault_s": a.fault, "recovery_window_s": a.recovery,
+               "url": a.proxy_url, "valkey_port": a.valkey_port, "tls": tls, "rows": rows},
               open(os.path.join(a.out, "faults.json"), "w"), indent=1)
     for r in rows:
         print(json.dumps(r))

@@ -1,5 +1,6 @@
 """The fault matrix's table and must-hold checks, from .run/faults/<mode>/<run>/faults.json
-(<policy>/ with the script deciding, module-<policy>/ with the native module).
+(<policy>/ with the script deciding, module-<policy>/ with the native module, tls-<policy>/
+with the script over TLS end to end).
 
   python faults_report.py OUT_DIR    -> markdown on stdout; exit 1 if a check fails
 """
@@ -9,12 +10,14 @@ import os
 import sys
 
 POLICIES = ("allow", "deny", "throw")
-RUNS = POLICIES + tuple(f"module-{p}" for p in POLICIES)
+RUNS = POLICIES + tuple(f"module-{p}" for p in POLICIES) + tuple(f"tls-{p}" for p in POLICIES)
 # A decision waits at most timeout_ms (50) per attempt, twice (one transparent reconnect),
 # plus connect: anything near a second would be a hang.
 HANG_MS = 500
 # Recovery target: under 1 s plus retry_interval_ms (1000).
 RECOVERY_S = 2.0
+# The checkout's directory: paths under it are printed relative to it (.run/...).
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def main() -> None:
@@ -30,9 +33,19 @@ def main() -> None:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     failures = []
+    tls_lines = []
     for run, res in results.items():
-        policy = res["policy"]
+        tls = res.get("tls")
+        policy = res["policy"] + (", TLS" if tls else "")
         expected = "module" if res.get("module") else "lua"
+        if tls:
+            conns = tls["proxy_connections"]
+            tls_lines.append(f"- {run}: {res.get('url')} to {tls['server']} with `--port {tls['server_port']} --tls-port {tls['server_tls_port']}`; "
+                             f"{conns['tls']} connections through the proxy began with a TLS handshake, {conns['plain']} with anything else; "
+                             f"the probe's health()['tls']: {(tls['probe_health_tls'] or '').replace(ROOT + os.sep, '')}. Faults left out over TLS: "
+                             + ("; ".join(tls["left_out"]) if tls["left_out"] else "none (every fault applies to a TLS server as to a plain one)") + ".")
+            if tls["server_port"] != "0" or not conns["tls"] or conns["plain"] or not (tls["probe_health_tls"] or "").startswith("on"):
+                failures.append(f"{run}: not TLS end to end: {tls}")
         for r in res["rows"]:
             how = ", ".join(f"{k} {v}" for k, v in sorted(r["checkouts"].items(), key=lambda kv: -kv[1])) or "none"
             rec = "-" if r["recovery_s"] is None else f"{r['recovery_s']:.2f}"
@@ -61,11 +74,14 @@ def main() -> None:
             unexpected = {k: v for k, v in r["checkouts"].items() if k.startswith("error") or k == "io"}
             if unexpected and not killing:
                 failures.append(f"{where}: unexpected answers {unexpected}")
+    if tls_lines:
+        lines += ["", "Over TLS (Debian's redis-server, TLS only; certificates made by the run; the proxy forwards the TLS bytes):", ""] + tls_lines
     lines += ["", "Must hold: no PHP error or crash, no acquire() over 500 ms outside the slow and paused",
               "faults (whose p99 must stay under it too), recovery under 2 s (1 s + retry_interval_ms),",
               "at most one connection per worker and the probe, no 5xx other than the policy's and the",
               "killed worker's own request; after recovery the engine of the run decides (the module",
-              "where Valkey has it), and while a node runs without the module the script decides.", ""]
+              "where Valkey has it), and while a node runs without the module the script decides; a TLS",
+              "run's server has no plain port and every connection the proxy forwarded was TLS.", ""]
     lines += ["All checks hold." if not failures else "Failed:"] + [f"- {f}" for f in failures]
     print("\n".join(lines))
     sys.exit(1 if failures else 0)

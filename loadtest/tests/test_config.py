@@ -54,6 +54,15 @@ class ConfigTest(unittest.TestCase):
         self.assertIn("checkout_guard.url=redis://127.0.0.1:7\n", ini)
         self.assertIn("checkout_guard.events.jsonl_path=/run/events.jsonl\n", ini)
 
+    def test_checkout_ini_lines_go_into_the_local_ini_only(self):
+        env = {"CHECKOUT_INI": "checkout_guard.tls.cafile=/run/tls/ca.pem\ncheckout_guard.tls.peer_name=localhost"}
+        ini = render.local_files("/run", "/www", "rediss://127.0.0.1:7", "/ext.so", 1, 2, 3, 4, env=env)["conf.d/20-checkout_guard.ini"]
+        self.assertIn("checkout_guard.url=rediss://127.0.0.1:7\n", ini)
+        self.assertIn("checkout_guard.events.jsonl_path=/run/events.jsonl\n"
+                      "checkout_guard.tls.cafile=/run/tls/ca.pem\ncheckout_guard.tls.peer_name=localhost\n", ini)
+        self.assertNotIn("tls", render.local_files("/run", "/www", "redis://h", "/ext.so", 1, 2, 3, 4, env={})["conf.d/20-checkout_guard.ini"])
+        self.assertNotIn("tls", render.k8s_files()["30-checkout_guard.ini"])
+
     def test_no_flow_control_and_no_provider_leave_no_line_behind(self):
         local = render.local_files("/run", "/www", "redis://h", "/ext.so", 1, 2, 3, 4, env={})
         self.assertNotIn("limit_conn inflight", local["nginx.conf"])
