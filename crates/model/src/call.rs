@@ -13,8 +13,11 @@
 //! acquire() would, writing nothing; no auto-hot counting), and the longest wait of a
 //! reservation in µs (0: none; see `step_auto_hot`).
 //! Reply: `{reason, hot, now, tat_global, tat_lane, tat_shop, became_hot, share_permille,
-//! mark_ttl_ms}` (see `StepReply`), or `{-1, 0}` when the live limits changed since the
-//! caller read them: nothing was decided, the caller reloads them and asks again.
+//! mark_ttl_ms}` (see `StepReply`); when only the global bucket applied (the shop not hot,
+//! `auto_hot` off) its short form `{reason, hot, now, tat_global}`, the rest at their
+//! defaults (`StepReply::from_ints`; Valkey converts a script's reply element by element);
+//! or `{-1, 0}` when the live limits changed since the caller read them: nothing was
+//! decided, the caller reloads them and asks again.
 //!
 //! Time is Valkey's own (`TIME`), never the PHP host's. A bucket key expires when the
 //! bucket would be full again, so idle buckets vanish and a missing key means "full". A

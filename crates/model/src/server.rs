@@ -14,7 +14,7 @@ use crate::call::{LIMITS_CHANGED_REPLY, SETTINGS_TTL_SECONDS};
 use crate::contract::decide;
 use crate::options::AutoHot;
 use crate::options::MAX_WAIT_US;
-use crate::step::{auto_hot_window, step_auto_hot, StoredState, WindowCounts};
+use crate::step::{auto_hot_window, step_auto_hot, StepReply, StoredState, WindowCounts};
 
 /// A decision call as the server receives it (`CG.DECIDE`'s arguments, or the script's
 /// KEYS then ARGV), decoded: the inverse of [`crate::DecideCall`]'s encoding.
@@ -238,6 +238,14 @@ pub fn decide_on(
         _ => None,
     };
     let hot = call.static_hot || mark_ttl_ms.is_some();
+    // The reply's short form when only the global bucket applies, as the script answers
+    // (see `StepReply::from_ints`): the hot lanes' TATs, `auto_hot`'s fields and the mark
+    // at their defaults, left out.
+    let short = !hot && call.auto_hot.is_none();
+    let answer = |reply: &StepReply| {
+        let ints = reply.to_ints();
+        ServerReply::new(if short { &ints[..4] } else { &ints })
+    };
     let bucket_keys = Lane::ALL.map(|lane| call.key(decide::bucket_key(lane)));
     let mut buckets = [None; 3];
     for (lane, key) in Lane::ALL.into_iter().zip(bucket_keys) {
@@ -310,7 +318,7 @@ pub fn decide_on(
         }
     }
     if call.peek {
-        return Ok(ServerReply::new(&reply.to_ints()));
+        return Ok(answer(&reply));
     }
     // The stored settings as the script's MGET read them, before any write (a hand-built
     // call whose settings key is a bucket's or the mark's compares what was stored, not
@@ -341,7 +349,7 @@ pub fn decide_on(
     if !settings_stored {
         ks.set_px(kst, call.settings, SETTINGS_TTL_SECONDS * 1000);
     }
-    Ok(ServerReply::new(&reply.to_ints()))
+    Ok(answer(&reply))
 }
 
 #[cfg(test)]

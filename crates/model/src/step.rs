@@ -76,8 +76,16 @@ impl StepReply {
         ]
     }
 
-    /// Parses the integers the script returns.
+    /// Parses the integers the script returns: the nine of [`Self::to_ints`], or the short
+    /// form the script answers when only the global bucket applied (not hot, no `auto_hot`):
+    /// `{reason, hot, now, tat_global}`, the rest at their defaults (no hot lane's TAT, not
+    /// made hot, share 0, no mark: -1, -1, 0, 0, -2). Valkey converts each element of a
+    /// script's reply, so the global bucket's answer carries four.
     pub fn from_ints(v: &[i64]) -> Option<Self> {
+        if let [reason, hot, now_us, g] = *v {
+            return Self::from_ints(&[reason, hot, now_us, g, -1, -1, 0, 0, -2])
+                .filter(|r| r.reason.is_none_or(|l| l == Lane::Global));
+        }
         match *v {
             [reason, hot, now_us, g, l, s, became, share, mark_ttl_ms]
                 if (0..=3).contains(&reason) =>
@@ -343,6 +351,19 @@ mod tests {
         // A wait that is not needed is not taken.
         let r = step_auto_hot(&small, &full, t0, 2, false, "", None, 10_000_000).0;
         assert_eq!((r.reason, reservation_wait_us(&small, &r)), (None, 0));
+    }
+
+    #[test]
+    fn the_short_reply_is_the_global_bucket_alone() {
+        // {reason, hot, now, tat_global}: the rest at their defaults.
+        let r = StepReply::from_ints(&[1, 0, 2, 3]).unwrap();
+        assert_eq!(r.to_ints(), [1, 0, 2, 3, -1, -1, 0, 0, -2]);
+        assert_eq!(r.reason, Some(Lane::Global));
+        assert_eq!(StepReply::from_ints(&[0, 0, 2, 3]).unwrap().reason, None);
+        // A hot bucket's denial always carries that bucket's TAT: not a short reply.
+        assert!(StepReply::from_ints(&[2, 0, 2, 3]).is_none());
+        assert!(StepReply::from_ints(&[3, 0, 2, 3]).is_none());
+        assert!(StepReply::from_ints(&[4, 0, 2, 3]).is_none());
     }
 
     #[test]

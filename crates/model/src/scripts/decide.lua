@@ -31,8 +31,13 @@ local last = 1
 if hot then last = 3 end
 local change = ''
 if version ~= '' then change = string.match(version, '^%d+%-%w+%-(%d+)$') or '' end
--- The reply, built once: lane i's TAT is r[3 + i] (-1: not configured).
-local r = {0, 0, now, -1, -1, -1, 0, 0, mark_ms}
+-- The reply, built once: lane i's TAT is r[3 + i] (-1: not configured). When only the
+-- global bucket applies (not hot, no auto_hot) its short form {reason, hot, now,
+-- tat_global}, the rest at their defaults (StepReply::from_ints): Valkey converts a
+-- reply's every element (about 60 ns each, docs/performance.md).
+local r
+if last == 1 and window_us + 0 <= 0 then r = {0, 0, now, -1}
+else r = {0, 0, now, -1, -1, -1, 0, 0, mark_ms} end
 -- The lanes carried over from other limits (written back even when denied): a table only
 -- when one is.
 local moved
