@@ -12,7 +12,7 @@ use checkout_guard_model::live::{self, LiveLimits, Stored};
 use checkout_guard_model::options::validate_name;
 use checkout_guard_model::tls::{tls_from_value, TlsDefaults};
 use checkout_guard_model::{
-    validate_shop_id, validate_ttl, BucketSet, Endpoint, Keys, Lane, StoredBucket, Value,
+    validate_shop_id, validate_ttl, BucketSet, Endpoint, Keys, Lane, Mode, StoredBucket, Value,
 };
 use once_cell::sync::Lazy;
 
@@ -28,6 +28,9 @@ pub struct Status {
     /// The buckets in force (constructor settings with live limits over them; the
     /// constructor's alone while the stored live limits are invalid).
     pub buckets: Option<BucketSet>,
+    /// The mode the workers decide in: the live one (`set mode=...`), else the one their
+    /// published settings say (their `mode` option); None when neither is known.
+    pub mode: Option<Mode>,
     /// What is wrong with the stored live limits (the workers then use the constructor's
     /// values): unreadable fields, or limits invalid over the published settings.
     pub problems: Vec<String>,
@@ -255,6 +258,20 @@ impl Admin {
         changes: &[(Lane, Option<(i64, f64)>)],
         by: &str,
     ) -> Result<SetOutcome, String> {
+        self.set_with_mode(changes, None, by)
+    }
+
+    /// [`Self::set`], and with `mode` `Some(Some(m))` the mode every worker decides in
+    /// from its next decision (`Some(None)`: back to each worker's `mode` option; `None`:
+    /// the stored mode unchanged). The mode rides in the live limits' hash (`mode`) and
+    /// version, so it reaches the workers exactly as a bucket's change does; it changes
+    /// nothing the decision does in Valkey.
+    pub fn set_with_mode(
+        &self,
+        changes: &[(Lane, Option<(i64, f64)>)],
+        mode: Option<Option<Mode>>,
+        by: &str,
+    ) -> Result<SetOutcome, String> {
         let (_, base) = self.published()?;
         let base = base.ok_or_else(|| {
             format!(
@@ -268,6 +285,9 @@ impl Admin {
         let mut next = current.clone();
         for (lane, value) in changes {
             next.overrides[*lane as usize] = *value;
+        }
+        if let Some(m) = mode {
+            next.mode = m;
         }
         let (old, _) = Self::in_force(&current, &errors, &base);
         let new_set = next
@@ -291,7 +311,17 @@ impl Admin {
                 }
             }
         }
-        let (old, new) = (live::describe(&old), live::describe(&new));
+        // The live mode, when one is stored before or after, is shown (and recorded in the
+        // changes stream) with the buckets.
+        let with_mode = |text: String, m: Option<Mode>| match (current.mode, next.mode, m) {
+            (None, None, _) => text,
+            (_, _, Some(m)) => format!("{text} mode={}", m.as_str()),
+            (_, _, None) => format!("{text} mode=default"),
+        };
+        let (old, new) = (
+            with_mode(live::describe(&old), current.mode),
+            with_mode(live::describe(&new), next.mode),
+        );
         let at = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
@@ -324,6 +354,9 @@ impl Admin {
                 if let Some((c, r)) = next.overrides[lane as usize] {
                     inv.arg(lane.as_str()).arg(format!("{c}/{r}"));
                 }
+            }
+            if let Some(m) = next.mode {
+                inv.arg("mode").arg(m.as_str());
             }
             inv.invoke(c)
         })?;
@@ -398,6 +431,11 @@ impl Admin {
     pub fn status(&self, events_key: &str, seconds: u64) -> Result<Status, String> {
         let (settings, base) = self.published()?;
         let (live, errors) = self.live()?;
+        let published_mode = settings
+            .as_deref()
+            .and_then(|t| live::PublishedSettings::parse(t).ok())
+            .map(|p| p.mode);
+        let mode = live.mode.or(published_mode);
         let (buckets, problems) = match &base {
             Some(b) => {
                 let (set, problems) = Self::in_force(&live, &errors, b);
@@ -440,6 +478,7 @@ impl Admin {
             now_ms: now_us / 1000,
             settings,
             live,
+            mode,
             buckets,
             problems,
             levels,
