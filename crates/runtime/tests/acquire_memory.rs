@@ -1263,3 +1263,36 @@ fn a_live_mode_switches_every_decision_and_default_goes_back_to_the_option() {
     assert!(err.contains("dry-run"), "{err}");
     assert!(d.shadow);
 }
+
+/// The kill switch's bound for a worker in a flood: a worker that denies locally (it
+/// drained the bucket) does not ask Valkey, so it finds a live `mode=shadow` at its first
+/// call that does, within `MAX_LOCAL_DENIAL_NS` (250 ms) of the reply that taught it.
+#[test]
+fn a_live_mode_reaches_a_worker_denying_locally_within_250_ms() {
+    let s = store();
+    // A frozen refill: the bucket stays drained, only the local denial's bound ends.
+    let frozen = vec![
+        ("global".into(), bucket(10, 0.001)),
+        ("hot_lane".into(), bucket(6, 0.001)),
+        ("hot_shop".into(), bucket(4, 0.001)),
+    ];
+    let l = limiter("local-mode", &s, "deny", true, frozen);
+    for _ in 0..10 {
+        assert!(l.acquire(b"shop", 1).unwrap().allowed);
+    }
+    assert!(!l.acquire(b"shop", 1).unwrap().allowed);
+    set_live_in(&s, "local-mode", 1, (10, 0.001), Some("shadow"));
+    let calls = s.stats().calls;
+    s.advance(Duration::from_millis(249));
+    let d = l.acquire(b"shop", 1).unwrap();
+    assert!(!d.allowed && !d.shadow, "denied locally: the change not seen yet");
+    assert_eq!(s.stats().calls, calls);
+    s.advance(Duration::from_millis(1));
+    let d = l.acquire(b"shop", 1).unwrap();
+    assert!(d.allowed && d.shadow && !d.would_allow, "{d:?}");
+    // Shadow from then on, local denials included (they still spare the store).
+    let calls = s.stats().calls;
+    let d = l.acquire(b"shop", 1).unwrap();
+    assert!(d.allowed && d.shadow && !d.would_allow);
+    assert_eq!(s.stats().calls, calls, "a shadow local denial");
+}
