@@ -42,6 +42,9 @@ pub struct Status {
     /// Recent "RateLimitDecision" events of this limiter in the events stream, by reason
     /// (or why the stream could not be read: another key namespace, another Valkey).
     pub decisions: Result<BTreeMap<String, u64>, String>,
+    /// Of the same events, the shadow decisions enforcement would have denied (`mode:
+    /// "shadow"`, let through), by reason: not in `decisions`, no buyer was refused.
+    pub shadow_decisions: BTreeMap<String, u64>,
     pub decisions_seconds: u64,
     /// Recent live-limit changes, newest first.
     pub changes: Vec<Change>,
@@ -471,7 +474,11 @@ impl Admin {
             Some(w) => Some(self.window(w, now_us)?),
             None => None,
         };
-        let decisions = self.recent_decisions(events_key, now_us / 1000, seconds);
+        let (decisions, shadow_decisions) =
+            match self.recent_decisions(events_key, now_us / 1000, seconds) {
+                Ok((d, s)) => (Ok(d), s),
+                Err(e) => (Err(e), BTreeMap::new()),
+            };
         let changes = self.recent_changes()?;
         let module = self.module_loaded();
         Ok(Status {
@@ -485,6 +492,7 @@ impl Admin {
             hot,
             window,
             decisions,
+            shadow_decisions,
             decisions_seconds: seconds,
             changes,
             module_loaded: matches!(module, Ok(true)),
@@ -576,7 +584,7 @@ impl Admin {
         events_key: &str,
         now_ms: i64,
         seconds: u64,
-    ) -> Result<BTreeMap<String, u64>, String> {
+    ) -> Result<(BTreeMap<String, u64>, BTreeMap<String, u64>), String> {
         let from = now_ms - seconds as i64 * 1000;
         let entries: Vec<(String, Vec<(String, String)>)> = self.call(|c| {
             redis::cmd("XRANGE")
@@ -588,6 +596,7 @@ impl Admin {
                 .query(c)
         })?;
         let mut by = BTreeMap::new();
+        let mut shadow = BTreeMap::new();
         for (_, fields) in entries {
             for (k, line) in fields {
                 // Cheap filter first: most events of the stream are other kinds.
@@ -597,12 +606,17 @@ impl Admin {
                     && json_field(&line, "limiter").as_deref() == Some(self.name.as_str())
                 {
                     if let Some(reason) = json_field(&line, "reason") {
-                        *by.entry(reason).or_insert(0) += 1;
+                        let into = if json_field(&line, "mode").as_deref() == Some("shadow") {
+                            &mut shadow
+                        } else {
+                            &mut by
+                        };
+                        *into.entry(reason).or_insert(0) += 1;
                     }
                 }
             }
         }
-        Ok(by)
+        Ok((by, shadow))
     }
 
     fn recent_changes(&self) -> Result<Vec<Change>, String> {

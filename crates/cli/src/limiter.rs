@@ -333,6 +333,16 @@ fn status_text(name: &str, st: &Status) -> String {
         Err(e) => out.push_str(&format!(" events stream not readable ({e})")),
     }
     out.push('\n');
+    if !st.shadow_decisions.is_empty() {
+        out.push_str(&format!(
+            "  would have denied (shadow, let through) in the last {} s:",
+            st.decisions_seconds
+        ));
+        for (reason, n) in &st.shadow_decisions {
+            out.push_str(&format!(" {reason} {n}"));
+        }
+        out.push('\n');
+    }
     for c in &st.changes {
         out.push_str(&format!(
             "  change v{} by {} at {}: {} -> {}\n",
@@ -364,6 +374,7 @@ fn status_json(name: &str, st: &Status) -> serde_json::Value {
         "window": st.window.as_ref().map(|w| json!({"tokens": w.total, "shops": w.shops.iter().map(|(s, n)| json!({"shop": shop_text(s), "shop_hex": shop_id::hex(s), "tokens": n})).collect::<Vec<_>>()})),
         "decisions": st.decisions.as_ref().ok(),
         "decisions_error": st.decisions.as_ref().err(),
+        "shadow_decisions": st.shadow_decisions,
         "decisions_seconds": st.decisions_seconds,
         "changes": st.changes.iter().map(|c| json!({"version": c.version, "by": c.by, "at": time::format_ms(c.at_ms), "old": c.old, "new": c.new})).collect::<Vec<_>>(),
     })

@@ -100,6 +100,14 @@ final class ShadowModeTest extends LimiterTestCase
         $stream = array_values(array_filter($this->log->stream(), fn ($ev) => $ev['eventType'] === 'RateLimitDecision' && $ev['limiter'] === $s));
         $this->assertCount(3, $stream);
         $this->assertSame([true, false, 'shadow'], [$stream[0]['allowed'], $stream[0]['would_allow'], $stream[0]['mode']]);
+        // `limiter status` counts them apart from the denials: no buyer was refused.
+        [$code, $out, $err] = Cli::limiter(self::url(), $s, 'status', '--json', '--events-key', EventLog::streamKey());
+        $this->assertSame(0, $code, $err);
+        $st = json_decode($out, true, 512, JSON_THROW_ON_ERROR);
+        $this->assertSame([[], ['global' => 3]], [$st['decisions'], $st['shadow_decisions']]);
+        [, $text] = Cli::limiter(self::url(), $s, 'status', '--events-key', EventLog::streamKey());
+        $this->assertStringContainsString('would have denied (shadow, let through) in the last 60 s: global 3', $text);
+        $this->assertStringContainsString('mode: shadow (the workers\' mode option)', $text);
         $stats = \CheckoutGuard\Telemetry::stats()['decisions'];
         $this->assertGreaterThanOrEqual(5, $stats['denied'], 'counted as enforcement decided');
     }
