@@ -170,12 +170,18 @@ mod tests {
         assert!(!denied.allowed && !denied.would_allow && !denied.shadow);
         let s = denied.into_shadow(0.0);
         assert!(s.allowed && !s.would_allow && s.shadow);
-        assert_eq!((s.reason, s.retry_after, s.remaining), (Reason::HotShop, 0.5, 0));
+        assert_eq!(
+            (s.reason, s.retry_after, s.remaining),
+            (Reason::HotShop, 0.5, 0)
+        );
         let ok = Decision::unavailable(true, 0.0, false);
         assert!(ok.would_allow);
         let s = ok.into_shadow(0.25);
         assert!(s.allowed && s.would_allow && s.shadow);
-        assert_eq!(s.retry_after, 0.25, "a reservation says what it would have waited");
+        assert_eq!(
+            s.retry_after, 0.25,
+            "a reservation says what it would have waited"
+        );
         let s = Decision::unavailable(false, 0.7, false).into_shadow(0.0);
         assert!(s.allowed && !s.would_allow);
         assert_eq!((s.reason, s.retry_after), (Reason::Unavailable, 0.7));

@@ -352,9 +352,8 @@ mod tests {
 
     #[test]
     fn a_live_mode_is_read_and_a_bad_one_refused_by_name() {
-        let live =
-            LiveLimits::from_stored(b"4-abc", &fields(&[("mode", "shadow"), ("by", "bob")]))
-                .unwrap();
+        let live = LiveLimits::from_stored(b"4-abc", &fields(&[("mode", "shadow"), ("by", "bob")]))
+            .unwrap();
         assert_eq!(live.mode, Some(Mode::Shadow));
         assert!(!live.is_empty());
         assert_eq!(live.mode_over(Mode::Enforce), Mode::Shadow);

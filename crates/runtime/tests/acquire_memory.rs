@@ -1140,7 +1140,10 @@ fn shadow_and_enforce_decide_alike_and_move_the_buckets_alike() {
         let tokens = 1 + (i % 2);
         let e = enforce.acquire(shop, tokens).unwrap();
         let s = shadowed.acquire(shop, tokens).unwrap();
-        assert!(s.allowed && s.shadow, "call {i}: shadow lets every call through");
+        assert!(
+            s.allowed && s.shadow,
+            "call {i}: shadow lets every call through"
+        );
         assert!(!e.shadow && e.would_allow == e.allowed);
         assert_eq!(
             (s.would_allow, s.reason, s.retry_after, s.remaining),
@@ -1178,7 +1181,11 @@ fn a_shadow_reservation_takes_its_tokens_but_never_sleeps() {
     let (d, _) = l.acquire_within(b"shop", 5, 1.0).unwrap();
     assert_eq!(s.now_us(), before, "no sleep in shadow mode");
     assert!(d.allowed && d.would_allow && d.shadow);
-    assert_eq!((d.waited, d.retry_after), (0.0, 0.5), "the wait it would have slept");
+    assert_eq!(
+        (d.waited, d.retry_after),
+        (0.0, 0.5),
+        "the wait it would have slept"
+    );
     // The tokens were taken, as enforcement takes them: 5 more are due 0.5 s later.
     let (d, _) = l.acquire_within(b"shop", 5, 0.9).unwrap();
     assert!(d.allowed && !d.would_allow, "{d:?}");
@@ -1215,7 +1222,10 @@ fn shadow_mode_lets_an_unavailable_deny_through_and_still_throws_for_throw() {
     s.inject(Fault::Timeout {
         retry_in: Duration::from_secs(1),
     });
-    assert!(l.acquire(b"shop", 1).is_err(), "throw throws as enforcement does");
+    assert!(
+        l.acquire(b"shop", 1).is_err(),
+        "throw throws as enforcement does"
+    );
     let s = store();
     let l = limiter("shadow-allow", &s, "allow", false, shadow());
     s.inject(Fault::ErrorReply("ERR injected".into()));
@@ -1235,7 +1245,10 @@ fn a_live_mode_switches_every_decision_and_default_goes_back_to_the_option() {
     set_live_in(&s, "live-mode", 1, (10, 10.0), Some("shadow"));
     let (d, n) = l.acquire_noticed(b"shop", 1).unwrap();
     let change = n.limits_change.expect("the change is reported");
-    assert_eq!((change.old_mode, change.mode), (Mode::Enforce, Mode::Shadow));
+    assert_eq!(
+        (change.old_mode, change.mode),
+        (Mode::Enforce, Mode::Shadow)
+    );
     assert!(d.allowed && !d.would_allow && d.shadow && d.reason == Reason::Global);
     assert_eq!(l.mode(), Mode::Shadow);
     // A limiter made later in this process (the next request) knows it at once.
@@ -1285,7 +1298,10 @@ fn a_live_mode_reaches_a_worker_denying_locally_within_250_ms() {
     let calls = s.stats().calls;
     s.advance(Duration::from_millis(249));
     let d = l.acquire(b"shop", 1).unwrap();
-    assert!(!d.allowed && !d.shadow, "denied locally: the change not seen yet");
+    assert!(
+        !d.allowed && !d.shadow,
+        "denied locally: the change not seen yet"
+    );
     assert_eq!(s.stats().calls, calls);
     s.advance(Duration::from_millis(1));
     let d = l.acquire(b"shop", 1).unwrap();

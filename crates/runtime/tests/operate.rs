@@ -188,7 +188,11 @@ fn a_live_mode_is_set_kept_over_bucket_changes_and_dropped_by_default() {
     let admin = Admin::new(&valkey.url, "mode", Duration::from_secs(2)).unwrap();
     assert_eq!(admin.status("none", 60).unwrap().mode, Some(Mode::Enforce));
     let done = admin
-        .set_with_mode(&[(Lane::Global, Some((6, 0.001)))], Some(Some(Mode::Shadow)), "t")
+        .set_with_mode(
+            &[(Lane::Global, Some((6, 0.001)))],
+            Some(Some(Mode::Shadow)),
+            "t",
+        )
         .unwrap();
     assert_eq!(done.old, "global=10000/0.001 hot_shop=5/0.001 mode=default");
     assert_eq!(done.new, "global=6/0.001 hot_shop=5/0.001 mode=shadow");
@@ -201,12 +205,16 @@ fn a_live_mode_is_set_kept_over_bucket_changes_and_dropped_by_default() {
     );
     assert_eq!(got[7].reason, Reason::Global);
     let st = admin.status("none", 60).unwrap();
-    assert_eq!((st.mode, st.live.mode), (Some(Mode::Shadow), Some(Mode::Shadow)));
+    assert_eq!(
+        (st.mode, st.live.mode),
+        (Some(Mode::Shadow), Some(Mode::Shadow))
+    );
     // A bucket change keeps the mode.
-    admin
-        .set(&[(Lane::Global, Some((7, 0.001)))], "t")
-        .unwrap();
-    assert_eq!(admin.status("none", 60).unwrap().live.mode, Some(Mode::Shadow));
+    admin.set(&[(Lane::Global, Some((7, 0.001)))], "t").unwrap();
+    assert_eq!(
+        admin.status("none", 60).unwrap().live.mode,
+        Some(Mode::Shadow)
+    );
     assert!(l.acquire(b"s", 1).unwrap().shadow);
     // mode=default: back to the option (enforce), the live buckets stay.
     let done = admin.set_with_mode(&[], Some(None), "t").unwrap();

@@ -891,8 +891,8 @@ mod tests {
         let shadow = Defaults::default().with_mode(Some(" shadow ")).unwrap();
         let o = LimiterOptions::from_value(&map(&[g()]), &shadow).unwrap();
         assert_eq!(o.mode, Mode::Shadow);
-        let o = LimiterOptions::from_value(&map(&[g(), ("mode", "enforce".into())]), &shadow)
-            .unwrap();
+        let o =
+            LimiterOptions::from_value(&map(&[g(), ("mode", "enforce".into())]), &shadow).unwrap();
         assert_eq!(o.mode, Mode::Enforce);
         let e = Defaults::default().with_mode(Some("Shadow")).unwrap_err();
         assert_eq!(e.option, "checkout_guard.mode");

@@ -282,8 +282,7 @@ pub fn decision_event(limiter: &str, shop: &[u8], d: &Decision, timestamp_ms: i6
     e.attrs
         .push((Cow::Borrowed("would_allow"), AttrValue::Bool(d.would_allow)));
     let mode = if d.shadow { "shadow" } else { "enforce" };
-    e.attrs
-        .push((Cow::Borrowed("mode"), AttrValue::str(mode)));
+    e.attrs.push((Cow::Borrowed("mode"), AttrValue::str(mode)));
     e.attrs.push((
         Cow::Borrowed("retry_after.s"),
         AttrValue::Float(d.retry_after),
