@@ -584,7 +584,7 @@ impl Admin {
         events_key: &str,
         now_ms: i64,
         seconds: u64,
-    ) -> Result<(BTreeMap<String, u64>, BTreeMap<String, u64>), String> {
+    ) -> Result<(ByReason, ByReason), String> {
         let from = now_ms - seconds as i64 * 1000;
         let entries: Vec<(String, Vec<(String, String)>)> = self.call(|c| {
             redis::cmd("XRANGE")
@@ -645,6 +645,9 @@ impl Admin {
             .collect())
     }
 }
+
+/// Decisions counted by reason.
+type ByReason = BTreeMap<String, u64>;
 
 fn bytes(v: Option<redis::Value>) -> Vec<u8> {
     match v {
