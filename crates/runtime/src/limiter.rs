@@ -62,6 +62,8 @@ struct BucketsInForce {
     hot_lane_denial_key: u64,
     /// The mode set live (`limiter set mode=...`), over the `mode` option; None: the option's.
     mode: Option<Mode>,
+    /// The hot-shop bucket's local-denial tag: the limiter's, with this version.
+    hot_shop_tag: Vec<u8>,
 }
 
 impl BucketsInForce {
@@ -88,16 +90,38 @@ impl BucketsInForce {
         // A valid live mode holds even over buckets invalid for this limiter: the kill
         // switch works whatever else is stored.
         let mode = live.and_then(|l| l.mode);
+        // Local denials are kept per live version: a sibling worker (the table is shared)
+        // that has not decided since a change must not deny from entries learnt under it
+        // (in the mode it no longer is in: it would keep refusing after `set mode=shadow`
+        // for as long as the workers that know refreshed them). Its own entries from
+        // before the change end within 250 ms, then it asks Valkey and learns the change.
+        let tags = denial_tags.clone().map(|mut t| {
+            t.extend_from_slice(b" v");
+            t.extend_from_slice(&version);
+            t
+        });
         let mut in_force = Self {
             version,
             lane_args,
             global_denial_key: 0,
             hot_lane_denial_key: 0,
             mode,
+            hot_shop_tag: Vec::new(),
         };
-        in_force.global_denial_key = in_force.hashed_denial_key(denial_tags, Lane::Global, b"");
-        in_force.hot_lane_denial_key = in_force.hashed_denial_key(denial_tags, Lane::HotLane, b"");
+        in_force.global_denial_key = in_force.hashed_denial_key(&tags, Lane::Global, b"");
+        in_force.hot_lane_denial_key = in_force.hashed_denial_key(&tags, Lane::HotLane, b"");
+        let [_, _, hot_shop_tag] = tags;
+        in_force.hot_shop_tag = hot_shop_tag;
         (in_force, error)
+    }
+
+    /// The local-denial key of `shop`'s own hot-shop bucket.
+    fn hot_shop_denial_key(&self, shop: &[u8]) -> u64 {
+        let (interval, tolerance) = self
+            .buckets()
+            .get(Lane::HotShop)
+            .map_or((0, 0), |b| (b.interval_us(), b.tolerance_us()));
+        denials::key(&self.hot_shop_tag, shop, interval, tolerance)
     }
 
     /// The local-denial key of one bucket as `shop` sees it: the global bucket and the hot
@@ -267,7 +291,7 @@ impl Limiter {
         match lane {
             Lane::Global => in_force.global_denial_key,
             Lane::HotLane => in_force.hot_lane_denial_key,
-            Lane::HotShop => in_force.hashed_denial_key(&self.denial_tags, lane, shop),
+            Lane::HotShop => in_force.hot_shop_denial_key(shop),
         }
     }
 

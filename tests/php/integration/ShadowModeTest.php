@@ -188,6 +188,45 @@ final class ShadowModeTest extends LimiterTestCase
         $this->assertTrue($s->acquire('a')->isAllowed());
     }
 
+    /**
+     * A sibling worker (forked: the local-denial table is shared) that has not decided
+     * since the switch must not deny from what a worker that knows it learnt: the table's
+     * entries are per live version. Before, it denied in enforce mode from the sibling's
+     * entries for as long as they were refreshed (found by ModelTest, seed 5).
+     */
+    public function testASiblingThatMissedTheSwitchDoesNotDenyFromEntriesLearntAfterIt(): void
+    {
+        $name = self::uniqueName('switch-sibling');
+        $this->named($name)->acquire('a');
+        [$parent, $child] = stream_socket_pair(STREAM_PF_UNIX, STREAM_SOCK_STREAM, STREAM_IPPROTO_IP);
+        $pid = pcntl_fork();
+        if ($pid === 0) {
+            fclose($parent);
+            $l = $this->named($name);
+            $l->acquire('b');   // decided with the version before the switch
+            fwrite($child, "ready\n");
+            fgets($child);      // the sibling switched and drained the bucket
+            $d = $l->acquire('b');
+            fwrite($child, json_encode([$d->isAllowed(), $d->isShadow(), $d->wouldAllow()]) . "\n");
+            posix_kill(getmypid(), SIGKILL); // no PHPUnit shutdown in the child
+        }
+        fclose($child);
+        try {
+            $this->assertSame("ready\n", fgets($parent));
+            [$code, , $err] = Cli::limiter(self::url(), $name, 'set', 'mode=shadow');
+            $this->assertSame(0, $code, $err);
+            // This worker knows the switch, drains the bucket and learns it is empty.
+            $l = $this->named($name);
+            $this->assertSame(['allowed' => 3, 'global' => 1], self::drain($l, 'a', 4));
+            $this->assertFalse($l->acquire('a')->wouldAllow());
+            fwrite($parent, "go\n");
+            $got = json_decode((string) fgets($parent), true);
+            $this->assertSame([true, true, false], $got, 'the sibling decides in shadow mode: [isAllowed, isShadow, wouldAllow]');
+        } finally {
+            pcntl_waitpid($pid, $status);
+        }
+    }
+
     public function testABadModeIsRefusedByNameAndNothingIsWritten(): void
     {
         $name = self::uniqueName('switch-bad');
