@@ -586,11 +586,14 @@ impl Admin {
         seconds: u64,
     ) -> Result<(ByReason, ByReason), String> {
         let from = now_ms - seconds as i64 * 1000;
+        // Newest first: when the window holds more than the count, the latest entries
+        // are the ones counted (oldest first, a flood earlier in the window hid the
+        // last decisions).
         let entries: Vec<(String, Vec<(String, String)>)> = self.call(|c| {
-            redis::cmd("XRANGE")
+            redis::cmd("XREVRANGE")
                 .arg(events_key)
-                .arg(format!("{from}"))
                 .arg("+")
+                .arg(format!("{from}"))
                 .arg("COUNT")
                 .arg(100_000)
                 .query(c)
