@@ -156,6 +156,9 @@ final class ShadowModeTest extends LimiterTestCase
         $this->assertSame([true, false, true, 'global'], [$d->isAllowed(), $d->wouldAllow(), $d->isShadow(), $d->reason()]);
         $this->assertSame('shadow', $l->health(false)['mode']);
         $this->assertSame('shadow', $this->named($name)->health(false)['mode']);
+        ob_start();
+        phpinfo(INFO_MODULES);
+        $this->assertStringContainsString("$name: shadow", (string) ob_get_clean(), 'phpinfo(): the mode in force');
         $this->assertTrue($this->named($name)->acquire('b')->isAllowed());
         $change = array_values(array_filter($this->log->jsonl(), fn ($e) => $e['eventType'] === 'RateLimitChange' && $e['limiter'] === $name));
         $this->assertSame([['enforce', 'shadow']], array_map(fn ($e) => [$e['old_mode'], $e['mode']], $change));
@@ -171,6 +174,9 @@ final class ShadowModeTest extends LimiterTestCase
         $d = $l->acquire('a');
         $this->assertSame([false, false, false, 'global'], [$d->isAllowed(), $d->wouldAllow(), $d->isShadow(), $d->reason()]);
         $this->assertSame('enforce', $l->health(false)['mode']);
+        ob_start();
+        phpinfo(INFO_MODULES);
+        $this->assertStringContainsString("$name: enforce", (string) ob_get_clean());
         [, $out] = Cli::limiter(self::url(), $name, 'status', '--json');
         $st = json_decode($out, true, 512, JSON_THROW_ON_ERROR);
         $this->assertSame(['enforce', null], [$st['mode'], $st['mode_live']]);
