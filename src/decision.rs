@@ -18,7 +18,7 @@ impl From<CoreDecision> for Decision {
 
 #[php_impl]
 impl Decision {
-    /// Whether the request may go ahead (and took its tokens).
+    /// Whether the request may go ahead (and took its tokens); always true in shadow mode.
     pub fn is_allowed(&self) -> bool {
         self.inner.allowed
     }
@@ -43,6 +43,19 @@ impl Decision {
     /// there; 0.0 when it did not wait.
     pub fn waited(&self) -> f64 {
         self.inner.waited
+    }
+
+    /// What enforcement answered: equal to isAllowed() in enforce mode; in shadow mode
+    /// (isAllowed() always true) whether the buckets admitted the request. reason(),
+    /// retryAfter() and remaining() describe that enforcement decision.
+    pub fn would_allow(&self) -> bool {
+        self.inner.would_allow
+    }
+
+    /// Whether the decision was made in shadow mode (the `mode` option, INI
+    /// checkout_guard.mode, or live `checkout-guard limiter set mode=shadow`).
+    pub fn is_shadow(&self) -> bool {
+        self.inner.shadow
     }
 
     /// Whether the shop was treated as hot (listed in hot_shops or marked with markHot()).

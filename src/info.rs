@@ -19,6 +19,20 @@ pub fn note_unverified(url: &str) {
     }
 }
 
+/// The mode in force of each limiter (by name) this process has made, as it last saw it
+/// (set when made and when it picked up live limits), for `phpinfo()`.
+static MODES: std::sync::Mutex<Vec<(String, &'static str)>> = std::sync::Mutex::new(Vec::new());
+
+/// Records the mode in force of limiter `name` (at most 64 limiters are shown).
+pub fn note_mode(name: &str, mode: checkout_guard_model::Mode) {
+    let mut modes = MODES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(m) = modes.iter_mut().find(|(n, _)| n == name) {
+        m.1 = mode.as_str();
+    } else if modes.len() < 64 {
+        modes.push((name.to_string(), mode.as_str()));
+    }
+}
+
 pub extern "C" fn php_info(_module: *mut ModuleEntry) {
     // Called by the engine directly: a panic here must not unwind into C.
     let _ = std::panic::catch_unwind(|| {
@@ -49,6 +63,23 @@ pub extern "C" fn php_info(_module: *mut ModuleEntry) {
             format!("rustls; verification off (verify_peer => false) for {unverified}")
         };
         info_table_row!("TLS", tls.as_str());
+        // The mode each limiter of this process decides in (live or option); the INI
+        // default is the checkout_guard.mode row below.
+        let modes = MODES
+            .lock()
+            .map(|m| {
+                m.iter()
+                    .map(|(n, mode)| format!("{n}: {mode}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        let modes = if modes.is_empty() {
+            "no limiter yet in this process".to_string()
+        } else {
+            modes
+        };
+        info_table_row!("mode in force", modes.as_str());
         for setting in ini::all() {
             let value = ini::get(*setting).unwrap_or_default();
             let value = if setting.secret && !value.is_empty() {

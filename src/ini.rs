@@ -14,14 +14,14 @@ pub fn all() -> &'static [Setting] {
 use checkout_guard_model::settings::{Scope, ALL};
 pub use checkout_guard_model::settings::{
     Setting, ENGINE, EVENTS_BUFFER_SIZE, EVENTS_JSONL_PATH, EVENTS_SINKS, EVENTS_STREAM_KEY,
-    EVENTS_STREAM_MAXLEN, EVENTS_STREAM_URL, LOCAL_DENIALS, ON_UNAVAILABLE, RETRY_INTERVAL_MS,
-    SENTINEL_PASSWORD, SENTINEL_USER, TIMEOUT_MS, TLS_CAFILE, TLS_LOCAL_CERT, TLS_LOCAL_PK,
-    TLS_PEER_NAME, URL,
+    EVENTS_STREAM_MAXLEN, EVENTS_STREAM_URL, LOCAL_DENIALS, MODE, ON_UNAVAILABLE,
+    RETRY_INTERVAL_MS, SENTINEL_PASSWORD, SENTINEL_USER, TIMEOUT_MS, TLS_CAFILE, TLS_LOCAL_CERT,
+    TLS_LOCAL_PK, TLS_PEER_NAME, URL,
 };
 
 // Telemetry settings are read once per process (its sinks are built once), so they are
 // PHP_INI_SYSTEM: php.ini, -d, or php_admin_value in an FPM pool.
-static ENTRIES: IniEntryDefs<19> = IniEntryDefs::new([
+static ENTRIES: IniEntryDefs<20> = IniEntryDefs::new([
     entry(ALL[0]),
     entry(ALL[1]),
     entry(ALL[2]),
@@ -40,6 +40,7 @@ static ENTRIES: IniEntryDefs<19> = IniEntryDefs::new([
     entry(ALL[15]),
     entry(ALL[16]),
     entry(ALL[17]),
+    entry(ALL[18]),
     IniEntryDef::end(),
 ]);
 
@@ -95,7 +96,8 @@ pub fn defaults() -> Result<Defaults, ConfigError> {
         get(RETRY_INTERVAL_MS).as_deref(),
     )?
     .with_local_denials(get(LOCAL_DENIALS).as_deref())?
-    .with_engine(get(ENGINE).as_deref())
+    .with_engine(get(ENGINE).as_deref())?
+    .with_mode(get(MODE).as_deref())
     .map(|d| {
         d.with_tls(
             get(TLS_CAFILE).as_deref(),

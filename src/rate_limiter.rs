@@ -28,7 +28,7 @@ pub struct RateLimiter {
 #[php_impl]
 impl RateLimiter {
     /// Options: name, global, hot_lane, hot_shop, hot_shops, url, timeout_ms, on_unavailable,
-    /// auto_hot, engine, tls, sentinel (see the README). Unknown keys and bad values throw ConfigurationException.
+    /// auto_hot, engine, tls, sentinel, mode (see the README). Unknown keys and bad values throw ConfigurationException.
     pub fn __construct(options: &ZendHashTable) -> PhpResult<Self> {
         let defaults = ini::defaults().map_err(|e| configuration(e.to_string()))?;
         let value = array_to_value(options).map_err(|e| configuration(e.to_string()))?;
@@ -37,9 +37,9 @@ impl RateLimiter {
         if options.endpoint.tls().is_some_and(|t| !t.verify_peer) {
             crate::info::note_unverified(options.endpoint.display_url());
         }
-        Ok(Self {
-            inner: Limiter::new(options),
-        })
+        let inner = Limiter::new(options);
+        crate::info::note_mode(&inner.options().name, inner.mode());
+        Ok(Self { inner })
     }
 
     /// Takes `tokens` tokens for `shopId` if every bucket that applies holds them. With
@@ -58,6 +58,9 @@ impl RateLimiter {
             .acquire_within(&shopId, tokens, maxWaitSeconds)
             .map_err(to_php)?;
         let o = self.inner.options();
+        if let Some(c) = &notices.limits_change {
+            crate::info::note_mode(&o.name, c.mode);
+        }
         recording::observe_notices(&o.name, &shopId, &notices, o.auto_hot.as_ref());
         recording::observe_decision(&o.name, &shopId, &d);
         Ok(Decision::from(d))
@@ -70,6 +73,9 @@ impl RateLimiter {
         let (d, notices) = self.inner.peek_noticed(&shopId, tokens).map_err(to_php)?;
         // Not a decision; but new live limits found on the way are this worker's now.
         let o = self.inner.options();
+        if let Some(c) = &notices.limits_change {
+            crate::info::note_mode(&o.name, c.mode);
+        }
         recording::observe_notices(&o.name, &shopId, &notices, o.auto_hot.as_ref());
         Ok(Decision::from(d))
     }
@@ -105,6 +111,8 @@ impl RateLimiter {
     /// by the workers of its php-fpm master; "own": made here, shared with the processes it
     /// forks; "private": its alone, see phpinfo()), and local_denials_shared: whether it
     /// shares it with sibling workers ("inherited" or "named").
+    /// mode: the mode in force, "enforce" or "shadow" (live `limiter set mode=...` as this
+    /// process last saw it, else the `mode` option).
     /// With `ping` one PING is sent over the pooled connection (never a new connection per
     /// call, nothing while the circuit is open); without it nothing is sent.
     #[php(defaults(ping = true))]
@@ -113,6 +121,7 @@ impl RateLimiter {
         let build = || -> ext_php_rs::error::Result<ZBox<ZendHashTable>> {
             let mut out = ZendHashTable::new();
             out.insert("ok", h.ok)?;
+            out.insert("mode", self.inner.mode().as_str())?;
             let endpoint = &self.inner.options().endpoint;
             out.insert("url", endpoint.display_url())?;
             out.insert("tls", endpoint.tls().map(|t| t.describe()))?;

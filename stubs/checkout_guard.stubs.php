@@ -10,7 +10,7 @@ namespace CheckoutGuard {
         public function __construct() {}
 
         /**
-         * Whether the request may go ahead (and took its tokens).
+         * Whether the request may go ahead (and took its tokens); always true in shadow mode.
          *
          * @return bool
          */
@@ -22,6 +22,14 @@ namespace CheckoutGuard {
          * @return bool
          */
         public function isHotShop(): bool {}
+
+        /**
+         * Whether the decision was made in shadow mode (the `mode` option, INI
+         * checkout_guard.mode, or live `checkout-guard limiter set mode=shadow`).
+         *
+         * @return bool
+         */
+        public function isShadow(): bool {}
 
         /**
          * "allowed" | "global" | "hot_lane" | "hot_shop" | "unavailable": for a denial, the
@@ -52,6 +60,15 @@ namespace CheckoutGuard {
          * @return float
          */
         public function waited(): float {}
+
+        /**
+         * What enforcement answered: equal to isAllowed() in enforce mode; in shadow mode
+         * (isAllowed() always true) whether the buckets admitted the request. reason(),
+         * retryAfter() and remaining() describe that enforcement decision.
+         *
+         * @return bool
+         */
+        public function wouldAllow(): bool {}
     }
 
     /**
@@ -61,7 +78,7 @@ namespace CheckoutGuard {
     class RateLimiter {
         /**
          * Options: name, global, hot_lane, hot_shop, hot_shops, url, timeout_ms, on_unavailable,
-         * auto_hot, engine, tls, sentinel (see the README). Unknown keys and bad values throw ConfigurationException.
+         * auto_hot, engine, tls, sentinel, mode (see the README). Unknown keys and bad values throw ConfigurationException.
          *
          * @param array $options
          */
@@ -97,6 +114,8 @@ namespace CheckoutGuard {
          * by the workers of its php-fpm master; "own": made here, shared with the processes it
          * forks; "private": its alone, see phpinfo()), and local_denials_shared: whether it
          * shares it with sibling workers ("inherited" or "named").
+         * mode: the mode in force, "enforce" or "shadow" (live `limiter set mode=...` as this
+         * process last saw it, else the `mode` option).
          * With `ping` one PING is sent over the pooled connection (never a new connection per
          * call, nothing while the circuit is open); without it nothing is sent.
          *

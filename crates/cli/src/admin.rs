@@ -12,7 +12,7 @@ use checkout_guard_model::live::{self, LiveLimits, Stored};
 use checkout_guard_model::options::validate_name;
 use checkout_guard_model::tls::{tls_from_value, TlsDefaults};
 use checkout_guard_model::{
-    validate_shop_id, validate_ttl, BucketSet, Endpoint, Keys, Lane, StoredBucket, Value,
+    validate_shop_id, validate_ttl, BucketSet, Endpoint, Keys, Lane, Mode, StoredBucket, Value,
 };
 use once_cell::sync::Lazy;
 
@@ -28,6 +28,9 @@ pub struct Status {
     /// The buckets in force (constructor settings with live limits over them; the
     /// constructor's alone while the stored live limits are invalid).
     pub buckets: Option<BucketSet>,
+    /// The mode the workers decide in: the live one (`set mode=...`), else the one their
+    /// published settings say (their `mode` option); None when neither is known.
+    pub mode: Option<Mode>,
     /// What is wrong with the stored live limits (the workers then use the constructor's
     /// values): unreadable fields, or limits invalid over the published settings.
     pub problems: Vec<String>,
@@ -39,6 +42,9 @@ pub struct Status {
     /// Recent "RateLimitDecision" events of this limiter in the events stream, by reason
     /// (or why the stream could not be read: another key namespace, another Valkey).
     pub decisions: Result<BTreeMap<String, u64>, String>,
+    /// Of the same events, the shadow decisions enforcement would have denied (`mode:
+    /// "shadow"`, let through), by reason: not in `decisions`, no buyer was refused.
+    pub shadow_decisions: BTreeMap<String, u64>,
     pub decisions_seconds: u64,
     /// Recent live-limit changes, newest first.
     pub changes: Vec<Change>,
@@ -259,6 +265,20 @@ impl Admin {
         changes: &[(Lane, Option<(i64, f64)>)],
         by: &str,
     ) -> Result<SetOutcome, String> {
+        self.set_with_mode(changes, None, by)
+    }
+
+    /// [`Self::set`], and with `mode` `Some(Some(m))` the mode every worker decides in
+    /// from its next decision (`Some(None)`: back to each worker's `mode` option; `None`:
+    /// the stored mode unchanged). The mode rides in the live limits' hash (`mode`) and
+    /// version, so it reaches the workers exactly as a bucket's change does; it changes
+    /// nothing the decision does in Valkey.
+    pub fn set_with_mode(
+        &self,
+        changes: &[(Lane, Option<(i64, f64)>)],
+        mode: Option<Option<Mode>>,
+        by: &str,
+    ) -> Result<SetOutcome, String> {
         let (_, base) = self.published()?;
         let base = base.ok_or_else(|| {
             format!(
@@ -272,6 +292,9 @@ impl Admin {
         let mut next = current.clone();
         for (lane, value) in changes {
             next.overrides[*lane as usize] = *value;
+        }
+        if let Some(m) = mode {
+            next.mode = m;
         }
         let (old, _) = Self::in_force(&current, &errors, &base);
         let new_set = next
@@ -295,7 +318,17 @@ impl Admin {
                 }
             }
         }
-        let (old, new) = (live::describe(&old), live::describe(&new));
+        // The live mode, when one is stored before or after, is shown (and recorded in the
+        // changes stream) with the buckets.
+        let with_mode = |text: String, m: Option<Mode>| match (current.mode, next.mode, m) {
+            (None, None, _) => text,
+            (_, _, Some(m)) => format!("{text} mode={}", m.as_str()),
+            (_, _, None) => format!("{text} mode=default"),
+        };
+        let (old, new) = (
+            with_mode(live::describe(&old), current.mode),
+            with_mode(live::describe(&new), next.mode),
+        );
         let at = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
@@ -328,6 +361,9 @@ impl Admin {
                 if let Some((c, r)) = next.overrides[lane as usize] {
                     inv.arg(lane.as_str()).arg(format!("{c}/{r}"));
                 }
+            }
+            if let Some(m) = next.mode {
+                inv.arg("mode").arg(m.as_str());
             }
             inv.invoke(c)
         })?;
@@ -402,6 +438,11 @@ impl Admin {
     pub fn status(&self, events_key: &str, seconds: u64) -> Result<Status, String> {
         let (settings, base) = self.published()?;
         let (live, errors) = self.live()?;
+        let published_mode = settings
+            .as_deref()
+            .and_then(|t| live::PublishedSettings::parse(t).ok())
+            .map(|p| p.mode);
+        let mode = live.mode.or(published_mode);
         let (buckets, problems) = match &base {
             Some(b) => {
                 let (set, problems) = Self::in_force(&live, &errors, b);
@@ -437,19 +478,25 @@ impl Admin {
             Some(w) => Some(self.window(w, now_us)?),
             None => None,
         };
-        let decisions = self.recent_decisions(events_key, now_us / 1000, seconds);
+        let (decisions, shadow_decisions) =
+            match self.recent_decisions(events_key, now_us / 1000, seconds) {
+                Ok((d, s)) => (Ok(d), s),
+                Err(e) => (Err(e), BTreeMap::new()),
+            };
         let changes = self.recent_changes()?;
         let module = self.module_loaded();
         Ok(Status {
             now_ms: now_us / 1000,
             settings,
             live,
+            mode,
             buckets,
             problems,
             levels,
             hot,
             window,
             decisions,
+            shadow_decisions,
             decisions_seconds: seconds,
             changes,
             module_loaded: matches!(module, Ok(true)),
@@ -541,18 +588,22 @@ impl Admin {
         events_key: &str,
         now_ms: i64,
         seconds: u64,
-    ) -> Result<BTreeMap<String, u64>, String> {
+    ) -> Result<(ByReason, ByReason), String> {
         let from = now_ms - seconds as i64 * 1000;
+        // Newest first: when the window holds more than the count, the latest entries
+        // are the ones counted (oldest first, a flood earlier in the window hid the
+        // last decisions).
         let entries: Vec<(String, Vec<(String, String)>)> = self.call(|c| {
-            redis::cmd("XRANGE")
+            redis::cmd("XREVRANGE")
                 .arg(events_key)
-                .arg(format!("{from}"))
                 .arg("+")
+                .arg(format!("{from}"))
                 .arg("COUNT")
                 .arg(100_000)
                 .query(c)
         })?;
         let mut by = BTreeMap::new();
+        let mut shadow = BTreeMap::new();
         for (_, fields) in entries {
             for (k, line) in fields {
                 // Cheap filter first: most events of the stream are other kinds.
@@ -562,12 +613,17 @@ impl Admin {
                     && json_field(&line, "limiter").as_deref() == Some(self.name.as_str())
                 {
                     if let Some(reason) = json_field(&line, "reason") {
-                        *by.entry(reason).or_insert(0) += 1;
+                        let into = if json_field(&line, "mode").as_deref() == Some("shadow") {
+                            &mut shadow
+                        } else {
+                            &mut by
+                        };
+                        *into.entry(reason).or_insert(0) += 1;
                     }
                 }
             }
         }
-        Ok(by)
+        Ok((by, shadow))
     }
 
     fn recent_changes(&self) -> Result<Vec<Change>, String> {
@@ -596,6 +652,9 @@ impl Admin {
             .collect())
     }
 }
+
+/// Decisions counted by reason.
+type ByReason = BTreeMap<String, u64>;
 
 fn bytes(v: Option<redis::Value>) -> Vec<u8> {
     match v {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use checkout_guard_cli::admin::{Admin, Status};
 use checkout_guard_cli::shop_id;
-use checkout_guard_model::{live, Lane};
+use checkout_guard_model::{live, Lane, Mode};
 use clap::{Args, Subcommand};
 use serde_json::json;
 
@@ -74,11 +74,14 @@ enum LimiterCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Changes live limits, picked up by every worker within a second:
+    /// Changes live limits, picked up by every worker at its next decision:
     /// `global=40/40` (capacity/refill per second) or `hot_lane=default` (back to the
-    /// constructor's value). Validated like constructor options; nothing written if not.
+    /// constructor's value); `mode=shadow` (every call let through, denials only
+    /// reported), `mode=enforce`, `mode=default` (back to the workers' `mode` option).
+    /// Validated like constructor options; nothing written if not.
     Set {
-        /// BUCKET=CAPACITY/RATE or BUCKET=default; BUCKET is global, hot_lane or hot_shop.
+        /// BUCKET=CAPACITY/RATE, BUCKET=default (BUCKET is global, hot_lane or hot_shop),
+        /// or mode=enforce|shadow|default.
         #[arg(required = true)]
         changes: Vec<String>,
         /// Who makes the change (recorded with it).
@@ -149,11 +152,15 @@ pub fn run(args: LimiterArgs) -> Result<(), String> {
             }
         }
         LimiterCommand::Set { changes, by } => {
-            let parsed = changes
-                .iter()
-                .map(|c| parse_change(c))
-                .collect::<Result<Vec<_>, _>>()?;
-            let done = admin.set(&parsed, &by)?;
+            let mut mode = None;
+            let mut parsed = Vec::new();
+            for c in &changes {
+                match c.strip_prefix("mode=") {
+                    Some(m) => mode = Some(parse_mode(m)?),
+                    None => parsed.push(parse_change(c)?),
+                }
+            }
+            let done = admin.set_with_mode(&parsed, mode, &by)?;
             for w in &done.warnings {
                 eprintln!("{w}");
             }
@@ -192,10 +199,20 @@ pub fn run(args: LimiterArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// The value of `mode=`: enforce, shadow, or default (`None`: the workers' option).
+fn parse_mode(value: &str) -> Result<Option<Mode>, String> {
+    match value {
+        "default" => Ok(None),
+        v => Mode::parse("mode", v.as_bytes())
+            .map(Some)
+            .map_err(|e| format!("{e} (or \"default\": back to the workers' mode option)")),
+    }
+}
+
 /// `global=40/40`, `hot_lane=default`.
 fn parse_change(arg: &str) -> Result<(Lane, Option<(i64, f64)>), String> {
     let bad = || {
-        format!("{arg:?}: expected BUCKET=CAPACITY/RATE or BUCKET=default, BUCKET one of global, hot_lane, hot_shop")
+        format!("{arg:?}: expected BUCKET=CAPACITY/RATE or BUCKET=default, BUCKET one of global, hot_lane, hot_shop, or mode=enforce|shadow|default")
     };
     let (bucket, value) = arg.split_once('=').ok_or_else(bad)?;
     let lane = Lane::from_name(bucket).ok_or_else(bad)?;
@@ -237,6 +254,16 @@ fn status_text(name: &str, st: &Status) -> String {
         _ => out
             .push_str("  settings: none published yet (no worker has decided with this limiter)\n"),
     }
+    out.push_str(&match (st.live.mode, st.mode) {
+        (Some(m), _) => format!(
+            "  mode: {} (live, version {} by {}: every worker at its next decision; `limiter set mode=default` goes back to the workers' option)\n",
+            m.as_str(),
+            st.live.version,
+            st.live.by
+        ),
+        (None, Some(m)) => format!("  mode: {} (the workers' mode option)\n", m.as_str()),
+        (None, None) => "  mode: the workers' mode option (none published yet)\n".to_string(),
+    });
     for p in &st.problems {
         out.push_str(&format!(
             "  PROBLEM: {p}; fix it with `limiter set BUCKET=...` or `BUCKET=default`\n"
@@ -306,6 +333,16 @@ fn status_text(name: &str, st: &Status) -> String {
         Err(e) => out.push_str(&format!(" events stream not readable ({e})")),
     }
     out.push('\n');
+    if !st.shadow_decisions.is_empty() {
+        out.push_str(&format!(
+            "  would have denied (shadow, let through) in the last {} s:",
+            st.decisions_seconds
+        ));
+        for (reason, n) in &st.shadow_decisions {
+            out.push_str(&format!(" {reason} {n}"));
+        }
+        out.push('\n');
+    }
     for c in &st.changes {
         out.push_str(&format!(
             "  change v{} by {} at {}: {} -> {}\n",
@@ -326,6 +363,8 @@ fn status_json(name: &str, st: &Status) -> serde_json::Value {
         "settings": st.settings,
         "limits": st.buckets.as_ref().map(live::describe),
         "live_version": st.live.version,
+        "mode": st.mode.map(Mode::as_str),
+        "mode_live": st.live.mode.map(Mode::as_str),
         "module_loaded": st.module_loaded,
         "module_unknown": st.module_unknown,
         "module_decisions": st.module_decisions,
@@ -335,6 +374,7 @@ fn status_json(name: &str, st: &Status) -> serde_json::Value {
         "window": st.window.as_ref().map(|w| json!({"tokens": w.total, "shops": w.shops.iter().map(|(s, n)| json!({"shop": shop_text(s), "shop_hex": shop_id::hex(s), "tokens": n})).collect::<Vec<_>>()})),
         "decisions": st.decisions.as_ref().ok(),
         "decisions_error": st.decisions.as_ref().err(),
+        "shadow_decisions": st.shadow_decisions,
         "decisions_seconds": st.decisions_seconds,
         "changes": st.changes.iter().map(|c| json!({"version": c.version, "by": c.by, "at": time::format_ms(c.at_ms), "old": c.old, "new": c.new})).collect::<Vec<_>>(),
     })

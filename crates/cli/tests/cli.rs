@@ -297,6 +297,14 @@ fn limiter_commands_refuse_bad_input_before_touching_valkey_and_mask_passwords()
             &["set", "global"],
             "expected BUCKET=CAPACITY/RATE or BUCKET=default",
         ),
+        (
+            &["set", "mode=dry-run"],
+            "mode must be \"enforce\" or \"shadow\", got \"dry-run\"",
+        ),
+        (
+            &["set", "mode=shadow", "global=x/1"],
+            "global.capacity: \"x\" is not an integer",
+        ),
     ];
     for (args, message) in cases {
         let mut all = vec!["limiter", "--url", url, "--name", "payments"];

@@ -51,6 +51,11 @@ pub struct Decision {
     /// Seconds `acquire()` slept for a reservation before its tokens were there (0.0
     /// without waiting).
     pub waited: f64,
+    /// What enforcement answers: equal to `allowed` in enforce mode; in shadow mode
+    /// `allowed` is always true and this is the decision the buckets made.
+    pub would_allow: bool,
+    /// Made in shadow mode ([`Decision::into_shadow`]).
+    pub shadow: bool,
 }
 
 impl Decision {
@@ -78,6 +83,8 @@ impl Decision {
             remaining,
             hot_shop: reply.hot,
             waited: 0.0,
+            would_allow: allowed,
+            shadow: false,
         }
     }
 
@@ -92,6 +99,8 @@ impl Decision {
             remaining,
             hot_shop,
             waited: 0.0,
+            would_allow: false,
+            shadow: false,
         }
     }
 
@@ -105,7 +114,23 @@ impl Decision {
             remaining: 0,
             hot_shop,
             waited: 0.0,
+            would_allow: allowed,
+            shadow: false,
         }
+    }
+
+    /// This enforcement decision as shadow mode answers it: let through (`allowed`),
+    /// with `would_allow`, `reason`, `retry_after` and `remaining` saying what
+    /// enforcement answered. A reservation's wait (`reservation_wait_s`, taken but not
+    /// slept) is told as its `retry_after`.
+    pub fn into_shadow(mut self, reservation_wait_s: f64) -> Self {
+        self.would_allow = self.allowed;
+        self.allowed = true;
+        self.shadow = true;
+        if self.would_allow && reservation_wait_s > 0.0 {
+            self.retry_after = reservation_wait_s;
+        }
+        self
     }
 }
 
@@ -137,6 +162,29 @@ mod tests {
         // The shop bucket refills 1 token/s; 0.25 s have passed.
         assert!((d.retry_after - 0.75).abs() < 1e-9, "{}", d.retry_after);
         assert_eq!(d.remaining, 0);
+    }
+
+    #[test]
+    fn a_shadow_decision_lets_through_and_keeps_what_enforcement_said() {
+        let denied = Decision::local_denial(Lane::HotShop, 0.5, 0, true);
+        assert!(!denied.allowed && !denied.would_allow && !denied.shadow);
+        let s = denied.into_shadow(0.0);
+        assert!(s.allowed && !s.would_allow && s.shadow);
+        assert_eq!(
+            (s.reason, s.retry_after, s.remaining),
+            (Reason::HotShop, 0.5, 0)
+        );
+        let ok = Decision::unavailable(true, 0.0, false);
+        assert!(ok.would_allow);
+        let s = ok.into_shadow(0.25);
+        assert!(s.allowed && s.would_allow && s.shadow);
+        assert_eq!(
+            s.retry_after, 0.25,
+            "a reservation says what it would have waited"
+        );
+        let s = Decision::unavailable(false, 0.7, false).into_shadow(0.0);
+        assert!(s.allowed && !s.would_allow);
+        assert_eq!((s.reason, s.retry_after), (Reason::Unavailable, 0.7));
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub use error::{ConfigError, LimiterError};
 pub use keys::Keys;
 pub use options::{
     bucket_value, buckets_from_value, sentinel_from_value, validate_max_wait, validate_shop_id,
-    validate_tokens, validate_ttl, AutoHot, Defaults, Engine, LimiterOptions, OnUnavailable,
+    validate_tokens, validate_ttl, AutoHot, Defaults, Engine, LimiterOptions, Mode, OnUnavailable,
     MAX_SHOP_ID_BYTES, MAX_TTL_SECONDS, MAX_WAIT_US,
 };
 pub use step::{

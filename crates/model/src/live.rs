@@ -13,10 +13,15 @@
 //! Valkey's time of the change (buckets carry their level over from that instant). After
 //! Valkey lost its data the count starts again at 1, but with another epoch, so no worker
 //! can take the new version 1 for the one it knew.
+//!
+//! The hash may also hold `mode` (`enforce` or `shadow`): the mode every worker of the
+//! limiter decides in, over its `mode` option (the on-call kill switch). It changes no
+//! bucket and nothing the decision does in Valkey; it rides with the version, so every
+//! worker picks it up exactly as it picks up a bucket's change.
 
 use crate::bucket::{BucketSet, Lane};
 use crate::error::ConfigError;
-use crate::options::{bucket_value, buckets_from_value, buckets_to_value, AutoHot};
+use crate::options::{bucket_value, buckets_from_value, buckets_to_value, AutoHot, Mode};
 use crate::value::Value;
 
 /// The live limits as stored: overrides of some buckets, and who set them when.
@@ -29,6 +34,8 @@ pub struct LiveLimits {
     pub version: i64,
     /// Per lane, the overriding (capacity, refill_per_second).
     pub overrides: [Option<(i64, f64)>; 3],
+    /// The mode set live over every worker's `mode` option (None: the option's).
+    pub mode: Option<Mode>,
     pub by: String,
     pub at_ms: i64,
 }
@@ -61,6 +68,10 @@ impl LiveLimits {
                 "at" => match text.parse() {
                     Ok(at) => out.at_ms = at,
                     Err(_) => errors.push(format!("at {text:?}")),
+                },
+                "mode" => match Mode::parse("mode", v) {
+                    Ok(m) => out.mode = Some(m),
+                    Err(e) => errors.push(e.to_string()),
                 },
                 name => match Lane::from_name(name) {
                     None => errors.push(format!("unknown field {name:?}")),
@@ -96,8 +107,14 @@ impl LiveLimits {
         buckets_from_value(&value)
     }
 
+    /// No bucket overridden and no mode set.
     pub fn is_empty(&self) -> bool {
-        self.overrides.iter().all(Option::is_none)
+        self.overrides.iter().all(Option::is_none) && self.mode.is_none()
+    }
+
+    /// The mode a limiter whose option says `option` decides in under these limits.
+    pub fn mode_over(&self, option: Mode) -> Mode {
+        self.mode.unwrap_or(option)
     }
 }
 
@@ -197,6 +214,9 @@ pub fn describe(set: &BucketSet) -> String {
 pub struct PublishedSettings {
     pub buckets: BucketSet,
     pub auto_hot: Option<AutoHot>,
+    /// The `mode` option the worker runs with: `mode=shadow` at the end when shadow,
+    /// nothing when enforce (what workers before the mode published).
+    pub mode: Mode,
 }
 
 impl PublishedSettings {
@@ -215,17 +235,29 @@ impl PublishedSettings {
         out
     }
 
+    /// [`Self::encode`], with ` mode=shadow` when the `mode` option is shadow.
+    pub fn encode_in(buckets: &BucketSet, auto_hot: Option<&AutoHot>, mode: Mode) -> String {
+        let mut out = Self::encode(buckets, auto_hot);
+        if mode == Mode::Shadow {
+            out.push_str(" mode=shadow");
+        }
+        out
+    }
+
     /// Published settings, validated as the constructor's options are. Parts that are no
     /// bucket are skipped (an older or newer worker's); an `auto_hot` part that does not
     /// read as one reads as off (it only tells the CLI which window to show).
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut entries = Vec::new();
         let mut auto_hot = None;
+        let mut mode = Mode::Enforce;
         for part in text.split_whitespace() {
             let Some((k, v)) = part.split_once('=') else {
                 continue;
             };
-            if k == "auto_hot" {
+            if k == "mode" {
+                mode = Mode::parse("mode", v.as_bytes()).unwrap_or(Mode::Enforce);
+            } else if k == "auto_hot" {
                 auto_hot = parse_auto_hot(v);
             } else if let Some(lane) = Lane::from_name(k) {
                 let (c, r) =
@@ -235,7 +267,11 @@ impl PublishedSettings {
         }
         let buckets = buckets_from_value(&Value::Map(entries))
             .map_err(|e| format!("published settings: {e}"))?;
-        Ok(Self { buckets, auto_hot })
+        Ok(Self {
+            buckets,
+            auto_hot,
+            mode,
+        })
     }
 }
 
@@ -315,6 +351,20 @@ mod tests {
     }
 
     #[test]
+    fn a_live_mode_is_read_and_a_bad_one_refused_by_name() {
+        let live = LiveLimits::from_stored(b"4-abc", &fields(&[("mode", "shadow"), ("by", "bob")]))
+            .unwrap();
+        assert_eq!(live.mode, Some(Mode::Shadow));
+        assert!(!live.is_empty());
+        assert_eq!(live.mode_over(Mode::Enforce), Mode::Shadow);
+        assert_eq!(describe(&live.apply(&base()).unwrap()), describe(&base()));
+        let none = LiveLimits::from_stored(b"5-abc", &fields(&[("global", "60/60")])).unwrap();
+        assert_eq!(none.mode_over(Mode::Shadow), Mode::Shadow);
+        let err = LiveLimits::from_stored(b"6-abc", &fields(&[("mode", "dry")])).unwrap_err();
+        assert!(err.contains("mode") && err.contains("dry"), "{err}");
+    }
+
+    #[test]
     fn versions_count_changes_and_epochs_differ() {
         assert_eq!(version_number(b"3-9f0c"), 3);
         assert_eq!(version_number(b"7"), 7);
@@ -375,6 +425,14 @@ mod tests {
             text,
             "global=30/30.5 hot_lane=25/25 auto_hot=2.5s/0.3/300s/8"
         );
+        // The mode: said when shadow only (enforce publishes what it always did).
+        let o = opts(Value::Bool(true));
+        let text = PublishedSettings::encode_in(&o.buckets, None, Mode::Shadow);
+        assert_eq!(text, "global=30/30.5 hot_lane=25/25 mode=shadow");
+        assert_eq!(PublishedSettings::parse(&text).unwrap().mode, Mode::Shadow);
+        let text = PublishedSettings::encode_in(&o.buckets, None, Mode::Enforce);
+        assert_eq!(text, "global=30/30.5 hot_lane=25/25");
+        assert_eq!(PublishedSettings::parse(&text).unwrap().mode, Mode::Enforce);
         // Validated as the options are.
         assert!(PublishedSettings::parse("global=x/1").is_err());
         assert!(PublishedSettings::parse("hot_lane=5/5")

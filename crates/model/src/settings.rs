@@ -58,6 +58,8 @@ pub const RETRY_INTERVAL_MS: Setting =
 pub const LOCAL_DENIALS: Setting = setting(c"checkout_guard.local_denials", c"1", Scope::All);
 /// `auto`: the native module's `CG.DECIDE` where the server has it, the script elsewhere.
 pub const ENGINE: Setting = setting(c"checkout_guard.engine", c"auto", Scope::All);
+/// `enforce`, or `shadow`: decide and move the buckets, but let every call through.
+pub const MODE: Setting = setting(c"checkout_guard.mode", c"enforce", Scope::All);
 /// A TLS URL's CA file (PEM), instead of the system's roots. Empty: unset.
 pub const TLS_CAFILE: Setting = setting(c"checkout_guard.tls.cafile", c"", Scope::All);
 /// The client certificate (PEM) for mutual TLS. Empty: unset.
@@ -96,13 +98,14 @@ pub const EVENTS_BUFFER_SIZE: Setting =
     setting(c"checkout_guard.events.buffer_size", c"1000", Scope::System);
 
 /// Every setting, in the order `phpinfo()` shows them.
-pub const ALL: [Setting; 18] = [
+pub const ALL: [Setting; 19] = [
     URL,
     TIMEOUT_MS,
     ON_UNAVAILABLE,
     RETRY_INTERVAL_MS,
     LOCAL_DENIALS,
     ENGINE,
+    MODE,
     TLS_CAFILE,
     TLS_LOCAL_CERT,
     TLS_LOCAL_PK,

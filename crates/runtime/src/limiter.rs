@@ -7,7 +7,7 @@ use checkout_guard_model::live::{self, LiveLimits};
 use checkout_guard_model::{
     lanes_in, reservation_wait_us, validate_max_wait, validate_shop_id, validate_tokens,
     validate_ttl, AutoHotArgs, BucketSet, DecideCall, DecideKeys, DecideReply, Decision, Keys,
-    Lane, LaneArgs, LimiterError, LimiterOptions, OnUnavailable, StepReply,
+    Lane, LaneArgs, LimiterError, LimiterOptions, Mode, OnUnavailable, StepReply,
 };
 
 use crate::clock::{Clock, SystemClock};
@@ -60,6 +60,10 @@ struct BucketsInForce {
     global_denial_key: u64,
     /// The local-denial key of the hot lane (shared by every hot shop, like global's).
     hot_lane_denial_key: u64,
+    /// The mode set live (`limiter set mode=...`), over the `mode` option; None: the option's.
+    mode: Option<Mode>,
+    /// The hot-shop bucket's local-denial tag: the limiter's, with this version.
+    hot_shop_tag: Vec<u8>,
 }
 
 impl BucketsInForce {
@@ -83,15 +87,41 @@ impl BucketsInForce {
             Err(e) => (base.clone(), Some(e.to_string())),
         };
         let lane_args = LaneArgs::new(&buckets);
+        // A valid live mode holds even over buckets invalid for this limiter: the kill
+        // switch works whatever else is stored.
+        let mode = live.and_then(|l| l.mode);
+        // Local denials are kept per live version: a sibling worker (the table is shared)
+        // that has not decided since a change must not deny from entries learnt under it
+        // (in the mode it no longer is in: it would keep refusing after `set mode=shadow`
+        // for as long as the workers that know refreshed them). Its own entries from
+        // before the change end within 250 ms, then it asks Valkey and learns the change.
+        let tags = denial_tags.clone().map(|mut t| {
+            t.extend_from_slice(b" v");
+            t.extend_from_slice(&version);
+            t
+        });
         let mut in_force = Self {
             version,
             lane_args,
             global_denial_key: 0,
             hot_lane_denial_key: 0,
+            mode,
+            hot_shop_tag: Vec::new(),
         };
-        in_force.global_denial_key = in_force.hashed_denial_key(denial_tags, Lane::Global, b"");
-        in_force.hot_lane_denial_key = in_force.hashed_denial_key(denial_tags, Lane::HotLane, b"");
+        in_force.global_denial_key = in_force.hashed_denial_key(&tags, Lane::Global, b"");
+        in_force.hot_lane_denial_key = in_force.hashed_denial_key(&tags, Lane::HotLane, b"");
+        let [_, _, hot_shop_tag] = tags;
+        in_force.hot_shop_tag = hot_shop_tag;
         (in_force, error)
+    }
+
+    /// The local-denial key of `shop`'s own hot-shop bucket.
+    fn hot_shop_denial_key(&self, shop: &[u8]) -> u64 {
+        let (interval, tolerance) = self
+            .buckets()
+            .get(Lane::HotShop)
+            .map_or((0, 0), |b| (b.interval_us(), b.tolerance_us()));
+        denials::key(&self.hot_shop_tag, shop, interval, tolerance)
     }
 
     /// The local-denial key of one bucket as `shop` sees it: the global bucket and the hot
@@ -131,6 +161,9 @@ pub struct LimitsChange {
     pub new: String,
     /// The stored limits were invalid for this limiter: it keeps its constructor values.
     pub error: Option<String>,
+    /// The mode in force before and after the change (`enforce`, `shadow`).
+    pub old_mode: Mode,
+    pub mode: Mode,
 }
 
 impl Limiter {
@@ -167,7 +200,11 @@ impl Limiter {
         });
         let hot_status_tag = [endpoint, b" ", keys.hash_tag(), b":hot?"].concat();
         let auto_hot_args = AutoHotArgs::new(options.auto_hot.as_ref());
-        let settings = live::PublishedSettings::encode(&options.buckets, options.auto_hot.as_ref());
+        let settings = live::PublishedSettings::encode_in(
+            &options.buckets,
+            options.auto_hot.as_ref(),
+            options.mode,
+        );
         let live_id = live_cache::limiter_id(options.endpoint.display_url(), &options.name);
         let known = live_cache::known(live_id);
         let in_force = BucketsInForce::new(&options.buckets, &denial_tags, known.as_deref()).0;
@@ -220,10 +257,11 @@ impl Limiter {
             (l, errors) if errors.is_empty() => (l, None),
             // Unreadable: the constructor's values at this version, so that the next call
             // is not sent back again.
-            (_, errors) => (
+            (l, errors) => (
                 LiveLimits {
                     version: live::version_number(&stored.version),
                     id: stored.version.clone(),
+                    mode: l.mode,
                     ..Default::default()
                 },
                 Some(format!(
@@ -234,6 +272,8 @@ impl Limiter {
         };
         let (in_force, apply_error) = self.in_force_with(Some(&live));
         let change = LimitsChange {
+            old_mode: old.mode.unwrap_or(self.options.mode),
+            mode: in_force.mode.unwrap_or(self.options.mode),
             version: live.version,
             by: live.by.clone(),
             at_ms: live.at_ms,
@@ -251,7 +291,7 @@ impl Limiter {
         match lane {
             Lane::Global => in_force.global_denial_key,
             Lane::HotLane => in_force.hot_lane_denial_key,
-            Lane::HotShop => in_force.hashed_denial_key(&self.denial_tags, lane, shop),
+            Lane::HotShop => in_force.hot_shop_denial_key(shop),
         }
     }
 
@@ -380,6 +420,26 @@ impl Limiter {
         &self.options
     }
 
+    /// The mode in force: the live one this process knows of (`limiter set mode=...`),
+    /// else the `mode` option's.
+    pub fn mode(&self) -> Mode {
+        self.mode_in(&self.current())
+    }
+
+    fn mode_in(&self, in_force: &BucketsInForce) -> Mode {
+        in_force.mode.unwrap_or(self.options.mode)
+    }
+
+    /// `d` as the mode in force answers it: as it is when enforcing; in shadow mode let
+    /// through, saying what enforcement answered (a reservation's wait, not slept, as its
+    /// retry_after).
+    fn in_mode(&self, in_force: &BucketsInForce, d: Decision, reservation_wait_s: f64) -> Decision {
+        match self.mode_in(in_force) {
+            Mode::Enforce => d,
+            Mode::Shadow => d.into_shadow(reservation_wait_s),
+        }
+    }
+
     /// Whether `shop` is listed in the `hot_shops` option (no Valkey needed).
     pub fn is_statically_hot(&self, shop: &[u8]) -> bool {
         self.options.hot_shops.contains(shop)
@@ -463,7 +523,7 @@ impl Limiter {
             if let Some(d) =
                 self.deny_locally(&in_force, keys, tokens, static_hot, shop, max_wait_us)
             {
-                return Ok((d, notices));
+                return Ok((self.in_mode(&in_force, d, 0.0), notices));
             }
         }
         let hot_shop_key = self.keys.hot_shop(shop);
@@ -522,15 +582,20 @@ impl Limiter {
                     let mut d = Decision::from_reply(in_force.buckets(), tokens, &reply);
                     // A reservation: the tokens are the caller's once every bucket holds
                     // them. Waited from the reply's arrival, no earlier than Valkey's
-                    // `now` (read before it), so never early.
+                    // `now` (read before it), so never early. In shadow mode taken the
+                    // same, but never slept: the decision says what it would have waited.
+                    let mut unslept = 0.0;
                     if d.allowed && max_wait_us > 0 {
                         let wait_us = reservation_wait_us(in_force.buckets(), &reply);
                         if wait_us > 0 {
                             let wait = Duration::from_micros(wait_us as u64);
-                            d.waited = self.clock.sleep(wait).as_secs_f64();
+                            match self.mode_in(&in_force) {
+                                Mode::Enforce => d.waited = self.clock.sleep(wait).as_secs_f64(),
+                                Mode::Shadow => unslept = wait.as_secs_f64(),
+                            }
                         }
                     }
-                    return Ok((d, notices));
+                    return Ok((self.in_mode(&in_force, d, unslept), notices));
                 }
                 Err(e) => {
                     failure = Some(e);
@@ -545,12 +610,14 @@ impl Limiter {
         // The real back-off: after a failed connection, the time until Valkey is tried
         // again; after an error reply (Valkey answered), none: the next call asks again.
         let retry = failure.retry_in();
+        // In shadow mode `deny` is reported (wouldAllow false) and let through; `throw`
+        // still throws: the mode changes what isAllowed() answers, never the control flow.
         let d = match self.options.on_unavailable {
             OnUnavailable::Allow => Decision::unavailable(true, 0.0, static_hot),
             OnUnavailable::Deny => Decision::unavailable(false, retry.as_secs_f64(), static_hot),
             OnUnavailable::Throw => return Err(self.unavailable(failure)),
         };
-        Ok((d, notices))
+        Ok((self.in_mode(&in_force, d, 0.0), notices))
     }
 
     /// Marks `shop` hot for every worker at once until `ttl_seconds` run out.

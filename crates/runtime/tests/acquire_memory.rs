@@ -191,16 +191,22 @@ fn live_limits_changing_on_every_try_end_in_the_policy_after_three() {
 
 /// Writes live limits as `limiter set` does (hash and version), at the store's clock.
 fn set_live(s: &MemoryStore, name: &str, n: u32, global: (i64, f64)) {
+    set_live_in(s, name, n, global, None);
+}
+
+/// [`set_live`], with a live `mode` (`limiter set mode=...`) when given.
+fn set_live_in(s: &MemoryStore, name: &str, n: u32, global: (i64, f64), mode: Option<&str>) {
     let keys = Keys::new(name);
     let value = format!("{}/{}", global.0, global.1);
-    s.set_hash(
-        &keys.limits(),
-        &[
-            (b"global", value.as_bytes()),
-            (b"by", b"test"),
-            (b"at", b"0"),
-        ],
-    );
+    let mut fields: Vec<(&[u8], &[u8])> = vec![
+        (b"global", value.as_bytes()),
+        (b"by", b"test"),
+        (b"at", b"0"),
+    ];
+    if let Some(m) = mode {
+        fields.push((b"mode", m.as_bytes()));
+    }
+    s.set_hash(&keys.limits(), &fields);
     let version = format!("{n}-e{n}-{}", s.now_us());
     s.set(&keys.limits_version(), version.as_bytes());
 }
@@ -353,6 +359,8 @@ enum Op {
     Live {
         capacity: i64,
         rate: f64,
+        /// The live mode set with it (`limiter set mode=...`): None is the option's.
+        shadow: Option<bool>,
     },
     FlushAll,
     Reset,
@@ -378,6 +386,10 @@ struct Reference {
     /// Faults injected and not met yet, in order.
     pending: VecDeque<Op>,
     changes: u32,
+    /// The live mode stored (true: shadow), and the one the limiter decides in: what it
+    /// read at its last call that reached the store (a failed call reads nothing).
+    stored_shadow: bool,
+    shadow: bool,
 }
 
 /// One random operation, in about the proportions of a checkout's traffic (mostly
@@ -390,8 +402,12 @@ fn op() -> impl Strategy<Value = Op> {
         20 => prop::sample::select(vec![1, 50, 99, 100, 250, 1000]).prop_map(|ms| Op::Advance { ms }),
         5 => (shop.clone(), 1..=2i64).prop_map(|(shop, ttl_s)| Op::Mark { shop, ttl_s }),
         3 => shop.prop_map(|shop| Op::Unmark { shop }),
-        5 => (prop::sample::select(vec![6, 10, 20]), prop::sample::select(vec![1.0, 10.0, 50.0]))
-            .prop_map(|(capacity, rate)| Op::Live { capacity, rate }),
+        5 => (
+            prop::sample::select(vec![6, 10, 20]),
+            prop::sample::select(vec![1.0, 10.0, 50.0]),
+            prop::sample::select(vec![None, None, Some(true), Some(false)]),
+        )
+            .prop_map(|(capacity, rate, shadow)| Op::Live { capacity, rate, shadow }),
         3 => Just(Op::FlushAll),
         2 => Just(Op::Reset),
         4 => prop::sample::select(vec![1, 100, 1000]).prop_map(|retry_ms| Op::Timeout { retry_ms }),
@@ -423,6 +439,8 @@ fn run(name: &str, ops: &[Op]) -> Result<usize, String> {
         backoff_until: i64::MIN,
         pending: VecDeque::new(),
         changes: 0,
+        stored_shadow: false,
+        shadow: false,
     };
     let mut waited = 0;
     for (i, op) in ops.iter().enumerate() {
@@ -470,9 +488,16 @@ fn run(name: &str, ops: &[Op]) -> Result<usize, String> {
                     return fail(format!("unmarkHot ok={got}, want {want}"));
                 }
             }
-            Op::Live { capacity, rate } => {
+            Op::Live {
+                capacity,
+                rate,
+                shadow,
+            } => {
                 r.changes += 1;
-                set_live(&s, name, r.changes, (*capacity, *rate));
+                let mode = shadow.map(|s| if s { "shadow" } else { "enforce" });
+                set_live_in(&s, name, r.changes, (*capacity, *rate), mode);
+                // The limiter's option is enforce: no live mode is enforce.
+                r.stored_shadow = shadow.unwrap_or(false);
                 r.version = format!("{}-e{}-{}", r.changes, r.changes, r.now);
                 // Invalid for this limiter (a hot bucket above global): the constructor's.
                 let live = LiveLimits {
@@ -486,6 +511,7 @@ fn run(name: &str, ops: &[Op]) -> Result<usize, String> {
                 r.buckets.clear();
                 r.marks.clear();
                 r.version.clear();
+                r.stored_shadow = false;
                 r.set = r.base.clone();
             }
             Op::Reset => {
@@ -533,6 +559,23 @@ impl Reference {
     /// holds the tokens within the wait (never more than a full bucket), and the clock
     /// moves on by the wait (the limiter sleeps on the store's clock).
     fn acquire(&mut self, keys: &Keys, shop: u8, tokens: i64, max_wait_us: i64) -> Decision {
+        let d = self.enforce(keys, shop, tokens, max_wait_us);
+        if !self.shadow {
+            return d;
+        }
+        // Shadow mode: the same decision and the same buckets, let through; a
+        // reservation's wait is told, not slept.
+        let wait = d.waited;
+        if wait > 0.0 {
+            self.now -= (wait * 1e6).round() as i64;
+        }
+        let mut d = d;
+        d.waited = 0.0;
+        d.into_shadow(wait)
+    }
+
+    /// What enforcement decides (and the clock after its reservation's sleep).
+    fn enforce(&mut self, keys: &Keys, shop: u8, tokens: i64, max_wait_us: i64) -> Decision {
         if self.now < self.backoff_until {
             let left = (self.backoff_until - self.now) as f64 / 1e6;
             return Decision::unavailable(false, left, false);
@@ -545,6 +588,8 @@ impl Reference {
             Some(_) => return Decision::unavailable(false, 0.0, false),
             None => {}
         }
+        // The call reached the store: it read the live limits, mode included.
+        self.shadow = self.stored_shadow;
         let id = shop_id(shop);
         let bucket_keys = [keys.global(), keys.hot_lane(), keys.hot_shop(&id)];
         let now = self.now;
@@ -1072,4 +1117,198 @@ fn local_denials_do_not_depend_on_what_the_stores_clock_reads() {
         assert_eq!(local, asked, "skew {skew_us}");
         assert_eq!((asked.reason, asked.retry_after), (Reason::Global, 0.07));
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Shadow mode (`mode => 'shadow'`, `limiter set mode=...`): the same decisions and the same
+// buckets as enforcement, every call let through.
+
+fn shadow() -> Vec<(String, Value)> {
+    vec![("mode".into(), Value::Str(b"shadow".to_vec()))]
+}
+
+#[test]
+fn shadow_and_enforce_decide_alike_and_move_the_buckets_alike() {
+    let (se, ss) = (store(), store());
+    let enforce = limiter("same-enforce", &se, "deny", false, vec![]);
+    let shadowed = limiter("same-shadow", &ss, "deny", false, shadow());
+    assert_eq!(shadowed.mode(), checkout_guard_model::Mode::Shadow);
+    let mut denied = 0;
+    // A flood of one shop, then another, with time moving: denials included.
+    for i in 0..40 {
+        let shop: &[u8] = if i % 3 == 0 { b"b" } else { b"a" };
+        let tokens = 1 + (i % 2);
+        let e = enforce.acquire(shop, tokens).unwrap();
+        let s = shadowed.acquire(shop, tokens).unwrap();
+        assert!(
+            s.allowed && s.shadow,
+            "call {i}: shadow lets every call through"
+        );
+        assert!(!e.shadow && e.would_allow == e.allowed);
+        assert_eq!(
+            (s.would_allow, s.reason, s.retry_after, s.remaining),
+            (e.allowed, e.reason, e.retry_after, e.remaining),
+            "call {i}"
+        );
+        denied += usize::from(!e.allowed);
+        if i % 7 == 0 {
+            se.advance(Duration::from_millis(50));
+            ss.advance(Duration::from_millis(50));
+        }
+    }
+    assert!(denied > 10, "the sequence has denials: {denied}");
+    // An enforce limiter on the shadow limiter's keys sees the buckets enforcement left.
+    let after = limiter("same-shadow", &ss, "deny", false, vec![]);
+    for shop in [&b"a"[..], b"b"] {
+        let want = enforce.peek(shop, 1).unwrap();
+        let got = after.peek(shop, 1).unwrap();
+        assert_eq!((got.allowed, got.remaining), (want.allowed, want.remaining));
+        assert!(!got.shadow);
+    }
+}
+
+#[test]
+fn a_shadow_reservation_takes_its_tokens_but_never_sleeps() {
+    let s = store();
+    let mut options = shadow();
+    for lane in ["hot_lane", "hot_shop"] {
+        options.push((lane.into(), bucket(10, 10.0)));
+    }
+    let l = limiter("shadow-wait", &s, "deny", false, options);
+    assert!(l.acquire(b"shop", 10).unwrap().allowed);
+    let before = s.now_us();
+    // 5 tokens are due in 0.5 s: enforcement would take them now and sleep 0.5 s.
+    let (d, _) = l.acquire_within(b"shop", 5, 1.0).unwrap();
+    assert_eq!(s.now_us(), before, "no sleep in shadow mode");
+    assert!(d.allowed && d.would_allow && d.shadow);
+    assert_eq!(
+        (d.waited, d.retry_after),
+        (0.0, 0.5),
+        "the wait it would have slept"
+    );
+    // The tokens were taken, as enforcement takes them: 5 more are due 0.5 s later.
+    let (d, _) = l.acquire_within(b"shop", 5, 0.9).unwrap();
+    assert!(d.allowed && !d.would_allow, "{d:?}");
+    assert_eq!(d.reason, Reason::Global);
+}
+
+#[test]
+fn shadow_local_denials_spare_the_store_as_enforcements_do() {
+    let (se, ss) = (store(), store());
+    let enforce = limiter("local-enforce", &se, "deny", true, vec![]);
+    let shadowed = limiter("local-shadow", &ss, "deny", true, shadow());
+    for _ in 0..30 {
+        let e = enforce.acquire(b"shop", 1).unwrap();
+        let s = shadowed.acquire(b"shop", 1).unwrap();
+        assert!(s.allowed);
+        assert_eq!((s.would_allow, s.reason), (e.allowed, e.reason));
+    }
+    assert_eq!(ss.stats().calls, se.stats().calls);
+    assert!(ss.stats().calls < 30, "local denials answered some calls");
+}
+
+#[test]
+fn shadow_mode_lets_an_unavailable_deny_through_and_still_throws_for_throw() {
+    let s = store();
+    let l = limiter("shadow-deny", &s, "deny", false, shadow());
+    s.inject(Fault::Timeout {
+        retry_in: Duration::from_secs(1),
+    });
+    let d = l.acquire(b"shop", 1).unwrap();
+    assert!(d.allowed && !d.would_allow && d.shadow);
+    assert_eq!((d.reason, d.retry_after), (Reason::Unavailable, 1.0));
+    let s = store();
+    let l = limiter("shadow-throw", &s, "throw", false, shadow());
+    s.inject(Fault::Timeout {
+        retry_in: Duration::from_secs(1),
+    });
+    assert!(
+        l.acquire(b"shop", 1).is_err(),
+        "throw throws as enforcement does"
+    );
+    let s = store();
+    let l = limiter("shadow-allow", &s, "allow", false, shadow());
+    s.inject(Fault::ErrorReply("ERR injected".into()));
+    let d = l.acquire(b"shop", 1).unwrap();
+    assert!(d.allowed && d.would_allow && d.reason == Reason::Unavailable);
+}
+
+#[test]
+fn a_live_mode_switches_every_decision_and_default_goes_back_to_the_option() {
+    use checkout_guard_model::Mode;
+    let s = store();
+    let l = limiter("live-mode", &s, "deny", false, vec![]);
+    for _ in 0..10 {
+        assert!(l.acquire(b"shop", 1).unwrap().allowed);
+    }
+    assert!(!l.acquire(b"shop", 1).unwrap().allowed);
+    set_live_in(&s, "live-mode", 1, (10, 10.0), Some("shadow"));
+    let (d, n) = l.acquire_noticed(b"shop", 1).unwrap();
+    let change = n.limits_change.expect("the change is reported");
+    assert_eq!(
+        (change.old_mode, change.mode),
+        (Mode::Enforce, Mode::Shadow)
+    );
+    assert!(d.allowed && !d.would_allow && d.shadow && d.reason == Reason::Global);
+    assert_eq!(l.mode(), Mode::Shadow);
+    // A limiter made later in this process (the next request) knows it at once.
+    assert_eq!(
+        limiter("live-mode", &s, "deny", false, vec![]).mode(),
+        Mode::Shadow
+    );
+    // mode=default: the hash without `mode`, a new version.
+    set_live_in(&s, "live-mode", 2, (10, 10.0), None);
+    let (d, n) = l.acquire_noticed(b"shop", 1).unwrap();
+    assert_eq!(n.limits_change.unwrap().mode, Mode::Enforce);
+    assert!(!d.allowed && !d.shadow);
+    // The option's shadow stays shadow under live limits without a mode; a live
+    // `enforce` overrides it.
+    let s = store();
+    let l = limiter("live-mode-2", &s, "deny", false, shadow());
+    set_live_in(&s, "live-mode-2", 1, (10, 10.0), None);
+    assert!(l.acquire(b"shop", 1).unwrap().shadow);
+    set_live_in(&s, "live-mode-2", 2, (10, 10.0), Some("enforce"));
+    assert!(!l.acquire(b"shop", 1).unwrap().shadow);
+    // An unreadable mode written by hand is reported and leaves the option's mode.
+    set_live_in(&s, "live-mode-2", 3, (10, 10.0), Some("dry-run"));
+    let (d, n) = l.acquire_noticed(b"shop", 1).unwrap();
+    let err = n.limits_change.unwrap().error.unwrap();
+    assert!(err.contains("dry-run"), "{err}");
+    assert!(d.shadow);
+}
+
+/// The kill switch's bound for a worker in a flood: a worker that denies locally (it
+/// drained the bucket) does not ask Valkey, so it finds a live `mode=shadow` at its first
+/// call that does, within `MAX_LOCAL_DENIAL_NS` (250 ms) of the reply that taught it.
+#[test]
+fn a_live_mode_reaches_a_worker_denying_locally_within_250_ms() {
+    let s = store();
+    // A frozen refill: the bucket stays drained, only the local denial's bound ends.
+    let frozen = vec![
+        ("global".into(), bucket(10, 0.001)),
+        ("hot_lane".into(), bucket(6, 0.001)),
+        ("hot_shop".into(), bucket(4, 0.001)),
+    ];
+    let l = limiter("local-mode", &s, "deny", true, frozen);
+    for _ in 0..10 {
+        assert!(l.acquire(b"shop", 1).unwrap().allowed);
+    }
+    assert!(!l.acquire(b"shop", 1).unwrap().allowed);
+    set_live_in(&s, "local-mode", 1, (10, 0.001), Some("shadow"));
+    let calls = s.stats().calls;
+    s.advance(Duration::from_millis(249));
+    let d = l.acquire(b"shop", 1).unwrap();
+    assert!(
+        !d.allowed && !d.shadow,
+        "denied locally: the change not seen yet"
+    );
+    assert_eq!(s.stats().calls, calls);
+    s.advance(Duration::from_millis(1));
+    let d = l.acquire(b"shop", 1).unwrap();
+    assert!(d.allowed && d.shadow && !d.would_allow, "{d:?}");
+    // Shadow from then on, local denials included (they still spare the store).
+    let calls = s.stats().calls;
+    let d = l.acquire(b"shop", 1).unwrap();
+    assert!(d.allowed && d.shadow && !d.would_allow);
+    assert_eq!(s.stats().calls, calls, "a shadow local denial");
 }

@@ -171,6 +171,75 @@ fn live_limits_are_picked_up_validated_and_recorded() {
     assert_eq!(l.acquire(b"s", 1).unwrap().remaining, 46);
 }
 
+/// `limiter set mode=...`: the mode rides with the live limits (its own version), a bucket
+/// change keeps it, `mode=default` drops it and keeps the buckets; `status` shows it.
+#[test]
+fn a_live_mode_is_set_kept_over_bucket_changes_and_dropped_by_default() {
+    use checkout_guard_model::Mode;
+    let valkey = common::Valkey::start();
+    // Every decision asks Valkey (a worker denying locally finds a change within 250 ms:
+    // acquire_memory.rs, a_live_mode_reaches_a_worker_denying_locally_within_250_ms).
+    let options = limiter(&valkey.url, "mode", vec![]).options().clone();
+    let l = Limiter::new(LimiterOptions {
+        local_denials: false,
+        ..options
+    });
+    assert!(l.acquire(b"s", 1).unwrap().allowed);
+    let admin = Admin::new(&valkey.url, "mode", Duration::from_secs(2)).unwrap();
+    assert_eq!(admin.status("none", 60).unwrap().mode, Some(Mode::Enforce));
+    let done = admin
+        .set_with_mode(
+            &[(Lane::Global, Some((6, 0.001)))],
+            Some(Some(Mode::Shadow)),
+            "t",
+        )
+        .unwrap();
+    assert_eq!(done.old, "global=10000/0.001 hot_shop=5/0.001 mode=default");
+    assert_eq!(done.new, "global=6/0.001 hot_shop=5/0.001 mode=shadow");
+    // 9,999 tokens clamped to 6: six admitted, then would-be denials let through.
+    let got: Vec<_> = (0..8).map(|_| l.acquire(b"s", 1).unwrap()).collect();
+    assert!(got.iter().all(|d| d.allowed && d.shadow));
+    assert_eq!(
+        got.iter().map(|d| d.would_allow).collect::<Vec<_>>(),
+        [true, true, true, true, true, true, false, false]
+    );
+    assert_eq!(got[7].reason, Reason::Global);
+    let st = admin.status("none", 60).unwrap();
+    assert_eq!(
+        (st.mode, st.live.mode),
+        (Some(Mode::Shadow), Some(Mode::Shadow))
+    );
+    // A bucket change keeps the mode.
+    admin.set(&[(Lane::Global, Some((7, 0.001)))], "t").unwrap();
+    assert_eq!(
+        admin.status("none", 60).unwrap().live.mode,
+        Some(Mode::Shadow)
+    );
+    assert!(l.acquire(b"s", 1).unwrap().shadow);
+    // mode=default: back to the option (enforce), the live buckets stay.
+    let done = admin.set_with_mode(&[], Some(None), "t").unwrap();
+    assert_eq!(done.new, "global=7/0.001 hot_shop=5/0.001 mode=default");
+    let d = l.acquire(b"s", 1).unwrap();
+    assert!(
+        !d.allowed && !d.shadow && d.reason == Reason::Global,
+        "{d:?}"
+    );
+    let st = admin.status("none", 60).unwrap();
+    assert_eq!((st.mode, st.live.mode), (Some(Mode::Enforce), None));
+    assert_eq!(st.live.overrides[Lane::Global as usize], Some((7, 0.001)));
+    // A worker whose option is shadow publishes it: status says so without a live mode.
+    let s = limiter(
+        &valkey.url,
+        "mode-option",
+        vec![("mode".into(), Value::Str(b"shadow".to_vec()))],
+    );
+    assert!(s.acquire(b"s", 1).unwrap().shadow);
+    let admin = Admin::new(&valkey.url, "mode-option", Duration::from_secs(2)).unwrap();
+    let st = admin.status("none", 60).unwrap();
+    assert_eq!((st.mode, st.live.mode), (Some(Mode::Shadow), None));
+    assert!(st.settings.unwrap().ends_with(" mode=shadow"));
+}
+
 #[test]
 fn hot_marks_from_the_admin_side() {
     let valkey = common::Valkey::start();

@@ -83,6 +83,8 @@ final class LimiterModel
             'marks' => [],
             /** lane => [capacity, rate] */
             'live' => [],
+            /** the live mode is shadow (`limiter set mode=shadow`; the option is enforce) */
+            'shadow' => false,
             'published' => false,
             /** window number => [shop => tokens, '' => total] */
             'counts' => [],
@@ -440,6 +442,25 @@ final class LimiterModel
         }
         $this->db[$db]['live'] = $next;
         return null;
+    }
+
+    /**
+     * `limiter set mode=...`: 'shadow', 'enforce' or 'default' (the option's: enforce).
+     * The buckets are unchanged; decisions are made and taken as before, every call let
+     * through while shadow. Returns why the CLI refuses, or null.
+     */
+    public function setMode(int $db, string $mode): ?string
+    {
+        if (!$this->db[$db]['published']) {
+            return 'no settings published';
+        }
+        $this->db[$db]['shadow'] = $mode === 'shadow';
+        return null;
+    }
+
+    public function isShadow(int $db): bool
+    {
+        return $this->db[$db]['shadow'];
     }
 
     /**

@@ -102,6 +102,8 @@ final class ModelWorkers
                     'remaining' => $d->remaining(),
                     'retryAfter' => is_finite($retry) ? $retry : (string) $retry,
                     'isHotShop' => $d->isHotShop(),
+                    'wouldAllow' => $d->wouldAllow(),
+                    'isShadow' => $d->isShadow(),
                     'pid' => getmypid(),
                 ];
             case 'markHot':
@@ -283,7 +285,7 @@ final class ModelDriver
         $weights = [
             'acquire' => 775, 'markHot' => 30, 'unmarkHot' => 30, 'shortMark' => 30,
             'cliHot' => 15, 'cliUnhot' => 10, 'set' => 55, 'reset' => 30, 'flushall' => 15,
-            'restart' => 5,
+            'restart' => 5, 'mode' => 30,
         ];
         $total = array_sum($weights);
         while (count($ops) < $length) {
@@ -301,7 +303,7 @@ final class ModelDriver
             if ($kind === 'restart' && $restarted) {
                 $kind = 'acquire';
             }
-            if ($kind === 'set' && !$decided[$db]) {
+            if (($kind === 'set' || $kind === 'mode') && !$decided[$db]) {
                 $kind = 'acquire';
             }
             switch ($kind) {
@@ -345,6 +347,9 @@ final class ModelDriver
                     break;
                 case 'reset':
                     $ops[] = ['op' => 'reset', 'w' => $w, 'db' => $db];
+                    break;
+                case 'mode':
+                    $ops[] = ['op' => 'mode', 'db' => $db, 'mode' => $pick(['shadow', 'shadow', 'enforce', 'default'])];
                     break;
                 case 'flushall':
                 case 'restart':
@@ -420,6 +425,7 @@ final class ModelDriver
             'cliHot' => "cli hot$db {$op['shop']} --ttl 3600",
             'cliUnhot' => "cli unhot$db {$op['shop']}",
             'set' => "cli set$db " . implode(' ', self::setArgs($op['changes'])),
+            'mode' => "cli set$db mode={$op['mode']}",
             'flushall' => 'FLUSHALL',
             'restart' => 'restart Valkey',
             default => json_encode($op),
@@ -570,6 +576,23 @@ final class ModelDriver
                 if (isset($got['error'])) {
                     return ['sig' => 'acquire:threw', 'message' => "acquire threw {$got['error']}\n  model: " . $model->describe($db)];
                 }
+                // Shadow mode (a live `set mode=shadow`): let through, the enforcement
+                // decision in wouldAllow(); compared as enforcement's from here on.
+                $shadow = $model->isShadow($db);
+                if ($got['isShadow'] !== $shadow || ($shadow ? $got['allowed'] !== true : $got['wouldAllow'] !== $got['allowed'])) {
+                    return [
+                        'sig' => 'acquire:mode',
+                        'message' => sprintf(
+                            "mode differs: isShadow %s allowed %s wouldAllow %s, model %s\n  state before: %s",
+                            json_encode($got['isShadow']),
+                            json_encode($got['allowed']),
+                            json_encode($got['wouldAllow']),
+                            $shadow ? 'shadow' : 'enforce',
+                            $model->describe($db)
+                        ),
+                    ];
+                }
+                $got['allowed'] = $got['wouldAllow'];
                 $branches = $model->hotAmbiguous($db, $op['shop'], $ta, $tb) ? [true, false] : [null];
                 $first = null;
                 foreach ($branches as $assume) {
@@ -670,6 +693,17 @@ final class ModelDriver
                 if ($this->waitAfterSet && $why === null) {
                     $quietUntil[$db] = microtime(true) + self::QUIET_SECONDS;
                 }
+                return null;
+
+            case 'mode':
+                [$code, $out, $err] = Cli::limiter($this->url($db), $name, 'set', "mode={$op['mode']}");
+                $why = $model->setMode($db, $op['mode']);
+                if ($code !== ($why === null ? 0 : 2)) {
+                    return ['sig' => 'mode:exit', 'message' => "`limiter set mode={$op['mode']}` exit $code, model: " . ($why ?? 'valid') . ' | ' . trim($err . $out)];
+                }
+                // A worker denying locally answers in the mode it knew for up to 250 ms
+                // (docs/operations.md, "Rolling out a limit").
+                $quietUntil[$db] = microtime(true) + self::QUIET_SECONDS;
                 return null;
 
             case 'flushall':

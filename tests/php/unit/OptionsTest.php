@@ -33,6 +33,8 @@ final class OptionsTest extends LimiterTestCase
             'bad url' => [['global' => $g, 'url' => 'http://127.0.0.1'], 'url must be a redis://'],
             'timeout zero' => [['global' => $g, 'timeout_ms' => 0], 'timeout_ms must be an integer from 1 to 60000, got 0'],
             'bad policy' => [['global' => $g, 'on_unavailable' => 'open'], 'on_unavailable must be "allow", "deny" or "throw", got "open"'],
+            'bad mode' => [['global' => $g, 'mode' => 'dry-run'], 'mode must be "enforce" or "shadow", got "dry-run"'],
+            'mode not a string' => [['global' => $g, 'mode' => true], 'mode must be "enforce" or "shadow", got bool'],
         ];
     }
 
@@ -108,6 +110,41 @@ final class OptionsTest extends LimiterTestCase
         }
     }
 
+    public function testModeIsEnforceByDefaultTheIniSetsEveryLimitersAndTheOptionWins(): void
+    {
+        $g = self::bucket(1);
+        $url = 'redis://127.0.0.1:' . ValkeyProcess::freePort();
+        // health(false) sends nothing: no Valkey needed.
+        $this->assertSame('enforce', $this->limiter(['global' => $g, 'url' => $url])->health(false)['mode']);
+        $this->assertSame('shadow', $this->limiter(['global' => $g, 'url' => $url, 'mode' => 'shadow'])->health(false)['mode']);
+        $old = ini_set('checkout_guard.mode', 'shadow');
+        try {
+            $this->assertSame('shadow', $this->limiter(['global' => $g, 'url' => $url])->health(false)['mode']);
+            $this->assertSame('enforce', $this->limiter(['global' => $g, 'url' => $url, 'mode' => 'enforce'])->health(false)['mode']);
+            ini_set('checkout_guard.mode', 'Shadow');
+            try {
+                $this->limiter(['global' => $g, 'url' => $url]);
+                $this->fail('a bad checkout_guard.mode is refused');
+            } catch (ConfigurationException $e) {
+                $this->assertStringContainsString('checkout_guard.mode must be "enforce" or "shadow", got "Shadow"', $e->getMessage());
+            }
+        } finally {
+            ini_set('checkout_guard.mode', (string) $old);
+        }
+    }
+
+    public function testAShadowLimiterLetsAnUnavailableDenyThroughAndSaysSo(): void
+    {
+        $url = 'redis://127.0.0.1:' . ValkeyProcess::freePort();
+        $d = $this->limiter(['global' => self::bucket(1), 'url' => $url, 'timeout_ms' => 20, 'on_unavailable' => 'deny', 'mode' => 'shadow'])->acquire('s');
+        $this->assertSame([true, false, true, 'unavailable'], [$d->isAllowed(), $d->wouldAllow(), $d->isShadow(), $d->reason()]);
+        $d = $this->limiter(['global' => self::bucket(1), 'url' => $url, 'timeout_ms' => 20, 'on_unavailable' => 'deny'])->acquire('s');
+        $this->assertSame([false, false, false], [$d->isAllowed(), $d->wouldAllow(), $d->isShadow()]);
+        // throw still throws in shadow mode: the mode changes isAllowed(), not the control flow.
+        $this->expectException(\CheckoutGuard\UnavailableException::class);
+        $this->limiter(['global' => self::bucket(1), 'url' => $url, 'timeout_ms' => 20, 'on_unavailable' => 'throw', 'mode' => 'shadow'])->acquire('s');
+    }
+
     public function testPhpinfoShowsSettingsWithThePasswordMasked(): void
     {
         ini_set('checkout_guard.url', 'redis://app:hunter2@127.0.0.1:6379/0');
@@ -117,6 +154,8 @@ final class OptionsTest extends LimiterTestCase
         ini_restore('checkout_guard.url');
         $this->assertStringContainsString('checkout_guard.url => redis://app:***@127.0.0.1:6379/0', $info);
         $this->assertStringContainsString('checkout_guard.on_unavailable => allow', $info);
+        $this->assertStringContainsString('checkout_guard.mode => enforce', $info);
+        $this->assertMatchesRegularExpression('/mode in force => /', $info);
         $this->assertMatchesRegularExpression('/version => \d+\.\d+\.\d+/', $info);
         $this->assertStringNotContainsString('hunter2', $info);
     }

@@ -24,6 +24,8 @@ pub struct Record<'a> {
     pub shop: Option<Text<'a>>,
     pub reason: Option<Text<'a>>,
     pub allowed: Option<bool>,
+    /// A decision's `would_allow` (events since shadow mode; older files have none).
+    pub would_allow: Option<bool>,
     pub duration_raw: Option<&'a [u8]>,
     pub step: Option<Text<'a>>,
     pub channel: Option<Text<'a>>,
@@ -33,6 +35,16 @@ pub struct Record<'a> {
 }
 
 impl Record<'_> {
+    /// A `RateLimitDecision` that refused (`allowed: false`), or in shadow mode would have
+    /// (`allowed: true`, `would_allow: false`); `Some(true)` for the shadow one.
+    pub fn denial(&self) -> Option<bool> {
+        match (self.allowed, self.would_allow) {
+            (Some(true), Some(false)) => Some(true),
+            (Some(true), _) => None,
+            _ => Some(false),
+        }
+    }
+
     /// `duration.ms`, parsed on demand.
     pub fn duration_ms(&self) -> Option<f64> {
         number(self.duration_raw?)
@@ -275,6 +287,13 @@ fn fast_fields(line: &[u8]) -> Option<Record<'_>> {
                     _ => return None,
                 }
             }
+            (b"would_allow", false) => {
+                r.would_allow = match value {
+                    b"true" => Some(true),
+                    b"false" => Some(false),
+                    _ => return None,
+                }
+            }
             (b"duration.ms", false) => r.duration_raw = Some(value),
             (b"step", true) => r.step = text(),
             (b"payment.channel", true) => r.channel = text(),
@@ -285,9 +304,14 @@ fn fast_fields(line: &[u8]) -> Option<Record<'_>> {
                 | b"tag" | b"limiter",
                 false,
             )
-            | (b"timestamp" | b"http.response.status_code" | b"allowed" | b"duration.ms", true) => {
-                return None
-            }
+            | (
+                b"timestamp"
+                | b"http.response.status_code"
+                | b"allowed"
+                | b"would_allow"
+                | b"duration.ms",
+                true,
+            ) => return None,
             _ => {}
         }
         match line.get(next) {
@@ -347,6 +371,13 @@ pub fn parse_line_fully(line: &[u8]) -> Result<Record<'_>, LineError> {
                     _ => None,
                 }
             }
+            b"would_allow" if !is_str => {
+                r.would_allow = match c.skip_value()? {
+                    b"true" => Some(true),
+                    b"false" => Some(false),
+                    _ => None,
+                }
+            }
             _ => {
                 c.skip_value()?;
             }
@@ -388,6 +419,17 @@ mod tests {
             (d.allowed, d.reason.as_deref()),
             (Some(false), Some(&b"hot_shop"[..]))
         );
+        assert_eq!((d.would_allow, d.denial()), (None, Some(false)));
+        // Shadow mode: let through, would have been denied; both parsers read it.
+        for line in [
+            &br#"{"eventType":"RateLimitDecision","timestamp":5,"allowed":true,"would_allow":false,"mode":"shadow","reason":"global"}"#[..],
+            br#"{"eventType":"RateLimitDecision", "timestamp":5, "allowed":true, "would_allow":false, "mode":"shadow", "reason":"global"}"#,
+        ] {
+            let s = parse_line(line).unwrap();
+            assert_eq!((s.allowed, s.would_allow, s.denial()), (Some(true), Some(false), Some(true)));
+        }
+        let ok = parse_line(br#"{"eventType":"RateLimitDecision","timestamp":5,"allowed":true,"would_allow":true,"reason":"unavailable"}"#).unwrap();
+        assert_eq!(ok.denial(), None);
         assert_eq!(integer(b"-12"), Some(-12));
         assert_eq!(integer(b"1.7e3"), Some(1700));
         let long = br#"{"eventType":"A","url.full":"https://a-very-long-value.example/with/a/long/path?and=query","timestamp":5}"#;

@@ -109,9 +109,13 @@ impl ReportData {
                     }
                 }
             }
-            Some(b"RateLimitDecision") if r.allowed != Some(true) => {
+            Some(b"RateLimitDecision") if r.denial().is_some() => {
                 let shop = r.shop.as_ref().map_or_else(|| "?".into(), text);
-                let reason = r.reason.as_ref().map_or_else(|| "?".into(), text);
+                let mut reason: String = r.reason.as_ref().map_or_else(|| "?".into(), text);
+                // Shadow mode: would have been denied, let through (see the scan).
+                if r.denial() == Some(true) {
+                    reason.push_str(" (shadow)");
+                }
                 *self
                     .shop_denials
                     .entry(shop)

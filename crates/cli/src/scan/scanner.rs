@@ -252,13 +252,20 @@ impl Accumulator {
             report.add(&r, ts, counts);
         }
         let bucket = ts.div_euclid(self.fine_ms);
+        let denial = r.denial();
         if r.event_type.as_deref() == Some(&b"RateLimitDecision"[..])
-            && r.allowed != Some(true)
+            && denial.is_some()
             && self.filter.shop_ok(&r)
         {
             let f = self.fine.entry(bucket).or_default();
+            // A shadow decision's reason is shown as `global (shadow)`: counted apart, no
+            // buyer was refused.
+            let mut reason = r.reason.as_ref().map_or_else(|| "?".to_string(), text);
+            if denial == Some(true) {
+                reason.push_str(" (shadow)");
+            }
             let key = (
-                r.reason.as_ref().map_or_else(|| "?".to_string(), text),
+                reason,
                 r.shop.as_ref().map_or_else(|| "?".to_string(), text),
             );
             *f.denials.entry(key).or_default() += 1;
@@ -693,6 +700,12 @@ mod tests {
                 r#"{{"eventType":"RateLimitDecision","timestamp":{t},"shop.id":"x","reason":"unavailable","allowed":true}}"#
             ),
         );
+        feed(
+            &mut acc,
+            format!(
+                r#"{{"eventType":"RateLimitDecision","timestamp":{t},"shop.id":"hot","reason":"global","allowed":true,"would_allow":false,"mode":"shadow"}}"#
+            ),
+        );
         let cfg = ScanConfig {
             fine_threshold: 5.0,
             coarse_threshold: 0.0,
@@ -705,8 +718,13 @@ mod tests {
         assert_eq!(w.status.get(&429), Some(&10));
         assert_eq!(w.denials.get(&("hot_shop".into(), "hot".into())), Some(&1));
         assert_eq!(
+            w.denials.get(&("global (shadow)".into(), "hot".into())),
+            Some(&1),
+            "a shadow would-be denial, counted apart"
+        );
+        assert_eq!(
             w.denials.len(),
-            1,
+            2,
             "an allowed unavailable decision is not a denial"
         );
         let peaks = acc.peaks();

@@ -1,6 +1,6 @@
 //! The process-wide defaults of every limiter, from the INI settings (`crate::settings`).
 
-use super::{Engine, OnUnavailable, MAX_TIMEOUT_MS};
+use super::{Engine, Mode, OnUnavailable, MAX_TIMEOUT_MS};
 use crate::error::ConfigError;
 use crate::tls::TlsDefaults;
 use crate::value::quote_bytes;
@@ -17,6 +17,8 @@ pub struct Defaults {
     pub local_denials: bool,
     /// Which engine decides (`checkout_guard.engine`).
     pub engine: Engine,
+    /// Enforce or shadow (`checkout_guard.mode`).
+    pub mode: Mode,
     /// A TLS URL's settings where its `tls` option does not give them
     /// (`checkout_guard.tls.*`).
     pub tls: TlsDefaults,
@@ -30,7 +32,7 @@ impl Default for Defaults {
     /// The built-in values of the INI settings (`settings::ALL`, the one table).
     fn default() -> Self {
         use crate::settings::{
-            ENGINE, LOCAL_DENIALS, ON_UNAVAILABLE, RETRY_INTERVAL_MS, TIMEOUT_MS, URL,
+            ENGINE, LOCAL_DENIALS, MODE, ON_UNAVAILABLE, RETRY_INTERVAL_MS, TIMEOUT_MS, URL,
         };
         let builtin = Self {
             url: String::new(),
@@ -39,6 +41,7 @@ impl Default for Defaults {
             retry_interval_ms: 0,
             local_denials: false,
             engine: Engine::Auto,
+            mode: Mode::Enforce,
             tls: TlsDefaults::default(),
             sentinel_user: None,
             sentinel_password: None,
@@ -52,6 +55,7 @@ impl Default for Defaults {
             )
             .and_then(|d| d.with_local_denials(Some(LOCAL_DENIALS.default())))
             .and_then(|d| d.with_engine(Some(ENGINE.default())))
+            .and_then(|d| d.with_mode(Some(MODE.default())))
             .expect("the built-in settings are valid")
     }
 }
@@ -132,6 +136,14 @@ impl Defaults {
     pub fn with_engine(mut self, raw: Option<&str>) -> Result<Self, ConfigError> {
         if let Some(raw) = raw {
             self.engine = Engine::parse("checkout_guard.engine", raw.trim().as_bytes())?;
+        }
+        Ok(self)
+    }
+
+    /// Sets `mode` from its INI value: enforce or shadow.
+    pub fn with_mode(mut self, raw: Option<&str>) -> Result<Self, ConfigError> {
+        if let Some(raw) = raw {
+            self.mode = Mode::parse("checkout_guard.mode", raw.trim().as_bytes())?;
         }
         Ok(self)
     }

@@ -113,6 +113,37 @@ impl Engine {
     }
 }
 
+/// Whether a limiter's denials are enforced (`mode`, `checkout_guard.mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Denials are denials: `isAllowed()` is what the buckets say.
+    Enforce,
+    /// The same decision, the same buckets moved, but every call is let through:
+    /// `isAllowed()` is always true and `wouldAllow()` says what enforcement would have
+    /// answered.
+    Shadow,
+}
+
+impl Mode {
+    pub fn parse(option: &str, s: &[u8]) -> Result<Self, ConfigError> {
+        match s {
+            b"enforce" => Ok(Self::Enforce),
+            b"shadow" => Ok(Self::Shadow),
+            _ => Err(ConfigError::new(
+                option,
+                format!("must be \"enforce\" or \"shadow\", got {}", quote_bytes(s)),
+            )),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Enforce => "enforce",
+            Self::Shadow => "shadow",
+        }
+    }
+}
+
 /// A limiter's validated options.
 #[derive(Debug, Clone)]
 pub struct LimiterOptions {
@@ -129,6 +160,8 @@ pub struct LimiterOptions {
     pub auto_hot: Option<AutoHot>,
     /// Which engine decides.
     pub engine: Engine,
+    /// Enforce its denials, or only report them (shadow); live limits may override it.
+    pub mode: Mode,
 }
 
 const KNOWN: &[&str] = &[
@@ -144,6 +177,7 @@ const KNOWN: &[&str] = &[
     "engine",
     "tls",
     "sentinel",
+    "mode",
 ];
 
 impl LimiterOptions {
@@ -216,8 +250,14 @@ impl LimiterOptions {
             Some(Value::Str(s)) => Engine::parse("engine", s)?,
             Some(v) => return Err(type_error("engine", "\"auto\", \"lua\" or \"module\"", v)),
         };
+        let mode = match get("mode") {
+            None => defaults.mode,
+            Some(Value::Str(s)) => Mode::parse("mode", s)?,
+            Some(v) => return Err(type_error("mode", "\"enforce\" or \"shadow\"", v)),
+        };
         Ok(Self {
             engine,
+            mode,
             name,
             buckets,
             hot_shops,
@@ -919,5 +959,30 @@ mod tests {
         let e = d.with_local_denials(Some("sometimes")).unwrap_err();
         assert_eq!(e.option, "checkout_guard.local_denials");
         assert!(e.to_string().contains("\"sometimes\""), "{e}");
+    }
+
+    #[test]
+    fn mode_is_enforce_by_default_and_shadow_on_request() {
+        let g = || ("global", bucket_v(10, 10.0));
+        assert_eq!(parse(&[g()]).unwrap().mode, Mode::Enforce);
+        assert_eq!(
+            parse(&[g(), ("mode", "shadow".into())]).unwrap().mode,
+            Mode::Shadow
+        );
+        let e = err(&[g(), ("mode", "dry-run".into())]);
+        assert_eq!(e.option, "mode");
+        assert!(e.to_string().contains("\"dry-run\""), "{e}");
+        let e = err(&[g(), ("mode", Value::Int(1))]);
+        assert_eq!(e.option, "mode");
+        // The INI default of every limiter; the option overrides it.
+        let shadow = Defaults::default().with_mode(Some(" shadow ")).unwrap();
+        let o = LimiterOptions::from_value(&map(&[g()]), &shadow).unwrap();
+        assert_eq!(o.mode, Mode::Shadow);
+        let o =
+            LimiterOptions::from_value(&map(&[g(), ("mode", "enforce".into())]), &shadow).unwrap();
+        assert_eq!(o.mode, Mode::Enforce);
+        let e = Defaults::default().with_mode(Some("Shadow")).unwrap_err();
+        assert_eq!(e.option, "checkout_guard.mode");
+        assert!(e.to_string().contains("\"Shadow\""), "{e}");
     }
 }

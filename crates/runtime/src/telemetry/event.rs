@@ -264,7 +264,9 @@ pub fn external_call_event_owned(call: ExternalCall, caller: Vec<(Name, AttrValu
     e
 }
 
-/// The "RateLimitDecision" event for a denied or unavailable decision.
+/// The "RateLimitDecision" event for a denied or unavailable decision, and in shadow mode
+/// for one enforcement would have denied (`allowed: true`, `would_allow: false`,
+/// `mode: "shadow"`).
 pub fn decision_event(limiter: &str, shop: &[u8], d: &Decision, timestamp_ms: i64) -> Event {
     let mut e = Event::known(RATE_LIMIT_DECISION);
     e.attrs
@@ -277,6 +279,10 @@ pub fn decision_event(limiter: &str, shop: &[u8], d: &Decision, timestamp_ms: i6
         .push((Cow::Borrowed("reason"), AttrValue::str(d.reason.as_str())));
     e.attrs
         .push((Cow::Borrowed("allowed"), AttrValue::Bool(d.allowed)));
+    e.attrs
+        .push((Cow::Borrowed("would_allow"), AttrValue::Bool(d.would_allow)));
+    let mode = if d.shadow { "shadow" } else { "enforce" };
+    e.attrs.push((Cow::Borrowed("mode"), AttrValue::str(mode)));
     e.attrs.push((
         Cow::Borrowed("retry_after.s"),
         AttrValue::Float(d.retry_after),
@@ -315,10 +321,12 @@ pub fn hot_event(limiter: &str, shop: &[u8], share: f64, a: &AutoHot, timestamp_
 /// limiter and its constructor values stay).
 pub fn limits_change_event(limiter: &str, c: &LimitsChange, timestamp_ms: i64) -> Event {
     let mut e = Event::known(RATE_LIMIT_CHANGE);
-    let attrs: [(&'static str, AttrValue); 8] = [
+    let attrs: [(&'static str, AttrValue); 10] = [
         ("timestamp", AttrValue::Int(timestamp_ms)),
         ("limiter", AttrValue::str(limiter)),
         ("version", AttrValue::Int(c.version)),
+        ("old_mode", AttrValue::str(c.old_mode.as_str())),
+        ("mode", AttrValue::str(c.mode.as_str())),
         ("changed_by", AttrValue::str(&c.by)),
         ("changed_at", AttrValue::Int(c.at_ms)),
         ("old", AttrValue::str(&c.old)),
@@ -454,11 +462,20 @@ mod tests {
             remaining: 0,
             hot_shop: true,
             waited: 0.0,
+            would_allow: false,
+            shadow: false,
         };
         let e = decision_event("payments", b"shop-9", &d, 5);
         assert_eq!(e.event_type, RATE_LIMIT_DECISION);
         assert_eq!(e.get("reason"), Some(&AttrValue::str("hot_shop")));
         assert_eq!(e.get("retry_after.s"), Some(&AttrValue::Float(0.25)));
         assert_eq!(e.get("shop.id"), Some(&AttrValue::str("shop-9")));
+        assert_eq!(e.get("would_allow"), Some(&AttrValue::Bool(false)));
+        assert_eq!(e.get("mode"), Some(&AttrValue::str("enforce")));
+        let e = decision_event("payments", b"shop-9", &d.into_shadow(0.0), 5);
+        assert_eq!(e.get("allowed"), Some(&AttrValue::Bool(true)));
+        assert_eq!(e.get("would_allow"), Some(&AttrValue::Bool(false)));
+        assert_eq!(e.get("mode"), Some(&AttrValue::str("shadow")));
+        assert_eq!(e.get("reason"), Some(&AttrValue::str("hot_shop")));
     }
 }

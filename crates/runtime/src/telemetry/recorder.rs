@@ -142,7 +142,9 @@ impl State {
     /// Counts a decision; true when it is to be recorded (denied or unavailable, with
     /// telemetry on).
     pub fn count_decision(&mut self, d: &Decision) -> bool {
-        let i = match (d.reason, d.allowed) {
+        // By what enforcement decided: in shadow mode a decision it would have denied is
+        // counted (and recorded) as denied, though it was let through.
+        let i = match (d.reason, d.would_allow) {
             (Reason::Unavailable, _) => UNAVAILABLE,
             (_, true) => ALLOWED,
             _ => DENIED,
@@ -333,9 +335,11 @@ mod tests {
         let mut denied = allowed;
         denied.reason = Reason::Global;
         denied.allowed = false;
+        denied.would_allow = false;
         let mut ok = denied;
         ok.reason = Reason::Allowed;
         ok.allowed = true;
+        ok.would_allow = true;
         assert!(!s.count_decision(&ok));
         assert!(s.count_decision(&denied));
         assert!(
@@ -343,6 +347,10 @@ mod tests {
             "unavailable is recorded, even when allowed"
         );
         assert_eq!(s.stats().decisions, [1, 1, 1]);
+        // Shadow mode: let through, counted and recorded as enforcement decided.
+        assert!(s.count_decision(&denied.into_shadow(0.0)));
+        assert!(!s.count_decision(&ok.into_shadow(0.0)));
+        assert_eq!(s.stats().decisions, [2, 2, 1]);
     }
 
     #[test]
