@@ -45,7 +45,14 @@ impl LineSink for Accumulator {
 
 /// Every line of one file (or `-`, stdin; gzip detected) to `sink`, in order: how many.
 pub fn feed_path<S: LineSink>(path: &str, sink: &mut S) -> io::Result<u64> {
-    feed(open(path)?, path, sink, None)
+    let named = |e: io::Error| {
+        if e.to_string().starts_with(path) {
+            e
+        } else {
+            io::Error::new(e.kind(), format!("{path}: {e}"))
+        }
+    };
+    feed(open(path).map_err(named)?, path, sink, None).map_err(named)
 }
 
 /// Feeds every line of every file to the accumulator. A large plain file is split at line

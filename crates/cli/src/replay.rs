@@ -12,11 +12,19 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 
+use checkout_guard_model::bucket::MAX_STORED_NUMBER;
 use checkout_guard_model::live::parse_bucket;
 use checkout_guard_model::step::{auto_hot_window, StoredState, WindowCounts};
 use checkout_guard_model::{
     reservation_wait_us, step_auto_hot, AutoHot, BucketSet, BucketSpec, Lane, StoredBucket, Value,
 };
+
+/// Whether `ts_ms` is an instant the model decides at: from the Unix epoch to 2^53 - 1 µs
+/// (the year 2255, [`MAX_STORED_NUMBER`]), as Valkey's clock gives them. Anything else
+/// (a negative or absurd timestamp in a file) is skipped by [`Sim::attempt`].
+pub fn timestamp_in_range(ts_ms: i64) -> bool {
+    (0..=MAX_STORED_NUMBER / 1000).contains(&ts_ms)
+}
 
 /// A recorded attempt: when (Unix ms) and for which shop.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -230,9 +238,13 @@ impl Sim {
         *at = w;
     }
 
-    /// Decides one attempt (one token) at `ts_ms` for `shop`.
-    pub fn attempt(&mut self, ts_ms: i64, shop: &[u8]) {
-        let now = ts_ms.saturating_mul(1000);
+    /// Decides one attempt (one token) at `ts_ms` for `shop`; an instant out of
+    /// [`timestamp_in_range`] is not decided (false).
+    pub fn attempt(&mut self, ts_ms: i64, shop: &[u8]) -> bool {
+        if !timestamp_in_range(ts_ms) {
+            return false;
+        }
+        let now = ts_ms * 1000;
         let static_hot = self.common.hot_shops.contains(shop);
         let st = match self.shops.get_mut(shop) {
             Some(s) => s,
@@ -310,7 +322,7 @@ impl Sim {
         };
         if !admitted {
             sec.denied += 1;
-            return;
+            return true;
         }
         st.counts.admitted += 1;
         self.total.admitted += 1;
@@ -341,6 +353,7 @@ impl Sim {
                 self.provider = next.buckets[0];
             }
         }
+        true
     }
 
     /// Each shop's counts, most attempts first (then by ID).

@@ -8,7 +8,8 @@ use std::fmt::Write as _;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use checkout_guard_cli::replay::{
-    parse_auto_hot, parse_limits, parse_provider, Attempt, Common, Merge, Scenario, Sim,
+    parse_auto_hot, parse_limits, parse_provider, timestamp_in_range, Attempt, Common, Merge,
+    Scenario, Sim,
 };
 use checkout_guard_cli::scan::{
     parse_line, Accumulator, Filter, ScanConfig, Window, DISORDER_TOLERANCE_MS,
@@ -89,6 +90,8 @@ struct Source<'a> {
     batch: Vec<Attempt>,
     tx: SyncSender<Vec<Attempt>>,
     limiters: BTreeSet<String>,
+    /// Attempts whose timestamp no clock gives (see `timestamp_in_range`): skipped.
+    out_of_range: u64,
 }
 
 impl LineSink for Source<'_> {
@@ -117,7 +120,9 @@ impl LineSink for Source<'_> {
             }
             _ => false,
         };
-        if attempt {
+        if attempt && !timestamp_in_range(ts) {
+            self.out_of_range += 1;
+        } else if attempt {
             self.batch.push(Attempt {
                 ts_ms: ts,
                 shop: r.shop.as_deref().unwrap_or(b"").to_vec(),
@@ -137,6 +142,7 @@ struct Read {
     acc: Accumulator,
     limiters: BTreeSet<String>,
     late: u64,
+    out_of_range: u64,
 }
 
 /// Reads every file at once and feeds their attempts, in time order, to every scenario.
@@ -166,12 +172,13 @@ fn read(args: &ReplayArgs, sims: &mut [Sim]) -> Result<Read, String> {
                     batch: Vec::new(),
                     tx,
                     limiters: BTreeSet::new(),
+                    out_of_range: 0,
                 };
                 let res = feed_path(path, &mut s);
                 if !s.batch.is_empty() {
                     let _ = s.tx.send(std::mem::take(&mut s.batch));
                 }
-                res.map(|_| (s.acc, s.limiters))
+                res.map(|_| (s.acc, s.limiters, s.out_of_range))
             }));
         }
         // The k-way merge: read from the source that is furthest behind; release what no
@@ -209,12 +216,14 @@ fn read(args: &ReplayArgs, sims: &mut [Sim]) -> Result<Read, String> {
         });
         let mut acc: Option<Accumulator> = None;
         let mut limiters = BTreeSet::new();
+        let mut out_of_range = 0;
         for h in handles {
-            let (a, l) = h
+            let (a, l, o) = h
                 .join()
                 .map_err(|_| "a file's reader failed".to_string())?
                 .map_err(|e| e.to_string())?;
             limiters.extend(l);
+            out_of_range += o;
             match &mut acc {
                 Some(all) => all.merge(a, 0),
                 None => acc = Some(a),
@@ -224,6 +233,7 @@ fn read(args: &ReplayArgs, sims: &mut [Sim]) -> Result<Read, String> {
             acc: acc.expect("at least one file"),
             limiters,
             late: merge.late,
+            out_of_range,
         })
     })
 }
@@ -291,15 +301,16 @@ pub fn run(args: ReplayArgs) -> Result<(), String> {
     }
     let windows = read.acc.scan(&cfg).windows;
     let provider = args.provider.as_deref().map(parse_provider).transpose()?;
-    if let Some(path) = &args.output {
-        let page = html(&args, &sims, &windows, provider.as_ref());
-        std::fs::write(path, page).map_err(|e| format!("{path}: {e}"))?;
-        eprintln!("checkout-guard: wrote {path}");
-    }
+    // The answer first: an --output that cannot be written loses nothing of it.
     if args.json {
         println!("{}", to_json(&args, &sims, &read, &windows));
     } else {
         print!("{}", text(&args, &sims, &read, &windows));
+    }
+    if let Some(path) = &args.output {
+        let page = html(&args, &sims, &windows, provider.as_ref());
+        std::fs::write(path, page).map_err(|e| format!("--output {path}: {e}"))?;
+        eprintln!("checkout-guard: wrote {path}");
     }
     Ok(())
 }
@@ -377,6 +388,7 @@ fn to_json(args: &ReplayArgs, sims: &[Sim], read: &Read, windows: &[Window]) -> 
             "malformed": read.acc.malformed,
             "missing_timestamp": read.acc.missing_timestamp,
             "late": read.late,
+            "out_of_range": read.out_of_range,
             "bad_lines": read.acc.bad_lines.iter().map(|b| json!({
                 "file": b.source, "line": b.line, "what": b.what,
             })).collect::<Vec<_>>(),
@@ -410,6 +422,13 @@ fn text(args: &ReplayArgs, sims: &[Sim], read: &Read, windows: &[Window]) -> Str
         for b in &read.acc.bad_lines {
             let _ = writeln!(o, "  {}:{}: {}", b.source, b.line, b.what);
         }
+    }
+    if read.out_of_range > 0 {
+        let _ = writeln!(
+            o,
+            "{} attempt(s) with a timestamp out of range (before 1970 or after 2255), skipped",
+            read.out_of_range
+        );
     }
     if read.late > 0 {
         let _ = writeln!(

@@ -925,3 +925,75 @@ fn replay_memory_does_not_grow_with_the_events() {
     eprintln!("replay max RSS: {small} kB for 36,000 events, {large} kB for 360,000");
     assert!(large < small * 3 / 2 + 4096, "{small} kB -> {large} kB");
 }
+
+/// A timestamp no clock gives (negative, or past 2^53 µs: the year 2255) is skipped and
+/// counted, never decided (it overflowed the model's arithmetic: a panic).
+#[test]
+fn replay_skips_and_counts_timestamps_out_of_range() {
+    let mut lines = sale();
+    lines.push(
+        r#"{"eventType":"ExternalApiCall","timestamp":1e30,"api":"payment","shop.id":"a"}"#.into(),
+    );
+    lines.push(
+        r#"{"eventType":"ExternalApiCall","timestamp":-5,"api":"payment","shop.id":"a"}"#.into(),
+    );
+    lines.push(r#"{"eventType":"ExternalApiCall","timestamp":9007199254741,"api":"payment","shop.id":"a"}"#.into());
+    let f = temp("range.jsonl", (lines.join("\n") + "\n").as_bytes());
+    let j = replay_json(
+        &[
+            "replay",
+            &f,
+            "--api",
+            "payment",
+            "--limits",
+            "global=50/50",
+            "--provider",
+            "5/5",
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(j["input"]["attempts"], 1040, "{j}");
+    assert_eq!(j["input"]["out_of_range"], 3, "{j}");
+    let (code, out, err) = run(
+        &["replay", &f, "--api", "payment", "--limits", "global=50/50"],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("3 attempt(s) with a timestamp out of range"),
+        "{out}"
+    );
+}
+
+/// An --output that cannot be written still prints the answer (and exits 2 naming it);
+/// a file that cannot be read is named.
+#[test]
+fn replay_loses_nothing_to_an_unwritable_output_and_names_an_unreadable_file() {
+    let f = temp("out.jsonl", (sale().join("\n") + "\n").as_bytes());
+    let (code, out, err) = run(
+        &[
+            "replay",
+            &f,
+            "--api",
+            "payment",
+            "--limits",
+            "global=50/50",
+            "--json",
+            "--output",
+            "/nonexistent/x.html",
+        ],
+        None,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--output /nonexistent/x.html"), "{err}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(j["totals"]["attempts"], 1040);
+    let dir = std::env::temp_dir();
+    let (code, _, err) = run(
+        &["replay", &f, dir.to_str().unwrap(), "--api", "payment"],
+        None,
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains(dir.to_str().unwrap()), "{err}");
+}
