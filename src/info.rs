@@ -19,18 +19,31 @@ pub fn note_unverified(url: &str) {
     }
 }
 
-/// The mode in force of each limiter (by name) this process has made, as it last saw it
-/// (set when made and when it picked up live limits), for `phpinfo()`.
-static MODES: std::sync::Mutex<Vec<(String, &'static str)>> = std::sync::Mutex::new(Vec::new());
+/// The mode in force of the limiters (by name) this process made most recently, as it last
+/// saw each (set when made and when it picked up live limits), for `phpinfo()`; and how
+/// many older ones no longer fit.
+static MODES: std::sync::Mutex<(Vec<(String, &'static str)>, u64)> =
+    std::sync::Mutex::new((Vec::new(), 0));
 
-/// Records the mode in force of limiter `name` (at most 64 limiters are shown).
+/// How many limiters `phpinfo()` lists.
+const MODES_SHOWN: usize = 64;
+
+/// Records the mode in force of limiter `name`: the newest 64 limiters are shown, the
+/// oldest dropped (a long-lived process, a test suite, makes many; the one just made or
+/// switched is the one asked about).
 pub fn note_mode(name: &str, mode: checkout_guard_model::Mode) {
-    let mut modes = MODES.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(m) = modes.iter_mut().find(|(n, _)| n == name) {
-        m.1 = mode.as_str();
-    } else if modes.len() < 64 {
-        modes.push((name.to_string(), mode.as_str()));
+    let mut guard = MODES.lock().unwrap_or_else(|e| e.into_inner());
+    let (modes, dropped) = &mut *guard;
+    if let Some(i) = modes.iter().position(|(n, _)| n == name) {
+        let (n, _) = modes.remove(i);
+        modes.push((n, mode.as_str()));
+        return;
     }
+    if modes.len() >= MODES_SHOWN {
+        modes.remove(0);
+        *dropped += 1;
+    }
+    modes.push((name.to_string(), mode.as_str()));
 }
 
 pub extern "C" fn php_info(_module: *mut ModuleEntry) {
@@ -68,10 +81,16 @@ pub extern "C" fn php_info(_module: *mut ModuleEntry) {
         let modes = MODES
             .lock()
             .map(|m| {
-                m.iter()
-                    .map(|(n, mode)| format!("{n}: {mode}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                let mut text =
+                    m.0.iter()
+                        .rev()
+                        .map(|(n, mode)| format!("{n}: {mode}"))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                if m.1 > 0 {
+                    text.push_str(&format!(" (newest first; {} older not shown)", m.1));
+                }
+                text
             })
             .unwrap_or_default();
         let modes = if modes.is_empty() {

@@ -284,6 +284,14 @@ fn scenarios(args: &ReplayArgs) -> Result<Vec<Sim>, String> {
 }
 
 pub fn run(args: ReplayArgs) -> Result<(), String> {
+    // One reader per file, all at once: a file given twice would count twice, and `-`
+    // twice would have two readers wait on one stdin (a hang).
+    let mut seen = HashSet::new();
+    for f in &args.files {
+        if !seen.insert(f.as_str()) {
+            return Err(format!("{f:?} is given twice: each file is read once"));
+        }
+    }
     let cfg = ScanConfig {
         fine_threshold: args.fine_threshold,
         ..ScanConfig::default()

@@ -997,3 +997,41 @@ fn replay_loses_nothing_to_an_unwritable_output_and_names_an_unreadable_file() {
     assert_eq!(code, 2);
     assert!(err.contains(dir.to_str().unwrap()), "{err}");
 }
+
+/// A file (or `-`) given twice is refused naming it: it would count twice, and two
+/// readers of one stdin hung the merge. A timestamp of i64::MIN overflowed the scan's
+/// disorder check (a panic in scan and replay alike).
+#[test]
+fn replay_refuses_a_file_given_twice_and_survives_the_extreme_timestamps() {
+    let f = temp("twice.jsonl", (sale().join("\n") + "\n").as_bytes());
+    for files in [vec![f.as_str(), f.as_str()], vec!["-", "-"]] {
+        let mut a = vec!["replay"];
+        a.extend(files.iter().copied());
+        a.extend(["--api", "payment", "--limits", "global=5/5"]);
+        let (code, _, err) = run(&a, Some(b""));
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("given twice"), "{err}");
+    }
+    let lines = format!(
+        "{}\n{}\n{}\n",
+        call(DAY, "a"),
+        r#"{"eventType":"ExternalApiCall","timestamp":-9223372036854775808,"api":"payment","shop.id":"a"}"#,
+        r#"{"eventType":"ExternalApiCall","timestamp":9223372036854775807,"api":"payment","shop.id":"a"}"#
+    );
+    let j = replay_json(
+        &[
+            "replay",
+            "-",
+            "--api",
+            "payment",
+            "--limits",
+            "global=5/5",
+            "--json",
+        ],
+        Some(lines.as_bytes()),
+    );
+    assert_eq!(j["input"]["attempts"], 1, "{j}");
+    assert_eq!(j["input"]["out_of_range"], 2, "{j}");
+    let (code, _, err) = run(&["scan", "-", "--json"], Some(lines.as_bytes()));
+    assert_eq!(code, 0, "{err}");
+}

@@ -129,6 +129,25 @@ final class ShadowModeTest extends LimiterTestCase
         $this->assertGreaterThan(1.0, $next->retryAfter());
     }
 
+    /**
+     * phpinfo() lists the newest limiters: in a process that made more than it shows (a
+     * long-lived worker, this suite), the one just made or switched is there (it was
+     * missing once 64 had been made).
+     */
+    public function testPhpinfoShowsTheNewestLimitersModeWhenManyWereMade(): void
+    {
+        for ($i = 0; $i < 70; $i++) {
+            $this->named(self::uniqueName('many'));
+        }
+        $last = self::uniqueName('last');
+        $this->limiter(['name' => $last, 'global' => self::bucket(2, 1.0), 'mode' => 'shadow']);
+        ob_start();
+        phpinfo(INFO_MODULES);
+        $info = (string) ob_get_clean();
+        $this->assertStringContainsString("mode in force => $last: shadow", $info);
+        $this->assertMatchesRegularExpression('/\\(newest first; \\d+ older not shown\\)/', $info);
+    }
+
     public function testTheLiveSwitchTurnsAnEnforcingLimitersDenialsIntoShadowOnesAndBack(): void
     {
         // Every call to Valkey: a worker denying locally (the flood fast path) finds the

@@ -235,7 +235,7 @@ impl Accumulator {
         }
         if self
             .last_ts
-            .is_some_and(|last| ts < last - DISORDER_TOLERANCE_MS)
+            .is_some_and(|last| ts < last.saturating_sub(DISORDER_TOLERANCE_MS))
         {
             // Counted where it belongs; reported so nobody mistakes a merge of files or a
             // clock step for a gap.
