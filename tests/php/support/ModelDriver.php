@@ -696,7 +696,7 @@ final class ModelDriver
                 return null;
 
             case 'mode':
-                [$code, $out, $err] = Cli::limiter($this->url($db), $name, 'set', "mode={$op['mode']}");
+                [$code, $out, $err] = $this->cli($db, $name, 'set', "mode={$op['mode']}");
                 $why = $model->setMode($db, $op['mode']);
                 if ($code !== ($why === null ? 0 : 2)) {
                     return ['sig' => 'mode:exit', 'message' => "`limiter set mode={$op['mode']}` exit $code, model: " . ($why ?? 'valid') . ' | ' . trim($err . $out)];
