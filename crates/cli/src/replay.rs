@@ -367,6 +367,16 @@ impl Sim {
         v
     }
 
+    /// `shop`'s counts (None: no attempt of it was replayed).
+    pub fn shop(&self, shop: &[u8]) -> Option<&Counts> {
+        self.shops.get(shop).map(|s| &s.counts)
+    }
+
+    /// The provider's limit this replay put after the limiter, if any.
+    pub fn provider(&self) -> Option<&BucketSpec> {
+        self.common.provider.as_ref()
+    }
+
     /// Whether `shop` was hot at any time: listed, or marked by `auto_hot`.
     pub fn was_hot(&self, shop: &[u8]) -> bool {
         self.common.hot_shops.contains(shop) || self.marked.contains(shop)

@@ -308,7 +308,6 @@ pub fn run(args: ReplayArgs) -> Result<(), String> {
         ));
     }
     let windows = read.acc.scan(&cfg).windows;
-    let provider = args.provider.as_deref().map(parse_provider).transpose()?;
     // The answer first: an --output that cannot be written loses nothing of it.
     if args.json {
         println!("{}", to_json(&args, &sims, &read, &windows));
@@ -316,7 +315,7 @@ pub fn run(args: ReplayArgs) -> Result<(), String> {
         print!("{}", text(&args, &sims, &read, &windows));
     }
     if let Some(path) = &args.output {
-        let page = html(&args, &sims, &windows, provider.as_ref());
+        let page = html(&args, &sims, &windows, sims[0].provider());
         std::fs::write(path, page).map_err(|e| format!("--output {path}: {e}"))?;
         eprintln!("checkout-guard: wrote {path}");
     }
@@ -536,12 +535,7 @@ fn text(args: &ReplayArgs, sims: &[Sim], read: &Read, windows: &[Window]) -> Str
     for (id, _) in sims[0].shops().into_iter().take(args.top) {
         let mut line = format!("{:<24}", shop_id::escape(id));
         for s in sims {
-            let c = s
-                .shops()
-                .into_iter()
-                .find(|(k, _)| *k == id)
-                .map(|(_, c)| c.clone())
-                .unwrap_or_default();
+            let c = s.shop(id).cloned().unwrap_or_default();
             let _ = write!(
                 line,
                 "  {:>6} {:>6} {:>4}/{}/{}{}{}",
