@@ -78,7 +78,7 @@ namespace CheckoutGuard {
     class RateLimiter {
         /**
          * Options: name, global, hot_lane, hot_shop, hot_shops, url, timeout_ms, on_unavailable,
-         * auto_hot, engine, tls, sentinel, mode (see the README). Unknown keys and bad values throw ConfigurationException.
+         * auto_hot, engine, tls, sentinel, mode, adaptive (see the README). Unknown keys and bad values throw ConfigurationException.
          *
          * @param array $options
          */

@@ -388,7 +388,9 @@ fn encoded_calls(
     tokens: i64,
     shops: &[OsString],
 ) -> Result<String, String> {
-    use checkout_guard_model::call::{decide_source, AutoHotArgs, DecideCall, LaneArgs, ShopKeys};
+    use checkout_guard_model::call::{
+        decide_source, AdaptArgs, AutoHotArgs, DecideCall, LaneArgs, ShopKeys,
+    };
     use checkout_guard_model::options::validate_name;
     use checkout_guard_model::{bucket_value, buckets_from_value, Keys, Value};
 
@@ -397,6 +399,7 @@ fn encoded_calls(
     let set = buckets_from_value(&Value::Map(vec![("global".into(), bucket_value(c, r))]))
         .map_err(|e| e.to_string())?;
     let (lanes, auto) = (LaneArgs::new(&set), AutoHotArgs::new(None));
+    let off = AdaptArgs::off();
     let settings = live::describe(&set);
     let keys = Keys::new(name);
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
@@ -417,6 +420,7 @@ fn encoded_calls(
                 version: b"",
                 shop,
                 auto_hot: &auto,
+                adapt: &off,
                 settings: &settings,
                 peek: false,
                 max_wait_us: 0,

@@ -265,6 +265,7 @@ impl Sim {
                         .filter(|&u| u > now)
                         .map(|u| (u - now) / 1000),
                     windows: Default::default(),
+                    adapt: None,
                 };
                 if let Some(a) = auto {
                     let w = auto_hot_window(now, a.window.as_micros() as i64);

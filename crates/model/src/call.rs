@@ -45,6 +45,7 @@
 
 use std::borrow::Cow;
 
+use crate::adaptive::{AdaptParams, FeedbackOutcome};
 use crate::bucket::{BucketSet, Lane};
 use crate::contract::{self, decide};
 use crate::keys::Keys;
@@ -87,6 +88,42 @@ pub struct DecideKeys<'a> {
     pub limits_version: &'a [u8],
     pub auto_hot_prefix: &'a [u8],
     pub settings: &'a [u8],
+    /// The adaptive budget's state ([`Keys::adapt`]).
+    pub adapt: &'a [u8],
+}
+
+/// The `adaptive` option as the decision takes it: the floor (permille, "0" = off) and
+/// the recovery time (µs), formatted once per limiter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdaptArgs {
+    params: Option<AdaptParams>,
+    text: [String; 2],
+}
+
+impl AdaptArgs {
+    pub fn new(params: Option<&AdaptParams>) -> Self {
+        let text = match params {
+            Some(p) => [p.floor_permille.to_string(), p.recover_us.to_string()],
+            None => ["0".into(), "0".into()],
+        };
+        Self {
+            params: params.copied(),
+            text,
+        }
+    }
+
+    /// Off: the state is not read.
+    pub fn off() -> Self {
+        Self::new(None)
+    }
+
+    pub fn params(&self) -> Option<&AdaptParams> {
+        self.params.as_ref()
+    }
+
+    pub fn text(&self) -> &[String; 2] {
+        &self.text
+    }
 }
 
 /// The buckets of a call, as the script takes them: the typed set, and its ARGV
@@ -169,6 +206,7 @@ pub struct ShopKeys {
     limits_version: Vec<u8>,
     auto_hot_prefix: Vec<u8>,
     settings: Vec<u8>,
+    adapt: Vec<u8>,
 }
 
 impl ShopKeys {
@@ -181,6 +219,7 @@ impl ShopKeys {
             limits_version: keys.limits_version(),
             auto_hot_prefix: keys.auto_hot_prefix(),
             settings: keys.settings(),
+            adapt: keys.adapt(),
         }
     }
 
@@ -193,6 +232,7 @@ impl ShopKeys {
             limits_version: &self.limits_version,
             auto_hot_prefix: &self.auto_hot_prefix,
             settings: &self.settings,
+            adapt: &self.adapt,
         }
     }
 }
@@ -218,6 +258,8 @@ pub struct DecideCall<'a> {
     /// A reservation (`acquire(..., maxWaitSeconds)`), in µs: tokens that every bucket
     /// holds within this time are taken now; 0: only tokens held now.
     pub max_wait_us: i64,
+    /// The `adaptive` option ([`AdaptArgs::off`]: off).
+    pub adapt: &'a AdaptArgs,
 }
 
 /// What the decision script answered.
@@ -248,6 +290,7 @@ impl DecideCall<'_> {
         out[LIMITS_VERSION] = k.limits_version;
         out[AUTO_HOT_PREFIX] = k.auto_hot_prefix;
         out[SETTINGS] = k.settings;
+        out[ADAPT] = k.adapt;
         out
     }
 
@@ -280,6 +323,9 @@ impl DecideCall<'_> {
             0 => Cow::Borrowed(&b"0"[..]),
             us => Cow::Owned(us.to_string().into_bytes()),
         };
+        let [floor, recover] = self.adapt.text();
+        out[ADAPT_FLOOR] = Cow::Borrowed(floor.as_bytes());
+        out[ADAPT_RECOVER] = Cow::Borrowed(recover.as_bytes());
         out.into_iter()
     }
 
@@ -406,6 +452,59 @@ pub fn hot_scan_source() -> String {
 
 const HOT_SCAN: &str = include_str!("scripts/hot_scan.lua");
 
+const FEEDBACK: &str = include_str!("scripts/feedback.lua");
+
+/// A throttling answer of the provider, atomically on Valkey's clock: the Lua twin of
+/// [`crate::adaptive::feedback`]. KEYS and ARGV: [`contract::feedback`]. Reply:
+/// `{decreased, from, to, paused, pause_until, now}` ([`FeedbackOutcome::to_ints`]).
+pub fn feedback_source() -> String {
+    let prelude = contract::prelude(contract::feedback::keys::ALL, contract::feedback::args::ALL);
+    format!("{SHEBANG}{prelude}{CLOCK_BLOCK}{FEEDBACK}")
+}
+
+/// [`feedback_source`] on the test clock (the argument after the call's, µs).
+pub fn feedback_source_with_test_clock() -> String {
+    let prelude = contract::prelude(contract::feedback::keys::ALL, contract::feedback::args::ALL);
+    let clock = format!(
+        "local now = tonumber(ARGV[{}])\nlocal slack_ms = {}\n",
+        contract::feedback::TEST_NOW_ARG + 1,
+        decide::TEST_KEY_SLACK_MS
+    );
+    format!("{SHEBANG}{prelude}{clock}{FEEDBACK}")
+}
+
+/// One call of the feedback script, by name: the one encoder of its KEYS and ARGV.
+#[derive(Debug, Clone, Copy)]
+pub struct FeedbackCall<'a> {
+    pub adapt_key: &'a [u8],
+    pub decrease: f64,
+    pub params: AdaptParams,
+    /// The provider's `Retry-After`, µs (0: none).
+    pub retry_after_us: i64,
+}
+
+impl FeedbackCall<'_> {
+    pub fn keys(&self) -> [&[u8]; contract::feedback::keys::LEN] {
+        [self.adapt_key]
+    }
+
+    pub fn args(&self) -> [String; contract::feedback::args::LEN] {
+        use contract::feedback::args::*;
+        let mut out: [String; contract::feedback::args::LEN] = Default::default();
+        out[DECREASE] = self.decrease.to_string();
+        out[FLOOR] = self.params.floor_permille.to_string();
+        out[RECOVER] = self.params.recover_us.to_string();
+        out[RETRY_AFTER] = self.retry_after_us.max(0).to_string();
+        out
+    }
+
+    /// The script's reply.
+    pub fn decode_reply(ints: &[i64]) -> Result<FeedbackOutcome, String> {
+        FeedbackOutcome::from_ints(ints)
+            .ok_or_else(|| format!("unexpected feedback reply {ints:?}"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -494,6 +593,7 @@ mod tests {
         let keys = ShopKeys::new(&Keys::new("n"), b"s");
         let (lanes, auto) = (LaneArgs::new(&set), AutoHotArgs::new(None));
         let call = DecideCall {
+            adapt: &crate::call::AdaptArgs::off(),
             keys: keys.decide_keys(),
             tokens: 3,
             static_hot: true,

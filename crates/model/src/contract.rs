@@ -88,6 +88,9 @@ pub mod decide {
             AUTO_HOT_PREFIX = "window_prefix",
             /// The published settings.
             SETTINGS = "settings_key",
+            /// The adaptive budget's state ([`crate::adaptive`]; read only when
+            /// `ADAPT_FLOOR` is not "0").
+            ADAPT = "adapt_key",
         }
     }
 
@@ -120,6 +123,11 @@ pub mod decide {
             PEEK = "peek",
             /// A reservation's longest wait, µs ("0": none).
             MAX_WAIT = "max_wait_us",
+            /// The `adaptive` floor, permille ("0": the option is off, the state not
+            /// read).
+            ADAPT_FLOOR = "adapt_floor",
+            /// The `adaptive` recovery time, µs.
+            ADAPT_RECOVER = "adapt_recover_us",
         }
     }
 
@@ -172,6 +180,33 @@ pub mod carry_step {
             LANES[6] = "lane_args",
         }
     }
+}
+
+/// A throttling answer of the provider ([`crate::call::feedback_source`], the Lua twin of
+/// [`crate::adaptive::feedback`]).
+pub mod feedback {
+    inputs! {
+        /// KEYS.
+        pub mod keys {
+            /// The adaptive budget's state.
+            ADAPT = "adapt_key",
+        }
+    }
+    inputs! {
+        /// ARGV.
+        pub mod args {
+            /// The factor applied on a decrease (0 < x < 1).
+            DECREASE = "decrease",
+            /// The floor, permille (1000: never decreased).
+            FLOOR = "floor",
+            /// The recovery time from the floor, µs.
+            RECOVER = "recover_us",
+            /// The provider's `Retry-After`, µs ("0": none).
+            RETRY_AFTER = "retry_after_us",
+        }
+    }
+    /// As the decision's: the test clock's argument, after the call's.
+    pub const TEST_NOW_ARG: usize = args::LEN;
 }
 
 /// A write of new live limits ([`crate::call::set_limits_source`]).
@@ -334,14 +369,18 @@ pub(crate) mod tests {
     #[test]
     fn positions_follow_from_the_order_and_widths() {
         use decide::{args, keys};
-        assert_eq!((keys::LEN, args::LEN), (7, 17));
+        assert_eq!((keys::LEN, args::LEN), (8, 19));
         assert_eq!(
             [keys::BUCKETS, keys::HOT_FLAG, keys::SETTINGS],
             [0, 3, 6],
             "the buckets take three positions"
         );
         assert_eq!((args::LANES, args::VERSION, args::SHOP), (2, 8, 9));
-        assert_eq!((args::MAX_WAIT, decide::TEST_NOW_ARG), (16, 17));
+        assert_eq!((args::MAX_WAIT, decide::TEST_NOW_ARG), (16, 19));
+        assert_eq!(
+            (keys::ADAPT, args::ADAPT_FLOOR, args::ADAPT_RECOVER),
+            (7, 17, 18)
+        );
         assert_eq!(decide::bucket_key(Lane::HotShop), 2);
         assert_eq!(
             Lane::ALL.map(|l| (decide::interval_arg(l), decide::tolerance_arg(l))),
@@ -362,7 +401,7 @@ pub(crate) mod tests {
         let p = prelude(decide::keys::ALL, decide::args::ALL);
         assert!(p.starts_with("local bucket_keys = 0\nlocal hot_flag_key = KEYS[4]\n"));
         assert!(p.contains("local lane_args = 2\nlocal version = ARGV[9]\nlocal shop = ARGV[10]\n"));
-        assert!(p.ends_with("local max_wait_us = ARGV[17]\n"));
+        assert!(p.ends_with("local max_wait_us = ARGV[17]\nlocal adapt_floor = ARGV[18]\nlocal adapt_recover_us = ARGV[19]\n"));
     }
 
     #[test]

@@ -14,6 +14,9 @@ pub enum Reason {
     HotShop,
     /// Valkey could not be asked; `on_unavailable` decided.
     Unavailable,
+    /// The provider asked to be left alone (`Retry-After` reported by `feedback()` with
+    /// the `adaptive` option): every shop is denied until then.
+    Provider,
 }
 
 impl Reason {
@@ -24,6 +27,7 @@ impl Reason {
             Reason::HotLane => "hot_lane",
             Reason::HotShop => "hot_shop",
             Reason::Unavailable => "unavailable",
+            Reason::Provider => "provider",
         }
     }
 
@@ -61,8 +65,23 @@ pub struct Decision {
 impl Decision {
     /// Derives the decision from the script's reply: the request waits for the slowest
     /// bucket, and `remaining` is the smallest whole-token count among the buckets applied.
+    /// `set` is the limits decided with: the reply's adaptive share scales them. Under the
+    /// provider's pause: denied (`provider`) until it ends, nothing remaining.
     pub fn from_reply(set: &BucketSet, tokens: i64, reply: &StepReply) -> Self {
         let now = reply.now_us;
+        if reply.provider {
+            return Self {
+                allowed: false,
+                reason: Reason::Provider,
+                retry_after: (reply.pause_until_us - now).max(0) as f64 / 1e6,
+                remaining: 0,
+                hot_shop: reply.hot,
+                waited: 0.0,
+                would_allow: false,
+                shadow: false,
+            };
+        }
+        let set = &crate::adaptive::scaled(set, reply.adapt_permille);
         let mut remaining = i64::MAX;
         let mut wait_us = 0;
         for lane in lanes_in(reply) {

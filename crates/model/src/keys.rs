@@ -61,6 +61,11 @@ impl Keys {
         self.key("changes", b"")
     }
 
+    /// The adaptive budget's state (`adaptive` option): see [`crate::adaptive`].
+    pub fn adapt(&self) -> Vec<u8> {
+        self.key("adapt", b"")
+    }
+
     /// The settings the workers run with, published for the CLI.
     pub fn settings(&self) -> Vec<u8> {
         self.key("settings", b"")

@@ -15,6 +15,7 @@
 //! - [`keys`], [`live`], [`endpoint`], [`value`]: key names, the live-limits codec,
 //!   Valkey URLs, PHP-like values; [`slot`]: a key's cluster slot (CRC16).
 
+pub mod adaptive;
 pub mod bucket;
 pub mod call;
 pub mod contract;
@@ -32,15 +33,17 @@ pub mod tls;
 pub mod value;
 
 pub use bucket::{BucketSet, BucketSpec, Lane, StoredBucket};
-pub use call::{AutoHotArgs, DecideCall, DecideKeys, DecideReply, LaneArgs, ShopKeys};
+pub use call::{
+    AdaptArgs, AutoHotArgs, DecideCall, DecideKeys, DecideReply, FeedbackCall, LaneArgs, ShopKeys,
+};
 pub use decision::{Decision, Reason};
 pub use endpoint::{mask_password, Endpoint};
 pub use error::{ConfigError, LimiterError};
 pub use keys::Keys;
 pub use options::{
     bucket_value, buckets_from_value, sentinel_from_value, validate_max_wait, validate_shop_id,
-    validate_tokens, validate_ttl, AutoHot, Defaults, Engine, LimiterOptions, Mode, OnUnavailable,
-    MAX_SHOP_ID_BYTES, MAX_TTL_SECONDS, MAX_WAIT_US,
+    validate_tokens, validate_ttl, Adaptive, AutoHot, Defaults, Engine, LimiterOptions, Mode,
+    OnUnavailable, MAX_SHOP_ID_BYTES, MAX_TTL_SECONDS, MAX_WAIT_US,
 };
 pub use step::{
     auto_hot_window, lanes_in, reservation_wait_us, step, step_auto_hot, StepReply, StoredState,

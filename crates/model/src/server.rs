@@ -9,12 +9,13 @@
 //! key; then the buckets taken from (or carried over), the
 //! `auto_hot` window and mark, and the settings when they differ.
 
+use crate::adaptive::{AdaptParams, AdaptState};
 use crate::bucket::{BucketSet, BucketSpec, EncodedBucket, Lane, StoredBucket};
 use crate::call::{LIMITS_CHANGED_REPLY, SETTINGS_TTL_SECONDS};
 use crate::contract::decide;
 use crate::options::AutoHot;
 use crate::options::MAX_WAIT_US;
-use crate::step::{auto_hot_window, step_auto_hot, StepReply, StoredState, WindowCounts};
+use crate::step::{auto_hot_window, step_adaptive, StepReply, StoredState, WindowCounts};
 
 /// A decision call as the server receives it (`CG.DECIDE`'s arguments, or the script's
 /// KEYS then ARGV), decoded: the inverse of [`crate::DecideCall`]'s encoding.
@@ -33,6 +34,8 @@ pub struct ReceivedCall<'a> {
     pub peek: bool,
     /// A reservation's longest wait, µs (0: none).
     pub max_wait_us: i64,
+    /// The `adaptive` option (None: off, its state not read).
+    pub adapt: Option<AdaptParams>,
 }
 
 /// `raw` as an integer, exactly as `str::parse::<i64>` reads it (an optional sign, then
@@ -135,7 +138,25 @@ impl<'a> ReceivedCall<'a> {
             ),
             w => return Err(format!("auto_hot window must be >= 0, got {w}")),
         };
+        let floor = int("adaptive floor", arg(ADAPT_FLOOR))?;
+        let adapt = match floor {
+            0 => None,
+            f if (1..=crate::adaptive::FULL).contains(&f) => {
+                let recover_us = int("adaptive recovery", arg(ADAPT_RECOVER))?;
+                if recover_us < 1 {
+                    return Err(format!(
+                        "adaptive recovery must be at least 1 µs, got {recover_us}"
+                    ));
+                }
+                Some(AdaptParams {
+                    floor_permille: f,
+                    recover_us,
+                })
+            }
+            f => return Err(format!("adaptive floor must be from 0 to 1000, got {f}")),
+        };
         Ok(Self {
+            adapt,
             keys,
             tokens,
             static_hot: arg(STATIC_HOT) == b"1",
@@ -190,20 +211,22 @@ pub trait Keyspace {
     fn hset(&mut self, key: &[u8], pairs: &[(&[u8], i64)]);
     /// `PEXPIRE key ms`.
     fn pexpire(&mut self, key: &[u8], ms: i64);
+    /// `DEL key`.
+    fn del(&mut self, key: &[u8]);
 }
 
 /// The integers a decision answers: the script's reply (see [`crate::StepReply`]), or
 /// [`LIMITS_CHANGED_REPLY`]. Held without allocating.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServerReply {
-    ints: [i64; 9],
+    ints: [i64; 11],
     len: usize,
 }
 
 impl ServerReply {
     fn new(ints: &[i64]) -> Self {
         let mut out = Self {
-            ints: [0; 9],
+            ints: [0; 11],
             len: ints.len(),
         };
         out.ints[..ints.len()].copy_from_slice(ints);
@@ -222,7 +245,7 @@ pub fn decide_on(
     now: i64,
 ) -> Result<ServerReply, String> {
     use decide::keys::*;
-    let (kf, kv, ka, kst) = (
+    let (kf, kv, kp, kst) = (
         call.key(HOT_FLAG),
         call.key(LIMITS_VERSION),
         call.key(AUTO_HOT_PREFIX),
@@ -241,10 +264,19 @@ pub fn decide_on(
     // The reply's short form when only the global bucket applies, as the script answers
     // (see `StepReply::from_ints`): the hot lanes' TATs, `auto_hot`'s fields and the mark
     // at their defaults, left out.
+    // The adaptive state, read (as the script's MGET) only with the option.
+    let ka = call.key(ADAPT);
+    let adapt = call
+        .adapt
+        .and_then(|_| ks.read_string(ka, |raw| raw.and_then(AdaptState::read_like_the_script)));
     let short = !hot && call.auto_hot.is_none();
     let answer = |reply: &StepReply| {
-        let ints = reply.to_ints();
-        ServerReply::new(if short { &ints[..4] } else { &ints })
+        let (ints, len) = reply.to_ints();
+        ServerReply::new(if short && !reply.adapt_seen {
+            &ints[..4]
+        } else {
+            &ints[..len]
+        })
     };
     let bucket_keys = Lane::ALL.map(|lane| call.key(decide::bucket_key(lane)));
     let mut buckets = [None; 3];
@@ -267,8 +299,8 @@ pub fn decide_on(
         let win = auto_hot_window(now, a.window.as_micros() as i64);
         let key = |n: i64| {
             use std::io::Write;
-            let mut k = Vec::with_capacity(ka.len() + 20);
-            k.extend_from_slice(ka);
+            let mut k = Vec::with_capacity(kp.len() + 20);
+            k.extend_from_slice(kp);
             let _ = write!(k, "{n}");
             k
         };
@@ -282,9 +314,10 @@ pub fn decide_on(
         buckets,
         mark_ttl_ms,
         windows: [WindowCounts::default(); 2],
+        adapt,
     };
     let decide = |stored: &StoredState, auto_hot| {
-        step_auto_hot(
+        step_adaptive(
             &call.buckets,
             stored,
             now,
@@ -293,9 +326,15 @@ pub fn decide_on(
             &version,
             auto_hot,
             call.max_wait_us,
+            call.adapt.as_ref(),
         )
     };
     let (mut reply, mut next) = decide(&stored, None);
+    // The provider's pause: denied, nothing read further, nothing written (the script
+    // returns at once).
+    if reply.provider {
+        return Ok(answer(&reply));
+    }
     if let (Some(wk), None) = (&window_keys, reply.reason) {
         // A window key that is also one of the call's keys (an `auto_hot` prefix that
         // collides with a bucket, the mark or the settings: a hand-built call) would be
@@ -349,7 +388,51 @@ pub fn decide_on(
     if !settings_stored {
         ks.set_px(kst, call.settings, SETTINGS_TTL_SECONDS * 1000);
     }
+    if stored.adapt.is_some() && next.adapt.is_none() {
+        // The budget recovered: its state removed, as the script's DEL.
+        ks.del(ka);
+    }
     Ok(answer(&reply))
+}
+
+/// A throttling answer as the server handles it: [`crate::adaptive::feedback`] on the
+/// key space, the Lua twin `feedback.lua`'s reads and writes around it. `args` are the
+/// call's KEYS then ARGV ([`crate::contract::feedback`]).
+pub fn feedback_on(ks: &mut impl Keyspace, args: &[&[u8]], now: i64) -> Result<[i64; 6], String> {
+    use crate::contract::feedback as fb;
+    if args.len() != fb::keys::LEN + fb::args::LEN {
+        return Err(format!(
+            "expected {} keys and {} arguments, got {}",
+            fb::keys::LEN,
+            fb::args::LEN,
+            args.len()
+        ));
+    }
+    let (keys, argv) = args.split_at(fb::keys::LEN);
+    let key = keys[fb::keys::ADAPT];
+    let decrease = std::str::from_utf8(argv[fb::args::DECREASE])
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|d| *d > 0.0 && *d < 1.0)
+        .ok_or("decrease must be a number above 0 and below 1")?;
+    let floor = int("floor", argv[fb::args::FLOOR])?;
+    let recover_us = int("recovery", argv[fb::args::RECOVER])?;
+    let retry_after_us = int("retry after", argv[fb::args::RETRY_AFTER])?;
+    if !(1..=crate::adaptive::FULL).contains(&floor) || recover_us < 1 || retry_after_us < 0 {
+        return Err(format!(
+            "floor {floor}, recovery {recover_us} µs or retry after {retry_after_us} µs out of range"
+        ));
+    }
+    let params = AdaptParams {
+        floor_permille: floor,
+        recover_us,
+    };
+    let stored = ks.read_string(key, |raw| raw.and_then(AdaptState::read_like_the_script));
+    let out = crate::adaptive::feedback(stored, now, &params, decrease, retry_after_us);
+    if out.decreased || out.paused {
+        ks.set_px(key, out.next.encode().as_bytes(), out.px_ms);
+    }
+    Ok(out.to_ints())
 }
 
 #[cfg(test)]
@@ -422,6 +505,7 @@ mod tests {
         let keys = ShopKeys::new(&Keys::new("n"), b"s\x00p");
         let (lanes, auto_args) = (LaneArgs::new(&set), AutoHotArgs::new(Some(&auto)));
         let call = DecideCall {
+            adapt: &crate::call::AdaptArgs::off(),
             keys: keys.decide_keys(),
             tokens: 2,
             static_hot: true,
@@ -503,6 +587,7 @@ mod tests {
             let keys = ShopKeys::new(&Keys::new("p"), b"s");
             let (lanes, auto_args) = (LaneArgs::new(&options.buckets), AutoHotArgs::new(Some(&sent)));
             let call = DecideCall {
+                adapt: &crate::call::AdaptArgs::off(),
                 keys: keys.decide_keys(),
                 tokens: 1,
                 static_hot: false,
@@ -544,6 +629,7 @@ mod tests {
         let parse = |window_us: &str, share: &str, ttl: &str, min: &str| {
             let auto = AutoHotArgs::new(None);
             let call = DecideCall {
+                adapt: &crate::call::AdaptArgs::off(),
                 keys: keys.decide_keys(),
                 tokens: 1,
                 static_hot: false,

@@ -4,6 +4,7 @@
 //! in-memory store; the runtime's `tests/script_model.rs` drives them with the same random
 //! sequences and requires identical replies. Keep them in lock-step.
 
+use crate::adaptive::{scaled, AdaptParams, AdaptState, FULL};
 use crate::bucket::{BucketSet, Lane, StoredBucket};
 use crate::options::AutoHot;
 
@@ -17,6 +18,9 @@ pub struct StoredState {
     /// `auto_hot`'s counters: the current window (number [`auto_hot_window`]) and the one
     /// before it.
     pub windows: [WindowCounts; 2],
+    /// The adaptive budget's state (the limiter's `adapt` key; `None`: missing, or a value
+    /// no engine reads), see [`crate::adaptive`].
+    pub adapt: Option<AdaptState>,
 }
 
 /// Tokens taken in one `auto_hot` window: by this shop, and by all shops (the hash
@@ -58,13 +62,32 @@ pub struct StepReply {
     pub became_hot: bool,
     pub share_permille: i64,
     pub mark_ttl_ms: i64,
+    /// The adaptive share the buckets were decided at, permille (1000: the limits).
+    pub adapt_permille: i64,
+    /// Until when the provider's `Retry-After` pauses the limiter (µs; 0: no pause).
+    pub pause_until_us: i64,
+    /// Denied because the provider's pause holds (`reason` is then the global lane: the
+    /// whole limiter; no bucket applied).
+    pub provider: bool,
+    /// The adaptive state was read (the long reply's two more fields): with a share of
+    /// 1000 and no pause, this decision found the budget recovered and removed the state.
+    pub adapt_seen: bool,
 }
 
+/// The reply's integers: at most 11, `len` of them in use.
+pub type ReplyInts = ([i64; 11], usize);
+
 impl StepReply {
-    /// The integers the script returns for this reply (what an in-memory store answers).
-    pub fn to_ints(&self) -> [i64; 9] {
-        [
-            self.reason.map_or(0, |lane| lane as i64 + 1),
+    /// The integers the script returns for this reply: the nine of the long form, and the
+    /// adaptive share and pause when the adaptive state was read (`adapt_seen`).
+    pub fn to_ints(&self) -> ReplyInts {
+        let reason = if self.provider {
+            4
+        } else {
+            self.reason.map_or(0, |lane| lane as i64 + 1)
+        };
+        let ints = [
+            reason,
             self.hot as i64,
             self.now_us,
             self.tats[0],
@@ -73,26 +96,48 @@ impl StepReply {
             self.became_hot as i64,
             self.share_permille,
             self.mark_ttl_ms,
-        ]
+            self.adapt_permille,
+            self.pause_until_us,
+        ];
+        (ints, if self.adapt_seen { 11 } else { 9 })
     }
 
-    /// Parses the integers the script returns: the nine of [`Self::to_ints`], or the short
-    /// form the script answers when only the global bucket applied (not hot, no `auto_hot`):
-    /// `{reason, hot, now, tat_global}`, the rest at their defaults (no hot lane's TAT, not
-    /// made hot, share 0, no mark: -1, -1, 0, 0, -2). Valkey converts each element of a
-    /// script's reply, so the global bucket's answer carries four.
+    /// Whether this decision found the adaptive budget recovered (and removed its state):
+    /// the limiter is back at its limits.
+    pub fn recovered(&self) -> bool {
+        self.adapt_seen && self.adapt_permille >= FULL && !self.provider
+    }
+
+    /// Parses the integers the script returns: the nine of [`Self::to_ints`], the eleven
+    /// when the adaptive state was read (reason 4: the provider's pause), or the short
+    /// form the script answers when only the global bucket applied (not hot, no
+    /// `auto_hot`, no adaptive state): `{reason, hot, now, tat_global}`, the rest at their
+    /// defaults (no hot lane's TAT, not made hot, share 0, no mark: -1, -1, 0, 0, -2).
+    /// Valkey converts each element of a script's reply, so the global bucket's answer
+    /// carries four.
     pub fn from_ints(v: &[i64]) -> Option<Self> {
         if let [reason, hot, now_us, g] = *v {
             return Self::from_ints(&[reason, hot, now_us, g, -1, -1, 0, 0, -2])
                 .filter(|r| r.reason.is_none_or(|l| l == Lane::Global));
         }
-        match *v {
+        let (base, adapt) = match v.len() {
+            9 => (v, None),
+            11 => (&v[..9], Some((v[9], v[10]))),
+            _ => return None,
+        };
+        match *base {
             [reason, hot, now_us, g, l, s, became, share, mark_ttl_ms]
-                if (0..=3).contains(&reason) =>
+                if (0..=3).contains(&reason) || (reason == 4 && adapt.is_some()) =>
             {
+                if let Some((p, _)) = adapt {
+                    if !(1..=FULL).contains(&p) {
+                        return None;
+                    }
+                }
                 Some(Self {
                     reason: match reason {
                         0 => None,
+                        4 => Some(Lane::Global),
                         r => Some(Lane::ALL[r as usize - 1]),
                     },
                     hot: hot == 1,
@@ -101,6 +146,10 @@ impl StepReply {
                     became_hot: became == 1,
                     share_permille: share,
                     mark_ttl_ms,
+                    adapt_permille: adapt.map_or(FULL, |a| a.0),
+                    pause_until_us: adapt.map_or(0, |a| a.1),
+                    provider: reason == 4,
+                    adapt_seen: adapt.is_some(),
                 })
             }
             _ => None,
@@ -137,6 +186,101 @@ pub fn step(
 /// plain decision.
 #[allow(clippy::too_many_arguments)]
 pub fn step_auto_hot(
+    set: &BucketSet,
+    stored: &StoredState,
+    now: i64,
+    tokens: i64,
+    static_hot: bool,
+    version: &str,
+    auto_hot: Option<&AutoHot>,
+    max_wait_us: i64,
+) -> (StepReply, StoredState) {
+    step_adaptive(
+        set,
+        stored,
+        now,
+        tokens,
+        static_hot,
+        version,
+        auto_hot,
+        max_wait_us,
+        None,
+    )
+}
+
+/// [`step_auto_hot`] with the `adaptive` option (`None`: off, the stored state ignored).
+/// With a stored state ([`crate::adaptive`]): while the provider's pause holds, every
+/// shop is denied (`provider`, nothing taken, nothing written); otherwise every bucket is
+/// decided at the share in force ([`crate::adaptive::scaled`]), its level carried over
+/// from the share it was written at; a share back at 1000 with no pause removes the state
+/// (`next.adapt` = `None`: the budget recovered).
+#[allow(clippy::too_many_arguments)]
+pub fn step_adaptive(
+    set: &BucketSet,
+    stored: &StoredState,
+    now: i64,
+    tokens: i64,
+    static_hot: bool,
+    version: &str,
+    auto_hot: Option<&AutoHot>,
+    max_wait_us: i64,
+    adaptive: Option<&AdaptParams>,
+) -> (StepReply, StoredState) {
+    let Some((params, state)) = adaptive.zip(stored.adapt) else {
+        return step_core(
+            set,
+            stored,
+            now,
+            tokens,
+            static_hot,
+            version,
+            auto_hot,
+            max_wait_us,
+        );
+    };
+    let permille = state.permille_at(now, params);
+    if state.paused_at(now) {
+        let by_mark = !static_hot && stored.marked_hot();
+        let reply = StepReply {
+            reason: Some(Lane::Global),
+            hot: static_hot || by_mark,
+            now_us: now,
+            tats: [-1; 3],
+            became_hot: false,
+            share_permille: 0,
+            mark_ttl_ms: if by_mark {
+                stored.mark_ttl_ms.unwrap_or(-2)
+            } else {
+                -2
+            },
+            adapt_permille: permille,
+            pause_until_us: state.pause_until,
+            provider: true,
+            adapt_seen: true,
+        };
+        return (reply, *stored);
+    }
+    let set = scaled(set, permille);
+    let (mut reply, mut next) = step_core(
+        &set,
+        stored,
+        now,
+        tokens,
+        static_hot,
+        version,
+        auto_hot,
+        max_wait_us,
+    );
+    reply.adapt_permille = permille;
+    reply.adapt_seen = true;
+    if permille >= FULL {
+        next.adapt = None;
+    }
+    (reply, next)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn step_core(
     set: &BucketSet,
     stored: &StoredState,
     now: i64,
@@ -225,6 +369,10 @@ pub fn step_auto_hot(
             } else {
                 -2
             },
+            adapt_permille: FULL,
+            pause_until_us: 0,
+            provider: false,
+            adapt_seen: false,
         },
         next,
     )
@@ -233,6 +381,7 @@ pub fn step_auto_hot(
 /// How long the caller of an allowed reservation waits before its tokens are there: the
 /// slowest bucket's `tat - tolerance - now` (µs), 0 when every bucket held them at once.
 pub fn reservation_wait_us(set: &BucketSet, reply: &StepReply) -> i64 {
+    let set = &scaled(set, reply.adapt_permille);
     lanes_in(reply)
         .filter_map(|l| {
             set.get(l)
@@ -357,7 +506,7 @@ mod tests {
     fn the_short_reply_is_the_global_bucket_alone() {
         // {reason, hot, now, tat_global}: the rest at their defaults.
         let r = StepReply::from_ints(&[1, 0, 2, 3]).unwrap();
-        assert_eq!(r.to_ints(), [1, 0, 2, 3, -1, -1, 0, 0, -2]);
+        assert_eq!(r.to_ints(), ([1, 0, 2, 3, -1, -1, 0, 0, -2, 1000, 0], 9));
         assert_eq!(r.reason, Some(Lane::Global));
         assert_eq!(StepReply::from_ints(&[0, 0, 2, 3]).unwrap().reason, None);
         // A hot bucket's denial always carries that bucket's TAT: not a short reply.
@@ -372,7 +521,7 @@ mod tests {
         assert!(r.became_hot && r.hot && r.reason.is_none());
         let denied = StepReply::from_ints(&[3, 1, 2, 3, 4, 5, 0, 0, -2]).unwrap();
         assert_eq!(denied.reason, Some(Lane::HotShop));
-        assert_eq!(denied.to_ints(), [3, 1, 2, 3, 4, 5, 0, 0, -2]);
+        assert_eq!(denied.to_ints().0[..9], [3, 1, 2, 3, 4, 5, 0, 0, -2]);
         assert_eq!(
             (r.share_permille, r.tats, r.mark_ttl_ms),
             (420, [3, 4, 5], 900)

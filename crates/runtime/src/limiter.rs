@@ -6,8 +6,8 @@ use parking_lot::RwLock;
 use checkout_guard_model::live::{self, LiveLimits};
 use checkout_guard_model::{
     lanes_in, reservation_wait_us, validate_max_wait, validate_shop_id, validate_tokens,
-    validate_ttl, AutoHotArgs, BucketSet, DecideCall, DecideKeys, DecideReply, Decision, Keys,
-    Lane, LaneArgs, LimiterError, LimiterOptions, Mode, OnUnavailable, StepReply,
+    validate_ttl, AdaptArgs, AutoHotArgs, BucketSet, DecideCall, DecideKeys, DecideReply, Decision,
+    Keys, Lane, LaneArgs, LimiterError, LimiterOptions, Mode, OnUnavailable, StepReply,
 };
 
 use crate::clock::{Clock, SystemClock};
@@ -42,6 +42,9 @@ pub struct Limiter {
     auto_hot_prefix: Vec<u8>,
     settings_key: Vec<u8>,
     auto_hot_args: AutoHotArgs,
+    /// The adaptive budget's state key and the option as the decision takes it.
+    adapt_key: Vec<u8>,
+    adapt_args: AdaptArgs,
     /// What this limiter runs with, sent with every decision: the script publishes it for
     /// the CLI when the stored settings are missing (data loss, expiry) or differ.
     settings: String,
@@ -200,6 +203,7 @@ impl Limiter {
         });
         let hot_status_tag = [endpoint, b" ", keys.hash_tag(), b":hot?"].concat();
         let auto_hot_args = AutoHotArgs::new(options.auto_hot.as_ref());
+        let adapt_args = AdaptArgs::new(options.adaptive.as_ref().map(|a| a.params()).as_ref());
         let settings = live::PublishedSettings::encode_in(
             &options.buckets,
             options.auto_hot.as_ref(),
@@ -214,6 +218,8 @@ impl Limiter {
             limits_version_key: keys.limits_version(),
             auto_hot_prefix: keys.auto_hot_prefix(),
             settings_key: keys.settings(),
+            adapt_key: keys.adapt(),
+            adapt_args,
             keys,
             store,
             clock,
@@ -540,6 +546,7 @@ impl Limiter {
                     limits_version: &self.limits_version_key,
                     auto_hot_prefix: &self.auto_hot_prefix,
                     settings: &self.settings_key,
+                    adapt: &self.adapt_key,
                 },
                 tokens,
                 static_hot,
@@ -547,6 +554,7 @@ impl Limiter {
                 version: &in_force.version,
                 shop,
                 auto_hot: &self.auto_hot_args,
+                adapt: &self.adapt_args,
                 settings: &self.settings,
                 peek,
                 max_wait_us,

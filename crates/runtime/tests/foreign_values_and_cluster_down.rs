@@ -32,6 +32,7 @@ fn decide(store: &dyn Store, keys: &Keys, shop: &[u8]) -> Result<DecideReply, St
     let lanes = LaneArgs::new(&set());
     let auto = AutoHotArgs::new(None);
     let call = DecideCall {
+        adapt: &checkout_guard_model::AdaptArgs::off(),
         keys: shop_keys.decide_keys(),
         tokens: 1,
         static_hot: false,

@@ -152,6 +152,7 @@ fn invoke(script: &redis::Script, conn: &mut redis::Connection, c: &Call) -> Vec
     let lanes = LaneArgs::new(c.set);
     let auto = AutoHotArgs::new(None);
     let call = DecideCall {
+        adapt: &checkout_guard_model::AdaptArgs::off(),
         keys: shop_keys.decide_keys(),
         tokens: c.tokens,
         static_hot: c.static_hot,
@@ -457,6 +458,7 @@ fn production_script_uses_valkeys_clock_and_lets_idle_buckets_expire() {
     let shop_keys = ShopKeys::new(&keys, b"s");
     let (lanes, auto) = (LaneArgs::new(&set), AutoHotArgs::new(None));
     let call = DecideCall {
+        adapt: &checkout_guard_model::AdaptArgs::off(),
         keys: shop_keys.decide_keys(),
         tokens: 4,
         static_hot: false,
@@ -755,6 +757,7 @@ fn script_module_and_model_agree_on_random_sequences() {
             let with_call = |keys: &Keys, send: &mut dyn FnMut(&DecideCall<'_>) -> Vec<i64>| {
                 let shop_keys = ShopKeys::new(keys, &shop);
                 send(&DecideCall {
+                    adapt: &checkout_guard_model::AdaptArgs::off(),
                     keys: shop_keys.decide_keys(),
                     tokens,
                     static_hot: static_hot && shop_n == 0,

@@ -270,6 +270,14 @@ pub unsafe fn replicate_hset2(ctx: Ctx, key: Str, f0: Str, v0: Str, f1: Str, v1:
     }
 }
 
+/// Replicates `DEL key` (format "s"). Safety: the command's context; a live key name.
+pub unsafe fn replicate_del(ctx: Ctx, key: Str) {
+    // SAFETY: format "s": a string.
+    unsafe {
+        (api().replicate)(ctx, c"DEL".as_ptr(), c"s".as_ptr(), key);
+    }
+}
+
 /// Replicates `PEXPIREAT key at_ms` (format "sl"). Safety: the command's context; a live
 /// key name.
 pub unsafe fn replicate_pexpireat(ctx: Ctx, key: Str, at_ms: i64) {

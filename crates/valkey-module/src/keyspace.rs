@@ -181,18 +181,24 @@ enum Write {
     HSet { key: Name, fields: [(Name, i64); 2] },
     /// `PEXPIREAT key at_ms`.
     PExpireAt { key: Name, at_ms: i64 },
+    /// `DEL key` (the adaptive state, when the budget recovered).
+    Del { key: Name },
 }
 
 impl Write {
     fn key(&self) -> &Name {
         match self {
-            Write::Set { key, .. } | Write::HSet { key, .. } | Write::PExpireAt { key, .. } => key,
+            Write::Set { key, .. }
+            | Write::HSet { key, .. }
+            | Write::PExpireAt { key, .. }
+            | Write::Del { key } => key,
         }
     }
 }
 
-/// The writes of one decision, in order (a decision makes at most 7: three buckets, the
-/// window's `HSET` and `PEXPIREAT`, the mark and the settings; more go on the heap).
+/// The writes of one decision, in order (a decision makes at most 8: three buckets, the
+/// window's `HSET` and `PEXPIREAT`, the mark, the settings and the adaptive state's `DEL`;
+/// more go on the heap).
 #[derive(Default)]
 struct Journal {
     fixed: [Option<Write>; 8],
@@ -320,6 +326,7 @@ impl<'a> ValkeyKeys<'a> {
                 Write::Set { key, value, at_ms } => self.apply_set(&key, value.as_slice(), at_ms),
                 Write::HSet { key, fields } => self.apply_hset(&key, &fields),
                 Write::PExpireAt { key, at_ms } => self.apply_pexpireat(&key, at_ms),
+                Write::Del { key } => self.apply_del(&key),
             }
         }
     }
@@ -399,6 +406,8 @@ impl<'a> ValkeyKeys<'a> {
                     Some((_, at)) => *at = *at_ms,
                     None => r.expire_at = Some(*at_ms),
                 },
+                // The decision's last write: no read follows it.
+                Write::Del { .. } => r = Recorded::default(),
             }
         }
         r
@@ -529,6 +538,27 @@ impl<'a> ValkeyKeys<'a> {
             ffi::free_string(null_mut(), b);
         }
         self.held = Some((name.s, k));
+    }
+
+    fn apply_del(&mut self, name: &Name) {
+        if self
+            .held
+            .as_ref()
+            // SAFETY: a held name lives while held.
+            .is_some_and(|(s, _)| unsafe { bytes_of(*s) } == name.bytes())
+        {
+            self.held = None;
+        }
+        let k = self.open(name, raw::REDISMODULE_WRITE);
+        if k.is(raw::REDISMODULE_KEYTYPE_EMPTY) {
+            return;
+        }
+        // SAFETY: open for writing, not empty.
+        unsafe { ffi::delete_key(k.0) };
+        drop(k);
+        self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del", name);
+        // SAFETY: the command's context and a live name.
+        unsafe { ffi::replicate_del(self.ctx, name.s) };
     }
 
     fn apply_pexpireat(&mut self, name: &Name, at_ms: i64) {
@@ -665,5 +695,10 @@ impl Keyspace for ValkeyKeys<'_> {
         let at_ms = self.now_ms + ms;
         let key = self.name(key);
         self.journal.push(Write::PExpireAt { key, at_ms });
+    }
+
+    fn del(&mut self, key: &[u8]) {
+        let key = self.name(key);
+        self.journal.push(Write::Del { key });
     }
 }

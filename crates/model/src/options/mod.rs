@@ -5,11 +5,13 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+mod adaptive;
 mod auto_hot;
 mod buckets;
 mod checks;
 mod defaults;
 
+pub use adaptive::Adaptive;
 pub use auto_hot::AutoHot;
 pub use buckets::{bucket_value, buckets_from_value, buckets_to_value};
 pub use checks::{validate_max_wait, validate_shop_id, validate_tokens, validate_ttl};
@@ -162,6 +164,8 @@ pub struct LimiterOptions {
     pub engine: Engine,
     /// Enforce its denials, or only report them (shadow); live limits may override it.
     pub mode: Mode,
+    /// The budget follows the provider's throttling answers (`feedback()`).
+    pub adaptive: Option<Adaptive>,
 }
 
 const KNOWN: &[&str] = &[
@@ -178,6 +182,7 @@ const KNOWN: &[&str] = &[
     "tls",
     "sentinel",
     "mode",
+    "adaptive",
 ];
 
 impl LimiterOptions {
@@ -255,7 +260,12 @@ impl LimiterOptions {
             Some(Value::Str(s)) => Mode::parse("mode", s)?,
             Some(v) => return Err(type_error("mode", "\"enforce\" or \"shadow\"", v)),
         };
+        let adaptive = match get("adaptive") {
+            None => None,
+            Some(v) => Adaptive::from_value(v)?,
+        };
         Ok(Self {
+            adaptive,
             engine,
             mode,
             name,

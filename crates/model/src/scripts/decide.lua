@@ -15,17 +15,54 @@ local maxw = max_wait_us + 0
 -- Lane i's bucket is KEYS[bucket_keys + i], read into v[3 + i]; its interval
 -- ARGV[lane_args + 2 * i - 1], its tolerance the next. The hot lanes' buckets are read
 -- only when one of them is configured.
-local v
+-- With the adaptive option (adapt_floor not "0") its state is read last in the same MGET.
+local af = adapt_floor + 0
+local v, sa
 if ARGV[lane_args + 3] + 0 > 0 or ARGV[lane_args + 5] + 0 > 0 then
-  v = redis.call('MGET', hot_flag_key, version_key, settings_key, KEYS[bucket_keys + 1], KEYS[bucket_keys + 2], KEYS[bucket_keys + 3])
+  if af > 0 then
+    v = redis.call('MGET', hot_flag_key, version_key, settings_key, KEYS[bucket_keys + 1], KEYS[bucket_keys + 2], KEYS[bucket_keys + 3], adapt_key)
+    sa = v[7]
+  else
+    v = redis.call('MGET', hot_flag_key, version_key, settings_key, KEYS[bucket_keys + 1], KEYS[bucket_keys + 2], KEYS[bucket_keys + 3])
+  end
 else
-  v = redis.call('MGET', hot_flag_key, version_key, settings_key, KEYS[bucket_keys + 1])
+  if af > 0 then
+    v = redis.call('MGET', hot_flag_key, version_key, settings_key, KEYS[bucket_keys + 1], adapt_key)
+    sa = v[5]
+  else
+    v = redis.call('MGET', hot_flag_key, version_key, settings_key, KEYS[bucket_keys + 1])
+  end
 end
 if (v[2] or '') ~= version then return {-1, 0} end
 local mark_ms = -2
 if not hot and v[1] then
   hot = true
   mark_ms = redis.call('PTTL', hot_flag_key)
+end
+-- The adaptive budget (adaptive.rs): the share in force, permille (p), from the state
+-- "<t0>:<k>:<wmax>:<pause_until>" (anything else: no state, as
+-- AdaptState::read_like_the_script); while the provider's pause holds, every shop is
+-- denied (reason 4) and nothing is written.
+local p = 1000
+local ad = false
+if sa then
+  local a, b, c, d = string.match(sa, '^(%d+):(%d+):(%d+):(%d+)$')
+  if a then
+    a, b, c, d = tonumber(a), tonumber(b), tonumber(c), tonumber(d)
+    if a <= 9007199254740991 and b <= 9007199254740991 and c <= 1000 and d <= 9007199254740991 then
+      ad = true
+      local dt = now - a
+      if dt < 0 then dt = 0 end
+      local x = (dt - b) / adapt_recover_us
+      p = math.floor(c + (1000 - af) * (x * x * x))
+      if p > 1000 then p = 1000 elseif p < af then p = af end
+      if d > now then
+        local h = 0
+        if hot then h = 1 end
+        return {4, h, now, -1, -1, -1, 0, 0, mark_ms, p, d}
+      end
+    end
+  end
 end
 local last = 1
 if hot then last = 3 end
@@ -36,8 +73,12 @@ if version ~= '' then change = string.match(version, '^%d+%-%w+%-(%d+)$') or '' 
 -- tat_global}, the rest at their defaults (StepReply::from_ints): Valkey converts a
 -- reply's every element (about 60 ns each, docs/performance.md).
 local r
-if last == 1 and window_us + 0 <= 0 then r = {0, 0, now, -1}
+if ad then r = {0, 0, now, -1, -1, -1, 0, 0, mark_ms, p, 0}
+elseif last == 1 and window_us + 0 <= 0 then r = {0, 0, now, -1}
 else r = {0, 0, now, -1, -1, -1, 0, 0, mark_ms} end
+-- At a share below the limits every bucket is scaled (adaptive::scaled_args), and the
+-- scaled interval and tolerance are what its key stores: a table only then.
+local sc
 -- The lanes carried over from other limits (written back even when denied): a table only
 -- when one is.
 local moved
@@ -51,6 +92,17 @@ for i = 1, last do
   if interval > 0 then
     local st = ARGV[lane_args + 2 * i]
     local tol = st + 0
+    if p < 1000 then
+      local cap = math.floor(math.floor(tol / interval) * p / 1000)
+      if cap < 1 then cap = 1 end
+      interval = math.ceil(interval * 1000 / p)
+      tol = cap * interval
+      si = string.format('%d', interval)
+      st = string.format('%d', tol)
+      sc = sc or {}
+      sc[2 * i - 1] = si
+      sc[2 * i] = st
+    end
     local x = now
     local s = v[3 + i]
     if s then
@@ -84,7 +136,8 @@ end
 for i = 1, last do
   local x = r[3 + i]
   if x >= 0 and (reason == 0 or (moved and moved[i])) then
-    local si = ARGV[lane_args + 2 * i - 1]
+    local si, st = ARGV[lane_args + 2 * i - 1], ARGV[lane_args + 2 * i]
+    if sc then si, st = sc[2 * i - 1], sc[2 * i] end
     if reason == 0 then
       if x < take_at then x = take_at end
       x = x + n * si
@@ -95,7 +148,7 @@ for i = 1, last do
     local d = x - now
     -- %d: Lua's own number formatting keeps 14 digits only; the rest concatenated (cheaper
     -- than more %s).
-    if not peek then redis.call('SET', KEYS[bucket_keys + i], string.format('%d', x) .. ':' .. si .. ':' .. ARGV[lane_args + 2 * i] .. ':' .. change, 'PX', (d - d % 1000) / 1000 + slack_ms) end
+    if not peek then redis.call('SET', KEYS[bucket_keys + i], string.format('%d', x) .. ':' .. si .. ':' .. st .. ':' .. change, 'PX', (d - d % 1000) / 1000 + slack_ms) end
   end
 end
 r[1] = reason
@@ -116,5 +169,8 @@ if w > 0 and not peek then
   end
 end
 if not peek and v[3] ~= settings then redis.call('SET', settings_key, settings, 'EX', 86400) end
+-- Back at the limits with no pause: the budget recovered, its state removed (the reply's
+-- long form with p = 1000 says so: StepReply::recovered).
+if ad and p >= 1000 and not peek then redis.call('DEL', adapt_key) end
 if hot then r[2] = 1 end
 return r

@@ -383,6 +383,10 @@ impl Keyspace for State {
     fn pexpire(&mut self, key: &[u8], ms: i64) {
         State::pexpire(self, key, ms);
     }
+
+    fn del(&mut self, key: &[u8]) {
+        self.keys.remove(key);
+    }
 }
 
 impl Store for MemoryStore {

@@ -92,6 +92,7 @@ mod tests {
         ] {
             let keys = ShopKeys::new(&Keys::new("n"), shop);
             let call = DecideCall {
+                adapt: &checkout_guard_model::AdaptArgs::off(),
                 keys: keys.decide_keys(),
                 tokens,
                 static_hot: true,
