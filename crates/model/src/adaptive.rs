@@ -174,6 +174,35 @@ pub fn scaled(set: &BucketSet, permille: i64) -> BucketSet {
     }
 }
 
+/// The last throttling answer reported (`Keys::adapt_last`), for `limiter status` and
+/// `health()`: `"<status>:<µs>:<retry after µs>"` (Valkey's clock; 0: no `Retry-After`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastThrottle {
+    pub status: i64,
+    pub at_us: i64,
+    pub retry_after_us: i64,
+}
+
+impl LastThrottle {
+    pub fn encode(&self) -> String {
+        format!("{}:{}:{}", self.status, self.at_us, self.retry_after_us)
+    }
+
+    pub fn parse(raw: &[u8]) -> Option<Self> {
+        let text = std::str::from_utf8(raw).ok()?;
+        let mut it = text.split(':').map(|p| p.parse::<i64>().ok());
+        let (status, at_us, retry_after_us) = (it.next()??, it.next()??, it.next()??);
+        if it.next().is_some() {
+            return None;
+        }
+        Some(Self {
+            status,
+            at_us,
+            retry_after_us,
+        })
+    }
+}
+
 /// What a throttling answer did ([`feedback`]): the share before and after (permille),
 /// whether this answer decreased it (else the cooldown held), and the pause in force.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -477,6 +477,9 @@ pub fn feedback_source_with_test_clock() -> String {
 #[derive(Debug, Clone, Copy)]
 pub struct FeedbackCall<'a> {
     pub adapt_key: &'a [u8],
+    pub last_key: &'a [u8],
+    /// The provider's status code (100 to 599).
+    pub status: i64,
     pub decrease: f64,
     pub params: AdaptParams,
     /// The provider's `Retry-After`, µs (0: none).
@@ -485,12 +488,17 @@ pub struct FeedbackCall<'a> {
 
 impl FeedbackCall<'_> {
     pub fn keys(&self) -> [&[u8]; contract::feedback::keys::LEN] {
-        [self.adapt_key]
+        use contract::feedback::keys::*;
+        let mut out: [&[u8]; contract::feedback::keys::LEN] = [&[]; contract::feedback::keys::LEN];
+        out[ADAPT] = self.adapt_key;
+        out[LAST] = self.last_key;
+        out
     }
 
     pub fn args(&self) -> [String; contract::feedback::args::LEN] {
         use contract::feedback::args::*;
         let mut out: [String; contract::feedback::args::LEN] = Default::default();
+        out[STATUS] = self.status.to_string();
         out[DECREASE] = self.decrease.to_string();
         out[FLOOR] = self.params.floor_permille.to_string();
         out[RECOVER] = self.params.recover_us.to_string();

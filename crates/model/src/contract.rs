@@ -190,11 +190,15 @@ pub mod feedback {
         pub mod keys {
             /// The adaptive budget's state.
             ADAPT = "adapt_key",
+            /// The last throttling answer (`"<status>:<µs>:<retry after µs>"`, a day).
+            LAST = "last_key",
         }
     }
     inputs! {
         /// ARGV.
         pub mod args {
+            /// The provider's status code (100 to 599).
+            STATUS = "status",
             /// The factor applied on a decrease (0 < x < 1).
             DECREASE = "decrease",
             /// The floor, permille (1000: never decreased).

@@ -66,6 +66,11 @@ impl Keys {
         self.key("adapt", b"")
     }
 
+    /// The last throttling answer reported (`"<status>:<µs>:<retry after µs>"`).
+    pub fn adapt_last(&self) -> Vec<u8> {
+        self.key("adapt:last", b"")
+    }
+
     /// The settings the workers run with, published for the CLI.
     pub fn settings(&self) -> Vec<u8> {
         self.key("settings", b"")

@@ -410,6 +410,10 @@ pub fn feedback_on(ks: &mut impl Keyspace, args: &[&[u8]], now: i64) -> Result<[
     }
     let (keys, argv) = args.split_at(fb::keys::LEN);
     let key = keys[fb::keys::ADAPT];
+    let status = int("status", argv[fb::args::STATUS])?;
+    if !(100..=599).contains(&status) {
+        return Err(format!("status must be from 100 to 599, got {status}"));
+    }
     let decrease = std::str::from_utf8(argv[fb::args::DECREASE])
         .ok()
         .and_then(|s| s.parse::<f64>().ok())
@@ -432,6 +436,12 @@ pub fn feedback_on(ks: &mut impl Keyspace, args: &[&[u8]], now: i64) -> Result<[
     if out.decreased || out.paused {
         ks.set_px(key, out.next.encode().as_bytes(), out.px_ms);
     }
+    let last = crate::adaptive::LastThrottle {
+        status,
+        at_us: now,
+        retry_after_us,
+    };
+    ks.set_px(keys[fb::keys::LAST], last.encode().as_bytes(), 86_400_000);
     Ok(out.to_ints())
 }
 

@@ -61,6 +61,8 @@ if decreased == 1 or paused == 1 then
   if d < 0 then d = 0 end
   redis.call('SET', adapt_key, string.format('%d:%d:%d:%d', t0, k, wmax, pause), 'PX', (d - d % 1000) / 1000 + 59999 + slack_ms)
 end
+-- Every throttling answer is remembered for `limiter status` and health() (a day).
+redis.call('SET', last_key, status .. ':' .. string.format('%d', now) .. ':' .. retry_after_us, 'PX', 86400000)
 local pu = 0
 if pause > now then pu = pause end
 return {decreased, from, to, paused, pu, now}
