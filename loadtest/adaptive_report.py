@@ -42,6 +42,11 @@ RUNS = ("off", "on")
 PROBE_SHOP = "probe"  # scripts/loadtest.sh's checkout before the load
 
 
+def load_json(path: str):
+    with open(path) as f:
+        return json.load(f)
+
+
 def schedule_of(lines: list) -> tuple:
     """(start epoch, [(seconds, rate)], calls [(seconds since start, status, retry_after)])
     from a charges.jsonl; the calls before the schedule's start (the probe) left out."""
@@ -79,8 +84,8 @@ def recovery(admitted: list, since: int, target: float, tolerance: float = TOLER
 
 
 def run_stats(d: str) -> dict:
-    settings = json.load(open(os.path.join(d, "adaptive.json")))
-    meta = json.load(open(os.path.join(d, "run.json")))
+    settings = load_json(os.path.join(d, "adaptive.json"))
+    meta = load_json(os.path.join(d, "run.json"))
     t0, steps, calls = schedule_of(read_log(os.path.join(d, "charges.jsonl")))
     duration = float(meta["duration"])
     configured = float(settings["configured_global_rate"])
@@ -238,8 +243,8 @@ def main(root: str) -> int:
             return 2
         runs[name] = run_stats(d)
     checks, judged = checks_for(runs)
-    meta = json.load(open(os.path.join(root, "adaptive-off", "run.json")))
-    settings = json.load(open(os.path.join(root, "adaptive-off", "adaptive.json")))
+    meta = load_json(os.path.join(root, "adaptive-off", "run.json"))
+    settings = load_json(os.path.join(root, "adaptive-off", "adaptive.json"))
     res = {
         "settings": {
             "configured": settings["configured_global_rate"],

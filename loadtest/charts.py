@@ -110,21 +110,24 @@ def rate_panels(path: str, panels: list, ylabel: str = "payment calls per second
                              squeeze=False)
     ymax = max([1] + [max(p.get(k, []) or [0]) for _, p in panels for k in ("configured", "limit", "admitted")])
     for ax, (title, p) in zip(axes[:, 0], panels):
+        # Second k is [k, k+1): the limits as steps over it, the counts at its middle.
         secs = len(p["admitted"])
-        xs = range(secs)
-        ax.plot(xs, p["configured"], color="black", linestyle="--", linewidth=1.2, label="configured global rate")
-        ax.step(xs, p["limit"], where="post", color=DARK_RED, linewidth=2, label="provider's real limit")
-        ax.plot(xs, p["admitted"], color=BLUE, linewidth=1.8, label="admitted (calls let through to the provider)")
-        ax.fill_between(xs, 0, p["throttled"], color=ORANGE, alpha=0.5, step="post", label="answered 429")
+        edges = list(range(secs + 1))
+        mids = [k + 0.5 for k in range(secs)]
+        ax.plot([0, secs], [p["configured"][0]] * 2 if secs else [], color="black", linestyle="--", linewidth=1.2,
+                label="configured global rate")
+        ax.stairs(p["throttled"], edges, fill=True, color=ORANGE, alpha=0.5, label="answered 429")
+        ax.stairs(p["limit"], edges, baseline=None, color=DARK_RED, linewidth=2, label="provider's real limit")
+        ax.plot(mids, p["admitted"], color=BLUE, linewidth=1.8, label="admitted (calls let through to the provider)")
         for c in p.get("changes", []):
             ax.axvline(c, color="grey", linestyle=":", linewidth=1)
         ax.set_title(title, loc="left", fontsize=11)
         ax.set_ylabel(ylabel)
-        ax.set_xlim(0, max(secs - 1, 1))
+        ax.set_xlim(0, max(secs, 1))
         ax.set_ylim(0, ymax * 1.15)
         ax.grid(alpha=0.3)
     axes[-1][0].set_xlabel("seconds since the provider's schedule started")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=4, frameon=False)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     save(fig, path)

@@ -57,7 +57,7 @@ run_one() { # scenario limiter hot_shops
 CHECKOUT_HOT_MAX_WAIT=$hot_max_wait
 ${RUN_FPM_ENV:-}")
   [ "$mode" != adaptive ] || adaptive_arm "$dir" "$port"
-  log "run $scenario, limiter $limiter, ${duration}s (wait: ordinary ${max_wait}s, hot ${hot_max_wait}s)${RUN_FPM_ENV:+; ${RUN_FPM_ENV//$'\n'/, }}"
+  log "run ${RUN_DIR_NAME:-$scenario}, limiter $limiter, ${duration}s (wait: ordinary ${max_wait}s, hot ${hot_max_wait}s)${RUN_FPM_ENV:+; ${RUN_FPM_ENV//$'\n'/, }}"
   # php-fpm's pool (busy workers, listen queue) sampled through the run.
   ops=$(sed -n 's/^ops=//p' "$dir/ports")
   timeout $((duration + 10)) .venv/bin/python loadtest/fpm_status.py "$ops" "$((duration + 2))" "$dir/fpm-status.jsonl" &
