@@ -129,7 +129,7 @@ build_extension() {
 # for a rediss:// URL; deploy/config/render.py adds them to the stack's ini).
 # PROVIDER_ARGS: options for loadtest/provider.py (words split on spaces, e.g. its own
 # moving payment limit: --charges-schedule 0:27,15:18,30:45 --log PATH); DIR/ports then
-# has provider_app=PORT, the provider's own port (not behind nginx: POST /_schedule/start).
+# has provider_app=PORT, the provider's own port (not behind nginx: POST /_schedule/arm).
 start_checkout() {
   local dir=$1 limiter=$2 hot=$3 extra=${4:-}
   mkdir -p "$dir"
