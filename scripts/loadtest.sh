@@ -97,7 +97,7 @@ adaptive_arm() {
     *)
       log "FAILED: the checkout answered $code before the load (CHECKOUT_ADAPTIVE=${CHECKOUT_ADAPTIVE_RUN:-off}): $(head -c 300 "$dir/probe.json" || true)"
       [ ! -s "$dir/php-errors.log" ] || log "php: $(grep -m1 'PHP ' "$dir/php-errors.log" | sed 's/^\[[^]]*\] //')"
-      [ "${CHECKOUT_ADAPTIVE_RUN:-off}" = off ] || log "does this extension know the limiter option 'adaptive' (issue 27)? ADAPTIVE= runs both without it"
+      [ "${CHECKOUT_ADAPTIVE_RUN:-off}" != on ] || log "does this extension know the limiter option 'adaptive' (issue 27)? ADAPTIVE= runs both without it"
       exit 1 ;;
   esac
   app=$(sed -n 's/^provider_app=//p' "$dir/ports")

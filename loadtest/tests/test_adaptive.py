@@ -64,12 +64,16 @@ class ChargeLimitTest(unittest.TestCase):
         self.assertEqual(lim.rate_at(clock.t), 1.0)
 
     def test_a_change_keeps_the_level(self):
+        # A change neither fills the bucket nor empties it: only the refill rate changes.
         clock = Clock()
-        lim = provider.ChargeLimit([(0, 1.0), (1, 50.0)], burst=5, clock=clock)
-        lim.level = 0.5
-        clock.t += 0.5   # still the first piece: 0.5 + 0.5
-        self.assertTrue(lim.take()[0])
-        self.assertAlmostEqual(lim.level, 0.0)
+        lim = provider.ChargeLimit([(0, 1.0), (1, 50.0)], burst=100, clock=clock)
+        lim.level = 0
+        clock.t += 1.0
+        lim._refill(clock.t)
+        self.assertAlmostEqual(lim.level, 1.0)
+        clock.t += 0.1
+        lim._refill(clock.t)
+        self.assertAlmostEqual(lim.level, 6.0)
 
     def test_restart_starts_the_clock_with_a_full_bucket(self):
         clock = Clock()
