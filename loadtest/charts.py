@@ -1,11 +1,14 @@
 """Every chart of the load-test tooling, drawn with matplotlib (Agg backend) and written as
-SVG with its text kept as text:
+SVG with its text kept as text (or PNG, for a path ending in .png):
 
   per_second_panels()  the load test's chart-<scenario>.svg (loadtest/verdict.py) and
                        chart-wait.svg (loadtest/wait_report.py): side by side panels of
                        requests per second by outcome, one y scale;
   health_timeline()    the health experiment's timeline.svg (loadtest/health_experiment.py):
-                       flood answers per second over the phases, and one row per probe.
+                       flood answers per second over the phases, and one row per probe;
+  rate_panels()        the adaptive budget's chart.png/svg (loadtest/adaptive_report.py):
+                       configured rate, the provider's real limit and the admitted rate
+                       over time, one panel per run.
 """
 
 import matplotlib
@@ -24,7 +27,10 @@ GREEN, RED, BLUE, ORANGE, DARK_RED = "#1e8e3e", "#d93025", "#2166ac", "#f1a340",
 
 
 def save(fig, path: str) -> None:
-    fig.savefig(path, format="svg", facecolor="white", metadata={"Date": None})
+    if path.endswith(".png"):
+        fig.savefig(path, format="png", dpi=110, facecolor="white", metadata={"Software": None})
+    else:
+        fig.savefig(path, format="svg", facecolor="white", metadata={"Date": None})
     plt.close(fig)
 
 
@@ -91,4 +97,37 @@ def health_timeline(path: str, res: dict) -> None:
     rows.set_xlabel("seconds; dots: probe passed (green) / failed (red); black marks: restart the kubelet would make; "
                     "bar: readiness (green ready)")
     fig.tight_layout()
+    save(fig, path)
+
+
+def rate_panels(path: str, panels: list, ylabel: str = "payment calls per second") -> None:
+    """panels: [(title, {"configured": [...], "limit": [...], "admitted": [...],
+    "throttled": [...], "changes": [second, ...]})], one value a second. Draws, one panel a
+    run stacked with one x and y scale: the configured rate (dashed), the provider's real
+    limit (a step), the admitted rate (calls let through to the provider) and the calls it
+    answered 429; a dotted line at each change of the real limit."""
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 2.9 * max(1, len(panels))), sharex=True, sharey=True,
+                             squeeze=False)
+    ymax = max([1] + [max(p.get(k, []) or [0]) for _, p in panels for k in ("configured", "limit", "admitted")])
+    for ax, (title, p) in zip(axes[:, 0], panels):
+        # Second k is [k, k+1): the limits as steps over it, the counts at its middle.
+        secs = len(p["admitted"])
+        edges = list(range(secs + 1))
+        mids = [k + 0.5 for k in range(secs)]
+        ax.plot([0, secs], [p["configured"][0]] * 2 if secs else [], color="black", linestyle="--", linewidth=1.2,
+                label="configured global rate")
+        ax.stairs(p["throttled"], edges, fill=True, color=ORANGE, alpha=0.5, label="answered 429")
+        ax.stairs(p["limit"], edges, baseline=None, color=DARK_RED, linewidth=2, label="provider's real limit")
+        ax.plot(mids, p["admitted"], color=BLUE, linewidth=1.8, label="admitted (calls let through to the provider)")
+        for c in p.get("changes", []):
+            ax.axvline(c, color="grey", linestyle=":", linewidth=1)
+        ax.set_title(title, loc="left", fontsize=11)
+        ax.set_ylabel(ylabel)
+        ax.set_xlim(0, max(secs, 1))
+        ax.set_ylim(0, ymax * 1.15)
+        ax.grid(alpha=0.3)
+    axes[-1][0].set_xlabel("seconds since the provider's schedule started")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     save(fig, path)

@@ -5,67 +5,223 @@ every answer takes tens of milliseconds, with a long-ish tail.
   GET  /items/{id}     zone A, the information API: item data
   POST /v1/charges     the payment API
 
-Usage: python provider.py PORT   (listens on 127.0.0.1 only)
+Usage: python provider.py PORT [options]   (listens on 127.0.0.1 only)
+
+With --charges-schedule the provider enforces a payment limit of its own, one that moves
+during the run (scripts/loadtest.sh adaptive): a token bucket for /v1/charges whose rate
+follows the schedule, answering 429 past it (fast, as real providers do).
+
+  --charges-schedule S:R,...  from S seconds after the schedule's start, R charges a
+                              second (e.g. 0:27,15:18,30:45); the schedule's clock starts
+                              with the first charge after POST /_schedule/arm (before
+                              it, the first rate holds)
+  --charges-burst N           the bucket's capacity (default 20); a change of rate keeps
+                              its level (tokens neither added nor taken by a change)
+  --retry-after-share F       the share of 429s that carry a Retry-After header (0 to 1,
+                              default 0: none), drawn at random
+  --retry-after SECONDS       that header's value (default 1)
+  --log PATH                  one JSON line per charge, {"t": epoch seconds, "s": status,
+                              "limit": the rate in force, "ra": Retry-After sent or null},
+                              and {"event": "start", "t": ..., "schedule": [[S, R], ...],
+                              "burst": N} where the schedule's clock starts
+  --seed N                    seed of the random draws (latency, Retry-After)
+
+  POST /_schedule/arm         (on this port, not behind nginx) the next charge starts the
+                              schedule's clock, with a full bucket: the load's first
+                              charge, not a probe's before it; answers {"armed": true}
 """
 
+import argparse
 import asyncio
 import json
 import random
 import sys
+import time
 
-# Latency: lognormal, median ~25 ms (items) / ~40 ms (charges), p99 around 2.5x the median.
-LATENCY = {"items": (0.025, 0.35), "charges": (0.040, 0.35)}
-
-
-async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            lines = head.decode("latin-1").split("\r\n")
-            method, path, _ = lines[0].split(" ", 2)
-            length = 0
-            keep_alive = True
-            for line in lines[1:]:
-                name, _, value = line.partition(":")
-                name = name.strip().lower()
-                if name == "content-length":
-                    length = int(value.strip() or 0)
-                elif name == "connection" and value.strip().lower() == "close":
-                    keep_alive = False
-            if length:
-                await reader.readexactly(length)
-            path = path.split("?", 1)[0]
-            if method == "GET" and path.startswith("/items/"):
-                kind, body = "items", {"id": path[len("/items/"):], "price": 1200, "stock": 10}
-                status = 200
-            elif method == "POST" and path == "/v1/charges":
-                kind, body = "charges", {"id": "ch_%016x" % random.getrandbits(64), "status": "succeeded"}
-                status = 200
-            else:
-                kind, body, status = "items", {"error": "not found"}, 404
-            median, sigma = LATENCY[kind]
-            await asyncio.sleep(min(random.lognormvariate(0, sigma) * median, 1.0))
-            payload = json.dumps(body).encode()
-            writer.write(
-                b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n"
-                % (status, b"OK" if status == 200 else b"Not Found", len(payload),
-                   b"" if keep_alive else b"Connection: close\r\n")
-                + payload
-            )
-            await writer.drain()
-            if not keep_alive:
-                break
-    except (asyncio.IncompleteReadError, ConnectionError, ValueError):
-        pass
-    finally:
-        writer.close()
+# Latency: lognormal, median ~25 ms (items) / ~40 ms (charges), p99 around 2.5x the median;
+# a throttled charge is answered fast (~5 ms): the provider refuses before doing any work.
+LATENCY = {"items": (0.025, 0.35), "charges": (0.040, 0.35), "throttled": (0.005, 0.35)}
+REASONS = {200: b"OK", 404: b"Not Found", 429: b"Too Many Requests"}
 
 
-async def main(port: int) -> None:
-    server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=1024)
+def parse_schedule(spec: str) -> list:
+    """'0:27,15:18,30:45' -> [(0.0, 27.0), (15.0, 18.0), (30.0, 45.0)]; the first step
+    must be at 0, the steps in order, every rate above 0."""
+    steps = []
+    for part in spec.split(","):
+        at, sep, rate = part.strip().partition(":")
+        try:
+            step = (float(at), float(rate))
+        except ValueError:
+            step = None
+        if not sep or step is None or step[1] <= 0 or step[0] < 0:
+            raise ValueError(f"--charges-schedule: '{part}' is not SECONDS:RATE (a rate above 0)")
+        if steps and step[0] <= steps[-1][0]:
+            raise ValueError(f"--charges-schedule: '{part}' is not after the step before it")
+        steps.append(step)
+    if not steps or steps[0][0] != 0:
+        raise ValueError(f"--charges-schedule: '{spec}' must start at 0 seconds")
+    return steps
+
+
+class ChargeLimit:
+    """The provider's own payment limit: a token bucket whose rate follows a schedule."""
+
+    def __init__(self, schedule: list, burst: float, clock=time.time):
+        self.schedule, self.burst, self.clock = schedule, burst, clock
+        self.start = clock()
+        self.level, self.last = burst, self.start
+
+    def restart(self) -> float:
+        self.start = self.last = self.clock()
+        self.level = self.burst
+        return self.start
+
+    def rate_at(self, t: float) -> float:
+        rate = self.schedule[0][1]
+        for at, r in self.schedule:
+            if t - self.start >= at:
+                rate = r
+        return rate
+
+    def _refill(self, now: float) -> None:
+        # The rate is piecewise constant: each piece between last and now adds its own tokens.
+        t = self.last
+        while t < now:
+            edge = next((self.start + at for at, _ in self.schedule if self.start + at > t), float("inf"))
+            upto = min(edge, now)
+            self.level = min(self.burst, self.level + (upto - t) * self.rate_at(t))
+            t = upto
+        self.last = max(self.last, now)
+
+    def take(self) -> tuple:
+        """(admitted, rate in force, now)."""
+        now = self.clock()
+        self._refill(now)
+        if self.level >= 1:
+            self.level -= 1
+            return True, self.rate_at(now), now
+        return False, self.rate_at(now), now
+
+
+class Provider:
+    def __init__(self, opts):
+        self.limit = ChargeLimit(parse_schedule(opts.charges_schedule), opts.charges_burst) if opts.charges_schedule else None
+        self.retry_share, self.retry_after = opts.retry_after_share, opts.retry_after
+        self.log = open(opts.log, "a", buffering=1) if opts.log else None
+        self.rng = random.Random(opts.seed)
+        self.armed = False
+
+    def charge(self) -> tuple:
+        """(status, body, extra headers) of one POST /v1/charges."""
+        if self.limit is None:
+            return 200, {"id": "ch_%016x" % self.rng.getrandbits(64), "status": "succeeded"}, {}
+        if self.armed:
+            self.armed = False
+            start = self.limit.restart()
+            if self.log:
+                self.log.write(json.dumps({"event": "start", "t": round(start, 4), "schedule": self.limit.schedule,
+                                           "burst": self.limit.burst}) + "\n")
+        ok, rate, now = self.limit.take()
+        ra = None
+        if ok:
+            status, body, headers = 200, {"id": "ch_%016x" % self.rng.getrandbits(64), "status": "succeeded"}, {}
+        else:
+            status, headers = 429, {}
+            body = {"error": {"type": "rate_limit_error", "message": "Too many requests"}}
+            if self.retry_share > 0 and self.rng.random() < self.retry_share:
+                ra = self.retry_after
+                headers["Retry-After"] = "%g" % ra
+        if self.log:
+            self.log.write(json.dumps({"t": round(now, 4), "s": status, "limit": rate, "ra": ra}) + "\n")
+        return status, body, headers
+
+    def arm(self) -> dict:
+        if self.limit is None:
+            return {"error": "no --charges-schedule"}
+        self.armed = True
+        return {"armed": True}
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                length = 0
+                keep_alive = True
+                for line in lines[1:]:
+                    name, _, value = line.partition(":")
+                    name = name.strip().lower()
+                    if name == "content-length":
+                        length = int(value.strip() or 0)
+                    elif name == "connection" and value.strip().lower() == "close":
+                        keep_alive = False
+                if length:
+                    await reader.readexactly(length)
+                path = path.split("?", 1)[0]
+                headers = {}
+                if method == "GET" and path.startswith("/items/"):
+                    kind, body = "items", {"id": path[len("/items/"):], "price": 1200, "stock": 10}
+                    status = 200
+                elif method == "POST" and path == "/v1/charges":
+                    status, body, headers = self.charge()
+                    kind = "charges" if status == 200 else "throttled"
+                elif method == "POST" and path == "/_schedule/arm":
+                    kind, body = None, self.arm()
+                    status = 200 if "armed" in body else 404
+                else:
+                    kind, body, status = "items", {"error": "not found"}, 404
+                if kind:
+                    median, sigma = LATENCY[kind]
+                    await asyncio.sleep(min(self.rng.lognormvariate(0, sigma) * median, 1.0))
+                payload = json.dumps(body).encode()
+                extra = b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in headers.items())
+                writer.write(
+                    b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s%s\r\n"
+                    % (status, REASONS.get(status, b"Error"), len(payload), extra,
+                       b"" if keep_alive else b"Connection: close\r\n")
+                    + payload
+                )
+                await writer.drain()
+                if not keep_alive:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+
+def options(argv: list):
+    p = argparse.ArgumentParser(prog="provider.py", description="the mock payment provider (loopback only)")
+    p.add_argument("port", type=int)
+    p.add_argument("--charges-schedule", default="")
+    p.add_argument("--charges-burst", type=float, default=20)
+    p.add_argument("--retry-after-share", type=float, default=0.0)
+    p.add_argument("--retry-after", type=float, default=1.0)
+    p.add_argument("--log", default="")
+    p.add_argument("--seed", type=int, default=None)
+    opts = p.parse_args(argv)
+    if opts.charges_schedule:
+        try:
+            parse_schedule(opts.charges_schedule)
+        except ValueError as e:
+            p.error(str(e))
+    if opts.charges_burst < 1:
+        p.error(f"--charges-burst: {opts.charges_burst:g} is below 1")
+    if not 0 <= opts.retry_after_share <= 1:
+        p.error(f"--retry-after-share: {opts.retry_after_share:g} is not between 0 and 1")
+    if opts.retry_after <= 0:
+        p.error(f"--retry-after: {opts.retry_after:g} is not above 0")
+    return opts
+
+
+async def main(opts) -> None:
+    provider = Provider(opts)
+    server = await asyncio.start_server(provider.handle, "127.0.0.1", opts.port, backlog=1024)
     async with server:
         await server.serve_forever()
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1])))
+    asyncio.run(main(options(sys.argv[1:])))

@@ -127,19 +127,23 @@ build_extension() {
 # CHECKOUT_VALKEY_URL: use that Valkey (the caller runs it) instead of starting one;
 # CHECKOUT_INI: extra checkout_guard INI lines for php-fpm (e.g. checkout_guard.tls.cafile=PATH
 # for a rediss:// URL; deploy/config/render.py adds them to the stack's ini).
+# PROVIDER_ARGS: options for loadtest/provider.py (words split on spaces, e.g. its own
+# moving payment limit: --charges-schedule 0:27,15:18,30:45 --log PATH); DIR/ports then
+# has provider_app=PORT, the provider's own port (not behind nginx: POST /_schedule/arm).
 start_checkout() {
   local dir=$1 limiter=$2 hot=$3 extra=${4:-}
   mkdir -p "$dir"
-  local vport pport phttp url
+  local vport pport phttp url pargs=()
+  [ -z "${PROVIDER_ARGS:-}" ] || read -ra pargs <<< "$PROVIDER_ARGS"
   { read -r vport; read -r pport; read -r phttp; } < <(free_ports 3)
   url=${CHECKOUT_VALKEY_URL:-}
   if [ -z "$url" ]; then
     start_valkey "$dir/valkey" "$vport"
     url="redis://127.0.0.1:$vport"
   fi
-  "$CG_ROOT/.venv/bin/python" "$CG_ROOT/loadtest/provider.py" "$pport" > "$dir/provider.out" 2>&1 &
+  "$CG_ROOT/.venv/bin/python" "$CG_ROOT/loadtest/provider.py" "$pport" "${pargs[@]}" > "$dir/provider.out" 2>&1 &
   echo $! > "$dir/provider.pid"
-  wait_port "$pport"
+  wait_port "$pport" || { echo "the mock provider did not start: $(tail -3 "$dir/provider.out")" >&2; return 1; }
   FPM_WORKERS=${FPM_WORKERS:-24} PROVIDER_PORT=$pport PROVIDER_HTTP_PORT=$phttp \
   FPM_ENV="CHECKOUT_LIMITER=$limiter
 CHECKOUT_HOT_SHOPS=$hot
@@ -147,6 +151,7 @@ CHECKOUT_PROVIDER_URL=http://127.0.0.1:$phttp
 $extra" \
     bash "$CG_ROOT/scripts/stack.sh" start "$dir" "$CG_ROOT/php/examples/checkout" "$url" | cut -d' ' -f1
   [ -n "${CHECKOUT_VALKEY_URL:-}" ] || echo "valkey=$vport" >> "$dir/ports"
+  echo "provider_app=$pport" >> "$dir/ports"
 }
 
 # stop_checkout DIR: stops what start_checkout started (and a Valkey proxy in DIR).

@@ -9,6 +9,11 @@
 #                                 # and a payment that waits for its token
 #   scripts/loadtest.sh wait      # each run 30 s: waiting for tokens (acquire()'s
 #                                 # maxWaitSeconds) during a flood, against not waiting
+#   scripts/loadtest.sh adaptive [short|full]
+#                                 # the provider's real payment limit moves (60%, 40%,
+#                                 # 100% of the configured global rate, a third of the run
+#                                 # each): the flood with adaptive off, then on; each run
+#                                 # 45 s (short, recover_seconds 10) or 180 s (full, 20)
 #
 # Every process runs on loopback, is bounded in time, and is stopped at the end, on
 # failure and on Ctrl-C. Results (logs, Locust CSVs, verdict, charts) go to
@@ -17,12 +22,20 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
 
-mode=$(run_mode loadtest.sh "${1:-}" smoke wait) || exit 2
+mode=$(run_mode loadtest.sh "${1:-}" smoke wait adaptive) || exit 2
 case "$mode" in
   short) duration=${DURATION:-12}; workers=0 ;;
   full) duration=${DURATION:-60}; workers=${LOCUST_WORKERS:-2} ;;
   smoke) duration=0; workers=0 ;;
   wait) duration=${DURATION:-30}; workers=${LOCUST_WORKERS:-0} ;;
+  adaptive)
+    length=$(run_mode "loadtest.sh adaptive" "${2:-}") || exit 2
+    workers=${LOCUST_WORKERS:-0}
+    if [ "$length" = full ]; then
+      duration=${DURATION:-180}; recover=${ADAPTIVE_RECOVER:-20}
+    else
+      duration=${DURATION:-45}; recover=${ADAPTIVE_RECOVER:-10}
+    fi ;;
 esac
 
 begin_run loadtest "$mode"
@@ -34,13 +47,17 @@ cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$5+$6+$7+$8, $5+$6}' /proc/stat; }
 
 # MAX_WAIT / HOT_MAX_WAIT: seconds an ordinary / a listed hot shop's payment may wait for
 # its token (the checkout's CHECKOUT_MAX_WAIT / CHECKOUT_HOT_MAX_WAIT; default 0, no wait).
+# RUN_DIR_NAME: the run's directory under $out (default SCENARIO-LIMITER); RUN_FPM_ENV:
+# more KEY=VALUE lines for the checkout's php-fpm pool.
 run_one() { # scenario limiter hot_shops
-  local scenario=$1 limiter=$2 hot=$3 dir="$out/$1-$2" port ops
+  local scenario=$1 limiter=$2 hot=$3 dir="$out/${RUN_DIR_NAME:-$1-$2}" port ops
   local max_wait=${MAX_WAIT:-0} hot_max_wait=${HOT_MAX_WAIT:-0}
   current="$dir"
   port=$(start_checkout "$dir" "$limiter" "$hot" "CHECKOUT_MAX_WAIT=$max_wait
-CHECKOUT_HOT_MAX_WAIT=$hot_max_wait")
-  log "run $scenario, limiter $limiter, ${duration}s (wait: ordinary ${max_wait}s, hot ${hot_max_wait}s)"
+CHECKOUT_HOT_MAX_WAIT=$hot_max_wait
+${RUN_FPM_ENV:-}")
+  [ "$mode" != adaptive ] || adaptive_arm "$dir" "$port"
+  log "run ${RUN_DIR_NAME:-$scenario}, limiter $limiter, ${duration}s (wait: ordinary ${max_wait}s, hot ${hot_max_wait}s)${RUN_FPM_ENV:+; ${RUN_FPM_ENV//$'\n'/, }}"
   # php-fpm's pool (busy workers, listen queue) sampled through the run.
   ops=$(sed -n 's/^ops=//p' "$dir/ports")
   timeout $((duration + 10)) .venv/bin/python loadtest/fpm_status.py "$ops" "$((duration + 2))" "$dir/fpm-status.jsonl" &
@@ -66,6 +83,27 @@ CHECKOUT_HOT_MAX_WAIT=$hot_max_wait")
 }
 
 hot1="flash-1"; hot3="flash-1,flash-2,flash-3"
+
+# adaptive_arm DIR PORT: before the load of an adaptive run, one checkout must get an
+# answer of the checkout's own (paid, or the provider's or the limiter's refusal): a 500 is
+# the limiter's construction failing, e.g. an extension that does not know the `adaptive`
+# option yet. Then the provider's schedule is armed: its clock starts with the next charge,
+# the load's first.
+adaptive_arm() {
+  local dir=$1 port=$2 code app
+  code=$(curl -s -o "$dir/probe.json" -w '%{http_code}' "http://127.0.0.1:$port/checkout.php?shop=probe&channel=card" || true)
+  case "$code" in
+    200|502|503) ;;
+    *)
+      log "FAILED: the checkout answered $code before the load (CHECKOUT_ADAPTIVE=${CHECKOUT_ADAPTIVE_RUN:-off}): $(head -c 300 "$dir/probe.json" || true)"
+      [ ! -s "$dir/php-errors.log" ] || log "php: $(grep -m1 'PHP ' "$dir/php-errors.log" | sed 's/^\[[^]]*\] //')"
+      [ "${CHECKOUT_ADAPTIVE_RUN:-off}" != on ] || log "does this extension know the limiter option 'adaptive' (issue 27)? ADAPTIVE= runs both without it"
+      exit 1 ;;
+  esac
+  app=$(sed -n 's/^provider_app=//p' "$dir/ports")
+  curl -sf -X POST "http://127.0.0.1:$app/_schedule/arm" > /dev/null \
+    || { log "FAILED: the provider's schedule could not be armed (port $app)"; exit 1; }
+}
 
 if [ "$mode" = smoke ]; then
   # Limiter on with a global bucket of 3 (no refill to speak of): 3 checkouts pass end to
@@ -140,6 +178,44 @@ if [ "$mode" = wait ]; then
   FLOW_LIMIT=${FPM_WORKERS:-24} MAX_WAIT=$long_wait HOT_MAX_WAIT=$long_wait run_one flood-starve-shed on "$hot1"
   .venv/bin/python loadtest/verdict.py "$out" | tee "$out/verdict.txt"
   exit "${PIPESTATUS[0]}"
+fi
+
+if [ "$mode" = adaptive ]; then
+  # The adaptive budget (issue 27; docs/loadtest.md, "Adaptive budget"): the provider's
+  # real payment limit is the provider's own token bucket (loadtest/provider.py
+  # --charges-schedule, burst PROVIDER_BURST, default 20; 429 past it), at 60% of the
+  # limiter's configured global rate (CG_GLOBAL_RATE, 45/s) for the first third of the
+  # run, 40% for the second and 100% for the last; nginx's limit_req for payments is set
+  # out of the way. The flood (40 users at flash-1) with the ordinary shops at a busier
+  # hour (ORDINARY_USERS 20, ~28 checkouts/s): the demand the limiter lets through (the hot
+  # shop's cap, 25/s, and the ordinary shops) passes the configured rate, so the admitted
+  # rate can show the budget climbing back to it. Two runs, the same traffic:
+  #   adaptive-off  the limiter as configured (no `adaptive` option)
+  #   adaptive-on   CHECKOUT_ADAPTIVE=ADAPTIVE (default on), recover_seconds ADAPTIVE_RECOVER
+  #                 (10 s short, 20 s full); ADAPTIVE= (empty) leaves it off in both runs,
+  #                 which checks the harness on an extension without the feature
+  # RETRY_AFTER_SHARE (default 0): the share of the provider's 429s with a Retry-After of
+  # RETRY_AFTER seconds (default 1). Then loadtest/adaptive_report.py: report.md,
+  # report.json, chart.png/svg in .run/loadtest/adaptive/.
+  export ORDINARY_USERS=${ORDINARY_USERS:-20} PAYMENT_RATE=1000 PAYMENT_BURST=1000
+  global=${CG_GLOBAL_RATE:-45}
+  schedule=$(awk -v g="$global" -v d="$duration" 'BEGIN { printf "0:%g,%g:%g,%g:%g", 0.6 * g, d / 3, 0.4 * g, 2 * d / 3, g }')
+  on_setting=${ADAPTIVE-on}
+  for run in off on; do
+    setting=off
+    [ "$run" = off ] || setting=${on_setting:-off}
+    dir="$out/adaptive-$run"; mkdir -p "$dir"
+    printf '{"run": "%s", "adaptive": "%s", "recover_seconds": %g, "configured_global_rate": %g, "schedule": "%s", "phase_seconds": %g, "provider_burst": %g, "retry_after_share": %g, "retry_after": %g}\n' \
+      "$run" "$setting" "$recover" "$global" "$schedule" "$(awk -v d="$duration" 'BEGIN { print d / 3 }')" \
+      "${PROVIDER_BURST:-20}" "${RETRY_AFTER_SHARE:-0}" "${RETRY_AFTER:-1}" > "$dir/adaptive.json"
+    rfe="CHECKOUT_ADAPTIVE=$setting"
+    [ "$setting" = off ] || rfe+=$'\n'"CHECKOUT_ADAPTIVE_RECOVER=$recover"
+    CHECKOUT_ADAPTIVE_RUN=$setting RUN_DIR_NAME="adaptive-$run" RUN_FPM_ENV=$rfe \
+    PROVIDER_ARGS="--charges-schedule $schedule --charges-burst ${PROVIDER_BURST:-20} --retry-after-share ${RETRY_AFTER_SHARE:-0} --retry-after ${RETRY_AFTER:-1} --log $dir/charges.jsonl" \
+      run_one flood on "$hot1"
+  done
+  .venv/bin/python loadtest/adaptive_report.py "$out"
+  exit $?
 fi
 
 for limiter in off on; do

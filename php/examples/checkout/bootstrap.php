@@ -36,7 +36,7 @@ function limiter(): ?RateLimiter
         return null;
     }
     $hot = hot_shops();
-    return new RateLimiter([
+    return new RateLimiter(adaptive_option() + [
         'name' => 'payments',
         // The provider allows 50 payments/s with bursts of 10: the global bucket stays just
         // under both. A hot shop may use half of it, all hot shops together 30/s.
@@ -49,6 +49,34 @@ function limiter(): ?RateLimiter
         // hot by themselves (no hot_shops list needed).
         'auto_hot' => env('CHECKOUT_AUTO_HOT', 'off') === 'on',
     ]);
+}
+
+/**
+ * The limiter's `adaptive` option from CHECKOUT_ADAPTIVE: `on` adapts the budget to the
+ * provider's throttling answers (429), with CHECKOUT_ADAPTIVE_RECOVER seconds to climb
+ * back when set (recover_seconds; the option's default otherwise); unset, empty or `off`
+ * passes no `adaptive` at all, so the checkout runs on an extension that does not know
+ * the option (scripts/loadtest.sh adaptive, docs/loadtest.md "Adaptive budget").
+ *
+ * @return array{adaptive?: true|array{recover_seconds: float}}
+ */
+function adaptive_option(): array
+{
+    $adaptive = env('CHECKOUT_ADAPTIVE', 'off');
+    if ($adaptive === 'off') {
+        return [];
+    }
+    if ($adaptive !== 'on') {
+        throw new InvalidArgumentException("CHECKOUT_ADAPTIVE must be on or off, got '$adaptive'");
+    }
+    $recover = env('CHECKOUT_ADAPTIVE_RECOVER', '');
+    if ($recover === '') {
+        return ['adaptive' => true];
+    }
+    if (!is_numeric($recover) || (float) $recover <= 0) {
+        throw new InvalidArgumentException("CHECKOUT_ADAPTIVE_RECOVER must be seconds above 0, got '$recover'");
+    }
+    return ['adaptive' => ['recover_seconds' => (float) $recover]];
 }
 
 /** The shops listed hot for this checkout (CHECKOUT_HOT_SHOPS), as the limiter has them. */
