@@ -13,7 +13,7 @@
 #                                 # the provider's real payment limit moves (60%, 40%,
 #                                 # 100% of the configured global rate, a third of the run
 #                                 # each): the flood with adaptive off, then on; each run
-#                                 # 45 s (short, recover_seconds 10) or 180 s (full, 20)
+#                                 # 45 s (short, recover_seconds 6) or 180 s (full, 10)
 #
 # Every process runs on loopback, is bounded in time, and is stopped at the end, on
 # failure and on Ctrl-C. Results (logs, Locust CSVs, verdict, charts) go to
@@ -32,9 +32,9 @@ case "$mode" in
     length=$(run_mode "loadtest.sh adaptive" "${2:-}") || exit 2
     workers=${LOCUST_WORKERS:-0}
     if [ "$length" = full ]; then
-      duration=${DURATION:-180}; recover=${ADAPTIVE_RECOVER:-20}
+      duration=${DURATION:-180}; recover=${ADAPTIVE_RECOVER:-10}
     else
-      duration=${DURATION:-45}; recover=${ADAPTIVE_RECOVER:-10}
+      duration=${DURATION:-45}; recover=${ADAPTIVE_RECOVER:-6}
     fi ;;
 esac
 
