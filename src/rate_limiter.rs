@@ -80,6 +80,28 @@ impl RateLimiter {
         Ok(Decision::from(d))
     }
 
+    /// Reports what the payment provider answered to a call this limiter admitted for
+    /// `shopId`: its HTTP status and its Retry-After in seconds (null or 0: none). With
+    /// the `adaptive` option, a status in its `statuses` lowers the budget of every
+    /// worker (at most once per second) and a Retry-After pauses the limiter (at most
+    /// 60 s); anything else costs nothing (no round trip). Without the option, nothing.
+    /// Each change is a RateLimitAdapt event. Bad arguments throw
+    /// ConfigurationException; a Valkey that cannot be asked never throws (counted in
+    /// health()['adaptive']).
+    pub fn feedback(
+        &self,
+        shopId: BinarySlice<u8>,
+        statusCode: i64,
+        retryAfterSeconds: Option<f64>,
+    ) -> PhpResult<()> {
+        let changes = self
+            .inner
+            .feedback(&shopId, statusCode, retryAfterSeconds)
+            .map_err(to_php)?;
+        recording::observe_adapt(&self.inner.options().name, &changes);
+        Ok(())
+    }
+
     /// Marks the shop hot for every worker at once, until the TTL runs out.
     pub fn mark_hot(&self, shopId: BinarySlice<u8>, ttlSeconds: i64) -> PhpResult<()> {
         self.inner.mark_hot(&shopId, ttlSeconds).map_err(to_php)

@@ -910,6 +910,12 @@ impl checkout_guard_runtime::Store for Slow {
             .advance(Duration::from_micros(self.delay_us.load(Ordering::Relaxed)));
         self.inner.decide(call)
     }
+    fn feedback(
+        &self,
+        call: &checkout_guard_model::FeedbackCall<'_>,
+    ) -> Result<Vec<i64>, checkout_guard_runtime::StoreError> {
+        self.inner.feedback(call)
+    }
     fn read_limits(
         &self,
         keys: &Keys,

@@ -24,7 +24,7 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use checkout_guard_model::live::Stored;
-use checkout_guard_model::{DecideCall, Keys};
+use checkout_guard_model::{DecideCall, FeedbackCall, Keys};
 
 use crate::clock::{Clock, SystemClock};
 
@@ -124,6 +124,10 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// One decision: the decision script with `call`'s KEYS and ARGV, on the store's
     /// clock; the raw integers of its reply (read with [`DecideCall::decode_reply`]).
     fn decide(&self, call: &DecideCall<'_>) -> Result<Vec<i64>, StoreError>;
+    /// One throttling answer of the provider: the feedback script (a write) with `call`'s
+    /// KEYS and ARGV, on the store's clock; the raw integers of its reply (read with
+    /// [`FeedbackCall::decode_reply`]).
+    fn feedback(&self, call: &FeedbackCall<'_>) -> Result<Vec<i64>, StoreError>;
     /// The live limits' version and hash, read together.
     fn read_limits(&self, keys: &Keys) -> Result<Stored, StoreError>;
     /// Marks a shop hot (`key` = its hot flag) for `ttl_seconds`.

@@ -13,6 +13,10 @@ pub(super) static DECIDE: Lazy<redis::Script> =
 /// The live limits' version and hash, read together.
 pub(super) static READ: Lazy<redis::Script> =
     Lazy::new(|| redis::Script::new(&call::read_limits_source()));
+/// A throttling answer of the provider (a write script: the adaptive budget's state and
+/// the last throttling answer).
+pub(super) static FEEDBACK: Lazy<redis::Script> =
+    Lazy::new(|| redis::Script::new(&call::feedback_source()));
 /// One step of a reset (SCAN + UNLINK inside Valkey).
 pub(super) static RESET: Lazy<redis::Script> =
     Lazy::new(|| redis::Script::new(&call::reset_step_source()));
