@@ -205,6 +205,12 @@ final class ModelDriver
     private array $lastAcquire = [[], []];
     /** Per database, when a decision last came back denied (local denials may follow). */
     private array $lastDenial = [0.0, 0.0];
+    /**
+     * What the adaptive operations exercised in the last run: decisions at a share below
+     * 1000, denied by the provider's pause, finding the budget recovered; feedback that
+     * decreased the share, paused.
+     */
+    public array $adaptStats = [];
     /** Operations checked, over every run (shrinking included). */
     public int $opsChecked = 0;
 
@@ -563,6 +569,7 @@ final class ModelDriver
         $quietUntil = [0.0, 0.0];
         $this->lastAcquire = [[], []];
         $this->lastDenial = [0.0, 0.0];
+        $this->adaptStats = ['scaled' => 0, 'provider' => 0, 'recovered' => 0, 'decreased' => 0, 'paused' => 0];
         $restartedAt = null;
         $checked = 0;
         foreach ($seq['ops'] as $i => $op) {
@@ -662,6 +669,10 @@ final class ModelDriver
                     $want = $m->acquire($db, $op['shop'], $op['n'], $ta, $tb, $assume, $permille, $paused, $range);
                     $diff = array_diff_key(self::compare($want, $got, $tb - $t0), array_flip($this->ignore));
                     if ($diff === []) {
+                        if ($model->adaptState($db) !== null) {
+                            $k = $paused ? 'provider' : ($permille < 1000 ? 'scaled' : 'recovered');
+                            $this->adaptStats[$k]++;
+                        }
                         $model = $m;
                         return null;
                     }
@@ -790,6 +801,11 @@ final class ModelDriver
                 }
                 $raw = $r->get("{cg:$name}:adapt");
                 $before = $model->describe($db);
+                $was = $model->adaptState($db);
+                $now = LimiterModel::decodeAdapt($raw);
+                if ($now !== null && $now !== $was) {
+                    $this->adaptStats[($was[0] ?? 0) !== $now[0] ? 'decreased' : 'paused']++;
+                }
                 $why = $model->reconcileFeedback($db, $op['status'], (int) round(($op['retryAfter'] ?? 0.0) * 1e6), $ta, $tb, LimiterModel::decodeAdapt($raw));
                 if ($why !== null) {
                     return ['sig' => 'feedback:state', 'message' => "$why (stored " . json_encode($raw) . ")\n  state before: $before"];

@@ -139,7 +139,9 @@ final class ModelTest extends OwnValkeyTestCase
                 $res = $driver->run($seq);
                 $results[] = ['seed' => $seed, 'ok' => $res['ok'], 'ops' => $res['checked'], 'of' => count($seq['ops'])];
                 if ($res['ok']) {
-                    $this->log(sprintf('model: seed %d: %d operations, passed (%.1f s)', $seed, $res['checked'], $res['seconds']));
+                    $a = array_filter($driver->adaptStats);
+                    $this->log(sprintf('model: seed %d: %d operations, passed (%.1f s)%s', $seed, $res['checked'], $res['seconds'],
+                        isset($seq['options']['adaptive']) ? ', adaptive: ' . json_encode($a) : ''));
                     continue;
                 }
                 $f = $res['failure'];
