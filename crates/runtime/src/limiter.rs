@@ -295,9 +295,10 @@ impl Limiter {
         let hot_status_tag = [endpoint, b" ", keys.hash_tag(), b":hot?"].concat();
         let auto_hot_args = AutoHotArgs::new(options.auto_hot.as_ref());
         let adapt_args = AdaptArgs::new(options.adaptive.as_ref().map(|a| a.params()).as_ref());
-        let settings = live::PublishedSettings::encode_in(
+        let settings = live::PublishedSettings::encode_all(
             &options.buckets,
             options.auto_hot.as_ref(),
+            options.adaptive.as_ref(),
             options.mode,
         );
         let live_id = live_cache::limiter_id(options.endpoint.display_url(), &options.name);

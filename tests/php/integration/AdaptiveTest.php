@@ -13,6 +13,9 @@ use CheckoutGuard\RateLimiter;
  */
 final class AdaptiveTest extends OwnValkeyTestCase
 {
+    /** The name of the last limiter made by adaptive(). */
+    private string $name = '';
+
     protected function setUp(): void
     {
         $this->valkey = new ValkeyProcess();
@@ -23,7 +26,7 @@ final class AdaptiveTest extends OwnValkeyTestCase
     private function adaptive(string $engine, array $extra = [], array $adaptive = []): RateLimiter
     {
         return new RateLimiter($extra + [
-            'name' => self::uniqueName("adapt-$engine"),
+            'name' => $this->name = self::uniqueName("adapt-$engine"),
             'url' => $this->valkey->url(),
             'engine' => $engine,
             'global' => self::bucket(100),
@@ -109,6 +112,15 @@ final class AdaptiveTest extends OwnValkeyTestCase
         $this->assertSame(429, $h['adaptive']['last_throttle']['status']);
         // The global bucket (100, frozen) holds 70 at 0.7: every shop shares the rest.
         $this->assertSame(['allowed' => 70, 'global' => 130], self::drain($l, 'any', 200), $engine);
+        // The CLI shows the same share, from the settings the workers published.
+        [$code, $out, $err] = Cli::limiter($this->valkey->url(), $this->name, 'status', '--json');
+        $this->assertSame(0, $code, $err);
+        $st = json_decode($out, true, 512, JSON_THROW_ON_ERROR);
+        $this->assertGreaterThanOrEqual(0.7, $st['adaptive']['share']);
+        $this->assertLessThan(0.71, $st['adaptive']['share']);
+        $this->assertSame(429, $st['adaptive']['last_throttle']['status']);
+        [, $text] = Cli::limiter($this->valkey->url(), $this->name, 'status');
+        $this->assertStringContainsString('adaptive: share 0.70', $text);
     }
 
     /** @dataProvider engines */
