@@ -185,6 +185,25 @@ final class AdaptiveTest extends OwnValkeyTestCase
         $this->assertSame(['throttled', 'retry_after', 'recovered'], array_values($whys));
     }
 
+    public function testAValkeyThatDoesNotAnswerNeverThrowsIntoTheCheckout(): void
+    {
+        $l = $this->adaptive('lua', ['timeout_ms' => 100]);
+        $l->acquire('s');
+        $this->valkey->pause();
+        try {
+            $l->feedback('s', 429, 1.0);   // timed out: counted, not thrown
+            $l->feedback('s', 429);        // the back-off: at once, counted
+            $l->feedback('s', 200);        // a success: nothing to send
+            $h = $l->health(false);
+        } finally {
+            $this->valkey->resume();
+        }
+        $this->assertSame(2, $h['adaptive']['feedback_errors']);
+        $this->assertNotNull($h['adaptive']['last_feedback_error']);
+        $this->assertSame('process', $h['adaptive']['source']);
+        $this->assertSame(1.0, $h['adaptive']['share'], 'nothing changed');
+    }
+
     public static function engines(): array
     {
         return ['lua' => ['lua'], 'module' => ['module']];
