@@ -88,6 +88,23 @@ impl AdaptSeen {
     }
 }
 
+/// The adaptive budget for a readiness check ([`Limiter::adaptive_health`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdaptHealth {
+    /// The share in force (0..=1 of the limits).
+    pub share: f64,
+    /// Until when the provider's pause holds (Valkey's clock, Unix µs), if it does.
+    pub paused_until_us: Option<i64>,
+    /// The last throttling answer (any worker's when read from Valkey).
+    pub last: Option<LastThrottle>,
+    /// Read from Valkey now (else: what this process last saw).
+    pub from_valkey: bool,
+    /// Why it could not be read from Valkey.
+    pub read_error: Option<String>,
+    pub feedback_errors: u64,
+    pub last_feedback_error: Option<(String, SystemTime)>,
+}
+
 /// Why the adaptive budget changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AdaptWhy {
@@ -278,9 +295,10 @@ impl Limiter {
         let hot_status_tag = [endpoint, b" ", keys.hash_tag(), b":hot?"].concat();
         let auto_hot_args = AutoHotArgs::new(options.auto_hot.as_ref());
         let adapt_args = AdaptArgs::new(options.adaptive.as_ref().map(|a| a.params()).as_ref());
-        let settings = live::PublishedSettings::encode_in(
+        let settings = live::PublishedSettings::encode_all(
             &options.buckets,
             options.auto_hot.as_ref(),
+            options.adaptive.as_ref(),
             options.mode,
         );
         let live_id = live_cache::limiter_id(options.endpoint.display_url(), &options.name);
@@ -852,6 +870,40 @@ impl Limiter {
             });
         }
         Ok(changes)
+    }
+
+    /// The adaptive budget for `health()` (None: the option is off): with `ping`, read
+    /// from Valkey (the state and the last throttling answer, one read-only call within
+    /// the timeout; during a back-off or when it fails, what this process last saw);
+    /// without, what this process last saw. Never an error.
+    pub fn adaptive_health(&self, ping: bool) -> Option<AdaptHealth> {
+        let adaptive = self.options.adaptive.as_ref()?;
+        let seen = self.adapt_seen.lock().clone();
+        let mut h = AdaptHealth {
+            share: seen.share(),
+            paused_until_us: (seen.pause_until_us > seen.seen_at_us).then_some(seen.pause_until_us),
+            last: seen.last,
+            from_valkey: false,
+            read_error: None,
+            feedback_errors: seen.feedback_errors,
+            last_feedback_error: seen.last_feedback_error.clone(),
+        };
+        if !ping {
+            return Some(h);
+        }
+        match self.store.read_adapt(&self.adapt_key, &self.adapt_last_key) {
+            Ok((state, last, now)) => {
+                let params = adaptive.params();
+                let state =
+                    checkout_guard_model::adaptive::AdaptState::read_like_the_script(&state);
+                h.share = state.map_or(1.0, |s| s.permille_at(now, &params) as f64 / FULL as f64);
+                h.paused_until_us = state.filter(|s| s.paused_at(now)).map(|s| s.pause_until);
+                h.last = LastThrottle::parse(&last).or(h.last);
+                h.from_valkey = true;
+            }
+            Err(e) => h.read_error = Some(e.to_string()),
+        }
+        Some(h)
     }
 
     /// The adaptive budget as this process last saw it (None: the option is off).

@@ -916,6 +916,13 @@ impl checkout_guard_runtime::Store for Slow {
     ) -> Result<Vec<i64>, checkout_guard_runtime::StoreError> {
         self.inner.feedback(call)
     }
+    fn read_adapt(
+        &self,
+        a: &[u8],
+        l: &[u8],
+    ) -> Result<checkout_guard_runtime::store::AdaptRead, checkout_guard_runtime::StoreError> {
+        self.inner.read_adapt(a, l)
+    }
     fn read_limits(
         &self,
         keys: &Keys,

@@ -207,7 +207,7 @@ fn local_denials_agree_with_the_store_while_the_budget_adapts() {
     let mut local_answers = [0; 4];
     // Phases: the full share; after a throttling answer reported here; after one reported
     // by another worker with a Retry-After; the budget back at the limits.
-    for phase in 0..4 {
+    for (phase, answered_here) in local_answers.iter_mut().enumerate() {
         match phase {
             1 => assert_eq!(local.feedback(b"s", 429, None).unwrap().len(), 1),
             2 => assert_eq!(asked.feedback(b"s", 429, Some(0.3)).unwrap().len(), 2),
@@ -219,7 +219,7 @@ fn local_denials_agree_with_the_store_while_the_budget_adapts() {
             let calls = s.stats().calls;
             let d = local.acquire(b"s", 1).unwrap();
             if s.stats().calls == calls {
-                local_answers[phase] += 1;
+                *answered_here += 1;
                 // What the store answers at the same instant, taking nothing.
                 let v = asked.peek(b"s", 1).unwrap();
                 assert_eq!(

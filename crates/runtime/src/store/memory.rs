@@ -21,7 +21,7 @@ use checkout_guard_model::live::Stored;
 use checkout_guard_model::server::{decide_on, feedback_on, Keyspace, ReceivedCall};
 use checkout_guard_model::{DecideCall, FeedbackCall, Keys};
 
-use super::{Health, Store, StoreError};
+use super::{AdaptRead, Health, Store, StoreError};
 use crate::clock::{Clock, FakeClock};
 
 /// A fault the next call meets (one per call, in the order injected).
@@ -444,6 +444,13 @@ impl Store for MemoryStore {
                 cause,
                 retry_in: Duration::ZERO,
             })
+    }
+
+    fn read_adapt(&self, adapt_key: &[u8], last_key: &[u8]) -> Result<AdaptRead, StoreError> {
+        let (_, mut s) = self.enter(false)?;
+        let a = s.get_str(adapt_key).unwrap_or_default();
+        let l = s.get_str(last_key).unwrap_or_default();
+        Ok((a, l, s.now()))
     }
 
     fn read_limits(&self, keys: &Keys) -> Result<Stored, StoreError> {

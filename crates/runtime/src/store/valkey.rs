@@ -13,8 +13,8 @@ use checkout_guard_model::{DecideCall, Endpoint, Engine, FeedbackCall, Keys};
 
 use super::native::pack_native;
 use super::pool::{self, Pool, PooledConnection};
-use super::scripts::{FEEDBACK, READ, RESET};
-use super::{engine, Health, Store, StoreError};
+use super::scripts::{FEEDBACK, READ, READ_ADAPT, RESET};
+use super::{engine, AdaptRead, Health, Store, StoreError};
 
 /// The store of the extension: the process's pooled connection to one endpoint, every
 /// call bounded by `timeout`, and left alone for `retry_interval` after a failure.
@@ -104,6 +104,10 @@ impl Store for ValkeyStore {
             inv.arg(a);
         }
         self.call(|c| inv.invoke::<Vec<i64>>(c))
+    }
+
+    fn read_adapt(&self, adapt_key: &[u8], last_key: &[u8]) -> Result<AdaptRead, StoreError> {
+        self.call(|c| READ_ADAPT.key(adapt_key).key(last_key).invoke(c))
     }
 
     fn read_limits(&self, keys: &Keys) -> Result<Stored, StoreError> {
