@@ -204,6 +204,36 @@ final class AdaptiveTest extends OwnValkeyTestCase
         $this->assertSame(1.0, $h['adaptive']['share'], 'nothing changed');
     }
 
+    /**
+     * Local denials learnt at the full share are not used once a reply says the budget is
+     * adapted (their retry times are the full rate's): every call asks Valkey then, and the
+     * denials are Valkey's. The throttling answer comes from another PHP process (a table
+     * of its own), as from another host.
+     */
+    public function testWhileAdaptedEveryDecisionIsValkeysNotALocalDenial(): void
+    {
+        $l = $this->adaptive('lua', ['global' => self::bucket(10, 2)]);
+        $by = self::drain($l, 's', 40);
+        $this->assertGreaterThanOrEqual(10, $by['allowed'] ?? 0, json_encode($by));
+        $this->assertLessThanOrEqual(12, $by['allowed'] ?? 0, 'the full share, a refill or two: ' . json_encode($by));
+        $asked = $this->commandCalls('evalsha');
+        $this->assertLessThan(40, $asked, 'local denials answered some calls at the full share');
+        $url = $this->valkey->url();
+        $cmd = [...self::phpWithExtension(), '-r', "(new CheckoutGuard\\RateLimiter(['name' => '{$this->name}', 'url' => '$url', 'engine' => 'lua', 'global' => ['capacity' => 10, 'refill_per_second' => 2], 'adaptive' => ['recover_seconds' => 3600]]))->feedback('x', 429);"];
+        $p = proc_open($cmd, [1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes);
+        $err = stream_get_contents($pipes[2]);
+        $this->assertSame(0, proc_close($p), (string) $err);
+        usleep(300000); // the entries learnt before end (250 ms at most after their reply)
+        $before = $this->commandCalls('evalsha');
+        $n = 30;
+        for ($i = 0; $i < $n; $i++) {
+            $d = $l->acquire('s');
+            $this->assertContains($d->reason(), ['allowed', 'global']);
+        }
+        $this->assertSame($before + $n, $this->commandCalls('evalsha'), 'every decision asked Valkey');
+        $this->assertLessThan(0.71, $l->health(false)['adaptive']['share']);
+    }
+
     public static function engines(): array
     {
         return ['lua' => ['lua'], 'module' => ['module']];
