@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The model-based test of the limiter (tests/php/system/ModelTest.php): random
 # sequences of acquires from three forked workers on two databases, hot marks, auto_hot,
-# CLI set/hot/unhot, reset(), FLUSHALL and a Valkey restart, every decision checked against
+# CLI set/hot/unhot, reset(), FLUSHALL and a Valkey restart (on about half the seeds the
+# adaptive option, feedback() with and without Retry-After, sleeps and the budget's
+# recovery), every decision checked against
 # the reference model (tests/php/support/LimiterModel.php); then the same kind of
 # sequences against a managed service (ManagedServer: TLS, the `checkout` ACL user,
 # engine lua, database 0, SCAN + UNLINK for FLUSHALL): seeds 69 and 2066, 60 operations.

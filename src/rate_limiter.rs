@@ -80,6 +80,28 @@ impl RateLimiter {
         Ok(Decision::from(d))
     }
 
+    /// Reports what the payment provider answered to a call this limiter admitted for
+    /// `shopId`: its HTTP status and its Retry-After in seconds (null or 0: none). With
+    /// the `adaptive` option, a status in its `statuses` lowers the budget of every
+    /// worker (at most once per second) and a Retry-After pauses the limiter (at most
+    /// 60 s); anything else costs nothing (no round trip). Without the option, nothing.
+    /// Each change is a RateLimitAdapt event. Bad arguments throw
+    /// ConfigurationException; a Valkey that cannot be asked never throws (counted in
+    /// health()['adaptive']).
+    pub fn feedback(
+        &self,
+        shopId: BinarySlice<u8>,
+        statusCode: i64,
+        retryAfterSeconds: Option<f64>,
+    ) -> PhpResult<()> {
+        let changes = self
+            .inner
+            .feedback(&shopId, statusCode, retryAfterSeconds)
+            .map_err(to_php)?;
+        recording::observe_adapt(&self.inner.options().name, &changes);
+        Ok(())
+    }
+
     /// Marks the shop hot for every worker at once, until the TTL runs out.
     pub fn mark_hot(&self, shopId: BinarySlice<u8>, ttlSeconds: i64) -> PhpResult<()> {
         self.inner.mark_hot(&shopId, ttlSeconds).map_err(to_php)
@@ -113,6 +135,12 @@ impl RateLimiter {
     /// shares it with sibling workers ("inherited" or "named").
     /// mode: the mode in force, "enforce" or "shadow" (live `limiter set mode=...` as this
     /// process last saw it, else the `mode` option).
+    /// adaptive: null without the `adaptive` option, else share (the share of the limits
+    /// in force, 0..1), paused_until (unix seconds, null: no pause), last_throttle
+    /// (status, at, retry_after: the last throttling answer reported, or null), source
+    /// ("valkey": read now, with `ping`; "process": what this process last saw),
+    /// read_error, feedback_errors and last_feedback_error(_at) (feedback() calls Valkey
+    /// did not answer; never thrown).
     /// With `ping` one PING is sent over the pooled connection (never a new connection per
     /// call, nothing while the circuit is open); without it nothing is sent.
     #[php(defaults(ping = true))]
@@ -168,6 +196,41 @@ impl RateLimiter {
             )?;
             out.insert("consecutive_failed_decisions", i64::from(d.failed_in_row))?;
             out.insert("decisions_failing", d.failing())?;
+            // The adaptive budget (null when the option is off): read from Valkey when
+            // pinging (source "valkey"), else what this process last saw ("process").
+            match self.inner.adaptive_health(ping) {
+                None => out.insert("adaptive", ())?,
+                Some(a) => {
+                    let mut t = ZendHashTable::new();
+                    t.insert("share", a.share)?;
+                    t.insert("paused_until", a.paused_until_us.map(|us| us as f64 / 1e6))?;
+                    match a.last {
+                        None => t.insert("last_throttle", ())?,
+                        Some(l) => {
+                            let mut lt = ZendHashTable::new();
+                            lt.insert("status", l.status)?;
+                            lt.insert("at", l.at_us as f64 / 1e6)?;
+                            lt.insert(
+                                "retry_after",
+                                (l.retry_after_us > 0).then(|| l.retry_after_us as f64 / 1e6),
+                            )?;
+                            t.insert("last_throttle", lt)?;
+                        }
+                    }
+                    t.insert("source", if a.from_valkey { "valkey" } else { "process" })?;
+                    t.insert("read_error", a.read_error)?;
+                    t.insert("feedback_errors", a.feedback_errors as i64)?;
+                    t.insert(
+                        "last_feedback_error",
+                        a.last_feedback_error.as_ref().map(|(e, _)| e.clone()),
+                    )?;
+                    t.insert(
+                        "last_feedback_error_at",
+                        a.last_feedback_error.as_ref().and_then(|(_, at)| unix(*at)),
+                    )?;
+                    out.insert("adaptive", t)?;
+                }
+            }
             let table = checkout_guard_runtime::denials::sharing();
             out.insert("local_denials_table", table.as_ref().map(|t| t.kind()))?;
             out.insert(

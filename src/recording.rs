@@ -187,7 +187,7 @@ pub fn observe_notices(
     n: &checkout_guard_runtime::Notices,
     auto_hot: Option<&checkout_guard_model::AutoHot>,
 ) {
-    if n.became_hot.is_none() && n.limits_change.is_none() {
+    if n.became_hot.is_none() && n.limits_change.is_none() && n.adapt.is_none() {
         return;
     }
     let Some(now_ms) = with_state(|s| s.enabled().then(|| s.now_ms())) else {
@@ -195,6 +195,22 @@ pub fn observe_notices(
     };
     for e in recorder::notice_events(limiter, shop, n, auto_hot, now_ms) {
         push(e);
+    }
+}
+
+/// Records the changes of the adaptive budget a `feedback()` made, one "RateLimitAdapt"
+/// event each.
+pub fn observe_adapt(limiter: &str, changes: &[checkout_guard_runtime::limiter::AdaptChange]) {
+    if changes.is_empty() {
+        return;
+    }
+    let Some(now_ms) = with_state(|s| s.enabled().then(|| s.now_ms())) else {
+        return;
+    };
+    for c in changes {
+        push(checkout_guard_runtime::telemetry::adapt_event(
+            limiter, c, now_ms,
+        ));
     }
 }
 

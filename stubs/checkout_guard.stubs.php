@@ -98,6 +98,23 @@ namespace CheckoutGuard {
         public function acquire(string $shopId, int $tokens = 1, float $maxWaitSeconds = 0.0): \CheckoutGuard\Decision {}
 
         /**
+         * Reports what the payment provider answered to a call this limiter admitted for
+         * `shopId`: its HTTP status and its Retry-After in seconds (null or 0: none). With
+         * the `adaptive` option, a status in its `statuses` lowers the budget of every
+         * worker (at most once per second) and a Retry-After pauses the limiter (at most
+         * 60 s); anything else costs nothing (no round trip). Without the option, nothing.
+         * Each change is a RateLimitAdapt event. Bad arguments throw
+         * ConfigurationException; a Valkey that cannot be asked never throws (counted in
+         * health()['adaptive']).
+         *
+         * @param string $shopId
+         * @param int $statusCode
+         * @param float|null $retryAfterSeconds
+         * @return void
+         */
+        public function feedback(string $shopId, int $statusCode, ?float $retryAfterSeconds = null): void {}
+
+        /**
          * What a readiness check needs, from this process's pooled connection to the
          * limiter's Valkey: ok, url (password masked), connected, circuit ("closed" or "open":
          * after a failure calls fail at once for retry_in_ms), last_error,
@@ -116,6 +133,12 @@ namespace CheckoutGuard {
          * shares it with sibling workers ("inherited" or "named").
          * mode: the mode in force, "enforce" or "shadow" (live `limiter set mode=...` as this
          * process last saw it, else the `mode` option).
+         * adaptive: null without the `adaptive` option, else share (the share of the limits
+         * in force, 0..1), paused_until (unix seconds, null: no pause), last_throttle
+         * (status, at, retry_after: the last throttling answer reported, or null), source
+         * ("valkey": read now, with `ping`; "process": what this process last saw),
+         * read_error, feedback_errors and last_feedback_error(_at) (feedback() calls Valkey
+         * did not answer; never thrown).
          * With `ping` one PING is sent over the pooled connection (never a new connection per
          * call, nothing while the circuit is open); without it nothing is sent.
          *

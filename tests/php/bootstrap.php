@@ -61,6 +61,7 @@ require __DIR__ . '/support/Cli.php';
 require __DIR__ . '/support/HttpGet.php';
 require __DIR__ . '/support/ProjectScript.php';
 require __DIR__ . '/support/EventLog.php';
+require __DIR__ . '/support/StandInProvider.php';
 require __DIR__ . '/support/LimiterTestCase.php';
 require __DIR__ . '/support/OwnValkeyTestCase.php';
 require __DIR__ . '/support/DecisionTestCase.php';

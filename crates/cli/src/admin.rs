@@ -58,6 +58,24 @@ pub struct Status {
     /// Decisions `CG.DECIDE` made at this Valkey (the node asked) since it started, from
     /// `INFO commandstats` (all limiters: the module is the server's); `None` without it.
     pub module_decisions: Option<u64>,
+    /// The adaptive budget: None when the workers publish no `adaptive` option and
+    /// Valkey holds no state nor last throttling answer for it.
+    pub adaptive: Option<AdaptView>,
+}
+
+/// The adaptive budget as `limiter status` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdaptView {
+    /// The option as the workers publish it (None: not published, e.g. older workers).
+    pub option: Option<checkout_guard_model::Adaptive>,
+    /// The share of the limits in force now (0..=1), computed as a decision computes it
+    /// (`AdaptState::permille_at` at Valkey's clock); None when the state is there but
+    /// the option is not published (its floor and recovery are unknown).
+    pub share: Option<f64>,
+    /// Until when the provider's Retry-After pauses every shop (Unix ms), if it does.
+    pub paused_until_ms: Option<i64>,
+    /// The last throttling answer any worker reported (kept a day).
+    pub last: Option<checkout_guard_model::adaptive::LastThrottle>,
 }
 
 /// Tokens taken over the auto-hot window (estimated as the script does): in all, and the
@@ -484,6 +502,7 @@ impl Admin {
                 Err(e) => (Err(e), BTreeMap::new()),
             };
         let changes = self.recent_changes()?;
+        let adaptive = self.adaptive(settings.as_deref(), now_us)?;
         let module = self.module_loaded();
         Ok(Status {
             now_ms: now_us / 1000,
@@ -502,7 +521,45 @@ impl Admin {
             module_loaded: matches!(module, Ok(true)),
             module_unknown: module.err(),
             module_decisions: self.module_decisions(),
+            adaptive,
         })
+    }
+
+    /// The adaptive budget: its state and last throttling answer (one MGET), the share
+    /// computed with the published option at Valkey's `now_us`.
+    fn adaptive(&self, settings: Option<&str>, now_us: i64) -> Result<Option<AdaptView>, String> {
+        use checkout_guard_model::adaptive::{AdaptState, LastThrottle, FULL};
+        let option = settings
+            .and_then(|t| live::PublishedSettings::parse(t).ok())
+            .and_then(|p| p.adaptive);
+        let (state_key, last_key) = (self.keys.adapt(), self.keys.adapt_last());
+        let raw: Vec<Option<Vec<u8>>> =
+            self.call(|c| redis::cmd("MGET").arg(&state_key).arg(&last_key).query(c))?;
+        let state = raw
+            .first()
+            .and_then(|r| r.as_deref())
+            .and_then(AdaptState::read_like_the_script);
+        let last = raw
+            .get(1)
+            .and_then(|r| r.as_deref())
+            .and_then(LastThrottle::parse);
+        if option.is_none() && state.is_none() && last.is_none() {
+            return Ok(None);
+        }
+        let share = match (&option, state) {
+            (_, None) => Some(1.0),
+            (Some(o), Some(s)) => Some(s.permille_at(now_us, &o.params()) as f64 / FULL as f64),
+            (None, Some(_)) => None,
+        };
+        let paused_until_ms = state
+            .filter(|s| s.paused_at(now_us))
+            .map(|s| s.pause_until.div_euclid(1000));
+        Ok(Some(AdaptView {
+            option,
+            share,
+            paused_until_ms,
+            last,
+        }))
     }
 
     /// `calls=` of `cmdstat_CG.DECIDE` in `INFO commandstats`; `None` when it has none.

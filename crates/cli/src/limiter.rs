@@ -283,6 +283,9 @@ fn status_text(name: &str, st: &Status) -> String {
         )),
         None => out.push('\n'),
     }
+    if let Some(a) = &st.adaptive {
+        out.push_str(&adaptive_line(a, st.now_ms));
+    }
     for (lane, level, cap) in &st.levels {
         out.push_str(&format!(
             "  bucket {}: {level} of {cap} tokens\n",
@@ -356,6 +359,57 @@ fn status_text(name: &str, st: &Status) -> String {
     out
 }
 
+/// `  adaptive: share 0.70 of the limits (...); paused ...; last throttling answer ...`
+fn adaptive_line(a: &checkout_guard_cli::admin::AdaptView, now_ms: i64) -> String {
+    let mut out = String::from("  adaptive: ");
+    out.push_str(&match a.share {
+        Some(s) => format!("share {s:.3} of the limits in force"),
+        None => "share unknown (the workers publish no adaptive option)".to_string(),
+    });
+    match &a.option {
+        Some(o) => out.push_str(&format!(
+            " (option: statuses {:?}, decrease {}, floor {}, {} s from the floor back to the limits)",
+            o.statuses, o.decrease, o.min_share, o.recover_seconds
+        )),
+        None => out.push_str(" (not in the workers' published settings)"),
+    }
+    if let Some(until) = a.paused_until_ms {
+        out.push_str(&format!(
+            "; PAUSED by the provider's Retry-After until {} ({:.1} s left): every shop denied, reason provider",
+            time::format_ms(until),
+            (until - now_ms).max(0) as f64 / 1000.0
+        ));
+    }
+    match &a.last {
+        Some(l) => {
+            out.push_str(&format!(
+                "; last throttling answer: {} at {}",
+                l.status,
+                time::format_ms(l.at_us.div_euclid(1000))
+            ));
+            if l.retry_after_us > 0 {
+                out.push_str(&format!(
+                    " (Retry-After {} s)",
+                    l.retry_after_us as f64 / 1e6
+                ));
+            }
+        }
+        None => out.push_str("; no throttling answer in the last day"),
+    }
+    out.push('\n');
+    out
+}
+
+fn adaptive_json(a: &checkout_guard_cli::admin::AdaptView) -> serde_json::Value {
+    json!({
+        "share": a.share,
+        "option": a.option.as_ref().map(|o| json!({"statuses": o.statuses, "decrease": o.decrease, "min_share": o.min_share, "recover_seconds": o.recover_seconds})),
+        "paused_until": a.paused_until_ms.map(time::format_ms),
+        "paused_until_ms": a.paused_until_ms,
+        "last_throttle": a.last.map(|l| json!({"status": l.status, "at": time::format_ms(l.at_us.div_euclid(1000)), "at_ms": l.at_us.div_euclid(1000), "retry_after": (l.retry_after_us > 0).then(|| l.retry_after_us as f64 / 1e6)})),
+    })
+}
+
 fn status_json(name: &str, st: &Status) -> serde_json::Value {
     json!({
         "limiter": name,
@@ -375,6 +429,7 @@ fn status_json(name: &str, st: &Status) -> serde_json::Value {
         "decisions": st.decisions.as_ref().ok(),
         "decisions_error": st.decisions.as_ref().err(),
         "shadow_decisions": st.shadow_decisions,
+        "adaptive": st.adaptive.as_ref().map(adaptive_json),
         "decisions_seconds": st.decisions_seconds,
         "changes": st.changes.iter().map(|c| json!({"version": c.version, "by": c.by, "at": time::format_ms(c.at_ms), "old": c.old, "new": c.new})).collect::<Vec<_>>(),
     })

@@ -21,7 +21,7 @@
 
 use crate::bucket::{BucketSet, Lane};
 use crate::error::ConfigError;
-use crate::options::{bucket_value, buckets_from_value, buckets_to_value, AutoHot, Mode};
+use crate::options::{bucket_value, buckets_from_value, buckets_to_value, Adaptive, AutoHot, Mode};
 use crate::value::Value;
 
 /// The live limits as stored: overrides of some buckets, and who set them when.
@@ -217,6 +217,10 @@ pub struct PublishedSettings {
     /// The `mode` option the worker runs with: `mode=shadow` at the end when shadow,
     /// nothing when enforce (what workers before the mode published).
     pub mode: Mode,
+    /// The `adaptive` option: `adaptive=<min_share>/<recover_seconds>s/<decrease>/<statuses>`
+    /// (statuses comma-separated), e.g. `adaptive=0.1/60s/0.7/429,503`; nothing when off.
+    /// The CLI computes the share in force from it (`AdaptState::permille_at`).
+    pub adaptive: Option<Adaptive>,
 }
 
 impl PublishedSettings {
@@ -237,7 +241,27 @@ impl PublishedSettings {
 
     /// [`Self::encode`], with ` mode=shadow` when the `mode` option is shadow.
     pub fn encode_in(buckets: &BucketSet, auto_hot: Option<&AutoHot>, mode: Mode) -> String {
+        Self::encode_all(buckets, auto_hot, None, mode)
+    }
+
+    /// [`Self::encode_in`] with the `adaptive` part (before the mode) when the option is on.
+    pub fn encode_all(
+        buckets: &BucketSet,
+        auto_hot: Option<&AutoHot>,
+        adaptive: Option<&Adaptive>,
+        mode: Mode,
+    ) -> String {
         let mut out = Self::encode(buckets, auto_hot);
+        if let Some(a) = adaptive {
+            let statuses: Vec<String> = a.statuses.iter().map(u16::to_string).collect();
+            out.push_str(&format!(
+                " adaptive={}/{}s/{}/{}",
+                a.min_share,
+                a.recover_seconds,
+                a.decrease,
+                statuses.join(",")
+            ));
+        }
         if mode == Mode::Shadow {
             out.push_str(" mode=shadow");
         }
@@ -250,6 +274,7 @@ impl PublishedSettings {
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut entries = Vec::new();
         let mut auto_hot = None;
+        let mut adaptive = None;
         let mut mode = Mode::Enforce;
         for part in text.split_whitespace() {
             let Some((k, v)) = part.split_once('=') else {
@@ -259,6 +284,8 @@ impl PublishedSettings {
                 mode = Mode::parse("mode", v.as_bytes()).unwrap_or(Mode::Enforce);
             } else if k == "auto_hot" {
                 auto_hot = parse_auto_hot(v);
+            } else if k == "adaptive" {
+                adaptive = parse_adaptive(v);
             } else if let Some(lane) = Lane::from_name(k) {
                 let (c, r) =
                     parse_bucket(lane, v).map_err(|e| format!("published settings: {e}"))?;
@@ -271,8 +298,33 @@ impl PublishedSettings {
             buckets,
             auto_hot,
             mode,
+            adaptive,
         })
     }
+}
+
+/// `<min_share>/<recover_seconds>s/<decrease>/<status,...>`, validated as the option (a
+/// part that does not read as one reads as off: it only tells the CLI the share).
+fn parse_adaptive(text: &str) -> Option<Adaptive> {
+    let mut parts = text.split('/');
+    let min_share: f64 = parts.next()?.parse().ok()?;
+    let recover: f64 = parts.next()?.strip_suffix('s')?.parse().ok()?;
+    let decrease: f64 = parts.next()?.parse().ok()?;
+    let statuses = parts
+        .next()?
+        .split(',')
+        .map(|s| s.parse::<i64>().ok().map(Value::Int))
+        .collect::<Option<Vec<_>>>()?;
+    if parts.next().is_some() {
+        return None;
+    }
+    let v = Value::Map(vec![
+        ("min_share".into(), Value::Float(min_share)),
+        ("recover_seconds".into(), Value::Float(recover)),
+        ("decrease".into(), Value::Float(decrease)),
+        ("statuses".into(), Value::List(statuses)),
+    ]);
+    Adaptive::from_value(&v).ok().flatten()
 }
 
 /// `<window s>s/<share>/<ttl s>s/<min tokens>`, validated as the option.
@@ -443,6 +495,56 @@ mod tests {
         assert_eq!(p.auto_hot, None);
         let p = PublishedSettings::parse("global=30/30 auto_hot=2s/0.3/300s/8").unwrap();
         assert_eq!(p.auto_hot.map(|a| a.window.as_micros()), Some(2_000_000));
+    }
+
+    /// The `adaptive` part: written before the mode, read back as the option it came
+    /// from; one the option would refuse reads as off.
+    #[test]
+    fn published_adaptive_settings_round_trip() {
+        let set = BucketSet {
+            global: crate::bucket::BucketSpec::new("global", 30, 30.0).unwrap(),
+            hot_lane: None,
+            hot_shop: None,
+        };
+        let a = Adaptive {
+            statuses: vec![429, 503],
+            decrease: 0.7,
+            recover_seconds: 60.0,
+            min_share: 0.1,
+        };
+        let text = PublishedSettings::encode_all(&set, None, Some(&a), Mode::Shadow);
+        assert_eq!(
+            text,
+            "global=30/30 adaptive=0.1/60s/0.7/429,503 mode=shadow"
+        );
+        let back = PublishedSettings::parse(&text).unwrap();
+        assert_eq!((back.adaptive, back.mode), (Some(a.clone()), Mode::Shadow));
+        let odd = Adaptive {
+            statuses: vec![429],
+            decrease: 0.55,
+            recover_seconds: 0.25,
+            min_share: 1.0,
+        };
+        let text = PublishedSettings::encode_all(&set, None, Some(&odd), Mode::Enforce);
+        assert_eq!(PublishedSettings::parse(&text).unwrap().adaptive, Some(odd));
+        assert_eq!(
+            PublishedSettings::parse("global=30/30").unwrap().adaptive,
+            None
+        );
+        for bad in [
+            "0/60s/0.7/429",
+            "0.1/60/0.7/429",
+            "0.1/60s/1.5/429",
+            "0.1/60s/0.7/200",
+            "0.1/60s/0.7/",
+        ] {
+            let text = format!("global=30/30 adaptive={bad}");
+            assert_eq!(
+                PublishedSettings::parse(&text).unwrap().adaptive,
+                None,
+                "{bad}"
+            );
+        }
     }
 
     proptest::proptest! {

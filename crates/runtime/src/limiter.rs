@@ -1,13 +1,15 @@
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
+use checkout_guard_model::adaptive::{LastThrottle, FULL};
 use checkout_guard_model::live::{self, LiveLimits};
 use checkout_guard_model::{
     lanes_in, reservation_wait_us, validate_max_wait, validate_shop_id, validate_tokens,
-    validate_ttl, AdaptArgs, AutoHotArgs, BucketSet, DecideCall, DecideKeys, DecideReply, Decision,
-    Keys, Lane, LaneArgs, LimiterError, LimiterOptions, Mode, OnUnavailable, StepReply,
+    validate_ttl, AdaptArgs, AutoHotArgs, BucketSet, ConfigError, DecideCall, DecideKeys,
+    DecideReply, Decision, FeedbackCall, Keys, Lane, LaneArgs, LimiterError, LimiterOptions, Mode,
+    OnUnavailable, StepReply,
 };
 
 use crate::clock::{Clock, SystemClock};
@@ -50,6 +52,93 @@ pub struct Limiter {
     settings: String,
     /// [`live_cache::limiter_id`] of this limiter.
     live_id: u64,
+    adapt_last_key: Vec<u8>,
+    /// The adaptive budget as this process last saw it (replies, feedback), and the
+    /// feedback calls that failed.
+    adapt_seen: Mutex<AdaptSeen>,
+}
+
+/// The adaptive budget as this process last saw it: the share and pause of the last
+/// reply that read the state (or the last feedback's), the last throttling answer it
+/// reported, and its feedback calls that Valkey did not answer (never thrown: feedback
+/// is reported after the provider answered, and must not fail a checkout).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AdaptSeen {
+    /// Permille (1000: the limits; 0: nothing seen yet, read as 1000).
+    pub permille: i64,
+    /// Until when the provider's pause holds (Valkey's clock, µs; 0: none).
+    pub pause_until_us: i64,
+    /// Valkey's `now` of the reply this was seen in (µs; 0: none).
+    pub seen_at_us: i64,
+    /// The last throttling answer this process reported.
+    pub last: Option<LastThrottle>,
+    /// Feedback calls that failed (connection, timeout, error reply), and the last error.
+    pub feedback_errors: u64,
+    pub last_feedback_error: Option<(String, SystemTime)>,
+}
+
+impl AdaptSeen {
+    /// The share in force as last seen (0..=1).
+    pub fn share(&self) -> f64 {
+        if self.permille <= 0 {
+            1.0
+        } else {
+            self.permille as f64 / FULL as f64
+        }
+    }
+}
+
+/// The adaptive budget for a readiness check ([`Limiter::adaptive_health`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdaptHealth {
+    /// The share in force (0..=1 of the limits).
+    pub share: f64,
+    /// Until when the provider's pause holds (Valkey's clock, Unix µs), if it does.
+    pub paused_until_us: Option<i64>,
+    /// The last throttling answer (any worker's when read from Valkey).
+    pub last: Option<LastThrottle>,
+    /// Read from Valkey now (else: what this process last saw).
+    pub from_valkey: bool,
+    /// Why it could not be read from Valkey.
+    pub read_error: Option<String>,
+    pub feedback_errors: u64,
+    pub last_feedback_error: Option<(String, SystemTime)>,
+}
+
+/// Why the adaptive budget changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdaptWhy {
+    /// A throttling answer decreased the share.
+    Throttled,
+    /// The provider's `Retry-After` paused the limiter (or extended the pause).
+    RetryAfter,
+    /// A decision found the share back at the limits (and removed the state).
+    Recovered,
+}
+
+impl AdaptWhy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdaptWhy::Throttled => "throttled",
+            AdaptWhy::RetryAfter => "retry_after",
+            AdaptWhy::Recovered => "recovered",
+        }
+    }
+}
+
+/// One change of the adaptive budget, for a `RateLimitAdapt` event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdaptChange {
+    pub why: AdaptWhy,
+    /// The share before and after (0..=1 of the limits).
+    pub from: f64,
+    pub to: f64,
+    /// The provider's status (None for a recovery).
+    pub status: Option<i64>,
+    /// The `Retry-After` reported, seconds (None: none).
+    pub retry_after: Option<f64>,
+    /// Until when the limiter is paused, Unix ms on Valkey's clock (None: no pause).
+    pub paused_until_ms: Option<i64>,
 }
 
 /// The buckets in force and what each call derives from them.
@@ -152,6 +241,8 @@ pub struct Notices {
     pub became_hot: Option<f64>,
     /// This worker changed to new live limits in this call.
     pub limits_change: Option<LimitsChange>,
+    /// This decision found the adaptive budget recovered (why = recovered).
+    pub adapt: Option<AdaptChange>,
 }
 
 /// A change of live limits as one worker saw it.
@@ -204,9 +295,10 @@ impl Limiter {
         let hot_status_tag = [endpoint, b" ", keys.hash_tag(), b":hot?"].concat();
         let auto_hot_args = AutoHotArgs::new(options.auto_hot.as_ref());
         let adapt_args = AdaptArgs::new(options.adaptive.as_ref().map(|a| a.params()).as_ref());
-        let settings = live::PublishedSettings::encode_in(
+        let settings = live::PublishedSettings::encode_all(
             &options.buckets,
             options.auto_hot.as_ref(),
+            options.adaptive.as_ref(),
             options.mode,
         );
         let live_id = live_cache::limiter_id(options.endpoint.display_url(), &options.name);
@@ -219,6 +311,8 @@ impl Limiter {
             auto_hot_prefix: keys.auto_hot_prefix(),
             settings_key: keys.settings(),
             adapt_key: keys.adapt(),
+            adapt_last_key: keys.adapt_last(),
+            adapt_seen: Mutex::new(AdaptSeen::default()),
             adapt_args,
             keys,
             store,
@@ -398,6 +492,21 @@ impl Limiter {
                 };
                 denials::record(status, hot, sent_ns, mark_end, received);
             }
+        }
+        // Decided below the limits (the adaptive share) or denied by the provider's pause:
+        // the reply's TATs are those of the scaled buckets, and an entry read with the
+        // unscaled interval and capacity would count tokens Valkey does not have (and be
+        // keyed as the full buckets). We skip learning rather than scale: scaling would
+        // key the table by a share that changes at every decision while the budget
+        // climbs back. What this host learnt at the full share is forgotten too (a local
+        // denial needs the global entry): its retry time would be the full rate's,
+        // earlier than Valkey's. So while the budget is adapted every call asks Valkey
+        // (the flood fast path is off), and the workers' answers are Valkey's exactly.
+        if reply.adapt_permille < FULL || reply.provider {
+            for key in keys.iter().flatten() {
+                denials::forget(*key, received);
+            }
+            return;
         }
         for lane in lanes_in(reply) {
             let (Some(spec), Some(key)) = (in_force.buckets().get(lane), keys[lane as usize])
@@ -587,6 +696,9 @@ impl Limiter {
                     if reply.became_hot {
                         notices.became_hot = Some(reply.share_permille as f64 / 1000.0);
                     }
+                    if !peek {
+                        notices.adapt = self.saw_reply(&reply);
+                    }
                     let mut d = Decision::from_reply(in_force.buckets(), tokens, &reply);
                     // A reservation: the tokens are the caller's once every bucket holds
                     // them. Waited from the reply's arrival, no earlier than Valkey's
@@ -626,6 +738,178 @@ impl Limiter {
             OnUnavailable::Throw => return Err(self.unavailable(failure)),
         };
         Ok((self.in_mode(&in_force, d, 0.0), notices))
+    }
+
+    /// Records the adaptive share and pause a decision's reply carried; returns the
+    /// recovery to report when this decision found the budget back at the limits.
+    fn saw_reply(&self, reply: &StepReply) -> Option<AdaptChange> {
+        self.options.adaptive.as_ref()?;
+        let mut seen = self.adapt_seen.lock();
+        let before = seen.share();
+        let (permille, pause) = if reply.adapt_seen {
+            (reply.adapt_permille, reply.pause_until_us)
+        } else {
+            (FULL, 0)
+        };
+        seen.permille = permille;
+        seen.pause_until_us = pause;
+        seen.seen_at_us = reply.now_us;
+        reply.recovered().then_some(AdaptChange {
+            why: AdaptWhy::Recovered,
+            from: before,
+            to: 1.0,
+            status: None,
+            retry_after: None,
+            paused_until_ms: None,
+        })
+    }
+
+    /// What the provider answered to a call this limiter admitted for `shop`: `status`,
+    /// and its `Retry-After` in seconds (None or 0: none). Without the `adaptive`
+    /// option, or for a status that is not one of its `statuses` (a success), nothing
+    /// is sent; a throttling answer is one call of the feedback script. Returns what
+    /// changed (for `RateLimitAdapt` events). Bad arguments are errors naming them; a
+    /// Valkey that cannot be asked is not: counted and kept for `health()`, nothing
+    /// changes.
+    pub fn feedback(
+        &self,
+        shop: &[u8],
+        status: i64,
+        retry_after_seconds: Option<f64>,
+    ) -> Result<Vec<AdaptChange>, LimiterError> {
+        validate_shop_id(shop)?;
+        if !(100..=599).contains(&status) {
+            return Err(ConfigError::new(
+                "statusCode",
+                format!("must be an HTTP status code from 100 to 599, got {status}"),
+            )
+            .into());
+        }
+        let retry_after = retry_after_seconds.unwrap_or(0.0);
+        if !retry_after.is_finite() || retry_after < 0.0 {
+            return Err(ConfigError::new(
+                "retryAfterSeconds",
+                format!("must be a finite number of seconds, 0 or more, got {retry_after:?}"),
+            )
+            .into());
+        }
+        let Some(adaptive) = &self.options.adaptive else {
+            return Ok(Vec::new());
+        };
+        if !adaptive.throttles(status) {
+            return Ok(Vec::new());
+        }
+        // Whole µs, at least 1 for any positive value; beyond the longest pause the
+        // script bounds it anyway.
+        let retry_after_us = if retry_after > 0.0 {
+            ((retry_after * 1e6).ceil()).min(i64::MAX as f64 / 2.0) as i64
+        } else {
+            0
+        };
+        let call = FeedbackCall {
+            adapt_key: &self.adapt_key,
+            last_key: &self.adapt_last_key,
+            status,
+            decrease: adaptive.decrease,
+            params: adaptive.params(),
+            retry_after_us,
+        };
+        let result = self
+            .store
+            .feedback(&call)
+            .and_then(|ints| FeedbackCall::decode_reply(&ints).map_err(Self::bad_reply));
+        let out = match result {
+            Ok(out) => out,
+            Err(e) => {
+                let mut seen = self.adapt_seen.lock();
+                seen.feedback_errors += 1;
+                seen.last_feedback_error = Some((e.to_string(), self.clock.wall()));
+                return Ok(Vec::new());
+            }
+        };
+        let mut seen = self.adapt_seen.lock();
+        seen.permille = out.to;
+        seen.pause_until_us = out.pause_until;
+        seen.seen_at_us = out.now;
+        seen.last = Some(LastThrottle {
+            status,
+            at_us: out.now,
+            retry_after_us,
+        });
+        drop(seen);
+        if out.decreased || out.paused {
+            // Local denials learnt at the old share would answer with its retry times
+            // (see `learn`): the next call of this host asks Valkey.
+            let in_force = self.current();
+            let now = self.clock.monotonic_ns();
+            denials::forget(in_force.global_denial_key, now);
+            denials::forget(in_force.hot_lane_denial_key, now);
+        }
+        let share = |p: i64| p as f64 / FULL as f64;
+        let paused_until_ms = (out.pause_until > out.now).then(|| out.pause_until.div_euclid(1000));
+        let retry_after = (retry_after > 0.0).then_some(retry_after);
+        let mut changes = Vec::new();
+        if out.decreased && out.to != out.from {
+            changes.push(AdaptChange {
+                why: AdaptWhy::Throttled,
+                from: share(out.from),
+                to: share(out.to),
+                status: Some(status),
+                retry_after,
+                paused_until_ms,
+            });
+        }
+        if out.paused {
+            changes.push(AdaptChange {
+                why: AdaptWhy::RetryAfter,
+                from: share(out.to),
+                to: share(out.to),
+                status: Some(status),
+                retry_after,
+                paused_until_ms,
+            });
+        }
+        Ok(changes)
+    }
+
+    /// The adaptive budget for `health()` (None: the option is off): with `ping`, read
+    /// from Valkey (the state and the last throttling answer, one read-only call within
+    /// the timeout; during a back-off or when it fails, what this process last saw);
+    /// without, what this process last saw. Never an error.
+    pub fn adaptive_health(&self, ping: bool) -> Option<AdaptHealth> {
+        let adaptive = self.options.adaptive.as_ref()?;
+        let seen = self.adapt_seen.lock().clone();
+        let mut h = AdaptHealth {
+            share: seen.share(),
+            paused_until_us: (seen.pause_until_us > seen.seen_at_us).then_some(seen.pause_until_us),
+            last: seen.last,
+            from_valkey: false,
+            read_error: None,
+            feedback_errors: seen.feedback_errors,
+            last_feedback_error: seen.last_feedback_error.clone(),
+        };
+        if !ping {
+            return Some(h);
+        }
+        match self.store.read_adapt(&self.adapt_key, &self.adapt_last_key) {
+            Ok((state, last, now)) => {
+                let params = adaptive.params();
+                let state =
+                    checkout_guard_model::adaptive::AdaptState::read_like_the_script(&state);
+                h.share = state.map_or(1.0, |s| s.permille_at(now, &params) as f64 / FULL as f64);
+                h.paused_until_us = state.filter(|s| s.paused_at(now)).map(|s| s.pause_until);
+                h.last = LastThrottle::parse(&last).or(h.last);
+                h.from_valkey = true;
+            }
+            Err(e) => h.read_error = Some(e.to_string()),
+        }
+        Some(h)
+    }
+
+    /// The adaptive budget as this process last saw it (None: the option is off).
+    pub fn adapt_seen(&self) -> Option<AdaptSeen> {
+        self.options.adaptive.as_ref()?;
+        Some(self.adapt_seen.lock().clone())
     }
 
     /// Marks `shop` hot for every worker at once until `ttl_seconds` run out.

@@ -910,6 +910,19 @@ impl checkout_guard_runtime::Store for Slow {
             .advance(Duration::from_micros(self.delay_us.load(Ordering::Relaxed)));
         self.inner.decide(call)
     }
+    fn feedback(
+        &self,
+        call: &checkout_guard_model::FeedbackCall<'_>,
+    ) -> Result<Vec<i64>, checkout_guard_runtime::StoreError> {
+        self.inner.feedback(call)
+    }
+    fn read_adapt(
+        &self,
+        a: &[u8],
+        l: &[u8],
+    ) -> Result<checkout_guard_runtime::store::AdaptRead, checkout_guard_runtime::StoreError> {
+        self.inner.read_adapt(a, l)
+    }
     fn read_limits(
         &self,
         keys: &Keys,

@@ -3,6 +3,7 @@ declare(strict_types=1);
 
 namespace CheckoutGuard\Http;
 
+use CheckoutGuard\RateLimiter;
 use CheckoutGuard\Telemetry;
 use GuzzleHttp\Promise\Create;
 use GuzzleHttp\Promise\PromiseInterface;
@@ -24,9 +25,70 @@ use Psr\Http\Message\RequestInterface;
  * response; 0 and the exception class when there was none. The promise settles with the
  * very response or reason the handler gave. A transfer whose promise never settles (never
  * waited for) records nothing.
+ *
+ * limit() is RateLimitedClient for Guzzle: it asks the limiter before the transfer (a
+ * denied request is never sent: the promise is rejected with a RateLimitedException) and
+ * reports the provider's answer to each admitted one (RateLimiter::feedback(), status and
+ * Retry-After) when its promise settles:
+ *
+ *     $stack->push(GuzzleMiddleware::measure($namer));
+ *     $stack->push(GuzzleMiddleware::limit($limiter, fn ($r) => $r->getHeaderLine('X-Shop-Id') ?: null));
+ *
+ * (pushed last, it runs first: a refused request is not measured as a call).
  */
 final class GuzzleMiddleware
 {
+    /**
+     * @param callable(RequestInterface): ?string $shopResolver the shop a request is made
+     *        for; null sends it without asking the limiter
+     * @param float|callable(string, RequestInterface): float $maxWaitSeconds as
+     *        RateLimitedClient's (the wait happens before the transfer starts)
+     */
+    public static function limit(RateLimiter $limiter, callable $shopResolver, int $tokens = 1, float|callable $maxWaitSeconds = 0.0): callable
+    {
+        return static function (callable $handler) use ($limiter, $shopResolver, $tokens, $maxWaitSeconds): callable {
+            return static function (RequestInterface $request, array $options) use ($handler, $limiter, $shopResolver, $tokens, $maxWaitSeconds): PromiseInterface {
+                try {
+                    $shop = $shopResolver($request);
+                    if ($shop !== null) {
+                        $wait = is_callable($maxWaitSeconds) ? (float) $maxWaitSeconds($shop, $request) : $maxWaitSeconds;
+                        $decision = $limiter->acquire($shop, $tokens, $wait);
+                        if (!$decision->isAllowed()) {
+                            return Create::rejectionFor(new RateLimitedException($request, $decision, $shop));
+                        }
+                    }
+                } catch (\Throwable $e) {
+                    return Create::rejectionFor($e);
+                }
+                try {
+                    $promise = $handler($request, $options);
+                } catch (\Throwable $e) {
+                    return Create::rejectionFor($e);   // no answer from the provider
+                }
+                if ($shop === null) {
+                    return $promise;
+                }
+                return $promise->then(
+                    static function (mixed $response) use ($limiter, $shop): mixed {
+                        $answer = ProviderFeedback::responseOf($response);
+                        if ($answer !== null) {
+                            ProviderFeedback::report($limiter, $shop, $answer);
+                        }
+                        return $response;
+                    },
+                    static function (mixed $reason) use ($limiter, $shop): PromiseInterface {
+                        // http_errors: a 429 arrives as a RequestException with its response.
+                        $answer = ProviderFeedback::responseOf($reason);
+                        if ($answer !== null) {
+                            ProviderFeedback::report($limiter, $shop, $answer);
+                        }
+                        return Create::rejectionFor($reason);
+                    }
+                );
+            };
+        };
+    }
+
     /**
      * @param ApiNamer|callable(RequestInterface): array{0: string, 1: ?string} $namer
      * @param null|callable(RequestInterface): array<string, scalar|null> $attributes

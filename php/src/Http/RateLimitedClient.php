@@ -23,6 +23,12 @@ use Psr\Http\Message\ResponseInterface;
  * worker is held meanwhile, so keep it short (docs/loadtest.md, "When to wait").
  * lastDecision() is the Decision of the last request sent (its waited() says how long it
  * slept), null when the last request was not limited.
+ *
+ * After each request the limiter admitted, the provider's answer goes back to it
+ * (RateLimiter::feedback(): the status and the Retry-After header, read by
+ * ProviderFeedback::retryAfterSeconds()), for the `adaptive` option; a success costs no
+ * round trip. A limiter that throws there never breaks the call: the response is returned
+ * and the failure counted in ProviderFeedback::failures().
  */
 final class RateLimitedClient implements ClientInterface
 {
@@ -67,7 +73,23 @@ final class RateLimitedClient implements ClientInterface
                 throw new RateLimitedException($request, $decision, $shop);
             }
         }
-        return $this->inner->sendRequest($request);
+        if ($shop === null) {
+            return $this->inner->sendRequest($request);
+        }
+        try {
+            $response = $this->inner->sendRequest($request);
+        } catch (\Throwable $e) {
+            // An exception that still carries the provider's answer (a client that throws
+            // on 4xx/5xx) is an answer too; no answer at all (a network error) says nothing
+            // about the provider's rate.
+            $answer = ProviderFeedback::responseOf($e);
+            if ($answer !== null) {
+                ProviderFeedback::report($this->limiter, $shop, $answer);
+            }
+            throw $e;
+        }
+        ProviderFeedback::report($this->limiter, $shop, $response);
+        return $response;
     }
 
     /** The Decision for the last request (null when it was sent without asking the limiter). */

@@ -58,6 +58,29 @@ final class ClusterTest extends LimiterTestCase
         throw new \RuntimeException("no name found for primary $i");
     }
 
+    /** feedback() and health()'s adaptive read run on the primary of the limiter's slot. */
+    public function testTheAdaptiveBudgetLivesInTheLimitersSlot(): void
+    {
+        foreach ([[0, 'auto'], [1, 'lua'], [2, 'auto']] as [$i, $engine]) {
+            $name = $this->nameOnPrimary($i);
+            $l = $this->clustered($name, ['engine' => $engine, 'adaptive' => ['recover_seconds' => 3600]]);
+            $l->acquire('s');
+            $l->feedback('s', 429, 5.0);
+            $d = $l->acquire('other');
+            $this->assertSame('provider', $d->reason(), "primary $i");
+            $h = $l->health();
+            $this->assertSame('valkey', $h['adaptive']['source'], (string) $h['adaptive']['read_error']);
+            $this->assertGreaterThanOrEqual(0.7, $h['adaptive']['share']);
+            $this->assertLessThan(0.71, $h['adaptive']['share']);
+            $this->assertSame(429, $h['adaptive']['last_throttle']['status']);
+            $this->assertSame(0, $h['adaptive']['feedback_errors']);
+            $owner = self::$cluster->nodes[$i]->client();
+            $keys = $owner->rawCommand('CLUSTER', 'GETKEYSINSLOT', self::$cluster->slotOf(self::slotKey($name)), 100);
+            $this->assertContains("{cg:$name}:adapt", $keys);
+            $this->assertContains("{cg:$name}:adapt:last", $keys);
+        }
+    }
+
     public function testDecisionsOnEveryPrimaryKeepEachLimitersKeysInItsSlot(): void
     {
         foreach ([[0, 'auto'], [1, 'auto'], [2, 'auto'], [0, 'lua'], [1, 'lua'], [2, 'lua']] as [$i, $engine]) {

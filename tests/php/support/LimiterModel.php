@@ -29,6 +29,19 @@ namespace CheckoutGuard\Tests;
  *              held until the later change");
  *   'taken':   only by a decision that takes tokens from it;
  *   'change':  at the change itself, for every bucket (what `set` does: see clampAll()).
+ *
+ * The `adaptive` option (crates/model/src/adaptive.rs, mirrored here operation for
+ * operation in doubles: permilleAt(), feedbackOutcome(), scaledArgs()): per database the
+ * stored state [t0, k, wmax, pause_until] (µs, µs, permille, µs) or null. A decision is
+ * made at a share `p` (permille) and a pause flag that the driver gives (decide() at the
+ * instants the call may have run: both are monotonic in time, so the driver tries each
+ * share between the call's start and end): paused, every shop is denied (`provider`,
+ * nothing taken or written, settings not published); otherwise every bucket at `p` of
+ * the limits in force, its level carried over from the share it was written at (the
+ * level clamped to the scaled capacity, and a bucket that is full at it has no key), and
+ * a share of 1000 removes the state. After a feedback() the driver reads the stored state
+ * back and checks it is one feedbackOutcome() gives at some instant of that call
+ * (reconcileFeedback()); the model goes on from what Valkey stored.
  */
 final class LimiterModel
 {
@@ -53,6 +66,12 @@ final class LimiterModel
     private ?array $autoHot;
     /** @var array<int, array> per database, see fresh() */
     private array $db;
+    /** @var array{statuses: list<int>, decrease: float, floor: int, recover: int}|null */
+    private ?array $adaptive = null;
+
+    /** adaptive.rs's constants. */
+    public const COOLDOWN_US = 1_000_000;
+    public const MAX_PAUSE_US = 60_000_000;
 
     public function __construct(array $options)
     {
@@ -70,6 +89,21 @@ final class LimiterModel
             'min' => (int) $a['min_tokens'],
             'window' => (int) $a['window_seconds'],
         ] : null;
+        $ad = $options['adaptive'] ?? false;
+        if ($ad !== false) {
+            $ad = is_array($ad) ? $ad : [];
+            $minShare = (float) ($ad['min_share'] ?? 0.1);
+            $recover = (float) ($ad['recover_seconds'] ?? 60);
+            $statuses = array_map('intval', $ad['statuses'] ?? [429]);
+            sort($statuses);
+            $this->adaptive = [
+                'statuses' => $statuses,
+                'decrease' => (float) ($ad['decrease'] ?? 0.7),
+                // AdaptParams::new
+                'floor' => max(1, min(1000, (int) round($minShare * 1000.0))),
+                'recover' => max(1, (int) round($recover * 1e6)),
+            ];
+        }
         $this->db = [0 => self::fresh(), 1 => self::fresh()];
     }
 
@@ -88,6 +122,11 @@ final class LimiterModel
             'published' => false,
             /** window number => [shop => tokens, '' => total] */
             'counts' => [],
+            /** the adaptive state [t0, k, wmax, pause_until] or null */
+            'adapt' => null,
+            /** the share (permille) each stored level was written at: lane => p, shops */
+            'at' => [],
+            'shopAt' => [],
         ];
     }
 
@@ -265,13 +304,200 @@ final class LimiterModel
         return $stored === null ? $cap : min($stored, $cap);
     }
 
-    private function store(int $db, string $lane, string $shop, int $level): void
+    private function store(int $db, string $lane, string $shop, ?int $level, int $permille = 1000): void
     {
         if ($lane === 'hot_shop') {
             $this->db[$db]['shops'][$shop] = $level;
+            $this->db[$db]['shopAt'][$shop] = $permille;
         } else {
             $this->db[$db]['levels'][$lane] = $level;
+            $this->db[$db]['at'][$lane] = $permille;
         }
+    }
+
+    private function writtenAt(int $db, string $lane, string $shop): int
+    {
+        return $lane === 'hot_shop'
+            ? ($this->db[$db]['shopAt'][$shop] ?? 1000)
+            : ($this->db[$db]['at'][$lane] ?? 1000);
+    }
+
+    // ---- the adaptive budget (crates/model/src/adaptive.rs) ---------------------------
+
+    /** @return array{statuses: list<int>, decrease: float, floor: int, recover: int}|null */
+    public function adaptive(): ?array
+    {
+        return $this->adaptive;
+    }
+
+    /** The stored state of `$db`: [t0, k, wmax, pause_until] or null. */
+    public function adaptState(int $db): ?array
+    {
+        return $this->db[$db]['adapt'];
+    }
+
+    public function setAdaptState(int $db, ?array $state): void
+    {
+        $this->db[$db]['adapt'] = $state;
+    }
+
+    /** AdaptState::permille_at: the same double operations in the same order. */
+    public static function permilleAt(array $s, int $now, int $floor, int $recover): int
+    {
+        $dt = (float) max($now - $s[0], 0);
+        $x = ($dt - (float) $s[1]) / (float) $recover;
+        $w = floor((float) $s[2] + (float) (1000 - $floor) * ($x * $x * $x));
+        if ($w > 1000.0) {
+            return 1000;
+        }
+        if ($w < (float) $floor) {
+            return $floor;
+        }
+        return (int) $w;
+    }
+
+    /** AdaptState::recovered_at. */
+    public static function recoveredAt(array $s, int $floor, int $recover): int
+    {
+        if ($floor >= 1000) {
+            return $s[0];
+        }
+        $rest = (max(1000 - $s[2], 0) / (float) (1000 - $floor)) ** (1.0 / 3.0);
+        return $s[0] + $s[1] + (int) ceil((float) $recover * $rest);
+    }
+
+    /**
+     * adaptive::feedback: the state after a throttling answer at `$now` (µs) and whether it
+     * decreased / extended the pause.
+     *
+     * @return array{state: array, decreased: bool, paused: bool, from: int, to: int}
+     */
+    public static function feedbackOutcome(?array $stored, int $now, int $floor, int $recover, float $decrease, int $retryAfterUs): array
+    {
+        $s = $stored ?? [0, 0, 1000, 0];
+        $from = self::permilleAt($s, $now, $floor, $recover);
+        $decreased = false;
+        if ($floor < 1000 && ($stored === null || $now - $s[0] >= self::COOLDOWN_US)) {
+            $s0 = max((int) floor((float) $from * $decrease), $floor);
+            $k = (int) floor((float) $recover * (((float) ($from - $s0) / (float) (1000 - $floor)) ** (1.0 / 3.0)));
+            $s = [$now, $k, $from, $s[3]];
+            $decreased = true;
+        }
+        $paused = false;
+        if ($retryAfterUs > 0) {
+            $until = $now + min($retryAfterUs, self::MAX_PAUSE_US);
+            if ($until > $s[3]) {
+                $s[3] = $until;
+                $paused = true;
+            }
+        }
+        return ['state' => $s, 'decreased' => $decreased, 'paused' => $paused, 'from' => $from, 'to' => self::permilleAt($s, $now, $floor, $recover)];
+    }
+
+    /** adaptive::scaled_args: [interval µs, tolerance µs] at `$permille`. */
+    public static function scaledArgs(int $interval, int $tolerance, int $permille): array
+    {
+        if ($permille >= 1000) {
+            return [$interval, $tolerance];
+        }
+        $p = (float) $permille;
+        $cap = floor((float) $tolerance / (float) $interval);
+        $cap = max((int) floor($cap * $p / 1000.0), 1);
+        $i = (int) ceil((float) $interval * 1000.0 / $p);
+        return [$i, $cap * $i];
+    }
+
+    /** The limits (lane => [capacity, rate]) at `$permille`, as the scaled buckets hold them. */
+    public static function scaledLimits(array $limits, int $permille): array
+    {
+        if ($permille >= 1000) {
+            return $limits;
+        }
+        foreach ($limits as $lane => [$cap, $rate]) {
+            $interval = (int) ceil(1_000_000.0 / $rate);
+            [$i, $t] = self::scaledArgs($interval, $cap * $interval, $permille);
+            $limits[$lane] = [intdiv($t, $i), 1_000_000.0 / $i];
+        }
+        return $limits;
+    }
+
+    /** Whether `$status` is a throttling answer for this limiter (adaptive on, listed). */
+    public function throttles(int $status): bool
+    {
+        return $this->adaptive !== null && in_array($status, $this->adaptive['statuses'], true);
+    }
+
+    /** "t0:k:wmax:pause_until", as the scripts store it. */
+    public static function encodeAdapt(?array $s): ?string
+    {
+        return $s === null ? null : implode(':', $s);
+    }
+
+    /** AdaptState::read_like_the_script (null: no state). */
+    public static function decodeAdapt(string|false|null $raw): ?array
+    {
+        if (!is_string($raw) || preg_match('/^(\d+):(\d+):(\d+):(\d+)$/D', $raw, $m) !== 1) {
+            return null;
+        }
+        $f = array_map('intval', array_slice($m, 1));
+        return $f[2] <= 1000 ? $f : null;
+    }
+
+    /**
+     * A feedback() made between `$ta` and `$tb` (µs) found the stored state `$observed`
+     * (null: none): null when some instant of the call explains it as feedbackOutcome()
+     * (or nothing written, for a status that does not throttle), else why not. The model
+     * then holds `$observed`. `$retryAfterUs` as the limiter was given it (±1 µs of rounding).
+     */
+    public function reconcileFeedback(int $db, int $status, int $retryAfterUs, int $ta, int $tb, ?array $observed): ?string
+    {
+        $before = $this->db[$db]['adapt'];
+        $show = fn (?array $s) => $s === null ? 'none' : implode(':', $s);
+        if (!$this->throttles($status)) {
+            if ($observed !== $before) {
+                return sprintf('status %d does not throttle, the state changed: %s -> %s', $status, $show($before), $show($observed));
+            }
+            return null;
+        }
+        $a = $this->adaptive;
+        $explain = fn (int $now): array => self::feedbackOutcome($before, $now, $a['floor'], $a['recover'], $a['decrease'], $retryAfterUs);
+        $near = fn (array $x, ?array $y) => $y !== null && $x[0] === $y[0] && $x[1] === $y[1] && $x[2] === $y[2] && abs($x[3] - $y[3]) <= 1;
+        // The instants that could explain it: the stored t0 (a decrease), the pause's start
+        // (an extension), or any instant of the call (the ends, when neither moved).
+        $candidates = [$ta, $tb];
+        if ($observed !== null) {
+            $candidates[] = $observed[0];
+            if ($retryAfterUs > 0) {
+                $candidates[] = $observed[3] - min($retryAfterUs, self::MAX_PAUSE_US);
+            }
+            if ($before !== null) {
+                $candidates[] = $before[0] + self::COOLDOWN_US - 1;
+                $candidates[] = $before[0] + self::COOLDOWN_US;
+            }
+        }
+        foreach ($candidates as $now) {
+            if ($now < $ta || $now > $tb) {
+                continue;
+            }
+            $o = $explain($now);
+            // Nothing decreased nor paused: the script may leave the state as it was.
+            if ($near($o['state'], $observed) || (!$o['decreased'] && !$o['paused'] && $observed === $before)) {
+                $this->db[$db]['adapt'] = $observed;
+                return null;
+            }
+        }
+        $this->db[$db]['adapt'] = $observed;
+        return sprintf(
+            'state %s -> %s, not what feedback(%d, retry after %d µs) gives between %d and %d (at the start: %s, at the end: %s)',
+            $show($before),
+            $show($observed),
+            $status,
+            $retryAfterUs,
+            $ta,
+            $tb,
+            $show($explain($ta)['state']),
+            $show($explain($tb)['state'])
+        );
     }
 
     /**
@@ -282,11 +508,29 @@ final class LimiterModel
      * @return array{allowed: bool, reason: string, remaining: int, retryAfter: float,
      *   isHotShop: bool, retryExact: bool, minRate: float, lanes: list<string>, becameHot: bool}
      */
-    public function acquire(int $db, string $shop, int $n, float $t0, float $t1, ?bool $markInForce = null): array
+    public function acquire(int $db, string $shop, int $n, float $t0, float $t1, ?bool $markInForce = null, int $permille = 1000, bool $paused = false, ?array $retryRange = null): array
     {
         $st = &$this->db[$db];
+        if ($paused) {
+            // step_adaptive: denied by the provider's pause, nothing taken or written.
+            $static = $this->isStaticHot($shop);
+            $marked = $markInForce ?? ($this->markAt($db, $shop, $t0) ?? true);
+            return [
+                'allowed' => false,
+                'reason' => 'provider',
+                'remaining' => 0,
+                'retryAfter' => $retryRange[1] ?? 0.0,
+                'retryRange' => $retryRange,
+                'isHotShop' => $static || $marked,
+                'retryExact' => true,
+                'minRate' => INF,
+                'lanes' => [],
+                'becameHot' => false,
+                'permille' => $permille,
+            ];
+        }
         $st['published'] = true;
-        $limits = $this->limits($db);
+        $limits = $this->scaledLimits($this->limits($db), $permille);
         $static = $this->isStaticHot($shop);
         $marked = $markInForce ?? ($this->markAt($db, $shop, $t0) ?? true);
         if (!$marked) {
@@ -324,6 +568,20 @@ final class LimiterModel
             }
         }
         $became = false;
+        if ($this->adaptive !== null) {
+            // A share other than the one a bucket was written at: carried over at once
+            // (denied or not), its level clamped to the scaled capacity; full there, its key
+            // lives no longer (PX of the time until full).
+            foreach ($lanes as $lane) {
+                $stored = $this->stored($db, $lane, $shop);
+                if ($stored !== null && $this->writtenAt($db, $lane, $shop) !== $permille) {
+                    $this->store($db, $lane, $shop, $levels[$lane] >= $limits[$lane][0] ? null : $levels[$lane], $permille);
+                }
+            }
+            if ($permille >= 1000) {
+                $st['adapt'] = null;   // recovered (or none): the decision DELs the state
+            }
+        }
         if (self::CARRY_OVER === 'applied') {
             // Carried over and written back, denied or not (a no-op under the same limits).
             foreach ($lanes as $lane) {
@@ -335,7 +593,7 @@ final class LimiterModel
         if ($allowed) {
             foreach ($lanes as $lane) {
                 $levels[$lane] -= $n;
-                $this->store($db, $lane, $shop, $levels[$lane]);
+                $this->store($db, $lane, $shop, $levels[$lane], $permille);
             }
             if ($this->autoHot !== null) {
                 $became = $this->countAutoHot($db, $shop, $n, $hot, $t0, $t1);
@@ -351,6 +609,7 @@ final class LimiterModel
             'minRate' => $minRate,
             'lanes' => $lanes,
             'becameHot' => $became,
+            'permille' => $permille,
         ];
     }
 
@@ -394,6 +653,8 @@ final class LimiterModel
     {
         $this->db[$db]['levels'] = ['global' => null, 'hot_lane' => null];
         $this->db[$db]['shops'] = [];
+        $this->db[$db]['at'] = [];
+        $this->db[$db]['shopAt'] = [];
     }
 
     /** FLUSHALL or an empty restart: everything gone on both databases. */
@@ -477,11 +738,13 @@ final class LimiterModel
             }
             $l = $this->db[$db]['levels'][$lane] ?? $old[$lane][0];
             $this->db[$db]['levels'][$lane] = min($l, $limits[$lane][0]);
+            $this->db[$db]['at'][$lane] = 1000;
         }
         foreach ($this->db[$db]['shops'] as $shop => $l) {
             if ($l !== null && isset($limits['hot_shop'])) {
                 $c = min($l, $limits['hot_shop'][0]);
                 $this->db[$db]['shops'][$shop] = $c >= $limits['hot_shop'][0] ? null : $c;
+                $this->db[$db]['shopAt'][$shop] = 1000;
             }
         }
     }
@@ -513,13 +776,14 @@ final class LimiterModel
             $counts[] = "$win:" . json_encode($c);
         }
         return sprintf(
-            'db%d limits [%s] levels [%s] marks [%s] published %s counts [%s]',
+            'db%d limits [%s] levels [%s] marks [%s] published %s counts [%s]%s',
             $db,
             implode(' ', $parts),
             implode(' ', $lv),
             implode(' ', $marks),
             $st['published'] ? 'yes' : 'no',
-            implode(' ', $counts)
+            implode(' ', $counts),
+            $this->adaptive === null ? '' : ' adapt ' . ($st['adapt'] === null ? 'none' : implode(':', $st['adapt']))
         );
     }
 }

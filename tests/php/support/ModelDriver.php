@@ -115,6 +115,9 @@ final class ModelWorkers
             case 'reset':
                 $l->reset();
                 return ['ok' => true];
+            case 'feedback':
+                $l->feedback($cmd['shop'], $cmd['status'], $cmd['retryAfter']);
+                return ['ok' => true];
         }
         return ['error' => 'unknown command ' . json_encode($cmd)];
     }
@@ -200,6 +203,14 @@ final class ModelDriver
     private int $runs = 0;
     /** Per database and shop, when its last acquire ended (for $waitBeforeOutsideMark). */
     private array $lastAcquire = [[], []];
+    /** Per database, when a decision last came back denied (local denials may follow). */
+    private array $lastDenial = [0.0, 0.0];
+    /**
+     * What the adaptive operations exercised in the last run: decisions at a share below
+     * 1000, denied by the provider's pause, finding the budget recovered; feedback that
+     * decreased the share, paused.
+     */
+    public array $adaptStats = [];
     /** Operations checked, over every run (shrinking included). */
     public int $opsChecked = 0;
 
@@ -361,7 +372,56 @@ final class ModelDriver
                     break;
             }
         }
-        return ['seed' => $seed, 'options' => $options, 'ops' => $ops];
+        return self::withAdaptive(['seed' => $seed, 'options' => $options, 'ops' => $ops], $databases, $shops);
+    }
+
+    /**
+     * The `adaptive` option on about half the seeds, drawn from a generator of its own (a
+     * sequence without it is the very one the seed gave before the option existed): the
+     * option, and feedback (429 / 503 / 200, with or without a Retry-After of a fraction of
+     * a second), sleeps and waits for the budget's recovery inserted between the
+     * operations.
+     */
+    private static function withAdaptive(array $seq, int $databases, array $shops): array
+    {
+        // The salt (114) is chosen so that the CI seeds have it: 1 the defaults, 2 and 3 a
+        // fast recovery (2 s; 3 s with 503 a throttling status too), the managed service's
+        // 69 a 2 s recovery on the Lua engine.
+        $r = new Randomizer(new Mt19937(crc32('adaptive114:' . $seq['seed'])));
+        $pick = fn (array $a) => $a[$r->getInt(0, count($a) - 1)];
+        $chance = fn (float $p) => $r->getInt(0, 999_999) < $p * 1_000_000;
+        if (!$chance(0.5)) {
+            return $seq;
+        }
+        $seq['options']['adaptive'] = $pick([
+            true,
+            ['recover_seconds' => 2],
+            ['recover_seconds' => 3, 'decrease' => 0.5, 'statuses' => [429, 503]],
+            ['min_share' => 0.3, 'recover_seconds' => 4],
+            ['min_share' => 1.0],
+            ['recover_seconds' => 600, 'decrease' => 0.8],
+        ]);
+        $ops = [];
+        foreach ($seq['ops'] as $op) {
+            while ($chance(0.08)) {
+                $x = $r->getInt(0, 99);
+                $db = $r->getInt(0, 9) < 6 || $databases === 1 ? 0 : 1;
+                if ($x < 75) {
+                    $ops[] = [
+                        'op' => 'feedback', 'w' => $r->getInt(0, self::WORKERS - 1), 'db' => $db, 'shop' => $pick($shops),
+                        'status' => $pick([429, 429, 429, 429, 503, 200]),
+                        'retryAfter' => $chance(0.3) ? $pick([0.3, 0.5, 0.8]) : null,
+                    ];
+                } elseif ($x < 90) {
+                    $ops[] = ['op' => 'sleep', 'ms' => $r->getInt(100, 1200)];
+                } else {
+                    $ops[] = ['op' => 'recover', 'db' => $db];
+                }
+            }
+            $ops[] = $op;
+        }
+        $seq['ops'] = $ops;
+        return $seq;
     }
 
     /**
@@ -428,6 +488,9 @@ final class ModelDriver
             'mode' => "cli set$db mode={$op['mode']}",
             'flushall' => 'FLUSHALL',
             'restart' => 'restart Valkey',
+            'feedback' => "{$w}feedback$db {$op['shop']} {$op['status']}" . ($op['retryAfter'] === null ? '' : " Retry-After {$op['retryAfter']}"),
+            'sleep' => "sleep {$op['ms']} ms",
+            'recover' => "wait$db until the budget recovered",
             default => json_encode($op),
         };
     }
@@ -505,6 +568,8 @@ final class ModelDriver
         $t0 = microtime(true);
         $quietUntil = [0.0, 0.0];
         $this->lastAcquire = [[], []];
+        $this->lastDenial = [0.0, 0.0];
+        $this->adaptStats = ['scaled' => 0, 'provider' => 0, 'recovered' => 0, 'decreased' => 0, 'paused' => 0];
         $restartedAt = null;
         $checked = 0;
         foreach ($seq['ops'] as $i => $op) {
@@ -593,17 +658,26 @@ final class ModelDriver
                     ];
                 }
                 $got['allowed'] = $got['wouldAllow'];
+                if (!$got['allowed']) {
+                    $this->lastDenial[$db] = $tb;
+                }
                 $branches = $model->hotAmbiguous($db, $op['shop'], $ta, $tb) ? [true, false] : [null];
                 $first = null;
                 foreach ($branches as $assume) {
+                  foreach (self::shares($model, $db, $ta, $tb) as [$permille, $paused, $range]) {
                     $m = clone $model;
-                    $want = $m->acquire($db, $op['shop'], $op['n'], $ta, $tb, $assume);
+                    $want = $m->acquire($db, $op['shop'], $op['n'], $ta, $tb, $assume, $permille, $paused, $range);
                     $diff = array_diff_key(self::compare($want, $got, $tb - $t0), array_flip($this->ignore));
                     if ($diff === []) {
+                        if ($model->adaptState($db) !== null) {
+                            $k = $paused ? 'provider' : ($permille < 1000 ? 'scaled' : 'recovered');
+                            $this->adaptStats[$k]++;
+                        }
                         $model = $m;
                         return null;
                     }
                     $first ??= [$want, $diff];
+                  }
                 }
                 [$want, $diff] = $first;
                 $note = '';
@@ -706,6 +780,52 @@ final class ModelDriver
                 $quietUntil[$db] = microtime(true) + self::QUIET_SECONDS;
                 return null;
 
+            case 'feedback':
+                // A local denial learned before this answer would go on answering as the
+                // budget was (docs: a worker denying locally asks Valkey again within a
+                // second): the answer only once every local denial on that database ran out.
+                if ($model->throttles($op['status'])) {
+                    self::sleepUntil($this->lastDenial[$db] + self::QUIET_SECONDS);
+                }
+                $cmd = ['op' => 'feedback', 'options' => $this->options($seq, $name, $db), 'shop' => $op['shop'],
+                    'status' => $op['status'], 'retryAfter' => $op['retryAfter']];
+                $ta = (int) floor(microtime(true) * 1e6);
+                $got = $this->workers->call($op['w'], $cmd);
+                $tb = (int) ceil(microtime(true) * 1e6);
+                if (isset($got['error'])) {
+                    return ['sig' => 'feedback:threw', 'message' => "feedback threw {$got['error']}"];
+                }
+                $r = $this->redis();
+                if (!$this->valkey instanceof ManagedServer) {
+                    $r->select($db);
+                }
+                $raw = $r->get("{cg:$name}:adapt");
+                $before = $model->describe($db);
+                $was = $model->adaptState($db);
+                $now = LimiterModel::decodeAdapt($raw);
+                if ($now !== null && $now !== $was) {
+                    $this->adaptStats[($was[0] ?? 0) !== $now[0] ? 'decreased' : 'paused']++;
+                }
+                $why = $model->reconcileFeedback($db, $op['status'], (int) round(($op['retryAfter'] ?? 0.0) * 1e6), $ta, $tb, LimiterModel::decodeAdapt($raw));
+                if ($why !== null) {
+                    return ['sig' => 'feedback:state', 'message' => "$why (stored " . json_encode($raw) . ")\n  state before: $before"];
+                }
+                return null;
+
+            case 'sleep':
+                usleep($op['ms'] * 1000);
+                return null;
+
+            case 'recover':
+                // Until the share is back at the limits and any pause is over (at most 5 s).
+                $a = $model->adaptive();
+                $st = $model->adaptState($db);
+                if ($a !== null && $st !== null) {
+                    $until = max(LimiterModel::recoveredAt($st, $a['floor'], $a['recover']), $st[3]) / 1e6 + 0.02;
+                    self::sleepUntil(min($until, microtime(true) + 5.0));
+                }
+                return null;
+
             case 'flushall':
                 $this->flushAll();
                 $model->flushAll();
@@ -729,6 +849,36 @@ final class ModelDriver
         throw new \LogicException('unknown op ' . json_encode($op));
     }
 
+    /**
+     * The (share, paused, retry range) a decision made between `$ta` and `$tb` may have
+     * been made at: both move one way with time, so every share from the start's to the
+     * end's, and the pause if it held at the start (retryAfter: what is left of it).
+     *
+     * @return list<array{0: int, 1: bool, 2: ?array{0: float, 1: float}}>
+     */
+    private static function shares(LimiterModel $model, int $db, float $ta, float $tb): array
+    {
+        $a = $model->adaptive();
+        $st = $model->adaptState($db);
+        if ($a === null || $st === null) {
+            return [[1000, false, null]];
+        }
+        $lo = (int) floor($ta * 1e6);
+        $hi = (int) ceil($tb * 1e6);
+        $out = [];
+        if ($st[3] > $lo) {
+            $out[] = [LimiterModel::permilleAt($st, $lo, $a['floor'], $a['recover']), true, [max(0, $st[3] - $hi) / 1e6, ($st[3] - $lo) / 1e6]];
+        }
+        if ($st[3] <= $hi) {
+            $p0 = LimiterModel::permilleAt($st, $lo, $a['floor'], $a['recover']);
+            $p1 = LimiterModel::permilleAt($st, $hi, $a['floor'], $a['recover']);
+            for ($p = $p0; $p <= $p1; $p++) {
+                $out[] = [$p, false, null];
+            }
+        }
+        return $out;
+    }
+
     private function beforeOutsideMark(int $db, string $shop): void
     {
         if ($this->waitBeforeOutsideMark && isset($this->lastAcquire[$db][$shop])) {
@@ -748,6 +898,12 @@ final class ModelDriver
         $retry = $got['retryAfter'];
         if (!is_float($retry) && !is_int($retry)) {
             $diff['retryAfter'] = 'retryAfter ' . json_encode($retry) . ' (not finite)';
+        } elseif (isset($want['retryRange'])) {
+            // The provider's pause: what is left of it when the call ran.
+            [$lo, $hi] = $want['retryRange'];
+            if ($retry < $lo - 0.002 || $retry > $hi + 0.002) {
+                $diff['retryAfter'] = sprintf('retryAfter %.6f, the pause left %.6f..%.6f', $retry, $lo, $hi);
+            }
         } elseif ($want['allowed']) {
             if ($got['allowed'] && (float) $retry !== 0.0) {
                 $diff['retryAfter'] = "retryAfter $retry on an allowed decision";
@@ -781,6 +937,9 @@ final class ModelDriver
         );
         if (isset($d['lanes'])) {
             $s .= ' lanes=' . implode(',', $d['lanes']) . ($d['becameHot'] ? ' (becomes hot)' : '');
+        }
+        if (isset($d['permille']) && $d['permille'] < 1000) {
+            $s .= " share={$d['permille']}";
         }
         if (isset($d['pid'])) {
             $s .= " (worker pid {$d['pid']})";

@@ -9,7 +9,9 @@ require_once __DIR__ . '/../support/ModelDriver.php';
 /**
  * The model-based test of decisions where features meet: random sequences of operations
  * (acquires from three forked workers on two databases, hot marks set, removed and running
- * out, `auto_hot`, CLI `set`/`hot`/`unhot`, reset(), FLUSHALL, a Valkey restart) against
+ * out, `auto_hot`, CLI `set`/`hot`/`unhot`, reset(), FLUSHALL, a Valkey restart; on about
+ * half the seeds the `adaptive` option with feedback (429/503/200, with or without a
+ * Retry-After), sleeps and waits for the budget's recovery in between) against
  * the real extension and this test's own Valkey; every decision must be the reference model's
  * (support/LimiterModel.php). A failure names its seed and the shortest failing sequence
  * the shrinker found.
@@ -17,7 +19,8 @@ require_once __DIR__ . '/../support/ModelDriver.php';
  * The second test runs the same driver against a managed service (ManagedServer): see
  * testRandomSequencesDecideAsTheModelSaysOnAManagedService.
  *
- * CI: seeds 1, 2, 3 and one random seed. Environment:
+ * CI: seeds 1, 2, 3 and one random seed (1 with `adaptive` at its defaults, 2 and 3 with a
+ * 2 s and 3 s recovery; the managed service's 69 with a 2 s recovery). Environment:
  *   MODEL_SEEDS=5,17        exactly these seeds (to replay a failure)
  *   MODEL_SECONDS=600       random seeds for that long (scripts/model-test.sh full)
  *   MODEL_LENGTH=120        operations per sequence (default: 80-150, from the seed)
@@ -136,7 +139,9 @@ final class ModelTest extends OwnValkeyTestCase
                 $res = $driver->run($seq);
                 $results[] = ['seed' => $seed, 'ok' => $res['ok'], 'ops' => $res['checked'], 'of' => count($seq['ops'])];
                 if ($res['ok']) {
-                    $this->log(sprintf('model: seed %d: %d operations, passed (%.1f s)', $seed, $res['checked'], $res['seconds']));
+                    $a = array_filter($driver->adaptStats);
+                    $this->log(sprintf('model: seed %d: %d operations, passed (%.1f s)%s', $seed, $res['checked'], $res['seconds'],
+                        isset($seq['options']['adaptive']) ? ', adaptive: ' . json_encode($a) : ''));
                     continue;
                 }
                 $f = $res['failure'];

@@ -18,10 +18,10 @@ use std::time::{Duration, UNIX_EPOCH};
 use parking_lot::Mutex;
 
 use checkout_guard_model::live::Stored;
-use checkout_guard_model::server::{decide_on, Keyspace, ReceivedCall};
-use checkout_guard_model::{DecideCall, Keys};
+use checkout_guard_model::server::{decide_on, feedback_on, Keyspace, ReceivedCall};
+use checkout_guard_model::{DecideCall, FeedbackCall, Keys};
 
-use super::{Health, Store, StoreError};
+use super::{AdaptRead, Health, Store, StoreError};
 use crate::clock::{Clock, FakeClock};
 
 /// A fault the next call meets (one per call, in the order injected).
@@ -419,6 +419,38 @@ impl Store for MemoryStore {
             s.decisions += 1;
         }
         Ok(reply)
+    }
+
+    /// `model::server::feedback_on` on this key space at its clock; faults as for a
+    /// decision (a script too: `NoScript` reloads it, `Reply` answers instead).
+    fn feedback(&self, call: &FeedbackCall<'_>) -> Result<Vec<i64>, StoreError> {
+        let (fault, mut s) = self.enter(true)?;
+        if fault == Some(Fault::NoScript) {
+            s.script_loads += 1;
+        }
+        if let Some(Fault::Reply(ints)) = fault {
+            return Ok(ints);
+        }
+        let argv = call.args();
+        let args: Vec<&[u8]> = call
+            .keys()
+            .into_iter()
+            .chain(argv.iter().map(|a| a.as_bytes()))
+            .collect();
+        let now = s.now();
+        feedback_on(&mut *s, &args, now)
+            .map(|r| r.to_vec())
+            .map_err(|cause| StoreError::Failed {
+                cause,
+                retry_in: Duration::ZERO,
+            })
+    }
+
+    fn read_adapt(&self, adapt_key: &[u8], last_key: &[u8]) -> Result<AdaptRead, StoreError> {
+        let (_, mut s) = self.enter(false)?;
+        let a = s.get_str(adapt_key).unwrap_or_default();
+        let l = s.get_str(last_key).unwrap_or_default();
+        Ok((a, l, s.now()))
     }
 
     fn read_limits(&self, keys: &Keys) -> Result<Stored, StoreError> {

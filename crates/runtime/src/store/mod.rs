@@ -17,6 +17,7 @@ pub use engine::last_engine;
 #[cfg(feature = "test-support")]
 pub use memory::{Fault, MemoryStats, MemoryStore};
 pub use pool::{ping, pipeline, status, with_connection, Pool, Replies};
+
 pub use scripts::invocation;
 pub use valkey::ValkeyStore;
 
@@ -24,7 +25,7 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use checkout_guard_model::live::Stored;
-use checkout_guard_model::{DecideCall, Keys};
+use checkout_guard_model::{DecideCall, FeedbackCall, Keys};
 
 use crate::clock::{Clock, SystemClock};
 
@@ -75,6 +76,9 @@ pub struct Health {
     pub primary: Option<String>,
 }
 
+/// What [`Store::read_adapt`] read: the two values (empty: missing) and the store's now.
+pub type AdaptRead = (Vec<u8>, Vec<u8>, i64);
+
 /// Failed decisions in a row at or above which [`Decisions::failing`] says so.
 pub const FAILING_AFTER: u32 = 3;
 
@@ -124,6 +128,13 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// One decision: the decision script with `call`'s KEYS and ARGV, on the store's
     /// clock; the raw integers of its reply (read with [`DecideCall::decode_reply`]).
     fn decide(&self, call: &DecideCall<'_>) -> Result<Vec<i64>, StoreError>;
+    /// One throttling answer of the provider: the feedback script (a write) with `call`'s
+    /// KEYS and ARGV, on the store's clock; the raw integers of its reply (read with
+    /// [`FeedbackCall::decode_reply`]).
+    fn feedback(&self, call: &FeedbackCall<'_>) -> Result<Vec<i64>, StoreError>;
+    /// The adaptive budget's state (`adapt_key`) and last throttling answer (`last_key`),
+    /// empty when missing, and the store's clock (µs), read together (for `health()`).
+    fn read_adapt(&self, adapt_key: &[u8], last_key: &[u8]) -> Result<AdaptRead, StoreError>;
     /// The live limits' version and hash, read together.
     fn read_limits(&self, keys: &Keys) -> Result<Stored, StoreError>;
     /// Marks a shop hot (`key` = its hot flag) for `ttl_seconds`.

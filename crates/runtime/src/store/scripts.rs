@@ -13,6 +13,20 @@ pub(super) static DECIDE: Lazy<redis::Script> =
 /// The live limits' version and hash, read together.
 pub(super) static READ: Lazy<redis::Script> =
     Lazy::new(|| redis::Script::new(&call::read_limits_source()));
+/// A throttling answer of the provider (a write script: the adaptive budget's state and
+/// the last throttling answer).
+pub(super) static FEEDBACK: Lazy<redis::Script> =
+    Lazy::new(|| redis::Script::new(&call::feedback_source()));
+/// The adaptive budget's state and last throttling answer, with Valkey's clock (µs), for
+/// `health()`: read only, so it runs on a replica too.
+pub(super) static READ_ADAPT: Lazy<redis::Script> = Lazy::new(|| {
+    redis::Script::new(
+        "#!lua flags=no-writes\n\
+         local t = redis.call('TIME')\n\
+         return {redis.call('GET', KEYS[1]) or '', redis.call('GET', KEYS[2]) or '', \
+         tonumber(t[1]) * 1000000 + tonumber(t[2])}",
+    )
+});
 /// One step of a reset (SCAN + UNLINK inside Valkey).
 pub(super) static RESET: Lazy<redis::Script> =
     Lazy::new(|| redis::Script::new(&call::reset_step_source()));

@@ -9,12 +9,12 @@ use redis::{ConnectionLike, RedisResult};
 
 use checkout_guard_model::keys::mark_hot_command;
 use checkout_guard_model::live::Stored;
-use checkout_guard_model::{DecideCall, Endpoint, Engine, Keys};
+use checkout_guard_model::{DecideCall, Endpoint, Engine, FeedbackCall, Keys};
 
 use super::native::pack_native;
 use super::pool::{self, Pool, PooledConnection};
-use super::scripts::{READ, RESET};
-use super::{engine, Health, Store, StoreError};
+use super::scripts::{FEEDBACK, READ, READ_ADAPT, RESET};
+use super::{engine, AdaptRead, Health, Store, StoreError};
 
 /// The store of the extension: the process's pooled connection to one endpoint, every
 /// call bounded by `timeout`, and left alone for `retry_interval` after a failure.
@@ -90,6 +90,24 @@ impl Store for ValkeyStore {
         .map_err(engine::explain);
         self.pooled.lock().record_decision(engine, &result);
         result
+    }
+
+    /// EVALSHA of the feedback script (redis-rs sends `SCRIPT LOAD` and the EVALSHA again
+    /// on `NOSCRIPT`), within the limiter's timeout like every call; on a cluster routed
+    /// by its keys, which share the limiter's hash tag.
+    fn feedback(&self, call: &FeedbackCall<'_>) -> Result<Vec<i64>, StoreError> {
+        let mut inv = FEEDBACK.prepare_invoke();
+        for k in call.keys() {
+            inv.key(k);
+        }
+        for a in call.args() {
+            inv.arg(a);
+        }
+        self.call(|c| inv.invoke::<Vec<i64>>(c))
+    }
+
+    fn read_adapt(&self, adapt_key: &[u8], last_key: &[u8]) -> Result<AdaptRead, StoreError> {
+        self.call(|c| READ_ADAPT.key(adapt_key).key(last_key).invoke(c))
     }
 
     fn read_limits(&self, keys: &Keys) -> Result<Stored, StoreError> {

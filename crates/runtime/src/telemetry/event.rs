@@ -5,13 +5,14 @@
 use std::borrow::Cow;
 
 use super::url::sanitize_url;
-use crate::limiter::LimitsChange;
+use crate::limiter::{AdaptChange, LimitsChange};
 use checkout_guard_model::{AutoHot, ConfigError, Decision};
 
 pub const EXTERNAL_API_CALL: &str = "ExternalApiCall";
 pub const RATE_LIMIT_DECISION: &str = "RateLimitDecision";
 pub const RATE_LIMIT_HOT: &str = "RateLimitHot";
 pub const RATE_LIMIT_CHANGE: &str = "RateLimitChange";
+pub const RATE_LIMIT_ADAPT: &str = "RateLimitAdapt";
 /// Most attributes an event keeps (New Relic's limit for custom events from an agent).
 pub const MAX_ATTRIBUTES: usize = 64;
 /// Longest string value or attribute name, in bytes.
@@ -342,10 +343,70 @@ pub fn limits_change_event(limiter: &str, c: &LimitsChange, timestamp_ms: i64) -
     e
 }
 
+/// The "RateLimitAdapt" event: the adaptive budget changed, as this process saw it
+/// (`why`: "throttled" (a throttling answer decreased the share), "retry_after" (the
+/// provider's pause), "recovered" (back at the limits)); shares 0..1 of the limits.
+pub fn adapt_event(limiter: &str, c: &AdaptChange, timestamp_ms: i64) -> Event {
+    let mut e = Event::known(RATE_LIMIT_ADAPT);
+    let attrs: [(&'static str, AttrValue); 8] = [
+        ("timestamp", AttrValue::Int(timestamp_ms)),
+        ("limiter", AttrValue::str(limiter)),
+        ("why", AttrValue::str(c.why.as_str())),
+        ("from", AttrValue::Float(c.from)),
+        ("to", AttrValue::Float(c.to)),
+        ("status", c.status.map_or(AttrValue::Null, AttrValue::Int)),
+        (
+            "retry_after",
+            c.retry_after.map_or(AttrValue::Null, AttrValue::Float),
+        ),
+        (
+            "paused_until",
+            c.paused_until_ms.map_or(AttrValue::Null, AttrValue::Int),
+        ),
+    ];
+    for (k, v) in attrs {
+        e.attrs.push((Cow::Borrowed(k), v));
+    }
+    e
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use checkout_guard_model::Reason;
+
+    #[test]
+    fn adapt_events_carry_why_shares_and_the_pause() {
+        let c = AdaptChange {
+            why: crate::limiter::AdaptWhy::RetryAfter,
+            from: 0.7,
+            to: 0.7,
+            status: Some(429),
+            retry_after: Some(2.5),
+            paused_until_ms: Some(1_700_000_002_500),
+        };
+        let e = adapt_event("payments", &c, 1_700_000_000_000);
+        assert_eq!(e.event_type, RATE_LIMIT_ADAPT);
+        assert_eq!(e.get("why"), Some(&AttrValue::str("retry_after")));
+        assert_eq!(e.get("from"), Some(&AttrValue::Float(0.7)));
+        assert_eq!(e.get("status"), Some(&AttrValue::Int(429)));
+        assert_eq!(
+            e.get("paused_until"),
+            Some(&AttrValue::Int(1_700_000_002_500))
+        );
+        let r = AdaptChange {
+            why: crate::limiter::AdaptWhy::Recovered,
+            from: 0.4,
+            to: 1.0,
+            status: None,
+            retry_after: None,
+            paused_until_ms: None,
+        };
+        let e = adapt_event("payments", &r, 5);
+        assert_eq!(e.get("why"), Some(&AttrValue::str("recovered")));
+        assert_eq!(e.get("status"), Some(&AttrValue::Null));
+        assert_eq!(e.get("to"), Some(&AttrValue::Float(1.0)));
+    }
 
     #[test]
     fn callers_cannot_set_what_the_recorder_owns() {

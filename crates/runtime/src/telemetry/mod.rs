@@ -17,10 +17,10 @@ mod url;
 pub use buffer::{Buffer, SinkStats, Sinks};
 pub use config::{RawTelemetryIni, SinkKind, TelemetryConfig};
 pub use event::{
-    decision_event, drop_owned, external_call_event, external_call_event_owned, hot_event,
-    limits_change_event, name, AttrValue, Event, ExternalCall, Name, EXTERNAL_API_CALL,
-    EXTERNAL_CALL_OWNED, MAX_ATTRIBUTES, MAX_STRING_BYTES, RATE_LIMIT_CHANGE, RATE_LIMIT_DECISION,
-    RATE_LIMIT_HOT, RECORD_OWNED,
+    adapt_event, decision_event, drop_owned, external_call_event, external_call_event_owned,
+    hot_event, limits_change_event, name, AttrValue, Event, ExternalCall, Name, EXTERNAL_API_CALL,
+    EXTERNAL_CALL_OWNED, MAX_ATTRIBUTES, MAX_STRING_BYTES, RATE_LIMIT_ADAPT, RATE_LIMIT_CHANGE,
+    RATE_LIMIT_DECISION, RATE_LIMIT_HOT, RECORD_OWNED,
 };
 pub use json::{write_event_line, write_json_string};
 pub use sinks::{JsonlSink, Sink, StreamSink};

@@ -237,6 +237,9 @@ pub fn notice_events(
     if let Some(c) = &n.limits_change {
         out.push(limits_change_event(limiter, c, now_ms));
     }
+    if let Some(c) = &n.adapt {
+        out.push(super::adapt_event(limiter, c, now_ms));
+    }
     out
 }
 
