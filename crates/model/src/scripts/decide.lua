@@ -123,14 +123,15 @@ for i = 1, last do
   end
 end
 local w = 0
-local cur, c, p
+-- The current and the previous window's counts (not `p`: the adaptive share above).
+local cur, c, pw
 if reason == 0 then
   w = window_us + 0
   if w > 0 then
     local win = math.floor(now / w)
     cur = window_prefix .. string.format('%d', win)
     c = redis.call('HMGET', cur, shop, '')
-    p = redis.call('HMGET', window_prefix .. string.format('%d', win - 1), shop, '')
+    pw = redis.call('HMGET', window_prefix .. string.format('%d', win - 1), shop, '')
   end
 end
 for i = 1, last do
@@ -160,8 +161,8 @@ if w > 0 and not peek then
   redis.call('HSET', cur, shop, mine, '', all)
   if all0 == 0 then redis.call('PEXPIRE', cur, math.floor(2 * w / 1000) + 1000) end
   local f = 1 - (now % w) / w
-  mine = mine + (tonumber(p[1]) or 0) * f
-  all = all + (tonumber(p[2]) or 0) * f
+  mine = mine + (tonumber(pw[1]) or 0) * f
+  all = all + (tonumber(pw[2]) or 0) * f
   r[8] = math.floor(1000 * mine / all)
   if not hot and mine >= hot_min_tokens + 0 and mine > hot_share * all then
     redis.call('SET', hot_flag_key, 'auto', 'EX', hot_ttl_s)
