@@ -1078,3 +1078,55 @@ fn script_module_and_model_agree_on_random_sequences() {
         assert!(n > 0, "no {what} over the run: {adapt:?}");
     }
 }
+
+/// The production feedback script (Valkey's clock) stores what `adaptive::feedback`
+/// computes, with its expiry: until the budget is back at the limits (or the pause is
+/// over) and a minute; the last throttling answer for a day.
+#[test]
+fn production_feedback_script_stores_the_models_state_and_expiry() {
+    use checkout_guard_model::adaptive::{feedback, AdaptState};
+    use checkout_guard_model::call::feedback_source;
+    let valkey = Valkey::start();
+    let mut conn = valkey.connection();
+    let script = redis::Script::new(&feedback_source());
+    let keys = Keys::new("fb");
+    let (adapt_key, last_key) = (keys.adapt(), keys.adapt_last());
+    let params = AdaptParams {
+        floor_permille: 100,
+        recover_us: 30_000_000,
+    };
+    for (retry_after_us, want_paused) in [(0, false), (90_000_000, true)] {
+        let _: () = redis::cmd("DEL").arg(&adapt_key).query(&mut conn).unwrap();
+        let call = FeedbackCall {
+            adapt_key: &adapt_key,
+            last_key: &last_key,
+            status: 429,
+            decrease: 0.7,
+            params,
+            retry_after_us,
+        };
+        let mut inv = script.prepare_invoke();
+        for k in call.keys() {
+            inv.key(k);
+        }
+        for a in call.args() {
+            inv.arg(a);
+        }
+        let got = FeedbackCall::decode_reply(&inv.invoke::<Vec<i64>>(&mut conn).unwrap()).unwrap();
+        let want = feedback(None, got.now, &params, 0.7, retry_after_us);
+        assert_eq!(got.to_ints(), want.to_ints());
+        assert_eq!(got.paused, want_paused);
+        let stored: Vec<u8> = redis::cmd("GET").arg(&adapt_key).query(&mut conn).unwrap();
+        assert_eq!(AdaptState::read_like_the_script(&stored), Some(want.next));
+        let pttl: i64 = redis::cmd("PTTL").arg(&adapt_key).query(&mut conn).unwrap();
+        assert!(
+            (want.px_ms - 1000..=want.px_ms).contains(&pttl),
+            "PTTL {pttl}, model {} ms",
+            want.px_ms
+        );
+        let last: String = redis::cmd("GET").arg(&last_key).query(&mut conn).unwrap();
+        assert_eq!(last, format!("429:{}:{retry_after_us}", got.now));
+        let pttl: i64 = redis::cmd("PTTL").arg(&last_key).query(&mut conn).unwrap();
+        assert!((86_399_000..=86_400_000).contains(&pttl), "PTTL {pttl}");
+    }
+}
