@@ -251,12 +251,14 @@ function evalsha_op(Redis $r, callable $shops): Closure
     foreach ($encoded['calls'] as $c) {
         $calls[$c['shop']] = array_merge($c['keys'], $c['argv']);
     }
+    // As many keys as the call has (8 since the adaptive budget's key).
+    $numKeys = count($encoded['calls'][0]['keys']);
     $sha = $r->script('load', $script);
-    return static function () use ($r, $sha, $script, $shops, $calls): bool {
+    return static function () use ($r, $sha, $script, $shops, $calls, $numKeys): bool {
         $args = $calls[$shops()];
-        $reply = $r->evalSha($sha, $args, 7);
+        $reply = $r->evalSha($sha, $args, $numKeys);
         if ($reply === false) {
-            $reply = $r->eval($script, $args, 7);
+            $reply = $r->eval($script, $args, $numKeys);
         }
         return is_array($reply) && $reply[0] === 0;
     };

@@ -23,7 +23,9 @@ same Valkey and the same rounds.
 
 The calls are encoded as the extension encodes them for bench/limiter.php's limiters
 (global bucket 1,000,000 tokens at 1,000,000/s, so every decision takes a token and
-writes; random shops of 1,000, or the listed hot shop `flash`).
+writes; random shops of 1,000, or the listed hot shop `flash`). The `*_adapt_*` cases
+have the `adaptive` option on and its state at half the limits (every bucket scaled; the
+state read in the script's one MGET), the others have it off.
 """
 
 import argparse
@@ -52,10 +54,16 @@ def valkey_server() -> str:
     return found[0]
 
 
-def decide_args(name: str, shop: str, hot: bool = False, auto_hot: bool = False) -> list:
+# The adaptive cases' option: floor 500 permille with a recovery so long that the state
+# ADAPT_STATE holds the share at 500 for the whole run (every bucket scaled, never
+# recovered: no DEL).
+ADAPT = ("500", "1000000000000000")
+
+
+def decide_args(name: str, shop: str, hot: bool = False, auto_hot: bool = False, adapt: bool = False) -> list:
     """KEYS then ARGV of one decision, as `DecideCall` encodes them (crates/model/src/call.rs)."""
     p = "{cg:%s}:" % name
-    keys = [p + "b:global", p + "b:lane", p + "b:shop:" + shop, p + "hot:" + shop, p + "limits:v", p + "ah:", p + "settings"]
+    keys = [p + "b:global", p + "b:lane", p + "b:shop:" + shop, p + "hot:" + shop, p + "limits:v", p + "ah:", p + "settings", p + "adapt"]
     lanes = ["1", "1000000"] + (["1", "1000000", "1", "1000000"] if hot else ["0", "0", "0", "0"])
     settings = "global=" + ALWAYS
     if hot:
@@ -64,8 +72,14 @@ def decide_args(name: str, shop: str, hot: bool = False, auto_hot: bool = False)
     if auto_hot:
         auto = ["10000000", "0.3", "300", "1000000"]
         settings += " auto_hot=10s/0.3/300s/1000000"
-    argv = ["1", "1" if hot else "0"] + lanes + ["", shop] + auto + [settings, "0", "0"]
+    argv = ["1", "1" if hot else "0"] + lanes + ["", shop] + auto + [settings, "0", "0"] + (list(ADAPT) if adapt else ["0", "0"])
     return keys + argv
+
+
+def adapt_state(r, name: str) -> None:
+    """The adaptive state of limiter `name` at 500 permille from now on (see ADAPT)."""
+    secs, micros = r.time()
+    r.set("{cg:%s}:adapt" % name, "%d:0:500:0" % (secs * 1_000_000 + micros))
 
 
 def decide_script() -> str:
@@ -142,17 +156,24 @@ def main() -> None:
             # The floor of any script in this Valkey: the unit of the script cases' multiples.
             "script_empty": (lambda: ["EVALSHA", empty, "0"], "evalsha"),
             "module_global": (lambda: ["CG.DECIDE"] + decide_args("m", shop()), "cg.decide"),
-            "script_global": (lambda: ["EVALSHA", sha, "7"] + decide_args("s", shop()), "evalsha"),
+            "script_global": (lambda: ["EVALSHA", sha, "8"] + decide_args("s", shop()), "evalsha"),
             "module_hot": (lambda: ["CG.DECIDE"] + decide_args("mh", "flash", hot=True), "cg.decide"),
-            "script_hot": (lambda: ["EVALSHA", sha, "7"] + decide_args("sh", "flash", hot=True), "evalsha"),
+            "script_hot": (lambda: ["EVALSHA", sha, "8"] + decide_args("sh", "flash", hot=True), "evalsha"),
             "module_auto_hot": (lambda: ["CG.DECIDE"] + decide_args("ma", shop(), auto_hot=True), "cg.decide"),
-            "script_auto_hot": (lambda: ["EVALSHA", sha, "7"] + decide_args("sa", shop(), auto_hot=True), "evalsha"),
+            "script_auto_hot": (lambda: ["EVALSHA", sha, "8"] + decide_args("sa", shop(), auto_hot=True), "evalsha"),
         }
+        # The adaptive budget on, at half the limits (the hot shop: three buckets scaled).
+        for n in ("mad", "sad", "madh", "sadh"):
+            adapt_state(r, n)
+        cases["module_adapt_global"] = (lambda: ["CG.DECIDE"] + decide_args("mad", shop(), adapt=True), "cg.decide")
+        cases["script_adapt_global"] = (lambda: ["EVALSHA", sha, "8"] + decide_args("sad", shop(), adapt=True), "evalsha")
+        cases["module_adapt_hot"] = (lambda: ["CG.DECIDE"] + decide_args("madh", "flash", hot=True, adapt=True), "cg.decide")
+        cases["script_adapt_hot"] = (lambda: ["EVALSHA", sha, "8"] + decide_args("sadh", "flash", hot=True, adapt=True), "evalsha")
         if a.baseline:
             base = r.script_load(open(a.baseline).read())
-            cases["base_global"] = (lambda: ["EVALSHA", base, "7"] + decide_args("bs", shop()), "evalsha")
-            cases["base_hot"] = (lambda: ["EVALSHA", base, "7"] + decide_args("bsh", "flash", hot=True), "evalsha")
-            cases["base_auto_hot"] = (lambda: ["EVALSHA", base, "7"] + decide_args("bsa", shop(), auto_hot=True), "evalsha")
+            cases["base_global"] = (lambda: ["EVALSHA", base, "8"] + decide_args("bs", shop()), "evalsha")
+            cases["base_hot"] = (lambda: ["EVALSHA", base, "8"] + decide_args("bsh", "flash", hot=True), "evalsha")
+            cases["base_auto_hot"] = (lambda: ["EVALSHA", base, "8"] + decide_args("bsa", shop(), auto_hot=True), "evalsha")
         if a.redis_cell:
             # The command as redis-cell's README gives it: after its burst of 16, denials
             # (nothing written). And one that admits every call (writes every call, as the
@@ -174,10 +195,10 @@ def main() -> None:
         # (on a shared machine the best round is the one least disturbed by other load).
         if "script_empty" in best:
             for kind in ("base", "script"):
-                for case in [c for c in ("global", "hot", "auto_hot") if kind + "_" + c in best]:
+                for case in [c for c in ("global", "hot", "auto_hot", "adapt_global", "adapt_hot") if kind + "_" + c in best]:
                     t = best[kind + "_" + case]
                     print("%-18s %6.2f us = %5.1fx the empty script (%.2f us), best of %d rounds" % (kind + "_" + case, t, t / best["script_empty"], best["script_empty"], a.rounds))
-        for case in [c for c in ("global", "hot", "auto_hot") if "module_" + c in medians and "script_" + c in medians]:
+        for case in [c for c in ("global", "hot", "auto_hot", "adapt_global", "adapt_hot") if "module_" + c in medians and "script_" + c in medians]:
             m, s = medians["module_" + case], medians["script_" + case]
             print("%-9s module %.2f us, script %.2f us: %.1fx less" % (case, m, s, s / m))
         if a.json:

@@ -180,6 +180,7 @@ fn a_window_key_aliasing_the_bucket_fails_like_the_script() {
         "{cg:R}:limits:v",
         "{cg:R}:w",
         "{cg:R}:settings",
+        "{cg:R}:adapt",
     ]
     .iter()
     .map(|s| s.as_bytes().to_vec())
@@ -188,7 +189,7 @@ fn a_window_key_aliasing_the_bucket_fails_like_the_script() {
     let a = auto_hot_argv();
     let script = redis::cmd("EVAL")
         .arg(decide_source_with_test_clock())
-        .arg(7)
+        .arg(checkout_guard_model::contract::decide::keys::LEN)
         .arg(&k)
         .arg(&a)
         .arg(NOW)

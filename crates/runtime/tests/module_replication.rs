@@ -112,3 +112,149 @@ fn the_writes_reach_a_replica_and_an_aof_without_the_module_as_they_are() {
     drop(replayed);
     let _ = std::fs::remove_dir_all(&aof_dir);
 }
+
+/// The adaptive budget through the module: `CG.DECIDE` answers the script's 11-integer
+/// form (a scaled decision, the provider's pause, the recovery), and the DEL of the state
+/// on recovery reaches a replica without the module (it loses the key too).
+#[test]
+fn the_adaptive_state_and_its_recovery_del_reach_a_replica() {
+    use checkout_guard_model::adaptive::AdaptParams;
+    use checkout_guard_model::call::{
+        decide_source_with_test_clock, feedback_source_with_test_clock, AdaptArgs, AutoHotArgs,
+        DecideCall, FeedbackCall, LaneArgs, ShopKeys,
+    };
+    use checkout_guard_model::{BucketSet, BucketSpec, Keys, StepReply};
+    use checkout_guard_runtime::store::invocation;
+
+    let module = valkey_module();
+    let port = free_tcp_port().to_string();
+    let primary = Valkey::start_with(&[
+        "--loadmodule".as_ref(),
+        module.as_os_str(),
+        "test-clock".as_ref(),
+        "--port".as_ref(),
+        port.as_ref(),
+        "--bind".as_ref(),
+        "127.0.0.1".as_ref(),
+    ]);
+    let replica =
+        Valkey::start_with(&["--replicaof".as_ref(), "127.0.0.1".as_ref(), port.as_ref()]);
+    let (mut p, mut r) = (primary.connection(), replica.connection());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while info_field(&mut r, "replication", "master_link_status") != "up" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replica never synced"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let decide = redis::Script::new(&decide_source_with_test_clock());
+    let feedback = redis::Script::new(&feedback_source_with_test_clock());
+    let params = AdaptParams {
+        floor_permille: 100,
+        recover_us: 10_000_000,
+    };
+    let adapt = AdaptArgs::new(Some(&params));
+    let set = BucketSet {
+        global: BucketSpec::new("global", 20, 10.0).unwrap(),
+        hot_lane: None,
+        hot_shop: None,
+    };
+    let lanes = LaneArgs::new(&set);
+    let auto = AutoHotArgs::new(None);
+    let (lua, native) = (Keys::new("lua"), Keys::new("mod"));
+    let t = 1_800_000_000_000_000i64;
+    let throttled = |c: &mut redis::Connection, keys: &Keys, now: i64, retry_after_us: i64| {
+        let (a, l) = (keys.adapt(), keys.adapt_last());
+        let call = FeedbackCall {
+            adapt_key: &a,
+            last_key: &l,
+            status: 429,
+            decrease: 0.5,
+            params,
+            retry_after_us,
+        };
+        let mut inv = feedback.prepare_invoke();
+        for k in call.keys() {
+            inv.key(k);
+        }
+        for a in call.args() {
+            inv.arg(a);
+        }
+        inv.arg(now);
+        inv.invoke::<Vec<i64>>(c).unwrap()
+    };
+    // The same decision by the script (namespace lua) and the module (namespace mod).
+    let both = |c: &mut redis::Connection, now: i64| {
+        let mut out = Vec::new();
+        for keys in [&lua, &native] {
+            let shop_keys = ShopKeys::new(keys, b"s");
+            let call = DecideCall {
+                adapt: &adapt,
+                keys: shop_keys.decide_keys(),
+                tokens: 1,
+                static_hot: false,
+                lanes: &lanes,
+                version: b"",
+                shop: b"s",
+                auto_hot: &auto,
+                settings: "s",
+                peek: false,
+                max_wait_us: 0,
+            };
+            let reply: Vec<i64> = if std::ptr::eq(keys, &lua) {
+                let mut inv = invocation(&call, &decide);
+                inv.arg(now);
+                inv.invoke(c).unwrap()
+            } else {
+                let mut cmd = redis::cmd("CG.DECIDE");
+                for k in call.keys() {
+                    cmd.arg(k);
+                }
+                for a in call.argv() {
+                    cmd.arg(a.as_ref());
+                }
+                cmd.arg(now).query(c).unwrap()
+            };
+            out.push(reply);
+        }
+        assert_eq!(out[1], out[0], "module vs script at {now}");
+        assert_eq!(out[0].len(), 11, "{out:?}");
+        StepReply::from_ints(&out[0]).unwrap()
+    };
+    let exists = |c: &mut redis::Connection| -> Vec<bool> {
+        [lua.adapt(), native.adapt()]
+            .iter()
+            .map(|k| redis::cmd("EXISTS").arg(k).query(c).unwrap())
+            .collect()
+    };
+    let synced = |c: &mut redis::Connection| {
+        let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(c).unwrap();
+        assert_eq!(acked, 1);
+    };
+    for k in [&lua, &native] {
+        assert_eq!(throttled(&mut p, k, t, 0)[..3], [1, 1000, 500]);
+    }
+    // Scaled: half the limits.
+    let a = both(&mut p, t + 1000);
+    assert!(
+        a.reason.is_none() && (500..510).contains(&a.adapt_permille),
+        "{a:?}"
+    );
+    // The provider's pause: every shop denied, reason 4.
+    for k in [&lua, &native] {
+        throttled(&mut p, k, t + 2_000_000, 1_000_000);
+    }
+    let b = both(&mut p, t + 2_500_000);
+    assert!(b.provider && b.pause_until_us == t + 3_000_000, "{b:?}");
+    synced(&mut p);
+    assert_eq!(exists(&mut r), [true, true], "the state on the replica");
+    // Long after: back at the limits, the state DELeted, on the replica too.
+    let c = both(&mut p, t + 60_000_000);
+    assert!(c.recovered() && c.reason.is_none(), "{c:?}");
+    assert_eq!(exists(&mut p), [false, false]);
+    synced(&mut p);
+    assert_eq!(exists(&mut r), [false, false], "the replica kept the state");
+    let calls = info_field(&mut r, "commandstats", "cmdstat_CG.DECIDE");
+    assert!(calls.is_empty(), "the replica ran CG.DECIDE: {calls}");
+}

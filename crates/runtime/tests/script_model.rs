@@ -14,11 +14,14 @@ use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use checkout_guard_model::adaptive::AdaptParams;
 use checkout_guard_model::call::{
     decide_source, decide_source_with_test_clock, AutoHotArgs, DecideCall, LaneArgs, ShopKeys,
     SETTINGS_TTL_SECONDS,
 };
+use checkout_guard_model::call::{feedback_source_with_test_clock, AdaptArgs, FeedbackCall};
 use checkout_guard_model::contract::decide::TEST_KEY_SLACK_MS;
+use checkout_guard_model::server::{feedback_on, Keyspace};
 use checkout_guard_model::{
     reservation_wait_us, step, BucketSet, BucketSpec, Decision, Keys, Lane, StepReply,
     StoredBucket, StoredState,
@@ -510,6 +513,20 @@ enum Op {
         offsets: (i64, i64, i64),
     },
     DataLoss,
+    /// A throttling answer reported (status, `Retry-After` in µs, 0: none): feedback.lua
+    /// in Valkey (both namespaces: the module has no command of its own for it) and
+    /// `server::feedback_on` on the model's key space.
+    Feedback {
+        status: i64,
+        retry_after_us: i64,
+    },
+    /// A long quiet stretch (µs): long enough for the budget to climb back.
+    Jump(i64),
+    /// A foreign value in the adapt key (which of [`ADAPT_FORMS`], an offset from now).
+    ForeignAdapt {
+        form: usize,
+        offset: i64,
+    },
     /// A decision: tokens (drawn), a peek, a reservation's wait (0: none).
     Decide {
         tokens: u32,
@@ -576,9 +593,42 @@ fn foreign_value(
     (value != b"hash").then(|| value.to_vec())
 }
 
+/// How many forms [`foreign_adapt`] has.
+const ADAPT_FORMS: usize = 12;
+
+/// What else may sit in the adapt key: what the scripts do not read is no state (the full
+/// budget) in all three, replaced by the next throttling answer; what reads is read
+/// alike. `None`: a hash.
+fn foreign_adapt(form: usize, now: i64, offset: i64) -> Option<Vec<u8>> {
+    let t0 = (now + offset).max(0);
+    let forms: [String; ADAPT_FORMS] = [
+        "abc".into(),
+        String::new(),
+        "1:2:3".into(),
+        format!("{t0}:0:1001:0"),
+        format!("{t0}:-1:500:0"),
+        format!("{t0}:1000000:500:0:"),
+        // Readable: a decrease at t0 from 600, no pause; one paused until t0.
+        format!("{t0}:1000000:600:0"),
+        format!("{t0}:0:300:{}", now + offset.abs()),
+        format!("000{t0}:0002000000:0700:0"),
+        "9007199254740991:0:0:0".into(),
+        "9007199254740992:0:0:0".into(),
+        "hash".into(),
+    ];
+    let value = &forms[form];
+    (value != "hash").then(|| value.clone().into_bytes())
+}
+
 fn op() -> impl Strategy<Value = Op> {
     let wait = prop_oneof![3 => Just(0i64), 1 => 1..=2_000_000i64];
+    let retry_after = prop_oneof![3 => Just(0i64), 1 => 1..=3_000_000i64, 1 => Just(90_000_000i64)];
     prop_oneof![
+        8 => (prop::sample::select(vec![429i64, 503]), retry_after)
+            .prop_map(|(status, retry_after_us)| Op::Feedback { status, retry_after_us }),
+        2 => (2_000_000..=40_000_000i64).prop_map(Op::Jump),
+        2 => (0..ADAPT_FORMS, -3_000_000..=3_000_000i64)
+            .prop_map(|(form, offset)| Op::ForeignAdapt { form, offset }),
         6 => Just(Op::Mark),
         3 => Just(Op::Unmark),
         4 => buckets().prop_map(Op::LiveChange),
@@ -610,6 +660,56 @@ fn auto_hot() -> impl Strategy<Value = Option<checkout_guard_model::AutoHot>> {
     )
 }
 
+/// The `adaptive` option as a sequence has it (None: off): floor (permille), recovery
+/// (µs, short enough for a sequence to see it back at the limits), decrease.
+fn adaptive() -> impl Strategy<Value = Option<(AdaptParams, f64)>> {
+    proptest::option::weighted(
+        0.6,
+        (
+            prop_oneof![4 => 1..=900i64, 1 => Just(1000i64)],
+            1_000_000..=20_000_000i64,
+            prop::sample::select(vec![0.3, 0.5, 0.7, 0.9]),
+        )
+            .prop_map(|(floor_permille, recover_us, decrease)| {
+                (
+                    AdaptParams {
+                        floor_permille,
+                        recover_us,
+                    },
+                    decrease,
+                )
+            }),
+    )
+}
+
+/// `server::feedback_on` over a [`MemoryStore`]'s strings (the adapt keys are set without
+/// expiry, as the test-clock script's hour of slack keeps them in Valkey).
+struct MemKeys<'a>(&'a checkout_guard_runtime::store::MemoryStore);
+
+impl Keyspace for MemKeys<'_> {
+    fn read_string<R>(&mut self, key: &[u8], read: impl FnOnce(Option<&[u8]>) -> R) -> R {
+        read(self.0.get(key).as_deref())
+    }
+    fn pttl(&mut self, _: &[u8]) -> i64 {
+        unreachable!("feedback reads no TTL")
+    }
+    fn hash_ints(&mut self, _: &[u8], _: [&[u8]; 2], _: bool) -> Result<[i64; 2], String> {
+        unreachable!("feedback reads no hash")
+    }
+    fn set_px(&mut self, key: &[u8], value: &[u8], _px_ms: i64) {
+        self.0.set(key, value);
+    }
+    fn hset(&mut self, _: &[u8], _: &[(&[u8], i64)]) {
+        unreachable!("feedback writes no hash")
+    }
+    fn pexpire(&mut self, _: &[u8], _: i64) {
+        unreachable!("feedback sets no expiry")
+    }
+    fn del(&mut self, key: &[u8]) {
+        self.0.delete(key);
+    }
+}
+
 /// The three engines of a decision decide every call of random sequences identically:
 /// the production script (on a test clock), the native module's `CG.DECIDE` (loaded with
 /// `test-clock`) and the in-memory store (the model's `server::decide_on`). The sequences
@@ -618,6 +718,14 @@ fn auto_hot() -> impl Strategy<Value = Option<checkout_guard_model::AutoHot>> {
 /// (other formats, other types), and peeks (decide, write nothing). Marks live 1,000 s,
 /// longer than any sequence, so Valkey's real clock and the simulated one never disagree
 /// about them; the mark's PTTL (real in Valkey) is compared by sign only.
+///
+/// Six sequences in ten have the `adaptive` option (random floor, recovery, decrease),
+/// the others off (their throttling answers are stored, never read by a decision). The
+/// operations include throttling answers (429 or 503, with or without `Retry-After`, some
+/// past the 60 s bound: `feedback.lua` in Valkey, `server::feedback_on` in the model, the
+/// replies compared), long quiet stretches (the budget climbs back, the decision that
+/// finds it at the limits DELs the state) and foreign values in the adapt key; after every
+/// operation the adapt key and the last throttling answer must be stored alike.
 #[test]
 fn script_module_and_model_agree_on_random_sequences() {
     use checkout_guard_runtime::store::{MemoryStore, Store};
@@ -639,181 +747,386 @@ fn script_module_and_model_agree_on_random_sequences() {
         Cell::new(0),
         Cell::new(0),
     );
+    let feedback_script = redis::Script::new(&feedback_source_with_test_clock());
+    // What the adaptive budget did over the run (the comparison proves little otherwise).
+    let (provider, decreases, recoveries, scaled_decisions, adapt_foreign) = (
+        Cell::new(0),
+        Cell::new(0),
+        Cell::new(0),
+        Cell::new(0),
+        Cell::new(0),
+    );
     let count = |c: &Cell<u32>, n: bool| c.set(c.get() + u32::from(n));
     let sequence = (
         buckets(),
         auto_hot(),
         proptest::bool::weighted(0.3),
-        proptest::collection::vec((0..=300_000u64, 0..4u8, op()), 60),
+        adaptive(),
+        proptest::collection::vec((0..=300_000u64, 0..4u8, op()), 80),
     );
-    run(runner(40), sequence, |(mut set, auto, static_hot, ops)| {
-        let conn = &mut *conn.borrow_mut();
-        let mem = MemoryStore::new();
-        // As the test-clock script and module: buckets live longer.
-        mem.keep_buckets_longer(TEST_KEY_SLACK_MS);
-        let name = fresh("seq");
-        let lua_keys = Keys::new(&format!("lua-{name}"));
-        let mod_keys = Keys::new(&format!("mod-{name}"));
-        let mem_keys = Keys::new("mem");
-        let auto_args = AutoHotArgs::new(auto.as_ref());
-        let mut version = String::new();
-        for (op_n, (advance_us, shop_n, op)) in ops.into_iter().enumerate() {
-            mem.advance(Duration::from_micros(advance_us));
-            let now = mem.now_us();
-            let shop = format!("s{shop_n}").into_bytes();
-            let (tokens, peek, max_wait_us) = match op {
-                Op::Mark => {
-                    for k in [&lua_keys, &mod_keys] {
-                        redis::cmd("SET")
-                            .arg(k.hot_flag(&shop))
-                            .arg(1)
-                            .arg("EX")
-                            .arg(1000)
-                            .query::<()>(conn)
-                            .unwrap();
+    run(
+        runner(40),
+        sequence,
+        |(mut set, auto, static_hot, adaptive, ops)| {
+            let conn = &mut *conn.borrow_mut();
+            let mem = MemoryStore::new();
+            // As the test-clock script and module: buckets live longer.
+            mem.keep_buckets_longer(TEST_KEY_SLACK_MS);
+            let name = fresh("seq");
+            let lua_keys = Keys::new(&format!("lua-{name}"));
+            let mod_keys = Keys::new(&format!("mod-{name}"));
+            let mem_keys = Keys::new("mem");
+            let auto_args = AutoHotArgs::new(auto.as_ref());
+            let adapt_args = AdaptArgs::new(adaptive.as_ref().map(|(p, _)| p));
+            // Off: throttling answers are still stored (the decisions must not read them).
+            let (params, decrease) = adaptive.unwrap_or((
+                AdaptParams {
+                    floor_permille: 100,
+                    recover_us: 10_000_000,
+                },
+                0.7,
+            ));
+            let mut version = String::new();
+            // The adapt key and the last throttling answer, as each engine stored them.
+            let stored_adapt = |conn: &mut redis::Connection| -> Result<(), TestCaseError> {
+                let mut got = Vec::new();
+                for k in [&lua_keys, &mod_keys] {
+                    let mut pair = Vec::new();
+                    for key in [k.adapt(), k.adapt_last()] {
+                        let kind: String = redis::cmd("TYPE").arg(&key).query(conn).unwrap();
+                        pair.push(if kind == "string" {
+                            redis::cmd("GET")
+                                .arg(&key)
+                                .query::<Option<Vec<u8>>>(conn)
+                                .unwrap()
+                        } else {
+                            None
+                        });
                     }
-                    mem.mark_hot(&mem_keys.hot_flag(&shop), 1000).unwrap();
-                    continue;
+                    got.push(pair);
                 }
-                Op::Unmark => {
-                    for k in [&lua_keys, &mod_keys] {
-                        redis::cmd("DEL")
-                            .arg(k.hot_flag(&shop))
-                            .query::<()>(conn)
-                            .unwrap();
-                    }
-                    mem.unmark_hot(&mem_keys.hot_flag(&shop)).unwrap();
-                    continue;
-                }
-                Op::LiveChange(next) => {
-                    count(&changes, true);
-                    set = next;
-                    version = format!("{}-e{op_n}-{now}", changes.get());
-                    for k in [&lua_keys, &mod_keys] {
-                        redis::cmd("SET")
-                            .arg(k.limits_version())
-                            .arg(&version)
-                            .query::<()>(conn)
-                            .unwrap();
-                    }
-                    mem.set(&mem_keys.limits_version(), version.as_bytes());
-                    continue;
-                }
-                Op::Foreign {
-                    lane,
-                    form,
-                    offsets,
-                } => {
-                    count(&foreign, true);
-                    let key = |k: &Keys| match lane {
-                        0 => k.global(),
-                        1 => k.hot_lane(),
-                        _ => k.hot_shop(&shop),
-                    };
-                    let spec = set.get(Lane::ALL[lane]).unwrap_or(&set.global);
-                    let value = foreign_value(form, now, spec, offsets);
-                    for k in [&lua_keys, &mod_keys] {
-                        let _: () = match &value {
-                            None => {
-                                redis::cmd("DEL").arg(key(k)).query::<()>(conn).unwrap();
-                                redis::cmd("HSET")
-                                    .arg(key(k))
-                                    .arg("tokens")
-                                    .arg(3)
-                                    .query(conn)
+                let model = vec![mem.get(&mem_keys.adapt()), mem.get(&mem_keys.adapt_last())];
+                prop_assert_eq!(&got[1], &got[0], "adapt keys: module vs script");
+                prop_assert_eq!(&model, &got[0], "adapt keys: model vs script");
+                Ok(())
+            };
+            for (op_n, (advance_us, shop_n, op)) in ops.into_iter().enumerate() {
+                mem.advance(Duration::from_micros(advance_us));
+                let now = mem.now_us();
+                let shop = format!("s{shop_n}").into_bytes();
+                let (tokens, peek, max_wait_us) = match op {
+                    Op::Feedback {
+                        status,
+                        retry_after_us,
+                    } => {
+                        let mut replies = Vec::new();
+                        for k in [&lua_keys, &mod_keys, &mem_keys] {
+                            let (adapt_key, last_key) = (k.adapt(), k.adapt_last());
+                            let call = FeedbackCall {
+                                adapt_key: &adapt_key,
+                                last_key: &last_key,
+                                status,
+                                decrease,
+                                params,
+                                retry_after_us,
+                            };
+                            let argv = call.args();
+                            replies.push(if std::ptr::eq(k, &mem_keys) {
+                                let args: Vec<&[u8]> = call
+                                    .keys()
+                                    .into_iter()
+                                    .chain(argv.iter().map(|a| a.as_bytes()))
+                                    .collect();
+                                feedback_on(&mut MemKeys(&mem), &args, now)
                                     .unwrap()
-                            }
-                            Some(v) => redis::cmd("SET").arg(key(k)).arg(v).query(conn).unwrap(),
-                        };
-                    }
-                    match &value {
-                        None => mem.set_hash(&key(&mem_keys), &[(b"tokens", b"3")]),
-                        Some(v) => mem.set(&key(&mem_keys), v),
-                    }
-                    continue;
-                }
-                Op::DataLoss => {
-                    for k in [&lua_keys, &mod_keys] {
-                        let pattern = [k.hash_tag(), b"*"].concat();
-                        let found: Vec<Vec<u8>> =
-                            redis::cmd("KEYS").arg(pattern).query(conn).unwrap();
-                        if !found.is_empty() {
-                            redis::cmd("DEL").arg(found).query::<()>(conn).unwrap();
+                                    .to_vec()
+                            } else {
+                                let mut inv = feedback_script.prepare_invoke();
+                                for key in call.keys() {
+                                    inv.key(key);
+                                }
+                                for a in &argv {
+                                    inv.arg(a.as_str());
+                                }
+                                inv.arg(now);
+                                inv.invoke::<Vec<i64>>(conn).unwrap()
+                            });
                         }
+                        let what = format!("feedback {op_n} ({status}, retry after {retry_after_us} µs at {now} µs, {params:?}, decrease {decrease})");
+                        prop_assert_eq!(
+                            &replies[1],
+                            &replies[0],
+                            "{}: module's namespace vs script",
+                            what
+                        );
+                        prop_assert_eq!(&replies[2], &replies[0], "{}: model vs script", what);
+                        count(
+                            &decreases,
+                            replies[0][0] == 1 && replies[0][2] < replies[0][1],
+                        );
+                        stored_adapt(conn)?;
+                        continue;
                     }
-                    mem.flush_all();
-                    version.clear();
-                    continue;
-                }
-                Op::Decide {
-                    tokens,
-                    peek,
-                    max_wait_us,
-                } => (one_to(set.min_capacity().min(3), tokens), peek, max_wait_us),
-            };
-            count(&peeks, peek);
-            let lanes = LaneArgs::new(&set);
-            // One call, encoded once per key namespace, sent to each engine.
-            let with_call = |keys: &Keys, send: &mut dyn FnMut(&DecideCall<'_>) -> Vec<i64>| {
-                let shop_keys = ShopKeys::new(keys, &shop);
-                send(&DecideCall {
-                    adapt: &checkout_guard_model::AdaptArgs::off(),
-                    keys: shop_keys.decide_keys(),
-                    tokens,
-                    static_hot: static_hot && shop_n == 0,
-                    lanes: &lanes,
-                    version: version.as_bytes(),
-                    shop: &shop,
-                    auto_hot: &auto_args,
-                    settings: "s",
-                    peek,
-                    max_wait_us,
-                })
-            };
-            let lua = with_call(&lua_keys, &mut |call| {
-                let mut inv = invocation(call, &script);
-                inv.arg(now);
-                inv.invoke(conn).unwrap()
-            });
-            let native = with_call(&mod_keys, &mut |call| {
-                let mut cmd = redis::cmd("CG.DECIDE");
-                for k in call.keys() {
-                    cmd.arg(k);
-                }
-                for a in call.argv() {
-                    cmd.arg(a.as_ref());
-                }
-                cmd.arg(now).query(conn).unwrap()
-            });
-            let model = with_call(&mem_keys, &mut |call| mem.decide(call).unwrap());
-            let sign = |v: &[i64]| {
-                let mut v = v.to_vec();
-                if v.len() == 9 {
-                    v[8] = v[8].signum();
-                }
-                v
-            };
-            let what = format!(
-                "call {op_n} (shop s{shop_n}, {tokens} tokens at {now} µs, version {version:?}, {set:?}, {auto:?})"
+                    Op::Jump(us) => {
+                        mem.advance(Duration::from_micros(us as u64));
+                        continue;
+                    }
+                    Op::ForeignAdapt { form, offset } => {
+                        count(&adapt_foreign, true);
+                        let value = foreign_adapt(form, now, offset);
+                        for k in [&lua_keys, &mod_keys] {
+                            let _: () = match &value {
+                                None => {
+                                    redis::cmd("DEL").arg(k.adapt()).query::<()>(conn).unwrap();
+                                    redis::cmd("HSET")
+                                        .arg(k.adapt())
+                                        .arg("t0")
+                                        .arg(3)
+                                        .query(conn)
+                                        .unwrap()
+                                }
+                                Some(v) => {
+                                    redis::cmd("SET").arg(k.adapt()).arg(v).query(conn).unwrap()
+                                }
+                            };
+                        }
+                        match &value {
+                            None => mem.set_hash(&mem_keys.adapt(), &[(b"t0", b"3")]),
+                            Some(v) => mem.set(&mem_keys.adapt(), v),
+                        }
+                        continue;
+                    }
+                    Op::Mark => {
+                        for k in [&lua_keys, &mod_keys] {
+                            redis::cmd("SET")
+                                .arg(k.hot_flag(&shop))
+                                .arg(1)
+                                .arg("EX")
+                                .arg(1000)
+                                .query::<()>(conn)
+                                .unwrap();
+                        }
+                        mem.mark_hot(&mem_keys.hot_flag(&shop), 1000).unwrap();
+                        continue;
+                    }
+                    Op::Unmark => {
+                        for k in [&lua_keys, &mod_keys] {
+                            redis::cmd("DEL")
+                                .arg(k.hot_flag(&shop))
+                                .query::<()>(conn)
+                                .unwrap();
+                        }
+                        mem.unmark_hot(&mem_keys.hot_flag(&shop)).unwrap();
+                        continue;
+                    }
+                    Op::LiveChange(next) => {
+                        count(&changes, true);
+                        set = next;
+                        version = format!("{}-e{op_n}-{now}", changes.get());
+                        for k in [&lua_keys, &mod_keys] {
+                            redis::cmd("SET")
+                                .arg(k.limits_version())
+                                .arg(&version)
+                                .query::<()>(conn)
+                                .unwrap();
+                        }
+                        mem.set(&mem_keys.limits_version(), version.as_bytes());
+                        continue;
+                    }
+                    Op::Foreign {
+                        lane,
+                        form,
+                        offsets,
+                    } => {
+                        count(&foreign, true);
+                        let key = |k: &Keys| match lane {
+                            0 => k.global(),
+                            1 => k.hot_lane(),
+                            _ => k.hot_shop(&shop),
+                        };
+                        let spec = set.get(Lane::ALL[lane]).unwrap_or(&set.global);
+                        let value = foreign_value(form, now, spec, offsets);
+                        for k in [&lua_keys, &mod_keys] {
+                            let _: () = match &value {
+                                None => {
+                                    redis::cmd("DEL").arg(key(k)).query::<()>(conn).unwrap();
+                                    redis::cmd("HSET")
+                                        .arg(key(k))
+                                        .arg("tokens")
+                                        .arg(3)
+                                        .query(conn)
+                                        .unwrap()
+                                }
+                                Some(v) => {
+                                    redis::cmd("SET").arg(key(k)).arg(v).query(conn).unwrap()
+                                }
+                            };
+                        }
+                        match &value {
+                            None => mem.set_hash(&key(&mem_keys), &[(b"tokens", b"3")]),
+                            Some(v) => mem.set(&key(&mem_keys), v),
+                        }
+                        continue;
+                    }
+                    Op::DataLoss => {
+                        for k in [&lua_keys, &mod_keys] {
+                            let pattern = [k.hash_tag(), b"*"].concat();
+                            let found: Vec<Vec<u8>> =
+                                redis::cmd("KEYS").arg(pattern).query(conn).unwrap();
+                            if !found.is_empty() {
+                                redis::cmd("DEL").arg(found).query::<()>(conn).unwrap();
+                            }
+                        }
+                        mem.flush_all();
+                        version.clear();
+                        continue;
+                    }
+                    Op::Decide {
+                        tokens,
+                        peek,
+                        max_wait_us,
+                    } => (one_to(set.min_capacity().min(3), tokens), peek, max_wait_us),
+                };
+                count(&peeks, peek);
+                let lanes = LaneArgs::new(&set);
+                // One call, encoded once per key namespace, sent to each engine.
+                let with_call = |keys: &Keys, send: &mut dyn FnMut(&DecideCall<'_>) -> Vec<i64>| {
+                    let shop_keys = ShopKeys::new(keys, &shop);
+                    send(&DecideCall {
+                        adapt: &adapt_args,
+                        keys: shop_keys.decide_keys(),
+                        tokens,
+                        static_hot: static_hot && shop_n == 0,
+                        lanes: &lanes,
+                        version: version.as_bytes(),
+                        shop: &shop,
+                        auto_hot: &auto_args,
+                        settings: "s",
+                        peek,
+                        max_wait_us,
+                    })
+                };
+                let lua = with_call(&lua_keys, &mut |call| {
+                    let mut inv = invocation(call, &script);
+                    inv.arg(now);
+                    inv.invoke(conn).unwrap()
+                });
+                let native = with_call(&mod_keys, &mut |call| {
+                    let mut cmd = redis::cmd("CG.DECIDE");
+                    for k in call.keys() {
+                        cmd.arg(k);
+                    }
+                    for a in call.argv() {
+                        cmd.arg(a.as_ref());
+                    }
+                    cmd.arg(now).query(conn).unwrap()
+                });
+                let model = with_call(&mem_keys, &mut |call| mem.decide(call).unwrap());
+                let sign = |v: &[i64]| {
+                    let mut v = v.to_vec();
+                    if v.len() >= 9 {
+                        v[8] = v[8].signum();
+                    }
+                    v
+                };
+                let what = format!(
+                "call {op_n} (shop s{shop_n}, {tokens} tokens at {now} µs, version {version:?}, {set:?}, {auto:?}, adaptive {adaptive:?})"
             );
-            prop_assert_eq!(sign(&native), sign(&lua), "{}: module vs script", what);
-            prop_assert_eq!(sign(&model), sign(&lua), "{}: model vs script", what);
-            if lua.len() == 9 {
-                let reply = StepReply::from_ints(&lua).unwrap();
-                count(
-                    &reserved,
-                    reply.reason.is_none() && reservation_wait_us(&set, &reply) > 0,
-                );
-                count(&became, lua[6] == 1);
-                count(&carried, !version.is_empty());
+                prop_assert_eq!(sign(&native), sign(&lua), "{}: module vs script", what);
+                prop_assert_eq!(sign(&model), sign(&lua), "{}: model vs script", what);
+                stored_adapt(conn)?;
+                if lua.len() >= 9 {
+                    let reply = StepReply::from_ints(&lua).unwrap();
+                    prop_assert!(
+                        adaptive.is_some() || !reply.adapt_seen,
+                        "{}: adaptive off read the state: {:?}",
+                        what,
+                        reply
+                    );
+                    count(&provider, reply.provider);
+                    count(&recoveries, reply.recovered());
+                    count(
+                        &scaled_decisions,
+                        reply.adapt_seen && !reply.provider && reply.adapt_permille < 1000,
+                    );
+                    count(
+                        &reserved,
+                        reply.reason.is_none() && reservation_wait_us(&set, &reply) > 0,
+                    );
+                    count(&became, lua[6] == 1);
+                    count(&carried, !version.is_empty());
+                }
             }
-        }
-        Ok(())
-    });
+            Ok(())
+        },
+    );
     // The sequences did reach the interesting parts.
     assert!(became.get() > 0, "no shop ever became hot");
     assert!(carried.get() > 0, "no decision after a live change");
     assert!(peeks.get() > 0, "no peek");
     assert!(reserved.get() > 0, "no reservation waited");
     assert!(foreign.get() > 0, "no foreign value written");
+    let adapt = [
+        ("provider denials", provider.get()),
+        ("decreases", decreases.get()),
+        ("recoveries", recoveries.get()),
+        ("scaled decisions", scaled_decisions.get()),
+        ("foreign adapt values", adapt_foreign.get()),
+    ];
+    println!("adaptive: {adapt:?}");
+    for (what, n) in adapt {
+        assert!(n > 0, "no {what} over the run: {adapt:?}");
+    }
+}
+
+/// The production feedback script (Valkey's clock) stores what `adaptive::feedback`
+/// computes, with its expiry: until the budget is back at the limits (or the pause is
+/// over) and a minute; the last throttling answer for a day.
+#[test]
+fn production_feedback_script_stores_the_models_state_and_expiry() {
+    use checkout_guard_model::adaptive::{feedback, AdaptState};
+    use checkout_guard_model::call::feedback_source;
+    let valkey = Valkey::start();
+    let mut conn = valkey.connection();
+    let script = redis::Script::new(&feedback_source());
+    let keys = Keys::new("fb");
+    let (adapt_key, last_key) = (keys.adapt(), keys.adapt_last());
+    let params = AdaptParams {
+        floor_permille: 100,
+        recover_us: 30_000_000,
+    };
+    for (retry_after_us, want_paused) in [(0, false), (90_000_000, true)] {
+        let _: () = redis::cmd("DEL").arg(&adapt_key).query(&mut conn).unwrap();
+        let call = FeedbackCall {
+            adapt_key: &adapt_key,
+            last_key: &last_key,
+            status: 429,
+            decrease: 0.7,
+            params,
+            retry_after_us,
+        };
+        let mut inv = script.prepare_invoke();
+        for k in call.keys() {
+            inv.key(k);
+        }
+        for a in call.args() {
+            inv.arg(a);
+        }
+        let got = FeedbackCall::decode_reply(&inv.invoke::<Vec<i64>>(&mut conn).unwrap()).unwrap();
+        let want = feedback(None, got.now, &params, 0.7, retry_after_us);
+        assert_eq!(got.to_ints(), want.to_ints());
+        assert_eq!(got.paused, want_paused);
+        let stored: Vec<u8> = redis::cmd("GET").arg(&adapt_key).query(&mut conn).unwrap();
+        assert_eq!(AdaptState::read_like_the_script(&stored), Some(want.next));
+        let pttl: i64 = redis::cmd("PTTL").arg(&adapt_key).query(&mut conn).unwrap();
+        assert!(
+            (want.px_ms - 1000..=want.px_ms).contains(&pttl),
+            "PTTL {pttl}, model {} ms",
+            want.px_ms
+        );
+        let last: String = redis::cmd("GET").arg(&last_key).query(&mut conn).unwrap();
+        assert_eq!(last, format!("429:{}:{retry_after_us}", got.now));
+        let pttl: i64 = redis::cmd("PTTL").arg(&last_key).query(&mut conn).unwrap();
+        assert!((86_399_000..=86_400_000).contains(&pttl), "PTTL {pttl}");
+    }
 }

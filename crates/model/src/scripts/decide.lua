@@ -123,6 +123,7 @@ for i = 1, last do
   end
 end
 local w = 0
+-- The current and the previous window's counts (not `p`: the adaptive share above).
 local cur, c, pw
 if reason == 0 then
   w = window_us + 0

@@ -26,7 +26,7 @@ pub fn with_module_args(args: &[&str]) -> Valkey {
     Valkey::start_with(&all)
 }
 
-/// The 7 keys of a call for `shop` (prefix `{cg:R}:`), at their contract positions.
+/// The keys of a call for `shop` (prefix `{cg:R}:`), at their contract positions.
 pub fn keys(shop: &[u8]) -> Vec<Vec<u8>> {
     use checkout_guard_model::contract::decide::keys as at;
     let k = |s: &[u8]| [b"{cg:R}:".as_slice(), s].concat();
@@ -38,10 +38,11 @@ pub fn keys(shop: &[u8]) -> Vec<Vec<u8>> {
     out[at::LIMITS_VERSION] = k(b"limits:v");
     out[at::AUTO_HOT_PREFIX] = k(b"ah:");
     out[at::SETTINGS] = k(b"settings");
+    out[at::ADAPT] = k(b"adapt");
     out
 }
 
-/// The 17 arguments, as raw bytes at their contract positions (tests send values the
+/// The arguments, as raw bytes at their contract positions (tests send values the
 /// encoder would never produce): global 10 tokens at 5/s, no hot buckets, `auto` =
 /// (window µs, share, ttl s, min tokens).
 pub fn argv(
@@ -99,7 +100,10 @@ pub fn script_cmd(k: &[Vec<u8>], a: &[Vec<u8>], now: Option<i64>) -> redis::Cmd 
         Some(_) => cmd.arg(decide_source_with_test_clock()),
         None => cmd.arg(decide_source()),
     };
-    cmd.arg(7).arg(k).arg(a);
+    // As many keys as the contract has (the adaptive budget's made them 8).
+    cmd.arg(checkout_guard_model::contract::decide::keys::LEN)
+        .arg(k)
+        .arg(a);
     if let Some(now) = now {
         cmd.arg(now);
     }
@@ -142,7 +146,7 @@ pub fn assert_alive(v: &Valkey) {
     assert!(pong.is_ok(), "Valkey died on CG.DECIDE: {pong:?}");
 }
 
-/// The 17 arguments with everything chosen: global 100 tokens at 100/s, hot buckets (hot
+/// The arguments with everything chosen: global 100 tokens at 100/s, hot buckets (hot
 /// lane 6 tokens at 2/s, hot shop 3 tokens at 1/s) when `lanes`, the shop static hot when
 /// `hot`, peek.
 #[allow(clippy::too_many_arguments)]
