@@ -8,7 +8,7 @@
 # Sourced (after lib.sh: it uses CG_ROOT and log), it defines functions only:
 #   cg_zts_ensure        prints the install prefix of a ready ZTS PHP (PREFIX/bin/php,
 #                        PREFIX/bin/php-config, PREFIX/lib/libphp.so, phpredis built into
-#                        PREFIX's extension directory and loaded by PREFIX/lib/php.ini).
+#                        PREFIX's extension directory and loaded by PREFIX/lib/conf.d; PREFIX/lib/php.ini is Debian's CLI one).
 #                        Made on first use, then reused; made again from scratch when what
 #                        it should hold changed (PREFIX/.cg-stamp: configure options, the
 #                        source suite, phpredis). Installs the build dependencies with apt
@@ -131,6 +131,11 @@ _cg_zts_make_php() {
       --with-config-file-scan-dir="$prefix/lib/conf.d" "${opts[@]}" CFLAGS="-g -O2") || return 1
   (cd "$tree" && make -s -j"$(nproc)" >/dev/null && make -s install >/dev/null) || return 1
   mkdir -p "$prefix/lib/conf.d"
+  # As Debian's CLI php.ini is: php.ini-production with no memory limit, and Debian's
+  # include_path (PHPUnit and the other PHP libraries from Debian are in /usr/share/php).
+  { cat "$tree/php.ini-production"
+    printf '\n; checkout-guard (scripts/zts.sh): as Debian'"'"'s CLI\nmemory_limit=-1\ninclude_path=".:/usr/share/php"\n'
+  } > "$prefix/lib/php.ini"
   _cg_zts_spec > "$src/.php-done"
 }
 
@@ -147,7 +152,7 @@ _cg_zts_make_redis() {
   [ -f "$d/config.m4" ] || { echo "cg_zts: no phpredis release (redis-*/config.m4) in $orig" >&2; return 1; }
   (cd "$d" && "$prefix/bin/phpize" >/dev/null && ./configure -q --with-php-config="$prefix/bin/php-config" &&
      make -s -j"$(nproc)" >/dev/null && make -s install >/dev/null) || return 1
-  printf 'extension=redis.so\nmemory_limit=512M\n' > "$prefix/lib/php.ini"
+  printf 'extension=redis.so\n' > "$prefix/lib/conf.d/20-redis.ini"
 }
 
 cg_zts_ensure() {

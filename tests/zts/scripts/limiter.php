@@ -1,0 +1,87 @@
+<?php
+// One request of the threaded suite (tests/php/zts/ThreadsTest.php), run by the threaded
+// host: $argv = [script, THREAD, REQUEST, CONFIG]; CONFIG is a JSON file:
+//   options   the RateLimiter's options (a limiter is made in every request, as an app does)
+//   out       results go to OUT.THREAD, one JSON line per request (a file per thread: no
+//             interleaving)
+//   steps     per request number (or "*"): a list of steps, each [op, args...]:
+//             ["acquire", shop, n, tokens, maxWait]  n decisions; each [allowed, reason,
+//                                                     remaining, isHotShop, start, end, waited]
+//             ["isHot", shop]                         bool
+//             ["wait", file]                          until FILE exists (at most 30 s, else exit 4)
+//             ["health"]                              local_denials_table
+//             ["measure", api, how]                  Telemetry::measure of a callback that
+//                                                     returns 42, or is hostile: "throw",
+//                                                     "exit" (exit(7)), "fatal" (memory exhausted)
+//             ["callCount", api]                     Telemetry::callCount(api)
+//   threads   per thread number: steps per request number, instead of "steps"
+//   hostile_thread, hostile  that thread runs one of the "hostile" steps a request
+//             (request R: step R mod count)
+declare(strict_types=1);
+
+use CheckoutGuard\RateLimiter;
+use CheckoutGuard\Telemetry;
+
+$t = (int) $argv[1];
+$r = (int) $argv[2];
+$cfg = json_decode((string) file_get_contents($argv[3]), true, 512, JSON_THROW_ON_ERROR);
+$steps = $cfg['threads'][(string) $t][(string) $r] ?? $cfg['steps'][(string) $r] ?? $cfg['steps']['*'] ?? [];
+if (isset($cfg['hostile_thread']) && $t === $cfg['hostile_thread']) {
+    $steps = $cfg['hostile'];
+    $steps = [$steps[$r % count($steps)]];
+}
+$l = isset($cfg['options']) ? new RateLimiter($cfg['options']) : null;
+$out = ['t' => $t, 'r' => $r, 'steps' => []];
+foreach ($steps as $step) {
+    $op = array_shift($step);
+    switch ($op) {
+        case 'acquire':
+            [$shop, $n, $tokens, $wait] = $step + [null, 1, 1, 0.0];
+            $res = [];
+            for ($i = 0; $i < $n; $i++) {
+                $start = microtime(true);
+                $d = $l->acquire($shop, $tokens, (float) $wait);
+                $res[] = [$d->isAllowed(), $d->reason(), $d->remaining(), $d->isHotShop(), $start, microtime(true), $d->waited()];
+            }
+            $out['steps'][] = $res;
+            break;
+        case 'isHot':
+            $out['steps'][] = $l->isHot($step[0]);
+            break;
+        case 'wait':
+            for ($i = 0; $i < 3000 && !file_exists($step[0]); $i++) {
+                usleep(10_000);
+                clearstatcache();
+            }
+            if (!file_exists($step[0])) {
+                exit(4);
+            }
+            $out['steps'][] = true;
+            break;
+        case 'health':
+            $out['steps'][] = $l->health(false)['local_denials_table'];
+            break;
+        case 'measure':
+            [$api, $how] = $step;
+            $out['steps'][] = Telemetry::measure($api, function () use ($how) {
+                switch ($how) {
+                    case 'throw':
+                        throw new RuntimeException('hostile callback');
+                    case 'exit':
+                        exit(7);
+                    case 'fatal':
+                        ini_set('memory_limit', '8M');
+                        return strlen(str_repeat('x', 64 << 20));
+                }
+                return 42;
+            });
+            break;
+        case 'callCount':
+            $out['steps'][] = Telemetry::callCount($step[0]);
+            break;
+        default:
+            fwrite(STDERR, "unknown step $op\n");
+            exit(5);
+    }
+}
+file_put_contents($cfg['out'] . ".$t", json_encode($out) . "\n", FILE_APPEND);
