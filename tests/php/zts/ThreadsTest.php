@@ -331,6 +331,41 @@ final class ThreadsTest extends LimiterTestCase
     }
 
     /**
+     * Each request's events are its own: 4 requests at once each record 5 events, and
+     * while all 4 hold theirs, each sees 5 buffered (stats()) and its flush writes its 5;
+     * every event reaches the file once. (A process-wide buffer showed and flushed all 20
+     * in whichever request came first.)
+     */
+    public function testEachRequestBuffersAndFlushesOnlyItsOwnEvents(): void
+    {
+        $events = $this->dir . '/events.jsonl';
+        $ready = $this->dir . '/ready';
+        $by = $this->runHost(4, 1, [
+            'steps' => ['*' => [['record', 'ZtsThreadTest', 5], ['touch', $ready], ['waitAll', $ready, 4],
+                ['buffered'], ['flush'], ['buffered']]],
+        ], ['checkout_guard.events.sinks' => 'jsonl', 'checkout_guard.events.jsonl_path' => $events,
+            'checkout_guard.events.buffer_size' => '1000']);
+        foreach ($by as $t => $requests) {
+            $this->assertSame([5, true, true, 5, 5, 0], $requests[0], "thread $t: buffered, flushed, then none");
+        }
+        $threads = [];
+        foreach (file($events, FILE_IGNORE_NEW_LINES) as $line) {
+            $e = json_decode($line, true, 512, JSON_THROW_ON_ERROR);
+            if (($e['eventType'] ?? '') === 'ZtsThreadTest') {
+                $threads[] = $e['thread'] . '/' . $e['i'];
+            }
+        }
+        sort($threads);
+        $expected = [];
+        foreach (range(0, 3) as $t) {
+            foreach (range(0, 4) as $i) {
+                $expected[] = "$t/$i";
+            }
+        }
+        $this->assertSame($expected, $threads, 'every event written once');
+    }
+
+    /**
      * Hostile callbacks in thread 0 (Telemetry::measure of one that throws, exit()s or dies
      * of a fatal error, one a request) never touch the other threads' requests.
      */

@@ -14,6 +14,11 @@
 //                                                     returns 42, or is hostile: "throw",
 //                                                     "exit" (exit(7)), "fatal" (memory exhausted)
 //             ["callCount", api]                     Telemetry::callCount(api)
+//             ["record", type, n]                    n Telemetry::record(type, [thread, i])
+//             ["touch", file]                        creates FILE.THREAD
+//             ["waitAll", file, n]                   until FILE.0 .. FILE.(n-1) exist (30 s)
+//             ["buffered"]                           Telemetry::stats()['buffered']
+//             ["flush"]                              Telemetry::flush()
 //   threads   per thread number: steps per request number, instead of "steps"
 //   hostile_thread, hostile  that thread runs one of the "hostile" steps a request
 //             (request R: step R mod count)
@@ -78,6 +83,39 @@ foreach ($steps as $step) {
             break;
         case 'callCount':
             $out['steps'][] = Telemetry::callCount($step[0]);
+            break;
+        case 'record':
+            for ($i = 0; $i < $step[1]; $i++) {
+                Telemetry::record($step[0], ['thread' => $t, 'i' => $i]);
+            }
+            $out['steps'][] = $step[1];
+            break;
+        case 'touch':
+            touch($step[0] . ".$t");
+            $out['steps'][] = true;
+            break;
+        case 'waitAll':
+            for ($i = 0; $i < 3000; $i++) {
+                $all = true;
+                for ($k = 0; $k < $step[1] && $all; $k++) {
+                    $all = file_exists($step[0] . ".$k");
+                }
+                if ($all) {
+                    break;
+                }
+                usleep(10_000);
+                clearstatcache();
+            }
+            if (!$all) {
+                exit(4);
+            }
+            $out['steps'][] = true;
+            break;
+        case 'buffered':
+            $out['steps'][] = Telemetry::stats()['buffered'];
+            break;
+        case 'flush':
+            $out['steps'][] = Telemetry::flush();
             break;
         default:
             fwrite(STDERR, "unknown step $op\n");
