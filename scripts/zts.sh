@@ -95,7 +95,7 @@ _cg_zts_source() {
   echo "deb-src $mirror $suite main" > "$dir/apt/sources.list"
   local opts=(-o "Dir::Etc::SourceList=$dir/apt/sources.list" -o "Dir::Etc::SourceParts=$dir/apt/none"
               -o "Dir::State::Lists=$dir/apt/lists" -o "APT::Get::List-Cleanup=false" -o Acquire::Retries=3)
-  [ -n "$(ls "$dir/apt/lists" 2>/dev/null | grep -v partial)" ] || apt-get "${opts[@]}" update -q || return 1
+  compgen -G "$dir/apt/lists/*_Sources*" >/dev/null || apt-get "${opts[@]}" update -q || return 1
   (cd "$dir" && apt-get "${opts[@]}" source --download-only -q "$pkg")
 }
 
@@ -120,7 +120,7 @@ _cg_zts_make_php() {
   rm -rf "$src" "$prefix"; mkdir -p "$src"
   log "zts: php8.2 sources from Debian ($(_cg_zts_suite) main)"
   _cg_zts_source "$src" php8.2 || { echo "cg_zts: apt-get source php8.2 failed" >&2; return 1; }
-  local orig; orig=$(ls "$src"/php8.2_*.orig.tar.* 2>/dev/null | head -1)
+  local orig; orig=$(compgen -G "$src/php8.2_*.orig.tar.*" | head -1)
   [ -n "$orig" ] || { echo "cg_zts: no php8.2 .orig tarball was downloaded" >&2; return 1; }
   tar -C "$src" -xf "$orig"
   local tree; tree=$(find "$src" -mindepth 1 -maxdepth 1 -type d -name 'php-8.2*' | head -1)
@@ -145,7 +145,7 @@ _cg_zts_make_redis() {
   rm -rf "$src/redis"
   log "zts: phpredis from Debian's php-redis source ($(_cg_zts_suite) main)"
   _cg_zts_source "$src" php-redis || return 1
-  orig=$(ls "$src"/php-redis_*.orig.tar.* 2>/dev/null | head -1)
+  orig=$(compgen -G "$src/php-redis_*.orig.tar.*" | head -1)
   [ -n "$orig" ] || { echo "cg_zts: no php-redis .orig tarball was downloaded" >&2; return 1; }
   mkdir -p "$src/redis"; tar -C "$src/redis" -xf "$orig"
   local d; d=$(find "$src/redis" -mindepth 1 -maxdepth 1 -type d -name 'redis-*' | sort -V | tail -1)
