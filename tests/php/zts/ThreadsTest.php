@@ -331,6 +331,29 @@ final class ThreadsTest extends LimiterTestCase
     }
 
     /**
+     * fork() from a threaded process: thread 0 forks 10 children, one after another, while
+     * 5 threads decide on the same Valkey; each child (only the forking thread lives in
+     * it) makes 10 decisions on a connection of its own. A connection's lock held by
+     * another thread at the fork (a round trip in flight) once stayed locked in the child,
+     * whose first decision then waited forever.
+     */
+    public function testForkFromAThreadedProcessGivesAChildThatDecides(): void
+    {
+        $done = $this->dir . '/done';
+        $by = $this->runHost(6, 1, [
+            // A child opens its own connection while 5 threads keep 2 cores busy: 2 s for it.
+            'options' => ['name' => self::uniqueName('threads-fork'), 'url' => self::url(),
+                'global' => self::bucket(100000000, 1000000.0), 'timeout_ms' => 2000],
+            'steps' => ['*' => [['acquireUntil', 's', $done]]],
+            'threads' => ['0' => ['0' => [['acquire', 's', 1], ['fork', 10, 10, 's'], ['create', $done]]]],
+        ]);
+        $this->assertSame(array_fill(0, 10, '10 decided'), $by[0][0][1], 'each child decided (none hung)');
+        for ($t = 1; $t < 6; $t++) {
+            $this->assertGreaterThan(0, $by[$t][0][0], "thread $t decided meanwhile");
+        }
+    }
+
+    /**
      * Each request's events are its own: 4 requests at once each record 5 events, and
      * while all 4 hold theirs, each sees 5 buffered (stats()) and its flush writes its 5;
      * every event reaches the file once. (A process-wide buffer showed and flushed all 20

@@ -8,6 +8,8 @@
 //             ["acquire", shop, n, tokens, maxWait]  n decisions; each [allowed, reason,
 //                                                     remaining, isHotShop, start, end, waited]
 //             ["isHot", shop]                         bool
+//             ["acquireUntil", shop, file]           decisions for shop until FILE exists
+//                                                     (at most 30 s); how many were made
 //             ["wait", file]                          until FILE exists (at most 30 s, else exit 4)
 //             ["health"]                              local_denials_table
 //             ["measure", api, how]                  Telemetry::measure of a callback that
@@ -16,9 +18,14 @@
 //             ["callCount", api]                     Telemetry::callCount(api)
 //             ["record", type, n]                    n Telemetry::record(type, [thread, i])
 //             ["touch", file]                        creates FILE.THREAD
+//             ["create", file]                       creates FILE
 //             ["waitAll", file, n]                   until FILE.0 .. FILE.(n-1) exist (30 s)
 //             ["buffered"]                           Telemetry::stats()['buffered']
 //             ["flush"]                              Telemetry::flush()
+//             ["fork", k, n, shop]                   k children forked one after another,
+//                                                     each making n decisions for shop and
+//                                                     writing how many it got; each is
+//                                                     "N decided" or "hung" (no answer in 5 s)
 //   threads   per thread number: steps per request number, instead of "steps"
 //   hostile_thread, hostile  that thread runs one of the "hostile" steps a request
 //             (request R: step R mod count)
@@ -49,6 +56,18 @@ foreach ($steps as $step) {
                 $res[] = [$d->isAllowed(), $d->reason(), $d->remaining(), $d->isHotShop(), $start, microtime(true), $d->waited()];
             }
             $out['steps'][] = $res;
+            break;
+        case 'acquireUntil':
+            $made = 0;
+            $until = microtime(true) + 30;
+            while (!file_exists($step[1]) && microtime(true) < $until) {
+                for ($i = 0; $i < 20; $i++) {
+                    $l->acquire($step[0]);
+                }
+                $made += 20;
+                clearstatcache();
+            }
+            $out['steps'][] = $made;
             break;
         case 'isHot':
             $out['steps'][] = $l->isHot($step[0]);
@@ -94,6 +113,10 @@ foreach ($steps as $step) {
             touch($step[0] . ".$t");
             $out['steps'][] = true;
             break;
+        case 'create':
+            touch($step[0]);
+            $out['steps'][] = true;
+            break;
         case 'waitAll':
             for ($i = 0; $i < 3000; $i++) {
                 $all = true;
@@ -111,6 +134,37 @@ foreach ($steps as $step) {
             }
             $out['steps'][] = true;
             break;
+        case 'fork':
+            [$k, $n, $shop] = $step;
+            $res = [];
+            for ($c = 0; $c < $k; $c++) {
+                $file = $cfg['out'] . ".fork.$t.$r.$c";
+                $pid = pcntl_fork();
+                if ($pid === 0) {
+                    // The child: only this thread exists in it.
+                    $got = 0;
+                    for ($i = 0; $i < $n; $i++) {
+                        $got += (int) ($l->acquire($shop)->reason() !== 'unavailable');
+                    }
+                    $why = $got === $n ? '' : ' (' . $l->health(false)['last_decision_error'] . ')';
+                    file_put_contents($file, "$got decided$why");
+                    posix_kill(getmypid(), SIGKILL);
+                }
+                $status = 0;
+                for ($i = 0; $i < 500 && pcntl_waitpid($pid, $status, WNOHANG) === 0; $i++) {
+                    usleep(10_000);
+                }
+                if ($i === 500) {
+                    posix_kill($pid, SIGKILL);
+                    pcntl_waitpid($pid, $status);
+                    $res[] = 'hung';
+                } else {
+                    $res[] = (string) @file_get_contents($file);
+                }
+                @unlink($file);
+            }
+            $out['steps'][] = $res;
+            break;
         case 'buffered':
             $out['steps'][] = Telemetry::stats()['buffered'];
             break;
@@ -118,7 +172,7 @@ foreach ($steps as $step) {
             $out['steps'][] = Telemetry::flush();
             break;
         default:
-            fwrite(STDERR, "unknown step $op\n");
+            file_put_contents("php://stderr", "unknown step $op\n");
             exit(5);
     }
 }
