@@ -4,6 +4,9 @@
 #   8.2  the machine itself (Debian 12's PHP): the build in target/release
 #   8.4  Debian 13 (trixie) in a chroot
 #   8.5  Debian experimental on a sid base, in a chroot
+#   zts  a thread-safe PHP 8.2 on the host, built from Debian's source package
+#        (scripts/zts.sh, cached in CG_CACHE/zts), with its embed SAPI: also the threaded
+#        suite (tests/php/zts: N request threads in one process, tests/zts/host.c)
 # The chroots are made on first use and cached with their cargo target directories
 # (scripts/chroot.sh: /var/cache/checkout-guard, CG_CACHE overrides): the first run takes
 # minutes more, a later run rebuilds incrementally. PHPUnit in a chroot is that Debian's
@@ -18,7 +21,7 @@
 #            HealthFpmTest, CallBudgetTest, HostileCallsSystemTest; valgrind is not in the
 #            chroots, so its part there is skipped) and the model-based test (ModelTest,
 #            its CI seeds), with that PHP's php-fpm and Debian's nginx
-#     VERSION...  only these PHPs (default: 8.2 8.4 8.5); the host's own PHP runs on the host
+#     VERSION...  only these PHPs (default: 8.2 8.4 8.5 zts); the host's own PHP runs on the host
 #
 # Prints a table (PHP, PHPUnit, build time, passed/failed/skipped and time per suite) and
 # exits 1 when anything failed: a chroot that cannot be made (a mirror down) or a build
@@ -28,12 +31,13 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$CG_ROOT/scripts/chroot.sh"
+source "$CG_ROOT/scripts/zts.sh"
 cd "$CG_ROOT"
 
 mode=$(run_mode php-matrix.sh "${1:-}") || exit 2
 [ $# -eq 0 ] || shift
 versions=("$@")
-[ ${#versions[@]} -gt 0 ] || versions=(8.2 8.4 8.5)
+[ ${#versions[@]} -gt 0 ] || versions=(8.2 8.4 8.5 zts)
 
 # Same PATH as scripts/test.sh: a changed PATH re-runs ext-php-rs's build script.
 case ":$PATH:" in *":$HOME/.cargo/bin:"*) ;; *) export PATH="$HOME/.cargo/bin:$PATH" ;; esac
@@ -58,6 +62,7 @@ suites=(unit integration)
 suite_args() {
   case "$1" in
     unit|integration) echo "--testsuite $1" ;;
+    threads) echo "--testsuite threads" ;;
     fpm) echo "--testsuite system --filter (CallBudget|Fpm|HealthFpm|HostileCallsSystem|HttpFpm|Model)Test::" ;;
   esac
 }
@@ -106,8 +111,15 @@ row() { rows+=("$(printf '%-12s %-22s %-8s %6s  %-12s %6s %6s %7s %6s  %s' "$@")
 for v in "${versions[@]}"; do
   dir="$out/php$v"; mkdir -p "$dir"
   root=""; from="host (Debian $(cut -d. -f1 /etc/debian_version 2>/dev/null || echo '?'))"
+  php_bin=php; zts_host=""
   log "PHP $v"
-  if [ "$v" != "$host_php" ]; then
+  if [ "$v" = zts ]; then
+    from="host: ZTS, CG_CACHE"
+    if ! zts_prefix=$(cg_zts_ensure); then
+      row "$v" "$from" "-" "-" "(no ZTS PHP)" - - - - "FAIL: the ZTS PHP could not be made (see above)"; failed=1; continue
+    fi
+    php_bin=$zts_prefix/bin/php
+  elif [ "$v" != "$host_php" ]; then
     case "$v" in 8.4) from="chroot: trixie" ;; 8.5) from="chroot: experimental" ;; *) from="chroot" ;; esac
     if [ "$(id -u)" -ne 0 ]; then
       echo "PHP $v: a chroot needs root" >&2
@@ -120,7 +132,12 @@ for v in "${versions[@]}"; do
 
   # Build: the host's target/release, or the chroot's own target directory.
   t0=$SECONDS
-  if [ -z "$root" ]; then
+  if [ "$v" = zts ]; then
+    # The host's build too: the CLI and the Valkey module the integration tests use.
+    { build_extension && cg_zts_build "$dir/ext" && zts_host=$(cg_zts_host); } > "$dir/build.log" 2>&1 && rc=0 || rc=$?
+    ext=$dir/ext/libcheckout_guard.so
+    [ "$rc" -ne 0 ] || cp -f "$CG_VALKEY_MODULE" "$dir/ext/"
+  elif [ -z "$root" ]; then
     build_extension > "$dir/build.log" 2>&1 && rc=0 || rc=$?
     ext=$CG_EXT
   else
@@ -139,9 +156,12 @@ for v in "${versions[@]}"; do
     [ -f "$CG_VALKEY_MODULE" ] || build_extension >> "$dir/build.log" 2>&1
     cp -f "$CG_VALKEY_MODULE" "$dir/ext/"
   fi
-  phpunit_v=$(in_php "$root" php /usr/bin/phpunit --version 2>/dev/null | awk '/^PHPUnit/ {print $2; exit}') || true
-  php_v=$(in_php "$root" php -r 'echo PHP_VERSION;' 2>/dev/null) || php_v=$v
+  phpunit_v=$(in_php "$root" "$php_bin" /usr/bin/phpunit --version 2>/dev/null | awk '/^PHPUnit/ {print $2; exit}') || true
+  php_v=$(in_php "$root" "$php_bin" -r 'echo PHP_VERSION, PHP_ZTS ? " ZTS" : "";' 2>/dev/null) || php_v=$v
   label="$php_v"
+  row_suites=("${suites[@]}")
+  # The threaded suite; no fpm suite: php-fpm is not built (a ZTS server is threaded).
+  [ "$v" != zts ] || row_suites=(unit integration threads)
 
   port=$(free_port)
   start_valkey "$dir/valkey" "$port"
@@ -149,18 +169,19 @@ for v in "${versions[@]}"; do
   url="redis://127.0.0.1:$port"
 
   first=1
-  for s in "${suites[@]}"; do
+  for s in "${row_suites[@]}"; do
     xml="$dir/$s.xml"; logf="$dir/$s.log"
     read -ra args <<< "$(suite_args "$s")"
     [ -z "$root" ] || args+=(--exclude-group python-tooling)
     # PHPUnit 10 and later count PHP's deprecations without showing them: shown in the log.
     [ "${phpunit_v%%.*}" -lt 10 ] 2>/dev/null || args+=(--display-deprecations)
-    cmd=(php -d "extension=$ext")
+    cmd=("$php_bin" -d "extension=$ext")
     if [ "$s" != unit ]; then
       # shellcheck disable=SC2054  # the commas are in values
       # As scripts/test.sh runs them: this process's telemetry to all three sinks.
       cmd=(env CHECKOUT_GUARD_TEST_URL="$url" CHECKOUT_GUARD_EXT="$ext"
            CHECKOUT_GUARD_TEST_EVENTS="$dir/$s-events.jsonl" VALKEY_SERVER="$(valkey_bin)"
+           CHECKOUT_GUARD_ZTS_HOST="$zts_host"
            "${cmd[@]}" -d checkout_guard.events.sinks=jsonl,stream,newrelic
            -d "checkout_guard.events.jsonl_path=$dir/$s-events.jsonl"
            -d "checkout_guard.events.stream_url=$url" -d checkout_guard.events.stream_key=cg-test:events)

@@ -34,6 +34,18 @@ pub fn generation() -> u64 {
     GENERATION.load(Ordering::Relaxed)
 }
 
+/// Registers fork handlers (`pthread_atfork`): `prepare` in the forking thread before the
+/// fork, `parent` and `child` after it in each. Returns false if they could not be
+/// registered (ENOMEM).
+pub(crate) fn at_fork(
+    prepare: extern "C" fn(),
+    parent: extern "C" fn(),
+    child: extern "C" fn(),
+) -> bool {
+    // SAFETY: registers plain functions; pthread_atfork copies the pointers.
+    unsafe { pthread_atfork(Some(prepare), Some(parent), Some(child)) == 0 }
+}
+
 /// A process's command name and start time (clock ticks after boot), from
 /// `/proc/PID/stat`: together with its pid, the start time names one process for as long
 /// as the host runs (a pid is reused, a start time with it is not).

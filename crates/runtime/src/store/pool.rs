@@ -90,8 +90,60 @@ pub enum Pool {
     Events,
 }
 
+/// `fork()` from a threaded process (ZTS: a request thread calls `pcntl_fork()` while other
+/// threads decide): the child has only the forking thread, so a connection's lock held by
+/// another thread at the fork (for a round trip) would stay locked in the child, and the
+/// child's first decision would wait forever. The pool and every connection in it are
+/// locked before a fork (waiting for round trips in flight), unlocked after it in the
+/// parent, and made new (unlocked, no waiter) in the child, where the connections are then
+/// forgotten (`forget_if_forked`). The child's locks are not unlocked but reset: unlocking
+/// a parking_lot lock other threads were parked on may hand it to one of them, and in the
+/// child those threads do not exist.
+static FORK_HANDLERS: std::sync::Once = std::sync::Once::new();
+
+extern "C" fn lock_before_fork() {
+    let map = POOL.lock();
+    for c in map.values() {
+        std::mem::forget(c.lock());
+    }
+    std::mem::forget(map);
+}
+
+extern "C" fn unlock_in_parent() {
+    // SAFETY: lock_before_fork locked the pool and then every connection in it, in this
+    // thread, and forgot the guards; nothing changed the map since (its lock is held).
+    unsafe {
+        let map = &*POOL.data_ptr();
+        for c in map.values() {
+            c.force_unlock();
+        }
+        POOL.force_unlock();
+    }
+}
+
+extern "C" fn reset_in_child() {
+    // SAFETY: as in unlock_in_parent, this thread holds every lock; it is the only thread
+    // of the child. A parking_lot RawMutex is its one state byte, an AtomicU8 (the size is
+    // checked below): storing 0 makes it unlocked with no waiter, as a new one.
+    const _: () = assert!(std::mem::size_of::<parking_lot::RawMutex>() == 1);
+    unsafe fn reset(m: &parking_lot::RawMutex) {
+        let state = &*(m as *const parking_lot::RawMutex as *const std::sync::atomic::AtomicU8);
+        state.store(0, std::sync::atomic::Ordering::SeqCst);
+    }
+    unsafe {
+        let map = &*POOL.data_ptr();
+        for c in map.values() {
+            reset(c.raw());
+        }
+        reset(POOL.raw());
+    }
+}
+
 /// The process's pooled connection to `endpoint` for `pool` (made on first use).
 pub(super) fn pooled(endpoint: &Endpoint, pool: Pool) -> Arc<Mutex<PooledConnection>> {
+    FORK_HANDLERS.call_once(|| {
+        crate::process::at_fork(lock_before_fork, unlock_in_parent, reset_in_child);
+    });
     POOL.lock()
         .entry((endpoint.pool_key().to_string(), pool))
         .or_default()

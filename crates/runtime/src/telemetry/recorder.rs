@@ -5,13 +5,20 @@
 //!
 //! No lock is held while sinks run: [`take_batch`] hands the buffered events and the
 //! sinks out, [`put_back`] returns the sinks (a sink may call PHP, which may record again).
+//!
+//! Events are buffered per thread: under ZTS (FrankenPHP, Apache's threaded MPMs) a thread
+//! serves one request at a time, so a request's flush writes its own events only (the New
+//! Relic sink records them in the transaction they belong to) and `Telemetry::stats()`
+//! shows what this request buffered. With NTS the one thread is the process. The sinks
+//! are shared: a flush in one thread waits while another thread's flush has them out.
 
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
+use std::thread::ThreadId;
 
 use checkout_guard_model::{ConfigError, Decision, Reason};
 use once_cell::sync::Lazy;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use super::{
     decision_event, external_call_event_owned, hot_event, limits_change_event, AttrValue, Buffer,
@@ -38,9 +45,15 @@ pub struct State {
     /// The fork generation that built this state; a forked child rebuilds its own.
     generation: u64,
     config: Result<TelemetryConfig, ConfigError>,
-    buffer: Buffer,
-    /// `None` while a flush has them out (see [`take_batch`]).
+    /// Each thread's buffered events (a thread serves one request at a time); a thread's
+    /// entry goes when its events are taken.
+    buffers: FxHashMap<ThreadId, Buffer>,
+    capacity: usize,
+    /// Events buffered since process start, by every thread.
+    recorded: u64,
+    /// `None` while a flush has them out (see [`take_batch`]), by the thread `flushing`.
     sinks: Option<Sinks>,
+    flushing: Option<ThreadId>,
     decisions: [u64; 3],
     /// Caller attributes dropped since process start: names the recorder owns.
     dropped_attributes: u64,
@@ -52,6 +65,7 @@ pub struct State {
 pub struct Stats {
     pub enabled: bool,
     pub recorded: u64,
+    /// Buffered by this thread (this request, under ZTS).
     pub buffered: usize,
     /// Allowed, denied, unavailable.
     pub decisions: [u64; 3],
@@ -62,6 +76,8 @@ pub struct Stats {
 }
 
 static STATE: Lazy<Mutex<Option<State>>> = Lazy::new(|| Mutex::new(None));
+/// Signalled when a flush puts the sinks back.
+static SINKS_BACK: Condvar = Condvar::new();
 
 /// ExternalApiCall events measured in the current request, per api and in all (the call
 /// budget). Per thread: a thread serves one request at a time, so under ZTS (FrankenPHP,
@@ -84,8 +100,11 @@ impl State {
         State {
             generation: crate::process::generation(),
             config: setup.config,
-            buffer: Buffer::new(capacity),
+            buffers: FxHashMap::default(),
+            capacity,
+            recorded: 0,
             sinks: Some(Sinks::new(setup.sinks)),
+            flushing: None,
             decisions: [0; 3],
             dropped_attributes: 0,
             clock: setup.clock,
@@ -129,14 +148,38 @@ impl State {
                 self.count_call(&api);
             }
         }
-        self.enabled() && self.buffer.push(e)
+        self.enabled() && self.buffer_push(e)
+    }
+
+    /// Buffers an event in this thread's buffer; true when that buffer is full.
+    fn buffer_push(&mut self, e: Event) -> bool {
+        self.recorded += 1;
+        let capacity = self.capacity;
+        self.buffers
+            .entry(std::thread::current().id())
+            .or_insert_with(|| Buffer::new(capacity))
+            .push(e)
+    }
+
+    /// Events this thread buffered.
+    fn buffered_here(&self) -> usize {
+        self.buffers
+            .get(&std::thread::current().id())
+            .map_or(0, Buffer::buffered)
+    }
+
+    /// Takes the events this thread buffered (its request's), leaving other threads'.
+    pub fn take_buffered_here(&mut self) -> Vec<Event> {
+        self.buffers
+            .remove(&std::thread::current().id())
+            .map_or_else(Vec::new, |mut b| b.take())
     }
 
     /// Counts a measured call and, when telemetry is on, buffers its event (built only
     /// then); true when the buffer is full.
     pub fn push_call(&mut self, call: ExternalCall, caller: Vec<(Name, AttrValue)>) -> bool {
         self.count_call(&call.api);
-        self.enabled() && self.buffer.push(external_call_event_owned(call, caller))
+        self.enabled() && self.buffer_push(external_call_event_owned(call, caller))
     }
 
     /// Counts a decision; true when it is to be recorded (denied or unavailable, with
@@ -176,8 +219,8 @@ impl State {
     pub fn stats(&self) -> Stats {
         Stats {
             enabled: self.enabled(),
-            recorded: self.buffer.recorded(),
-            buffered: self.buffer.buffered(),
+            recorded: self.recorded,
+            buffered: self.buffered_here(),
             decisions: self.decisions,
             dropped_attributes: self.dropped_attributes,
             sinks: self.sinks.as_ref().map_or_else(Vec::new, |s| {
@@ -192,32 +235,57 @@ impl State {
 /// after fork: a child's copy of the parent's buffer belongs to the parent).
 pub fn with_state<T>(setup: impl FnOnce() -> Setup, f: impl FnOnce(&mut State) -> T) -> T {
     let mut guard = STATE.lock();
+    f(current(&mut guard, setup))
+}
+
+/// The state in `guard`, built with `setup` on first use and again after fork.
+fn current(guard: &mut Option<State>, setup: impl FnOnce() -> Setup) -> &mut State {
     let generation = crate::process::generation();
     if guard.as_ref().is_some_and(|s| s.generation != generation) {
         if let Some(mut old) = guard.take() {
-            old.buffer.discard();
+            old.buffers.values_mut().for_each(Buffer::discard);
             // The parent's sinks (files, sockets) are the parent's: not closed here.
             std::mem::forget(old);
         }
     }
-    f(guard.get_or_insert_with(|| State::new(setup())))
+    guard.get_or_insert_with(|| State::new(setup()))
 }
 
-/// The buffered events and the sinks, taken out of the state so that no lock is held
-/// while sinks run; `None` when nothing is buffered (or a flush already has them out).
+/// This thread's buffered events and the sinks, taken out of the state so that no lock is
+/// held while sinks run; `None` when this thread buffered nothing, or when this thread's
+/// own flush has the sinks out (a sink that recorded again: its events wait for the next
+/// flush). While another thread's flush has them out, this waits for them.
 pub fn take_batch(setup: impl FnOnce() -> Setup) -> Option<(Vec<Event>, Sinks)> {
-    with_state(setup, |s| {
-        if s.buffer.buffered() == 0 {
+    let me = std::thread::current().id();
+    let mut guard = STATE.lock();
+    let mut setup = Some(setup);
+    loop {
+        // The setup runs at most once: the state, once built, stays (but for a fork).
+        let s = match setup.take() {
+            Some(f) => current(&mut guard, f),
+            None => guard.as_mut()?,
+        };
+        if s.buffered_here() == 0 {
             return None;
         }
-        let sinks = s.sinks.take()?;
-        Some((s.buffer.take(), sinks))
-    })
+        if let Some(sinks) = s.sinks.take() {
+            s.flushing = Some(me);
+            return Some((s.take_buffered_here(), sinks));
+        }
+        if s.flushing == Some(me) || s.flushing.is_none() {
+            return None;
+        }
+        SINKS_BACK.wait(&mut guard);
+    }
 }
 
 /// Returns the sinks [`take_batch`] handed out.
 pub fn put_back(setup: impl FnOnce() -> Setup, sinks: Sinks) {
-    with_state(setup, |s| s.sinks = Some(sinks));
+    with_state(setup, |s| {
+        s.sinks = Some(sinks);
+        s.flushing = None;
+    });
+    SINKS_BACK.notify_all();
 }
 
 /// The events what an acquire() learnt beside its decision leads to: a shop made hot by
@@ -321,6 +389,38 @@ mod tests {
         assert_eq!(other, (2, 0), "the other request counts only its own calls");
         let s = shared.lock();
         assert_eq!((s.call_count(None), s.call_count(Some("erp"))), (1, 0));
+    }
+
+    /// Under ZTS each thread serves its own request: a request's flush takes its own
+    /// events, and stats() shows what it buffered; other threads' stay buffered.
+    #[test]
+    fn each_thread_takes_only_the_events_it_buffered() {
+        let shared = std::sync::Arc::new(Mutex::new(state("jsonl", "100")));
+        for _ in 0..2 {
+            shared.lock().push_call(call("psp"), Vec::new());
+        }
+        let other = {
+            let shared = shared.clone();
+            std::thread::spawn(move || {
+                for _ in 0..3 {
+                    shared.lock().push_call(call("erp"), Vec::new());
+                }
+                let buffered = shared.lock().stats().buffered;
+                let taken = shared.lock().take_buffered_here();
+                (buffered, taken.len(), shared.lock().stats().buffered)
+            })
+            .join()
+            .unwrap()
+        };
+        assert_eq!(other, (3, 3, 0), "the other thread's request: its 3 events");
+        let mut s = shared.lock();
+        assert_eq!((s.stats().buffered, s.stats().recorded), (2, 5));
+        let mine = s.take_buffered_here();
+        assert_eq!(mine.len(), 2);
+        assert!(mine
+            .iter()
+            .all(|e| e.get("api") == Some(&AttrValue::Str("psp".into()))));
+        assert_eq!(s.stats().buffered, 0);
     }
 
     #[test]
