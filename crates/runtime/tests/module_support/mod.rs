@@ -38,6 +38,7 @@ pub fn keys(shop: &[u8]) -> Vec<Vec<u8>> {
     out[at::LIMITS_VERSION] = k(b"limits:v");
     out[at::AUTO_HOT_PREFIX] = k(b"ah:");
     out[at::SETTINGS] = k(b"settings");
+    out[at::ADAPT] = k(b"adapt");
     out
 }
 
@@ -99,7 +100,7 @@ pub fn script_cmd(k: &[Vec<u8>], a: &[Vec<u8>], now: Option<i64>) -> redis::Cmd 
         Some(_) => cmd.arg(decide_source_with_test_clock()),
         None => cmd.arg(decide_source()),
     };
-    cmd.arg(7).arg(k).arg(a);
+    cmd.arg(k.len()).arg(k).arg(a);
     if let Some(now) = now {
         cmd.arg(now);
     }
