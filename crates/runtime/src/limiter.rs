@@ -105,6 +105,12 @@ pub struct AdaptHealth {
     pub last_feedback_error: Option<(String, SystemTime)>,
 }
 
+/// Unix µs of a wall-clock instant.
+fn wall_us(t: SystemTime) -> i64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
 /// Why the adaptive budget changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AdaptWhy {
@@ -881,7 +887,9 @@ impl Limiter {
         let seen = self.adapt_seen.lock().clone();
         let mut h = AdaptHealth {
             share: seen.share(),
-            paused_until_us: (seen.pause_until_us > seen.seen_at_us).then_some(seen.pause_until_us),
+            // Still ahead on this host's clock (Valkey's may differ by the hosts' skew).
+            paused_until_us: (seen.pause_until_us > wall_us(self.clock.wall()))
+                .then_some(seen.pause_until_us),
             last: seen.last,
             from_valkey: false,
             read_error: None,

@@ -241,3 +241,52 @@ fn local_denials_agree_with_the_store_while_the_budget_adapts() {
         "none while adapted: {local_answers:?}"
     );
 }
+
+/// health()'s adaptive part: without a ping what this process last saw (the pause ends
+/// on its clock), with one read from the store (another worker's answer included).
+#[test]
+fn adaptive_health_reads_the_store_when_pinging_else_what_the_process_saw() {
+    let s = Arc::new(MemoryStore::new());
+    let l = limiter("fb-health", &s, false, vec![]);
+    let other = limiter("fb-health", &s, false, vec![]);
+    let h = l.adaptive_health(false).unwrap();
+    assert_eq!(
+        (h.share, h.paused_until_us, h.last, h.from_valkey),
+        (1.0, None, None, false)
+    );
+    l.feedback(b"s", 429, Some(2.0)).unwrap();
+    let h = l.adaptive_health(false).unwrap();
+    assert_eq!(h.share, 0.7);
+    assert_eq!(h.paused_until_us, Some(s.now_us() + 2_000_000));
+    assert_eq!(
+        h.last.map(|t| (t.status, t.retry_after_us)),
+        Some((429, 2_000_000))
+    );
+    s.advance(Duration::from_secs(3));
+    assert_eq!(l.adaptive_health(false).unwrap().paused_until_us, None);
+    // Another worker's answer: this one knows it only from the store.
+    other.feedback(b"s", 429, None).unwrap();
+    let seen = l.adaptive_health(false).unwrap();
+    assert_eq!(seen.share, 0.7, "the process's view is its own");
+    let h = l.adaptive_health(true).unwrap();
+    assert!(h.from_valkey && h.read_error.is_none());
+    assert!(
+        h.share < 0.7,
+        "decreased again by the other worker: {}",
+        h.share
+    );
+    assert_eq!(h.last.map(|t| t.retry_after_us), Some(0));
+    // The store unreachable: the process's view, and why.
+    s.inject(Fault::ErrorReply("LOADING".into()));
+    let h = l.adaptive_health(true).unwrap();
+    assert_eq!((h.from_valkey, h.share), (false, 0.7));
+    assert_eq!(h.read_error.as_deref(), Some("LOADING"));
+    assert!(limiter(
+        "fb-health-off",
+        &s,
+        false,
+        vec![("adaptive", Value::Bool(false))]
+    )
+    .adaptive_health(true)
+    .is_none());
+}
