@@ -82,6 +82,7 @@ final class AdaptiveTest extends OwnValkeyTestCase
     }
 
     /** @dataProvider engines */
+    #[\PHPUnit\Framework\Attributes\DataProvider('engines')]
     public function testManyProcessesReportingA429DecreaseOnceAndTheAdmittedCountFollows(string $engine): void
     {
         $l = $this->adaptive($engine);
@@ -124,6 +125,7 @@ final class AdaptiveTest extends OwnValkeyTestCase
     }
 
     /** @dataProvider engines */
+    #[\PHPUnit\Framework\Attributes\DataProvider('engines')]
     public function testRetryAfterPausesEveryShopWithReasonProviderAndShadowLetsThrough(string $engine): void
     {
         $l = $this->adaptive($engine);
@@ -147,6 +149,7 @@ final class AdaptiveTest extends OwnValkeyTestCase
     }
 
     /** @dataProvider engines */
+    #[\PHPUnit\Framework\Attributes\DataProvider('engines')]
     public function testShadowModeReportsThePauseAndLetsThrough(string $engine): void
     {
         $l = $this->adaptive($engine, ['mode' => 'shadow']);
@@ -158,6 +161,7 @@ final class AdaptiveTest extends OwnValkeyTestCase
     }
 
     /** @dataProvider engines */
+    #[\PHPUnit\Framework\Attributes\DataProvider('engines')]
     public function testRecoveryIsARateLimitAdaptEvent(string $engine): void
     {
         $log = new EventLog(self::redis());

@@ -65,7 +65,9 @@ abstract class LimiterTestCase extends TestCase
 
     protected static function phpWithExtension(): array
     {
-        return [PHP_BINARY, '-n', '-d', 'extension=' . getenv('CHECKOUT_GUARD_EXT')];
+        // -n drops php.ini, and with it the include_path a PHP built by hand (the ZTS one of
+        // scripts/zts.sh) sets there rather than in its binary: the child gets the parent's.
+        return [PHP_BINARY, '-n', '-d', 'include_path=' . get_include_path(), '-d', 'extension=' . getenv('CHECKOUT_GUARD_EXT')];
     }
 
     /**

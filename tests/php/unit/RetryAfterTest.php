@@ -49,6 +49,7 @@ final class RetryAfterTest extends TestCase
     }
 
     /** @dataProvider cases */
+    #[\PHPUnit\Framework\Attributes\DataProvider('cases')]
     public function testReadsRetryAfter(string|array|null $header, ?float $expected): void
     {
         $this->assertSame($expected, ProviderFeedback::retryAfterSeconds($header, self::NOW));
