@@ -226,43 +226,41 @@ pub fn step_adaptive(
     max_wait_us: i64,
     adaptive: Option<&AdaptParams>,
 ) -> (StepReply, StoredState) {
-    let Some((params, state)) = adaptive.zip(stored.adapt) else {
-        return step_core(
-            set,
-            stored,
-            now,
-            tokens,
-            static_hot,
-            version,
-            auto_hot,
-            max_wait_us,
-        );
-    };
-    let permille = state.permille_at(now, params);
-    if state.paused_at(now) {
-        let by_mark = !static_hot && stored.marked_hot();
-        let reply = StepReply {
-            reason: Some(Lane::Global),
-            hot: static_hot || by_mark,
-            now_us: now,
-            tats: [-1; 3],
-            became_hot: false,
-            share_permille: 0,
-            mark_ttl_ms: if by_mark {
-                stored.mark_ttl_ms.unwrap_or(-2)
-            } else {
-                -2
-            },
-            adapt_permille: permille,
-            pause_until_us: state.pause_until,
-            provider: true,
-            adapt_seen: true,
-        };
-        return (reply, *stored);
+    let adapt = adaptive.zip(stored.adapt);
+    let permille = adapt.map(|(params, state)| state.permille_at(now, params));
+    if let (Some((_, state)), Some(permille)) = (adapt, permille) {
+        if state.paused_at(now) {
+            let by_mark = !static_hot && stored.marked_hot();
+            let reply = StepReply {
+                reason: Some(Lane::Global),
+                hot: static_hot || by_mark,
+                now_us: now,
+                tats: [-1; 3],
+                became_hot: false,
+                share_permille: 0,
+                mark_ttl_ms: if by_mark {
+                    stored.mark_ttl_ms.unwrap_or(-2)
+                } else {
+                    -2
+                },
+                adapt_permille: permille,
+                pause_until_us: state.pause_until,
+                provider: true,
+                adapt_seen: true,
+            };
+            return (reply, *stored);
+        }
     }
-    let set = scaled(set, permille);
+    let scaled_set;
+    let set = match permille {
+        Some(p) => {
+            scaled_set = scaled(set, p);
+            &scaled_set
+        }
+        None => set,
+    };
     let (mut reply, mut next) = step_core(
-        &set,
+        set,
         stored,
         now,
         tokens,
@@ -271,10 +269,12 @@ pub fn step_adaptive(
         auto_hot,
         max_wait_us,
     );
-    reply.adapt_permille = permille;
-    reply.adapt_seen = true;
-    if permille >= FULL {
-        next.adapt = None;
+    if let Some(p) = permille {
+        reply.adapt_permille = p;
+        reply.adapt_seen = true;
+        if p >= FULL {
+            next.adapt = None;
+        }
     }
     (reply, next)
 }
