@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use once_cell::sync::Lazy;
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use checkout_guard_model::live::LiveLimits;
 

@@ -18,7 +18,7 @@ use std::thread::ThreadId;
 
 use checkout_guard_model::{ConfigError, Decision, Reason};
 use once_cell::sync::Lazy;
-use parking_lot::{Condvar, Mutex};
+use crate::sync::{Condvar, Mutex};
 
 use super::{
     decision_event, external_call_event_owned, hot_event, limits_change_event, AttrValue, Buffer,
