@@ -42,7 +42,8 @@ printf 'extension=%s\nmemory_limit=128M\ncheckout_guard.timeout_ms=2000\n' "$ext
 # connection, the live-limit cache and the telemetry buffer are shared), a health read
 # and a measured call: the process-wide state a request thread touches.
 cat > "$out/cfg.json" <<JSON
-{"options": {"name": "helgrind-$$", "url": "redis://127.0.0.1:$port", "timeout_ms": 2000},
+{"options": {"name": "helgrind-$$", "url": "redis://127.0.0.1:$port", "timeout_ms": 2000,
+   "global": {"capacity": 100000, "refill_per_second": 1000.0}},
  "out": "$out/out",
  "steps": {"*": [["acquire", "shared", 2], ["acquire", "own", 1], ["health"], ["measure", "api", "ok"], ["record", "e", 2]]}}
 JSON

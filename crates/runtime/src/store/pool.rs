@@ -28,9 +28,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::sync::Mutex;
 use checkout_guard_connection::{describe, reconnect_once, Budget, Client, Connection, Failure};
 use once_cell::sync::Lazy;
-use crate::sync::Mutex;
 use redis::{ConnectionLike, RedisError, RedisResult};
 
 use checkout_guard_model::{Endpoint, Engine};
