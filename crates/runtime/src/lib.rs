@@ -15,6 +15,7 @@ pub mod limiter;
 pub mod live_cache;
 pub mod process;
 pub mod store;
+pub mod sync;
 pub mod telemetry;
 
 pub use checkout_guard_model as model;

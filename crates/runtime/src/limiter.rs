@@ -1,7 +1,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use parking_lot::{Mutex, RwLock};
+use crate::sync::{Mutex, RwLock};
 
 use checkout_guard_model::adaptive::{LastThrottle, FULL};
 use checkout_guard_model::live::{self, LiveLimits};

@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::sync::Mutex;
 use once_cell::sync::Lazy;
-use parking_lot::Mutex;
 
 use checkout_guard_model::live::LiveLimits;
 

@@ -37,6 +37,7 @@ pub fn generation() -> u64 {
 /// Registers fork handlers (`pthread_atfork`): `prepare` in the forking thread before the
 /// fork, `parent` and `child` after it in each. Returns false if they could not be
 /// registered (ENOMEM).
+#[cfg_attr(feature = "std-locks", allow(dead_code))]
 pub(crate) fn at_fork(
     prepare: extern "C" fn(),
     parent: extern "C" fn(),

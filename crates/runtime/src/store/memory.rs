@@ -15,7 +15,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::time::{Duration, UNIX_EPOCH};
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use checkout_guard_model::live::Stored;
 use checkout_guard_model::server::{decide_on, feedback_on, Keyspace, ReceivedCall};
@@ -219,7 +219,7 @@ impl MemoryStore {
     fn enter(
         &self,
         decide: bool,
-    ) -> Result<(Option<Fault>, parking_lot::MutexGuard<'_, State>), StoreError> {
+    ) -> Result<(Option<Fault>, crate::sync::MutexGuard<'_, State>), StoreError> {
         let mut s = self.state.lock();
         if let Some(until) = s.backoff_until {
             let now = s.now();

@@ -28,9 +28,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::sync::Mutex;
 use checkout_guard_connection::{describe, reconnect_once, Budget, Client, Connection, Failure};
 use once_cell::sync::Lazy;
-use parking_lot::Mutex;
 use redis::{ConnectionLike, RedisError, RedisResult};
 
 use checkout_guard_model::{Endpoint, Engine};
@@ -99,8 +99,10 @@ pub enum Pool {
 /// forgotten (`forget_if_forked`). The child's locks are not unlocked but reset: unlocking
 /// a parking_lot lock other threads were parked on may hand it to one of them, and in the
 /// child those threads do not exist.
+#[cfg(not(feature = "std-locks"))]
 static FORK_HANDLERS: std::sync::Once = std::sync::Once::new();
 
+#[cfg(not(feature = "std-locks"))]
 extern "C" fn lock_before_fork() {
     let map = POOL.lock();
     for c in map.values() {
@@ -109,6 +111,7 @@ extern "C" fn lock_before_fork() {
     std::mem::forget(map);
 }
 
+#[cfg(not(feature = "std-locks"))]
 extern "C" fn unlock_in_parent() {
     // SAFETY: lock_before_fork locked the pool and then every connection in it, in this
     // thread, and forgot the guards; nothing changed the map since (its lock is held).
@@ -121,6 +124,7 @@ extern "C" fn unlock_in_parent() {
     }
 }
 
+#[cfg(not(feature = "std-locks"))]
 extern "C" fn reset_in_child() {
     // SAFETY: as in unlock_in_parent, this thread holds every lock; it is the only thread
     // of the child. A parking_lot RawMutex is its one state byte, an AtomicU8 (the size is
@@ -141,6 +145,8 @@ extern "C" fn reset_in_child() {
 
 /// The process's pooled connection to `endpoint` for `pool` (made on first use).
 pub(super) fn pooled(endpoint: &Endpoint, pool: Pool) -> Arc<Mutex<PooledConnection>> {
+    // Not with `std-locks` (crate::sync): the handlers need parking_lot's raw locks.
+    #[cfg(not(feature = "std-locks"))]
     FORK_HANDLERS.call_once(|| {
         crate::process::at_fork(lock_before_fork, unlock_in_parent, reset_in_child);
     });

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 use redis::{ConnectionLike, RedisResult};
 
 use checkout_guard_model::keys::mark_hot_command;

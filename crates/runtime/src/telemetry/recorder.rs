@@ -16,9 +16,9 @@ use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use std::thread::ThreadId;
 
+use crate::sync::{Condvar, Mutex};
 use checkout_guard_model::{ConfigError, Decision, Reason};
 use once_cell::sync::Lazy;
-use parking_lot::{Condvar, Mutex};
 
 use super::{
     decision_event, external_call_event_owned, hot_event, limits_change_event, AttrValue, Buffer,
