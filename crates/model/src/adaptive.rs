@@ -33,6 +33,8 @@
 //! the longest the issue allows and covers a provider's p99 latency (tens to hundreds of
 //! ms) many times over; CUBIC itself reacts once per round trip.
 
+use std::borrow::Cow;
+
 use crate::bucket::{BucketSet, BucketSpec, MAX_STORED_NUMBER};
 
 /// At most one decrease per this many µs, however many workers report a throttling
@@ -162,16 +164,17 @@ fn scaled_spec(spec: &BucketSpec, permille: i64) -> BucketSpec {
     BucketSpec::from_script_args(i, t).unwrap_or(*spec)
 }
 
-/// Every bucket of `set` at `permille` of its limits (`set` itself at 1000).
-pub fn scaled(set: &BucketSet, permille: i64) -> BucketSet {
+/// Every bucket of `set` at `permille` of its limits: `set` itself, borrowed, at 1000 (what
+/// every decision without an adaptive state decodes its reply with: no copy on that path).
+pub fn scaled(set: &BucketSet, permille: i64) -> Cow<'_, BucketSet> {
     if permille >= FULL {
-        return set.clone();
+        return Cow::Borrowed(set);
     }
-    BucketSet {
+    Cow::Owned(BucketSet {
         global: scaled_spec(&set.global, permille),
         hot_lane: set.hot_lane.as_ref().map(|s| scaled_spec(s, permille)),
         hot_shop: set.hot_shop.as_ref().map(|s| scaled_spec(s, permille)),
-    }
+    })
 }
 
 /// The last throttling answer reported (`Keys::adapt_last`), for `limiter status` and
@@ -416,7 +419,8 @@ mod tests {
             hot_lane: Some(BucketSpec::new("hot_lane", 8, 30.0).unwrap()),
             hot_shop: None,
         };
-        assert_eq!(scaled(&set, 1000), set);
+        assert_eq!(*scaled(&set, 1000), set);
+        assert!(matches!(scaled(&set, 1000), Cow::Borrowed(_)));
         for permille in [1, 100, 333, 600, 700, 999] {
             let s = scaled(&set, permille);
             let share = permille as f64 / 1000.0;

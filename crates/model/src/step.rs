@@ -230,19 +230,14 @@ pub fn step_adaptive(
     let permille = adapt.map(|(params, state)| state.permille_at(now, params));
     if let (Some((_, state)), Some(permille)) = (adapt, permille) {
         if state.paused_at(now) {
-            let by_mark = !static_hot && stored.marked_hot();
             let reply = StepReply {
                 reason: Some(Lane::Global),
-                hot: static_hot || by_mark,
+                hot: static_hot || stored.marked_hot(),
                 now_us: now,
                 tats: [-1; 3],
                 became_hot: false,
                 share_permille: 0,
-                mark_ttl_ms: if by_mark {
-                    stored.mark_ttl_ms.unwrap_or(-2)
-                } else {
-                    -2
-                },
+                mark_ttl_ms: mark_ttl_in_reply(stored, static_hot),
                 adapt_permille: permille,
                 pause_until_us: state.pause_until,
                 provider: true,
@@ -251,16 +246,9 @@ pub fn step_adaptive(
             return (reply, *stored);
         }
     }
-    let scaled_set;
-    let set = match permille {
-        Some(p) => {
-            scaled_set = scaled(set, p);
-            &scaled_set
-        }
-        None => set,
-    };
+    let set = scaled(set, permille.unwrap_or(FULL));
     let (mut reply, mut next) = step_core(
-        set,
+        &set,
         stored,
         now,
         tokens,
@@ -364,11 +352,7 @@ fn step_core(
             tats,
             became_hot,
             share_permille,
-            mark_ttl_ms: if by_mark {
-                stored.mark_ttl_ms.unwrap_or(-2)
-            } else {
-                -2
-            },
+            mark_ttl_ms: mark_ttl_in_reply(stored, static_hot),
             adapt_permille: FULL,
             pause_until_us: 0,
             provider: false,
@@ -376,6 +360,15 @@ fn step_core(
         },
         next,
     )
+}
+
+/// The reply's `mark_ttl_ms`: the mark's time to live when the shop is hot by a mark only
+/// (not listed in `hot_shops`), else -2.
+fn mark_ttl_in_reply(stored: &StoredState, static_hot: bool) -> i64 {
+    match (static_hot, stored.mark_ttl_ms) {
+        (false, Some(ttl)) => ttl,
+        _ => -2,
+    }
 }
 
 /// How long the caller of an allowed reservation waits before its tokens are there: the
