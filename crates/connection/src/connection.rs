@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use checkout_guard_model::Endpoint;
+use checkout_guard_model::{Endpoint, Tls};
 use redis::cluster::{ClusterClientBuilder, ClusterConnection};
 use redis::{
     ConnectionAddr, ConnectionInfo, ConnectionLike, ErrorKind, RedisError, RedisResult, TlsMode,
@@ -12,9 +12,10 @@ use redis::{
 
 use crate::errors::timed_out;
 use crate::info::{addresses, certificates, primary_info, Addresses, Client};
+use crate::wire::{Target, Wire};
 
 enum Link {
-    Single(redis::Connection),
+    Single(Wire),
     Cluster(Box<ClusterConnection>),
 }
 
@@ -80,17 +81,16 @@ impl Connection {
             }
             Ok(())
         };
-        let check = |info: &ConnectionInfo| check_by(info, deadline);
         let mut primary = None;
         let link = match addresses(endpoint, client)? {
             Addresses::Single(info) => {
-                check(&info)?;
+                // `peer_name` is checked by the connection's own handshake.
                 let at = tcp_tls(&info);
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     return Err(timed_out());
                 }
-                let conn = open_single(info, left).map_err(|e| match &at {
+                let conn = open_single(info, tls, left).map_err(|e| match &at {
                     Some((host, port)) => crate::tls::in_handshake(e, host, *port),
                     None => e,
                 })?;
@@ -133,21 +133,19 @@ impl Connection {
                 let asked = sentinels.iter().map(|s| (s.clone(), tcp_tls(s))).collect();
                 let open_primary = |host: &str, port: u16, until: Instant| {
                     let info = primary_info(endpoint, client, host, port)?;
-                    check_by(&info, until)?;
                     let at = tcp_tls(&info);
                     let left = until.saturating_duration_since(Instant::now());
                     if left.is_zero() {
                         return Err(timed_out());
                     }
-                    let mut conn = open_single(info, left).map_err(|e| match &at {
+                    let mut conn = open_single(info, tls, left).map_err(|e| match &at {
                         Some((host, port)) => crate::tls::in_handshake(e, host, *port),
                         None => e,
                     })?;
                     check_primary(&mut conn, &service, host, port, until)?;
                     Ok(conn)
                 };
-                let (conn, at) =
-                    via_sentinels(asked, &service, deadline, &check_by, &open_primary)?;
+                let (conn, at) = via_sentinels(asked, &service, deadline, tls, &open_primary)?;
                 primary = Some(at);
                 Link::Single(conn)
             }
@@ -174,10 +172,7 @@ impl Connection {
             return Ok(());
         }
         match &mut self.link {
-            Link::Single(c) => {
-                c.set_read_timeout(Some(t))?;
-                c.set_write_timeout(Some(t))?;
-            }
+            Link::Single(c) => c.set_each(t),
             Link::Cluster(c) => {
                 c.set_read_timeout(Some(t))?;
                 c.set_write_timeout(Some(t))?;
@@ -190,30 +185,52 @@ impl Connection {
     /// Runs `op` with each command on the per-command timeout.
     pub fn each_command<T>(&mut self, op: impl FnOnce(&mut dyn ConnectionLike) -> T) -> T {
         match &mut self.link {
-            Link::Single(c) => op(c),
+            Link::Single(c) => {
+                if let Some(t) = self.timeout {
+                    c.set_each(t);
+                }
+                op(c)
+            }
             Link::Cluster(c) => op(c.as_mut()),
         }
     }
 
+    /// Whether the connection must be replaced before a command is sent on it: on one
+    /// server, it failed before or was closed by the server while idle (restart, idle
+    /// timeout), found without blocking and without sending anything
+    /// ([`Wire::closed_while_idle`]). A cluster's connection reconnects its nodes itself.
+    pub fn closed_while_idle(&mut self) -> bool {
+        match &mut self.link {
+            Link::Single(c) => c.closed_while_idle(),
+            Link::Cluster(_) => false,
+        }
+    }
+
+    /// Commands written in full whose replies were not read: after a failure, their outcome
+    /// is unknown and they must not be sent again. Always 0 on a cluster, whose
+    /// connection (redis-rs's) does not tell; see docs/reliability.md.
+    pub fn unanswered(&self) -> usize {
+        match &self.link {
+            Link::Single(c) => c.unanswered(),
+            Link::Cluster(_) => 0,
+        }
+    }
+
     /// Runs `op`, a call of one or more commands, within `deadline`: on one server every
-    /// command after the call's first (`COMMAND INFO` before a decision, `SCRIPT LOAD`
-    /// after `NOSCRIPT`, the steps of a reset) gets only what is left of the deadline, so
-    /// a call of several round trips still ends within its timeout. The first command runs
-    /// on the per-command timeout already set (no syscall on the hot path of one command
-    /// per call). A cluster's commands are each bounded by its own timeout (see
-    /// [`Connection::open`]).
+    /// write and every read of every command (`COMMAND INFO` before a decision, `SCRIPT
+    /// LOAD` after `NOSCRIPT`, the steps of a reset) ends by it, so a call of several round
+    /// trips, or a reply that trickles in, still ends within its timeout. A cluster's
+    /// commands are each bounded by its own timeout (see [`Connection::open`]).
     pub fn within<T>(
         &mut self,
         deadline: Instant,
         op: impl FnOnce(&mut dyn ConnectionLike) -> T,
     ) -> T {
         match &mut self.link {
-            Link::Single(conn) => op(&mut Bounded {
-                conn,
-                deadline,
-                sent: 0,
-                timeout: &mut self.timeout,
-            }),
+            Link::Single(conn) => {
+                conn.set_deadline(deadline);
+                op(conn)
+            }
             Link::Cluster(c) => op(c.as_mut()),
         }
     }
@@ -232,12 +249,8 @@ impl Connection {
     ) -> RedisResult<()> {
         match &mut self.link {
             Link::Single(c) => {
-                // The socket's timeouts are set per reply here: they are set again before
-                // the next call.
-                self.timeout = None;
-                set_left(c, deadline)?;
-                c.send_packed_command(packed)?;
-                read_replies(c, count, deadline, into)
+                c.set_deadline(deadline);
+                c.pipeline_into(packed, count, into)
             }
             Link::Cluster(c) => {
                 into.extend(c.req_packed_commands(packed, 0, count)?);
@@ -340,9 +353,9 @@ fn via_sentinels(
     sentinels: Vec<(ConnectionInfo, Option<(String, u16)>)>,
     service: &str,
     deadline: Instant,
-    check_by: &dyn Fn(&ConnectionInfo, Instant) -> RedisResult<()>,
-    open_primary: &dyn Fn(&str, u16, Instant) -> RedisResult<redis::Connection>,
-) -> RedisResult<(redis::Connection, String)> {
+    tls: Option<&Tls>,
+    open_primary: &dyn Fn(&str, u16, Instant) -> RedisResult<Wire>,
+) -> RedisResult<(Wire, String)> {
     let count = sentinels.len();
     let mut unknown = 0;
     let mut last: Option<String> = None;
@@ -356,7 +369,7 @@ fn via_sentinels(
         let share = (left / (after + 2)).max(Duration::from_millis(1));
         let until = Instant::now() + share;
         let addr = info.addr().to_string();
-        match ask_sentinel(info, at, service, until, check_by) {
+        match ask_sentinel(info, at, service, until, tls) {
             Ok(Some((host, port))) => {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
@@ -383,25 +396,24 @@ fn via_sentinels(
     }))
 }
 
-/// One sentinel's answer for `service`'s primary, by `until` (its `peer_name` check
-/// included): `None` when it knows no such service.
+/// One sentinel's answer for `service`'s primary, by `until` (its `peer_name` check, by
+/// the connection's handshake, included): `None` when it knows no such service.
 fn ask_sentinel(
     info: ConnectionInfo,
     at: Option<(String, u16)>,
     service: &str,
     until: Instant,
-    check_by: &dyn Fn(&ConnectionInfo, Instant) -> RedisResult<()>,
+    tls: Option<&Tls>,
 ) -> RedisResult<Option<(String, u16)>> {
-    check_by(&info, until)?;
     let left = until.saturating_duration_since(Instant::now());
     if left.is_zero() {
         return Err(timed_out());
     }
-    let mut c = open_single(info, left).map_err(|e| match &at {
+    let mut c = open_single(info, tls, left).map_err(|e| match &at {
         Some((host, port)) => crate::tls::in_handshake(e, host, *port),
         None => e,
     })?;
-    set_left(&c, until)?;
+    c.set_deadline(until);
     redis::cmd("SENTINEL")
         .arg("GET-MASTER-ADDR-BY-NAME")
         .arg(service)
@@ -411,21 +423,19 @@ fn ask_sentinel(
 /// The primary the sentinels named is one (`ROLE` answers `master`), by `deadline`: a
 /// replica (a demoted primary the sentinels have not yet seen as such) is refused.
 fn check_primary(
-    conn: &mut redis::Connection,
+    conn: &mut Wire,
     service: &str,
     host: &str,
     port: u16,
     deadline: Instant,
 ) -> RedisResult<()> {
-    set_left(conn, deadline)?;
+    conn.set_deadline(deadline);
     let role: Vec<Value> = redis::cmd("ROLE").query(conn)?;
     let name = match role.first() {
         Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
         Some(Value::SimpleString(s)) => s.clone(),
         _ => String::new(),
     };
-    conn.set_read_timeout(None)?;
-    conn.set_write_timeout(None)?;
     if name == "master" {
         Ok(())
     } else {
@@ -435,119 +445,58 @@ fn check_primary(
     }
 }
 
-/// One server's connection as one call sees it (see [`Connection::within`]).
-struct Bounded<'a> {
-    conn: &'a mut redis::Connection,
-    deadline: Instant,
-    sent: u32,
-    /// The socket's timeout as [`Connection`] records it (changed here, set again next call).
-    timeout: &'a mut Option<Duration>,
-}
-
-impl Bounded<'_> {
-    fn before(&mut self) -> RedisResult<()> {
-        self.sent += 1;
-        if self.sent > 1 {
-            *self.timeout = None;
-            set_left(self.conn, self.deadline)?;
-        }
-        Ok(())
-    }
-}
-
-impl ConnectionLike for Bounded<'_> {
-    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
-        self.before()?;
-        self.conn.req_packed_command(cmd)
-    }
-
-    fn req_packed_commands(
-        &mut self,
-        cmd: &[u8],
-        offset: usize,
-        count: usize,
-    ) -> RedisResult<Vec<Value>> {
-        self.before()?;
-        self.conn.req_packed_commands(cmd, offset, count)
-    }
-
-    fn get_db(&self) -> i64 {
-        self.conn.get_db()
-    }
-
-    fn check_connection(&mut self) -> bool {
-        self.conn.check_connection()
-    }
-
-    fn is_open(&self) -> bool {
-        self.conn.is_open()
-    }
-}
-
-/// Sets `c`'s read and write timeouts to what is left until `deadline`; an error once
-/// nothing is.
-fn set_left(c: &redis::Connection, deadline: Instant) -> RedisResult<()> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(timed_out());
-    }
-    c.set_read_timeout(Some(left))?;
-    c.set_write_timeout(Some(left))
-}
-
-/// Reads `count` replies into `into` by `deadline`, stopping at the first that is not in
-/// by then or at a broken connection.
-fn read_replies(
-    c: &mut redis::Connection,
-    count: usize,
-    deadline: Instant,
-    into: &mut Vec<Value>,
-) -> RedisResult<()> {
-    let mut read = 0;
-    while read < count {
-        set_left(c, deadline)?;
-        match c.recv_response()? {
-            // RESP3 out-of-band data is not a reply.
-            Value::Push { .. } => {}
-            v => {
-                into.push(v);
-                read += 1;
-            }
-        }
-    }
-    Ok(())
-}
-
 /// A connection to one server, its whole set-up within `timeout` (see
-/// [`Connection::open`]); named as `info`'s lib name says.
-fn open_single(info: ConnectionInfo, timeout: Duration) -> RedisResult<redis::Connection> {
+/// [`Connection::open`]); named as `info`'s lib name says. Over TLS (`info`'s address
+/// `TcpTls`), with `tls`'s certificates and checks ([`crate::tls::wire_config`]).
+fn open_single(info: ConnectionInfo, tls: Option<&Tls>, timeout: Duration) -> RedisResult<Wire> {
     let deadline = Instant::now() + timeout;
-    let wanted = info.redis_settings().clone();
-    let resp3 = wanted.protocol().supports_resp3();
-    let mut bare = redis::RedisConnectionInfo::default()
-        .set_protocol(wanted.protocol())
-        .set_skip_set_lib_name();
-    if resp3 {
-        if let Some(user) = wanted.username() {
-            bare = bare.set_username(user);
+    let target = match info.addr() {
+        ConnectionAddr::Tcp(host, port) => Target::Tcp {
+            host,
+            port: *port,
+            tls: None,
+        },
+        ConnectionAddr::TcpTls { host, port, .. } => Target::Tcp {
+            host,
+            port: *port,
+            tls: Some(tls.ok_or_else(|| {
+                RedisError::from((
+                    ErrorKind::InvalidClientConfig,
+                    "a TLS address without TLS settings",
+                ))
+            })?),
+        },
+        ConnectionAddr::Unix(path) => Target::Unix(path),
+        other => {
+            return Err(RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "unsupported address",
+                other.to_string(),
+            )))
         }
-        if let Some(pass) = wanted.password() {
-            bare = bare.set_password(pass);
-        }
-    }
-    let mut con =
-        redis::Client::open(info.set_redis_settings(bare))?.get_connection_with_timeout(timeout)?;
+    };
+    let mut con = Wire::connect(target, deadline)?;
+    con.set_deadline(deadline);
+    let wanted = info.redis_settings();
     let mut setup = redis::pipe();
     let mut checked = Vec::new();
-    if !resp3 {
+    if wanted.protocol().supports_resp3() {
+        // HELLO 3, with the credentials: the connection speaks RESP3 from its answer on.
+        let hello = setup.cmd("HELLO").arg(3);
         if let Some(pass) = wanted.password() {
-            let auth = setup.cmd("AUTH");
-            if let Some(user) = wanted.username() {
-                auth.arg(user);
-            }
-            auth.arg(pass);
-            checked.push("AUTH");
+            hello
+                .arg("AUTH")
+                .arg(wanted.username().unwrap_or("default"))
+                .arg(pass);
         }
+        checked.push("HELLO");
+    } else if let Some(pass) = wanted.password() {
+        let auth = setup.cmd("AUTH");
+        if let Some(user) = wanted.username() {
+            auth.arg(user);
+        }
+        auth.arg(pass);
+        checked.push("AUTH");
     }
     if wanted.db() != 0 {
         setup.cmd("SELECT").arg(wanted.db());
@@ -561,26 +510,31 @@ fn open_single(info: ConnectionInfo, timeout: Duration) -> RedisResult<redis::Co
             .arg("LIB-VER")
             .arg(wanted.lib_ver().unwrap_or(checkout_guard_model::VERSION));
     }
-    set_left(&con, deadline)?;
-    con.send_packed_command(&setup.get_packed_pipeline())?;
     let mut replies = Vec::new();
-    read_replies(&mut con, setup.len(), deadline, &mut replies)?;
+    if !setup.is_empty() {
+        con.pipeline_into(&setup.get_packed_pipeline(), setup.len(), &mut replies)?;
+    }
     for (what, reply) in checked.iter().zip(replies) {
         // CLIENT SETINFO's answer is ignored (an old server does not know it).
         if let Value::ServerError(e) = reply {
             let why = RedisError::from(e).to_string();
-            return Err(if *what == "AUTH" {
-                RedisError::from((
+            return Err(match *what {
+                "HELLO" if why.to_ascii_lowercase().contains("noproto") => RedisError::from((
+                    ErrorKind::Client,
+                    "the server does not speak RESP3 (protocol=resp3 in the URL)",
+                    why,
+                )),
+                "AUTH" | "HELLO" => RedisError::from((
                     ErrorKind::AuthenticationFailed,
                     "Password authentication failed",
                     why,
-                ))
-            } else {
-                RedisError::from((ErrorKind::Client, "Valkey refused to switch database", why))
+                )),
+                _ => {
+                    RedisError::from((ErrorKind::Client, "Valkey refused to switch database", why))
+                }
             });
         }
     }
-    con.set_read_timeout(None)?;
-    con.set_write_timeout(None)?;
+    con.set_db(wanted.db());
     Ok(con)
 }

@@ -45,6 +45,7 @@ pub mod errors;
 pub mod info;
 mod reconnect;
 pub mod tls;
+mod wire;
 
 pub use connection::Connection;
 pub use errors::describe;

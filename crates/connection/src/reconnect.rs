@@ -40,8 +40,13 @@ pub enum Failure {
     Socket(RedisError),
     /// Valkey answered with an error: the connection is in step and was kept.
     Reply(RedisError),
-    /// The connection broke or timed out; it was dropped.
+    /// The connection broke or timed out before a command was written in full (the server
+    /// never ran it), or on a connection this call opened; it was dropped.
     Broken(RedisError),
+    /// The connection broke, timed out or answered what could not be read after a command
+    /// was written in full and before its reply was read: the server may have run it. It
+    /// was dropped, and the command not sent again.
+    Unknown(RedisError),
 }
 
 impl Failure {
@@ -49,7 +54,11 @@ impl Failure {
     pub fn into_error(self) -> RedisError {
         match self {
             Failure::NoTimeLeft => crate::errors::timed_out(),
-            Failure::Open(e) | Failure::Socket(e) | Failure::Reply(e) | Failure::Broken(e) => e,
+            Failure::Open(e)
+            | Failure::Socket(e)
+            | Failure::Reply(e)
+            | Failure::Broken(e)
+            | Failure::Unknown(e) => e,
         }
     }
 }
@@ -61,13 +70,18 @@ impl Failure {
 /// The command timeout: a connection opened by this call gets what is left of the budget
 /// (at least 1 ms), one already open the whole timeout (as on its last call: no syscall).
 ///
-/// A connection that was already open and turns out broken (not slow, not an error reply:
-/// Valkey restarted, an idle timeout) is dropped and `op` run once more on a new one. `op`
-/// may therefore run twice: it must be harmless to repeat (at worst a decision takes
-/// tokens twice, which only errs on the side of the limit). A connection this call opened
-/// is not retried: the endpoint is down, the caller reports it. A `READONLY` reply (a
-/// primary demoted by a failover) counts as a broken connection: the next open (of a
-/// Sentinel endpoint) asks the sentinels again.
+/// At most once: a command written in full on a connection is never sent again on
+/// another, whatever happens to its reply (lost with the connection, timed out, trickled
+/// past the deadline, unreadable): the call fails with [`Failure::Unknown`], and the caller
+/// says the outcome is unknown. So a kept connection is replaced *before* anything is sent
+/// on it when it was closed by the server while idle (Valkey restarted, an idle timeout:
+/// [`Connection::closed_while_idle`], a look without blocking), and `op` runs on the new
+/// one. After that, `op` runs again on a new connection only when it failed before any
+/// command was written in full (the server never ran it), or on a `READONLY` reply (a
+/// primary demoted by a failover refused it: the next open of a Sentinel endpoint asks the
+/// sentinels again). A connection this call opened is not retried: the endpoint is down,
+/// the caller reports it. (A cluster's connection is redis-rs's, which reconnects and
+/// retries inside a command on its own: see docs/reliability.md.)
 pub fn reconnect_once<C: AsMut<Connection>, T>(
     kept: &mut Option<C>,
     budget: Budget,
@@ -76,6 +90,13 @@ pub fn reconnect_once<C: AsMut<Connection>, T>(
 ) -> Result<T, Failure> {
     let mut fresh = false;
     loop {
+        if !fresh
+            && kept
+                .as_mut()
+                .is_some_and(|k| k.as_mut().closed_while_idle())
+        {
+            *kept = None;
+        }
         if kept.is_none() {
             let left = budget.left();
             if left.is_zero() {
@@ -99,7 +120,11 @@ pub fn reconnect_once<C: AsMut<Connection>, T>(
             // READONLY: a demoted primary, the wrong server: dropped as a broken one.
             Err(e) if is_reply_error(&e) && !is_readonly(&e) => return Err(Failure::Reply(e)),
             Err(e) => {
+                let unknown = held.as_mut().unanswered() > 0;
                 *kept = None;
+                if unknown {
+                    return Err(Failure::Unknown(e));
+                }
                 if fresh || e.is_timeout() {
                     return Err(Failure::Broken(e));
                 }

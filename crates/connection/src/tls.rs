@@ -60,6 +60,82 @@ fn client_config(tls: &Tls) -> RedisResult<rustls::ClientConfig> {
     })
 }
 
+/// The rustls configuration and server name of a connection of this crate's own
+/// ([`crate::wire`]) to `host` as `tls` says: the chain verified against the CA file (else
+/// the system's roots) and the name against `peer_name` when given, else `host`; with
+/// `verify_peer => false`, nothing verified (the handshake's signatures still are).
+pub(crate) fn wire_config(
+    tls: &Tls,
+    host: &str,
+) -> RedisResult<(rustls::ClientConfig, ServerName<'static>)> {
+    let name_of = |n: &str, what: &str| {
+        ServerName::try_from(n.to_string()).map_err(|e| config_error(what, e.to_string()))
+    };
+    let name = match tls.peer_name.as_deref() {
+        Some(peer) if tls.verify_peer => name_of(peer, "peer_name")?,
+        _ => name_of(host.trim_start_matches('[').trim_end_matches(']'), "host")?,
+    };
+    let mut config = client_config(tls)?;
+    if !tls.verify_peer {
+        let provider = config.crypto_provider().clone();
+        config
+            .dangerous()
+            .set_certificate_verifier(Arc::new(AcceptAnyCertificate(provider)));
+    }
+    Ok((config, name))
+}
+
+/// `verify_peer => false`: any certificate chain and name is accepted (as phpredis's
+/// `verify_peer => false`); the handshake's signatures are checked with the provider's
+/// algorithms, so the connection is still to the key holder of the certificate shown.
+#[derive(Debug)]
+struct AcceptAnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AcceptAnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
 /// Checks, by a TLS handshake of its own by `deadline`, that the server at `host:port`
 /// presents a chain `tls` trusts for the name `peer_name`. The connection redis-rs then
 /// opens checks the chain again (its name check is off: the name was checked here).

@@ -229,7 +229,8 @@ fn a_broken_kept_connection_is_replaced_once_a_fresh_one_is_not() {
     let r = reconnect_once(&mut kept, short, opening(&url, &mut opened), |c| {
         c.each_command(ping)
     });
-    assert!(matches!(r, Err(Failure::Broken(_))), "{r:?}");
+    // The PING was written in full before the hang-up was read: its outcome is unknown.
+    assert!(matches!(r, Err(Failure::Unknown(_))), "{r:?}");
     assert_eq!(opened, 1);
     assert!(kept.is_none(), "a broken connection is dropped");
 }
@@ -291,8 +292,9 @@ fn a_fresh_connections_commands_get_what_is_left_of_the_budget() {
         opening(&url, &mut opened),
         |c| c.each_command(ping),
     );
+    // The PING was sent and its reply never came: a timeout, its outcome unknown.
     assert!(
-        matches!(&r, Err(Failure::Broken(e)) if e.is_timeout()),
+        matches!(&r, Err(Failure::Unknown(e)) if e.is_timeout()),
         "{r:?}"
     );
     assert!(started.elapsed() < Duration::from_secs(5));

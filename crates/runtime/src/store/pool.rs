@@ -404,6 +404,13 @@ fn with_open<T>(
             Err(p.fail(format!("socket: {e}"), retry_interval, Duration::MAX))
         }
         Err(Failure::Broken(e)) => Err(p.fail(describe(&e, timeout), retry_interval, upto(&e))),
+        Err(Failure::Unknown(e)) => {
+            let cause = format!(
+                "outcome unknown: {} after the command was sent (Valkey may have run it; not sent again)",
+                describe(&e, timeout)
+            );
+            Err(p.fail(cause, retry_interval, upto(&e)))
+        }
     }
 }
 
