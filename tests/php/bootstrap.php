@@ -53,6 +53,7 @@ require __DIR__ . '/../../php/examples/zone_a_checkout.php';
 require __DIR__ . '/support/NewRelicStandIn.php';
 require __DIR__ . '/support/ValkeyProcess.php';
 require __DIR__ . '/support/LatencyProxy.php';
+require __DIR__ . '/support/FaultProxy.php';
 require __DIR__ . '/support/ValkeyCluster.php';
 require __DIR__ . '/support/TlsServer.php';
 require __DIR__ . '/support/ManagedServer.php';
