@@ -1035,3 +1035,149 @@ fn replay_refuses_a_file_given_twice_and_survives_the_extreme_timestamps() {
     let (code, _, err) = run(&["scan", "-", "--json"], Some(lines.as_bytes()));
     assert_eq!(code, 0, "{err}");
 }
+
+/// `replay --json` of many shops: the output is written as it goes, not built as a tree
+/// first (that held about 5.5 KB per shop, 14 times the output: 300,000 shops took
+/// 1.6 GB). Its peak memory stays near the text output's (which keeps the same per-shop
+/// state): under 1 KB more per shop.
+#[test]
+fn replay_json_of_many_shops_takes_about_the_memory_of_the_text() {
+    const SHOPS: i64 = 40_000;
+    let measure = |json: bool| {
+        let mut args = vec![
+            "replay",
+            "-",
+            "--api",
+            "payment",
+            "--limits",
+            "global=100/100",
+        ];
+        if json {
+            args.push("--json");
+        }
+        let (code, out, rss, err) = run_measured(&args, move |w| {
+            let mut buf = String::new();
+            for i in 0..SHOPS {
+                buf.push_str(&call(DAY + i * 10, &format!("shop-{i}")));
+                buf.push('\n');
+                if buf.len() > 1 << 20 {
+                    let _ = w.write_all(buf.as_bytes());
+                    buf.clear();
+                }
+            }
+            let _ = w.write_all(buf.as_bytes());
+        });
+        assert_eq!(code, 0, "{err}");
+        (out, rss)
+    };
+    let (_, text) = measure(false);
+    let (out, json) = measure(true);
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["shops"].as_object().unwrap().len(), SHOPS as usize);
+    assert_eq!(j["totals"]["attempts"], SHOPS);
+    eprintln!(
+        "replay max RSS for {SHOPS} shops: text {text} kB, --json {json} kB ({} kB of output)",
+        out.len() / 1024
+    );
+    assert!(
+        json < text + SHOPS as u64,
+        "--json took {json} kB, the text {text} kB: {} bytes more per shop",
+        (json - text.min(json)) * 1024 / SHOPS as u64
+    );
+}
+
+/// `replay --json` prints one compact line with every object's keys in order (as a
+/// `serde_json::Value` prints it: what it printed when it was built as one), and the
+/// first scenario's `shops`, `totals` and `windows` again at the top; shop IDs are
+/// escaped as `limiter status` shows them.
+#[test]
+fn replay_json_is_compact_with_sorted_keys_and_the_first_scenario_on_top() {
+    let mut lines = sale();
+    // In the event's JSON: a backslash, a tab and a BEL.
+    lines.push(call(DAY + 2_000, "back\\\\slash\\there\u{7}"));
+    lines.push(call(DAY + 2_001, "\u{e9}t\u{e9}"));
+    // Enough calls in the 5-minute bucket (5/s) for the scan to find a window.
+    for i in 0..2_000 {
+        lines.push(call(DAY + 10_000 + i, "burst"));
+    }
+    lines.sort_by_key(|l| {
+        l.split("\"timestamp\":")
+            .nth(1)
+            .and_then(|t| t.split(',').next())
+            .and_then(|t| t.parse::<i64>().ok())
+            .unwrap_or(0)
+    });
+    let f = temp("shape.jsonl", (lines.join("\n") + "\n").as_bytes());
+    let (code, out, err) = run(
+        &[
+            "replay",
+            &f,
+            "--api",
+            "payment",
+            "--limits",
+            "a:global=50/50 hot_shop=10/10",
+            "--limits",
+            "b:global=20/20",
+            "--hot",
+            "flood",
+            "--provider",
+            "30/30",
+            "--max-wait",
+            "0.1",
+            "--fine-threshold",
+            "20",
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.ends_with("}\n") && out.lines().count() == 1, "{out}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(serde_json::to_string(&j).unwrap(), out.trim_end());
+    let s = &j["scenarios"];
+    assert_eq!(s.as_array().unwrap().len(), 2);
+    assert_eq!(j["shops"], s[0]["shops"]);
+    assert_eq!(j["totals"], s[0]["totals"]);
+    assert_eq!(j["windows"], s[0]["windows"]);
+    assert!(!j["windows"].as_array().unwrap().is_empty(), "{j}");
+    assert_eq!(j["provider_429"], s[0]["totals"]["provider_429"]);
+    assert_ne!(s[0]["shops"], s[1]["shops"]);
+    assert_eq!(
+        j["shops"]["back\\\\slash\\x09here\\x07"]["attempts"], 1,
+        "{j}"
+    );
+    assert_eq!(j["shops"]["\u{e9}t\u{e9}"]["attempts"], 1, "{j}");
+    let keys = |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(
+        keys(&j),
+        [
+            "api",
+            "from_ms",
+            "input",
+            "limiter",
+            "provider",
+            "provider_429",
+            "scenarios",
+            "shops",
+            "to_ms",
+            "totals",
+            "windows"
+        ]
+    );
+    assert_eq!(
+        keys(&j["shops"]["flood"]),
+        [
+            "admitted",
+            "attempts",
+            "denied",
+            "denied_total",
+            "hot",
+            "provider_429",
+            "waited"
+        ]
+    );
+    assert_eq!(
+        keys(&j["totals"]["reservations"]),
+        ["max_s", "p50_s", "p95_s", "waited"]
+    );
+}
