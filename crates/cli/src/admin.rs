@@ -297,6 +297,15 @@ impl Admin {
         mode: Option<Option<Mode>>,
         by: &str,
     ) -> Result<SetOutcome, String> {
+        // A lane twice is ambiguous (the last would win silently): refused.
+        for (i, (lane, _)) in changes.iter().enumerate() {
+            if changes[..i].iter().any(|(l, _)| l == lane) {
+                return Err(format!(
+                    "{} is given twice: give each bucket at most once; nothing written",
+                    lane.as_str()
+                ));
+            }
+        }
         let (_, base) = self.published()?;
         let base = base.ok_or_else(|| {
             format!(
@@ -756,6 +765,39 @@ fn auto_hot_window_us(text: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A lane given twice is refused before any I/O (nothing listens on port 1: a
+    /// connection error otherwise), not decided by the last one.
+    #[test]
+    fn a_lane_given_twice_is_refused_before_anything_is_sent() {
+        let admin = Admin::new(
+            "redis://127.0.0.1:1/0",
+            "payments",
+            Duration::from_millis(200),
+        )
+        .unwrap();
+        let e = admin
+            .set(
+                &[
+                    (Lane::Global, Some((60, 55.0))),
+                    (Lane::Global, Some((6, 55.0))),
+                ],
+                "test",
+            )
+            .unwrap_err();
+        assert!(e.contains("global is given twice"), "{e}");
+        let e = admin
+            .set(
+                &[
+                    (Lane::HotShop, None),
+                    (Lane::Global, None),
+                    (Lane::HotShop, None),
+                ],
+                "test",
+            )
+            .unwrap_err();
+        assert!(e.contains("hot_shop is given twice"), "{e}");
+    }
 
     #[test]
     fn published_settings_round_trip_through_validation() {

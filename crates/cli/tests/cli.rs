@@ -305,6 +305,23 @@ fn limiter_commands_refuse_bad_input_before_touching_valkey_and_mask_passwords()
             &["set", "mode=shadow", "global=x/1"],
             "global.capacity: \"x\" is not an integer",
         ),
+        // A bucket (or the mode) given twice is ambiguous: refused, not the last one kept.
+        (
+            &["set", "global=60/55", "global=6/55"],
+            "global is given twice (\"global=60/55\", \"global=6/55\")",
+        ),
+        (
+            &["set", "hot_shop=5/5", "global=6/6", "hot_shop=default"],
+            "hot_shop is given twice",
+        ),
+        (
+            &["set", "global=6/6", "global=6/6"],
+            "global is given twice",
+        ),
+        (
+            &["set", "mode=shadow", "global=6/6", "mode=enforce"],
+            "mode is given twice (\"mode=shadow\", \"mode=enforce\")",
+        ),
     ];
     for (args, message) in cases {
         let mut all = vec!["limiter", "--url", url, "--name", "payments"];
