@@ -655,7 +655,7 @@ impl Admin {
         now_ms: i64,
         seconds: u64,
     ) -> Result<(ByReason, ByReason), String> {
-        let from = now_ms - seconds as i64 * 1000;
+        let from = window_start_ms(now_ms, seconds);
         // Newest first: when the window holds more than the count, the latest entries
         // are the ones counted (oldest first, a flood earlier in the window hid the
         // last decisions).
@@ -762,9 +762,29 @@ fn auto_hot_window_us(text: &str) -> Option<i64> {
     Some(auto_hot.window.as_micros() as i64)
 }
 
+/// The first millisecond of the last `seconds` before `now_ms`, as a stream ID's time:
+/// saturating (a `--seconds` of any u64 is "everything"), never before 0.
+fn window_start_ms(now_ms: i64, seconds: u64) -> i64 {
+    let span = i64::try_from(seconds)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(1000);
+    now_ms.saturating_sub(span).max(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_window_of_recent_decisions_starts_at_0_at_the_earliest() {
+        assert_eq!(window_start_ms(1_796_000_000_000, 60), 1_795_999_940_000);
+        assert_eq!(window_start_ms(1_796_000_000_000, u64::MAX), 0);
+        assert_eq!(
+            window_start_ms(1_796_000_000_000, i64::MAX as u64 / 1000 + 1),
+            0
+        );
+        assert_eq!(window_start_ms(5_000, 10), 0);
+    }
 
     /// A lane given twice is refused before any I/O (nothing listens on port 1: a
     /// connection error otherwise), not decided by the last one.

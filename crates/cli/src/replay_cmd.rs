@@ -23,7 +23,7 @@ use serde_json::json;
 
 use crate::input::{feed_path, LineSink};
 use crate::report::{bucket_ms, bucket_text, bucketed, chart, esc, Series, COLORS};
-use crate::time::{self, format_ms};
+use crate::time::{self, format_clock};
 
 #[derive(Args)]
 pub struct ReplayArgs {
@@ -438,7 +438,7 @@ impl Serialize for TotalsJson<'_> {
         m.serialize_entry("denied", &DeniedJson(&t.denied))?;
         m.serialize_entry("denied_total", &t.denied_total())?;
         m.serialize_entry("peak_admitted_per_second", &peak)?;
-        m.serialize_entry("peak_at_ms", &at.map(|s| s * 1000))?;
+        m.serialize_entry("peak_at_ms", &at.map(|s| s.saturating_mul(1000)))?;
         m.serialize_entry("provider_429", &t.provider_429)?;
         m.serialize_entry(
             "reservations",
@@ -616,7 +616,7 @@ fn text(args: &ReplayArgs, sims: &[Sim], read: &Read, windows: &[Window]) -> Str
         &mut o,
         "peak admitted/s",
         each(&|s| match s.peak_admitted() {
-            (n, Some(at)) => format!("{n} at {}", &format_ms(at * 1000)[11..19]),
+            (n, Some(at)) => format!("{n} at {}", &format_clock(at.saturating_mul(1000))[..8]),
             _ => "0".into(),
         }),
     );
@@ -645,8 +645,8 @@ fn text(args: &ReplayArgs, sims: &[Sim], read: &Read, windows: &[Window]) -> Str
             &mut o,
             &format!(
                 "{}-{}",
-                &format_ms(w.start_ms)[11..19],
-                &format_ms(w.end_ms)[11..19]
+                &format_clock(w.start_ms)[..8],
+                &format_clock(w.end_ms)[..8]
             ),
             each(&|s| format!("{:.1}/s admitted", s.admitted_rate(w.start_ms, w.end_ms))),
         );

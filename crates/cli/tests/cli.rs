@@ -1198,3 +1198,218 @@ fn replay_json_is_compact_with_sorted_keys_and_the_first_scenario_on_top() {
         ["max_s", "p50_s", "p95_s", "waited"]
     );
 }
+
+/// Timestamps at the ends of i64 and around 0: `peaks` puts each event's second on the
+/// row of its own day, at the time `scan` puts its window (the first and last seconds
+/// clamped to the timestamps there are: a window of the last second ends at i64::MAX).
+/// `sec * 1000` of the second of i64::MIN wrapped to the year 292278994 (a panic in a
+/// debug build), and the text rows cut the time out of a date at byte 11.
+#[test]
+fn peaks_and_scan_agree_on_the_extreme_timestamps() {
+    let stamps = [
+        i64::MIN,
+        i64::MIN + 999,
+        -86_400_001,
+        -5_000,
+        0,
+        2_000,
+        DAY,
+        i64::MAX - 2_500,
+        i64::MAX,
+    ];
+    let lines: String = stamps.iter().map(|&t| call(t, "a") + "\n").collect();
+    let (code, out, err) = run(&["peaks", "--json", "-"], Some(lines.as_bytes()));
+    assert_eq!(code, 0, "{err}");
+    let p: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let peaks: Vec<&serde_json::Value> = p["peaks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["api"] == "(all)")
+        .collect();
+    let (code, out, err) = run(
+        &[
+            "scan",
+            "--json",
+            "--fine-threshold",
+            "0.5",
+            "--coarse-threshold",
+            "0",
+            "-",
+        ],
+        Some(lines.as_bytes()),
+    );
+    assert_eq!(code, 0, "{err}");
+    let s: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let windows = s["windows"].as_array().unwrap();
+    // One window per second with events (the first two are in adjacent seconds: one
+    // window); one peak per day.
+    let starts: Vec<&str> = windows
+        .iter()
+        .map(|w| w["start"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        starts,
+        [
+            "-292275055-05-16 16:47:04.192",
+            "1969-12-30 23:59:59.000",
+            "1969-12-31 23:59:55.000",
+            "1970-01-01 00:00:00.000",
+            "1970-01-01 00:00:02.000",
+            "2026-11-30 00:00:00.000",
+            "292278994-08-17 07:12:53.000",
+            "292278994-08-17 07:12:55.000",
+        ],
+        "{s}"
+    );
+    for w in windows {
+        let (a, b) = (
+            w["start_ms"].as_i64().unwrap(),
+            w["end_ms"].as_i64().unwrap(),
+        );
+        assert!(a < b, "{w}");
+        assert!(stamps.iter().any(|&t| a <= t && t <= b), "{w}");
+    }
+    assert_eq!(windows[0]["start_ms"], i64::MIN);
+    assert_eq!(windows[0]["calls"], 2);
+    assert_eq!(windows[7]["end_ms"], i64::MAX);
+    let ats: Vec<(&str, &str)> = peaks
+        .iter()
+        .map(|r| (r["day"].as_str().unwrap(), r["at"].as_str().unwrap()))
+        .collect();
+    // Each day's peak is its one busiest second (the earliest of equals): a window's start.
+    assert_eq!(
+        ats,
+        [
+            ("-292275055-05-16", starts[0]),
+            ("1969-12-30", starts[1]),
+            ("1969-12-31", starts[2]),
+            ("1970-01-01", starts[3]),
+            ("2026-11-30", starts[5]),
+            ("292278994-08-17", starts[6]),
+        ],
+        "{p}"
+    );
+    for (day, at) in &ats {
+        assert!(at.starts_with(&format!("{day} ")), "{day} {at}");
+    }
+    // The text rows: the time of day of each peak on its day's row.
+    let (code, out, err) = run(&["peaks", "-"], Some(lines.as_bytes()));
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .filter(|f: &Vec<&str>| f.get(1) == Some(&"(all)"))
+        .collect();
+    for (day, at) in &ats {
+        let clock = at.split_once(' ').unwrap().1;
+        // day, api, peak/s, at, events
+        assert!(
+            rows.iter()
+                .any(|f| f[0] == *day && f[3] == clock && f.len() == 5),
+            "{day} {clock}: {out}"
+        );
+    }
+    let (code, out, err) = run(
+        &[
+            "scan",
+            "--fine-threshold",
+            "0.5",
+            "--coarse-threshold",
+            "0",
+            "-",
+        ],
+        Some(lines.as_bytes()),
+    );
+    assert_eq!(code, 0, "{err}");
+    // start (date, time), end (date, time), secs, peak/s, peak at, ...
+    let first: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(
+        first[..7],
+        [
+            "-292275055-05-16",
+            "16:47:04.192",
+            "-292275055-05-16",
+            "16:47:06.000",
+            "1.8",
+            "1.0",
+            "16:47:04.192"
+        ],
+        "{out}"
+    );
+    // Fine buckets of 1 ms inside 5-minute ones: the candidates' bounds at both ends.
+    let (code, out, err) = run(
+        &[
+            "scan",
+            "--json",
+            "--fine",
+            "1ms",
+            "--fine-threshold",
+            "0.5",
+            "--coarse-threshold",
+            "0",
+            "-",
+        ],
+        Some(lines.as_bytes()),
+    );
+    assert_eq!(code, 0, "{err}");
+    let s: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let w = s["windows"].as_array().unwrap();
+    assert_eq!(w.len(), stamps.len(), "{s}");
+    assert_eq!(w[0]["start_ms"], i64::MIN);
+    assert_eq!(w[w.len() - 1]["start_ms"], i64::MAX);
+    assert_eq!(w[w.len() - 1]["end_ms"], i64::MAX);
+    // A report over the first seconds there are.
+    let dir = std::env::temp_dir().join(format!("cg-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let html = dir.join("min.html");
+    let (code, _, err) = run(
+        &[
+            "report",
+            "--window=-9223372036854775808..-9223372036854770000",
+            "--fine-threshold",
+            "0.5",
+            "--coarse-threshold",
+            "0",
+            "-o",
+            html.to_str().unwrap(),
+            "-",
+        ],
+        Some(lines.as_bytes()),
+    );
+    assert_eq!(code, 0, "{err}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("-292275055-05-16 16:47:04.192"), "{page}");
+}
+
+/// Times and durations typed on the command line that no i64 of milliseconds holds are
+/// refused naming them (they overflowed: a panic in a debug build, a wrapped time else).
+#[test]
+fn times_and_durations_out_of_range_are_refused() {
+    for (args, says) in [
+        (
+            vec!["scan", "--fine", "9223372036854775807s", "-"],
+            "not a duration",
+        ),
+        (
+            vec!["scan", "--coarse", "9999999999999999h", "-"],
+            "not a duration",
+        ),
+        (
+            vec!["scan", "--from", "99999999999999999-01-01T00:00:00Z", "-"],
+            "not a time",
+        ),
+        (
+            vec!["scan", "--to", "2026-01-01T-5:00:00Z", "-"],
+            "not a time",
+        ),
+        (
+            vec!["peaks", "--from", "2026-01-01T00:00:00.\u{e9}\u{e9}Z", "-"],
+            "not a time",
+        ),
+    ] {
+        let (code, _, err) = run(&args, Some(b""));
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
