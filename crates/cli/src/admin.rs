@@ -297,6 +297,15 @@ impl Admin {
         mode: Option<Option<Mode>>,
         by: &str,
     ) -> Result<SetOutcome, String> {
+        // A lane twice is ambiguous (the last would win silently): refused.
+        for (i, (lane, _)) in changes.iter().enumerate() {
+            if changes[..i].iter().any(|(l, _)| l == lane) {
+                return Err(format!(
+                    "{} is given twice: give each bucket at most once; nothing written",
+                    lane.as_str()
+                ));
+            }
+        }
         let (_, base) = self.published()?;
         let base = base.ok_or_else(|| {
             format!(
@@ -646,7 +655,7 @@ impl Admin {
         now_ms: i64,
         seconds: u64,
     ) -> Result<(ByReason, ByReason), String> {
-        let from = now_ms - seconds as i64 * 1000;
+        let from = window_start_ms(now_ms, seconds);
         // Newest first: when the window holds more than the count, the latest entries
         // are the ones counted (oldest first, a flood earlier in the window hid the
         // last decisions).
@@ -753,9 +762,62 @@ fn auto_hot_window_us(text: &str) -> Option<i64> {
     Some(auto_hot.window.as_micros() as i64)
 }
 
+/// The first millisecond of the last `seconds` before `now_ms`, as a stream ID's time:
+/// saturating (a `--seconds` of any u64 is "everything"), never before 0.
+fn window_start_ms(now_ms: i64, seconds: u64) -> i64 {
+    let span = i64::try_from(seconds)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(1000);
+    now_ms.saturating_sub(span).max(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_window_of_recent_decisions_starts_at_0_at_the_earliest() {
+        assert_eq!(window_start_ms(1_796_000_000_000, 60), 1_795_999_940_000);
+        assert_eq!(window_start_ms(1_796_000_000_000, u64::MAX), 0);
+        assert_eq!(
+            window_start_ms(1_796_000_000_000, i64::MAX as u64 / 1000 + 1),
+            0
+        );
+        assert_eq!(window_start_ms(5_000, 10), 0);
+    }
+
+    /// A lane given twice is refused before any I/O (nothing listens on port 1: a
+    /// connection error otherwise), not decided by the last one.
+    #[test]
+    fn a_lane_given_twice_is_refused_before_anything_is_sent() {
+        let admin = Admin::new(
+            "redis://127.0.0.1:1/0",
+            "payments",
+            Duration::from_millis(200),
+        )
+        .unwrap();
+        let e = admin
+            .set(
+                &[
+                    (Lane::Global, Some((60, 55.0))),
+                    (Lane::Global, Some((6, 55.0))),
+                ],
+                "test",
+            )
+            .unwrap_err();
+        assert!(e.contains("global is given twice"), "{e}");
+        let e = admin
+            .set(
+                &[
+                    (Lane::HotShop, None),
+                    (Lane::Global, None),
+                    (Lane::HotShop, None),
+                ],
+                "test",
+            )
+            .unwrap_err();
+        assert!(e.contains("hot_shop is given twice"), "{e}");
+    }
 
     #[test]
     fn published_settings_round_trip_through_validation() {

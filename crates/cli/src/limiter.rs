@@ -152,14 +152,7 @@ pub fn run(args: LimiterArgs) -> Result<(), String> {
             }
         }
         LimiterCommand::Set { changes, by } => {
-            let mut mode = None;
-            let mut parsed = Vec::new();
-            for c in &changes {
-                match c.strip_prefix("mode=") {
-                    Some(m) => mode = Some(parse_mode(m)?),
-                    None => parsed.push(parse_change(c)?),
-                }
-            }
+            let (parsed, mode) = parse_changes(&changes)?;
             let done = admin.set_with_mode(&parsed, mode, &by)?;
             for w in &done.warnings {
                 eprintln!("{w}");
@@ -197,6 +190,42 @@ pub fn run(args: LimiterArgs) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// A live change's arguments: the buckets' and the mode's. Each bucket and the mode at
+/// most once: a repeated one is ambiguous (which did the operator mean?), refused naming
+/// it and both arguments, before anything is read or written.
+type Changes = (Vec<(Lane, Option<(i64, f64)>)>, Option<Option<Mode>>);
+
+fn parse_changes(args: &[String]) -> Result<Changes, String> {
+    let mut mode: Option<(Option<Mode>, &str)> = None;
+    let mut parsed = Vec::new();
+    // The argument that named each lane.
+    let mut given: [Option<&str>; 3] = [None; 3];
+    let twice = |what: &str, first: &str, second: &str| {
+        format!(
+            "{what} is given twice ({first:?}, {second:?}): give each bucket and the mode at most once; nothing written"
+        )
+    };
+    for c in args {
+        match c.strip_prefix("mode=") {
+            Some(m) => {
+                let m = parse_mode(m)?;
+                if let Some((_, first)) = mode {
+                    return Err(twice("mode", first, c));
+                }
+                mode = Some((m, c));
+            }
+            None => {
+                let (lane, value) = parse_change(c)?;
+                if let Some(first) = given[lane as usize].replace(c) {
+                    return Err(twice(lane.as_str(), first, c));
+                }
+                parsed.push((lane, value));
+            }
+        }
+    }
+    Ok((parsed, mode.map(|(m, _)| m)))
 }
 
 /// The value of `mode=`: enforce, shadow, or default (`None`: the workers' option).

@@ -253,7 +253,7 @@ fn print_scan(args: &ScanArgs, cfg: &ScanConfig, acc: &Accumulator, r: &ScanResu
             time::format_ms(w.end_ms),
             (w.end_ms - w.start_ms) as f64 / 1000.0,
             w.peak_rps,
-            &time::format_ms(w.peak_at_ms)[11..],
+            time::format_clock(w.peak_at_ms),
             w.calls,
             status_mix(w),
             denials(w)
@@ -309,7 +309,7 @@ fn print_peaks(c: &CommonArgs, acc: &Accumulator, peaks: &[Peak]) {
             time::format_day(p.day),
             api(p),
             p.peak_rps,
-            &time::format_ms(p.at_ms)[11..],
+            time::format_clock(p.at_ms),
             p.total
         );
     }

@@ -368,6 +368,11 @@ impl Sim {
         v
     }
 
+    /// Each shop's counts, in no order.
+    pub fn shops_unordered(&self) -> impl Iterator<Item = (&[u8], &Counts)> {
+        self.shops.iter().map(|(k, s)| (k.as_slice(), &s.counts))
+    }
+
     /// `shop`'s counts (None: no attempt of it was replayed).
     pub fn shop(&self, shop: &[u8]) -> Option<&Counts> {
         self.shops.get(shop).map(|s| &s.counts)

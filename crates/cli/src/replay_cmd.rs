@@ -5,23 +5,25 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::fmt::Write as _;
+use std::io::{BufWriter, Write as _};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use checkout_guard_cli::replay::{
-    parse_auto_hot, parse_limits, parse_provider, timestamp_in_range, Attempt, Common, Merge,
-    Scenario, Sim,
+    parse_auto_hot, parse_limits, parse_provider, timestamp_in_range, Attempt, Common, Counts,
+    Merge, Scenario, Sim,
 };
 use checkout_guard_cli::scan::{
-    parse_line, Accumulator, Filter, ScanConfig, Window, DISORDER_TOLERANCE_MS,
+    parse_line, Accumulator, BadLine, Filter, ScanConfig, Window, DISORDER_TOLERANCE_MS,
 };
 use checkout_guard_cli::shop_id;
 use checkout_guard_model::{validate_max_wait, BucketSpec, Lane};
 use clap::Args;
-use serde_json::{json, Map, Value};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::json;
 
 use crate::input::{feed_path, LineSink};
 use crate::report::{bucket_ms, bucket_text, bucketed, chart, esc, Series, COLORS};
-use crate::time::{self, format_ms};
+use crate::time::{self, format_clock};
 
 #[derive(Args)]
 pub struct ReplayArgs {
@@ -310,7 +312,7 @@ pub fn run(args: ReplayArgs) -> Result<(), String> {
     let windows = read.acc.scan(&cfg).windows;
     // The answer first: an --output that cannot be written loses nothing of it.
     if args.json {
-        println!("{}", to_json(&args, &sims, &read, &windows));
+        write_json(&args, &sims, &read, &windows)?;
     } else {
         print!("{}", text(&args, &sims, &read, &windows));
     }
@@ -322,90 +324,213 @@ pub fn run(args: ReplayArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn denied_json(d: &[u64; 3]) -> Value {
-    let mut m = Map::new();
-    for lane in Lane::ALL {
-        m.insert(lane.as_str().into(), json!(d[lane as usize]));
-    }
-    Value::Object(m)
+/// `--json`, written as it goes: every object's keys in order (what a `serde_json::Value`
+/// printed when the answer was built as one, 5.5 KB per shop held at once), the first
+/// scenario's `totals`, `shops`, `windows` and `provider_429` at the top (the common case,
+/// one `--limits`), every scenario under `scenarios`. What is held: one sorted list of
+/// the shops' escaped IDs per map written.
+struct JsonOut<'a> {
+    args: &'a ReplayArgs,
+    sims: &'a [Sim],
+    read: &'a Read,
+    windows: &'a [Window],
 }
 
-fn scenario_json(s: &Sim, windows: &[Window]) -> Value {
-    let t = &s.total;
-    let (peak, at) = s.peak_admitted();
-    let mut shops = Map::new();
-    for (id, c) in s.shops() {
-        shops.insert(
-            shop_id::escape(id),
-            json!({
-                "attempts": c.attempts,
-                "admitted": c.admitted,
-                "denied": denied_json(&c.denied),
-                "denied_total": c.denied_total(),
-                "provider_429": c.provider_429,
-                "waited": c.waited,
-                "hot": s.was_hot(id),
-            }),
-        );
+impl<'a> Serialize for JsonOut<'a> {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let (args, read, first, windows) = (self.args, self.read, &self.sims[0], self.windows);
+        let limiter = args
+            .limiter
+            .as_deref()
+            .or_else(|| read.limiters.iter().next().map(String::as_str));
+        let mut m = ser.serialize_map(None)?;
+        m.serialize_entry("api", &args.api)?;
+        m.serialize_entry("from_ms", &args.from)?;
+        m.serialize_entry("input", &InputJson { read, first })?;
+        m.serialize_entry("limiter", &limiter)?;
+        m.serialize_entry("provider", &args.provider)?;
+        m.serialize_entry("provider_429", &first.total.provider_429)?;
+        m.serialize_entry(
+            "scenarios",
+            &Each(self.sims, move |s: &'a Sim| ScenarioJson(s, windows)),
+        )?;
+        m.serialize_entry("shops", &ShopsJson(first))?;
+        m.serialize_entry("to_ms", &args.to)?;
+        m.serialize_entry("totals", &TotalsJson(first))?;
+        m.serialize_entry("windows", &WindowsJson(first, windows))?;
+        m.end()
     }
-    let pct = |p: f64| s.waits.percentile(p).map(|ms| ms / 1000.0);
-    json!({
-        "name": s.scenario.name,
-        "limits": s.scenario.text,
-        "totals": {
-            "attempts": t.attempts,
-            "admitted": t.admitted,
-            "denied": denied_json(&t.denied),
-            "denied_total": t.denied_total(),
-            "provider_429": t.provider_429,
-            "admitted_hot": t.admitted_hot,
-            "peak_admitted_per_second": peak,
-            "peak_at_ms": at.map(|s| s * 1000),
-            "reservations": {
-                "waited": t.waited,
+}
+
+/// A JSON array of `f` of each item, made as it is written.
+struct Each<'a, T, J, F: Fn(&'a T) -> J>(&'a [T], F);
+
+impl<'a, T, J: Serialize, F: Fn(&'a T) -> J> Serialize for Each<'a, T, J, F> {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        ser.collect_seq(self.0.iter().map(&self.1))
+    }
+}
+
+struct InputJson<'a> {
+    read: &'a Read,
+    first: &'a Sim,
+}
+
+impl Serialize for InputJson<'_> {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let r = self.read;
+        let mut m = ser.serialize_map(None)?;
+        m.serialize_entry("attempts", &self.first.total.attempts)?;
+        m.serialize_entry(
+            "bad_lines",
+            &Each(
+                &r.acc.bad_lines,
+                |b: &BadLine| json!({ "file": b.source, "line": b.line, "what": b.what }),
+            ),
+        )?;
+        m.serialize_entry("late", &r.late)?;
+        m.serialize_entry("lines", &r.acc.events)?;
+        m.serialize_entry("malformed", &r.acc.malformed)?;
+        m.serialize_entry("missing_timestamp", &r.acc.missing_timestamp)?;
+        m.serialize_entry("out_of_range", &r.out_of_range)?;
+        m.end()
+    }
+}
+
+/// Denials by lane, the lanes by name.
+struct DeniedJson<'a>(&'a [u64; 3]);
+
+impl Serialize for DeniedJson<'_> {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let mut lanes = Lane::ALL;
+        lanes.sort_by_key(|l| l.as_str());
+        ser.collect_map(lanes.iter().map(|&l| (l.as_str(), self.0[l as usize])))
+    }
+}
+
+struct ScenarioJson<'a>(&'a Sim, &'a [Window]);
+
+impl Serialize for ScenarioJson<'_> {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let s = self.0;
+        let mut m = ser.serialize_map(None)?;
+        m.serialize_entry("limits", &s.scenario.text)?;
+        m.serialize_entry("name", &s.scenario.name)?;
+        m.serialize_entry("shops", &ShopsJson(s))?;
+        m.serialize_entry("totals", &TotalsJson(s))?;
+        m.serialize_entry("windows", &WindowsJson(s, self.1))?;
+        m.end()
+    }
+}
+
+struct TotalsJson<'a>(&'a Sim);
+
+impl Serialize for TotalsJson<'_> {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let s = self.0;
+        let t = &s.total;
+        let (peak, at) = s.peak_admitted();
+        let pct = |p: f64| s.waits.percentile(p).map(|ms| ms / 1000.0);
+        let mut m = ser.serialize_map(None)?;
+        m.serialize_entry("admitted", &t.admitted)?;
+        m.serialize_entry("admitted_hot", &t.admitted_hot)?;
+        m.serialize_entry("attempts", &t.attempts)?;
+        m.serialize_entry("denied", &DeniedJson(&t.denied))?;
+        m.serialize_entry("denied_total", &t.denied_total())?;
+        m.serialize_entry("peak_admitted_per_second", &peak)?;
+        m.serialize_entry("peak_at_ms", &at.map(|s| s.saturating_mul(1000)))?;
+        m.serialize_entry("provider_429", &t.provider_429)?;
+        m.serialize_entry(
+            "reservations",
+            &json!({
+                "max_s": s.max_wait_us as f64 / 1e6,
                 "p50_s": pct(50.0),
                 "p95_s": pct(95.0),
-                "max_s": s.max_wait_us as f64 / 1e6,
-            },
-        },
-        "shops": shops,
-        "windows": windows.iter().map(|w| json!({
-            "start_ms": w.start_ms,
-            "end_ms": w.end_ms,
-            "calls_peak_per_second": w.peak_rps,
-            "admitted_per_second": s.admitted_rate(w.start_ms, w.end_ms),
-        })).collect::<Vec<_>>(),
-    })
+                "waited": t.waited,
+            }),
+        )?;
+        m.end()
+    }
 }
 
-/// The first scenario's `totals`, `shops` and `provider_429` at the top (the common case,
-/// one `--limits`), every scenario under `scenarios`.
-fn to_json(args: &ReplayArgs, sims: &[Sim], read: &Read, windows: &[Window]) -> Value {
-    let all: Vec<Value> = sims.iter().map(|s| scenario_json(s, windows)).collect();
-    let first = &all[0];
-    json!({
-        "api": args.api,
-        "limiter": args.limiter.clone().or_else(|| read.limiters.iter().next().cloned()),
-        "from_ms": args.from,
-        "to_ms": args.to,
-        "provider": args.provider,
-        "input": {
-            "lines": read.acc.events,
-            "attempts": sims[0].total.attempts,
-            "malformed": read.acc.malformed,
-            "missing_timestamp": read.acc.missing_timestamp,
-            "late": read.late,
-            "out_of_range": read.out_of_range,
-            "bad_lines": read.acc.bad_lines.iter().map(|b| json!({
-                "file": b.source, "line": b.line, "what": b.what,
-            })).collect::<Vec<_>>(),
-        },
-        "totals": first["totals"],
-        "shops": first["shops"],
-        "provider_429": first["totals"]["provider_429"],
-        "windows": first["windows"],
-        "scenarios": all,
-    })
+/// Every shop of a scenario, by escaped ID (the order of a JSON object's keys).
+struct ShopsJson<'a>(&'a Sim);
+
+impl Serialize for ShopsJson<'_> {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let s = self.0;
+        let mut shops: Vec<(String, &[u8], &Counts)> = s
+            .shops_unordered()
+            .map(|(id, c)| (shop_id::escape(id), id, c))
+            .collect();
+        shops.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        ser.collect_map(shops.iter().map(|(key, id, c)| {
+            (
+                key,
+                ShopJson {
+                    c,
+                    hot: s.was_hot(id),
+                },
+            )
+        }))
+    }
+}
+
+struct ShopJson<'a> {
+    c: &'a Counts,
+    hot: bool,
+}
+
+impl Serialize for ShopJson<'_> {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let c = self.c;
+        let mut m = ser.serialize_map(None)?;
+        m.serialize_entry("admitted", &c.admitted)?;
+        m.serialize_entry("attempts", &c.attempts)?;
+        m.serialize_entry("denied", &DeniedJson(&c.denied))?;
+        m.serialize_entry("denied_total", &c.denied_total())?;
+        m.serialize_entry("hot", &self.hot)?;
+        m.serialize_entry("provider_429", &c.provider_429)?;
+        m.serialize_entry("waited", &c.waited)?;
+        m.end()
+    }
+}
+
+struct WindowsJson<'a>(&'a Sim, &'a [Window]);
+
+impl Serialize for WindowsJson<'_> {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let s = self.0;
+        ser.collect_seq(self.1.iter().map(|w| {
+            json!({
+                "admitted_per_second": s.admitted_rate(w.start_ms, w.end_ms),
+                "calls_peak_per_second": w.peak_rps,
+                "end_ms": w.end_ms,
+                "start_ms": w.start_ms,
+            })
+        }))
+    }
+}
+
+/// Writes `--json` to stdout as it goes, one line.
+fn write_json(
+    args: &ReplayArgs,
+    sims: &[Sim],
+    read: &Read,
+    windows: &[Window],
+) -> Result<(), String> {
+    let out = JsonOut {
+        args,
+        sims,
+        read,
+        windows,
+    };
+    let mut w = BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    serde_json::to_writer(&mut w, &out)
+        .map_err(|e| e.to_string())
+        .and_then(|()| w.write_all(b"\n").map_err(|e| e.to_string()))
+        .and_then(|()| w.flush().map_err(|e| e.to_string()))
+        .map_err(|e| format!("writing the JSON to stdout: {e}"))
 }
 
 fn text(args: &ReplayArgs, sims: &[Sim], read: &Read, windows: &[Window]) -> String {
@@ -491,7 +616,7 @@ fn text(args: &ReplayArgs, sims: &[Sim], read: &Read, windows: &[Window]) -> Str
         &mut o,
         "peak admitted/s",
         each(&|s| match s.peak_admitted() {
-            (n, Some(at)) => format!("{n} at {}", &format_ms(at * 1000)[11..19]),
+            (n, Some(at)) => format!("{n} at {}", &format_clock(at.saturating_mul(1000))[..8]),
             _ => "0".into(),
         }),
     );
@@ -520,8 +645,8 @@ fn text(args: &ReplayArgs, sims: &[Sim], read: &Read, windows: &[Window]) -> Str
             &mut o,
             &format!(
                 "{}-{}",
-                &format_ms(w.start_ms)[11..19],
-                &format_ms(w.end_ms)[11..19]
+                &format_clock(w.start_ms)[..8],
+                &format_clock(w.end_ms)[..8]
             ),
             each(&|s| format!("{:.1}/s admitted", s.admitted_rate(w.start_ms, w.end_ms))),
         );

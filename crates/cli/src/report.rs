@@ -35,7 +35,7 @@ pub(crate) fn chart(
         .max()
         .unwrap_or(1)
         .max(1) as f64;
-    let x = |ms: i64| pad + (ms - t0) as f64 / 1000.0 / span * w;
+    let x = |ms: i64| pad + ms.saturating_sub(t0) as f64 / 1000.0 / span * w;
     let y = |v: f64| pad + h - v / ymax * h;
     let mut s = format!(
         r#"<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{}" height="{}" role="img" aria-label="{}">"#,
@@ -43,7 +43,10 @@ pub(crate) fn chart(
         h + 2.0 * pad + 20.0,
         esc(title)
     );
-    for &(a, b) in windows {
+    // Shaded where they meet the chart (a window of the far past or future is not
+    // drawn miles off it).
+    for &(a, b) in windows.iter().filter(|&&(a, b)| b > t0 && a < t1) {
+        let (a, b) = (a.max(t0), b.min(t1));
         let _ = write!(
             s,
             r##"<rect class="window-mark" x="{:.1}" y="{pad}" width="{:.1}" height="{h}" fill="#fde0dd"/>"##,
@@ -151,15 +154,22 @@ pub(crate) fn bucketed(
     step: i64,
     secs: impl Iterator<Item = (i64, u64)>,
 ) -> Vec<(i64, u64)> {
+    // In i128: a bucket of the first or last seconds there are starts or ends past i64
+    // (a point's time is clamped to it).
+    let (t0, t1, step) = (i128::from(t0), i128::from(t1), i128::from(step));
     let b0 = t0.div_euclid(step) * step;
     let n = (t1 - b0 + step - 1) / step;
-    let mut pts: Vec<(i64, u64)> = (0..n).map(|i| (b0 + i * step, 0)).collect();
+    let clamp = |ms: i128| ms.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+    let mut pts: Vec<(i64, u64)> = (0..n).map(|i| (clamp(b0 + i * step), 0)).collect();
     for (s, v) in secs {
-        let ms = s * 1000;
+        let ms = i128::from(s) * 1000;
         if ms < b0 {
             continue;
         }
-        if let Some(p) = pts.get_mut(((ms - b0) / step) as usize) {
+        if let Some(p) = usize::try_from((ms - b0) / step)
+            .ok()
+            .and_then(|i| pts.get_mut(i))
+        {
             p.1 = p.1.max(v);
         }
     }
@@ -283,7 +293,9 @@ h2{{margin-top:28px}} .muted{{color:#777}}</style></head><body><h1>{t}</h1>"#,
     } else {
         let mut m = std::collections::HashMap::new();
         for (b, n) in fine {
-            *m.entry(b * cfg.fine_ms / 1000).or_default() += n;
+            // The second the bucket starts in (floored: a bucket before 1970 too).
+            let second = (i128::from(b) * i128::from(cfg.fine_ms)).div_euclid(1000);
+            *m.entry(second as i64).or_default() += n;
         }
         m
     };

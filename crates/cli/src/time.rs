@@ -1,7 +1,8 @@
 //! Times as people write them on the command line and read them in a report: UTC,
 //! `YYYY-MM-DDTHH:MM:SS[.mmm][Z]` or Unix milliseconds; durations as `5m`, `1s`, `250ms`.
 
-/// Days since 1970-01-01 for a civil date (Howard Hinnant's algorithm).
+/// Days since 1970-01-01 for a civil date (Howard Hinnant's algorithm); `y` within
+/// ±[`MAX_YEAR`] (no overflow: the timestamps' range of years is narrower).
 fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
@@ -23,13 +24,31 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
-/// `2026-11-30 08:54:31.250` (UTC).
+/// The years a time typed on the command line may have: more than the ±292 million years
+/// an i64 of milliseconds spans (checked again there), few enough for the date arithmetic.
+const MAX_YEAR: i64 = 1_000_000_000;
+
+/// `2026-11-30 08:54:31.250` (UTC), for any i64 (the years of i64::MIN and i64::MAX are
+/// -292275055 and 292278994).
 pub fn format_ms(ms: i64) -> String {
     let days = ms.div_euclid(86_400_000);
     let rem = ms.rem_euclid(86_400_000);
     let (y, m, d) = civil_from_days(days);
     format!(
         "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{:03}",
+        rem / 3_600_000,
+        rem / 60_000 % 60,
+        rem / 1000 % 60,
+        rem % 1000
+    )
+}
+
+/// `08:54:31.250`: the time of day of [`format_ms`] (its date has more or fewer than 4
+/// digits of year at the ends of i64: cut it at the space, not at a byte).
+pub fn format_clock(ms: i64) -> String {
+    let rem = ms.rem_euclid(86_400_000);
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
         rem / 3_600_000,
         rem / 60_000 % 60,
         rem / 1000 % 60,
@@ -52,10 +71,21 @@ pub fn parse_time(s: &str) -> Result<i64, String> {
         || format!("not a time: {s:?} (use Unix milliseconds or YYYY-MM-DDTHH:MM:SS[.mmm]Z, UTC)");
     let t = s.trim_end_matches('Z');
     let (date, clock) = t.split_once(['T', ' ']).unwrap_or((t, "00:00:00"));
-    let dp: Vec<i64> = date
+    // A year before 0 (as `format_ms` writes the far past) has a leading `-`.
+    let (sign, date) = match date.strip_prefix('-') {
+        Some(rest) => (-1, rest),
+        None => (1, date),
+    };
+    let mut dp: Vec<i64> = date
         .split('-')
         .map(|p| p.parse().map_err(|_| bad()))
         .collect::<Result<_, _>>()?;
+    if dp.iter().any(|&p| p < 0) {
+        return Err(bad());
+    }
+    if let Some(y) = dp.first_mut() {
+        *y *= sign;
+    }
     let (clock, frac) = clock.split_once('.').unwrap_or((clock, "0"));
     let cp: Vec<i64> = clock
         .split(':')
@@ -64,12 +94,35 @@ pub fn parse_time(s: &str) -> Result<i64, String> {
     if dp.len() != 3 || cp.is_empty() || cp.len() > 3 {
         return Err(bad());
     }
-    let ms_frac: i64 = format!("{frac:0<3}")[..3].parse().map_err(|_| bad())?;
-    let (h, mi, se) = (cp[0], *cp.get(1).unwrap_or(&0), *cp.get(2).unwrap_or(&0));
-    if !(1..=12).contains(&dp[1]) || !(1..=31).contains(&dp[2]) || h > 23 || mi > 59 || se > 60 {
+    if frac.is_empty() || !frac.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad());
     }
-    Ok((days_from_civil(dp[0], dp[1], dp[2]) * 86_400 + h * 3600 + mi * 60 + se) * 1000 + ms_frac)
+    let ms_frac: i64 = format!("{frac:0<3}")[..3].parse().map_err(|_| bad())?;
+    let (h, mi, se) = (cp[0], *cp.get(1).unwrap_or(&0), *cp.get(2).unwrap_or(&0));
+    if !(1..=12).contains(&dp[1])
+        || !(1..=31).contains(&dp[2])
+        || !(0..=23).contains(&h)
+        || !(0..=59).contains(&mi)
+        || !(0..=60).contains(&se)
+        || !(-MAX_YEAR..=MAX_YEAR).contains(&dp[0])
+    {
+        return Err(bad());
+    }
+    // Checked: a year past the range of i64 milliseconds (about ±292 million) is refused,
+    // not wrapped.
+    days_from_civil(dp[0], dp[1], dp[2])
+        .checked_mul(86_400)
+        .and_then(|s| s.checked_add(h * 3600 + mi * 60 + se))
+        .and_then(|s| s.checked_mul(1000))
+        .and_then(|ms| ms.checked_add(ms_frac))
+        .ok_or_else(|| {
+            format!(
+                "{} (out of the range of Unix milliseconds: {} .. {})",
+                bad(),
+                format_ms(i64::MIN),
+                format_ms(i64::MAX)
+            )
+        })
 }
 
 /// `5m`, `300s`, `1s`, `250ms`, `1h` in milliseconds.
@@ -78,17 +131,17 @@ pub fn parse_duration(s: &str) -> Result<i64, String> {
     let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
     let (n, unit) = s.split_at(split);
     let n: i64 = n.parse().map_err(|_| bad())?;
-    let ms = match unit {
-        "ms" => n,
-        "s" => n * 1000,
-        "m" | "min" => n * 60_000,
-        "h" => n * 3_600_000,
+    let unit_ms = match unit {
+        "ms" => 1,
+        "s" => 1000,
+        "m" | "min" => 60_000,
+        "h" => 3_600_000,
         _ => return Err(bad()),
     };
-    if ms <= 0 {
-        return Err(bad());
+    match n.checked_mul(unit_ms) {
+        Some(ms) if ms > 0 => Ok(ms),
+        _ => Err(bad()),
     }
-    Ok(ms)
 }
 
 #[cfg(test)]
@@ -107,5 +160,45 @@ mod tests {
         assert_eq!(parse_duration("5m").unwrap(), 300_000);
         assert_eq!(parse_duration("250ms").unwrap(), 250);
         assert!(parse_duration("5").is_err() && parse_duration("0s").is_err());
+    }
+
+    /// The ends of i64: formatted (the years of i64::MIN and MAX), parsed back, one step
+    /// past them refused; no overflow anywhere (a debug build panics on one).
+    #[test]
+    fn the_ends_of_i64_format_and_parse_and_beyond_is_refused() {
+        assert_eq!(format_ms(i64::MIN), "-292275055-05-16 16:47:04.192");
+        assert_eq!(format_ms(i64::MAX), "292278994-08-17 07:12:55.807");
+        assert_eq!(format_clock(i64::MIN), "16:47:04.192");
+        assert_eq!(format_clock(-1), "23:59:59.999");
+        assert_eq!(
+            format_day(i64::MIN.div_euclid(86_400_000)),
+            "-292275055-05-16"
+        );
+        for ms in [i64::MIN, i64::MIN + 1, -1, 0, 1, i64::MAX - 1, i64::MAX] {
+            let text = format_ms(ms).replacen(' ', "T", 1);
+            // The date's leading `-` is a negative year, not a separator: only what
+            // follows the year is split.
+            assert_eq!(parse_time(&format!("{text}Z")), Ok(ms), "{text}");
+        }
+        for bad in [
+            "292278994-08-17T07:12:55.808Z",
+            "-292275055-05-16T16:47:04.191Z",
+            "99999999999999999-01-01T00:00:00Z",
+            "-9223372036854775808-01-01",
+            "2026-01-01T-5:00:00Z",
+            "2026-01-01T00:-1:00Z",
+            "2026-01-01T00:00:00.\u{e9}\u{e9}Z",
+            "2026-01-01T00:00:00.Z",
+        ] {
+            assert!(parse_time(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_duration("9223372036854775807ms"), Ok(i64::MAX));
+        for bad in [
+            "9223372036854775807s",
+            "2562047788015216h",
+            "9223372036854775808ms",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -305,6 +305,23 @@ fn limiter_commands_refuse_bad_input_before_touching_valkey_and_mask_passwords()
             &["set", "mode=shadow", "global=x/1"],
             "global.capacity: \"x\" is not an integer",
         ),
+        // A bucket (or the mode) given twice is ambiguous: refused, not the last one kept.
+        (
+            &["set", "global=60/55", "global=6/55"],
+            "global is given twice (\"global=60/55\", \"global=6/55\")",
+        ),
+        (
+            &["set", "hot_shop=5/5", "global=6/6", "hot_shop=default"],
+            "hot_shop is given twice",
+        ),
+        (
+            &["set", "global=6/6", "global=6/6"],
+            "global is given twice",
+        ),
+        (
+            &["set", "mode=shadow", "global=6/6", "mode=enforce"],
+            "mode is given twice (\"mode=shadow\", \"mode=enforce\")",
+        ),
     ];
     for (args, message) in cases {
         let mut all = vec!["limiter", "--url", url, "--name", "payments"];
@@ -1034,4 +1051,365 @@ fn replay_refuses_a_file_given_twice_and_survives_the_extreme_timestamps() {
     assert_eq!(j["input"]["out_of_range"], 2, "{j}");
     let (code, _, err) = run(&["scan", "-", "--json"], Some(lines.as_bytes()));
     assert_eq!(code, 0, "{err}");
+}
+
+/// `replay --json` of many shops: the output is written as it goes, not built as a tree
+/// first (that held about 5.5 KB per shop, 14 times the output: 300,000 shops took
+/// 1.6 GB). Its peak memory stays near the text output's (which keeps the same per-shop
+/// state): under 1 KB more per shop.
+#[test]
+fn replay_json_of_many_shops_takes_about_the_memory_of_the_text() {
+    const SHOPS: i64 = 40_000;
+    let measure = |json: bool| {
+        let mut args = vec![
+            "replay",
+            "-",
+            "--api",
+            "payment",
+            "--limits",
+            "global=100/100",
+        ];
+        if json {
+            args.push("--json");
+        }
+        let (code, out, rss, err) = run_measured(&args, move |w| {
+            let mut buf = String::new();
+            for i in 0..SHOPS {
+                buf.push_str(&call(DAY + i * 10, &format!("shop-{i}")));
+                buf.push('\n');
+                if buf.len() > 1 << 20 {
+                    let _ = w.write_all(buf.as_bytes());
+                    buf.clear();
+                }
+            }
+            let _ = w.write_all(buf.as_bytes());
+        });
+        assert_eq!(code, 0, "{err}");
+        (out, rss)
+    };
+    let (_, text) = measure(false);
+    let (out, json) = measure(true);
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["shops"].as_object().unwrap().len(), SHOPS as usize);
+    assert_eq!(j["totals"]["attempts"], SHOPS);
+    eprintln!(
+        "replay max RSS for {SHOPS} shops: text {text} kB, --json {json} kB ({} kB of output)",
+        out.len() / 1024
+    );
+    assert!(
+        json < text + SHOPS as u64,
+        "--json took {json} kB, the text {text} kB: {} bytes more per shop",
+        (json - text.min(json)) * 1024 / SHOPS as u64
+    );
+}
+
+/// `replay --json` prints one compact line with every object's keys in order (as a
+/// `serde_json::Value` prints it: what it printed when it was built as one), and the
+/// first scenario's `shops`, `totals` and `windows` again at the top; shop IDs are
+/// escaped as `limiter status` shows them.
+#[test]
+fn replay_json_is_compact_with_sorted_keys_and_the_first_scenario_on_top() {
+    let mut lines = sale();
+    // In the event's JSON: a backslash, a tab and a BEL.
+    lines.push(call(DAY + 2_000, "back\\\\slash\\there\u{7}"));
+    lines.push(call(DAY + 2_001, "\u{e9}t\u{e9}"));
+    // Enough calls in the 5-minute bucket (5/s) for the scan to find a window.
+    for i in 0..2_000 {
+        lines.push(call(DAY + 10_000 + i, "burst"));
+    }
+    lines.sort_by_key(|l| {
+        l.split("\"timestamp\":")
+            .nth(1)
+            .and_then(|t| t.split(',').next())
+            .and_then(|t| t.parse::<i64>().ok())
+            .unwrap_or(0)
+    });
+    let f = temp("shape.jsonl", (lines.join("\n") + "\n").as_bytes());
+    let (code, out, err) = run(
+        &[
+            "replay",
+            &f,
+            "--api",
+            "payment",
+            "--limits",
+            "a:global=50/50 hot_shop=10/10",
+            "--limits",
+            "b:global=20/20",
+            "--hot",
+            "flood",
+            "--provider",
+            "30/30",
+            "--max-wait",
+            "0.1",
+            "--fine-threshold",
+            "20",
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.ends_with("}\n") && out.lines().count() == 1, "{out}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(serde_json::to_string(&j).unwrap(), out.trim_end());
+    let s = &j["scenarios"];
+    assert_eq!(s.as_array().unwrap().len(), 2);
+    assert_eq!(j["shops"], s[0]["shops"]);
+    assert_eq!(j["totals"], s[0]["totals"]);
+    assert_eq!(j["windows"], s[0]["windows"]);
+    assert!(!j["windows"].as_array().unwrap().is_empty(), "{j}");
+    assert_eq!(j["provider_429"], s[0]["totals"]["provider_429"]);
+    assert_ne!(s[0]["shops"], s[1]["shops"]);
+    assert_eq!(
+        j["shops"]["back\\\\slash\\x09here\\x07"]["attempts"], 1,
+        "{j}"
+    );
+    assert_eq!(j["shops"]["\u{e9}t\u{e9}"]["attempts"], 1, "{j}");
+    let keys = |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(
+        keys(&j),
+        [
+            "api",
+            "from_ms",
+            "input",
+            "limiter",
+            "provider",
+            "provider_429",
+            "scenarios",
+            "shops",
+            "to_ms",
+            "totals",
+            "windows"
+        ]
+    );
+    assert_eq!(
+        keys(&j["shops"]["flood"]),
+        [
+            "admitted",
+            "attempts",
+            "denied",
+            "denied_total",
+            "hot",
+            "provider_429",
+            "waited"
+        ]
+    );
+    assert_eq!(
+        keys(&j["totals"]["reservations"]),
+        ["max_s", "p50_s", "p95_s", "waited"]
+    );
+}
+
+/// Timestamps at the ends of i64 and around 0: `peaks` puts each event's second on the
+/// row of its own day, at the time `scan` puts its window (the first and last seconds
+/// clamped to the timestamps there are: a window of the last second ends at i64::MAX).
+/// `sec * 1000` of the second of i64::MIN wrapped to the year 292278994 (a panic in a
+/// debug build), and the text rows cut the time out of a date at byte 11.
+#[test]
+fn peaks_and_scan_agree_on_the_extreme_timestamps() {
+    let stamps = [
+        i64::MIN,
+        i64::MIN + 999,
+        -86_400_001,
+        -5_000,
+        0,
+        2_000,
+        DAY,
+        i64::MAX - 2_500,
+        i64::MAX,
+    ];
+    let lines: String = stamps.iter().map(|&t| call(t, "a") + "\n").collect();
+    let (code, out, err) = run(&["peaks", "--json", "-"], Some(lines.as_bytes()));
+    assert_eq!(code, 0, "{err}");
+    let p: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let peaks: Vec<&serde_json::Value> = p["peaks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["api"] == "(all)")
+        .collect();
+    let (code, out, err) = run(
+        &[
+            "scan",
+            "--json",
+            "--fine-threshold",
+            "0.5",
+            "--coarse-threshold",
+            "0",
+            "-",
+        ],
+        Some(lines.as_bytes()),
+    );
+    assert_eq!(code, 0, "{err}");
+    let s: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let windows = s["windows"].as_array().unwrap();
+    // One window per second with events (the first two are in adjacent seconds: one
+    // window); one peak per day.
+    let starts: Vec<&str> = windows
+        .iter()
+        .map(|w| w["start"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        starts,
+        [
+            "-292275055-05-16 16:47:04.192",
+            "1969-12-30 23:59:59.000",
+            "1969-12-31 23:59:55.000",
+            "1970-01-01 00:00:00.000",
+            "1970-01-01 00:00:02.000",
+            "2026-11-30 00:00:00.000",
+            "292278994-08-17 07:12:53.000",
+            "292278994-08-17 07:12:55.000",
+        ],
+        "{s}"
+    );
+    for w in windows {
+        let (a, b) = (
+            w["start_ms"].as_i64().unwrap(),
+            w["end_ms"].as_i64().unwrap(),
+        );
+        assert!(a < b, "{w}");
+        assert!(stamps.iter().any(|&t| a <= t && t <= b), "{w}");
+    }
+    assert_eq!(windows[0]["start_ms"], i64::MIN);
+    assert_eq!(windows[0]["calls"], 2);
+    assert_eq!(windows[7]["end_ms"], i64::MAX);
+    let ats: Vec<(&str, &str)> = peaks
+        .iter()
+        .map(|r| (r["day"].as_str().unwrap(), r["at"].as_str().unwrap()))
+        .collect();
+    // Each day's peak is its one busiest second (the earliest of equals): a window's start.
+    assert_eq!(
+        ats,
+        [
+            ("-292275055-05-16", starts[0]),
+            ("1969-12-30", starts[1]),
+            ("1969-12-31", starts[2]),
+            ("1970-01-01", starts[3]),
+            ("2026-11-30", starts[5]),
+            ("292278994-08-17", starts[6]),
+        ],
+        "{p}"
+    );
+    for (day, at) in &ats {
+        assert!(at.starts_with(&format!("{day} ")), "{day} {at}");
+    }
+    // The text rows: the time of day of each peak on its day's row.
+    let (code, out, err) = run(&["peaks", "-"], Some(lines.as_bytes()));
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .filter(|f: &Vec<&str>| f.get(1) == Some(&"(all)"))
+        .collect();
+    for (day, at) in &ats {
+        let clock = at.split_once(' ').unwrap().1;
+        // day, api, peak/s, at, events
+        assert!(
+            rows.iter()
+                .any(|f| f[0] == *day && f[3] == clock && f.len() == 5),
+            "{day} {clock}: {out}"
+        );
+    }
+    let (code, out, err) = run(
+        &[
+            "scan",
+            "--fine-threshold",
+            "0.5",
+            "--coarse-threshold",
+            "0",
+            "-",
+        ],
+        Some(lines.as_bytes()),
+    );
+    assert_eq!(code, 0, "{err}");
+    // start (date, time), end (date, time), secs, peak/s, peak at, ...
+    let first: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(
+        first[..7],
+        [
+            "-292275055-05-16",
+            "16:47:04.192",
+            "-292275055-05-16",
+            "16:47:06.000",
+            "1.8",
+            "1.0",
+            "16:47:04.192"
+        ],
+        "{out}"
+    );
+    // Fine buckets of 1 ms inside 5-minute ones: the candidates' bounds at both ends.
+    let (code, out, err) = run(
+        &[
+            "scan",
+            "--json",
+            "--fine",
+            "1ms",
+            "--fine-threshold",
+            "0.5",
+            "--coarse-threshold",
+            "0",
+            "-",
+        ],
+        Some(lines.as_bytes()),
+    );
+    assert_eq!(code, 0, "{err}");
+    let s: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let w = s["windows"].as_array().unwrap();
+    assert_eq!(w.len(), stamps.len(), "{s}");
+    assert_eq!(w[0]["start_ms"], i64::MIN);
+    assert_eq!(w[w.len() - 1]["start_ms"], i64::MAX);
+    assert_eq!(w[w.len() - 1]["end_ms"], i64::MAX);
+    // A report over the first seconds there are.
+    let dir = std::env::temp_dir().join(format!("cg-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let html = dir.join("min.html");
+    let (code, _, err) = run(
+        &[
+            "report",
+            "--window=-9223372036854775808..-9223372036854770000",
+            "--fine-threshold",
+            "0.5",
+            "--coarse-threshold",
+            "0",
+            "-o",
+            html.to_str().unwrap(),
+            "-",
+        ],
+        Some(lines.as_bytes()),
+    );
+    assert_eq!(code, 0, "{err}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("-292275055-05-16 16:47:04.192"), "{page}");
+}
+
+/// Times and durations typed on the command line that no i64 of milliseconds holds are
+/// refused naming them (they overflowed: a panic in a debug build, a wrapped time else).
+#[test]
+fn times_and_durations_out_of_range_are_refused() {
+    for (args, says) in [
+        (
+            vec!["scan", "--fine", "9223372036854775807s", "-"],
+            "not a duration",
+        ),
+        (
+            vec!["scan", "--coarse", "9999999999999999h", "-"],
+            "not a duration",
+        ),
+        (
+            vec!["scan", "--from", "99999999999999999-01-01T00:00:00Z", "-"],
+            "not a time",
+        ),
+        (
+            vec!["scan", "--to", "2026-01-01T-5:00:00Z", "-"],
+            "not a time",
+        ),
+        (
+            vec!["peaks", "--from", "2026-01-01T00:00:00.\u{e9}\u{e9}Z", "-"],
+            "not a time",
+        ),
+    ] {
+        let (code, _, err) = run(&args, Some(b""));
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
 }

@@ -13,6 +13,6 @@ pub mod synthetic;
 pub use record::{parse_line, text, LineError, Record, Text};
 pub use report::{Histogram, ReportData, CLASSES};
 pub use scanner::{
-    brute_force_windows, Accumulator, BadLine, Filter, Peak, ScanConfig, ScanResult, Window,
-    DISORDER_TOLERANCE_MS, MAX_LINE_BYTES,
+    brute_force_windows, bucket_bounds, Accumulator, BadLine, Filter, Peak, ScanConfig, ScanResult,
+    Window, DISORDER_TOLERANCE_MS, MAX_LINE_BYTES,
 };

@@ -356,7 +356,12 @@ impl Accumulator {
         let fine_secs = cfg.fine_ms as f64 / 1000.0;
         let mut hot = Vec::new();
         for &c in &candidates {
-            for b in c * per_coarse..(c + 1) * per_coarse {
+            // The coarse bucket's fine ones, within the buckets an i64 timestamp has (with
+            // 1 ms fine buckets the coarse one of i64::MIN starts before it).
+            let first = i128::from(c) * i128::from(per_coarse);
+            let clamp = |b: i128| b.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+            let (lo, hi) = (clamp(first), clamp(first + i128::from(per_coarse) - 1));
+            for b in lo..=hi {
                 if let Some(f) = self.fine.get(&b) {
                     if f.calls as f64 / fine_secs >= cfg.fine_threshold {
                         hot.push(b);
@@ -372,28 +377,31 @@ impl Accumulator {
         }
     }
 
-    /// Merges sorted hot fine buckets into windows with their statistics.
+    /// Merges sorted hot fine buckets into windows with their statistics. A bucket's
+    /// bounds are clamped to the timestamps there are: the bucket of i64::MIN starts at
+    /// it (a bucket of 1 s would start 808 ms before), the last one ends at i64::MAX.
     fn windows(&self, hot: &[i64], cfg: &ScanConfig) -> Vec<Window> {
         let fine_secs = cfg.fine_ms as f64 / 1000.0;
         let mut out: Vec<Window> = Vec::new();
         for &b in hot {
             let f = &self.fine[&b];
             let rps = f.calls as f64 / fine_secs;
+            let (start, end) = bucket_bounds(b, cfg.fine_ms);
             match out.last_mut() {
-                Some(w) if w.end_ms == b * cfg.fine_ms => {
-                    w.end_ms += cfg.fine_ms;
+                Some(w) if w.end_ms == start => {
+                    w.end_ms = end;
                     if rps > w.peak_rps {
                         w.peak_rps = rps;
-                        w.peak_at_ms = b * cfg.fine_ms;
+                        w.peak_at_ms = start;
                     }
                     w.add(f);
                 }
                 _ => {
                     let mut w = Window {
-                        start_ms: b * cfg.fine_ms,
-                        end_ms: (b + 1) * cfg.fine_ms,
+                        start_ms: start,
+                        end_ms: end,
                         peak_rps: rps,
-                        peak_at_ms: b * cfg.fine_ms,
+                        peak_at_ms: start,
                         ..Default::default()
                     };
                     w.add(f);
@@ -429,13 +437,23 @@ impl Accumulator {
                 day,
                 api: api.clone(),
                 peak_rps: peak,
-                at_ms: sec * 1000,
+                at_ms: bucket_bounds(sec, 1000).0,
                 total,
             }));
         }
         out.sort_by(|a, b| (a.day, &a.api).cmp(&(b.day, &b.api)));
         out
     }
+}
+
+/// The first and the end (exclusive) millisecond of bucket `b` of `size_ms`, clamped to
+/// i64: the bucket of i64::MIN starts at i64::MIN, the last bucket ends at i64::MAX
+/// (saturating, not wrapping into the other end of time).
+pub fn bucket_bounds(b: i64, size_ms: i64) -> (i64, i64) {
+    (
+        b.saturating_mul(size_ms),
+        b.saturating_add(1).saturating_mul(size_ms),
+    )
 }
 
 /// One high-load window.
