@@ -7,7 +7,7 @@
 use std::cell::RefCell;
 use std::time::Duration;
 
-use checkout_guard_connection::{describe, reconnect_once, Budget, Client, Connection};
+use checkout_guard_connection::{describe, reconnect_once, Budget, Client, Connection, Failure};
 use checkout_guard_model::Endpoint;
 use redis::{ConnectionLike, RedisResult};
 
@@ -34,9 +34,10 @@ impl Valkey {
     /// Runs `op` on the connection (opened if needed), each command bounded by the
     /// timeout; an error names the endpoint, never its password, and a timeout says so
     /// (`describe`, as the worker's `health()`). A connection that was
-    /// open and broke (Valkey restarted between two calls of one command) is replaced and
-    /// `op` run once more, as the worker does; `op` must be harmless to repeat. A failed
-    /// connection is dropped.
+    /// open and was closed while idle (Valkey restarted between two calls of one command)
+    /// is replaced before anything is sent, as the worker does; a command written in full
+    /// is never sent again (its reply lost: the error says the outcome is unknown). A
+    /// failed connection is dropped.
     pub fn call<T>(
         &self,
         mut op: impl FnMut(&mut dyn ConnectionLike) -> RedisResult<T>,
@@ -48,11 +49,19 @@ impl Valkey {
             |c| c.each_command(&mut op),
         )
         .map_err(|f| {
+            // A command written in full whose reply was lost may have run (a live change,
+            // a reset): said, so the operator looks before running it again.
+            let unknown = matches!(f, Failure::Unknown(_));
             format!(
-                "Valkey at {}: {}",
+                "Valkey at {}: {}{}",
                 self.endpoint.display_url(),
+                if unknown { "outcome unknown: " } else { "" },
                 describe(&f.into_error(), self.timeout)
-            )
+            ) + if unknown {
+                " after the command was sent (it may have run: check before running it again)"
+            } else {
+                ""
+            }
         })
     }
 }

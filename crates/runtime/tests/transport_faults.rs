@@ -350,7 +350,10 @@ fn model_decisions_and_transport_faults_take_each_token_once() {
             let mut ops: Vec<String> = Vec::new();
             for _ in 0..(capacity + 6) {
                 let tokens = 1 + (rng.next() % 2) as i64;
-                let fault = (rng.next() % 3 == 0).then(|| faults[(rng.next() % 6) as usize]);
+                let fault = rng
+                    .next()
+                    .is_multiple_of(3)
+                    .then(|| faults[(rng.next() % 6) as usize]);
                 ops.push(format!(
                     "acquire({tokens}){}",
                     fault.map(|f| format!(" [{f}]")).unwrap_or_default()
@@ -393,4 +396,51 @@ fn model_decisions_and_transport_faults_take_each_token_once() {
         }
     }
     assert!(unknown > 10, "only {unknown} calls met a fault");
+}
+
+/// The stream sink's batch whose replies are lost after Valkey added its entries is not
+/// sent again (item 4: 7 entries for 4 events before): every entry is there once, and
+/// the sink says the batch's outcome is unknown.
+#[test]
+fn a_stream_batch_whose_replies_are_lost_is_not_written_twice() {
+    use checkout_guard_runtime::telemetry::{AttrValue, Event, Sink, StreamSink};
+    let v = TcpValkey::start(false);
+    let proxy = Proxy::start(v.port);
+    let endpoint = checkout_guard_model::Endpoint::parse(&proxy.url()).unwrap();
+    let mut sink = StreamSink::new(
+        endpoint,
+        "cg-faults:events".into(),
+        10_000,
+        Duration::from_millis(300),
+        Duration::ZERO,
+    );
+    let events = |n: i64| -> Vec<Event> {
+        (0..n)
+            .map(|i| {
+                let mut e = Event::new(b"ExternalCall").unwrap();
+                e.set("i", AttrValue::Int(i));
+                e
+            })
+            .collect()
+    };
+    let len = || -> i64 {
+        redis::cmd("XLEN")
+            .arg("cg-faults:events")
+            .query(&mut v.direct())
+            .unwrap()
+    };
+    sink.write(&events(1)).unwrap();
+    let mut expected = 1;
+    for fault in ["fin", "rst", "half", "garble", "hold"] {
+        proxy.arm(fault);
+        let (written, why) = sink.write(&events(4)).expect_err(fault);
+        assert!(why.contains("outcome unknown"), "{fault}: {why}");
+        assert!(written < 4, "{fault}: {written}");
+        expected += 4;
+        assert_eq!(len(), expected, "{fault}: each entry once ({why})");
+        // The next batch goes on a new connection, whole.
+        sink.write(&events(2)).unwrap();
+        expected += 2;
+        assert_eq!(len(), expected, "{fault}");
+    }
 }
