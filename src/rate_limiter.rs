@@ -84,8 +84,9 @@ impl RateLimiter {
     /// `shopId`: its HTTP status and its Retry-After in seconds (null or 0: none). With
     /// the `adaptive` option, a status in its `statuses` lowers the budget of every
     /// worker (at most once per second) and a Retry-After pauses the limiter (at most
-    /// 60 s); anything else costs nothing (no round trip). Without the option, nothing.
-    /// Each change is a RateLimitAdapt event. Bad arguments throw
+    /// 60 s; INF or any huge value is that longest pause); anything else costs nothing
+    /// (no round trip). Without the option, nothing. Each change is a RateLimitAdapt
+    /// event. Bad arguments (NAN or a negative Retry-After among them) throw
     /// ConfigurationException; a Valkey that cannot be asked never throws (counted in
     /// health()['adaptive']).
     pub fn feedback(

@@ -26,6 +26,24 @@ fn config_error(what: &str, detail: String) -> RedisError {
     ))
 }
 
+/// rustls refused the client's own certificate (`tls.local_cert`) or key when the
+/// connection's configuration was built: said as ours, not the server's (rustls words it
+/// "invalid peer certificate" whichever side it is). The model refuses an X.509 v1
+/// certificate at construction already; this is what is left (a key that does not match).
+fn client_certificate_refused(cause: &str) -> RedisError {
+    let cause = cause.replace("invalid peer certificate: ", "");
+    let hint = if cause.contains("UnsupportedCertVersion") {
+        ": it is X.509 v1 (or v2), and rustls accepts only v3 as the client's certificate; reissue it as v3 (openssl x509 -req ... -extfile)"
+    } else {
+        ""
+    };
+    RedisError::from((
+        ErrorKind::InvalidClientConfig,
+        "TLS client certificate refused",
+        format!("our certificate tls.local_cert (with tls.local_pk) cannot be used by rustls ({cause}){hint}"),
+    ))
+}
+
 /// The rustls configuration `tls` says: the CA file's certificates (else the system's
 /// roots) and the client certificate for mutual TLS.
 fn client_config(tls: &Tls) -> RedisResult<rustls::ClientConfig> {
@@ -54,7 +72,7 @@ fn client_config(tls: &Tls) -> RedisResult<rustls::ClientConfig> {
                 .map_err(|e| config_error(&key.path, e.to_string()))?;
             builder
                 .with_client_auth_cert(chain, key)
-                .map_err(|e| config_error("local_cert/local_pk", e.to_string()))?
+                .map_err(|e| client_certificate_refused(&e.to_string()))?
         }
         _ => builder.with_no_client_auth(),
     })
@@ -198,10 +216,23 @@ pub fn check_peer_name(
 /// a name it is not valid for, a client certificate the server wanted); a timeout stays a
 /// timeout (shown with the timeout that ran out).
 pub fn in_handshake(e: RedisError, host: &str, port: u16) -> RedisError {
+    // redis-rs builds rustls's configuration inside its connect: what rustls refuses of
+    // the client's own certificate comes back as this.
+    if e.kind() == ErrorKind::InvalidClientConfig
+        && e.to_string()
+            .contains("Unable to build client with TLS parameters")
+    {
+        return client_certificate_refused(e.detail().unwrap_or_default());
+    }
     if e.is_timeout() || !e.is_io_error() {
         return e;
     }
-    let text = e.to_string();
+    let mut text = e.to_string();
+    if text.contains("invalid peer certificate") && text.contains("UnsupportedCertVersion") {
+        text.push_str(
+            " (the server's certificate, or one in the chain it sent, is X.509 v1 or v2: rustls accepts only v3; reissue it as v3 with extensions, e.g. openssl x509 -req ... -extfile with subjectAltName; a v1 CA in tls.cafile is fine)",
+        );
+    }
     // rustls's errors as redis-rs shows them ("invalid peer certificate: ...", "received
     // fatal alert: ...", "peer is incompatible: ...", "peer misbehaved: ...", "received
     // corrupt message ..." from a server that does not speak TLS); not "Connection reset
@@ -272,6 +303,33 @@ mod tests {
             let e = in_handshake(io(kind, text), "cache", 6380);
             assert!(!e.to_string().contains("TLS"), "{e}");
         }
+        // The server's certificate in v1: said so, with the way out.
+        let e = in_handshake(
+            io(
+                std::io::ErrorKind::InvalidData,
+                "invalid peer certificate: Other(OtherError(UnsupportedCertVersion))",
+            ),
+            "cache",
+            6380,
+        );
+        let text = e.to_string();
+        assert!(text.contains("TLS handshake failed"), "{text}");
+        assert!(text.contains("the server's certificate"), "{text}");
+        assert!(text.contains("X.509 v1"), "{text}");
+        // Our own certificate refused as redis-rs says it: named as ours.
+        let e = in_handshake(
+            RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "Unable to build client with TLS parameters provided.",
+                "invalid peer certificate: Other(OtherError(UnsupportedCertVersion))".to_string(),
+            )),
+            "cache",
+            6380,
+        );
+        let text = e.to_string();
+        assert!(text.contains("tls.local_cert"), "{text}");
+        assert!(text.contains("X.509 v1"), "{text}");
+        assert!(!text.contains("peer"), "{text}");
         let e = in_handshake(crate::errors::timed_out(), "cache", 6380);
         assert!(e.is_timeout(), "{e}");
         let auth = RedisError::from((

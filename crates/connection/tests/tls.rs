@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use checkout_guard_connection::redis;
 use checkout_guard_connection::{reconnect_once, Budget, Client, Connection, Failure};
-use checkout_guard_model::tls::PemFile;
-use checkout_guard_model::{Endpoint, Tls};
+use checkout_guard_model::tls::{tls_from_value, PemFile};
+use checkout_guard_model::{Endpoint, Tls, TlsDefaults, Value};
 
 const TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -108,26 +108,103 @@ impl Pki {
                 &format!("/CN={name}"),
             ],
         );
+        let ca_pem = format!("{ca}.pem");
+        let ca_key = format!("{ca}.key");
+        let csr = format!("{name}.csr");
+        let pem = format!("{name}.pem");
+        let extfile = format!("{name}.ext");
+        let mut args = vec![
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &ca_pem,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-out",
+            &pem,
+            "-days",
+            days,
+        ];
+        // No extensions: no -extfile, and openssl makes an X.509 v1 certificate.
+        if !ext.is_empty() {
+            args.extend(["-extfile", &extfile]);
+        }
+        openssl(&self.dir, &args);
+    }
+
+    /// An X.509 v1 CA and certificates as `openssl x509 -req` makes them without
+    /// `-extfile` (v1), as OpenSSL (redis-cli, phpredis, the server) accepts them: the
+    /// CA `ca-v1`; a v3 server certificate (`server-by-v1`) and a v3 client certificate
+    /// (`client-by-v1`) it signed; a v1 server certificate (`server-v1`) and a v1 client
+    /// certificate (`client-v1`) the v3 CA signed.
+    fn with_v1(self) -> Self {
+        openssl(
+            &self.dir,
+            &[
+                "req",
+                "-new",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                "ca-v1.key",
+                "-out",
+                "ca-v1.csr",
+                "-subj",
+                "/CN=checkout-guard test v1 CA",
+            ],
+        );
         openssl(
             &self.dir,
             &[
                 "x509",
                 "-req",
                 "-in",
-                &format!("{name}.csr"),
-                "-CA",
-                &format!("{ca}.pem"),
-                "-CAkey",
-                &format!("{ca}.key"),
-                "-CAcreateserial",
+                "ca-v1.csr",
+                "-signkey",
+                "ca-v1.key",
                 "-out",
-                &format!("{name}.pem"),
+                "ca-v1.pem",
                 "-days",
-                days,
-                "-extfile",
-                &format!("{name}.ext"),
+                "2",
             ],
         );
+        let server = "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n";
+        self.leaf_by("server-by-v1", server, "2", "ca-v1");
+        self.leaf_by(
+            "client-by-v1",
+            "extendedKeyUsage=clientAuth\n",
+            "2",
+            "ca-v1",
+        );
+        self.leaf_by("server-v1", "", "2", "ca");
+        self.leaf_by("client-v1", "", "2", "ca");
+        for (name, version) in [
+            ("ca-v1", "1"),
+            ("server-v1", "1"),
+            ("client-v1", "1"),
+            ("server-by-v1", "3"),
+        ] {
+            let out = Command::new("openssl")
+                .args([
+                    "x509",
+                    "-noout",
+                    "-text",
+                    "-in",
+                    &self.path(&format!("{name}.pem")),
+                ])
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                text.contains(&format!("Version: {version} ")),
+                "{name} should be v{version}: {text}"
+            );
+        }
+        self
     }
 
     fn path(&self, file: &str) -> String {
@@ -366,6 +443,77 @@ fn mutual_tls_needs_the_client_certificate() {
         "TLS handshake failed",
     );
     assert!(e.to_lowercase().contains("certificate"), "{e}");
+}
+
+/// OpenSSL takes an X.509 v1 certificate (what `openssl x509 -req` makes without
+/// `-extfile`) where rustls does not, on each side: a v1 CA is a trust anchor rustls
+/// takes (server and client certificates it signed connect); a v1 server certificate is
+/// refused at connect, the message naming the server's certificate and v1; a v1 client
+/// certificate (ours) is refused when the options are read (`tls.local_cert`, naming v1
+/// and rustls), and, if it reached a connect anyway, the error names it as ours, not as
+/// the peer's (rustls's "invalid peer certificate").
+#[test]
+fn x509_v1_certificates_are_accepted_where_rustls_can_and_named_where_it_cannot() {
+    let pki = Pki::new().with_v1();
+    // The v1 CA: mutual TLS with certificates it signed.
+    let by_v1 = TlsServer::start_trusting(&pki, "server-by-v1", "ca-v1.pem", "yes", &[]);
+    let tls = Tls {
+        cafile: Some(pki.pem("ca-v1.pem")),
+        local_cert: Some(pki.pem("client-by-v1.pem")),
+        local_pk: Some(pki.pem("client-by-v1.key")),
+        ..Tls::default()
+    };
+    assert_eq!(
+        ping(&by_v1.endpoint("localhost", tls.clone())).unwrap(),
+        "PONG"
+    );
+    let with_name = Tls {
+        peer_name: Some("localhost".into()),
+        ..tls
+    };
+    assert_eq!(
+        ping(&by_v1.endpoint("127.0.0.1", with_name)).unwrap(),
+        "PONG"
+    );
+    // A v1 server certificate: refused by rustls, named as the server's.
+    let v1_server = TlsServer::start(&pki, "server-v1", "no");
+    let text = refused(
+        &v1_server.endpoint("localhost", pki.tls()),
+        "TLS handshake failed",
+    );
+    assert!(text.contains("the server's certificate"), "{text}");
+    assert!(text.contains("X.509 v1"), "{text}");
+    // A v1 client certificate, against a server that would take it: refused with the
+    // options, naming tls.local_cert and why.
+    let mutual = TlsServer::start(&pki, "server", "yes");
+    let option = Value::Map(vec![
+        ("cafile".into(), Value::Str(pki.path("ca.pem").into_bytes())),
+        (
+            "local_cert".into(),
+            Value::Str(pki.path("client-v1.pem").into_bytes()),
+        ),
+        (
+            "local_pk".into(),
+            Value::Str(pki.path("client-v1.key").into_bytes()),
+        ),
+    ]);
+    let e = tls_from_value(Some(&option), &TlsDefaults::default(), true, &|p| {
+        std::fs::read(p)
+    })
+    .unwrap_err();
+    assert_eq!(e.option, "tls.local_cert", "{e}");
+    assert!(e.message.contains("X.509 v1"), "{e}");
+    assert!(e.message.contains("rustls"), "{e}");
+    assert!(e.message.contains(&pki.path("client-v1.pem")), "{e}");
+    // The same certificate given to the connection layer directly: refused, as ours.
+    let v1_client = Tls {
+        local_cert: Some(pki.pem("client-v1.pem")),
+        local_pk: Some(pki.pem("client-v1.key")),
+        ..pki.tls()
+    };
+    let text = refused(&mutual.endpoint("localhost", v1_client), "tls.local_cert");
+    assert!(text.contains("X.509 v1"), "{text}");
+    assert!(!text.contains("invalid peer certificate"), "{text}");
 }
 
 /// A server that accepts TCP and never answers the handshake: the open ends within its

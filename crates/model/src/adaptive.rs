@@ -43,6 +43,12 @@ pub const COOLDOWN_US: i64 = 1_000_000;
 /// The longest pause a provider's `Retry-After` imposes: 60 s (a broken header saying a
 /// day must not stop checkouts for a day).
 pub const MAX_PAUSE_US: i64 = 60_000_000;
+/// The largest `Retry-After` taken as given, in seconds: 2^53, the largest whole number a
+/// float holds exactly (and a PHP int too). A larger one, or INF (what PHP makes of a
+/// delta-seconds of 309 digits or more), reads as this: far beyond [`MAX_PAUSE_US`],
+/// so the longest pause, never an error. `ProviderFeedback::retryAfterSeconds()` caps at
+/// the same value.
+pub const MAX_RETRY_AFTER_SECONDS: f64 = 9_007_199_254_740_992.0;
 /// Full share, permille.
 pub const FULL: i64 = 1000;
 

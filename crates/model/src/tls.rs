@@ -135,10 +135,14 @@ const KNOWN: &[&str] = &[
     "verify_peer",
 ];
 
-/// Which PEM a file must hold.
+/// Which PEM a file must hold, and what rustls does with it at connect.
 #[derive(Clone, Copy)]
 enum Kind {
-    Certificates,
+    /// `cafile`: certificates rustls takes as trust anchors.
+    TrustAnchors,
+    /// `local_cert`: the client's own certificate first (rustls parses it at connect as
+    /// an end-entity certificate), then the chain sent with it.
+    ClientCertificate,
     PrivateKey,
 }
 
@@ -263,8 +267,8 @@ pub fn tls_from_value(
             .transpose()
     };
     Ok(Some(Tls {
-        cafile: load(cafile, Kind::Certificates)?,
-        local_cert: load(local_cert, Kind::Certificates)?,
+        cafile: load(cafile, Kind::TrustAnchors)?,
+        local_cert: load(local_cert, Kind::ClientCertificate)?,
         local_pk: load(local_pk, Kind::PrivateKey)?,
         peer_name,
         verify_peer,
@@ -298,14 +302,14 @@ fn load_pem(
         )
     })?;
     let ok = match kind {
-        Kind::Certificates => labels.iter().any(|l| l == "CERTIFICATE"),
+        Kind::TrustAnchors | Kind::ClientCertificate => labels.iter().any(|l| l == "CERTIFICATE"),
         Kind::PrivateKey => labels
             .iter()
             .any(|l| l == "PRIVATE KEY" || l == "RSA PRIVATE KEY" || l == "EC PRIVATE KEY"),
     };
     if !ok {
         let wanted = match kind {
-            Kind::Certificates => "CERTIFICATE",
+            Kind::TrustAnchors | Kind::ClientCertificate => "CERTIFICATE",
             Kind::PrivateKey => "PRIVATE KEY (PKCS#8, RSA or EC)",
         };
         return Err(ConfigError::new(
@@ -316,10 +320,71 @@ fn load_pem(
             ),
         ));
     }
+    check_certificates(option, path, &pem, kind)?;
     Ok(PemFile {
         path: path.to_string(),
         pem,
     })
+}
+
+/// What rustls does with the certificates at connect, done here with the same parser
+/// (webpki), so that a certificate it refuses is a `ConfigurationException` at
+/// construction and not an unavailable decision at every call. rustls (webpki) accepts
+/// only X.509 v3 as the client's own certificate (it parses it to check that it matches
+/// the key), where OpenSSL (redis-cli, phpredis, the server) also accepts v1, which is
+/// what `openssl x509 -req` makes without `-extfile`. A v1 CA is accepted (as a trust
+/// anchor), so `cafile` can be v1.
+fn check_certificates(option: &str, path: &str, pem: &[u8], kind: Kind) -> Result<(), ConfigError> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::CertificateDer;
+    let quoted = || quote_bytes(path.as_bytes());
+    let certs = match kind {
+        Kind::PrivateKey => return Ok(()),
+        Kind::TrustAnchors | Kind::ClientCertificate => CertificateDer::pem_slice_iter(pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| {
+                ConfigError::new(
+                    option,
+                    format!(
+                        "is not a PEM file the TLS library (rustls) can read ({e}): {}",
+                        quoted()
+                    ),
+                )
+            })?,
+    };
+    match kind {
+        Kind::TrustAnchors => {
+            for (i, cert) in certs.iter().enumerate() {
+                webpki::anchor_from_trusted_cert(cert).map_err(|e| {
+                    ConfigError::new(
+                        option,
+                        format!(
+                            "holds a certificate (number {} in the file) that the TLS library (rustls) cannot use as a CA ({e:?}): {}",
+                            i + 1,
+                            quoted()
+                        ),
+                    )
+                })?;
+            }
+        }
+        Kind::ClientCertificate => {
+            // Only the first is parsed by rustls; the rest of the chain goes to the server
+            // as it is.
+            if let Some(first) = certs.first() {
+                if let Err(e) = webpki::EndEntityCert::try_from(first) {
+                    let why = match e {
+                        webpki::Error::UnsupportedCertVersion => "is an X.509 v1 (or v2) certificate: the TLS library (rustls) accepts only v3 as the client's own certificate, though OpenSSL (redis-cli, phpredis, the server) accepts v1; reissue it as v3 with extensions (`openssl x509 -req ... -extfile client.ext`, client.ext holding e.g. `extendedKeyUsage=clientAuth`)".to_string(),
+                        e => format!(
+                            "is a certificate the TLS library (rustls) cannot use as the client's own certificate ({e:?})"
+                        ),
+                    };
+                    return Err(ConfigError::new(option, format!("{why}: {}", quoted())));
+                }
+            }
+        }
+        Kind::PrivateKey => {}
+    }
+    Ok(())
 }
 
 /// The labels of the PEM blocks in `pem` (`-----BEGIN L-----`, base64, `-----END L-----`),
@@ -373,11 +438,30 @@ fn is_base64(s: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const CERT: &str =
-        "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\nAAAA\n-----END CERTIFICATE-----\n";
+    /// A real X.509 v3 certificate (ed25519, self-signed, made with `openssl req -x509`).
+    pub(crate) const CERT: &str = "-----BEGIN CERTIFICATE-----
+MIIBOjCB7aADAgECAhRPIBDzujyaSKyxMhN2+py9zsbdvjAFBgMrZXAwEjEQMA4G
+A1UEAwwHdGVzdC12MzAgFw0yNjEyMDYwMzE4NTdaGA8yMTI2MTExMjAzMTg1N1ow
+EjEQMA4GA1UEAwwHdGVzdC12MzAqMAUGAytlcAMhAJH/1n+ayjv/IhWZ7fFl/TZZ
+GTdC5EgIqgK4Kj6oeJsZo1MwUTAdBgNVHQ4EFgQUkrb6XYsFG2HpU9UvUD1kapb7
+L/swHwYDVR0jBBgwFoAUkrb6XYsFG2HpU9UvUD1kapb7L/swDwYDVR0TAQH/BAUw
+AwEB/zAFBgMrZXADQQBroCNKPiVLlE8h1WIYKCyPSGxBpQ9zFu1DoTR0ERRmIdqP
+23QuBg8cXVrRWQk6UNQ/d50KclKka1qnB1hS6KoM
+-----END CERTIFICATE-----
+";
+    /// The same key in an X.509 v1 certificate, as `openssl x509 -req -signkey` makes it
+    /// without `-extfile`.
+    const CERT_V1: &str = "-----BEGIN CERTIFICATE-----
+MIHgMIGTAhQttmjWyOOAXeMjimrwi7Fc5HDRUDAFBgMrZXAwEjEQMA4GA1UEAwwH
+dGVzdC12MTAgFw0yNjEyMDYwMzE4NTdaGA8yMTI2MTExMjAzMTg1N1owEjEQMA4G
+A1UEAwwHdGVzdC12MTAqMAUGAytlcAMhAJH/1n+ayjv/IhWZ7fFl/TZZGTdC5EgI
+qgK4Kj6oeJsZMAUGAytlcANBAGzgSiyPm3oiVt+Z6mygVt9J6lPf2c1NuDR22yJt
+DOZ6jKUb9U717RS922kqttrGboUl/1nx0KPcjsy1VtAekwY=
+-----END CERTIFICATE-----
+";
     const KEY: &str =
         "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIB==\n-----END PRIVATE KEY-----\n";
 
@@ -385,6 +469,12 @@ mod tests {
         match path {
             "/ca.pem" | "/client.pem" => Ok(CERT.into()),
             "/client.key" => Ok(KEY.into()),
+            "/v1.pem" => Ok(CERT_V1.into()),
+            "/v1-then-v3.pem" => Ok(format!("{CERT_V1}{CERT}").into()),
+            "/v3-then-v1.pem" => Ok(format!("{CERT}{CERT_V1}").into()),
+            "/notder.pem" => {
+                Ok(b"-----BEGIN CERTIFICATE-----\nMAMCAQA=\n-----END CERTIFICATE-----\n".to_vec())
+            }
             "/garbage.pem" => Ok(b"not a pem at all, secret-content".to_vec()),
             "/truncated.pem" => Ok(b"-----BEGIN CERTIFICATE-----\nMIIB\n".to_vec()),
             "/notbase64.pem" => Ok(
@@ -470,6 +560,63 @@ mod tests {
             .unwrap_err();
             assert_eq!(e.option, "tls.verify_peer", "{e}");
             assert!(e.message.contains("a bool"), "{e}");
+        }
+    }
+
+    /// rustls (webpki) refuses an X.509 v1 certificate as the client's own (at connect, in
+    /// its check that the certificate matches the key: "invalid peer certificate:
+    /// UnsupportedCertVersion"): refused here, at construction, naming `tls.local_cert`
+    /// (or the INI setting), why and the way out. A v1 CA is a trust anchor rustls takes,
+    /// and a v1 certificate later in the client's chain is sent as it is: both accepted.
+    #[test]
+    fn a_v1_client_certificate_is_refused_at_construction_and_a_v1_ca_is_not() {
+        let d = TlsDefaults::default();
+        for file in ["/v1.pem", "/v1-then-v3.pem"] {
+            let e = tls(
+                Some(map(&[
+                    ("local_cert", file.into()),
+                    ("local_pk", "/client.key".into()),
+                ])),
+                &d,
+            )
+            .unwrap_err();
+            assert_eq!(e.option, "tls.local_cert", "{e}");
+            for needle in ["X.509 v1", "rustls", "v3", "-extfile", file] {
+                assert!(e.message.contains(needle), "{e} should contain {needle}");
+            }
+            assert!(!e.message.contains("peer"), "{e}: it is our certificate");
+        }
+        let d = TlsDefaults::from_ini(None, Some("/v1.pem"), Some("/client.key"), None);
+        let e = tls(None, &d).unwrap_err();
+        assert_eq!(e.option, "checkout_guard.tls.local_cert", "{e}");
+        assert!(e.message.contains("X.509 v1"), "{e}");
+        // A v3 certificate followed by a v1 one in its chain, and a v1 CA: accepted.
+        let t = tls(
+            Some(map(&[
+                ("cafile", "/v1.pem".into()),
+                ("local_cert", "/v3-then-v1.pem".into()),
+                ("local_pk", "/client.key".into()),
+            ])),
+            &TlsDefaults::default(),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(t.cafile.unwrap().path, "/v1.pem");
+        // What is not a certificate at all (base64 but not DER) is refused for both.
+        for (option, entries) in [
+            ("cafile", map(&[("cafile", "/notder.pem".into())])),
+            (
+                "local_cert",
+                map(&[
+                    ("local_cert", "/notder.pem".into()),
+                    ("local_pk", "/client.key".into()),
+                ]),
+            ),
+        ] {
+            let e = tls(Some(entries), &TlsDefaults::default()).unwrap_err();
+            assert_eq!(e.option, format!("tls.{option}"), "{e}");
+            assert!(e.message.contains("rustls"), "{e}");
+            assert!(e.message.contains("/notder.pem"), "{e}");
         }
     }
 

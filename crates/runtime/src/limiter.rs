@@ -3,7 +3,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::sync::{Mutex, RwLock};
 
-use checkout_guard_model::adaptive::{LastThrottle, FULL};
+use checkout_guard_model::adaptive::{LastThrottle, FULL, MAX_RETRY_AFTER_SECONDS};
 use checkout_guard_model::live::{self, LiveLimits};
 use checkout_guard_model::{
     lanes_in, reservation_wait_us, validate_max_wait, validate_shop_id, validate_tokens,
@@ -771,7 +771,8 @@ impl Limiter {
     }
 
     /// What the provider answered to a call this limiter admitted for `shop`: `status`,
-    /// and its `Retry-After` in seconds (None or 0: none). Without the `adaptive`
+    /// and its `Retry-After` in seconds (None or 0: none; INF or anything beyond
+    /// [`MAX_RETRY_AFTER_SECONDS`] reads as that, the longest pause). Without the `adaptive`
     /// option, or for a status that is not one of its `statuses` (a success), nothing
     /// is sent; a throttling answer is one call of the feedback script. Returns what
     /// changed (for `RateLimitAdapt` events). Bad arguments are errors naming them; a
@@ -792,13 +793,18 @@ impl Limiter {
             .into());
         }
         let retry_after = retry_after_seconds.unwrap_or(0.0);
-        if !retry_after.is_finite() || retry_after < 0.0 {
+        if retry_after.is_nan() || retry_after < 0.0 {
             return Err(ConfigError::new(
                 "retryAfterSeconds",
-                format!("must be a finite number of seconds, 0 or more, got {retry_after:?}"),
+                format!(
+                    "must be a number of seconds, 0 or more (INF: the longest pause), got {retry_after:?}"
+                ),
             )
             .into());
         }
+        // A huge Retry-After (INF: PHP's reading of 309 digits or more) asks for a long
+        // pause: the longest one, as any value beyond MAX_PAUSE_US; reported finite.
+        let retry_after = retry_after.min(MAX_RETRY_AFTER_SECONDS);
         let Some(adaptive) = &self.options.adaptive else {
             return Ok(Vec::new());
         };

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use checkout_guard_model::adaptive::MAX_RETRY_AFTER_SECONDS;
 use checkout_guard_model::{Defaults, LimiterError, LimiterOptions, Reason, Value};
 use checkout_guard_runtime::limiter::AdaptWhy;
 use checkout_guard_runtime::store::{Fault, MemoryStore};
@@ -76,7 +77,9 @@ fn bad_arguments_name_themselves() {
             "statusCode"
         );
     }
-    for ra in [-0.001, f64::NAN, f64::INFINITY, -f64::INFINITY] {
+    // NAN and negatives are errors; +INF is not (the longest pause: see
+    // an_infinite_or_huge_retry_after_is_the_longest_pause).
+    for ra in [-0.001, f64::NAN, -f64::INFINITY] {
         assert_eq!(
             option_of(l.feedback(b"s", 429, Some(ra)).unwrap_err()),
             "retryAfterSeconds"
@@ -159,6 +162,39 @@ fn retry_after_pauses_every_shop_with_reason_provider_and_shadow_lets_through() 
     );
     s.advance(Duration::from_secs(60));
     assert!(l.acquire(b"a", 1).unwrap().allowed);
+}
+
+/// A Retry-After too large for a float (309 digits and more read as INF in PHP) or just
+/// huge is the longest pause (60 s), not an error: a provider asking for a long pause
+/// gets one. The event's `retry_after` is finite (bounded by MAX_RETRY_AFTER_SECONDS).
+#[test]
+fn an_infinite_or_huge_retry_after_is_the_longest_pause() {
+    for (i, ra) in [f64::INFINITY, f64::MAX, 1e300, 9_007_199_254_740_993.0]
+        .into_iter()
+        .enumerate()
+    {
+        let s = Arc::new(MemoryStore::new());
+        let name = format!("fb-inf-{i}");
+        let l = limiter(&name, &s, false, vec![]);
+        let c = l
+            .feedback(b"s", 429, Some(ra))
+            .unwrap_or_else(|e| panic!("{ra}: {e}"));
+        let whys: Vec<_> = c.iter().map(|c| c.why).collect();
+        assert_eq!(whys, [AdaptWhy::Throttled, AdaptWhy::RetryAfter], "{ra}");
+        assert_eq!(
+            c[1].paused_until_ms.unwrap(),
+            (s.now_us() + 60_000_000).div_euclid(1000),
+            "{ra}: paused for the longest pause"
+        );
+        let shown = c[1].retry_after.unwrap();
+        assert!(shown.is_finite(), "{ra}: {shown}");
+        assert_eq!(shown, MAX_RETRY_AFTER_SECONDS, "{ra}");
+        let d = l.acquire(b"a", 1).unwrap();
+        assert_eq!((d.allowed, d.reason), (false, Reason::Provider), "{ra}");
+        assert_eq!(d.retry_after, 60.0, "{ra}");
+        s.advance(Duration::from_secs(60));
+        assert!(l.acquire(b"a", 1).unwrap().allowed, "{ra}");
+    }
 }
 
 #[test]

@@ -26,6 +26,15 @@ use Psr\Http\Message\ResponseInterface;
  */
 final class ProviderFeedback
 {
+    /**
+     * The largest Retry-After retryAfterSeconds() returns: 2^53 seconds, the largest whole
+     * number a float holds exactly (and an int too). A delta-seconds beyond it (309 digits
+     * and more would be INF as a float) reads as this: a long pause, which the limiter
+     * bounds to its longest (60 s). The extension's feedback() takes the same cap (and
+     * INF) as that longest pause.
+     */
+    public const MAX_RETRY_AFTER_SECONDS = 9007199254740992.0;
+
     private static int $failures = 0;
     private static ?\Throwable $lastFailure = null;
 
@@ -35,7 +44,9 @@ final class ProviderFeedback
      * obsolete RFC 850 and asctime forms recipients must accept), as seconds from $now (Unix
      * seconds, default now); a date in the past is 0. Anything else (empty, negative, a
      * fraction such as "1.5", which delta-seconds does not allow, a date that does not
-     * parse) is null: no Retry-After. Not capped here: the limiter bounds the pause.
+     * parse, "1e400": delta-seconds = 1*DIGIT) is null: no Retry-After. Always finite:
+     * delta-seconds of any length beyond MAX_RETRY_AFTER_SECONDS (2^53) is that cap; the
+     * limiter bounds the pause itself (60 s).
      *
      * @param string|list<string>|null $header the header's value, or its values (the first
      *        one counts: an HTTP-date holds a comma, so the joined line would not parse)
@@ -54,7 +65,9 @@ final class ProviderFeedback
             return null;
         }
         if (preg_match('/^[0-9]+$/D', $value) === 1) {
-            return (float) $value;
+            // Any number of digits: 309 or more are INF as a float, so cap (a long pause).
+            $seconds = (float) $value;
+            return is_finite($seconds) ? min($seconds, self::MAX_RETRY_AFTER_SECONDS) : self::MAX_RETRY_AFTER_SECONDS;
         }
         $at = self::httpDate($value, $now);
         return $at === null ? null : max(0.0, $at - $now);

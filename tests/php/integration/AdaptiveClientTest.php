@@ -145,6 +145,38 @@ final class AdaptiveClientTest extends OwnValkeyTestCase
         }
     }
 
+    /**
+     * A Retry-After of 309 digits or more (INF as a float) reported through
+     * ProviderFeedback::report() pauses the limiter for its longest pause (60 s) instead of
+     * being swallowed as a failure (share left at 1.0, no pause); the README's by-hand
+     * pattern, feedback(..., retryAfterSeconds($header)), does not throw into the checkout.
+     */
+    public function testAHugeRetryAfterIsTheLongestPause(): void
+    {
+        foreach (['309 digits' => str_repeat('9', 309), '400 digits' => str_repeat('9', 400)] as $case => $header) {
+            $name = self::uniqueName('huge');
+            $limiter = $this->adaptiveLimiter($name);
+            $limiter->acquire('shop-1');
+            $before = ProviderFeedback::failures();
+            $response = $this->factory->createResponse(429)->withHeader('Retry-After', $header);
+            $this->assertTrue(ProviderFeedback::report($limiter, 'shop-1', $response), "$case: "
+                . (ProviderFeedback::lastFailure()?->getMessage() ?? ''));
+            $this->assertSame($before, ProviderFeedback::failures(), $case);
+            $state = $this->adaptState($name);
+            $this->assertNotNull($state, "$case: the 429 was reported");
+            $this->assertSame(700, LimiterModel::permilleAt($state, $this->valkeyMicros(), 100, 600_000_000), "$case: share lowered");
+            $left = ($state[3] - $this->valkeyMicros()) / 1e6;
+            $this->assertGreaterThan(50.0, $left, "$case: paused for the longest pause");
+            $this->assertLessThanOrEqual(60.0, $left, "$case: at most 60 s");
+            $d = $limiter->acquire('shop-2');
+            $this->assertSame('provider', $d->reason(), $case);
+            // By hand, as the README shows it.
+            $byHand = $this->adaptiveLimiter(self::uniqueName('huge-hand'));
+            $byHand->feedback('shop-1', 429, ProviderFeedback::retryAfterSeconds($header));
+            $this->assertSame('provider', $byHand->acquire('shop-1')->reason(), "$case, by hand");
+        }
+    }
+
     public function testA200CostsNoRoundTripAndA429One(): void
     {
         $name = self::uniqueName('trips');

@@ -51,7 +51,8 @@ final class AdaptiveTest extends OwnValkeyTestCase
         }
         $l = $this->adaptive('lua');
         foreach ([['statusCode', 's', 99, null], ['statusCode', 's', 600, null],
-            ['retryAfterSeconds', 's', 429, -1.0], ['retryAfterSeconds', 's', 429, INF], ['shopId', '', 429, null]] as [$name, $shop, $status, $ra]) {
+            ['retryAfterSeconds', 's', 429, -1.0], ['retryAfterSeconds', 's', 429, NAN], ['retryAfterSeconds', 's', 429, -INF],
+            ['shopId', '', 429, null]] as [$name, $shop, $status, $ra]) {
             try {
                 $l->feedback($shop, $status, $ra);
                 $this->fail("$name accepted");
@@ -146,6 +147,27 @@ final class AdaptiveTest extends OwnValkeyTestCase
         $l->feedback('s', 429, 86400.0);
         $this->assertLessThanOrEqual(60.0, $l->acquire('a')->retryAfter());
         $this->assertGreaterThan(50.0, $l->acquire('a')->retryAfter());
+    }
+
+    /**
+     * INF (what PHP makes of a Retry-After of 309 digits or more) and any huge value ask
+     * for a long pause: the longest one (60 s), not a ConfigurationException.
+     *
+     * @dataProvider engines
+     */
+    #[\PHPUnit\Framework\Attributes\DataProvider('engines')]
+    public function testAnInfiniteOrHugeRetryAfterIsTheLongestPause(string $engine): void
+    {
+        foreach (['INF' => INF, '1e308' => 1e308, '400 digits as a float' => (float) str_repeat('9', 400)] as $case => $ra) {
+            $l = $this->adaptive($engine);
+            $l->feedback('s', 429, $ra);
+            $d = $l->acquire('a');
+            $this->assertSame('provider', $d->reason(), $case);
+            $this->assertLessThanOrEqual(60.0, $d->retryAfter(), $case);
+            $this->assertGreaterThan(50.0, $d->retryAfter(), $case);
+            $last = $l->health()['adaptive']['last_throttle'];
+            $this->assertTrue(is_finite($last['retry_after']), "$case: health() shows a finite Retry-After");
+        }
     }
 
     /** @dataProvider engines */

@@ -3,6 +3,7 @@ declare(strict_types=1);
 
 namespace CheckoutGuard\Tests;
 
+use CheckoutGuard\ConfigurationException;
 use CheckoutGuard\RateLimiter;
 use CheckoutGuard\UnavailableException;
 
@@ -119,6 +120,58 @@ final class TlsTest extends LimiterTestCase
             $this->assertStringContainsString("Valkey unavailable at rediss://localhost:$port", $e->getMessage());
             $this->assertStringContainsStringIgnoringCase($cause, $e->getMessage());
         }
+    }
+
+    /**
+     * X.509 v1 certificates (`openssl x509 -req` without `-extfile`), which OpenSSL and so
+     * phpredis and the server accept: a v1 client certificate is refused by the TLS library
+     * (rustls) and so at construction, a ConfigurationException naming tls.local_cert (ours,
+     * not the peer's), v1 and the way out; a v1 CA decides; a v1 server certificate is
+     * unavailable, the cause naming the server's certificate.
+     */
+    public function testX509V1CertificatesAreAcceptedWhereTheTlsLibraryCanAndRefusedByNameWhereItCannot(): void
+    {
+        self::$tls->makeV1();
+        $v1Client = ['local_cert' => self::$tls->path('client-v1.pem'), 'local_pk' => self::$tls->path('client-v1.key')];
+        // The server takes the v1 client certificate from phpredis (OpenSSL).
+        $r = new \Redis();
+        $r->connect('tls://localhost', self::$mutual, 1.0, null, 0, 0.0, ['stream' => $this->ca() + $v1Client]);
+        $this->assertTrue($r->ping());
+        try {
+            $this->tlsLimiter(self::$mutual, $this->ca() + $v1Client);
+            $this->fail('a v1 client certificate was accepted at construction');
+        } catch (ConfigurationException $e) {
+            $this->assertStringContainsString('tls.local_cert is an X.509 v1', $e->getMessage());
+            $this->assertStringContainsString('rustls', $e->getMessage());
+            $this->assertStringContainsString('-extfile', $e->getMessage());
+            $this->assertStringContainsString(self::$tls->path('client-v1.pem'), $e->getMessage());
+            $this->assertStringNotContainsString('peer', $e->getMessage());
+        }
+        // The INI default is named as itself.
+        ini_set('checkout_guard.tls.local_cert', $v1Client['local_cert']);
+        ini_set('checkout_guard.tls.local_pk', $v1Client['local_pk']);
+        try {
+            new RateLimiter(['global' => self::bucket(3), 'url' => 'rediss://localhost:' . self::$mutual]);
+            $this->fail('a v1 client certificate was accepted at construction');
+        } catch (ConfigurationException $e) {
+            $this->assertStringContainsString('checkout_guard.tls.local_cert is an X.509 v1', $e->getMessage());
+        } finally {
+            ini_restore('checkout_guard.tls.local_cert');
+            ini_restore('checkout_guard.tls.local_pk');
+        }
+        // A v1 CA: mutual TLS with the v3 certificates it signed decides.
+        $byV1 = self::$tls->start('server-by-v1', 'yes', null, 'ca-v1.pem');
+        $l = $this->tlsLimiter($byV1, ['cafile' => self::$tls->path('ca-v1.pem'),
+            'local_cert' => self::$tls->path('client-by-v1.pem'), 'local_pk' => self::$tls->path('client-by-v1.key')]);
+        $this->assertSame(['allowed' => 3, 'global' => 1], self::drain($l, 'shop', 4));
+        // A v1 server certificate: unavailable, the cause naming the server's certificate.
+        $v1Server = self::$tls->start('server-v1', 'no');
+        $l = $this->tlsLimiter($v1Server, $this->ca());
+        $this->assertSame('unavailable', $l->acquire('shop')->reason());
+        $error = (string) $l->health(false)['last_error'];
+        $this->assertStringContainsString('TLS handshake failed', $error);
+        $this->assertStringContainsString("the server's certificate", $error);
+        $this->assertStringContainsString('X.509 v1', $error);
     }
 
     public function testPeerNameAcceptsTheNameTheCertificateCarries(): void

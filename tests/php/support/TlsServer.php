@@ -57,13 +57,34 @@ final class TlsServer
         }
     }
 
-    /** A key and a certificate signed by the CA, valid for $days (negative: expired). */
-    private function leaf(string $name, string $ext, string $days): void
+    /**
+     * X.509 v1 certificates, as `openssl x509 -req` makes them without `-extfile` (OpenSSL,
+     * hence redis-cli, phpredis and the server, accepts them): a v1 CA `ca-v1`, a v3
+     * server certificate `server-by-v1` and a v3 client certificate `client-by-v1` it
+     * signed; a v1 client certificate `client-v1` and a v1 server certificate `server-v1`
+     * signed by the v3 CA.
+     */
+    public function makeV1(): void
+    {
+        $this->openssl(['req', '-new', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca-v1.key', '-out', 'ca-v1.csr',
+            '-subj', '/CN=checkout-guard test v1 CA']);
+        $this->openssl(['x509', '-req', '-in', 'ca-v1.csr', '-signkey', 'ca-v1.key', '-out', 'ca-v1.pem', '-days', '2']);
+        $this->leaf('server-by-v1', "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n", '2', 'ca-v1');
+        $this->leaf('client-by-v1', "extendedKeyUsage=clientAuth\n", '2', 'ca-v1');
+        $this->leaf('client-v1', '', '2');
+        $this->leaf('server-v1', '', '2');
+    }
+
+    /**
+     * A key and a certificate signed by the CA $ca, valid for $days (negative: expired);
+     * no extensions ($ext empty): an X.509 v1 certificate.
+     */
+    private function leaf(string $name, string $ext, string $days, string $ca = 'ca'): void
     {
         file_put_contents("{$this->dir}/$name.ext", $ext);
         $this->openssl(['req', '-newkey', 'rsa:2048', '-nodes', '-keyout', "$name.key", '-out', "$name.csr", '-subj', "/CN=$name"]);
-        $sign = ['x509', '-req', '-in', "$name.csr", '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial',
-            '-out', "$name.pem", '-extfile', "$name.ext"];
+        $sign = ['x509', '-req', '-in', "$name.csr", '-CA', "$ca.pem", '-CAkey', "$ca.key", '-CAcreateserial',
+            '-out', "$name.pem", ...($ext === '' ? [] : ['-extfile', "$name.ext"])];
         try {
             $this->openssl([...$sign, '-days', $days]);
         } catch (\RuntimeException $e) {
@@ -84,16 +105,16 @@ final class TlsServer
      * Starts a TLS-only server with certificate $cert; $clients is --tls-auth-clients
      * ("yes": a client certificate is required); $config, a config file read before the
      * command line's settings (what the command line cannot say: `rename-command X ""`,
-     * `user` lines). Returns its port.
+     * `user` lines); $ca, the file of the CAs it trusts for clients. Returns its port.
      */
-    public function start(string $cert = 'server', string $clients = 'no', ?string $config = null): int
+    public function start(string $cert = 'server', string $clients = 'no', ?string $config = null, string $ca = 'ca.pem'): int
     {
         $port = ValkeyProcess::freePort();
         $this->commands[$port] = [self::bin(), ...($config === null ? [] : [$config]), '--port', '0', '--tls-port', (string) $port, '--bind', '127.0.0.1',
             '--save', '', '--appendonly', 'no', '--dir', $this->dir, '--daemonize', 'yes',
             '--pidfile', $this->pidfile($port), '--logfile', "{$this->dir}/redis-$port.log",
             '--tls-cert-file', $this->path("$cert.pem"), '--tls-key-file', $this->path("$cert.key"),
-            '--tls-ca-cert-file', $this->path('ca.pem'), '--tls-auth-clients', $clients];
+            '--tls-ca-cert-file', $this->path($ca), '--tls-auth-clients', $clients];
         $this->launch($port);
         $this->pidfiles[] = $this->pidfile($port);
         return $port;

@@ -16,11 +16,39 @@ final class TlsOptionsTest extends LimiterTestCase
 {
     private static string $dir;
 
+    /** A real X.509 v3 certificate (ed25519, self-signed, `openssl req -x509`). */
+    private const CERT_V3 = <<<'PEM'
+-----BEGIN CERTIFICATE-----
+MIIBOjCB7aADAgECAhRPIBDzujyaSKyxMhN2+py9zsbdvjAFBgMrZXAwEjEQMA4G
+A1UEAwwHdGVzdC12MzAgFw0yNjEyMDYwMzE4NTdaGA8yMTI2MTExMjAzMTg1N1ow
+EjEQMA4GA1UEAwwHdGVzdC12MzAqMAUGAytlcAMhAJH/1n+ayjv/IhWZ7fFl/TZZ
+GTdC5EgIqgK4Kj6oeJsZo1MwUTAdBgNVHQ4EFgQUkrb6XYsFG2HpU9UvUD1kapb7
+L/swHwYDVR0jBBgwFoAUkrb6XYsFG2HpU9UvUD1kapb7L/swDwYDVR0TAQH/BAUw
+AwEB/zAFBgMrZXADQQBroCNKPiVLlE8h1WIYKCyPSGxBpQ9zFu1DoTR0ERRmIdqP
+23QuBg8cXVrRWQk6UNQ/d50KclKka1qnB1hS6KoM
+-----END CERTIFICATE-----
+
+PEM;
+
+    /** The same key in an X.509 v1 certificate (`openssl x509 -req -signkey`, no -extfile). */
+    private const CERT_V1 = <<<'PEM'
+-----BEGIN CERTIFICATE-----
+MIHgMIGTAhQttmjWyOOAXeMjimrwi7Fc5HDRUDAFBgMrZXAwEjEQMA4GA1UEAwwH
+dGVzdC12MTAgFw0yNjEyMDYwMzE4NTdaGA8yMTI2MTExMjAzMTg1N1owEjEQMA4G
+A1UEAwwHdGVzdC12MTAqMAUGAytlcAMhAJH/1n+ayjv/IhWZ7fFl/TZZGTdC5EgI
+qgK4Kj6oeJsZMAUGAytlcANBAGzgSiyPm3oiVt+Z6mygVt9J6lPf2c1NuDR22yJt
+DOZ6jKUb9U717RS922kqttrGboUl/1nx0KPcjsy1VtAekwY=
+-----END CERTIFICATE-----
+
+PEM;
+
     public static function setUpBeforeClass(): void
     {
         self::$dir = sys_get_temp_dir() . '/cg-tls-opts-' . getmypid();
         @mkdir(self::$dir);
-        file_put_contents(self::$dir . '/ca.pem', "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n");
+        file_put_contents(self::$dir . '/ca.pem', self::CERT_V3);
+        file_put_contents(self::$dir . '/v1.pem', self::CERT_V1);
+        file_put_contents(self::$dir . '/notder.pem', "-----BEGIN CERTIFICATE-----\nMAMCAQA=\n-----END CERTIFICATE-----\n");
         file_put_contents(self::$dir . '/key.pem', "-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n");
         file_put_contents(self::$dir . '/garbage.pem', 'top-secret-key-material');
         file_put_contents(self::$dir . '/unreadable.pem', "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n");
@@ -61,6 +89,11 @@ final class TlsOptionsTest extends LimiterTestCase
             'not a pem' => [self::options(['cafile' => "$d/garbage.pem"]), "tls.cafile is not a PEM file (no -----BEGIN block): \"$d/garbage.pem\""],
             'key as certificate' => [self::options(['local_cert' => "$d/key.pem", 'local_pk' => "$d/key.pem"]), 'tls.local_cert holds no CERTIFICATE block'],
             'certificate as key' => [self::options(['local_cert' => "$d/ca.pem", 'local_pk' => "$d/ca.pem"]), 'tls.local_pk holds no PRIVATE KEY'],
+            'v1 client certificate' => [self::options(['local_cert' => "$d/v1.pem", 'local_pk' => "$d/key.pem"]),
+                "tls.local_cert is an X.509 v1 (or v2) certificate: the TLS library (rustls) accepts only v3 as the client's own certificate"],
+            'certificate rustls cannot parse' => [self::options(['local_cert' => "$d/notder.pem", 'local_pk' => "$d/key.pem"]),
+                "tls.local_cert is a certificate the TLS library (rustls) cannot use as the client's own certificate (BadDer): \"$d/notder.pem\""],
+            'CA rustls cannot parse' => [self::options(['cafile' => "$d/notder.pem"]), 'tls.cafile holds a certificate (number 1 in the file) that the TLS library (rustls) cannot use as a CA'],
             'cert without key' => [self::options(['local_cert' => "$d/ca.pem"]), 'tls.local_cert needs its private key'],
             'fragment in the url' => [['global' => ['capacity' => 1, 'refill_per_second' => 1], 'url' => 'rediss://h:6380#insecure'], 'takes no #fragment'],
         ];
@@ -106,6 +139,8 @@ final class TlsOptionsTest extends LimiterTestCase
             ], $url));
             $this->assertInstanceOf(RateLimiter::class, $l);
         }
+        // A v1 CA is a trust anchor rustls takes.
+        new RateLimiter(self::options(['cafile' => self::$dir . '/v1.pem']));
         // A TLS URL without the option: verified against the system's roots.
         new RateLimiter(['global' => ['capacity' => 1, 'refill_per_second' => 1], 'url' => 'rediss://h:6380']);
         $this->addToAssertionCount(1);

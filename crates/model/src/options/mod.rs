@@ -836,11 +836,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("cg-tls-opts-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let ca = dir.join("ca.pem");
-        std::fs::write(
-            &ca,
-            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
-        )
-        .unwrap();
+        std::fs::write(&ca, crate::tls::tests::CERT).unwrap();
         let ca = ca.to_str().unwrap().to_string();
         let tls = map(&[
             ("cafile", ca.as_str().into()),
