@@ -45,6 +45,7 @@ fn share_local_denials() {
         Some(master) => {
             // On failure the worker has a table of its own; health() and phpinfo() say why.
             let _ = denials::init_for_siblings(std::path::Path::new("/dev/shm"), master);
+            ini::note_refused_pool_settings(master);
         }
         None => denials::init_shared(),
     }

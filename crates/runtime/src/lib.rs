@@ -11,6 +11,7 @@
 
 pub mod clock;
 pub mod denials;
+pub mod fpm_pool;
 pub mod limiter;
 pub mod live_cache;
 pub mod process;
