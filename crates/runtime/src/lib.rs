@@ -18,6 +18,7 @@ pub mod process;
 pub mod store;
 pub mod sync;
 pub mod telemetry;
+pub mod warn_log;
 
 pub use checkout_guard_model as model;
 pub use clock::{Clock, SystemClock};

@@ -94,7 +94,7 @@ final class FpmPoolSettingsTest extends OwnValkeyTestCase
             $this->assertStringContainsString("php_admin_value[$setting]", $log);
         }
         $this->assertStringContainsString('before php_admin_value[extension]', $log);
-        $this->assertSame(1, substr_count($log, 'checkout_guard.url'), "said once per worker:\n$log");
+        $this->assertSame(1, substr_count($log, 'php_admin_value[checkout_guard.url]'), "said once per worker:\n$log");
     }
 
     private function startFpm(bool $settingsFirst): void
