@@ -87,8 +87,52 @@ pub fn get(setting: Setting) -> Option<String> {
     }
 }
 
+/// The warning naming the pool's `checkout_guard.*` lines php-fpm refused in this worker
+/// (loaded per pool, written after the extension line), said at the first use of the
+/// settings.
+static REFUSED: once_cell::sync::OnceCell<String> = once_cell::sync::OnceCell::new();
+static REFUSED_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// At module start-up in a php-fpm worker that loaded the extension per pool (its master
+/// `master`): reads the pool's lines back from php-fpm's configuration and keeps a warning
+/// naming the `checkout_guard.*` ones php-fpm refused (see `runtime::fpm_pool`). Said on
+/// stderr at once (php-fpm's log with `catch_workers_output`) and in PHP's error log at
+/// the first use of the settings, inside a request (the pool's `error_log`, or the web
+/// server's log through FastCGI): outside a request php-fpm's worker logs nowhere.
+pub fn note_refused_pool_settings(master: u32) {
+    use checkout_guard_runtime::fpm_pool;
+    let own = own_file_stem();
+    if let Some(w) = fpm_pool::refused_warning(master, own.as_deref().unwrap_or("checkout_guard")) {
+        eprintln!("{w}");
+        let _ = REFUSED.set(w);
+    }
+}
+
+/// This extension's file name as `extension=` gives it (`checkout_guard`), by `dladdr`.
+fn own_file_stem() -> Option<String> {
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr reads the address of a function of this library and fills `info`.
+    let found = unsafe { libc::dladdr(own_file_stem as *const libc::c_void, &mut info) };
+    if found == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: a NUL-terminated path owned by the dynamic loader.
+    let path = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy();
+    Some(checkout_guard_runtime::fpm_pool::extension_stem(&path).to_string())
+}
+
+/// Says the refused pool settings in PHP's error log, once per process.
+fn say_refused_once() {
+    if let Some(w) = REFUSED.get() {
+        if !REFUSED_SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            crate::php_call::log_error(w);
+        }
+    }
+}
+
 /// Every limiter's defaults, validated (the error names the INI setting).
 pub fn defaults() -> Result<Defaults, ConfigError> {
+    say_refused_once();
     Defaults::from_ini(
         get(URL).as_deref(),
         get(TIMEOUT_MS).as_deref(),

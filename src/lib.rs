@@ -22,6 +22,9 @@ use ext_php_rs::prelude::*;
 /// registered by hand; see `errors.rs`). Must never panic: a panic here aborts PHP.
 fn startup(_ty: i32, module_number: i32) -> i32 {
     ini::register(module_number);
+    // Failing open (an unreachable Valkey, a sink that cannot write) is said in PHP's
+    // error log, at most once a minute per cause.
+    checkout_guard_runtime::warn_log::set_writer(php_call::log_error);
     let _ = std::panic::catch_unwind(share_local_denials);
     match errors::register_exception_classes() {
         Ok(()) => 0,
@@ -45,6 +48,7 @@ fn share_local_denials() {
         Some(master) => {
             // On failure the worker has a table of its own; health() and phpinfo() say why.
             let _ = denials::init_for_siblings(std::path::Path::new("/dev/shm"), master);
+            ini::note_refused_pool_settings(master);
         }
         None => denials::init_shared(),
     }

@@ -174,9 +174,11 @@ pub fn flush_after_request() {
     recorder::put_back(setup, sinks);
 }
 
-/// Request start: call counts are per request.
+/// Request start: call counts are per request. Builds no state (see
+/// `recorder::start_request`: under php-fpm the first RINIT may run before the pool's
+/// settings are applied).
 pub fn request_startup() {
-    with_state(State::start_request);
+    recorder::start_request();
 }
 
 /// Records what an acquire() learnt beside its decision: a shop made hot by `auto_hot`

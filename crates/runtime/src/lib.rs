@@ -11,12 +11,14 @@
 
 pub mod clock;
 pub mod denials;
+pub mod fpm_pool;
 pub mod limiter;
 pub mod live_cache;
 pub mod process;
 pub mod store;
 pub mod sync;
 pub mod telemetry;
+pub mod warn_log;
 
 pub use checkout_guard_model as model;
 pub use clock::{Clock, SystemClock};

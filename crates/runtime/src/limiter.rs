@@ -736,6 +736,10 @@ impl Limiter {
         // The real back-off: after a failed connection, the time until Valkey is tried
         // again; after an error reply (Valkey answered), none: the next call asks again.
         let retry = failure.retry_in();
+        if self.options.on_unavailable != OnUnavailable::Throw {
+            // Failing open (or closed) is said in the log, at most once a minute per cause.
+            self.say_unavailable(&failure);
+        }
         // In shadow mode `deny` is reported (wouldAllow false) and let through; `throw`
         // still throws: the mode changes what isAllowed() answers, never the control flow.
         let d = match self.options.on_unavailable {
@@ -987,6 +991,34 @@ impl Limiter {
             cause,
             retry_in: Duration::ZERO,
         }
+    }
+
+    /// Says in PHP's error log (through `warn_log`: at most once a minute per limiter,
+    /// Valkey and cause) that decisions follow the `on_unavailable` policy, why, and which
+    /// setting to check.
+    fn say_unavailable(&self, failure: &StoreError) {
+        let (StoreError::Backoff { cause, .. } | StoreError::Failed { cause, .. }) = failure;
+        let url = self.options.endpoint.display_url();
+        let now_ns = self.clock.monotonic_ns();
+        crate::warn_log::warn(&["valkey", &self.options.name, url], cause, now_ns, || {
+            // No back-off after a failure: Valkey answered, but not with a decision.
+            let what = match failure {
+                StoreError::Failed { retry_in, .. } if retry_in.is_zero() => "got no decision from",
+                _ => "cannot reach",
+            };
+            let policy = match self.options.on_unavailable {
+                OnUnavailable::Allow => "allow (checkouts pass, unlimited)",
+                OnUnavailable::Deny => "deny (checkouts are refused)",
+                OnUnavailable::Throw => "throw",
+            };
+            format!(
+                "PHP Warning:  checkout_guard: limiter '{}' {what} Valkey at {url} ({cause}); \
+                 decisions follow on_unavailable={policy} meanwhile; check checkout_guard.url / \
+                 the limiter's url option (said at most once a minute per cause; health() and \
+                 Telemetry::stats() count them)",
+                self.options.name
+            )
+        });
     }
 
     fn unavailable(&self, e: StoreError) -> LimiterError {

@@ -107,6 +107,9 @@ impl Sinks {
             let written = match result {
                 Ok(()) => n,
                 Err((written, e)) => {
+                    if skip.is_none_or(|(name, _)| sink.name() != name) {
+                        say_sink_failed(sink.name(), &e, n - written.min(n));
+                    }
                     stats.failures += 1;
                     stats.last_error = Some(e);
                     written.min(n)
@@ -122,6 +125,26 @@ impl Sinks {
     pub fn stats(&self) -> impl Iterator<Item = (&'static str, &SinkStats)> {
         self.sinks.iter().map(|(s, st)| (s.name(), st))
     }
+}
+
+/// Says in PHP's error log (through `warn_log`: at most once a minute per sink and
+/// cause) that a sink cannot write, and which setting to check.
+fn say_sink_failed(sink: &str, cause: &str, dropped: usize) {
+    use crate::clock::{Clock, SystemClock};
+    let now_ns = SystemClock.monotonic_ns();
+    crate::warn_log::warn(&["sink", sink], cause, now_ns, || {
+        let check = match sink {
+            "jsonl" => "checkout_guard.events.jsonl_path (the file, its directory, the disk)",
+            "stream" => "checkout_guard.events.stream_url (or checkout_guard.url) and its Valkey",
+            "newrelic" => "the New Relic PHP agent (the newrelic extension)",
+            _ => "checkout_guard.events.sinks",
+        };
+        format!(
+            "PHP Warning:  checkout_guard: telemetry sink '{sink}' cannot write ({cause}); \
+             {dropped} event(s) dropped, counted in Telemetry::stats(); checkouts are not \
+             affected; check {check} (said at most once a minute per cause)"
+        )
+    });
 }
 
 #[cfg(test)]

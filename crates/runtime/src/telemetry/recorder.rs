@@ -202,10 +202,7 @@ impl State {
 
     /// Request start: call counts are per request.
     pub fn start_request(&mut self) {
-        REQUEST_CALLS.with_borrow_mut(|r| {
-            r.per_api.clear();
-            r.total = 0;
-        });
+        start_request();
     }
 
     /// ExternalApiCall events measured so far in this request, for one api or for all.
@@ -229,6 +226,18 @@ impl State {
             config_error: self.config.as_ref().err().map(|e| e.to_string()),
         }
     }
+}
+
+/// Request start: this thread's call counts start again. Needs no state, and builds none:
+/// a module start-up may run a request start-up before the SAPI has applied its settings
+/// (php-fpm's `php_admin_value[extension]` loads the extension and runs its RINIT inside
+/// the pool's settings, before the `checkout_guard.*` ones that follow it); the state is
+/// built on first use, inside a request, from the settings then in force.
+pub fn start_request() {
+    REQUEST_CALLS.with_borrow_mut(|r| {
+        r.per_api.clear();
+        r.total = 0;
+    });
 }
 
 /// Runs `f` on the process's state, building it with `setup` on first use (and again
