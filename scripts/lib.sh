@@ -202,3 +202,11 @@ begin_run() {
   rm -rf "$out"; mkdir -p "$out"
   stop_current_on_exit
 }
+
+# php_errors FILE: the lines of a php-fpm error log that are PHP errors, less the extension's
+# own notice that it fails open (docs/operations.md, "Failing open is said in the log": a
+# test that stops Valkey under php-fpm causes it, once a minute per worker and cause).
+php_errors() {
+  [ -s "$1" ] || return 0
+  grep -Ev "checkout_guard: (limiter '.*' (cannot reach|got no decision from) Valkey|telemetry sink '.*' cannot write)" "$1" || true
+}

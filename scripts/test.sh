@@ -102,8 +102,9 @@ if [ "$suite" != unit ]; then
     done
   fi
 
-  if [ -s "$run/php-errors.log" ]; then
-    echo "PHP errors under php-fpm:" >&2; cat "$run/php-errors.log" >&2; exit 1
+  errors=$(php_errors "$run/php-errors.log")
+  if [ -n "$errors" ]; then
+    echo "PHP errors under php-fpm:" >&2; echo "$errors" >&2; exit 1
   fi
 fi
 
