@@ -7,7 +7,6 @@
 //! that accepts TCP and never answers the handshake fails the open within its timeout.
 
 use std::io::Write;
-use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -176,27 +175,7 @@ pub fn check_peer_name(
             Ok(left)
         }
     };
-    let mut last = None;
-    let mut tcp = None;
-    for addr in (host, port).to_socket_addrs()? {
-        match TcpStream::connect_timeout(&addr, left()?) {
-            Ok(s) => {
-                tcp = Some(s);
-                break;
-            }
-            Err(e) => last = Some(e),
-        }
-    }
-    let mut tcp = match (tcp, last) {
-        (Some(tcp), _) => tcp,
-        (None, Some(e)) => return Err(e.into()),
-        (None, None) => {
-            return Err(RedisError::from((
-                ErrorKind::InvalidClientConfig,
-                "could not resolve to any addresses",
-            )))
-        }
-    };
+    let mut tcp = crate::wire::connect_tcp(host, port, deadline)?;
     while conn.is_handshaking() {
         let t = left()?;
         tcp.set_read_timeout(Some(t))?;

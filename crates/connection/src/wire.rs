@@ -210,37 +210,9 @@ impl Wire {
     /// Connects to `target` by `deadline` (TCP connect and, over TLS, the handshake); the
     /// set-up (AUTH, SELECT, ...) is the caller's, by the same deadline.
     pub(crate) fn connect(target: Target<'_>, deadline: Instant) -> RedisResult<Self> {
-        let left = || {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                Err(timed_out())
-            } else {
-                Ok(left)
-            }
-        };
         let (kind, tls) = match target {
             Target::Tcp { host, port, tls } => {
-                let mut last = None;
-                let mut tcp = None;
-                for addr in (host, port).to_socket_addrs()? {
-                    match TcpStream::connect_timeout(&addr, left()?) {
-                        Ok(s) => {
-                            tcp = Some(s);
-                            break;
-                        }
-                        Err(e) => last = Some(e),
-                    }
-                }
-                let tcp = match (tcp, last) {
-                    (Some(tcp), _) => tcp,
-                    (None, Some(e)) => return Err(e.into()),
-                    (None, None) => {
-                        return Err(RedisError::from((
-                            ErrorKind::InvalidClientConfig,
-                            "could not resolve to any addresses",
-                        )))
-                    }
-                };
+                let tcp = connect_tcp(host, port, deadline)?;
                 tcp.set_nodelay(true)?;
                 (SockKind::Tcp(tcp), tls.map(|t| (t, host)))
             }
@@ -394,6 +366,29 @@ impl Wire {
         self.send(packed, 1)?;
         self.recv()
     }
+}
+
+/// A TCP connection to `host:port` by `deadline`: each address the name resolves to in
+/// turn, within what is left; the last one's error when none answers.
+pub(crate) fn connect_tcp(host: &str, port: u16, deadline: Instant) -> RedisResult<TcpStream> {
+    let mut last = None;
+    for addr in (host, port).to_socket_addrs()? {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(timed_out());
+        }
+        match TcpStream::connect_timeout(&addr, left) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(match last {
+        Some(e) => e.into(),
+        None => RedisError::from((
+            ErrorKind::InvalidClientConfig,
+            "could not resolve to any addresses",
+        )),
+    })
 }
 
 /// Over TLS, whether the connection was closed or went out of step while idle: the
