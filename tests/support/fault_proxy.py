@@ -19,6 +19,13 @@ the file (a test writes the faults it wants before the command):
   delay MS      the reply is forwarded after MS milliseconds
   trickle MS    the reply, and everything after it on that connection, goes a byte at a
                 time, MS milliseconds apart
+  wrongtype     the reply is replaced by `:1` (well-formed RESP of the wrong shape)
+  dup           the reply is sent twice in one chunk (bytes nobody asked for after it)
+  extra MS      the reply, then MS milliseconds later an unasked `+UNASKED`
+
+A line `cut N` in CONTROL_FILE.up (the other direction) cuts the client's next bytes to
+the server: N more bytes are forwarded, then the client is reset (a request, or a
+pipeline of them, broken partway while it is written).
 
 Standard library only; one thread per direction and connection. Bounded: it serves until
 killed, and the tests that start it stop it.
@@ -61,9 +68,25 @@ def close(sock: socket.socket, reset: bool = False) -> None:
     sock.close()
 
 
-def upstream(client: socket.socket, server: socket.socket) -> None:
+def upstream(client: socket.socket, server: socket.socket, control: str) -> None:
+    cut = None
     try:
         while data := client.recv(65536):
+            if cut is None:
+                fault = next_fault(control + ".up")
+                if fault and fault[0] == "cut":
+                    cut = int(fault[1])
+            if cut is not None:
+                part = data[:cut]
+                server.sendall(part)
+                cut -= len(part)
+                if cut <= 0:
+                    # The server reads what it got before the client's side goes.
+                    time.sleep(0.2)
+                    close(client, reset=True)
+                    close(server)
+                    return
+                continue
             server.sendall(data)
     except OSError:
         pass
@@ -97,6 +120,14 @@ def downstream(server: socket.socket, client: socket.socket, control: str) -> No
                     return
                 if what == "garble":
                     data = (b"?garbled" + b"#" * len(data))[: len(data)]
+                elif what == "wrongtype":
+                    data = b":1\r\n"
+                elif what == "dup":
+                    data = data + data
+                elif what == "extra":
+                    client.sendall(data)
+                    time.sleep(arg)
+                    data = b"+UNASKED\r\n"
                 elif what == "delay":
                     time.sleep(arg)
                 elif what == "trickle":
@@ -129,7 +160,7 @@ def main() -> None:
             continue
         for s in (client, server):
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        threading.Thread(target=upstream, args=(client, server), daemon=True).start()
+        threading.Thread(target=upstream, args=(client, server, control), daemon=True).start()
         threading.Thread(target=downstream, args=(server, client, control), daemon=True).start()
 
 

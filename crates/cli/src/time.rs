@@ -110,19 +110,20 @@ pub fn parse_time(s: &str) -> Result<i64, String> {
     }
     // Checked: a year past the range of i64 milliseconds (about ±292 million) is refused,
     // not wrapped.
-    days_from_civil(dp[0], dp[1], dp[2])
-        .checked_mul(86_400)
-        .and_then(|s| s.checked_add(h * 3600 + mi * 60 + se))
-        .and_then(|s| s.checked_mul(1000))
-        .and_then(|ms| ms.checked_add(ms_frac))
-        .ok_or_else(|| {
-            format!(
-                "{} (out of the range of Unix milliseconds: {} .. {})",
-                bad(),
-                format_ms(i64::MIN),
-                format_ms(i64::MAX)
-            )
-        })
+    // In i128, then checked into i64: the seconds of i64::MIN's day times 1000 are below
+    // i64::MIN before its milliseconds bring them back in.
+    let ms = (i128::from(days_from_civil(dp[0], dp[1], dp[2])) * 86_400
+        + i128::from(h * 3600 + mi * 60 + se))
+        * 1000
+        + i128::from(ms_frac);
+    i64::try_from(ms).map_err(|_| {
+        format!(
+            "{} (out of the range of Unix milliseconds: {} .. {})",
+            bad(),
+            format_ms(i64::MIN),
+            format_ms(i64::MAX)
+        )
+    })
 }
 
 /// `5m`, `300s`, `1s`, `250ms`, `1h` in milliseconds.

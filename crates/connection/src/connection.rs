@@ -206,12 +206,13 @@ impl Connection {
         }
     }
 
-    /// Commands written in full whose replies were not read: after a failure, their outcome
-    /// is unknown and they must not be sent again. Always 0 on a cluster, whose
-    /// connection (redis-rs's) does not tell; see docs/reliability.md.
-    pub fn unanswered(&self) -> usize {
+    /// Sends of which a byte was written since the connection opened ([`Wire::sent`]): a
+    /// call that failed after this count grew may have run in the server, and must not be
+    /// sent again. Always 0 on a cluster, whose connection (redis-rs's) does not tell; see
+    /// docs/reliability.md.
+    pub fn sent(&self) -> u64 {
         match &self.link {
-            Link::Single(c) => c.unanswered(),
+            Link::Single(c) => c.sent(),
             Link::Cluster(_) => 0,
         }
     }

@@ -49,7 +49,12 @@ pub fn describe(e: &RedisError, timeout: Duration) -> String {
     if e.is_timeout() {
         format!("timed out after {} ms", timeout.as_millis())
     } else {
+        // One line: a parse error's text spans several, and a cause goes into log lines
+        // and exception messages.
         e.to_string()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 }
 
@@ -132,6 +137,16 @@ mod tests {
         ] {
             assert!(!is_reply_error(&e), "{e}");
         }
+    }
+
+    /// A cause is one line (it goes into log lines and exception messages): a parse
+    /// error's text spans several (adversarial review).
+    #[test]
+    fn a_cause_is_described_on_one_line() {
+        let e = redis::parse_redis_value(b"?garbled\r\n").unwrap_err();
+        assert!(e.to_string().contains('\n'), "the case: {e}");
+        let d = describe(&e, Duration::from_millis(50));
+        assert!(!d.contains('\n') && !d.is_empty(), "{d}");
     }
 
     #[test]

@@ -76,8 +76,8 @@ impl Failure {
 /// says the outcome is unknown. So a kept connection is replaced *before* anything is sent
 /// on it when it was closed by the server while idle (Valkey restarted, an idle timeout:
 /// [`Connection::closed_while_idle`], a look without blocking), and `op` runs on the new
-/// one. After that, `op` runs again on a new connection only when it failed before any
-/// command was written in full (the server never ran it), or on a `READONLY` reply (a
+/// one. After that, `op` runs again on a new connection only when it failed before a byte
+/// of it was written (the server never saw it), or on a `READONLY` reply (a
 /// primary demoted by a failover refused it: the next open of a Sentinel endpoint asks the
 /// sentinels again). A connection this call opened is not retried: the endpoint is down,
 /// the caller reports it. (A cluster's connection is redis-rs's, which reconnects and
@@ -115,12 +115,15 @@ pub fn reconnect_once<C: AsMut<Connection>, T>(
             *kept = None;
             return Err(Failure::Socket(e));
         }
+        let sent_before = held.as_mut().sent();
         match op(held) {
             Ok(v) => return Ok(v),
             // READONLY: a demoted primary, the wrong server: dropped as a broken one.
             Err(e) if is_reply_error(&e) && !is_readonly(&e) => return Err(Failure::Reply(e)),
             Err(e) => {
-                let unknown = held.as_mut().unanswered() > 0;
+                // Anything written may have run, whatever came back (nothing, a reply cut
+                // or garbled, one of the wrong shape); a READONLY refusal did not run.
+                let unknown = held.as_mut().sent() > sent_before && !is_readonly(&e);
                 *kept = None;
                 if unknown {
                     return Err(Failure::Unknown(e));

@@ -57,8 +57,12 @@ fn client_config(tls: &Tls) -> RedisResult<rustls::ClientConfig> {
             }
         }
         None => {
-            let found = rustls_native_certs::load_native_certs();
-            roots.add_parsable_certificates(found.certs);
+            // The system's roots, read once per process (a bundle of a few hundred
+            // certificates takes milliseconds to parse: not on every connect).
+            static NATIVE: std::sync::OnceLock<Vec<CertificateDer<'static>>> =
+                std::sync::OnceLock::new();
+            let native = NATIVE.get_or_init(|| rustls_native_certs::load_native_certs().certs);
+            roots.add_parsable_certificates(native.iter().cloned());
         }
     }
     let builder = rustls::ClientConfig::builder().with_root_certificates(roots);

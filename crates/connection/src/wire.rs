@@ -13,13 +13,17 @@
 //! - **At most once.** A command is sent only on a connection known to be in step: before
 //!   a call's first write, [`Wire::closed_while_idle`] looks (without blocking) whether the
 //!   server closed the connection or sent something unasked while it was idle (a restart,
-//!   an idle timeout); such a connection is replaced before anything is sent. Once a
-//!   command was written in full, [`Wire::unanswered`] counts it until its reply is read:
-//!   a failure with a command unanswered leaves its outcome unknown, and the caller must not
-//!   send it again ([`crate::reconnect_once`] does not).
+//!   an idle timeout); such a connection is replaced before anything is sent. Once any
+//!   byte of a command (or of a pipeline) was written, [`Wire::sent`] counts it: a call that
+//!   fails after that leaves its outcome unknown (a reply lost, cut, unreadable or of the
+//!   wrong shape alike), and the caller must not send it again ([`crate::reconnect_once`]
+//!   does not).
 //!
-//! Replies are parsed by redis-rs's own [`redis::Parser`] (RESP2 and RESP3), reading
-//! through [`Sock`], which does the waiting. TLS is rustls's, driven over the same socket.
+//! Replies are read into a buffer of the connection's own and cut at the end of each
+//! whole RESP value ([`frame_end`], by hand: it is what tells a reply from bytes nobody
+//! asked for, which then mark the connection out of step), then parsed by redis-rs's
+//! [`redis::parse_redis_value`] (RESP2 and RESP3). [`Sock`] does the waiting. TLS is
+//! rustls's, driven over the same socket.
 //!
 //! Why by hand: this is the hot path of every decision (one write, one `poll()`, one read;
 //! one more non-blocking `recv(MSG_PEEK)` for the idle check), and the three promises
@@ -43,6 +47,9 @@ use crate::errors::timed_out;
 pub(crate) struct Sock {
     kind: SockKind,
     deadline: Instant,
+    /// Bytes written to the socket (over TLS, records): whether a command may have reached
+    /// the server.
+    wrote: u64,
 }
 
 enum SockKind {
@@ -151,6 +158,10 @@ impl Write for Sock {
             match self.raw_write(buf) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait(libc::POLLOUT)?,
+                Ok(n) => {
+                    self.wrote += n as u64;
+                    return Ok(n);
+                }
                 other => return other,
             }
         }
@@ -187,14 +198,20 @@ enum Limit {
 /// An open connection to one server (see the module's doc).
 pub struct Wire {
     stream: Stream,
-    parser: redis::Parser,
+    /// Bytes read and not yet parsed: empty between calls on a connection in step.
+    buf: Vec<u8>,
     db: i64,
     limit: Limit,
-    /// Commands written in full whose replies were not read yet.
-    unanswered: usize,
+    /// Sends (a command or a pipeline) of which a byte was written: such a send may have
+    /// reached the server and run.
+    sent: u64,
     /// False once a write or read failed: the stream may be out of step.
     open: bool,
 }
+
+/// The longest reply read (Valkey's own default `proto-max-bulk-len`): a peer announcing
+/// more is refused rather than buffered.
+const MAX_REPLY: usize = 512 << 20;
 
 /// Where to connect: a TCP address (with TLS or without) or a Unix socket.
 pub(crate) enum Target<'a> {
@@ -216,9 +233,13 @@ impl Wire {
                 tcp.set_nodelay(true)?;
                 (SockKind::Tcp(tcp), tls.map(|t| (t, host)))
             }
-            Target::Unix(path) => (SockKind::Unix(UnixStream::connect(path)?), None),
+            Target::Unix(path) => (SockKind::Unix(connect_unix(path, deadline)?), None),
         };
-        let sock = Sock { kind, deadline };
+        let sock = Sock {
+            kind,
+            deadline,
+            wrote: 0,
+        };
         match &sock.kind {
             SockKind::Tcp(s) => s.set_nonblocking(true)?,
             SockKind::Unix(s) => s.set_nonblocking(true)?,
@@ -238,10 +259,10 @@ impl Wire {
         };
         Ok(Self {
             stream,
-            parser: redis::Parser::new(),
+            buf: Vec::new(),
             db: 0,
             limit: Limit::Until(deadline),
-            unanswered: 0,
+            sent: 0,
             open: true,
         })
     }
@@ -261,10 +282,10 @@ impl Wire {
         self.limit = Limit::Each(timeout);
     }
 
-    /// Commands written in full whose replies were not read: after a failure, their
-    /// outcome is unknown (the server may have run them).
-    pub fn unanswered(&self) -> usize {
-        self.unanswered
+    /// Sends of which a byte was written, since the connection opened: a call that failed
+    /// after this count grew may have run in the server.
+    pub fn sent(&self) -> u64 {
+        self.sent
     }
 
     /// Whether the connection cannot be used for a command now, found without blocking and
@@ -276,14 +297,16 @@ impl Wire {
         if !self.open {
             return true;
         }
-        let dead = match &mut self.stream {
-            Stream::Plain(sock) => match sock.readable_now() {
-                Ok(false) => false,
-                // Readable while idle: EOF, an error, or unasked bytes: all out of step.
-                _ => true,
-            },
-            Stream::Tls(s) => tls_closed_while_idle(s),
-        };
+        // A reply's bytes past its end, read with it: nobody asked for them.
+        let dead = !self.buf.is_empty()
+            || match &mut self.stream {
+                Stream::Plain(sock) => match sock.readable_now() {
+                    Ok(false) => false,
+                    // Readable while idle: EOF, an error, or unasked bytes: all out of step.
+                    _ => true,
+                },
+                Stream::Tls(s) => tls_closed_while_idle(s),
+            };
         if dead {
             self.open = false;
         }
@@ -309,38 +332,75 @@ impl Wire {
         Ok(())
     }
 
-    fn send(&mut self, bytes: &[u8], replies: usize) -> RedisResult<()> {
+    fn send(&mut self, bytes: &[u8]) -> RedisResult<()> {
         self.begin()?;
+        let before = self.stream.sock().wrote;
         let written = match &mut self.stream {
             Stream::Plain(s) => s.write_all(bytes),
             Stream::Tls(s) => s.write_all(bytes).and_then(|_| s.flush()),
         };
+        // A byte on the wire: the server may have a whole command of it (of a pipeline,
+        // the ones before the break), and may run it.
+        if self.stream.sock().wrote > before {
+            self.sent += 1;
+        }
         if let Err(e) = written {
-            // Not written in full: the server never saw the whole command, so never ran
-            // it. The stream is out of step all the same.
+            // The stream is out of step.
             self.open = false;
             return Err(e.into());
         }
-        self.unanswered += replies;
         Ok(())
     }
 
     /// The next reply (RESP3 push messages skipped), by the command's deadline.
     fn recv(&mut self) -> RedisResult<Value> {
+        let read = self.recv_inner();
+        if read.is_err() {
+            self.open = false;
+        }
+        read
+    }
+
+    fn recv_inner(&mut self) -> RedisResult<Value> {
         loop {
-            let read = match &mut self.stream {
-                Stream::Plain(s) => self.parser.parse_value(s),
-                Stream::Tls(s) => self.parser.parse_value(&mut **s),
-            };
-            match read {
-                Ok(Value::Push { .. }) => {}
-                Ok(v) => {
-                    self.unanswered = self.unanswered.saturating_sub(1);
-                    return Ok(v);
+            match frame_end(&self.buf)? {
+                Some(end) => {
+                    let value = redis::parse_redis_value(&self.buf[..end]);
+                    self.buf.drain(..end);
+                    match value? {
+                        Value::Push { .. } => {}
+                        v => return Ok(v),
+                    }
                 }
-                Err(e) => {
-                    self.open = false;
-                    return Err(e);
+                None => {
+                    if self.buf.len() >= MAX_REPLY {
+                        return Err(RedisError::from((
+                            ErrorKind::Parse,
+                            "reply too long",
+                            format!("over {} MiB", MAX_REPLY >> 20),
+                        )));
+                    }
+                    // At least 16 KiB, and as much again as is buffered: a long reply is
+                    // read in doubling steps, and scanned again only that often.
+                    let old = self.buf.len();
+                    let want = old.max(16 << 10).min(MAX_REPLY - old);
+                    self.buf.resize(old + want, 0);
+                    let n = match &mut self.stream {
+                        Stream::Plain(s) => s.read(&mut self.buf[old..]),
+                        Stream::Tls(s) => s.read(&mut self.buf[old..]),
+                    };
+                    self.buf.truncate(old + *n.as_ref().unwrap_or(&0));
+                    match n {
+                        Ok(0) => {
+                            return Err(io::Error::new(
+                                io::ErrorKind::UnexpectedEof,
+                                "the server closed the connection",
+                            )
+                            .into())
+                        }
+                        Ok(_) => {}
+                        Err(e) => return Err(e.into()),
+                    }
                 }
             }
         }
@@ -354,7 +414,7 @@ impl Wire {
         count: usize,
         into: &mut Vec<Value>,
     ) -> RedisResult<()> {
-        self.send(packed, count)?;
+        self.send(packed)?;
         for _ in 0..count {
             into.push(self.recv()?);
         }
@@ -363,8 +423,139 @@ impl Wire {
 
     /// Sends one command and reads its reply (an error reply is `Value::ServerError`).
     pub(crate) fn call_packed(&mut self, packed: &[u8]) -> RedisResult<Value> {
-        self.send(packed, 1)?;
+        self.send(packed)?;
         self.recv()
+    }
+}
+
+/// Where the first whole RESP value (RESP2 or RESP3) in `buf` ends; `None` while it is not
+/// all there. Bytes that are not RESP are an error (the stream is out of step). A value's
+/// parts are counted, not recursed into, so nesting costs no stack.
+fn frame_end(buf: &[u8]) -> RedisResult<Option<usize>> {
+    let bad = |what: String| RedisError::from((ErrorKind::Parse, "not a RESP reply", what));
+    let mut pos = 0;
+    // Values still to be read: the first, then the parts of each aggregate met.
+    let mut pending: u64 = 1;
+    while pending > 0 {
+        pending -= 1;
+        let Some(&kind) = buf.get(pos) else {
+            return Ok(None);
+        };
+        let Some(nl) = buf[pos..].windows(2).position(|w| w == b"\r\n") else {
+            return Ok(None);
+        };
+        let line = &buf[pos + 1..pos + nl];
+        pos += nl + 2;
+        let count = || -> RedisResult<i64> {
+            std::str::from_utf8(line)
+                .ok()
+                .and_then(|l| l.parse::<i64>().ok())
+                .ok_or_else(|| bad(format!("a length of {:?}", String::from_utf8_lossy(line))))
+        };
+        match kind {
+            b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => {}
+            // Bulk string, bulk error, verbatim string: the length, the bytes, CRLF.
+            b'$' | b'!' | b'=' => {
+                let n = count()?;
+                if n >= 0 {
+                    let end = pos.saturating_add(n as usize).saturating_add(2);
+                    if buf.len() < end {
+                        return Ok(None);
+                    }
+                    if &buf[end - 2..end] != b"\r\n" {
+                        return Err(bad(format!("a bulk of {n} bytes not ended by CRLF")));
+                    }
+                    pos = end;
+                }
+            }
+            b'*' | b'~' | b'>' => pending = pending.saturating_add(count()?.max(0) as u64),
+            b'%' => pending = pending.saturating_add(2 * count()?.max(0) as u64),
+            // Attributes: a map, then the value they describe.
+            b'|' => pending = pending.saturating_add(2 * count()?.max(0) as u64 + 1),
+            other => return Err(bad(format!("a reply starting with byte {other:#04x}"))),
+        }
+    }
+    Ok(Some(pos))
+}
+
+/// A Unix socket connection to `path` by `deadline`: a non-blocking connect, so a server
+/// whose backlog is full (stopped, overloaded) fails it at the deadline rather than
+/// holding the caller (a blocking connect waits for room as long as it takes).
+fn connect_unix(path: &std::path::Path, deadline: Instant) -> io::Result<UnixStream> {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: zeroed is a valid sockaddr_un; the path is copied within sun_path below.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_bytes();
+    if bytes.len() >= addr.sun_path.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the socket's path is too long",
+        ));
+    }
+    for (dst, src) in addr.sun_path.iter_mut().zip(bytes) {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: a new socket; owned by the UnixStream from here on (closed on every return).
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a valid socket this function just opened and owns alone.
+    let stream = unsafe { UnixStream::from_raw_fd(fd) };
+    let timed_out = || {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            "timed out: the server did not accept the connection",
+        )
+    };
+    loop {
+        // SAFETY: addr is a sockaddr_un of its full size.
+        let r = unsafe {
+            libc::connect(
+                fd,
+                &addr as *const libc::sockaddr_un as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+            )
+        };
+        if r == 0 {
+            return Ok(stream);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => {}
+            // The backlog is full: room may come; asked again each millisecond.
+            Some(libc::EAGAIN) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(timed_out());
+                }
+                std::thread::sleep(left.min(Duration::from_millis(1)));
+            }
+            Some(libc::EINPROGRESS) => {
+                let sock = Sock {
+                    kind: SockKind::Unix(stream),
+                    deadline,
+                    wrote: 0,
+                };
+                sock.wait(libc::POLLOUT).map_err(|_| timed_out())?;
+                let SockKind::Unix(stream) = sock.kind else {
+                    unreachable!("made above")
+                };
+                return match stream.take_error()? {
+                    None => Ok(stream),
+                    Some(e) => Err(e),
+                };
+            }
+            _ => return Err(e),
+        }
     }
 }
 

@@ -403,3 +403,64 @@ fn dns_lookup_that_never_ends() {
         assert!(took < Duration::from_secs(5), "{took:?}");
     }
 }
+
+/// A Unix socket whose server accepts nothing and whose backlog is full (a Valkey stopped
+/// with SIGSTOP): the open ends at its deadline (before: the blocking connect waited 6 s
+/// and more, adversarial review).
+#[test]
+fn a_unix_socket_whose_backlog_is_full_fails_the_open_within_the_timeout() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::net::UnixListener;
+    let dir = std::env::temp_dir().join(format!("cg-backlog-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("full.sock");
+    let _listener = UnixListener::bind(&path).unwrap();
+    // Fill the backlog with non-blocking connections nobody accepts, until the kernel
+    // answers EAGAIN (the backlog is full).
+    let mut held: Vec<OwnedFd> = Vec::new();
+    // SAFETY: a zeroed sockaddr_un, the path copied within it (short: a temp dir).
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, b) in addr.sun_path.iter_mut().zip(path.as_os_str().as_bytes()) {
+        *d = *b as libc::c_char;
+    }
+    loop {
+        assert!(held.len() < 100_000, "the backlog never filled");
+        // SAFETY: a new socket, owned by `held` below.
+        let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0) };
+        assert!(fd >= 0);
+        // SAFETY: fd was just opened here.
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: addr is a sockaddr_un of its full size.
+        let r = unsafe {
+            libc::connect(
+                fd,
+                &addr as *const libc::sockaddr_un as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            break;
+        }
+        held.push(owned);
+    }
+    let started = Instant::now();
+    let e = Connection::open(
+        &endpoint(&format!("unix://{}", path.display())),
+        Client::WORKER,
+        Duration::from_millis(100),
+    )
+    .err()
+    .expect("nobody accepts");
+    assert!(e.is_timeout(), "{e}");
+    // 0.1 s; a blocking connect waits until room comes (never, here).
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(held);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -110,6 +110,12 @@ struct Proxy {
 }
 
 impl Proxy {
+    /// The client's next bytes to the server: `n` more forwarded, then the client reset.
+    fn cut_request_after(&self, n: usize) {
+        let up = format!("{}.up", self.control.display());
+        std::fs::write(up, format!("cut {n}\n")).unwrap();
+    }
+
     fn start(target: u16) -> Self {
         let control =
             std::env::temp_dir().join(format!("cg-fault-control-{}-{target}", std::process::id()));
@@ -153,10 +159,22 @@ impl Drop for Proxy {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.control);
+        let _ = std::fs::remove_file(format!("{}.up", self.control.display()));
     }
 }
 
 fn limiter(url: &str, name: &str, engine: &str, capacity: i64, timeout_ms: i64) -> Limiter {
+    limiter_backing_off(url, name, engine, capacity, timeout_ms, 0)
+}
+
+fn limiter_backing_off(
+    url: &str,
+    name: &str,
+    engine: &str,
+    capacity: i64,
+    timeout_ms: i64,
+    retry_interval_ms: i64,
+) -> Limiter {
     let options = Value::Map(vec![
         ("name".into(), Value::Str(name.as_bytes().to_vec())),
         ("url".into(), Value::Str(url.as_bytes().to_vec())),
@@ -174,7 +192,7 @@ fn limiter(url: &str, name: &str, engine: &str, capacity: i64, timeout_ms: i64) 
     ]);
     let defaults = Defaults {
         local_denials: false,
-        retry_interval_ms: 0,
+        retry_interval_ms,
         ..Defaults::default()
     };
     Limiter::new(LimiterOptions::from_value(&options, &defaults).unwrap())
@@ -189,7 +207,12 @@ fn a_reply_lost_after_the_decision_ran_takes_its_tokens_once() {
     for (engine, module) in ENGINES {
         let v = TcpValkey::start(module);
         let proxy = Proxy::start(v.port);
-        for (i, fault) in ["fin", "rst", "half", "garble", "hold"].iter().enumerate() {
+        // `wrongtype`: a reply that arrives, well-formed, of the wrong shape: the decision
+        // ran all the same (before: sent again, adversarial review).
+        for (i, fault) in ["fin", "rst", "half", "garble", "hold", "wrongtype"]
+            .iter()
+            .enumerate()
+        {
             let name = format!("lost-{engine}-{i}");
             let l = limiter(&proxy.url(), &name, engine, 3, 300);
             let first = l.acquire(b"shop", 1).unwrap();
@@ -443,4 +466,109 @@ fn a_stream_batch_whose_replies_are_lost_is_not_written_twice() {
         expected += 2;
         assert_eq!(len(), expected, "{fault}");
     }
+}
+
+/// Bytes nobody asked for, read with a reply (`dup`) or arriving after it (`extra`), mark
+/// the connection out of step: the next call goes on a new one and gets its own answer
+/// (before: every later call read the previous call's reply, adversarial review).
+#[test]
+fn bytes_nobody_asked_for_put_the_connection_out_of_step() {
+    for (engine, module) in ENGINES {
+        let v = TcpValkey::start(module);
+        let proxy = Proxy::start(v.port);
+        for fault in ["dup", "extra 20"] {
+            let l = limiter(
+                &proxy.url(),
+                &format!("unasked-{engine}-{}", fault.replace(' ', "-")),
+                engine,
+                10,
+                500,
+            );
+            assert_eq!(l.acquire(b"shop", 1).unwrap().remaining, 9);
+            proxy.arm(fault);
+            // The reply itself arrives first: right.
+            assert_eq!(
+                l.acquire(b"shop", 1).unwrap().remaining,
+                8,
+                "{engine} {fault}"
+            );
+            std::thread::sleep(Duration::from_millis(60));
+            for want in [6, 3] {
+                let tokens = if want == 6 { 2 } else { 3 };
+                let d = l.acquire(b"shop", tokens).unwrap();
+                assert_eq!(d.remaining, want, "{engine} {fault}: {d:?}");
+            }
+        }
+    }
+}
+
+/// A stream batch whose write breaks partway (the XADDs before the break were read by
+/// Valkey and ran) is not sent again (before: sent again whole, 2064 entries for 2000
+/// events, adversarial review).
+#[test]
+fn a_stream_batch_cut_while_written_is_not_written_twice() {
+    use checkout_guard_runtime::telemetry::{AttrValue, Event, Sink, StreamSink};
+    let v = TcpValkey::start(false);
+    let proxy = Proxy::start(v.port);
+    let endpoint = checkout_guard_model::Endpoint::parse(&proxy.url()).unwrap();
+    let mut sink = StreamSink::new(
+        endpoint,
+        "cg-faults:cut".into(),
+        100_000,
+        Duration::from_millis(2000),
+        Duration::ZERO,
+    );
+    let events = |n: i64| -> Vec<Event> {
+        (0..n)
+            .map(|i| {
+                let mut e = Event::new(b"ExternalCall").unwrap();
+                e.set("i", AttrValue::Int(i));
+                e.set("pad", AttrValue::Str("x".repeat(16_000)));
+                e
+            })
+            .collect()
+    };
+    let len = || -> i64 {
+        redis::cmd("XLEN")
+            .arg("cg-faults:cut")
+            .query(&mut v.direct())
+            .unwrap()
+    };
+    sink.write(&events(1)).unwrap();
+    // 6.4 MB: more than the socket buffers hold, so the write itself breaks partway.
+    proxy.cut_request_after(1_000_000);
+    let (written, why) = sink.write(&events(400)).expect_err("cut");
+    let after_cut = len();
+    assert!(
+        (2..=401).contains(&after_cut),
+        "{after_cut} entries: some XADDs of the cut batch ran, none twice ({written} written: {why})"
+    );
+    sink.write(&events(3)).unwrap();
+    assert_eq!(len(), after_cut + 3, "nothing of the cut batch sent again");
+}
+
+/// The back-off after a short timeout keeps its cause when a limiter with a longer timeout
+/// on the same URL succeeds meanwhile (before: "not retrying for 994 ms after: " with
+/// nothing after it, adversarial review).
+#[test]
+fn a_back_off_says_its_cause_after_another_limiter_succeeded() {
+    let v = TcpValkey::start(false);
+    let proxy = Proxy::start(v.port);
+    let short = limiter_backing_off(&proxy.url(), "cause-short", "lua", 10, 30, 5000);
+    let long = limiter_backing_off(&proxy.url(), "cause-long", "lua", 10, 2000, 5000);
+    assert!(long.acquire(b"shop", 1).unwrap().allowed);
+    proxy.arm("delay 200");
+    let e = short.acquire(b"shop", 1).expect_err("30 ms: timed out");
+    assert!(e.to_string().contains("timed out"), "{e}");
+    // The long one is not held back, and succeeds on a new connection.
+    assert!(long.acquire(b"shop", 1).unwrap().allowed);
+    let e = short
+        .acquire(b"shop", 1)
+        .expect_err("backing off")
+        .to_string();
+    assert!(e.contains("not retrying"), "{e}");
+    assert!(
+        e.contains("timed out after 30 ms"),
+        "the back-off's cause: {e}"
+    );
 }

@@ -63,6 +63,9 @@ pub(super) struct PooledConnection {
     /// the timeout that failed, or `Duration::MAX` after a failure no wait would cure.
     backoff_upto: Duration,
     last_error: Option<String>,
+    /// Why the back-off until `retry_at` runs (kept when a caller it does not hold back
+    /// succeeds and clears `last_error`).
+    backoff_cause: String,
     /// Calls that failed in a row (reply errors excluded: Valkey answered).
     failures: u32,
     /// Connections this process opened to the endpoint.
@@ -186,6 +189,7 @@ impl PooledConnection {
             upto
         };
         self.retry_at = Some(now + retry_interval);
+        self.backoff_cause = cause.clone();
         self.last_error = Some(cause.clone());
         StoreError::Failed {
             cause,
@@ -355,7 +359,7 @@ fn with_open<T>(
     if let Some(retry_in) = p.backoff_for(timeout) {
         return Err(StoreError::Backoff {
             retry_in,
-            cause: p.last_error.clone().unwrap_or_default(),
+            cause: p.backoff_cause.clone(),
         });
     }
     let budget = Budget::starting_now(timeout);
