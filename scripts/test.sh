@@ -9,7 +9,8 @@
 #        unit         the extension alone: no Valkey, no servers, no environment (seconds)
 #        integration  a real Valkey started here (and Valkeys the tests start themselves)
 #        system       php-fpm + nginx, the scripts/*.sh runs, valgrind, experiments (minutes)
-#   5. the limiter, telemetry and hostile-input tests again under valgrind
+#   5. the limiter, telemetry and hostile-input tests again under valgrind; then (full runs
+#      only) helgrind over the ZTS threaded host (scripts/helgrind.sh 8 25)
 # Arguments go to PHPUnit (to each suite's run). While working on PHP code, PHP_ONLY=1
 # skips steps 1-3; --testsuite NAME runs that suite only (and starts Valkey, php-fpm and
 # nginx only when it is not unit):
@@ -114,6 +115,10 @@ if [ -z "${PHP_ONLY:-}" ]; then
 fi
 
 if [ -z "${PHP_ONLY:-}" ] && [ $# -eq 0 ]; then
+  # The race detector on the threaded host (needs the ZTS PHP: made here on a new machine,
+  # then cached and reused by the matrix's zts row); fails on an unsuppressed context.
+  log "helgrind (ZTS PHP, threaded host)"
+  bash scripts/helgrind.sh 8 25
   log "install paths (PHP 8.4 chroot)"
   bash scripts/install-test.sh short
   log "PHP matrix"

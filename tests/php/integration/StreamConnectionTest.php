@@ -165,6 +165,56 @@ final class StreamConnectionTest extends OwnValkeyTestCase
         $this->assertStringNotContainsString('refused', (string) $on['stream']['last_error'], 'it reached the proxy');
     }
 
+    /**
+     * Issue 35 item 5, as reported: a link of 100 ms a round trip (50 ms each way), the
+     * stream sink on with the INI timeout at 50 ms, a limiter of its own 500 ms, on a
+     * Valkey that has not got the decision script yet. The first process to reach it was
+     * answered `unavailable` ("timed out after 500 ms") every time, the next ones (sink
+     * off, or INI timeout at 1000) `allowed`: whichever ran first, sink or not, paid two
+     * round trips more (EVALSHA answered NOSCRIPT, SCRIPT LOAD, EVALSHA again: five round
+     * trips with the connection's set-up and COMMAND INFO, over 500 ms). The sink was
+     * innocent (it opens nothing before a flush); a connection's first script decision now
+     * loads the script in the same round trip, so the order no longer matters.
+     */
+    public function testOnASlowLinkTheFirstProcessOnAFreshValkeyDecidesAsTheNextWithTheStreamSinkOn(): void
+    {
+        if (LatencyProxy::python() === null) {
+            $this->markTestSkipped('no .venv/bin/python to run loadtest/latency_proxy.py');
+        }
+        $code = <<<'PHP'
+            $l = new CheckoutGuard\RateLimiter(['name' => 'slowlink', 'url' => getenv('CG_URL'),
+                'global' => ['capacity' => 100, 'refill_per_second' => 0.001],
+                'timeout_ms' => 500, 'on_unavailable' => 'deny']);
+            $reasons = [];
+            for ($i = 0; $i < 4; $i++) {
+                $reasons[] = $l->acquire('s')->reason();
+            }
+            echo json_encode(['reasons' => $reasons, 'error' => $l->health(false)['last_error'] ?? null]);
+            PHP;
+        $proxy = new LatencyProxy($this->valkey->port, 50);
+        try {
+            putenv('CG_URL=' . $proxy->url());
+            $base = ['url' => $proxy->url(), 'events.stream_key' => self::KEY];
+            $runs = [
+                'sink on, INI timeout 50 (first)' => $this->child($base + ['events.sinks' => 'stream', 'timeout_ms' => '50'], $code),
+                'sink off' => $this->child($base + ['timeout_ms' => '50'], $code),
+                'sink on, INI timeout 1000' => $this->child($base + ['events.sinks' => 'stream', 'timeout_ms' => '1000'], $code),
+            ];
+        } finally {
+            putenv('CG_URL');
+            $proxy->stop();
+        }
+        // Deterministic, whatever the machine's load: one EVALSHA per decision, none
+        // answered NOSCRIPT and sent again (the defect: 13, the first process's first
+        // decision twice), and the script loaded with each process's first decision.
+        $this->assertSame(12, $this->commandCalls('evalsha'), 'one EVALSHA a decision: ' . json_encode($runs));
+        $this->assertSame(3, $this->commandCalls('script|load'), 'loaded with each connection\'s first decision');
+        $this->assertSame(0, $this->commandCalls('xadd'), 'the stream sink wrote nothing: no flush');
+        foreach ($runs as $name => $run) {
+            $this->assertSame(['allowed', 'allowed', 'allowed', 'allowed'], $run['reasons'], "$name: " . json_encode($runs));
+        }
+    }
+
     public function testOneLimitersTimeoutPutsNoLimiterWithALongerTimeoutIntoBackOff(): void
     {
         if (LatencyProxy::python() === null) {

@@ -12,7 +12,7 @@ use redis::{ConnectionLike, RedisError, RedisResult};
 use checkout_guard_model::{DecideCall, Engine};
 
 use super::native::native;
-use super::scripts::{invocation, DECIDE};
+use super::scripts::{invocation, load_and_invoke, DECIDE};
 use super::StoreError;
 
 /// See [`checkout_guard_model::options::MODULE_RECHECK_SECONDS`].
@@ -26,6 +26,9 @@ pub const MODULE_RECHECK: Duration =
 pub struct ModuleProbe {
     has: Option<bool>,
     asked_at: Option<Instant>,
+    /// A script decision was answered on this connection: its server had the decision
+    /// script then (see [`decide`]).
+    script_seen: bool,
 }
 
 impl ModuleProbe {
@@ -101,8 +104,41 @@ pub(super) fn decide(
             other => return decided(state.decided_by, MODULE, other),
         }
     }
-    let reply = invocation(call, &DECIDE).invoke::<Vec<i64>>(c);
+    // The first script decision on a connection to one server loads the script in the
+    // same round trip (SCRIPT LOAD + EVALSHA pipelined): a new connection to a Valkey that
+    // has not got it (restarted, flushed, new) then costs what it costs on one that has,
+    // instead of two round trips more (EVALSHA answered NOSCRIPT, SCRIPT LOAD, EVALSHA
+    // again). On a slow link those two round trips made the first process to reach a
+    // fresh Valkey time out where the next did not (issue 35 item 5, blamed on the stream
+    // sink that process had on). A cluster connection routes a pipeline by its first
+    // command (SCRIPT LOAD has no key): there, redis-rs's EVALSHA-then-load.
+    let reply = if packed.is_some() && !state.module.script_seen {
+        load_and_decide(call, c)
+    } else {
+        invocation(call, &DECIDE).invoke::<Vec<i64>>(c)
+    };
+    if reply.is_ok() {
+        state.module.script_seen = true;
+    }
     decided(state.decided_by, LUA, reply)
+}
+
+/// [`load_and_invoke`]'s round trip: the EVALSHA's reply is the decision. A refused
+/// `SCRIPT LOAD` (an ACL without it) is left alone: the EVALSHA's own reply says whether
+/// the script was there.
+fn load_and_decide(call: &DecideCall<'_>, c: &mut dyn ConnectionLike) -> RedisResult<Vec<i64>> {
+    let pipe = load_and_invoke(call);
+    let mut replies = c.req_packed_commands(&pipe.get_packed_pipeline(), 0, 2)?;
+    let reply = replies
+        .pop()
+        .filter(|_| replies.len() == 1)
+        .ok_or_else(|| {
+            RedisError::from((
+                redis::ErrorKind::Parse,
+                "SCRIPT LOAD + EVALSHA: not two replies",
+            ))
+        })?;
+    Ok(redis::from_redis_value(reply.extract_error()?)?)
 }
 
 /// A decision's failure with `engine = module` on a server that does not know the

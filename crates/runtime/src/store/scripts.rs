@@ -7,9 +7,10 @@ use once_cell::sync::Lazy;
 use checkout_guard_model::call;
 use checkout_guard_model::DecideCall;
 
+/// The decision script's source.
+pub(super) static DECIDE_SOURCE: Lazy<String> = Lazy::new(call::decide_source);
 /// The decision script.
-pub(super) static DECIDE: Lazy<redis::Script> =
-    Lazy::new(|| redis::Script::new(&call::decide_source()));
+pub(super) static DECIDE: Lazy<redis::Script> = Lazy::new(|| redis::Script::new(&DECIDE_SOURCE));
 /// The live limits' version and hash, read together.
 pub(super) static READ: Lazy<redis::Script> =
     Lazy::new(|| redis::Script::new(&call::read_limits_source()));
@@ -45,4 +46,21 @@ pub fn invocation<'s>(
         inv.arg(a.as_ref());
     }
     inv
+}
+
+/// `call` as one pipelined round trip of `SCRIPT LOAD` (the decision script) and its
+/// EVALSHA: whether or not the server has the script cached, the EVALSHA finds it.
+/// `SCRIPT LOAD` of a script the server has is a hash lookup.
+pub(super) fn load_and_invoke(call: &DecideCall<'_>) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.cmd("SCRIPT").arg("LOAD").arg(DECIDE_SOURCE.as_str());
+    let keys = call.keys();
+    let evalsha = pipe.cmd("EVALSHA").arg(DECIDE.get_hash()).arg(keys.len());
+    for k in keys {
+        evalsha.arg(k);
+    }
+    for a in call.args() {
+        evalsha.arg(a.as_ref());
+    }
+    pipe
 }

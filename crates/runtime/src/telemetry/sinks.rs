@@ -37,26 +37,110 @@ const LOCK_RETRY: Duration = Duration::from_millis(1);
 /// - A file that does not end in a newline (someone else's torn tail) gets one before the
 ///   batch, so a torn line is never glued to a good one.
 ///
-/// A write that blocks in the kernel (a hung network mount, a disk that stalls) cannot be
-/// bounded from here: the bound covers the lock only.
+/// - The open, lock and write run on a writer thread of the sink's (one per process,
+///   started on first use): a request waits for it at most [`JSONL_WRITE_WAIT`]. A write
+///   that blocks in the kernel (a hung network mount, a disk that stalls: a regular file
+///   ignores `O_NONBLOCK`, and a blocked `write()` cannot be interrupted) is then left to
+///   the writer, its batch counted as dropped, and every batch while it is still blocked
+///   dropped at once (no second wait). Once it returns, the next batch is written again. A
+///   batch counted as dropped this way may still reach the file when the write returns.
 pub struct JsonlSink {
-    path: String,
-    lines: String,
-    /// The end (in `lines`) of each event's line.
-    ends: Vec<usize>,
-    lock_wait: Duration,
+    file: JsonlFile,
+    /// How long a request waits for the writer thread.
+    write_wait: Duration,
+    writer: Option<Writer>,
 }
+
+/// What a writer thread writes to: the path and its lock's bound.
+struct JsonlFile {
+    path: String,
+    lock_wait: Duration,
+    /// A test's stand-in for a write that blocks in the kernel: the writer sleeps this
+    /// long before it opens the file.
+    #[cfg(test)]
+    stall: Duration,
+}
+
+/// A batch's lines and the end (in `lines`) of each event's line.
+struct Batch {
+    lines: String,
+    ends: Vec<usize>,
+}
+
+type Outcome = Result<(), (usize, String)>;
+
+/// The writer thread of a [`JsonlSink`]: batches go in, outcomes come out, one at a time.
+struct Writer {
+    jobs: std::sync::mpsc::SyncSender<Batch>,
+    done: std::sync::mpsc::Receiver<Outcome>,
+    /// A batch handed over whose outcome the sink stopped waiting for, and since when.
+    stuck_since: Option<Instant>,
+    /// The fork generation that started the thread (a forked child has not got it).
+    generation: u64,
+}
+
+/// How long a request waits for a JSONL batch to be written (open, lock and write, on the
+/// sink's writer thread) before it counts the batch as dropped and goes on.
+pub const JSONL_WRITE_WAIT: Duration = Duration::from_millis(250);
 
 impl JsonlSink {
     pub fn new(path: impl Into<String>) -> Self {
         Self {
-            path: path.into(),
-            lines: String::new(),
-            ends: Vec::new(),
-            lock_wait: JSONL_LOCK_WAIT,
+            file: JsonlFile {
+                path: path.into(),
+                lock_wait: JSONL_LOCK_WAIT,
+                #[cfg(test)]
+                stall: Duration::ZERO,
+            },
+            write_wait: JSONL_WRITE_WAIT,
+            writer: None,
         }
     }
 
+    /// The writer thread, started when there is none in this process; None when a thread
+    /// cannot be started (then the batch is written on the caller's thread).
+    fn writer(&mut self) -> Option<&mut Writer> {
+        let generation = crate::process::generation();
+        if self
+            .writer
+            .as_ref()
+            .is_some_and(|w| w.generation != generation)
+        {
+            // Forked: the thread stayed in the parent. Its channels are only dropped.
+            self.writer = None;
+        }
+        if self.writer.is_none() {
+            let (jobs, job_rx) = std::sync::mpsc::sync_channel::<Batch>(1);
+            let (done_tx, done) = std::sync::mpsc::sync_channel::<Outcome>(1);
+            let file = JsonlFile {
+                path: self.file.path.clone(),
+                lock_wait: self.file.lock_wait,
+                #[cfg(test)]
+                stall: self.file.stall,
+            };
+            std::thread::Builder::new()
+                .name("cg-jsonl".into())
+                .spawn(move || {
+                    // Ends when the sink (its sender) is dropped.
+                    while let Ok(batch) = job_rx.recv() {
+                        if done_tx.send(file.write(&batch)).is_err() {
+                            return;
+                        }
+                    }
+                })
+                .ok()?;
+            self.writer = Some(Writer {
+                jobs,
+                done,
+                stuck_since: None,
+                generation,
+            });
+        }
+        self.writer.as_mut()
+    }
+}
+
+impl JsonlFile {
     /// Tries the lock until `self.lock_wait` has passed, waiting 50 µs, then twice as long
     /// each time up to 1 ms, between tries (another worker's append takes microseconds).
     fn lock(&self, file: &File) -> Result<(), String> {
@@ -84,7 +168,7 @@ impl JsonlSink {
 
     /// Appends `lines` to the locked file; on a short write, cuts the file back to its last
     /// whole line. Returns how many events are in the file.
-    fn append_locked(&self, file: &mut File, readable: bool) -> Result<(), (usize, String)> {
+    fn append_locked(&self, file: &mut File, readable: bool, batch: &Batch) -> Outcome {
         let fail =
             |n: usize, what: &str, e: std::io::Error| (n, format!("{what} {}: {e}", self.path));
         let meta = file.metadata().map_err(|e| fail(0, "stat", e))?;
@@ -101,20 +185,20 @@ impl JsonlSink {
                 len += 1;
             }
         }
-        let bytes = self.lines.as_bytes();
+        let bytes = batch.lines.as_bytes();
         if !regular {
             // A line at a time: a pipe takes a write of up to PIPE_BUF (4 KiB) whole or
             // not at all, so a full pipe leaves no torn line (a longer line may still be
             // cut: its reader sees one bad line).
             let mut start = 0;
-            for (i, &end) in self.ends.iter().enumerate() {
+            for (i, &end) in batch.ends.iter().enumerate() {
                 if let Err((_, e)) = write_fully(file, &bytes[start..end]) {
                     return Err((
                         i,
                         format!(
                             "write {}: {e}; {i} of {} events written",
                             self.path,
-                            self.ends.len()
+                            batch.ends.len()
                         ),
                     ));
                 }
@@ -125,15 +209,15 @@ impl JsonlSink {
         let Err((done, e)) = write_fully(file, bytes) else {
             return Ok(());
         };
-        let whole = self.ends.partition_point(|&end| end <= done);
-        let keep = if whole == 0 { 0 } else { self.ends[whole - 1] };
+        let whole = batch.ends.partition_point(|&end| end <= done);
+        let keep = if whole == 0 { 0 } else { batch.ends[whole - 1] };
         if !regular || keep == done {
             return Err((
                 whole,
                 format!(
                     "write {}: {e}; {whole} of {} events written",
                     self.path,
-                    self.ends.len()
+                    batch.ends.len()
                 ),
             ));
         }
@@ -141,12 +225,12 @@ impl JsonlSink {
             Ok(()) => format!(
                 "write {}: {e}; {whole} of {} events written, the file cut back to its last whole line",
                 self.path,
-                self.ends.len()
+                batch.ends.len()
             ),
             Err(cut) => format!(
                 "write {}: {e}; {whole} of {} events written, and cutting back the torn line failed: {cut}",
                 self.path,
-                self.ends.len()
+                batch.ends.len()
             ),
         };
         Err((whole, why))
@@ -173,12 +257,67 @@ impl Sink for JsonlSink {
     }
 
     fn write(&mut self, events: &[Event]) -> Result<(), (usize, String)> {
-        self.lines.clear();
-        self.ends.clear();
+        let mut batch = Batch {
+            lines: String::new(),
+            ends: Vec::with_capacity(events.len()),
+        };
         for e in events {
-            write_event_line(&mut self.lines, e);
-            self.ends.push(self.lines.len());
+            write_event_line(&mut batch.lines, e);
+            batch.ends.push(batch.lines.len());
         }
+        let wait = self.write_wait;
+        let path = self.file.path.clone();
+        let Some(w) = self.writer() else {
+            return self.file.write(&batch);
+        };
+        if let Some(since) = w.stuck_since {
+            match w.done.try_recv() {
+                // The blocked write returned (its batch was counted as dropped already).
+                Ok(_) => w.stuck_since = None,
+                Err(std::sync::mpsc::TryRecvError::Empty) => {
+                    return Err((
+                        0,
+                        format!(
+                            "write {path}: the write before is still blocked after {} ms (a hung disk or mount?); batch dropped",
+                            since.elapsed().as_millis()
+                        ),
+                    ))
+                }
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                    self.writer = None;
+                    return self.file.write(&batch);
+                }
+            }
+        }
+        if w.jobs.send(batch).is_err() {
+            // The thread is gone (it cannot be: it ends only with the sink).
+            self.writer = None;
+            return Err((
+                0,
+                format!("write {path}: the writer thread ended; batch dropped"),
+            ));
+        }
+        match w.done.recv_timeout(wait) {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                w.stuck_since = Some(Instant::now() - wait);
+                Err((
+                    0,
+                    format!(
+                        "write {path}: not done within {} ms (a hung disk or mount?); batch counted as dropped (it may still be written when the write returns)",
+                        wait.as_millis()
+                    ),
+                ))
+            }
+        }
+    }
+}
+
+impl JsonlFile {
+    /// Opens, locks and appends `batch` (on the writer thread).
+    fn write(&self, batch: &Batch) -> Outcome {
+        #[cfg(test)]
+        std::thread::sleep(self.stall);
         // Read too: the last byte tells whether the file ends with a whole line. A file
         // this process may only write to (or a pipe that cannot be reopened for reading)
         // is still written, without that check.
@@ -211,7 +350,7 @@ impl Sink for JsonlSink {
             Err(e) => return Err((0, format!("open {}: {e}", self.path))),
         };
         self.lock(&file).map_err(|e| (0, e))?;
-        let result = self.append_locked(&mut file, readable);
+        let result = self.append_locked(&mut file, readable, batch);
         let _ = file.unlock();
         result
     }
@@ -375,10 +514,55 @@ mod tests {
         });
         let mut sink = JsonlSink::new(path.to_str().unwrap());
         // Generous, so a busy machine that runs the thread late does not fail the test.
-        sink.lock_wait = Duration::from_secs(5);
+        sink.file.lock_wait = Duration::from_secs(5);
         sink.write(&events(2, 0)).unwrap();
         released.join().unwrap();
         assert_eq!(whole_lines(&path), vec![0, 1]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_write_that_blocks_is_waited_for_at_most_the_bound_and_the_batches_behind_it_dropped_at_once(
+    ) {
+        let dir = temp_dir("stall");
+        let path = dir.join("e.jsonl");
+        let mut sink = JsonlSink::new(path.to_str().unwrap());
+        sink.write_wait = Duration::from_millis(100);
+        // The stand-in for a write blocked in the kernel (a hung mount): the writer thread
+        // sleeps before it opens the file.
+        sink.file.stall = Duration::from_millis(1500);
+        let started = Instant::now();
+        let (written, why) = sink.write(&events(2, 0)).unwrap_err();
+        let waited = started.elapsed();
+        assert_eq!(written, 0);
+        assert!(why.contains("not done within 100 ms"), "{why}");
+        assert!(waited >= Duration::from_millis(100), "{waited:?}");
+        // Only a wait for the blocked write itself crosses this (1.5 s).
+        assert!(waited < Duration::from_millis(1000), "{waited:?}");
+        // While it is still blocked: dropped at once, no second wait.
+        let started = Instant::now();
+        let (written, why) = sink.write(&events(1, 0)).unwrap_err();
+        assert_eq!(written, 0);
+        assert!(why.contains("still blocked"), "{why}");
+        assert!(
+            started.elapsed() < Duration::from_millis(90),
+            "{:?}",
+            started.elapsed()
+        );
+        // The blocked write returns (its batch lands: counted as dropped, said so); the
+        // next batch is written and waited for again.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while whole_lines(&path).len() < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "the blocked write never returned"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The writer's next batch stalls too: give it the time to finish.
+        sink.write_wait = Duration::from_secs(10);
+        sink.write(&events(3, 0)).unwrap();
+        assert_eq!(whole_lines(&path), vec![0, 1, 0, 1, 2]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
