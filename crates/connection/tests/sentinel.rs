@@ -266,20 +266,25 @@ fn sentinel_endpoints_against_a_real_group() {
     serve.join().unwrap();
 
     // 3b. A sentinel that lags after a failover names the old primary (now a replica, or
-    // down): the next sentinel is asked within the same deadline and names the primary.
-    // Every sentinel's answer failing keeps the replica's error.
-    for named in [g.replica, free_port()] {
+    // down): the next sentinel is asked within the same deadline and names the primary,
+    // and the connection is the primary's (a write through it lands there). Every
+    // sentinel's answer failing keeps the replica's error.
+    for (i, named) in [g.replica, free_port()].into_iter().enumerate() {
         let (liar_port, serve) = liar(named);
         let url = format!(
             "valkey+sentinel://127.0.0.1:{liar_port},{}",
             g.url(SERVICE).trim_start_matches("valkey+sentinel://")
         );
-        let c = Connection::open(&Endpoint::parse(&url).unwrap(), Client::WORKER, TIMEOUT)
+        let mut c = Connection::open(&Endpoint::parse(&url).unwrap(), Client::WORKER, TIMEOUT)
             .unwrap_or_else(|e| panic!("the first sentinel named {named}: {e}"));
         assert_eq!(
             c.primary(),
             Some(format!("127.0.0.1:{}", g.primary).as_str())
         );
+        c.set_timeout(TIMEOUT).unwrap();
+        let key = format!("cg:past-a-liar:{i}");
+        c.each_command(|c| set(c, &key, 7)).unwrap();
+        assert_eq!(get(g.primary, &key), Some(7));
         serve.join().unwrap();
     }
     let (one, first) = liar(g.replica);
