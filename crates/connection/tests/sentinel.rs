@@ -212,7 +212,7 @@ fn liar(port: u16) -> (u16, std::thread::JoinHandle<()>) {
 /// one test function so a failover does not surprise another.
 #[test]
 fn sentinel_endpoints_against_a_real_group() {
-    let g = Group::start();
+    let mut g = Group::start();
 
     // 1. Opened through the sentinels, the connection is the primary's.
     let ep = Endpoint::parse(&g.url(SERVICE)).unwrap();
@@ -296,6 +296,65 @@ fn sentinel_endpoints_against_a_real_group() {
     assert!(e.to_string().contains("is a replica (ROLE slave)"), "{e}");
     first.join().unwrap();
     second.join().unwrap();
+
+    // 3c. A primary demoted while its connection is kept (REPLICAOF, as FAILOVER does,
+    // leaves its clients connected, and PING still answers): `check_still_primary` says
+    // so, and as a call on the kept connection it drops it and the reopen asks the
+    // sentinels, which name the primary. The kept connection is opened through a stand-in
+    // naming a server of its own, demoted to a replica of a port where nothing listens
+    // (the group never sees it).
+    let other = free_port();
+    g.data(other, &[]);
+    let (liar_port, serve) = liar(other);
+    let lying = format!("valkey+sentinel://127.0.0.1:{liar_port}/{SERVICE}");
+    let mut kept =
+        Some(Connection::open(&Endpoint::parse(&lying).unwrap(), Client::WORKER, TIMEOUT).unwrap());
+    serve.join().unwrap();
+    let at = Instant::now() + TIMEOUT;
+    kept.as_mut().unwrap().check_still_primary(at).unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(free_port())
+        .query(&mut direct(other))
+        .unwrap();
+    assert_eq!(role(other), "slave");
+    let mut c = direct(other);
+    let _: String = redis::cmd("PING").query(&mut c).unwrap();
+    let e = kept
+        .as_mut()
+        .unwrap()
+        .check_still_primary(Instant::now() + TIMEOUT)
+        .unwrap_err();
+    assert!(
+        e.to_string().contains(&format!(
+            "sentinel: the primary 127.0.0.1:{other} is now a replica (ROLE slave)"
+        )),
+        "{e}"
+    );
+    let mut tries = 0;
+    reconnect_once(
+        &mut kept,
+        Budget::starting_now(TIMEOUT * 2),
+        |left| Connection::open(&ep, Client::WORKER, left),
+        |c| {
+            tries += 1;
+            c.check_still_primary(Instant::now() + TIMEOUT)
+        },
+    )
+    .unwrap();
+    assert_eq!(tries, 2);
+    assert_eq!(
+        kept.as_ref().unwrap().primary(),
+        Some(format!("127.0.0.1:{}", g.primary).as_str())
+    );
+    // Not a Sentinel endpoint: nothing to check (no I/O).
+    let mut plain = Connection::open(
+        &Endpoint::parse(&format!("redis://127.0.0.1:{other}")).unwrap(),
+        Client::WORKER,
+        TIMEOUT,
+    )
+    .unwrap();
+    plain.check_still_primary(Instant::now()).unwrap();
 
     // 4. READONLY (a connection to a replica, as a demoted primary's is) counts as
     // broken: dropped, and the call's reopen asks the sentinels, which name the primary.
