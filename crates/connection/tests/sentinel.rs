@@ -449,7 +449,9 @@ impl Drop for Started {
 /// A sentinel with an ACL user of its own (`user default off`, `user sen on >senpw`): the
 /// `sentinel` option's user and password are sent as one AUTH and the primary is found;
 /// the password alone (AUTH as `default`, which is off) or a wrong one is refused, the
-/// cause named and no password shown.
+/// cause named and no password shown. A user without a password is refused when the
+/// endpoint is made (no AUTH could be sent: it would reach the sentinel as no one), also
+/// for a `nopass` user (`user nop on nopass`), which any password opens.
 #[test]
 fn a_sentinel_with_an_acl_user_is_asked_with_its_user_and_password() {
     let dir = std::env::temp_dir().join(format!("cg-sentinel-acl-{}", std::process::id()));
@@ -475,7 +477,7 @@ fn a_sentinel_with_an_acl_user_is_asked_with_its_user_and_password() {
     std::fs::write(
         &conf,
         format!(
-            "port {sentinel}\nbind 127.0.0.1\ndir {}\nuser default off\nuser sen on >senpw +@all\n\
+            "port {sentinel}\nbind 127.0.0.1\ndir {}\nuser default off\nuser sen on >senpw +@all\nuser nop on nopass +@all\n\
              sentinel monitor {SERVICE} 127.0.0.1 {primary} 1\n",
             dir.display()
         ),
@@ -518,4 +520,14 @@ fn a_sentinel_with_an_acl_user_is_asked_with_its_user_and_password() {
         );
         assert!(!e.contains("senpw") && !e.contains("wrong-pw"), "{e}");
     }
+    for user in ["sen", "nop"] {
+        let e = Endpoint::parse(&url)
+            .unwrap()
+            .with_sentinel_auth(Some(user.into()), None)
+            .err()
+            .unwrap_or_else(|| panic!("a user alone ({user}) was taken: no AUTH would be sent"));
+        assert!(e.contains("is given without a password"), "{e}");
+    }
+    let c = with(Some("nop"), "anything").unwrap();
+    assert_eq!(c.primary(), Some(format!("127.0.0.1:{primary}").as_str()));
 }
