@@ -165,16 +165,16 @@ impl Admin {
                 (None, Some(_)) => "--sentinel-password",
                 _ => "--sentinel-user/--sentinel-password",
             };
+            if endpoint.is_sentinel() && sentinel_user.is_some() && sentinel_password.is_none() {
+                // No AUTH could be sent with a user alone (as the limiter's option).
+                return Err("--sentinel-user is given without a password: the sentinels' AUTH needs both (--sentinel-password or CHECKOUT_GUARD_SENTINEL_PASSWORD; an ACL user with nopass takes any password), or leave it out for sentinels with a password only".into());
+            }
             endpoint = endpoint
                 .with_sentinel_auth(
                     sentinel_user.map(str::to_string),
                     sentinel_password.map(str::to_string),
                 )
                 .map_err(|e| format!("{flags} {e}"))?;
-            if sentinel_user.is_some() && sentinel_password.is_none() {
-                // No AUTH could be sent with a user alone (as the limiter's option).
-                return Err("--sentinel-user is given without a password: the sentinels' AUTH needs both (--sentinel-password or CHECKOUT_GUARD_SENTINEL_PASSWORD), or leave it out for sentinels with a password only".into());
-            }
         }
         if !endpoint.is_tls() && *tls != TlsDefaults::default() {
             return Err(format!(

@@ -14,6 +14,7 @@ use checkout_guard_model::{live, Lane, Mode};
 use clap::{Args, Subcommand};
 use serde_json::json;
 
+use crate::out::{out, outln};
 use crate::time;
 
 #[derive(Args)]
@@ -121,7 +122,7 @@ pub fn run(args: LimiterArgs) -> Result<(), String> {
         shops,
     } = &args.command
     {
-        println!("{}", encoded_calls(&args.name, global, *tokens, shops)?);
+        outln!("{}", encoded_calls(&args.name, global, *tokens, shops)?);
         return Ok(());
     }
     let tls = checkout_guard_model::TlsDefaults::from_ini(
@@ -146,9 +147,9 @@ pub fn run(args: LimiterArgs) -> Result<(), String> {
         } => {
             let st = admin.status(&events_key, seconds)?;
             if json {
-                println!("{}", status_json(&args.name, &st));
+                outln!("{}", status_json(&args.name, &st));
             } else {
-                print!("{}", status_text(&args.name, &st));
+                out!("{}", status_text(&args.name, &st));
             }
         }
         LimiterCommand::Set { changes, by } => {
@@ -157,17 +158,18 @@ pub fn run(args: LimiterArgs) -> Result<(), String> {
             for w in &done.warnings {
                 eprintln!("{w}");
             }
-            println!(
+            outln!(
                 "limiter {}: live limits version {} by {by}",
-                args.name, done.version
+                args.name,
+                done.version
             );
-            println!("  old: {}", done.old);
-            println!("  new: {}", done.new);
+            outln!("  old: {}", done.old);
+            outln!("  new: {}", done.new);
         }
         LimiterCommand::Hot { shop, ttl } => {
             let raw = shop_id::unescape(shop.as_bytes())?;
             admin.hot(&raw, ttl)?;
-            println!(
+            outln!(
                 "limiter {}: shop \"{}\" hot for {ttl} s",
                 args.name,
                 shop_id::escape(&raw)
@@ -177,7 +179,7 @@ pub fn run(args: LimiterArgs) -> Result<(), String> {
         LimiterCommand::Unhot { shop } => {
             let raw = shop_id::unescape(shop.as_bytes())?;
             let was = admin.unhot(&raw)?;
-            println!(
+            outln!(
                 "limiter {}: shop \"{}\" {}",
                 args.name,
                 shop_id::escape(&raw),

@@ -8,6 +8,7 @@
 
 mod input;
 mod limiter;
+mod out;
 mod replay_cmd;
 mod report;
 mod time;
@@ -16,13 +17,15 @@ use std::process::ExitCode;
 
 use checkout_guard_cli::scan::{Accumulator, Filter, Peak, ScanConfig, ScanResult, Window};
 use clap::{Args, Parser, Subcommand};
+use out::{out, outln};
 use serde_json::json;
 
 #[derive(Parser)]
 #[command(
     name = "checkout-guard",
     version,
-    about = "Find high-load windows in checkout_guard's recorded events, and operate its limiters"
+    about = "Find high-load windows in checkout_guard's recorded events, and operate its limiters",
+    after_help = "Exit status: 0 done; 2 an error, named on stderr; 141 stdout's reader went away before the output ended (`checkout-guard peaks FILE | head -1`): output stops quietly, the rest of the command (e.g. replay --output) is still done, as a shell shows a process ended by SIGPIPE."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -220,13 +223,13 @@ fn print_scan(args: &ScanArgs, cfg: &ScanConfig, acc: &Accumulator, r: &ScanResu
                      "complete": cfg.coarse_threshold <= cfg.complete_coarse_threshold()},
             "input": input_json(acc),
         });
-        println!("{}", serde_json::to_string_pretty(&out).expect("JSON"));
+        outln!("{}", serde_json::to_string_pretty(&out).expect("JSON"));
         return;
     }
     if c.csv {
-        println!("start,end,start_ms,end_ms,peak_rps,peak_at,calls,status,denials");
+        outln!("start,end,start_ms,end_ms,peak_rps,peak_at,calls,status,denials");
         for w in &r.windows {
-            println!(
+            outln!(
                 "{},{},{},{},{},{},{},{},{}",
                 time::format_ms(w.start_ms),
                 time::format_ms(w.end_ms),
@@ -242,12 +245,18 @@ fn print_scan(args: &ScanArgs, cfg: &ScanConfig, acc: &Accumulator, r: &ScanResu
         eprint!("{}", problems_text(acc));
         return;
     }
-    println!(
+    outln!(
         "{:<23}  {:<23}  {:>6}  {:>8}  {:<12}  {:>7}  {:<24}  denials (reason/shop:n)",
-        "window start (UTC)", "end", "secs", "peak/s", "peak at", "calls", "status:n"
+        "window start (UTC)",
+        "end",
+        "secs",
+        "peak/s",
+        "peak at",
+        "calls",
+        "status:n"
     );
     for w in &r.windows {
-        println!(
+        outln!(
             "{:<23}  {:<23}  {:>6.1}  {:>8.1}  {:<12}  {:>7}  {:<24}  {}",
             time::format_ms(w.start_ms),
             time::format_ms(w.end_ms),
@@ -259,13 +268,13 @@ fn print_scan(args: &ScanArgs, cfg: &ScanConfig, acc: &Accumulator, r: &ScanResu
             denials(w)
         );
     }
-    println!(
+    outln!(
         "{} window(s). coarse pass: {} buckets of {} s, {} candidate(s) at >= {}/s; fine pass: {} buckets of {} ms examined at >= {}/s{}",
         r.windows.len(), r.coarse_buckets, cfg.coarse_ms / 1000, r.candidates, cfg.coarse_threshold,
         r.fine_examined, cfg.fine_ms, cfg.fine_threshold,
         if cfg.coarse_threshold <= cfg.complete_coarse_threshold() { " (complete: same as a full fine scan)" } else { "" }
     );
-    print!("{}", problems_text(acc));
+    out!("{}", problems_text(acc));
 }
 
 fn print_peaks(c: &CommonArgs, acc: &Accumulator, peaks: &[Peak]) {
@@ -281,13 +290,13 @@ fn print_peaks(c: &CommonArgs, acc: &Accumulator, peaks: &[Peak]) {
             "peaks": peaks.iter().map(|p| json!({"day": time::format_day(p.day), "api": api(p), "peak_rps": p.peak_rps, "at": time::format_ms(p.at_ms), "events": p.total})).collect::<Vec<_>>(),
             "input": input_json(acc),
         });
-        println!("{}", serde_json::to_string_pretty(&out).expect("JSON"));
+        outln!("{}", serde_json::to_string_pretty(&out).expect("JSON"));
         return;
     }
     if c.csv {
-        println!("day,api,peak_rps,at,events");
+        outln!("day,api,peak_rps,at,events");
         for p in peaks {
-            println!(
+            outln!(
                 "{},{},{},{},{}",
                 time::format_day(p.day),
                 api(p),
@@ -299,12 +308,16 @@ fn print_peaks(c: &CommonArgs, acc: &Accumulator, peaks: &[Peak]) {
         eprint!("{}", problems_text(acc));
         return;
     }
-    println!(
+    outln!(
         "{:<10}  {:<16}  {:>8}  {:<12}  {:>10}",
-        "day (UTC)", "api", "peak/s", "at", "events"
+        "day (UTC)",
+        "api",
+        "peak/s",
+        "at",
+        "events"
     );
     for p in peaks {
-        println!(
+        outln!(
             "{:<10}  {:<16}  {:>8}  {:<12}  {:>10}",
             time::format_day(p.day),
             api(p),
@@ -313,7 +326,7 @@ fn print_peaks(c: &CommonArgs, acc: &Accumulator, peaks: &[Peak]) {
             p.total
         );
     }
-    print!("{}", problems_text(acc));
+    out!("{}", problems_text(acc));
 }
 
 fn run() -> Result<(), String> {
@@ -363,14 +376,19 @@ fn run() -> Result<(), String> {
             seed,
             output,
         } => {
-            let written = if output == "-" {
-                checkout_guard_cli::scan::synthetic::day(events, seed, std::io::stdout().lock())
+            if output == "-" {
+                // A reader that went away ends it quietly (see out.rs).
+                let stdout = std::io::stdout().lock();
+                match checkout_guard_cli::scan::synthetic::day(events, seed, stdout) {
+                    Ok(written) => eprintln!("checkout-guard: wrote {written} events"),
+                    Err(e) => out::check(e).map_err(|e| format!("writing to stdout: {e}"))?,
+                }
             } else {
                 let f = std::fs::File::create(&output).map_err(|e| format!("{output}: {e}"))?;
-                checkout_guard_cli::scan::synthetic::day(events, seed, f)
+                let written = checkout_guard_cli::scan::synthetic::day(events, seed, f)
+                    .map_err(|e| format!("{output}: {e}"))?;
+                eprintln!("checkout-guard: wrote {written} events");
             }
-            .map_err(|e| e.to_string())?;
-            eprintln!("checkout-guard: wrote {written} events");
         }
     }
     Ok(())
@@ -378,6 +396,8 @@ fn run() -> Result<(), String> {
 
 fn main() -> ExitCode {
     match run() {
+        // stdout's reader went away: quietly, as a process ended by SIGPIPE (out.rs).
+        Ok(()) if out::closed() => ExitCode::from(out::CLOSED_STDOUT),
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("checkout-guard: {e}");

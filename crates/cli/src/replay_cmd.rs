@@ -22,6 +22,7 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::json;
 
 use crate::input::{feed_path, LineSink};
+use crate::out::out;
 use crate::report::{bucket_ms, bucket_text, bucketed, chart, esc, Series, COLORS};
 use crate::time::{self, format_clock};
 
@@ -314,7 +315,7 @@ pub fn run(args: ReplayArgs) -> Result<(), String> {
     if args.json {
         write_json(&args, &sims, &read, &windows)?;
     } else {
-        print!("{}", text(&args, &sims, &read, &windows));
+        out!("{}", text(&args, &sims, &read, &windows));
     }
     if let Some(path) = &args.output {
         let page = html(&args, &sims, &windows, sims[0].provider());
@@ -527,9 +528,11 @@ fn write_json(
     };
     let mut w = BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     serde_json::to_writer(&mut w, &out)
-        .map_err(|e| e.to_string())
-        .and_then(|()| w.write_all(b"\n").map_err(|e| e.to_string()))
-        .and_then(|()| w.flush().map_err(|e| e.to_string()))
+        .map_err(std::io::Error::from)
+        .and_then(|()| w.write_all(b"\n"))
+        .and_then(|()| w.flush())
+        // A reader that went away ends it quietly (see out.rs).
+        .or_else(crate::out::check)
         .map_err(|e| format!("writing the JSON to stdout: {e}"))
 }
 

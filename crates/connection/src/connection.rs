@@ -162,6 +162,28 @@ impl Connection {
         self.primary.as_deref()
     }
 
+    /// For a Sentinel endpoint, that the primary this connection was opened to still is
+    /// one (`ROLE` answers `master`), by `deadline`; other endpoints: `Ok` without I/O.
+    ///
+    /// A primary demoted while the connection was kept (`REPLICAOF` or `FAILOVER` on it,
+    /// which leave its clients connected; Sentinel's own demotion kills them) still answers
+    /// `PING`. Demoted, it is an error that is not a reply error, so [`crate::reconnect_once`]
+    /// drops the connection as a broken one (`ROLE` was answered: nothing is unknown) and
+    /// opens again, asking the sentinels: `the primary HOST:PORT is now a replica (ROLE
+    /// slave)` when that open cannot be made either.
+    pub fn check_still_primary(&mut self, deadline: Instant) -> RedisResult<()> {
+        let (Some(at), Link::Single(conn)) = (self.primary.as_deref(), &mut self.link) else {
+            return Ok(());
+        };
+        conn.set_deadline(deadline);
+        match role_of(conn)?.as_str() {
+            "master" => Ok(()),
+            name => Err(sentinel_error(format!(
+                "the primary {at} is now a replica (ROLE {name})"
+            ))),
+        }
+    }
+
     pub fn is_cluster(&self) -> bool {
         matches!(self.link, Link::Cluster(_))
     }
@@ -431,12 +453,7 @@ fn check_primary(
     deadline: Instant,
 ) -> RedisResult<()> {
     conn.set_deadline(deadline);
-    let role: Vec<Value> = redis::cmd("ROLE").query(conn)?;
-    let name = match role.first() {
-        Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-        Some(Value::SimpleString(s)) => s.clone(),
-        _ => String::new(),
-    };
+    let name = role_of(conn)?;
     if name == "master" {
         Ok(())
     } else {
@@ -444,6 +461,16 @@ fn check_primary(
             "the primary named for service {service}, {host}:{port}, is a replica (ROLE {name})"
         )))
     }
+}
+
+/// The server's role, the first word of its `ROLE` reply (`master`, `slave`, `sentinel`).
+fn role_of(conn: &mut Wire) -> RedisResult<String> {
+    let role: Vec<Value> = redis::cmd("ROLE").query(conn)?;
+    Ok(match role.first() {
+        Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+        Some(Value::SimpleString(s)) => s.clone(),
+        _ => String::new(),
+    })
 }
 
 /// A connection to one server, its whole set-up within `timeout` (see

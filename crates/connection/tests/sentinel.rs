@@ -212,7 +212,7 @@ fn liar(port: u16) -> (u16, std::thread::JoinHandle<()>) {
 /// one test function so a failover does not surprise another.
 #[test]
 fn sentinel_endpoints_against_a_real_group() {
-    let g = Group::start();
+    let mut g = Group::start();
 
     // 1. Opened through the sentinels, the connection is the primary's.
     let ep = Endpoint::parse(&g.url(SERVICE)).unwrap();
@@ -266,20 +266,25 @@ fn sentinel_endpoints_against_a_real_group() {
     serve.join().unwrap();
 
     // 3b. A sentinel that lags after a failover names the old primary (now a replica, or
-    // down): the next sentinel is asked within the same deadline and names the primary.
-    // Every sentinel's answer failing keeps the replica's error.
-    for named in [g.replica, free_port()] {
+    // down): the next sentinel is asked within the same deadline and names the primary,
+    // and the connection is the primary's (a write through it lands there). Every
+    // sentinel's answer failing keeps the replica's error.
+    for (i, named) in [g.replica, free_port()].into_iter().enumerate() {
         let (liar_port, serve) = liar(named);
         let url = format!(
             "valkey+sentinel://127.0.0.1:{liar_port},{}",
             g.url(SERVICE).trim_start_matches("valkey+sentinel://")
         );
-        let c = Connection::open(&Endpoint::parse(&url).unwrap(), Client::WORKER, TIMEOUT)
+        let mut c = Connection::open(&Endpoint::parse(&url).unwrap(), Client::WORKER, TIMEOUT)
             .unwrap_or_else(|e| panic!("the first sentinel named {named}: {e}"));
         assert_eq!(
             c.primary(),
             Some(format!("127.0.0.1:{}", g.primary).as_str())
         );
+        c.set_timeout(TIMEOUT).unwrap();
+        let key = format!("cg:past-a-liar:{i}");
+        c.each_command(|c| set(c, &key, 7)).unwrap();
+        assert_eq!(get(g.primary, &key), Some(7));
         serve.join().unwrap();
     }
     let (one, first) = liar(g.replica);
@@ -291,6 +296,65 @@ fn sentinel_endpoints_against_a_real_group() {
     assert!(e.to_string().contains("is a replica (ROLE slave)"), "{e}");
     first.join().unwrap();
     second.join().unwrap();
+
+    // 3c. A primary demoted while its connection is kept (REPLICAOF, as FAILOVER does,
+    // leaves its clients connected, and PING still answers): `check_still_primary` says
+    // so, and as a call on the kept connection it drops it and the reopen asks the
+    // sentinels, which name the primary. The kept connection is opened through a stand-in
+    // naming a server of its own, demoted to a replica of a port where nothing listens
+    // (the group never sees it).
+    let other = free_port();
+    g.data(other, &[]);
+    let (liar_port, serve) = liar(other);
+    let lying = format!("valkey+sentinel://127.0.0.1:{liar_port}/{SERVICE}");
+    let mut kept =
+        Some(Connection::open(&Endpoint::parse(&lying).unwrap(), Client::WORKER, TIMEOUT).unwrap());
+    serve.join().unwrap();
+    let at = Instant::now() + TIMEOUT;
+    kept.as_mut().unwrap().check_still_primary(at).unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(free_port())
+        .query(&mut direct(other))
+        .unwrap();
+    assert_eq!(role(other), "slave");
+    let mut c = direct(other);
+    let _: String = redis::cmd("PING").query(&mut c).unwrap();
+    let e = kept
+        .as_mut()
+        .unwrap()
+        .check_still_primary(Instant::now() + TIMEOUT)
+        .unwrap_err();
+    assert!(
+        e.to_string().contains(&format!(
+            "sentinel: the primary 127.0.0.1:{other} is now a replica (ROLE slave)"
+        )),
+        "{e}"
+    );
+    let mut tries = 0;
+    reconnect_once(
+        &mut kept,
+        Budget::starting_now(TIMEOUT * 2),
+        |left| Connection::open(&ep, Client::WORKER, left),
+        |c| {
+            tries += 1;
+            c.check_still_primary(Instant::now() + TIMEOUT)
+        },
+    )
+    .unwrap();
+    assert_eq!(tries, 2);
+    assert_eq!(
+        kept.as_ref().unwrap().primary(),
+        Some(format!("127.0.0.1:{}", g.primary).as_str())
+    );
+    // Not a Sentinel endpoint: nothing to check (no I/O).
+    let mut plain = Connection::open(
+        &Endpoint::parse(&format!("redis://127.0.0.1:{other}")).unwrap(),
+        Client::WORKER,
+        TIMEOUT,
+    )
+    .unwrap();
+    plain.check_still_primary(Instant::now()).unwrap();
 
     // 4. READONLY (a connection to a replica, as a demoted primary's is) counts as
     // broken: dropped, and the call's reopen asks the sentinels, which name the primary.
@@ -385,7 +449,9 @@ impl Drop for Started {
 /// A sentinel with an ACL user of its own (`user default off`, `user sen on >senpw`): the
 /// `sentinel` option's user and password are sent as one AUTH and the primary is found;
 /// the password alone (AUTH as `default`, which is off) or a wrong one is refused, the
-/// cause named and no password shown.
+/// cause named and no password shown. A user without a password is refused when the
+/// endpoint is made (no AUTH could be sent: it would reach the sentinel as no one), also
+/// for a `nopass` user (`user nop on nopass`), which any password opens.
 #[test]
 fn a_sentinel_with_an_acl_user_is_asked_with_its_user_and_password() {
     let dir = std::env::temp_dir().join(format!("cg-sentinel-acl-{}", std::process::id()));
@@ -411,7 +477,7 @@ fn a_sentinel_with_an_acl_user_is_asked_with_its_user_and_password() {
     std::fs::write(
         &conf,
         format!(
-            "port {sentinel}\nbind 127.0.0.1\ndir {}\nuser default off\nuser sen on >senpw +@all\n\
+            "port {sentinel}\nbind 127.0.0.1\ndir {}\nuser default off\nuser sen on >senpw +@all\nuser nop on nopass +@all\n\
              sentinel monitor {SERVICE} 127.0.0.1 {primary} 1\n",
             dir.display()
         ),
@@ -454,4 +520,14 @@ fn a_sentinel_with_an_acl_user_is_asked_with_its_user_and_password() {
         );
         assert!(!e.contains("senpw") && !e.contains("wrong-pw"), "{e}");
     }
+    for user in ["sen", "nop"] {
+        let e = Endpoint::parse(&url)
+            .unwrap()
+            .with_sentinel_auth(Some(user.into()), None)
+            .err()
+            .unwrap_or_else(|| panic!("a user alone ({user}) was taken: no AUTH would be sent"));
+        assert!(e.contains("is given without a password"), "{e}");
+    }
+    let c = with(Some("nop"), "anything").unwrap();
+    assert_eq!(c.primary(), Some(format!("127.0.0.1:{primary}").as_str()));
 }

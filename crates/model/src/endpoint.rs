@@ -173,6 +173,12 @@ impl Endpoint {
 
     /// A Sentinel endpoint whose sentinels authenticate with `user` / `password` (the
     /// `sentinel` option); an error for any other endpoint (the option names itself).
+    ///
+    /// A user without a password is an error too: `AUTH` takes a password, so a user alone
+    /// would reach the sentinels as no one, silently (phpredis, Predis and redis-cli send no
+    /// `AUTH` then). The options, the INI and the CLI refuse it first with their own names;
+    /// this keeps any other caller from making such an endpoint. An ACL user with `nopass`
+    /// takes any password.
     pub fn with_sentinel_auth(
         mut self,
         user: Option<String>,
@@ -184,6 +190,9 @@ impl Endpoint {
                 self.display
             ));
         };
+        if user.is_some() && password.is_none() {
+            return Err("user is given without a password: the sentinels' AUTH needs both (an ACL user with nopass takes any password; leave the user out for sentinels with a password only)".into());
+        }
         s.user = user;
         s.password = password;
         self.set_pool_key();
@@ -616,6 +625,12 @@ mod tests {
             .with_sentinel_auth(None, Some("x".into()))
             .unwrap_err();
         assert!(e.contains("sentinel://") && !e.contains("pw@"), "{e}");
+        // A user alone would send no AUTH: refused, whoever makes the endpoint.
+        let e = Endpoint::parse("valkey+sentinel://h:1/m")
+            .unwrap()
+            .with_sentinel_auth(Some("sen".into()), None)
+            .unwrap_err();
+        assert!(e.contains("user is given without a password"), "{e}");
     }
 
     #[test]

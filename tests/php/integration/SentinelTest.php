@@ -188,6 +188,64 @@ final class SentinelTest extends LimiterTestCase
     }
 
     /**
+     * A primary demoted while a worker keeps its connection (`REPLICAOF` by hand; also
+     * what the `FAILOVER` command does): its clients stay connected and it still answers
+     * PING. health(true) asks `ROLE` on a Sentinel endpoint: the demoted node is not ok,
+     * its connection dropped and the sentinels asked again; they still name it (it was
+     * demoted behind their back), so the cause is theirs: `is a replica (ROLE slave)`.
+     * Made a primary again, it is ok after the back-off. Bounded: a few seconds, well
+     * within what the sentinels take to call a master reporting `slave` down (down-after
+     * plus two INFO periods, 20 s), so no failover is started.
+     */
+    public function testHealthOnADemotedPrimaryIsNotOkAndAsksTheSentinelsAgain(): void
+    {
+        $name = self::uniqueName('senhealth');
+        $l = $this->sentineled($name);
+        $primary = self::$group->primary;
+        $this->assertTrue($l->acquire('s')->isAllowed());
+        $h = $l->health(true);
+        $this->assertTrue($h['ok'], json_encode($h));
+        $this->assertTrue($h['connected']);
+
+        $c = $primary->client();
+        $nowhere = ValkeyProcess::freePort();
+        try {
+            $c->rawCommand('REPLICAOF', '127.0.0.1', (string) $nowhere);
+            $this->assertSame('slave', SentinelGroup::role($primary));
+            $this->assertNotFalse($c->rawCommand('PING'), 'a demoted primary still answers PING');
+            $h = $l->health(true);
+            $this->assertFalse($h['ok'], json_encode($h));
+            $this->assertFalse($h['connected'], 'the demoted node\'s connection was dropped');
+            // The cause is the open's: the sentinels were asked again, and named it.
+            $this->assertStringContainsString(
+                'the primary named for service ' . SentinelGroup::SERVICE . ', 127.0.0.1:' . $primary->port . ', is a replica (ROLE slave)',
+                (string) $h['last_error'],
+            );
+            // A decision meanwhile gets the policy, never one made on the replica.
+            $this->assertSame('unavailable', $l->acquire('s')->reason());
+        } finally {
+            $c->rawCommand('REPLICAOF', 'NO', 'ONE');
+        }
+        $this->assertSame('master', SentinelGroup::role($primary));
+        // Bounded (5 s): after the back-off (retry_interval_ms 50) the probe opens again.
+        $until = microtime(true) + 5;
+        do {
+            usleep(60_000);
+            $h = $l->health(true);
+        } while (!$h['ok'] && microtime(true) < $until);
+        $this->assertTrue($h['ok'], json_encode($h));
+        $this->assertSame('127.0.0.1:' . $primary->port, $h['sentinel_primary']);
+        $this->assertTrue($l->acquire('s')->isAllowed());
+        // The replica back in sync before the failover test (bounded, 10 s).
+        $synced = fn () => str_contains((string) self::$group->replica->client()->rawCommand('INFO', 'replication'), 'master_link_status:up');
+        $until = microtime(true) + 10;
+        while (!$synced() && microtime(true) < $until) {
+            usleep(50_000);
+        }
+        $this->assertTrue($synced(), 'the replica never synced again');
+    }
+
+    /**
      * SIGKILL the primary during a loop of acquire(): every call returns (the policy's
      * answer while no primary is known), decisions resume on the promoted replica by
      * themselves, and the old primary, restarted, is made a replica and takes no write of

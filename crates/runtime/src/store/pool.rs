@@ -440,6 +440,13 @@ pub(super) fn status_of(endpoint: &Endpoint, timeout: Duration, engine: Option<E
 /// On a cluster, a PING would go to every node (a replica down would fail every pod's
 /// readiness); `EXISTS cluster_key` instead asks only the primary that holds the caller's
 /// slot, the one its decisions need.
+///
+/// On a Sentinel endpoint, `ROLE` instead of PING: a primary demoted while the connection
+/// was kept (`REPLICAOF`, `FAILOVER`) still answers PING, and would be ok until the next
+/// decision found `READONLY`. Demoted, the connection is dropped and the sentinels asked
+/// again within the same timeout ([`Connection::check_still_primary`]): ok on the primary
+/// they name now, else not ok with the open's cause (`... is a replica (ROLE slave)` while
+/// they still name the demoted one) and the back-off, as a decision would have had.
 pub fn ping(
     endpoint: &Endpoint,
     timeout: Duration,
@@ -460,17 +467,29 @@ pub(super) fn ping_of(
     let started = Instant::now();
     let sent = SystemTime::now();
     let cluster = endpoint.is_cluster();
-    let result = with_connection(endpoint, timeout, retry_interval, |c| {
-        if cluster {
-            redis::cmd("EXISTS")
-                .arg(cluster_key)
-                .query::<i64>(c)
-                .map(drop)
-        } else {
-            redis::cmd("PING").query::<String>(c).map(drop)
-        }
-    });
+    let sentinel = endpoint.is_sentinel();
     let pooled = pooled(endpoint, Pool::Decisions);
+    let result = with_open(
+        &pooled,
+        endpoint,
+        timeout,
+        retry_interval,
+        |open, _, deadline| {
+            if sentinel {
+                return open.conn.check_still_primary(deadline);
+            }
+            open.conn.within(deadline, |c| {
+                if cluster {
+                    redis::cmd("EXISTS")
+                        .arg(cluster_key)
+                        .query::<i64>(c)
+                        .map(drop)
+                } else {
+                    redis::cmd("PING").query::<String>(c).map(drop)
+                }
+            })
+        },
+    );
     let mut p = pooled.lock();
     let ok = match result {
         Ok(_) => {
