@@ -9,8 +9,12 @@
 //!   set-up, AUTH/SELECT/HELLO, under one deadline), its per-command timeout, and a call's
 //!   deadline over several commands ([`Connection::within`]) or a pipeline's replies
 //!   ([`Connection::pipeline_within`]);
-//! - one call on a kept connection that replaces it once when it broke ([`reconnect_once`],
-//!   with the call's [`Budget`] and what went wrong, [`Failure`]);
+//! - one server's socket, its own (`wire.rs`): one deadline for every write and read of a
+//!   call, `EINTR` waited through, replies cut at the end of each RESP value;
+//! - one call on a kept connection, at most once ([`reconnect_once`], with the call's
+//!   [`Budget`] and what went wrong, [`Failure`]): a connection closed while idle replaced
+//!   before anything is sent, a command of which a byte was written never sent again
+//!   ([`Failure::Unknown`]);
 //! - what an error means ([`errors`]: an error reply, a missing command, an ACL's NOPERM,
 //!   another build's arity) and how a failure is shown ([`describe`]).
 //!
@@ -23,9 +27,10 @@
 //!   model's `Endpoint` carries the `tls` settings (files read and checked when the
 //!   options were); [`info::tls_connection_info`] turns them into redis-rs's TLS address
 //!   and certificates (rustls, `tls-rustls` in this crate's `Cargo.toml`);
-//!   [`Connection::open`]'s set-up is unchanged: rustls's handshake runs on the set-up's
-//!   first write, within the same deadline. `peer_name` is checked by a handshake of this
-//!   crate's own ([`tls::check_peer_name`]) because redis-rs checks the URL's host only;
+//!   on one server the handshake is this crate's own, rustls over `wire.rs`'s socket,
+//!   within the open's deadline, `peer_name` checked in it. A cluster's seeds are checked
+//!   against `peer_name` by a handshake of their own ([`tls::check_peer_name`]) because
+//!   redis-rs checks the URL's host only;
 //!   a cluster's builder gets the certificates, so every node it opens is verified.
 //!
 //! - **Sentinel** (`valkey+sentinel://`, `redis+sentinel://`, TLS twins `valkeys+sentinel://`,
