@@ -178,9 +178,7 @@ impl Connection {
         conn.set_deadline(deadline);
         match role_of(conn)?.as_str() {
             "master" => Ok(()),
-            name => Err(sentinel_error(format!(
-                "the primary {at} is now a replica (ROLE {name})"
-            ))),
+            name => Err(crate::errors::demoted(at, name)),
         }
     }
 

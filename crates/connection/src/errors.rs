@@ -39,6 +39,23 @@ pub fn is_readonly(e: &RedisError) -> bool {
         || e.code().is_some_and(|c| c.eq_ignore_ascii_case("READONLY"))
 }
 
+/// A Sentinel endpoint's primary found demoted by [`crate::Connection::check_still_primary`]
+/// (`ROLE` answered `slave`): the connection is to the wrong server, as with `READONLY`, and
+/// the read-only `ROLE` that found it changed nothing, so the call may run again on a new
+/// connection.
+pub fn demoted(at: &str, role: &str) -> RedisError {
+    std::io::Error::other(format!(
+        "sentinel: the primary {at} is now a replica (ROLE {role})"
+    ))
+    .into()
+}
+
+/// The error of [`demoted`].
+pub fn is_demoted(e: &RedisError) -> bool {
+    let t = e.to_string();
+    t.contains("sentinel: the primary ") && t.contains(" is now a replica (ROLE ")
+}
+
 fn text(e: &RedisError) -> String {
     e.to_string().to_ascii_lowercase()
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use redis::{RedisError, RedisResult};
 
 use crate::connection::Connection;
-use crate::errors::{is_readonly, is_reply_error};
+use crate::errors::{is_demoted, is_readonly, is_reply_error};
 
 /// One call's time: `timeout` from when the call started.
 #[derive(Debug, Clone, Copy)]
@@ -122,8 +122,10 @@ pub fn reconnect_once<C: AsMut<Connection>, T>(
             Err(e) if is_reply_error(&e) && !is_readonly(&e) => return Err(Failure::Reply(e)),
             Err(e) => {
                 // Anything written may have run, whatever came back (nothing, a reply cut
-                // or garbled, one of the wrong shape); a READONLY refusal did not run.
-                let unknown = held.as_mut().sent() > sent_before && !is_readonly(&e);
+                // or garbled, one of the wrong shape); a READONLY refusal did not run, nor
+                // did the ROLE that found a primary demoted.
+                let unknown =
+                    held.as_mut().sent() > sent_before && !is_readonly(&e) && !is_demoted(&e);
                 *kept = None;
                 if unknown {
                     return Err(Failure::Unknown(e));
