@@ -198,8 +198,12 @@ enum Limit {
 /// An open connection to one server (see the module's doc).
 pub struct Wire {
     stream: Stream,
-    /// Bytes read and not yet parsed: empty between calls on a connection in step.
+    /// Bytes read and not yet parsed, `buf[..filled]` (the rest is room, zeroed once when
+    /// the buffer grows): nothing between calls on a connection in step.
     buf: Vec<u8>,
+    filled: usize,
+    /// How far the reply being read was scanned ([`frame_end`] resumes there).
+    scan: Scan,
     db: i64,
     limit: Limit,
     /// Sends (a command or a pipeline) of which a byte was written: such a send may have
@@ -212,6 +216,9 @@ pub struct Wire {
 /// The longest reply read (Valkey's own default `proto-max-bulk-len`): a peer announcing
 /// more is refused rather than buffered.
 const MAX_REPLY: usize = 512 << 20;
+
+/// Room kept between replies; more, grown for a long reply, is given back after it.
+const BUF_KEPT: usize = 1 << 20;
 
 /// Where to connect: a TCP address (with TLS or without) or a Unix socket.
 pub(crate) enum Target<'a> {
@@ -260,6 +267,8 @@ impl Wire {
         Ok(Self {
             stream,
             buf: Vec::new(),
+            filled: 0,
+            scan: Scan::default(),
             db: 0,
             limit: Limit::Until(deadline),
             sent: 0,
@@ -298,7 +307,7 @@ impl Wire {
             return true;
         }
         // A reply's bytes past its end, read with it: nobody asked for them.
-        let dead = !self.buf.is_empty()
+        let dead = self.filled > 0
             || match &mut self.stream {
                 Stream::Plain(sock) => match sock.readable_now() {
                     Ok(false) => false,
@@ -363,44 +372,46 @@ impl Wire {
 
     fn recv_inner(&mut self) -> RedisResult<Value> {
         loop {
-            match frame_end(&self.buf)? {
+            match frame_end(&self.buf[..self.filled], &mut self.scan)? {
                 Some(end) => {
                     let value = redis::parse_redis_value(&self.buf[..end]);
-                    self.buf.drain(..end);
+                    self.buf.copy_within(end..self.filled, 0);
+                    self.filled -= end;
+                    // A long reply's room is not kept for the small ones that follow.
+                    if self.filled == 0 && self.buf.len() > BUF_KEPT {
+                        self.buf = Vec::new();
+                    }
                     match value? {
                         Value::Push { .. } => {}
                         v => return Ok(v),
                     }
                 }
                 None => {
-                    if self.buf.len() >= MAX_REPLY {
-                        return Err(RedisError::from((
-                            ErrorKind::Parse,
-                            "reply too long",
-                            format!("over {} MiB", MAX_REPLY >> 20),
-                        )));
-                    }
-                    // At least 16 KiB, and as much again as is buffered: a long reply is
-                    // read in doubling steps, and scanned again only that often.
-                    let old = self.buf.len();
-                    let want = old.max(16 << 10).min(MAX_REPLY - old);
-                    self.buf.resize(old + want, 0);
-                    let n = match &mut self.stream {
-                        Stream::Plain(s) => s.read(&mut self.buf[old..]),
-                        Stream::Tls(s) => s.read(&mut self.buf[old..]),
-                    };
-                    self.buf.truncate(old + *n.as_ref().unwrap_or(&0));
-                    match n {
-                        Ok(0) => {
-                            return Err(io::Error::new(
-                                io::ErrorKind::UnexpectedEof,
-                                "the server closed the connection",
-                            )
-                            .into())
+                    if self.filled == self.buf.len() {
+                        // Room doubles (zeroed only then): a long reply costs linear time.
+                        if self.buf.len() >= MAX_REPLY {
+                            return Err(RedisError::from((
+                                ErrorKind::Parse,
+                                "reply too long",
+                                format!("over {} MiB", MAX_REPLY >> 20),
+                            )));
                         }
-                        Ok(_) => {}
-                        Err(e) => return Err(e.into()),
+                        let grown = (self.buf.len() * 2).clamp(16 << 10, MAX_REPLY);
+                        self.buf.resize(grown, 0);
                     }
+                    let room = &mut self.buf[self.filled..];
+                    let n = match &mut self.stream {
+                        Stream::Plain(s) => s.read(room),
+                        Stream::Tls(s) => s.read(room),
+                    }?;
+                    if n == 0 {
+                        return Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "the server closed the connection",
+                        )
+                        .into());
+                    }
+                    self.filled += n;
                 }
             }
         }
@@ -428,32 +439,42 @@ impl Wire {
     }
 }
 
+/// How far [`frame_end`] got in a reply not all there yet: the start of the next value to
+/// read, and how many values are still to be read (0: a new reply).
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct Scan {
+    pos: usize,
+    pending: u64,
+}
+
 /// Where the first whole RESP value (RESP2 or RESP3) in `buf` ends; `None` while it is not
-/// all there. Bytes that are not RESP are an error (the stream is out of step). A value's
-/// parts are counted, not recursed into, so nesting costs no stack.
-fn frame_end(buf: &[u8]) -> RedisResult<Option<usize>> {
+/// all there, `scan` then keeping how far it got, so the next call (with more bytes) goes
+/// on from there: a long reply read in many pieces is scanned once. Bytes that are not
+/// RESP are an error (the stream is out of step). A value's parts are counted, not
+/// recursed into, so nesting costs no stack.
+fn frame_end(buf: &[u8], scan: &mut Scan) -> RedisResult<Option<usize>> {
     let bad = |what: String| RedisError::from((ErrorKind::Parse, "not a RESP reply", what));
-    let mut pos = 0;
-    // Values still to be read: the first, then the parts of each aggregate met.
-    let mut pending: u64 = 1;
-    while pending > 0 {
-        pending -= 1;
-        let Some(&kind) = buf.get(pos) else {
+    if scan.pending == 0 {
+        *scan = Scan { pos: 0, pending: 1 };
+    }
+    while scan.pending > 0 {
+        let start = scan.pos;
+        let Some(&kind) = buf.get(start) else {
             return Ok(None);
         };
-        let Some(nl) = buf[pos..].windows(2).position(|w| w == b"\r\n") else {
+        let Some(nl) = buf[start..].windows(2).position(|w| w == b"\r\n") else {
             return Ok(None);
         };
-        let line = &buf[pos + 1..pos + nl];
-        pos += nl + 2;
+        let line = &buf[start + 1..start + nl];
+        let mut pos = start + nl + 2;
         let count = || -> RedisResult<i64> {
             std::str::from_utf8(line)
                 .ok()
                 .and_then(|l| l.parse::<i64>().ok())
                 .ok_or_else(|| bad(format!("a length of {:?}", String::from_utf8_lossy(line))))
         };
-        match kind {
-            b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => {}
+        let parts = match kind {
+            b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => 0,
             // Bulk string, bulk error, verbatim string: the length, the bytes, CRLF.
             b'$' | b'!' | b'=' => {
                 let n = count()?;
@@ -467,15 +488,20 @@ fn frame_end(buf: &[u8]) -> RedisResult<Option<usize>> {
                     }
                     pos = end;
                 }
+                0
             }
-            b'*' | b'~' | b'>' => pending = pending.saturating_add(count()?.max(0) as u64),
-            b'%' => pending = pending.saturating_add(2 * count()?.max(0) as u64),
+            b'*' | b'~' | b'>' => count()?.max(0) as u64,
+            b'%' => 2 * count()?.max(0) as u64,
             // Attributes: a map, then the value they describe.
-            b'|' => pending = pending.saturating_add(2 * count()?.max(0) as u64 + 1),
+            b'|' => 2 * count()?.max(0) as u64 + 1,
             other => return Err(bad(format!("a reply starting with byte {other:#04x}"))),
-        }
+        };
+        scan.pos = pos;
+        scan.pending = scan.pending - 1 + parts;
     }
-    Ok(Some(pos))
+    let end = scan.pos;
+    *scan = Scan::default();
+    Ok(Some(end))
 }
 
 /// A Unix socket connection to `path` by `deadline`: a non-blocking connect, so a server
@@ -658,5 +684,57 @@ impl ConnectionLike for Wire {
 
     fn is_open(&self) -> bool {
         self.open
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every value, fed a byte more at a time and all at once, ends where it ends; the
+    /// scan goes on from where it stopped, never from the start.
+    #[test]
+    fn a_value_ends_where_it_ends_however_it_arrives() {
+        let values: [&[u8]; 8] = [
+            b"+OK\r\n",
+            b"$-1\r\n",
+            b"*-1\r\n",
+            b"$5\r\nab\r\nc\r\n",
+            b"*3\r\n:1\r\n*2\r\n$1\r\nx\r\n_\r\n%1\r\n+k\r\n,1.5\r\n",
+            b">2\r\n+invalidate\r\n*0\r\n",
+            b"|1\r\n+ttl\r\n:3\r\n$2\r\nhi\r\n",
+            b"*0\r\n",
+        ];
+        for v in values {
+            let mut with_more = v.to_vec();
+            with_more.extend_from_slice(b":9\r\n");
+            let mut scan = Scan::default();
+            for cut in 0..v.len() {
+                assert_eq!(
+                    frame_end(&with_more[..cut], &mut scan).unwrap(),
+                    None,
+                    "{cut} of {v:?}"
+                );
+                assert!(scan.pos <= cut, "{v:?}");
+            }
+            assert_eq!(
+                frame_end(&with_more, &mut scan).unwrap(),
+                Some(v.len()),
+                "{v:?}"
+            );
+            assert_eq!(scan, Scan::default());
+            assert_eq!(
+                frame_end(&with_more, &mut Scan::default()).unwrap(),
+                Some(v.len())
+            );
+            redis::parse_redis_value(v).unwrap();
+        }
+    }
+
+    #[test]
+    fn bytes_that_are_not_resp_are_an_error() {
+        for v in [&b"?garbled\r\n"[..], b"$x\r\n", b"$2\r\nabcd\r\n"] {
+            assert!(frame_end(v, &mut Scan::default()).is_err(), "{v:?}");
+        }
     }
 }

@@ -468,3 +468,38 @@ fn a_unix_socket_whose_backlog_is_full_fails_the_open_within_the_timeout() {
     drop(held);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A long reply (40 MiB, as `limiter status` reads 100,000 events), arriving in pieces, is
+/// read whole, in linear time: the scan of a reply goes on from where the last piece
+/// ended, and the buffer's room is zeroed only as it doubles (a first cut rescanned and
+/// re-zeroed the whole reply at every piece).
+#[test]
+fn a_long_reply_in_many_pieces_is_read_whole() {
+    const LEN: usize = 40 << 20;
+    let (url, _server) = server(|l| {
+        let (mut s, _) = l.accept().unwrap();
+        s.write_all(SETUP).unwrap();
+        let mut ask = [0u8; 64];
+        let _ = s.read(&mut ask).unwrap();
+        s.write_all(format!("${LEN}\r\n").as_bytes()).unwrap();
+        let chunk = vec![b'x'; 64 << 10];
+        for _ in 0..LEN / chunk.len() {
+            s.write_all(&chunk).unwrap();
+        }
+        s.write_all(b"\r\n").unwrap();
+        answer_then_hang(&mut s, b"");
+    });
+    let mut c = Connection::open(&endpoint(&url), Client::CLI, Duration::from_secs(5)).unwrap();
+    c.set_timeout(Duration::from_secs(60)).unwrap();
+    let started = Instant::now();
+    let v: Vec<u8> = c
+        .each_command(|c| redis::cmd("GET").arg("k").query(c))
+        .unwrap();
+    assert_eq!(v.len(), LEN);
+    // About 0.1 s here; the quadratic first cut took tens of seconds.
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+}
