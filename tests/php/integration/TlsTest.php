@@ -132,6 +132,9 @@ final class TlsTest extends LimiterTestCase
     public function testX509V1CertificatesAreAcceptedWhereTheTlsLibraryCanAndRefusedByNameWhereItCannot(): void
     {
         self::$tls->makeV1();
+        if (!self::$tls->isV1('client-v1') || !self::$tls->isV1('ca-v1')) {
+            $this->markTestSkipped('this OpenSSL (3.2 or later) makes X.509 v3 certificates only: no v1 certificate to test with');
+        }
         $v1Client = ['local_cert' => self::$tls->path('client-v1.pem'), 'local_pk' => self::$tls->path('client-v1.key')];
         // The server takes the v1 client certificate from phpredis (OpenSSL).
         $r = new \Redis();

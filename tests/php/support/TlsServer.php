@@ -76,6 +76,20 @@ final class TlsServer
     }
 
     /**
+     * Whether the certificate $name (made by makeV1()) is X.509 v1: OpenSSL 3.2 and later
+     * (Debian 13's, in the PHP matrix' chroots) make v3 certificates only.
+     */
+    public function isV1(string $name): bool
+    {
+        $p = proc_open(['openssl', 'x509', '-in', $this->path("$name.pem"), '-noout', '-text'],
+            [1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes);
+        $text = (string) stream_get_contents($pipes[1]);
+        stream_get_contents($pipes[2]);
+        proc_close($p);
+        return str_contains($text, 'Version: 1 (0x0)');
+    }
+
+    /**
      * A key and a certificate signed by the CA $ca, valid for $days (negative: expired);
      * no extensions ($ext empty): an X.509 v1 certificate.
      */
