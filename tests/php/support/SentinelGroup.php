@@ -67,10 +67,14 @@ final class SentinelGroup
         proc_close($p);
     }
 
-    /** Bounded (20 s): each sentinel knows the replica and the two other sentinels. */
+    /**
+     * Bounded (45 s): each sentinel knows the replica and the two other sentinels. Sentinels
+     * find each other by hello messages every 2 s; on a busy machine (the matrix' ZTS row)
+     * 20 s was once not enough.
+     */
     private function waitUntilEverySentinelSeesTheGroup(): void
     {
-        $deadline = microtime(true) + 20;
+        $deadline = microtime(true) + 45;
         foreach ($this->sentinels as $port) {
             while (true) {
                 try {
