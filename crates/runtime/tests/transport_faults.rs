@@ -88,6 +88,13 @@ impl TcpValkey {
             .unwrap_or(0)
     }
 
+    fn xlen(&self, key: &str) -> i64 {
+        redis::cmd("XLEN")
+            .arg(key)
+            .query(&mut self.direct())
+            .unwrap()
+    }
+
     /// Decisions that reached Valkey, whichever engine made them.
     fn decisions(&self) -> i64 {
         self.calls("evalsha") + self.calls("eval") + self.calls("CG.DECIDE")
@@ -161,6 +168,37 @@ impl Drop for Proxy {
         let _ = std::fs::remove_file(&self.control);
         let _ = std::fs::remove_file(format!("{}.up", self.control.display()));
     }
+}
+
+/// The stream sink writing to `key` through `proxy`, its batches bounded by `timeout_ms`,
+/// no back-off.
+fn stream_sink(
+    proxy: &Proxy,
+    key: &str,
+    timeout_ms: u64,
+) -> checkout_guard_runtime::telemetry::StreamSink {
+    checkout_guard_runtime::telemetry::StreamSink::new(
+        checkout_guard_model::Endpoint::parse(&proxy.url()).unwrap(),
+        key.into(),
+        100_000,
+        Duration::from_millis(timeout_ms),
+        Duration::ZERO,
+    )
+}
+
+/// `n` events numbered `i`, each with `pad` bytes more (0: none).
+fn stream_events(n: i64, pad: usize) -> Vec<checkout_guard_runtime::telemetry::Event> {
+    use checkout_guard_runtime::telemetry::{AttrValue, Event};
+    (0..n)
+        .map(|i| {
+            let mut e = Event::new(b"ExternalCall").unwrap();
+            e.set("i", AttrValue::Int(i));
+            if pad > 0 {
+                e.set("pad", AttrValue::Str("x".repeat(pad)));
+            }
+            e
+        })
+        .collect()
 }
 
 fn limiter(url: &str, name: &str, engine: &str, capacity: i64, timeout_ms: i64) -> Limiter {
@@ -426,32 +464,12 @@ fn model_decisions_and_transport_faults_take_each_token_once() {
 /// the sink says the batch's outcome is unknown.
 #[test]
 fn a_stream_batch_whose_replies_are_lost_is_not_written_twice() {
-    use checkout_guard_runtime::telemetry::{AttrValue, Event, Sink, StreamSink};
+    use checkout_guard_runtime::telemetry::Sink;
     let v = TcpValkey::start(false);
     let proxy = Proxy::start(v.port);
-    let endpoint = checkout_guard_model::Endpoint::parse(&proxy.url()).unwrap();
-    let mut sink = StreamSink::new(
-        endpoint,
-        "cg-faults:events".into(),
-        10_000,
-        Duration::from_millis(300),
-        Duration::ZERO,
-    );
-    let events = |n: i64| -> Vec<Event> {
-        (0..n)
-            .map(|i| {
-                let mut e = Event::new(b"ExternalCall").unwrap();
-                e.set("i", AttrValue::Int(i));
-                e
-            })
-            .collect()
-    };
-    let len = || -> i64 {
-        redis::cmd("XLEN")
-            .arg("cg-faults:events")
-            .query(&mut v.direct())
-            .unwrap()
-    };
+    let mut sink = stream_sink(&proxy, "cg-faults:events", 300);
+    let events = |n| stream_events(n, 0);
+    let len = || v.xlen("cg-faults:events");
     sink.write(&events(1)).unwrap();
     let mut expected = 1;
     for fault in ["fin", "rst", "half", "garble", "hold"] {
@@ -508,33 +526,12 @@ fn bytes_nobody_asked_for_put_the_connection_out_of_step() {
 /// events, adversarial review).
 #[test]
 fn a_stream_batch_cut_while_written_is_not_written_twice() {
-    use checkout_guard_runtime::telemetry::{AttrValue, Event, Sink, StreamSink};
+    use checkout_guard_runtime::telemetry::Sink;
     let v = TcpValkey::start(false);
     let proxy = Proxy::start(v.port);
-    let endpoint = checkout_guard_model::Endpoint::parse(&proxy.url()).unwrap();
-    let mut sink = StreamSink::new(
-        endpoint,
-        "cg-faults:cut".into(),
-        100_000,
-        Duration::from_millis(2000),
-        Duration::ZERO,
-    );
-    let events = |n: i64| -> Vec<Event> {
-        (0..n)
-            .map(|i| {
-                let mut e = Event::new(b"ExternalCall").unwrap();
-                e.set("i", AttrValue::Int(i));
-                e.set("pad", AttrValue::Str("x".repeat(16_000)));
-                e
-            })
-            .collect()
-    };
-    let len = || -> i64 {
-        redis::cmd("XLEN")
-            .arg("cg-faults:cut")
-            .query(&mut v.direct())
-            .unwrap()
-    };
+    let mut sink = stream_sink(&proxy, "cg-faults:cut", 2000);
+    let events = |n| stream_events(n, 16_000);
+    let len = || v.xlen("cg-faults:cut");
     sink.write(&events(1)).unwrap();
     // 6.4 MB: more than the socket buffers hold, so the write itself breaks partway.
     proxy.cut_request_after(1_000_000);
