@@ -65,5 +65,6 @@ require __DIR__ . '/support/EventLog.php';
 require __DIR__ . '/support/StandInProvider.php';
 require __DIR__ . '/support/LimiterTestCase.php';
 require __DIR__ . '/support/OwnValkeyTestCase.php';
+require __DIR__ . '/support/OwnFpmTestCase.php';
 require __DIR__ . '/support/DecisionTestCase.php';
 require __DIR__ . '/support/HostileCallsTestCase.php';

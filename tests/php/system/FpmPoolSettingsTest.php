@@ -15,51 +15,11 @@ namespace CheckoutGuard\Tests;
  * catch_workers_output). Loading the extension runs its request start-up at once, before
  * the settings that follow: telemetry must not read its settings there.
  */
-final class FpmPoolSettingsTest extends OwnValkeyTestCase
+final class FpmPoolSettingsTest extends OwnFpmTestCase
 {
-    private string $dir = '';
-    /** @var resource|null */
-    private $fpm = null;
-    private int $port = 0;
-
-    protected function setUp(): void
+    protected static function dirPrefix(): string
     {
-        if (self::fpmBinary() === null) {
-            $this->markTestSkipped('no php-fpm for PHP ' . PHP_MAJOR_VERSION . '.' . PHP_MINOR_VERSION . ' on this machine');
-        }
-        if (trim((string) shell_exec('command -v cgi-fcgi')) === '') {
-            $this->markTestSkipped('cgi-fcgi (Debian: libfcgi-bin) is not installed: it sends the FastCGI requests');
-        }
-        parent::setUp();
-        $this->dir = sys_get_temp_dir() . '/cg-pool-' . getmypid() . '-' . bin2hex(random_bytes(4));
-        mkdir($this->dir);
-    }
-
-    protected function tearDown(): void
-    {
-        $master = $this->stopFpm();
-        if ($master > 0) {
-            foreach (glob("/dev/shm/checkout-guard-denials.*.P$master.*") ?: [] as $f) {
-                @unlink($f);
-            }
-        }
-        if ($this->dir !== '') {
-            foreach (glob("{$this->dir}/*") ?: [] as $f) {
-                @unlink($f);
-            }
-            @rmdir($this->dir);
-        }
-        parent::tearDown();
-    }
-
-    private static function fpmBinary(): ?string
-    {
-        foreach (['/usr/sbin/php-fpm' . PHP_MAJOR_VERSION . '.' . PHP_MINOR_VERSION, '/usr/sbin/php-fpm'] as $f) {
-            if (is_executable($f)) {
-                return $f;
-            }
-        }
-        return null;
+        return 'cg-pool-';
     }
 
     public function testSettingsBeforeTheExtensionLineAreInForceTelemetryToo(): void
@@ -140,24 +100,6 @@ final class FpmPoolSettingsTest extends OwnValkeyTestCase
     }
 
     /** Stops php-fpm (bounded); returns the master's pid, or 0 if none ran. */
-    private function stopFpm(): int
-    {
-        if ($this->fpm === null) {
-            return 0;
-        }
-        $pid = proc_get_status($this->fpm)['pid'];
-        proc_terminate($this->fpm, SIGTERM);
-        for ($i = 0; $i < 250 && proc_get_status($this->fpm)['running']; $i++) {
-            usleep(20_000);
-        }
-        if (proc_get_status($this->fpm)['running']) {
-            proc_terminate($this->fpm, SIGKILL);
-        }
-        proc_close($this->fpm);
-        $this->fpm = null;
-        return $pid;
-    }
-
     /** One request to the probe; its decoded answer. */
     private function request(): array
     {
