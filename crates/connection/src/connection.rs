@@ -4,23 +4,22 @@
 use std::time::{Duration, Instant};
 
 use checkout_guard_model::{Endpoint, Tls};
-use redis::cluster::{ClusterClientBuilder, ClusterConnection};
 use redis::{
-    ConnectionAddr, ConnectionInfo, ConnectionLike, ErrorKind, RedisError, RedisResult, TlsMode,
-    Value,
+    ConnectionAddr, ConnectionInfo, ConnectionLike, ErrorKind, RedisError, RedisResult, Value,
 };
 
+use crate::cluster::Cluster;
 use crate::errors::timed_out;
-use crate::info::{addresses, certificates, primary_info, Addresses, Client};
+use crate::info::{addresses, primary_info, Addresses, Client};
 use crate::wire::{Target, Wire};
 
 enum Link {
     Single(Wire),
-    Cluster(Box<ClusterConnection>),
+    Cluster(Box<Cluster>),
 }
 
-/// An open connection: to one server, or to the nodes of a cluster (redis-rs's
-/// `ClusterConnection`: a connection per node it needed, MOVED and ASK followed).
+/// An open connection: to one server, or to the nodes of a cluster ([`Cluster`]: a
+/// connection per node it needed, MOVED and ASK followed, nothing written sent again).
 pub struct Connection {
     link: Link,
     /// The per-command (read and write) timeout set on the socket, to skip needless
@@ -45,18 +44,16 @@ impl Connection {
     /// in turn when the server does not answer). With RESP3, redis-rs sends HELLO (with
     /// the credentials) itself: one reply, within the same deadline.
     ///
-    /// A cluster: the slot map asked of the seeds, each node's connection and every
-    /// command bounded by `timeout`; redirects (MOVED, ASK), CLUSTERDOWN/TRYAGAIN and one
-    /// reconnection are retried inside a command, the waits between retries a small part
-    /// of `timeout` (redis-rs would wait over a second each), so a cluster that is down
-    /// fails a command within about its timeout.
+    /// A cluster ([`Cluster::open`]): the slot map asked of the first seed that answers,
+    /// within the same deadline; each node is opened as one server when a command is first
+    /// routed to it, within that call's deadline.
     ///
     /// The per-command timeout is not set yet: [`Connection::set_timeout`] sets it.
     ///
     /// Over TLS the handshake is part of the set-up, within the same deadline; a failed
     /// one says so with its cause ([`crate::tls::in_handshake`]). With `peer_name`, each
-    /// server is first checked by [`crate::tls::check_peer_name`], within the deadline too;
-    /// of a cluster's seeds, the first that passes (see [`first_checked_seed`]).
+    /// server's certificate is checked against it in the handshake (a cluster's every
+    /// node too).
     pub fn open(endpoint: &Endpoint, client: Client, timeout: Duration) -> RedisResult<Self> {
         if needs_name_lookup(endpoint, client)? {
             return open_beside(endpoint, client, timeout);
@@ -67,19 +64,9 @@ impl Connection {
     fn open_here(endpoint: &Endpoint, client: Client, timeout: Duration) -> RedisResult<Self> {
         let deadline = Instant::now() + timeout;
         let tls = endpoint.tls();
-        let peer_name = tls
-            .filter(|t| t.verify_peer)
-            .and_then(|t| t.peer_name.as_deref().map(|n| (t, n)));
         let tcp_tls = |info: &ConnectionInfo| match info.addr() {
             ConnectionAddr::TcpTls { host, port, .. } => Some((host.clone(), *port)),
             _ => None,
-        };
-        let check_by = |info: &ConnectionInfo, by: Instant| -> RedisResult<()> {
-            if let (Some((tls, name)), Some((host, port))) = (peer_name, tcp_tls(info)) {
-                crate::tls::check_peer_name(&host, port, name, tls, by)
-                    .map_err(|e| crate::tls::in_handshake(e, &host, port))?;
-            }
-            Ok(())
         };
         let mut primary = None;
         let link = match addresses(endpoint, client)? {
@@ -97,33 +84,7 @@ impl Connection {
                 Link::Single(conn)
             }
             Addresses::Cluster(seeds) => {
-                let seeds = match peer_name {
-                    Some(_) => vec![first_checked_seed(seeds, deadline, &check_by)?],
-                    None => seeds,
-                };
-                let wait_ms = (timeout.as_millis() as u64 / 10).clamp(2, 50);
-                let mut builder = ClusterClientBuilder::new(seeds)
-                    .connection_timeout(timeout)
-                    .response_timeout(timeout)
-                    .retries(3)
-                    .min_retry_wait(1)
-                    .max_retry_wait(wait_ms);
-                if let Some(tls) = tls {
-                    // Every node the slot map names is opened with the same certificates
-                    // and verified the same way (by its name in the slot map, or with
-                    // `peer_name` the chain only: see docs/operations.md#tls).
-                    let mode = if tls.verify_peer {
-                        TlsMode::Secure
-                    } else {
-                        TlsMode::Insecure
-                    };
-                    builder = builder
-                        .tls(mode)
-                        .certs(certificates(tls))
-                        .danger_accept_invalid_hostnames(peer_name.is_some());
-                }
-                let conn = builder.build()?.get_connection()?;
-                Link::Cluster(Box::new(conn))
+                Link::Cluster(Box::new(Cluster::open(seeds, tls, deadline)?))
             }
             Addresses::Sentinel { sentinels, service } => {
                 // Each sentinel's `peer_name` check is part of asking it, within its share:
@@ -193,10 +154,7 @@ impl Connection {
         }
         match &mut self.link {
             Link::Single(c) => c.set_each(t),
-            Link::Cluster(c) => {
-                c.set_read_timeout(Some(t))?;
-                c.set_write_timeout(Some(t))?;
-            }
+            Link::Cluster(c) => c.set_each(t),
         }
         self.timeout = Some(t);
         Ok(())
@@ -211,37 +169,41 @@ impl Connection {
                 }
                 op(c)
             }
-            Link::Cluster(c) => op(c.as_mut()),
+            Link::Cluster(c) => {
+                if let Some(t) = self.timeout {
+                    c.set_each(t);
+                }
+                op(c.as_mut())
+            }
         }
     }
 
     /// Whether the connection must be replaced before a command is sent on it: on one
     /// server, it failed before or was closed by the server while idle (restart, idle
     /// timeout), found without blocking and without sending anything
-    /// ([`Wire::closed_while_idle`]). A cluster's connection reconnects its nodes itself.
+    /// ([`Wire::closed_while_idle`]); on a cluster, any node's ([`Cluster::closed_while_idle`]).
     pub fn closed_while_idle(&mut self) -> bool {
         match &mut self.link {
             Link::Single(c) => c.closed_while_idle(),
-            Link::Cluster(_) => false,
+            Link::Cluster(c) => c.closed_while_idle(),
         }
     }
 
     /// Sends of which a byte was written since the connection opened ([`Wire::sent`]): a
     /// call that failed after this count grew may have run in the server, and must not be
-    /// sent again. Always 0 on a cluster, whose connection (redis-rs's) does not tell; see
-    /// docs/reliability.md.
+    /// sent again (on a cluster, over every node: [`Cluster::sent`]).
     pub fn sent(&self) -> u64 {
         match &self.link {
             Link::Single(c) => c.sent(),
-            Link::Cluster(_) => 0,
+            Link::Cluster(c) => c.sent(),
         }
     }
 
     /// Runs `op`, a call of one or more commands, within `deadline`: on one server every
     /// write and every read of every command (`COMMAND INFO` before a decision, `SCRIPT
     /// LOAD` after `NOSCRIPT`, the steps of a reset) ends by it, so a call of several round
-    /// trips, or a reply that trickles in, still ends within its timeout. A cluster's
-    /// commands are each bounded by its own timeout (see [`Connection::open`]).
+    /// trips, or a reply that trickles in, still ends within its timeout; on a cluster,
+    /// the redirects and refusals followed too.
     pub fn within<T>(
         &mut self,
         deadline: Instant,
@@ -252,7 +214,10 @@ impl Connection {
                 conn.set_deadline(deadline);
                 op(conn)
             }
-            Link::Cluster(c) => op(c.as_mut()),
+            Link::Cluster(c) => {
+                c.set_deadline(deadline);
+                op(c.as_mut())
+            }
         }
     }
 
@@ -274,38 +239,11 @@ impl Connection {
                 c.pipeline_into(packed, count, into)
             }
             Link::Cluster(c) => {
-                into.extend(c.req_packed_commands(packed, 0, count)?);
-                Ok(())
+                c.set_deadline(deadline);
+                c.pipeline_into(packed, count, into)
             }
         }
     }
-}
-
-/// With `peer_name`, the first seed that passes its name check, each checked within a
-/// share of what is left (the seeds not yet checked and the cluster's open the other
-/// shares): one that is down or never answers is skipped, as redis-rs skips a seed it
-/// cannot connect to (review: every seed was checked up front, so one down seed failed
-/// every open). Only that seed is given to redis-rs, whose own check of the seeds' names
-/// is off: a seed not checked is never used. None passing: the last one's error.
-fn first_checked_seed(
-    seeds: Vec<ConnectionInfo>,
-    deadline: Instant,
-    check_by: &dyn Fn(&ConnectionInfo, Instant) -> RedisResult<()>,
-) -> RedisResult<ConnectionInfo> {
-    let count = seeds.len();
-    let mut last = None;
-    for (i, seed) in seeds.into_iter().enumerate() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break;
-        }
-        let share = (left / (count - i + 1) as u32).max(Duration::from_millis(1));
-        match check_by(&seed, Instant::now() + share) {
-            Ok(()) => return Ok(seed),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.unwrap_or_else(timed_out))
 }
 
 /// A sentinel's failure as the open reports it (`sentinel: ...`).
@@ -474,7 +412,11 @@ fn role_of(conn: &mut Wire) -> RedisResult<String> {
 /// A connection to one server, its whole set-up within `timeout` (see
 /// [`Connection::open`]); named as `info`'s lib name says. Over TLS (`info`'s address
 /// `TcpTls`), with `tls`'s certificates and checks ([`crate::tls::wire_config`]).
-fn open_single(info: ConnectionInfo, tls: Option<&Tls>, timeout: Duration) -> RedisResult<Wire> {
+pub(crate) fn open_single(
+    info: ConnectionInfo,
+    tls: Option<&Tls>,
+    timeout: Duration,
+) -> RedisResult<Wire> {
     let deadline = Instant::now() + timeout;
     let target = match info.addr() {
         ConnectionAddr::Tcp(host, port) => Target::Tcp {

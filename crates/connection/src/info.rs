@@ -57,8 +57,8 @@ pub fn certificates(tls: &Tls) -> TlsCertificates {
 
 /// One `rediss://` URL of a TLS endpoint as redis-rs connects to it: its certificates,
 /// verification of the chain and of the name (the URL's host), or of nothing with
-/// `verify_peer => false`. With `peer_name`, redis-rs checks the chain only: the name is
-/// checked against `peer_name` by [`crate::tls::check_peer_name`] before it connects.
+/// `verify_peer => false`. The handshake is `wire.rs`'s own ([`crate::tls::wire_config`]:
+/// `peer_name` checked in it); the address says TLS and how to verify.
 pub fn tls_connection_info(url: &str, client: Client, tls: &Tls) -> RedisResult<ConnectionInfo> {
     let info = connection_info(url, client)?;
     let info = redis::Client::build_with_tls(info, certificates(tls))?

@@ -28,10 +28,13 @@
 //!   options were); [`info::tls_connection_info`] turns them into redis-rs's TLS address
 //!   and certificates (rustls, `tls-rustls` in this crate's `Cargo.toml`);
 //!   on one server the handshake is this crate's own, rustls over `wire.rs`'s socket,
-//!   within the open's deadline, `peer_name` checked in it. A cluster's seeds are checked
-//!   against `peer_name` by a handshake of their own ([`tls::check_peer_name`]) because
-//!   redis-rs checks the URL's host only;
-//!   a cluster's builder gets the certificates, so every node it opens is verified.
+//!   within the open's deadline, `peer_name` checked in it; a cluster's every node the
+//!   same way (`cluster.rs`).
+//!
+//! - **Cluster** (`valkey+cluster://`, ...): the connection layer's own (`cluster.rs`):
+//!   the slot map asked of a seed, a `wire.rs` connection per node, commands routed by
+//!   their first key's slot, `MOVED`/`ASK`/`TRYAGAIN`/`CLUSTERDOWN` followed (answers of
+//!   commands that did not run), and nothing written ever sent again, as on one server.
 //!
 //! - **Sentinel** (`valkey+sentinel://`, `redis+sentinel://`, TLS twins `valkeys+sentinel://`,
 //!   `rediss+sentinel://`): the third arm of [`info::Addresses`] (the sentinels, with their
@@ -45,6 +48,7 @@
 //!   `READONLY` from a demoted primary ([`errors::is_readonly`]) counts as a broken
 //!   connection there.
 
+mod cluster;
 mod connection;
 pub mod errors;
 pub mod info;

@@ -6,16 +6,12 @@
 //! the set-up, whose socket timeouts are what is left of the open's deadline, so a server
 //! that accepts TCP and never answers the handshake fails the open within its timeout.
 
-use std::io::Write;
 use std::sync::Arc;
-use std::time::Instant;
 
 use checkout_guard_model::Tls;
 use redis::{ErrorKind, RedisError, RedisResult};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-
-use crate::errors::timed_out;
 
 fn config_error(what: &str, detail: String) -> RedisError {
     RedisError::from((
@@ -155,43 +151,6 @@ impl rustls::client::danger::ServerCertVerifier for AcceptAnyCertificate {
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
     }
-}
-
-/// Checks, by a TLS handshake of its own by `deadline`, that the server at `host:port`
-/// presents a chain `tls` trusts for the name `peer_name`. The connection redis-rs then
-/// opens checks the chain again (its name check is off: the name was checked here).
-pub fn check_peer_name(
-    host: &str,
-    port: u16,
-    peer_name: &str,
-    tls: &Tls,
-    deadline: Instant,
-) -> RedisResult<()> {
-    let name = ServerName::try_from(peer_name.to_string())
-        .map_err(|e| config_error("peer_name", e.to_string()))?;
-    let mut conn = rustls::ClientConnection::new(Arc::new(client_config(tls)?), name)
-        .map_err(|e| config_error("TLS", e.to_string()))?;
-    let left = || {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            Err(timed_out())
-        } else {
-            Ok(left)
-        }
-    };
-    let mut tcp = crate::wire::connect_tcp(host, port, deadline)?;
-    while conn.is_handshaking() {
-        let t = left()?;
-        tcp.set_read_timeout(Some(t))?;
-        tcp.set_write_timeout(Some(t))?;
-        conn.complete_io(&mut tcp)?;
-    }
-    // (A server's refusal of the client's certificate comes after the handshake in TLS
-    // 1.3: the connection redis-rs opens next sees it.)
-    conn.send_close_notify();
-    let _ = conn.write_tls(&mut tcp);
-    let _ = tcp.flush();
-    Ok(())
 }
 
 /// An error of opening a TLS connection as `health()` and `UnavailableException` show it:

@@ -439,6 +439,20 @@ impl Wire {
     }
 }
 
+/// The `count` commands packed one after another in `packed`, each its own slice (a
+/// packed command is a RESP array, so [`frame_end`] finds where it ends).
+pub(crate) fn command_ends(packed: &[u8], count: usize) -> RedisResult<Vec<&[u8]>> {
+    let mut out = Vec::with_capacity(count);
+    let mut rest = packed;
+    for _ in 0..count {
+        let end = frame_end(rest, &mut Scan::default())?
+            .ok_or_else(|| RedisError::from((ErrorKind::Client, "a packed command cut short")))?;
+        out.push(&rest[..end]);
+        rest = &rest[end..];
+    }
+    Ok(out)
+}
+
 /// How far [`frame_end`] got in a reply not all there yet: the start of the next value to
 /// read, and how many values are still to be read (0: a new reply).
 #[derive(Debug, Default, Clone, Copy, PartialEq)]

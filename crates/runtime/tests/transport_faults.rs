@@ -48,7 +48,10 @@ fn free_port() -> u16 {
 
 impl TcpValkey {
     fn start(module: bool) -> Self {
-        let port = free_port();
+        Self::start_on(free_port(), module, &[])
+    }
+
+    fn start_on(port: u16, module: bool, extra: &[String]) -> Self {
         let dir = std::env::temp_dir().join(format!("cg-faults-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut cmd = Command::new(valkey_binary());
@@ -56,6 +59,7 @@ impl TcpValkey {
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(&dir)
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         if module {
@@ -68,6 +72,53 @@ impl TcpValkey {
             std::thread::sleep(Duration::from_millis(10));
         }
         Self { child, port, dir }
+    }
+
+    /// A Valkey Cluster node on `port` (no slots yet), its slot map naming it at
+    /// `announce` (a fault proxy's port) when given.
+    fn cluster_node(module: bool, port: u16, announce: Option<u16>) -> Self {
+        let mut extra: Vec<String> = ["--cluster-enabled", "yes", "--cluster-config-file"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        extra.push(format!("nodes-{port}.conf"));
+        if let Some(a) = announce {
+            extra.extend(["--cluster-announce-port".into(), a.to_string()]);
+        }
+        Self::start_on(port, module, &extra)
+    }
+
+    fn cluster(&self, args: &[&str]) -> redis::Value {
+        let mut c = redis::cmd("CLUSTER");
+        for a in args {
+            c.arg(*a);
+        }
+        c.query(&mut self.direct()).unwrap()
+    }
+
+    fn node_id(&self) -> String {
+        redis::from_redis_value(self.cluster(&["MYID"])).unwrap()
+    }
+
+    /// Waits until this node says the cluster is up and `slot` is `owner`'s.
+    fn wait_cluster(&self, slot: u16, owner: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let info: String = redis::from_redis_value(self.cluster(&["INFO"])).unwrap();
+            let nodes: String = redis::from_redis_value(self.cluster(&["NODES"])).unwrap();
+            let owns = nodes.lines().any(|l| {
+                l.starts_with(owner)
+                    && l.split_whitespace().skip(8).any(|r| {
+                        let (a, b) = r.split_once('-').unwrap_or((r, r));
+                        matches!((a.parse::<u16>(), b.parse::<u16>()), (Ok(a), Ok(b)) if a <= slot && slot <= b)
+                    })
+            });
+            if info.contains("cluster_state:ok") && owns {
+                return;
+            }
+            assert!(Instant::now() < deadline, "cluster not up: {info}\n{nodes}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     fn direct(&self) -> redis::Connection {
@@ -93,6 +144,13 @@ impl TcpValkey {
             .arg(key)
             .query(&mut self.direct())
             .unwrap()
+    }
+
+    /// `XLEN` of a key in a slot this cluster node imports (`ASKING` first).
+    fn xlen_importing(&self, key: &str) -> i64 {
+        let mut c = self.direct();
+        redis::cmd("ASKING").query::<()>(&mut c).unwrap();
+        redis::cmd("XLEN").arg(key).query(&mut c).unwrap()
     }
 
     /// Decisions that reached Valkey, whichever engine made them.
@@ -177,8 +235,16 @@ fn stream_sink(
     key: &str,
     timeout_ms: u64,
 ) -> checkout_guard_runtime::telemetry::StreamSink {
+    stream_sink_to(&proxy.url(), key, timeout_ms)
+}
+
+fn stream_sink_to(
+    url: &str,
+    key: &str,
+    timeout_ms: u64,
+) -> checkout_guard_runtime::telemetry::StreamSink {
     checkout_guard_runtime::telemetry::StreamSink::new(
-        checkout_guard_model::Endpoint::parse(&proxy.url()).unwrap(),
+        checkout_guard_model::Endpoint::parse(url).unwrap(),
         key.into(),
         100_000,
         Duration::from_millis(timeout_ms),
@@ -247,36 +313,60 @@ fn a_reply_lost_after_the_decision_ran_takes_its_tokens_once() {
         let proxy = Proxy::start(v.port);
         // `wrongtype`: a reply that arrives, well-formed, of the wrong shape: the decision
         // ran all the same (before: sent again, adversarial review).
-        for (i, fault) in ["fin", "rst", "half", "garble", "hold", "wrongtype"]
-            .iter()
-            .enumerate()
-        {
-            let name = format!("lost-{engine}-{i}");
-            let l = limiter(&proxy.url(), &name, engine, 3, 300);
-            let first = l.acquire(b"shop", 1).unwrap();
-            assert!(first.allowed && first.remaining == 2, "{fault}: {first:?}");
-            let before = v.decisions();
-            proxy.arm(fault);
-            let e = l
-                .acquire(b"shop", 1)
-                .expect_err("the reply never came: the policy (throw)");
-            let text = e.to_string();
-            assert!(text.contains("outcome unknown"), "{engine} {fault}: {text}");
-            assert_eq!(
-                v.decisions() - before,
-                1,
-                "{engine} {fault}: the decision reached Valkey once ({text})"
-            );
-            // The lost decision took its token once: one is left, then none.
-            let third = l.acquire(b"shop", 1).unwrap();
-            assert_eq!(
-                (third.allowed, third.remaining),
-                (true, 0),
-                "{engine} {fault}: {third:?}"
-            );
-            let fourth = l.acquire(b"shop", 1).unwrap();
-            assert_eq!((fourth.allowed, fourth.reason), (false, Reason::Global));
-        }
+        let faults = ["fin", "rst", "half", "garble", "hold", "wrongtype"];
+        lost_replies_take_their_tokens_once(&v, &proxy, &proxy.url(), engine, &faults);
+    }
+}
+
+/// The same on a Valkey Cluster (a node whose slot map names it at the proxy's port):
+/// before, redis-rs's cluster connection sent the decision again after its reply was lost.
+#[test]
+fn a_reply_lost_on_a_cluster_takes_its_tokens_once() {
+    for (engine, module) in ENGINES {
+        let port = free_port();
+        let proxy = Proxy::start(port);
+        let v = TcpValkey::cluster_node(module, port, Some(proxy.port));
+        v.cluster(&["ADDSLOTSRANGE", "0", "16383"]);
+        v.wait_cluster(0, &v.node_id());
+        let url = format!("redis+cluster://127.0.0.1:{}", proxy.port);
+        let faults = ["fin", "rst", "half", "garble", "hold"];
+        lost_replies_take_their_tokens_once(&v, &proxy, &url, engine, &faults);
+    }
+}
+
+fn lost_replies_take_their_tokens_once(
+    v: &TcpValkey,
+    proxy: &Proxy,
+    url: &str,
+    engine: &str,
+    faults: &[&str],
+) {
+    for (i, fault) in faults.iter().enumerate() {
+        let name = format!("lost-{engine}-{i}");
+        let l = limiter(url, &name, engine, 3, 300);
+        let first = l.acquire(b"shop", 1).unwrap();
+        assert!(first.allowed && first.remaining == 2, "{fault}: {first:?}");
+        let before = v.decisions();
+        proxy.arm(fault);
+        let e = l
+            .acquire(b"shop", 1)
+            .expect_err("the reply never came: the policy (throw)");
+        let text = e.to_string();
+        assert!(text.contains("outcome unknown"), "{engine} {fault}: {text}");
+        assert_eq!(
+            v.decisions() - before,
+            1,
+            "{engine} {fault}: the decision reached Valkey once ({text})"
+        );
+        // The lost decision took its token once: one is left, then none.
+        let third = l.acquire(b"shop", 1).unwrap();
+        assert_eq!(
+            (third.allowed, third.remaining),
+            (true, 0),
+            "{engine} {fault}: {third:?}"
+        );
+        let fourth = l.acquire(b"shop", 1).unwrap();
+        assert_eq!((fourth.allowed, fourth.reason), (false, Reason::Global));
     }
 }
 
@@ -569,4 +659,95 @@ fn a_back_off_says_its_cause_after_another_limiter_succeeded() {
         e.contains("timed out after 30 ms"),
         "the back-off's cause: {e}"
     );
+}
+
+/// A stream batch on a Valkey Cluster whose replies are lost is not written twice either
+/// (redis-rs's cluster connection sent the pipeline again).
+#[test]
+fn a_stream_batch_on_a_cluster_whose_replies_are_lost_is_not_written_twice() {
+    use checkout_guard_runtime::telemetry::Sink;
+    let port = free_port();
+    let proxy = Proxy::start(port);
+    let v = TcpValkey::cluster_node(false, port, Some(proxy.port));
+    v.cluster(&["ADDSLOTSRANGE", "0", "16383"]);
+    v.wait_cluster(0, &v.node_id());
+    let url = format!("redis+cluster://127.0.0.1:{}", proxy.port);
+    let mut sink = stream_sink_to(&url, "cg-faults:events", 300);
+    let len = || v.xlen("cg-faults:events");
+    sink.write(&stream_events(1, 0)).unwrap();
+    let mut expected = 1;
+    for fault in ["fin", "rst", "garble", "hold"] {
+        proxy.arm(fault);
+        let (written, why) = sink.write(&stream_events(4, 0)).expect_err(fault);
+        assert!(why.contains("outcome unknown"), "{fault}: {why}");
+        assert!(written < 4, "{fault}: {written}");
+        expected += 4;
+        assert_eq!(len(), expected, "{fault}: each entry once ({why})");
+        sink.write(&stream_events(2, 0)).unwrap();
+        expected += 2;
+        assert_eq!(len(), expected, "{fault}");
+    }
+}
+
+/// Two nodes; every slot `a`'s, then the stream's slot moved to `b` (its key migrated
+/// with it) or being migrated to `b` (the key not on `a`: `ASK`). The stream sink's batch,
+/// refused by `a` with `MOVED` or `ASK` (a refusal: nothing ran), is written on `b`, each
+/// entry once, and counted written (item 15: before, a batch a node refused counted
+/// wholly as dropped).
+#[test]
+fn a_stream_batch_a_node_refuses_is_written_where_the_cluster_says() {
+    use checkout_guard_runtime::telemetry::Sink;
+    let (pa, pb) = (free_port(), free_port());
+    let a = TcpValkey::cluster_node(false, pa, None);
+    let b = TcpValkey::cluster_node(false, pb, None);
+    a.cluster(&["ADDSLOTSRANGE", "0", "16383"]);
+    a.cluster(&["MEET", "127.0.0.1", &pb.to_string()]);
+    let (ida, idb) = (a.node_id(), b.node_id());
+    b.wait_cluster(0, &ida);
+    let url = format!("redis+cluster://127.0.0.1:{pa}");
+    for (i, how) in ["moved", "ask"].iter().enumerate() {
+        let key = format!("cg-refused:{{{how}}}");
+        let slot = checkout_guard_model::slot::key_slot(key.as_bytes());
+        let slot_arg = slot.to_string();
+        let mut sink = stream_sink_to(&url, &key, 2000);
+        // The slot map learnt, the slot `a`'s (for `ask`: the key not created yet).
+        let warm = format!("cg-refused:warm{i}");
+        let mut warm_sink = stream_sink_to(&url, &warm, 2000);
+        warm_sink.write(&stream_events(1, 0)).unwrap();
+        if *how == "moved" {
+            sink.write(&stream_events(1, 0)).unwrap();
+        }
+        b.cluster(&["SETSLOT", &slot_arg, "IMPORTING", &ida]);
+        a.cluster(&["SETSLOT", &slot_arg, "MIGRATING", &idb]);
+        if *how == "moved" {
+            redis::cmd("MIGRATE")
+                .arg("127.0.0.1")
+                .arg(pb)
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("KEYS")
+                .arg(&key)
+                .query::<()>(&mut a.direct())
+                .unwrap();
+            for n in [&a, &b] {
+                n.cluster(&["SETSLOT", &slot_arg, "NODE", &idb]);
+            }
+        }
+        sink.write(&stream_events(5, 0))
+            .unwrap_or_else(|(n, why)| panic!("{how}: {n} of 5 written: {why}"));
+        let before = usize::from(*how == "moved");
+        assert_eq!(
+            b.xlen_importing(&key),
+            (before + 5) as i64,
+            "{how}: every entry on b, once"
+        );
+        let on_a: i64 =
+            redis::from_redis_value(a.cluster(&["COUNTKEYSINSLOT", &slot_arg])).unwrap();
+        assert_eq!(on_a, 0, "{how}: nothing of the stream on a");
+        // The next batch goes to b at once (the slot's node learnt from MOVED), or again
+        // by ASK while the slot is migrating.
+        sink.write(&stream_events(2, 0)).unwrap();
+        assert_eq!(b.xlen_importing(&key), (before + 7) as i64, "{how}");
+    }
 }
