@@ -22,8 +22,8 @@ use checkout_guard_model::slot::key_slot;
 use checkout_guard_model::Tls;
 use redis::{ConnectionAddr, ConnectionInfo, ConnectionLike, RedisError, RedisResult, Value};
 
-use crate::connection::open_single;
 use crate::errors::timed_out;
+use crate::single::open_single;
 use crate::wire::{command_ends, Wire};
 
 /// No node serves the slot (yet).
