@@ -5,7 +5,8 @@
 //!   comments) against the contract table (`contract::decide`);
 //! - docs/architecture.md names every test file (`crates/*/tests/*.rs`, the PHPUnit
 //!   suites' `*Test.php`);
-//! - its table of the sleeps left in the PHP integration suite counts what the suite has.
+//! - its table of the sleeps left in the PHP integration suite counts what the suite has;
+//! - the README stays the front door: at most 250 lines, the reference in docs/.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -252,4 +253,13 @@ fn the_sleep_counter_counts_calls_not_comments() {
     assert_eq!(sleeps(php), 3);
     let named = named_paths("`a/{x,y}.rs` and `b/z.php`");
     assert_eq!(named, ["a/x.rs", "a/y.rs", "b/z.php"]);
+}
+
+#[test]
+fn the_readme_stays_the_front_door() {
+    let lines = read("README.md").lines().count();
+    assert!(
+        lines <= 250,
+        "README.md has {lines} lines: move reference parts into docs/ (at most 250)"
+    );
 }
