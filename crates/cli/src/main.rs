@@ -6,17 +6,16 @@
 //!   checkout-guard limiter status|set|hot|unhot   on-call view and controls of a limiter
 //!   checkout-guard replay FILE... --api A --limits ...   what-if: recorded attempts decided again
 
+mod commands;
 mod input;
-mod limiter;
 mod out;
-mod replay_cmd;
-mod report;
 mod time;
 
 use std::process::ExitCode;
 
 use checkout_guard_cli::scan::{Accumulator, Filter, Peak, ScanConfig, ScanResult, Window};
 use clap::{Args, Parser, Subcommand};
+use commands::{limiter, replay, report};
 use out::{out, outln};
 use serde_json::json;
 
@@ -45,7 +44,7 @@ enum Command {
     Limiter(limiter::LimiterArgs),
     /// What-if: the recorded attempts at one API decided again by the limiter's model
     /// under candidate limits (and the provider's own limit), per shop, side by side.
-    Replay(replay_cmd::ReplayArgs),
+    Replay(replay::ReplayArgs),
     /// Writes a synthetic day of events (2026-11-30) for tests and benchmarks.
     Generate {
         /// About how many events.
@@ -370,7 +369,7 @@ fn run() -> Result<(), String> {
             );
         }
         Command::Limiter(args) => limiter::run(args)?,
-        Command::Replay(args) => replay_cmd::run(args)?,
+        Command::Replay(args) => replay::run(args)?,
         Command::Generate {
             events,
             seed,

@@ -178,7 +178,7 @@ fn a_live_mode_is_set_kept_over_bucket_changes_and_dropped_by_default() {
     use checkout_guard_model::Mode;
     let valkey = common::Valkey::start();
     // Every decision asks Valkey (a worker denying locally finds a change within 250 ms:
-    // acquire_memory.rs, a_live_mode_reaches_a_worker_denying_locally_within_250_ms).
+    // shadow_mode.rs, a_live_mode_reaches_a_worker_denying_locally_within_250_ms).
     let options = limiter(&valkey.url, "mode", vec![]).options().clone();
     let l = Limiter::new(LimiterOptions {
         local_denials: false,

@@ -1,4 +1,4 @@
-//! `CG.DECIDE <7 keys> <17 arguments> [<now µs>]`: the arguments read in place, the
+//! `CG.DECIDE <8 keys> <19 arguments> [<now µs>]`: the arguments read in place, the
 //! decision made on [`ValkeyKeys`], its writes applied, the reply sent.
 //!
 //! A panic never crosses into Valkey (it would abort the server every worker decides

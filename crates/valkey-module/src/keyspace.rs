@@ -249,7 +249,7 @@ struct Recorded<'j> {
 /// The decision's reads and writes on Valkey's keys, each write replicated as its effect.
 pub struct ValkeyKeys<'a> {
     ctx: Ctx,
-    /// The call's 7 keys (arguments 1 to 7) and their bytes.
+    /// The call's [`KEYS`] keys (arguments 1 to [`KEYS`]) and their bytes.
     keys: [Arg<'a>; KEYS],
     key_bytes: [&'a [u8]; KEYS],
     /// The shop (a window hash's field) and its bytes.
@@ -293,7 +293,7 @@ impl Drop for ValkeyKeys<'_> {
 }
 
 impl<'a> ValkeyKeys<'a> {
-    /// The key space of one call: its context, its 7 keys and its shop argument, Valkey's
+    /// The key space of one call: its context, its [`KEYS`] keys and its shop argument, Valkey's
     /// time (µs) and the slack added to a bucket's expiry (test clock).
     pub fn new(ctx: Ctx, keys: [Arg<'a>; KEYS], shop: Arg<'a>, now_us: i64, slack_ms: i64) -> Self {
         Self {

@@ -1,11 +1,11 @@
 //! checkout-guard's Valkey module: `CG.DECIDE`, the limiter's decision as a native command.
 //!
-//! `CG.DECIDE <7 keys> <17 arguments>` takes exactly the decision script's KEYS then ARGV
+//! `CG.DECIDE <8 keys> <19 arguments>` takes exactly the decision script's KEYS then ARGV
 //! (built by the model's `DecideCall`, the one encoder) and answers the script's reply.
 //! The decision is `model::server::decide_on`, the Rust twin the Lua script is held to
 //! call for call, on Valkey's clock (the command's cached time, as `TIME` in a script).
 //!
-//! In a deployment: the keys are declared (positions 1 to 7: cluster routing and ACL key
+//! In a deployment: the keys are declared (positions 1 to 8: cluster routing and ACL key
 //! permissions); the command is flagged `write deny-oom`, so a replica refuses it
 //! (`READONLY`) and a Valkey over `maxmemory` refuses it, as the `#!lua` script is
 //! refused; it is never replicated as itself (a replica, or an AOF replay, would decide
@@ -19,7 +19,7 @@
 //! about 0.3 µs), so the command works on Valkey's key API directly, as a command of
 //! Valkey's own would, and allocates next to nothing:
 //! - the arguments are read in place (no copy, no `RedisModuleString` retained per
-//!   argument), and the 7 keys are opened by the argument strings themselves;
+//!   argument), and the 8 keys are opened by the argument strings themselves;
 //! - a value is read in place (`StringDMA`) and compared or parsed there;
 //! - a string is written in place where the key holds one (resized when its length
 //!   changes), created otherwise, with an absolute expiry (`SetAbsExpire`), and
@@ -74,7 +74,7 @@ fn init(ctx: &Context, args: &[valkey_module::ValkeyString]) -> valkey_module::S
         let pxat = ffi::create_string(null_mut(), c"PXAT".as_ptr(), 4);
         keyspace::PXAT.store(pxat, Ordering::Relaxed);
     }
-    // Keys at positions 1 to 7 (step 1): cluster routing, ACL key permissions.
+    // Keys at positions 1 to 8 (step 1): cluster routing, ACL key permissions.
     // SAFETY: the load context; the name and flags are NUL-terminated.
     let created = unsafe {
         ffi::create_command(

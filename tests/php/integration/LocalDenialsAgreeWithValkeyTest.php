@@ -7,7 +7,7 @@ namespace CheckoutGuard\Tests;
  * Local denials (checkout_guard.local_denials, on by default) answer as Valkey would: the
  * same reason, remaining tokens and retryAfter, never a denial Valkey would not make,
  * whatever the host's uptime, the database, a hot mark or a live change. What needs time to
- * pass in the worker is checked on a fake clock in crates/runtime/tests/acquire_memory.rs;
+ * pass in the worker is checked on a fake clock in crates/runtime/tests/local_denials.rs;
  * what needs Valkey's clock (a mark's TTL, a refill) is checked here.
  * Each test runs its own Valkey (DecisionTestCase); formerly part of DecisionSeamsTest.
  */
@@ -48,7 +48,7 @@ final class LocalDenialsAgreeWithValkeyTest extends DecisionTestCase
         $this->assertLessThan($marked + 0.3, microtime(true), 'timing: the replies came while the mark held');
         // That the local denial ends with the mark (not 250 ms after its reply) is the
         // runtime's, checked on a fake clock without waiting for the mark to run out:
-        // acquire_memory.rs, a_local_denial_ends_when_the_hot_mark_it_came_from_runs_out.
+        // local_denials.rs, a_local_denial_ends_when_the_hot_mark_it_came_from_runs_out.
         // Here: a mark written by hand (PX) is one the worker reads and denies on.
         $d = $l->acquire('flash');
         $this->assertSame([false, 'hot_shop', true], [$d->isAllowed(), $d->reason(), $d->isHotShop()]);
@@ -70,7 +70,7 @@ final class LocalDenialsAgreeWithValkeyTest extends DecisionTestCase
         $this->assertSame('auto', $r->get("{cg:$name}:hot:flash"));
         $this->assertSame(['allowed' => 2, 'hot_shop' => 2], self::drain($l, 'flash', 4));
         // That the local denial ends with the auto mark is the runtime's, on a fake clock:
-        // acquire_memory.rs, a_local_denial_ends_when_an_auto_hot_mark_runs_out.
+        // local_denials.rs, a_local_denial_ends_when_an_auto_hot_mark_runs_out.
     }
 
     public function testALocalDenialReportsTheRemainingTokensValkeyWould(): void
@@ -80,7 +80,7 @@ final class LocalDenialsAgreeWithValkeyTest extends DecisionTestCase
         $t0 = microtime(true);
         $this->assertSame(['allowed' => 10], self::drain($l, 's', 10));
         // From here the bucket holds 10/s x (t - first take) tokens: below 1 until
-        // t0 + 100 ms. (With time passing, 1.5 tokens at 150 ms: acquire_memory.rs,
+        // t0 + 100 ms. (With time passing, 1.5 tokens at 150 ms: local_denials.rs,
         // a_local_denial_reports_the_remaining_tokens_the_store_would, on a fake clock.)
         $decisions = [$l->acquire('s', 4), $l->acquire('s', 4), $l->acquire('s', 4)];
         $this->assertLessThan($t0 + 0.1, microtime(true), 'timing: decided while the bucket held no whole token');
@@ -246,7 +246,7 @@ final class LocalDenialsAgreeWithValkeyTest extends DecisionTestCase
         // (the full bucket's shortfall), however often it is asked. The local denials that
         // follow (this process learnt the bucket from the reply) must say the same, not
         // count down toward 0 as if 3 tokens were coming. (Over time, 0.2 s apart, with
-        // Valkey asked again after 250 ms: acquire_memory.rs,
+        // Valkey asked again after 250 ms: local_denials.rs,
         // a_request_above_a_live_capacity_is_told_the_same_retry_after_every_time.)
         $first = $l->acquire('h', 3);
         $this->assertSame([false, 'hot_shop'], [$first->isAllowed(), $first->reason()]);

@@ -137,7 +137,7 @@ final class LocalDenialsTest extends OwnValkeyTestCase
         $this->valkey->stop();
         $this->assertSame('global', $l->acquire('s')->reason(), 'Valkey was certain to deny it');
         // That Valkey is asked again (and on_unavailable decides) 250 ms after the reply is
-        // the runtime's: acquire_memory.rs, a_local_denial_outlives_a_store_failure_by_at_most_250_ms
+        // the runtime's: local_denials.rs, a_local_denial_outlives_a_store_failure_by_at_most_250_ms
         // (on a fake clock, to the nanosecond).
     }
 

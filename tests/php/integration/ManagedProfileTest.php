@@ -9,7 +9,7 @@ use CheckoutGuard\RateLimiter;
 /**
  * The "managed" profile (docs/operations.md, "Managed services") against a server that
  * behaves like a managed service (ManagedServer: TLS only, CONFIG/MODULE/DEBUG/KEYS/MONITOR
- * disabled, the default user off, the limiter's ACL user with README's list only):
+ * disabled, the default user off, the limiter's ACL user with docs/operations.md's list only):
  * decisions with engine auto and lua, auto_hot, peek, a reservation, reset(), the CLI's
  * live limits and hot shops, health() and Readiness, the stream sink; and the server
  * really refuses what such a service refuses.
@@ -63,9 +63,9 @@ final class ManagedProfileTest extends LimiterTestCase
         $this->assertStringContainsString('NOPERM', $s->asLimiterUser('FLUSHALL'));
         $this->assertStringContainsString('NOPERM', $s->asLimiterUser('SET', 'outside-the-limiter-keys', '1'));
         $this->assertSame('PONG', $s->asLimiterUser('PING'));
-        // The user is README's, word for word.
-        $readme = (string) file_get_contents(dirname(__DIR__, 3) . '/README.md');
-        $this->assertStringContainsString('ACL SETUSER checkout on >PASSWORD ' . ManagedServer::ACL_RULES . "\n", $readme);
+        // The user is docs/operations.md's ("Managed services"), word for word.
+        $doc = (string) file_get_contents(dirname(__DIR__, 3) . '/docs/operations.md');
+        $this->assertStringContainsString('ACL SETUSER checkout on >PASSWORD ' . ManagedServer::ACL_RULES . "\n", $doc);
         // The default user is off: a URL without the user is refused.
         $default = new RateLimiter(['name' => self::uniqueName('managed'), 'global' => self::bucket(3),
             'url' => "rediss://127.0.0.1:{$s->port}", 'tls' => ['cafile' => $s->cafile()], 'timeout_ms' => 300]);

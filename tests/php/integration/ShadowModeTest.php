@@ -151,7 +151,7 @@ final class ShadowModeTest extends LimiterTestCase
     public function testTheLiveSwitchTurnsAnEnforcingLimitersDenialsIntoShadowOnesAndBack(): void
     {
         // Every call to Valkey: a worker denying locally (the flood fast path) finds the
-        // change within 250 ms instead (acquire_memory.rs:
+        // change within 250 ms instead (shadow_mode.rs:
         // a_live_mode_reaches_a_worker_denying_locally_within_250_ms).
         $old = ini_set('checkout_guard.local_denials', '0');
         try {

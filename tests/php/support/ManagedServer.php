@@ -7,13 +7,13 @@ namespace CheckoutGuard\Tests;
  * A server that behaves like a managed Valkey/Redis service (docs/operations.md, "Managed
  * services"): Debian's `redis-server`, TLS only (`--port 0 --tls-port P`, TlsServer's
  * certificates), CONFIG, MODULE, DEBUG, KEYS and MONITOR renamed to "" (disabled), the
- * default user off, and one ACL user, `checkout`, with exactly README's list of commands
+ * default user off, and one ACL user, `checkout`, with exactly docs/operations.md's list of commands
  * (SCRIPT FLUSH is denied by the ACL: rename-command cannot disable a subcommand). No
  * admin user: the tests set nothing up behind the limiter's back.
  */
 final class ManagedServer
 {
-    /** README's "Managed Valkey/Redis services" ACL rules, after `ACL SETUSER checkout on >PASSWORD`. */
+    /** docs/operations.md's "Managed services" ACL rules, after `ACL SETUSER checkout on >PASSWORD`. */
     public const ACL_RULES = '~{cg:*}* ~checkout_guard:events resetchannels -@all'
         . ' +evalsha +script|load +ping +role +exists +get +set +del +unlink +mget +hmget +hset +hgetall'
         . ' +pexpire +pttl +time +scan +xadd +xrange +xrevrange';

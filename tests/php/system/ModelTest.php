@@ -68,7 +68,7 @@ final class ModelTest extends OwnValkeyTestCase
 
     /**
      * The same sequences against a managed service (ManagedServer: TLS only, the `checkout`
-     * ACL user of README, CONFIG/KEYS/... disabled, no SELECT, no FLUSHALL): engine lua, the
+     * ACL user of docs/operations.md, CONFIG/KEYS/... disabled, no SELECT, no FLUSHALL): engine lua, the
      * limiter and the CLI over TLS with the CA file, database 0 only, FLUSHALL done as SCAN +
      * UNLINK by that user, the restart on the same port. CI: seeds MANAGED_SEEDS with
      * MANAGED_LENGTH operations each; MODEL_SEEDS and MODEL_LENGTH replace them (a long run's

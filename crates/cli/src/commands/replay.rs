@@ -21,9 +21,9 @@ use clap::Args;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::json;
 
+use super::report::{bucket_ms, bucket_text, bucketed, chart, esc, Series, COLORS};
 use crate::input::{feed_path, LineSink};
 use crate::out::out;
-use crate::report::{bucket_ms, bucket_text, bucketed, chart, esc, Series, COLORS};
 use crate::time::{self, format_clock};
 
 #[derive(Args)]
