@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use checkout_guard_model::live::LiveLimits;
 use checkout_guard_model::{
-    step_auto_hot, BucketSet, Decision, Defaults, Keys, LimiterOptions, Reason, StoredBucket,
+    step, BucketSet, Decision, Defaults, Keys, LimiterOptions, Reason, StepInput, StoredBucket,
     StoredState, Value,
 };
 use checkout_guard_runtime::clock::FakeClock;
@@ -604,15 +604,14 @@ impl Reference {
             mark_ttl_ms,
             ..Default::default()
         };
-        let (reply, next) = step_auto_hot(
+        let (reply, next) = step(
             &self.set,
             &stored,
-            now,
-            tokens,
-            false,
-            &self.version,
-            None,
-            max_wait_us,
+            &StepInput {
+                version: &self.version,
+                max_wait_us,
+                ..StepInput::new(now, tokens)
+            },
         );
         for (i, key) in bucket_keys.into_iter().enumerate() {
             if let (Some(b), true) = (next.buckets[i], next.buckets[i] != stored.buckets[i]) {
