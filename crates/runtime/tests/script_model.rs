@@ -8,6 +8,7 @@
 //! (as the other random tests take it) runs the same sequences again, `PROPTEST_CASES`
 //! changes how many.
 
+#[allow(dead_code)]
 mod common;
 
 use std::cell::{Cell, RefCell};
