@@ -1,5 +1,5 @@
 //! What-if replay: recorded attempts at one API decided again by the limiter's own model
-//! ([`checkout_guard_model::step_auto_hot`], the decision the script, the module and the
+//! ([`checkout_guard_model::step`], the decision the script, the module and the
 //! tests share), under candidate limits, in time order, with a provider's own limit as a
 //! token bucket after them. No second implementation of the decision: this module only
 //! keeps what the store would keep (the buckets, the hot marks, the `auto_hot` windows)
@@ -14,9 +14,9 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 
 use checkout_guard_model::bucket::MAX_STORED_NUMBER;
 use checkout_guard_model::live::parse_bucket;
-use checkout_guard_model::step::{auto_hot_window, StoredState, WindowCounts};
+use checkout_guard_model::step::{auto_hot_window, StepInput, StoredState, WindowCounts};
 use checkout_guard_model::{
-    reservation_wait_us, step_auto_hot, AutoHot, BucketSet, BucketSpec, Lane, StoredBucket, Value,
+    reservation_wait_us, step, AutoHot, BucketSet, BucketSpec, Lane, StoredBucket, Value,
 };
 
 /// Whether `ts_ms` is an instant the model decides at: from the Unix epoch to 2^53 - 1 µs
@@ -282,15 +282,15 @@ impl Sim {
                         },
                     ];
                 }
-                let (reply, next) = step_auto_hot(
+                let (reply, next) = step(
                     set,
                     &stored,
-                    now,
-                    1,
-                    static_hot,
-                    "",
-                    auto,
-                    self.common.max_wait_us,
+                    &StepInput {
+                        static_hot,
+                        auto_hot: auto,
+                        max_wait_us: self.common.max_wait_us,
+                        ..StepInput::new(now, 1)
+                    },
                 );
                 [self.global, self.lane, st.bucket] = next.buckets;
                 if auto.is_some() && reply.reason.is_none() {
@@ -345,7 +345,7 @@ impl Sim {
                 buckets: [self.provider, None, None],
                 ..Default::default()
             };
-            let (reply, next) = step_auto_hot(&set, &stored, call_at, 1, false, "", None, 0);
+            let (reply, next) = step(&set, &stored, &StepInput::new(call_at, 1));
             if reply.reason.is_some() {
                 st.counts.provider_429 += 1;
                 self.total.provider_429 += 1;

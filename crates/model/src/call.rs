@@ -11,7 +11,7 @@
 //! shop ID, auto-hot window (µs, 0 = off), share, TTL (s) and minimum tokens, the
 //! caller's settings (published when the stored ones differ), and peek (1: decide as
 //! acquire() would, writing nothing; no auto-hot counting), and the longest wait of a
-//! reservation in µs (0: none; see `step_auto_hot`).
+//! reservation in µs (0: none; see `StepInput::max_wait_us`).
 //! Reply: `{reason, hot, now, tat_global, tat_lane, tat_shop, became_hot, share_permille,
 //! mark_ttl_ms}` (see `StepReply`); when only the global bucket applied (the shop not hot,
 //! `auto_hot` off) its short form `{reason, hot, now, tat_global}`, the rest at their

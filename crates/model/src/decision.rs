@@ -157,7 +157,7 @@ impl Decision {
 mod tests {
     use super::*;
     use crate::bucket::BucketSpec;
-    use crate::step::{step, StoredState};
+    use crate::step::{step, StepInput, StoredState};
 
     #[test]
     fn remaining_is_tightest_bucket_and_retry_after_waits_for_slowest() {
@@ -167,14 +167,18 @@ mod tests {
             hot_shop: Some(BucketSpec::new("hot_shop", 2, 1.0).unwrap()),
         };
         let now = 1_000_000_000;
-        let (r, s) = step(&set, &StoredState::default(), now, 1, true, "");
+        let hot = |now| StepInput {
+            static_hot: true,
+            ..StepInput::new(now, 1)
+        };
+        let (r, s) = step(&set, &StoredState::default(), &hot(now));
         let d = Decision::from_reply(&set, 1, &r);
         assert!(d.allowed);
         assert_eq!((d.remaining, d.retry_after), (1, 0.0));
         assert!(d.hot_shop);
-        let (r, s) = step(&set, &s, now, 1, true, "");
+        let (r, s) = step(&set, &s, &hot(now));
         assert_eq!(Decision::from_reply(&set, 1, &r).remaining, 0);
-        let (r, _) = step(&set, &s, now + 250_000, 1, true, "");
+        let (r, _) = step(&set, &s, &hot(now + 250_000));
         let d = Decision::from_reply(&set, 1, &r);
         assert_eq!(d.reason, Reason::HotShop);
         assert!(!d.allowed);

@@ -46,7 +46,7 @@ pub use options::{
     OnUnavailable, MAX_SHOP_ID_BYTES, MAX_TTL_SECONDS, MAX_WAIT_US,
 };
 pub use step::{
-    auto_hot_window, lanes_in, reservation_wait_us, step, step_auto_hot, StepReply, StoredState,
+    auto_hot_window, lanes_in, reservation_wait_us, step, StepInput, StepReply, StoredState,
     WindowCounts,
 };
 pub use tls::{Tls, TlsDefaults};

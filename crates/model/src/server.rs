@@ -1,6 +1,6 @@
 //! The decision as the server makes it: `decide.lua` in Rust, over any key space. The
 //! native module's `CG.DECIDE` runs it on Valkey's keys and clock, and the in-memory test
-//! store on its own; both therefore are [`step_auto_hot`] with the script's reads and
+//! store on its own; both therefore are [`step`] with the script's reads and
 //! writes around it, and the script is held to them call for call.
 //!
 //! Order, as the script's: read the hot flag, the buckets, the version and the settings
@@ -15,7 +15,7 @@ use crate::call::{LIMITS_CHANGED_REPLY, SETTINGS_TTL_SECONDS};
 use crate::contract::decide;
 use crate::options::AutoHot;
 use crate::options::MAX_WAIT_US;
-use crate::step::{auto_hot_window, step_adaptive, StepReply, StoredState, WindowCounts};
+use crate::step::{auto_hot_window, step, StepInput, StepReply, StoredState, WindowCounts};
 
 /// A decision call as the server receives it (`CG.DECIDE`'s arguments, or the script's
 /// KEYS then ARGV), decoded: the inverse of [`crate::DecideCall`]'s encoding.
@@ -317,17 +317,16 @@ pub fn decide_on(
         adapt,
     };
     let decide = |stored: &StoredState, auto_hot| {
-        step_adaptive(
-            &call.buckets,
-            stored,
+        let input = StepInput {
             now,
-            call.tokens,
-            call.static_hot,
-            &version,
+            tokens: call.tokens,
+            static_hot: call.static_hot,
+            version: &version,
             auto_hot,
-            call.max_wait_us,
-            call.adapt.as_ref(),
-        )
+            max_wait_us: call.max_wait_us,
+            adaptive: call.adapt.as_ref(),
+        };
+        step(&call.buckets, stored, &input)
     };
     let (mut reply, mut next) = decide(&stored, None);
     // The provider's pause: denied, nothing read further, nothing written (the script

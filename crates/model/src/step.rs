@@ -50,7 +50,7 @@ impl StoredState {
 /// decision (`max(stored, now)` read at the current limits, moved forward when allowed), or
 /// -1 when the bucket did not apply to this request. `became_hot`: `auto_hot` marked the
 /// shop hot in this call; `share_permille`: its share of the global consumption over the
-/// window (0 without `auto_hot` or when denied; see [`step_auto_hot`]). `mark_ttl_ms`: when the shop is hot only by a mark, the mark's
+/// window (0 without `auto_hot` or when denied; see [`StepInput::auto_hot`]). `mark_ttl_ms`: when the shop is hot only by a mark, the mark's
 /// time to live in ms (0 in its last millisecond; -1: no expiry); -2 otherwise. Whatever
 /// was learnt from the hot buckets holds no longer than the mark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,87 +157,69 @@ impl StepReply {
     }
 }
 
-/// One decision for `tokens` tokens at `now` (µs). `static_hot` is true for shops listed
-/// in the `hot_shops` option; `version` is the live limits' version decided with (its
-/// change instant, if any, is when a bucket written under other limits changed them).
-/// Returns the reply and the state to store (buckets written only when allowed, with the
-/// limits they were written under).
-pub fn step(
-    set: &BucketSet,
-    stored: &StoredState,
-    now: i64,
-    tokens: i64,
-    static_hot: bool,
-    version: &str,
-) -> (StepReply, StoredState) {
-    step_auto_hot(set, stored, now, tokens, static_hot, version, None, 0)
+/// What one decision is asked, beside the limits ([`BucketSet`]) and what the store holds
+/// ([`StoredState`]): [`StepInput::new`] is the plain decision (`tokens` at `now`, not
+/// listed hot, the constructor's limits, no `auto_hot`, no reservation, no adaptive
+/// budget); the fields say what else applies.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StepInput<'a> {
+    /// The store's clock (µs).
+    pub now: i64,
+    pub tokens: i64,
+    /// The shop is listed in the `hot_shops` option.
+    pub static_hot: bool,
+    /// The live limits' version decided with (its change instant, if any, is when a
+    /// bucket written under other limits changed them).
+    pub version: &'a str,
+    /// `auto_hot` (`None`: off): when tokens are taken, they are counted in the current
+    /// window, and a shop that is not hot whose share of the tokens over the sliding
+    /// window (the previous window weighted by the part of it still inside) is above
+    /// `share`, having taken at least `min_tokens`, is marked hot for `ttl_seconds`
+    /// (`next.mark_ttl_ms`). The arithmetic is the script's, in doubles as Lua's.
+    pub auto_hot: Option<&'a AutoHot>,
+    /// A reservation (`acquire(..., maxWaitSeconds)`): the tokens are taken now from the
+    /// future when every bucket that applies holds them within that time (`tat + cost -
+    /// now <= tolerance + max_wait`); the caller waits until then (see
+    /// [`reservation_wait_us`]). Never more tokens than a bucket holds when full. 0: the
+    /// plain decision.
+    pub max_wait_us: i64,
+    /// The `adaptive` option (`None`: off, the stored state ignored). With a stored state
+    /// ([`crate::adaptive`]): while the provider's pause holds, every shop is denied
+    /// (`provider`, nothing taken, nothing written); otherwise every bucket is decided at
+    /// the share in force ([`crate::adaptive::scaled`]), its level carried over from the
+    /// share it was written at; a share back at 1000 with no pause removes the state
+    /// (`next.adapt` = `None`: the budget recovered).
+    pub adaptive: Option<&'a AdaptParams>,
 }
 
-/// [`step`] with `auto_hot`: when tokens are taken, they are counted in the current
-/// window, and a shop that is not hot whose share of the tokens over the sliding window
-/// (the previous window weighted by the part of it still inside) is above `share`, having
-/// taken at least `min_tokens`, is marked hot for `ttl_seconds` (`next.mark_ttl_ms`).
-/// The arithmetic is the script's, in doubles as Lua's.
-///
-/// `max_wait_us` (a reservation, `acquire(..., maxWaitSeconds)`): the tokens are taken
-/// now from the future when every bucket that applies holds them within that time
-/// (`tat + cost - now <= tolerance + max_wait`); the caller waits until then (see
-/// [`reservation_wait_us`]). Never more tokens than a bucket holds when full. 0: the
-/// plain decision.
-#[allow(clippy::too_many_arguments)]
-pub fn step_auto_hot(
-    set: &BucketSet,
-    stored: &StoredState,
-    now: i64,
-    tokens: i64,
-    static_hot: bool,
-    version: &str,
-    auto_hot: Option<&AutoHot>,
-    max_wait_us: i64,
-) -> (StepReply, StoredState) {
-    step_adaptive(
-        set,
-        stored,
-        now,
-        tokens,
-        static_hot,
-        version,
-        auto_hot,
-        max_wait_us,
-        None,
-    )
+impl StepInput<'_> {
+    /// `tokens` at `now` (µs), nothing else applying.
+    pub fn new(now: i64, tokens: i64) -> Self {
+        Self {
+            now,
+            tokens,
+            ..Self::default()
+        }
+    }
 }
 
-/// [`step_auto_hot`] with the `adaptive` option (`None`: off, the stored state ignored).
-/// With a stored state ([`crate::adaptive`]): while the provider's pause holds, every
-/// shop is denied (`provider`, nothing taken, nothing written); otherwise every bucket is
-/// decided at the share in force ([`crate::adaptive::scaled`]), its level carried over
-/// from the share it was written at; a share back at 1000 with no pause removes the state
-/// (`next.adapt` = `None`: the budget recovered).
-#[allow(clippy::too_many_arguments)]
-pub fn step_adaptive(
-    set: &BucketSet,
-    stored: &StoredState,
-    now: i64,
-    tokens: i64,
-    static_hot: bool,
-    version: &str,
-    auto_hot: Option<&AutoHot>,
-    max_wait_us: i64,
-    adaptive: Option<&AdaptParams>,
-) -> (StepReply, StoredState) {
-    let adapt = adaptive.zip(stored.adapt);
+/// One decision on `set` over `stored`, as `input` asks (see [`StepInput`]). Returns the
+/// reply and the state to store (buckets written only when allowed, with the limits they
+/// were written under).
+pub fn step(set: &BucketSet, stored: &StoredState, input: &StepInput) -> (StepReply, StoredState) {
+    let now = input.now;
+    let adapt = input.adaptive.zip(stored.adapt);
     let permille = adapt.map(|(params, state)| state.permille_at(now, params));
     if let (Some((_, state)), Some(permille)) = (adapt, permille) {
         if state.paused_at(now) {
             let reply = StepReply {
                 reason: Some(Lane::Global),
-                hot: static_hot || stored.marked_hot(),
+                hot: input.static_hot || stored.marked_hot(),
                 now_us: now,
                 tats: [-1; 3],
                 became_hot: false,
                 share_permille: 0,
-                mark_ttl_ms: mark_ttl_in_reply(stored, static_hot),
+                mark_ttl_ms: mark_ttl_in_reply(stored, input.static_hot),
                 adapt_permille: permille,
                 pause_until_us: state.pause_until,
                 provider: true,
@@ -247,16 +229,7 @@ pub fn step_adaptive(
         }
     }
     let set = scaled(set, permille.unwrap_or(FULL));
-    let (mut reply, mut next) = step_core(
-        &set,
-        stored,
-        now,
-        tokens,
-        static_hot,
-        version,
-        auto_hot,
-        max_wait_us,
-    );
+    let (mut reply, mut next) = step_core(&set, stored, input);
     if let Some(p) = permille {
         reply.adapt_permille = p;
         reply.adapt_seen = true;
@@ -267,17 +240,17 @@ pub fn step_adaptive(
     (reply, next)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn step_core(
-    set: &BucketSet,
-    stored: &StoredState,
-    now: i64,
-    tokens: i64,
-    static_hot: bool,
-    version: &str,
-    auto_hot: Option<&AutoHot>,
-    max_wait_us: i64,
-) -> (StepReply, StoredState) {
+/// [`step`] at the share in force (`set` already scaled), the adaptive state aside.
+fn step_core(set: &BucketSet, stored: &StoredState, input: &StepInput) -> (StepReply, StoredState) {
+    let StepInput {
+        now,
+        tokens,
+        static_hot,
+        version,
+        auto_hot,
+        max_wait_us,
+        adaptive: _,
+    } = *input;
     let change_at = crate::live::change_instant(version.as_bytes());
     let by_mark = !static_hot && stored.marked_hot();
     let hot = static_hot || by_mark;
@@ -397,6 +370,22 @@ mod tests {
     use super::*;
     use crate::bucket::BucketSpec;
 
+    /// `tokens` at `now`, the shop listed hot or not.
+    fn hot_input(now: i64, tokens: i64, static_hot: bool) -> StepInput<'static> {
+        StepInput {
+            static_hot,
+            ..StepInput::new(now, tokens)
+        }
+    }
+
+    /// A reservation of `tokens` at `now` waiting at most `max_wait_us`.
+    fn reserve(now: i64, tokens: i64, max_wait_us: i64) -> StepInput<'static> {
+        StepInput {
+            max_wait_us,
+            ..StepInput::new(now, tokens)
+        }
+    }
+
     fn set() -> BucketSet {
         BucketSet {
             global: BucketSpec::new("global", 10, 10.0).unwrap(),
@@ -424,7 +413,7 @@ mod tests {
             (250_000, 1, true, global), // global has 0.5 left
         ];
         for (k, &(dt, tokens, hot, want)) in cases.iter().enumerate() {
-            let (reply, next) = step(&set, &state, t0 + dt, tokens, hot, "");
+            let (reply, next) = step(&set, &state, &hot_input(t0 + dt, tokens, hot));
             assert_eq!(reply.reason, want, "case {k}: {reply:?}");
             if want.is_some() {
                 assert_eq!(next, state, "case {k}: a denial must take nothing");
@@ -445,7 +434,7 @@ mod tests {
             mark_ttl_ms: Some(1500),
             ..Default::default()
         };
-        let (reply, next) = step(&set, &state, 5_000_000, 2, false, "");
+        let (reply, next) = step(&set, &state, &StepInput::new(5_000_000, 2));
         assert!(reply.hot);
         assert_eq!(reply.reason, None);
         assert_eq!(reply.tats[1], -1);
@@ -453,7 +442,12 @@ mod tests {
         assert_eq!(next.buckets[1], None);
         assert_eq!(next.buckets[2].map(|b| b.tat), Some(5_000_000 + 2_000_000));
         // Listed in hot_shops as well: hot whatever the mark, so its TTL bounds nothing.
-        assert_eq!(step(&set, &state, 5_000_000, 2, true, "").0.mark_ttl_ms, -2);
+        assert_eq!(
+            step(&set, &state, &hot_input(5_000_000, 2, true))
+                .0
+                .mark_ttl_ms,
+            -2
+        );
     }
 
     #[test]
@@ -465,9 +459,9 @@ mod tests {
             hot_shop: None,
         };
         let t0 = 1_700_000_000_000_000;
-        let (r, s) = step(&set, &StoredState::default(), t0, 10, false, "");
+        let (r, s) = step(&set, &StoredState::default(), &StepInput::new(t0, 10));
         assert_eq!(r.reason, None);
-        let run = |tokens, wait| step_auto_hot(&set, &s, t0, tokens, false, "", None, wait);
+        let run = |tokens, max_wait_us| step(&set, &s, &reserve(t0, tokens, max_wait_us));
         // Empty: 3 tokens are 300 ms away.
         assert_eq!(run(3, 0).0.reason, Some(Lane::Global), "no wait: denied");
         assert_eq!(
@@ -488,10 +482,10 @@ mod tests {
             ..set.clone()
         };
         let full = StoredState::default();
-        let r = step_auto_hot(&small, &full, t0, 3, false, "", None, 10_000_000).0;
+        let r = step(&small, &full, &reserve(t0, 3, 10_000_000)).0;
         assert_eq!(r.reason, Some(Lane::Global));
         // A wait that is not needed is not taken.
-        let r = step_auto_hot(&small, &full, t0, 2, false, "", None, 10_000_000).0;
+        let r = step(&small, &full, &reserve(t0, 2, 10_000_000)).0;
         assert_eq!((r.reason, reservation_wait_us(&small, &r)), (None, 0));
     }
 

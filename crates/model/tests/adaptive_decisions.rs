@@ -8,9 +8,8 @@ use std::collections::HashMap;
 use checkout_guard_model::adaptive::{feedback, scaled, AdaptParams, AdaptState};
 use checkout_guard_model::call::{AdaptArgs, AutoHotArgs, DecideCall, LaneArgs, ShopKeys};
 use checkout_guard_model::server::{decide_on, Keyspace, ReceivedCall};
-use checkout_guard_model::step::step_adaptive;
 use checkout_guard_model::{
-    reservation_wait_us, step_auto_hot, BucketSet, BucketSpec, Keys, Lane, StoredState,
+    reservation_wait_us, step, BucketSet, BucketSpec, Keys, Lane, StepInput, StoredState,
 };
 use proptest::prelude::*;
 
@@ -42,10 +41,18 @@ fn most_admitted(
 ) -> i64 {
     (1..=set.global.capacity())
         .take_while(|&n| {
-            step_adaptive(set, stored, now, n, false, version, None, 0, adaptive)
-                .0
-                .reason
-                .is_none()
+            step(
+                set,
+                stored,
+                &StepInput {
+                    version,
+                    adaptive,
+                    ..StepInput::new(now, n)
+                },
+            )
+            .0
+            .reason
+            .is_none()
         })
         .last()
         .unwrap_or(0)
@@ -56,7 +63,7 @@ fn a_decision_after_a_decrease_carries_the_level_in_tokens_as_a_live_change_does
     let set = global_only(20, 10.0);
     let p = params();
     // 12 of 20 tokens taken at T: 8 left.
-    let (_, taken) = step_auto_hot(&set, &StoredState::default(), T, 12, false, "", None, 0);
+    let (_, taken) = step(&set, &StoredState::default(), &StepInput::new(T, 12));
     // Halved at T.
     let out = feedback(None, T, &p, 0.5, 0);
     assert_eq!((out.from, out.to), (1000, 500));
@@ -93,14 +100,28 @@ fn a_decision_after_a_decrease_carries_the_level_in_tokens_as_a_live_change_does
     // in the first µs, the level does not).
     assert_eq!(most_admitted(&set, &adapted, T, "", Some(&p)), 8);
     // An empty bucket stays empty: no debt forgiven by the decrease.
-    let (_, empty) = step_auto_hot(&set, &StoredState::default(), T, 20, false, "", None, 0);
+    let (_, empty) = step(&set, &StoredState::default(), &StepInput::new(T, 20));
     let adapted = StoredState {
         adapt: Some(out.next),
         ..empty
     };
     assert_eq!(most_admitted(&set, &adapted, T, "", Some(&p)), 0);
-    let (r, _) = step_adaptive(&set, &adapted, T, 1, false, "", None, 0, Some(&p));
-    let (l, _) = step_auto_hot(&live, &empty, T, 1, false, &version, None, 0);
+    let (r, _) = step(
+        &set,
+        &adapted,
+        &StepInput {
+            adaptive: Some(&p),
+            ..StepInput::new(T, 1)
+        },
+    );
+    let (l, _) = step(
+        &live,
+        &empty,
+        &StepInput {
+            version: &version,
+            ..StepInput::new(T, 1)
+        },
+    );
     assert_eq!(r.tats, l.tats, "{r:?} vs {l:?}");
     assert_eq!(r.adapt_permille, 500);
 }
@@ -109,9 +130,16 @@ fn a_decision_after_a_decrease_carries_the_level_in_tokens_as_a_live_change_does
 fn a_reservation_at_a_reduced_share_waits_for_the_reduced_rate() {
     let set = global_only(20, 10.0);
     let p = params();
-    let (_, empty) = step_auto_hot(&set, &StoredState::default(), T, 20, false, "", None, 0);
+    let (_, empty) = step(&set, &StoredState::default(), &StepInput::new(T, 20));
     // At the limits one token is there in 100 ms.
-    let (full, _) = step_auto_hot(&set, &empty, T, 1, false, "", None, 1_000_000);
+    let (full, _) = step(
+        &set,
+        &empty,
+        &StepInput {
+            max_wait_us: 1_000_000,
+            ..StepInput::new(T, 1)
+        },
+    );
     assert!(full.reason.is_none());
     assert_eq!(reservation_wait_us(&set, &full), 100_000);
     // At half of them, in 200 ms; and one asking to wait less is denied.
@@ -120,7 +148,15 @@ fn a_reservation_at_a_reduced_share_waits_for_the_reduced_rate() {
         adapt: Some(out.next),
         ..empty
     };
-    let (half, next) = step_adaptive(&set, &stored, T, 1, false, "", None, 1_000_000, Some(&p));
+    let (half, next) = step(
+        &set,
+        &stored,
+        &StepInput {
+            max_wait_us: 1_000_000,
+            adaptive: Some(&p),
+            ..StepInput::new(T, 1)
+        },
+    );
     assert!(
         half.reason.is_none() && half.adapt_permille == 500,
         "{half:?}"
@@ -128,9 +164,25 @@ fn a_reservation_at_a_reduced_share_waits_for_the_reduced_rate() {
     assert_eq!(reservation_wait_us(&set, &half), 200_000);
     // The token taken from the future is stored at the reduced rate: a second one 200 ms
     // later still.
-    let (second, _) = step_adaptive(&set, &next, T, 1, false, "", None, 1_000_000, Some(&p));
+    let (second, _) = step(
+        &set,
+        &next,
+        &StepInput {
+            max_wait_us: 1_000_000,
+            adaptive: Some(&p),
+            ..StepInput::new(T, 1)
+        },
+    );
     assert_eq!(reservation_wait_us(&set, &second), 400_000);
-    let (short, _) = step_adaptive(&set, &stored, T, 1, false, "", None, 150_000, Some(&p));
+    let (short, _) = step(
+        &set,
+        &stored,
+        &StepInput {
+            max_wait_us: 150_000,
+            adaptive: Some(&p),
+            ..StepInput::new(T, 1)
+        },
+    );
     assert_eq!(short.reason, Some(Lane::Global), "{short:?}");
 }
 
@@ -288,8 +340,15 @@ fn run_envelope(
                 state.buckets[0] = stored[0].buckets[0];
                 state.buckets[1] = stored[0].buckets[1];
                 state.adapt = adapt;
-                let (reply, next) =
-                    step_adaptive(set, &state, now, tokens, shop == 0, "", None, 0, Some(p));
+                let (reply, next) = step(
+                    set,
+                    &state,
+                    &StepInput {
+                        static_hot: shop == 0,
+                        adaptive: Some(p),
+                        ..StepInput::new(now, tokens)
+                    },
+                );
                 if reply.adapt_seen {
                     prop_assert!(
                         (p.floor_permille..=1000).contains(&reply.adapt_permille),

@@ -1,6 +1,8 @@
 //! The time the worker runs on, injected (as governor's `Clock` and its fake clock): the
-//! limiter, the local-denial table's writers and the telemetry recorder read it here and
-//! nowhere else, so tests give them a `FakeClock` (the `test-support` feature) and never sleep.
+//! limiter, the local-denial table's writers, the telemetry recorder and the store (the
+//! pooled connection's back-off after a failure, `engine = auto`'s module recheck) read it
+//! here and nowhere else, so tests give them a `FakeClock` (the `test-support` feature) and
+//! never sleep.
 //!
 //! A clock gives three things:
 //! - [`Clock::monotonic_ns`]: the instant local denials are computed and stored in. The

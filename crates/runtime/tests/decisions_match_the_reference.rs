@@ -8,7 +8,9 @@
 //! limiter and the store share (`memory_limiter`): nothing here sleeps, and times are exact.
 
 use checkout_guard_model::live::LiveLimits;
-use checkout_guard_model::{step_auto_hot, BucketSet, Decision, Keys, StoredBucket, StoredState};
+use checkout_guard_model::{
+    step, BucketSet, Decision, Keys, StepInput, StoredBucket, StoredState,
+};
 use checkout_guard_runtime::store::Fault;
 use proptest::prelude::*;
 use std::collections::{HashMap, VecDeque};
@@ -287,15 +289,14 @@ impl Reference {
             mark_ttl_ms,
             ..Default::default()
         };
-        let (reply, next) = step_auto_hot(
+        let (reply, next) = step(
             &self.set,
             &stored,
-            now,
-            tokens,
-            false,
-            &self.version,
-            None,
-            max_wait_us,
+            &StepInput {
+                version: &self.version,
+                max_wait_us,
+                ..StepInput::new(now, tokens)
+            },
         );
         for (i, key) in bucket_keys.into_iter().enumerate() {
             if let (Some(b), true) = (next.buckets[i], next.buckets[i] != stored.buckets[i]) {

@@ -6,11 +6,21 @@
 #[allow(dead_code)]
 mod common;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use checkout_guard_model::{Defaults, LimiterOptions, Reason, Value};
-use checkout_guard_runtime::Limiter;
+use checkout_guard_runtime::clock::FakeClock;
+use checkout_guard_runtime::store::MODULE_RECHECK;
+use checkout_guard_runtime::{Limiter, ValkeyStore};
 use common::{valkey_module, Valkey};
 
 fn limiter(url: &str, name: &str, engine: &str, policy: &str) -> Limiter {
+    Limiter::new(options(url, name, engine, policy, 3))
+}
+
+/// A limiter's options: `global` of `capacity` tokens at 0.01/s, local denials off.
+fn options(url: &str, name: &str, engine: &str, policy: &str, capacity: i64) -> LimiterOptions {
     let bucket = |c: i64, r: f64| {
         Value::Map(vec![
             ("capacity".into(), Value::Int(c)),
@@ -20,7 +30,7 @@ fn limiter(url: &str, name: &str, engine: &str, policy: &str) -> Limiter {
     let options = Value::Map(vec![
         ("name".into(), Value::Str(name.as_bytes().to_vec())),
         ("url".into(), Value::Str(url.as_bytes().to_vec())),
-        ("global".into(), bucket(3, 0.01)),
+        ("global".into(), bucket(capacity, 0.01)),
         ("timeout_ms".into(), Value::Int(2000)),
         ("engine".into(), Value::Str(engine.as_bytes().to_vec())),
         (
@@ -32,7 +42,7 @@ fn limiter(url: &str, name: &str, engine: &str, policy: &str) -> Limiter {
         local_denials: false,
         ..Defaults::default()
     };
-    Limiter::new(LimiterOptions::from_value(&options, &defaults).unwrap())
+    LimiterOptions::from_value(&options, &defaults).unwrap()
 }
 
 fn with_module() -> Valkey {
@@ -167,4 +177,75 @@ fn auto_decides_with_the_script_where_the_module_is_another_builds() {
     let l = limiter(&v.url, "other-build", "auto", "throw");
     four_decisions(&l);
     assert_eq!(l.health(false).engine, Some("lua"));
+}
+
+/// `engine = auto` on a connection that is never replaced (php-fpm's `pm.max_requests =
+/// 0`): a module loaded into the running Valkey decides once [`MODULE_RECHECK`] has passed
+/// on the limiter's clock since the server answered no (a fake clock: not a µs before, and
+/// no test waits 5 s), on the same connection. `COMMAND INFO` is asked once per recheck,
+/// never per decision, and never while the answer is yes; a module that goes is left at
+/// once and asked for again only after the next recheck.
+#[test]
+fn auto_picks_up_a_module_loaded_into_the_running_valkey_after_the_recheck() {
+    let v = Valkey::start_with(&["--enable-module-command".as_ref(), "yes".as_ref()]);
+    let clock = FakeClock::new();
+    let options = options(&v.url, "recheck", "auto", "throw", 1_000_000);
+    let store = ValkeyStore::new(
+        options.endpoint.clone(),
+        options.timeout,
+        options.retry_interval,
+        options.engine,
+    )
+    .with_clock(Arc::new(clock.clone()));
+    let l = Limiter::with_store(options, Arc::new(store), Arc::new(clock.clone()));
+    let decide = |n: usize| {
+        for _ in 0..n {
+            assert!(l.acquire(b"shop", 1).unwrap().allowed);
+        }
+        l.health(false).engine
+    };
+    let asked = || calls(&v, "command|info");
+    let ms = Duration::from_millis(1);
+
+    assert_eq!(decide(50), Some("lua"));
+    assert_eq!(
+        asked(),
+        1,
+        "asked once for the connection, not per decision"
+    );
+    let connects = l.health(false).connects;
+
+    redis::cmd("MODULE")
+        .arg("LOAD")
+        .arg(valkey_module().to_str().unwrap())
+        .query::<()>(&mut v.connection())
+        .unwrap();
+    clock.advance(MODULE_RECHECK - ms);
+    assert_eq!(decide(20), Some("lua"), "1 ms before the recheck");
+    assert_eq!((asked(), calls(&v, "CG.DECIDE")), (1, 0));
+    clock.advance(ms);
+    assert_eq!(decide(1), Some("module"), "at the recheck");
+    assert_eq!((asked(), calls(&v, "CG.DECIDE")), (2, 1));
+    assert_eq!(l.health(false).connects, connects, "on the same connection");
+    clock.advance(MODULE_RECHECK * 3);
+    assert_eq!(decide(20), Some("module"));
+    assert_eq!(asked(), 2, "not asked again while the answer is yes");
+
+    redis::cmd("MODULE")
+        .arg("UNLOAD")
+        .arg("checkout_guard")
+        .query::<()>(&mut v.connection())
+        .unwrap();
+    assert_eq!(
+        decide(1),
+        Some("lua"),
+        "an unloaded module: the script at once"
+    );
+    clock.advance(MODULE_RECHECK - ms);
+    assert_eq!(decide(20), Some("lua"));
+    assert_eq!(asked(), 2, "not asked again before the recheck");
+    clock.advance(ms);
+    assert_eq!(decide(1), Some("lua"));
+    assert_eq!(asked(), 3, "asked again at the recheck");
+    assert_eq!(l.health(false).connects, connects);
 }

@@ -8,6 +8,7 @@
 //! (as the other random tests take it) runs the same sequences again, `PROPTEST_CASES`
 //! changes how many.
 
+#[allow(dead_code)]
 mod common;
 
 use std::cell::{Cell, RefCell};
@@ -23,7 +24,7 @@ use checkout_guard_model::call::{feedback_source_with_test_clock, AdaptArgs, Fee
 use checkout_guard_model::contract::decide::TEST_KEY_SLACK_MS;
 use checkout_guard_model::server::{feedback_on, Keyspace};
 use checkout_guard_model::{
-    reservation_wait_us, step, BucketSet, BucketSpec, Decision, Keys, Lane, StepReply,
+    reservation_wait_us, step, BucketSet, BucketSpec, Decision, Keys, Lane, StepInput, StepReply,
     StoredBucket, StoredState,
 };
 use checkout_guard_runtime::store::invocation;
@@ -288,7 +289,15 @@ fn script_and_model_decide_identically_on_random_sequences() {
                 }) {
                     count(&carried);
                 }
-                let (mut want, next) = step(&set, &state, now, tokens, static_hot[shop], &version);
+                let (mut want, next) = step(
+                    &set,
+                    &state,
+                    &StepInput {
+                        static_hot: static_hot[shop],
+                        version: &version,
+                        ..StepInput::new(now, tokens)
+                    },
+                );
                 model.store(shop, next);
                 let call = Call {
                     keys: &keys,
@@ -401,7 +410,14 @@ fn a_live_change_carries_the_level_in_tokens_over_from_its_instant() {
             now,
         };
         let reply = StepReply::from_ints(&invoke(&script, &mut conn, &c)).unwrap();
-        let (want, _) = step(set, &StoredState::default(), now, tokens, false, version);
+        let (want, _) = step(
+            set,
+            &StoredState::default(),
+            &StepInput {
+                version,
+                ..StepInput::new(now, tokens)
+            },
+        );
         assert_eq!(reply.now_us, want.now_us);
         reply
     };

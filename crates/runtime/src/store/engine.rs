@@ -1,9 +1,12 @@
 //! Which engine decides: the native module's `CG.DECIDE` or the decision script, per
 //! connection (`engine = auto` asks the server once, and again after
-//! [`MODULE_RECHECK`] while it answers no) and per process (`phpinfo()`'s last engine).
+//! [`MODULE_RECHECK`] while it answers no, on the caller's [`Clock`]) and per process
+//! (`phpinfo()`'s last engine).
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::Clock;
 
 use checkout_guard_connection::errors::is_reply_error;
 use checkout_guard_connection::errors::{is_denied_by_acl, is_missing_command, is_wrong_arity};
@@ -25,7 +28,8 @@ pub const MODULE_RECHECK: Duration =
 #[derive(Default)]
 pub struct ModuleProbe {
     has: Option<bool>,
-    asked_at: Option<Instant>,
+    /// When the server was last asked, or found without the module ([`Clock::monotonic_ns`]).
+    asked_at: Option<u64>,
     /// A script decision was answered on this connection: its server had the decision
     /// script then (see [`decide`]).
     script_seen: bool,
@@ -35,33 +39,43 @@ impl ModuleProbe {
     /// Whether to send `CG.DECIDE`; asks the server when not known or known to be no for
     /// [`MODULE_RECHECK`]. An error reply to the question counts as no (the script works
     /// everywhere); a broken connection is the call's failure.
-    fn has(&mut self, c: &mut dyn ConnectionLike) -> RedisResult<bool> {
+    /// `clock` is the caller's.
+    fn has(&mut self, c: &mut dyn ConnectionLike, clock: &dyn Clock) -> RedisResult<bool> {
         match self.has {
             Some(true) => return Ok(true),
-            Some(false) if self.asked_at.is_some_and(|t| t.elapsed() < MODULE_RECHECK) => {
-                return Ok(false)
+            Some(false) => {
+                let recheck_ns = MODULE_RECHECK.as_nanos() as u64;
+                let now = clock.monotonic_ns();
+                if self
+                    .asked_at
+                    .is_some_and(|t| now.saturating_sub(t) < recheck_ns)
+                {
+                    return Ok(false);
+                }
             }
-            _ => {}
+            None => {}
         }
         let has = has_module(c)?;
         self.has = Some(has);
-        self.asked_at = Some(Instant::now());
+        self.asked_at = Some(clock.monotonic_ns());
         Ok(has)
     }
 
     /// The server answered that `CG.DECIDE` cannot be used: the script until the next
     /// recheck.
-    fn lost(&mut self) {
+    fn lost(&mut self, clock: &dyn Clock) {
         self.has = Some(false);
-        self.asked_at = Some(Instant::now());
+        self.asked_at = Some(clock.monotonic_ns());
     }
 }
 
 /// What a call knows of its connection's engine: whether the server has the module (see
-/// [`ModuleProbe`]) and which engine decided last on the endpoint.
+/// [`ModuleProbe`]) and which engine decided last on the endpoint; and the caller's clock,
+/// which the module's recheck runs on.
 pub struct EngineState<'a> {
     pub module: &'a mut ModuleProbe,
     pub decided_by: &'a mut Option<&'static str>,
+    pub clock: &'a dyn Clock,
 }
 
 /// The index of `engine`'s decisions in a pooled connection's record.
@@ -89,7 +103,7 @@ pub(super) fn decide(
     let module = match engine {
         Engine::Lua => false,
         Engine::Module => true,
-        Engine::Auto => state.module.has(c)?,
+        Engine::Auto => state.module.has(c, state.clock)?,
     };
     if module {
         let reply = match packed {
@@ -100,7 +114,9 @@ pub(super) fn decide(
             None => native(call).query::<Vec<i64>>(c),
         };
         match reply {
-            Err(e) if engine == Engine::Auto && module_unusable(&e) => state.module.lost(),
+            Err(e) if engine == Engine::Auto && module_unusable(&e) => {
+                state.module.lost(state.clock)
+            }
             other => return decided(state.decided_by, MODULE, other),
         }
     }

@@ -13,7 +13,7 @@ mod pool;
 mod scripts;
 mod valkey;
 
-pub use engine::last_engine;
+pub use engine::{last_engine, MODULE_RECHECK};
 #[cfg(feature = "test-support")]
 pub use memory::{Fault, MemoryStats, MemoryStore};
 pub use pool::{ping, pipeline, status, with_connection, Pool, Replies};
@@ -26,8 +26,6 @@ use std::time::{Duration, SystemTime};
 
 use checkout_guard_model::live::Stored;
 use checkout_guard_model::{DecideCall, FeedbackCall, Keys};
-
-use crate::clock::{Clock, SystemClock};
 
 /// Why a call to the store did not happen or did not succeed. Messages carry no password.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -102,11 +100,6 @@ impl Decisions {
         self.failed_in_row >= FAILING_AFTER
     }
 
-    /// Records one decision's outcome, now on the system clock.
-    pub fn record<T>(&mut self, outcome: &Result<T, StoreError>) {
-        self.record_at(outcome, SystemClock.wall());
-    }
-
     /// Records one decision's outcome at wall-clock time `at`.
     pub fn record_at<T>(&mut self, outcome: &Result<T, StoreError>, at: SystemTime) {
         match outcome {
@@ -153,6 +146,7 @@ pub trait Store: Send + Sync + fmt::Debug {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::Clock;
 
     /// Failing takes FAILING_AFTER failures in a row; one success ends it and clears the
     /// error; a failure keeps the time of the last success.

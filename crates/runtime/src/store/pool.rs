@@ -16,7 +16,9 @@
 //! - a connection that broke while idle (Valkey restarted, idle timeout) is reconnected
 //!   once, transparently;
 //! - after a failure nobody tries again for `retry_interval`: calls fail at once, so a
-//!   down Valkey costs a checkout nothing but the policy decision;
+//!   down Valkey costs a checkout nothing but the policy decision. The back-off runs on
+//!   the caller's [`Clock`] (the limiter's: a `FakeClock` in tests), not on `Instant`;
+//!   the deadlines of real sockets are the connection layer's;
 //! - after `fork()` the child never touches the parent's socket.
 //!
 //! A Valkey Cluster endpoint (`valkey+cluster://`) is one redis-rs `ClusterConnection`
@@ -27,6 +29,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
+
+use crate::clock::{Clock, SystemClock};
 
 use crate::sync::Mutex;
 use checkout_guard_connection::{describe, reconnect_once, Budget, Client, Connection, Failure};
@@ -58,7 +62,8 @@ impl AsMut<Connection> for OpenConnection {
 #[derive(Default)]
 pub(super) struct PooledConnection {
     open: Option<OpenConnection>,
-    retry_at: Option<Instant>,
+    /// When the back-off ends, on the callers' clock ([`Clock::monotonic_ns`]).
+    retry_at: Option<u64>,
     /// The back-off until `retry_at` holds back callers whose timeout is at most this:
     /// the timeout that failed, or `Duration::MAX` after a failure no wait would cure.
     backoff_upto: Duration,
@@ -169,18 +174,25 @@ impl PooledConnection {
         }
     }
 
-    /// The back-off that holds back a caller with `timeout`, if one is running.
-    fn backoff_for(&self, timeout: Duration) -> Option<Duration> {
-        let left = self.retry_at?.saturating_duration_since(Instant::now());
+    /// The back-off that holds back a caller with `timeout` at `clock`'s now, if one is
+    /// running.
+    fn backoff_for(&self, timeout: Duration, clock: &dyn Clock) -> Option<Duration> {
+        let left = Duration::from_nanos(self.retry_at?.saturating_sub(clock.monotonic_ns()));
         (!left.is_zero() && timeout <= self.backoff_upto).then_some(left)
     }
 
     /// Drops the connection and starts a back-off for callers whose timeout is at most
     /// `upto` (the failed call's timeout after a timeout, `Duration::MAX` otherwise).
-    fn fail(&mut self, cause: String, retry_interval: Duration, upto: Duration) -> StoreError {
+    /// `now` is the caller's clock ([`Clock::monotonic_ns`]).
+    fn fail(
+        &mut self,
+        cause: String,
+        retry_interval: Duration,
+        upto: Duration,
+        now: u64,
+    ) -> StoreError {
         self.open = None;
         self.failures = self.failures.saturating_add(1);
-        let now = Instant::now();
         // A back-off still running for more callers keeps holding them back.
         let running = self.retry_at.is_some_and(|at| at > now);
         self.backoff_upto = if running {
@@ -188,7 +200,8 @@ impl PooledConnection {
         } else {
             upto
         };
-        self.retry_at = Some(now + retry_interval);
+        let interval_ns = u64::try_from(retry_interval.as_nanos()).unwrap_or(u64::MAX);
+        self.retry_at = Some(now.saturating_add(interval_ns));
         self.backoff_cause = cause.clone();
         self.last_error = Some(cause.clone());
         StoreError::Failed {
@@ -197,9 +210,14 @@ impl PooledConnection {
         }
     }
 
-    /// Records one decision's outcome for the limiters with `engine`.
-    pub(super) fn record_decision<T>(&mut self, engine: Engine, outcome: &Result<T, StoreError>) {
-        self.decisions[engine_index(engine)].record(outcome);
+    /// Records one decision's outcome for the limiters with `engine`, at `clock`'s time.
+    pub(super) fn record_decision<T>(
+        &mut self,
+        engine: Engine,
+        outcome: &Result<T, StoreError>,
+        clock: &dyn Clock,
+    ) {
+        self.decisions[engine_index(engine)].record_at(outcome, clock.wall());
     }
 
     /// The connection's state as a caller with `timeout` sees it (a back-off after a
@@ -207,7 +225,13 @@ impl PooledConnection {
     /// `engine` (none: the connection alone). `last_error` is the connection's, or while
     /// decisions fail the last decision's: a PING that succeeds does not clear a
     /// decision's error.
-    fn health(&self, ok: bool, timeout: Duration, engine: Option<Engine>) -> Health {
+    fn health(
+        &self,
+        ok: bool,
+        timeout: Duration,
+        engine: Option<Engine>,
+        clock: &dyn Clock,
+    ) -> Health {
         let decisions = engine
             .map(|e| self.decisions[engine_index(e)].clone())
             .unwrap_or_default();
@@ -216,7 +240,7 @@ impl PooledConnection {
                 .then(|| decisions.last_error.as_ref().map(|(e, _)| e.clone()))
                 .flatten()
         });
-        let retry_in = self.backoff_for(timeout).unwrap_or_default();
+        let retry_in = self.backoff_for(timeout, clock).unwrap_or_default();
         let circuit_open = !retry_in.is_zero();
         Health {
             ok: ok && !circuit_open,
@@ -254,18 +278,20 @@ pub fn with_connection<T>(
         endpoint,
         timeout,
         retry_interval,
+        &SystemClock,
         |c, _| op(c),
     )
 }
 
 /// [`with_connection`] on the endpoint's pooled connection, already looked up, with the
-/// connection's engine state: every command after the call's first gets only what is
-/// left of its deadline (`Connection::within`).
+/// connection's engine state, the back-off on `clock`: every command after the call's
+/// first gets only what is left of its deadline (`Connection::within`).
 pub(super) fn with_pooled<T>(
     pooled: &Mutex<PooledConnection>,
     endpoint: &Endpoint,
     timeout: Duration,
     retry_interval: Duration,
+    clock: &dyn Clock,
     mut op: impl FnMut(&mut dyn ConnectionLike, EngineState<'_>) -> RedisResult<T>,
 ) -> Result<T, StoreError> {
     with_open(
@@ -273,9 +299,19 @@ pub(super) fn with_pooled<T>(
         endpoint,
         timeout,
         retry_interval,
+        clock,
         |open, decided_by, deadline| {
             let OpenConnection { conn, module, .. } = open;
-            conn.within(deadline, |c| op(c, EngineState { module, decided_by }))
+            conn.within(deadline, |c| {
+                op(
+                    c,
+                    EngineState {
+                        module,
+                        decided_by,
+                        clock,
+                    },
+                )
+            })
         },
     )
 }
@@ -306,6 +342,7 @@ pub fn pipeline(
         endpoint,
         timeout,
         retry_interval,
+        &SystemClock,
         |open, _, deadline| {
             let rest = &commands[values.len()..];
             if rest.is_empty() {
@@ -342,21 +379,23 @@ pub fn pipeline(
     }
 }
 
-/// One call on the pooled connection (see [`with_connection`]): the back-off first, then
-/// the connection layer's call (opened if none is, replaced once if broken), its outcome
-/// recorded. `op` gets the open connection, the endpoint's last engine and the call's
-/// deadline.
+/// One call on the pooled connection (see [`with_connection`]): the back-off first (on
+/// `clock`), then the connection layer's call within `timeout` (opened if none is,
+/// replaced once if broken), its outcome recorded, a failure starting a back-off of
+/// `retry_interval`. `op` gets the open connection, the endpoint's last engine and the
+/// call's deadline.
 fn with_open<T>(
     pooled: &Mutex<PooledConnection>,
     endpoint: &Endpoint,
     timeout: Duration,
     retry_interval: Duration,
+    clock: &dyn Clock,
     mut op: impl FnMut(&mut OpenConnection, &mut Option<&'static str>, Instant) -> RedisResult<T>,
 ) -> Result<T, StoreError> {
     let mut guard = pooled.lock();
     let p = &mut *guard;
     p.forget_if_forked();
-    if let Some(retry_in) = p.backoff_for(timeout) {
+    if let Some(retry_in) = p.backoff_for(timeout, clock) {
         return Err(StoreError::Backoff {
             retry_in,
             cause: p.backoff_cause.clone(),
@@ -385,6 +424,10 @@ fn with_open<T>(
             Duration::MAX
         }
     };
+    // A failure starts a back-off of `retry_interval` from now on `clock`.
+    let fail = |p: &mut PooledConnection, cause: String, upto: Duration| {
+        p.fail(cause, retry_interval, upto, clock.monotonic_ns())
+    };
     match result {
         Ok(v) => {
             p.last_error = None;
@@ -399,21 +442,19 @@ fn with_open<T>(
                 retry_in: Duration::ZERO,
             })
         }
-        Err(Failure::NoTimeLeft) => Err(p.fail("timed out".into(), retry_interval, timeout)),
+        Err(Failure::NoTimeLeft) => Err(fail(p, "timed out".into(), timeout)),
         Err(Failure::Open(e)) => {
             let cause = format!("connect: {}", describe(&e, timeout));
-            Err(p.fail(cause, retry_interval, upto(&e)))
+            Err(fail(p, cause, upto(&e)))
         }
-        Err(Failure::Socket(e)) => {
-            Err(p.fail(format!("socket: {e}"), retry_interval, Duration::MAX))
-        }
-        Err(Failure::Broken(e)) => Err(p.fail(describe(&e, timeout), retry_interval, upto(&e))),
+        Err(Failure::Socket(e)) => Err(fail(p, format!("socket: {e}"), Duration::MAX)),
+        Err(Failure::Broken(e)) => Err(fail(p, describe(&e, timeout), upto(&e))),
         Err(Failure::Unknown(e)) => {
             let cause = format!(
                 "outcome unknown: {} after the command was sent (Valkey may have run it; not sent again)",
                 describe(&e, timeout)
             );
-            Err(p.fail(cause, retry_interval, upto(&e)))
+            Err(fail(p, cause, upto(&e)))
         }
     }
 }
@@ -421,16 +462,21 @@ fn with_open<T>(
 /// The state of this process's connection to `endpoint` for a caller with `timeout`,
 /// without any I/O: `ok` when the connection is open and no failure is pending.
 pub fn status(endpoint: &Endpoint, timeout: Duration) -> Health {
-    status_of(endpoint, timeout, None)
+    status_of(endpoint, timeout, None, &SystemClock)
 }
 
-/// [`status`], with the decisions of the limiters with `engine`.
-pub(super) fn status_of(endpoint: &Endpoint, timeout: Duration, engine: Option<Engine>) -> Health {
+/// [`status`], with the decisions of the limiters with `engine`, the back-off on `clock`.
+pub(super) fn status_of(
+    endpoint: &Endpoint,
+    timeout: Duration,
+    engine: Option<Engine>,
+    clock: &dyn Clock,
+) -> Health {
     let pooled = pooled(endpoint, Pool::Decisions);
     let mut p = pooled.lock();
     p.forget_if_forked();
     let ok = p.open.is_some() && p.last_error.is_none();
-    p.health(ok, timeout, engine)
+    p.health(ok, timeout, engine, clock)
 }
 
 /// One PING over the pooled connection (opened if none is, unless the back-off after a
@@ -453,19 +499,28 @@ pub fn ping(
     retry_interval: Duration,
     cluster_key: &[u8],
 ) -> Health {
-    ping_of(endpoint, timeout, retry_interval, cluster_key, None)
+    ping_of(
+        endpoint,
+        timeout,
+        retry_interval,
+        cluster_key,
+        None,
+        &SystemClock,
+    )
 }
 
-/// [`ping`], with the decisions of the limiters with `engine`.
+/// [`ping`], with the decisions of the limiters with `engine`, on `clock` (the back-off,
+/// and the PING's round trip and time).
 pub(super) fn ping_of(
     endpoint: &Endpoint,
     timeout: Duration,
     retry_interval: Duration,
     cluster_key: &[u8],
     engine: Option<Engine>,
+    clock: &dyn Clock,
 ) -> Health {
-    let started = Instant::now();
-    let sent = SystemTime::now();
+    let started = clock.monotonic_ns();
+    let sent = clock.wall();
     let cluster = endpoint.is_cluster();
     let sentinel = endpoint.is_sentinel();
     let pooled = pooled(endpoint, Pool::Decisions);
@@ -474,6 +529,7 @@ pub(super) fn ping_of(
         endpoint,
         timeout,
         retry_interval,
+        clock,
         |open, _, deadline| {
             if sentinel {
                 return open.conn.check_still_primary(deadline);
@@ -493,12 +549,13 @@ pub(super) fn ping_of(
     let mut p = pooled.lock();
     let ok = match result {
         Ok(_) => {
-            p.last_ping = Some((started.elapsed(), sent));
+            let round_trip = clock.monotonic_ns().saturating_sub(started);
+            p.last_ping = Some((Duration::from_nanos(round_trip), sent));
             true
         }
         Err(_) => false,
     };
-    p.health(ok, timeout, engine)
+    p.health(ok, timeout, engine, clock)
 }
 
 /// An error reply as the cause of a failed call; one that says the server wants a user

