@@ -16,10 +16,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use checkout_guard_model::live::LiveLimits;
+use checkout_guard_config::live::LiveLimits;
+use checkout_guard_config::{Defaults, LimiterOptions, Value};
 use checkout_guard_model::{
-    step_auto_hot, BucketSet, Decision, Defaults, Keys, LimiterOptions, Reason, StoredBucket,
-    StoredState, Value,
+    step_auto_hot, BucketSet, Decision, Keys, Reason, StoredBucket, StoredState,
 };
 use checkout_guard_runtime::clock::FakeClock;
 use checkout_guard_runtime::store::{Fault, MemoryStore};
@@ -926,7 +926,7 @@ impl checkout_guard_runtime::Store for Slow {
     fn read_limits(
         &self,
         keys: &Keys,
-    ) -> Result<checkout_guard_model::live::Stored, checkout_guard_runtime::StoreError> {
+    ) -> Result<checkout_guard_config::live::Stored, checkout_guard_runtime::StoreError> {
         self.inner.read_limits(keys)
     }
     fn mark_hot(&self, key: &[u8], ttl: i64) -> Result<(), checkout_guard_runtime::StoreError> {
@@ -1145,7 +1145,7 @@ fn shadow_and_enforce_decide_alike_and_move_the_buckets_alike() {
     let (se, ss) = (store(), store());
     let enforce = limiter("same-enforce", &se, "deny", false, vec![]);
     let shadowed = limiter("same-shadow", &ss, "deny", false, shadow());
-    assert_eq!(shadowed.mode(), checkout_guard_model::Mode::Shadow);
+    assert_eq!(shadowed.mode(), checkout_guard_config::Mode::Shadow);
     let mut denied = 0;
     // A flood of one shop, then another, with time moving: denials included.
     for i in 0..40 {
@@ -1248,7 +1248,7 @@ fn shadow_mode_lets_an_unavailable_deny_through_and_still_throws_for_throw() {
 
 #[test]
 fn a_live_mode_switches_every_decision_and_default_goes_back_to_the_option() {
-    use checkout_guard_model::Mode;
+    use checkout_guard_config::Mode;
     let s = store();
     let l = limiter("live-mode", &s, "deny", false, vec![]);
     for _ in 0..10 {

@@ -6,7 +6,8 @@
 #[allow(dead_code)]
 mod common;
 
-use checkout_guard_model::{Defaults, LimiterOptions, Reason, Value};
+use checkout_guard_config::{Defaults, LimiterOptions, Value};
+use checkout_guard_model::Reason;
 use checkout_guard_runtime::Limiter;
 use common::{valkey_module, Valkey};
 

@@ -11,9 +11,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use checkout_guard_config::{Endpoint, Engine};
 use checkout_guard_model::{
-    AutoHotArgs, BucketSet, BucketSpec, DecideCall, DecideReply, Endpoint, Engine, Keys, LaneArgs,
-    ShopKeys,
+    AutoHotArgs, BucketSet, BucketSpec, DecideCall, DecideReply, Keys, LaneArgs, ShopKeys,
 };
 use checkout_guard_runtime::{MemoryStore, Store, ValkeyStore};
 use common::{valkey_binary, Valkey};
