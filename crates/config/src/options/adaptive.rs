@@ -6,9 +6,10 @@ use checkout_guard_model::error::ConfigError;
 
 /// The `adaptive` option (off by default): on an answer whose status is one of
 /// `statuses` (reported by `RateLimiter::feedback()`), every bucket of the limiter is
-/// scaled by `decrease`, at most once per [`checkout_guard_model::adaptive::COOLDOWN_US`], never below
-/// `min_share` of the limits; without such answers the budget climbs back (CUBIC) to the
-/// limits in `recover_seconds` from the floor. See [`crate::adaptive`].
+/// scaled by `decrease`, at most once per [`checkout_guard_model::adaptive::COOLDOWN_US`],
+/// never below `min_share` of the limits; without such answers the budget climbs back
+/// (CUBIC) to the limits in `recover_seconds` from the floor. See
+/// [`checkout_guard_model::adaptive`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Adaptive {
     /// The statuses that mean "too fast" (default `[429]`), sorted, no duplicates.
