@@ -3,7 +3,7 @@
 //! `checkout_guard.tls.*`, named like PHP's own SSL context options (`cafile`,
 //! `local_cert`, `local_pk`, `peer_name`, `verify_peer`).
 //!
-//! The one place the model reads files: a CA, certificate or key file is read and its PEM
+//! The one place configuration reads files: a CA, certificate or key file is read and its PEM
 //! checked when the options are validated, so a path that cannot be used is a
 //! `ConfigurationException` at construction (naming the option and the path, never the
 //! file's content), not an unavailable decision at every call.

@@ -79,9 +79,10 @@ mod tests {
 
     proptest::proptest! {
         /// Every `auto_hot` the options accept reaches the server as one its decoder (the
-        /// model's `ReceivedCall`) accepts, the same to the microsecond: the decoder validates what it reads
-        /// (the script does not), so an option it refused would make every decision of
-        /// that limiter an error on the module, and a decision on the script.
+        /// model's `ReceivedCall`) accepts, the same to the microsecond: the decoder
+        /// validates what it reads (the script does not), so an option it refused would
+        /// make every decision of that limiter an error on the module, and a decision on
+        /// the script.
         #[test]
         fn every_auto_hot_the_options_accept_is_decoded_as_sent(
             window_s in proptest::prop_oneof![
