@@ -57,7 +57,7 @@ pub struct Cluster {
     /// Slot -> index in `nodes` ([`NO_NODE`]: none).
     slots: Vec<u16>,
     nodes: Vec<Node>,
-    /// The node of the last command routed by a key (`None`: the first node).
+    /// The node of the last command routed by a key (at first the seed's).
     sticky: Option<usize>,
     limit: Limit,
     /// Sends of which a byte was written, over every node.
@@ -111,6 +111,9 @@ impl Cluster {
                     cluster.learn(&map, &host);
                     let at = cluster.node_at(&host, port);
                     cluster.nodes[at].wire = Some(wire);
+                    // A command without a key before any with one (`COMMAND INFO` before
+                    // the first decision) goes to the seed: its connection is open.
+                    cluster.sticky = Some(at);
                     return Ok(cluster);
                 }
                 Err(e) => last = Some(crate::tls::in_handshake(e, &host, port)),
