@@ -1,5 +1,5 @@
 //! `auto_hot`: what the decision needs of it (its parts, and the one check of them). The
-//! option's parser (`checkout-guard-config`) and a decoded call ([`crate::server`]) both
+//! option's parser (`checkout-guard-config`) and a decoded call (`server.rs`) both
 //! build it with [`AutoHot::new`] and name a refused part with these texts.
 
 use std::time::Duration;
