@@ -1,7 +1,8 @@
 //! PHP values into the core's `Value` tree, so that all validation happens in the core.
 
-use checkout_guard_model::value::quote_bytes;
-use checkout_guard_model::{ConfigError, Value};
+use checkout_guard_config::value::quote_bytes;
+use checkout_guard_config::Value;
+use checkout_guard_model::ConfigError;
 use checkout_guard_runtime::telemetry::{name, AttrValue, Name};
 use ext_php_rs::convert::{FromZval, StubLiteral};
 use ext_php_rs::flags::DataType;

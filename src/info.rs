@@ -1,6 +1,6 @@
 //! The `phpinfo()` section: version and settings, with any password masked.
 
-use checkout_guard_model::mask_password;
+use checkout_guard_config::mask_password;
 use ext_php_rs::zend::ModuleEntry;
 use ext_php_rs::{info_table_end, info_table_header, info_table_row, info_table_start};
 
@@ -33,7 +33,7 @@ const MODES_SHOWN: usize = 64;
 /// Records the mode in force of limiter `name`: the newest 64 limiters are shown, the
 /// oldest dropped (a long-lived process, a test suite, makes many; the one just made or
 /// switched is the one asked about).
-pub fn note_mode(name: &str, mode: checkout_guard_model::Mode) {
+pub fn note_mode(name: &str, mode: checkout_guard_config::Mode) {
     let mut guard = MODES.lock();
     let (modes, dropped) = &mut *guard;
     if let Some(i) = modes.iter().position(|(n, _)| n == name) {

@@ -1,6 +1,7 @@
 //! The `checkout_guard.*` INI settings: process-wide defaults for every limiter.
 
-use checkout_guard_model::{ConfigError, Defaults};
+use checkout_guard_config::Defaults;
+use checkout_guard_model::ConfigError;
 use ext_php_rs::ffi::zend_ini_entry;
 use ext_php_rs::flags::IniEntryPermission;
 use ext_php_rs::zend::{ExecutorGlobals, IniEntryDef, IniEntryDefs};
@@ -11,8 +12,8 @@ pub fn all() -> &'static [Setting] {
 }
 
 // The settings, their defaults and scopes are the model's one table (`settings::ALL`).
-use checkout_guard_model::settings::{Scope, ALL};
-pub use checkout_guard_model::settings::{
+use checkout_guard_config::settings::{Scope, ALL};
+pub use checkout_guard_config::settings::{
     Setting, ENGINE, EVENTS_BUFFER_SIZE, EVENTS_JSONL_PATH, EVENTS_SINKS, EVENTS_STREAM_KEY,
     EVENTS_STREAM_MAXLEN, EVENTS_STREAM_URL, LOCAL_DENIALS, MODE, ON_UNAVAILABLE,
     RETRY_INTERVAL_MS, SENTINEL_PASSWORD, SENTINEL_USER, TIMEOUT_MS, TLS_CAFILE, TLS_LOCAL_CERT,

@@ -2,7 +2,7 @@
 // named arguments: they follow the PHP contract (camelCase), not Rust style.
 #![allow(non_snake_case)]
 
-use checkout_guard_model::LimiterOptions;
+use checkout_guard_config::LimiterOptions;
 use checkout_guard_runtime::Limiter;
 use ext_php_rs::binary_slice::BinarySlice;
 use ext_php_rs::boxed::ZBox;
@@ -157,7 +157,7 @@ impl RateLimiter {
             out.insert("tls_verify_peer", endpoint.tls().map(|t| t.verify_peer))?;
             // A Sentinel URL: its service, and the primary the open connection is to.
             let service = match endpoint.target() {
-                checkout_guard_model::endpoint::Target::Sentinel(s) => Some(s.service.clone()),
+                checkout_guard_config::endpoint::Target::Sentinel(s) => Some(s.service.clone()),
                 _ => None,
             };
             out.insert("sentinel_service", service)?;

@@ -38,7 +38,7 @@ fn setup() -> Setup {
         stream_key: key.as_deref(),
         stream_maxlen: maxlen.as_deref(),
         buffer_size: size.as_deref(),
-        tls: checkout_guard_model::TlsDefaults::from_ini(
+        tls: checkout_guard_config::TlsDefaults::from_ini(
             ini::get(ini::TLS_CAFILE).as_deref(),
             ini::get(ini::TLS_LOCAL_CERT).as_deref(),
             ini::get(ini::TLS_LOCAL_PK).as_deref(),

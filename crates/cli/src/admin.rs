@@ -6,14 +6,13 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use checkout_guard_config::live::{self, LiveLimits, Stored};
+use checkout_guard_config::options::validate_name;
+use checkout_guard_config::tls::{tls_from_value, TlsDefaults};
+use checkout_guard_config::{validate_shop_id, validate_ttl, Endpoint, Mode, Value};
 use checkout_guard_model::call::{self, LaneArgs};
 use checkout_guard_model::keys::mark_hot_command;
-use checkout_guard_model::live::{self, LiveLimits, Stored};
-use checkout_guard_model::options::validate_name;
-use checkout_guard_model::tls::{tls_from_value, TlsDefaults};
-use checkout_guard_model::{
-    validate_shop_id, validate_ttl, BucketSet, Endpoint, Keys, Lane, Mode, StoredBucket, Value,
-};
+use checkout_guard_model::{BucketSet, Keys, Lane, StoredBucket};
 use once_cell::sync::Lazy;
 
 use crate::valkey::Valkey;
@@ -67,7 +66,7 @@ pub struct Status {
 #[derive(Debug, Clone, PartialEq)]
 pub struct AdaptView {
     /// The option as the workers publish it (None: not published, e.g. older workers).
-    pub option: Option<checkout_guard_model::Adaptive>,
+    pub option: Option<checkout_guard_config::Adaptive>,
     /// The share of the limits in force now (0..=1), computed as a decision computes it
     /// (`AdaptState::permille_at` at Valkey's clock); None when the state is there but
     /// the option is not published (its floor and recovery are unknown).

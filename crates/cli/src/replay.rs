@@ -12,11 +12,12 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 
+use checkout_guard_config::live::parse_bucket;
+use checkout_guard_config::{auto_hot_from_value, Value};
 use checkout_guard_model::bucket::MAX_STORED_NUMBER;
-use checkout_guard_model::live::parse_bucket;
 use checkout_guard_model::step::{auto_hot_window, StepInput, StoredState, WindowCounts};
 use checkout_guard_model::{
-    reservation_wait_us, step, AutoHot, BucketSet, BucketSpec, Lane, StoredBucket, Value,
+    reservation_wait_us, step, AutoHot, BucketSet, BucketSpec, Lane, StoredBucket,
 };
 
 /// Whether `ts_ms` is an instant the model decides at: from the Unix epoch to 2^53 - 1 µs
@@ -137,7 +138,7 @@ pub fn parse_auto_hot(text: &str, global: &BucketSpec) -> Result<AutoHot, String
     } else {
         Value::Map(entries)
     };
-    match AutoHot::from_value(&v, global) {
+    match auto_hot_from_value(&v, global) {
         Ok(Some(a)) => Ok(a),
         Ok(None) => Err("--auto-hot: off".into()),
         Err(e) => Err(format!("--auto-hot: {e}")),

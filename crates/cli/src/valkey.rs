@@ -7,8 +7,8 @@
 use std::cell::RefCell;
 use std::time::Duration;
 
+use checkout_guard_config::Endpoint;
 use checkout_guard_connection::{describe, reconnect_once, Budget, Client, Connection, Failure};
-use checkout_guard_model::Endpoint;
 use redis::{ConnectionLike, RedisResult};
 
 /// A lazily opened connection to one endpoint (single server, Unix socket or cluster).

@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use checkout_guard_cli::valkey::Valkey;
-use checkout_guard_model::Endpoint;
+use checkout_guard_config::Endpoint;
 
 const BIN: &str = env!("CARGO_BIN_EXE_checkout-guard");
 

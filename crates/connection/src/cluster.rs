@@ -18,8 +18,8 @@
 
 use std::time::{Duration, Instant};
 
+use checkout_guard_config::Tls;
 use checkout_guard_model::slot::key_slot;
-use checkout_guard_model::Tls;
 use redis::{ConnectionAddr, ConnectionInfo, ConnectionLike, RedisError, RedisResult, Value};
 
 use crate::errors::timed_out;

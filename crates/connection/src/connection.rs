@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use checkout_guard_model::{Endpoint, Tls};
+use checkout_guard_config::{Endpoint, Tls};
 use redis::{ConnectionAddr, ConnectionInfo, ConnectionLike, RedisError, RedisResult, Value};
 
 use crate::cluster::Cluster;

@@ -1,7 +1,7 @@
 //! A parsed [`Endpoint`] as redis-rs connects to it.
 
-use checkout_guard_model::endpoint::Target;
-use checkout_guard_model::{Endpoint, Tls};
+use checkout_guard_config::endpoint::Target;
+use checkout_guard_config::{Endpoint, Tls};
 use redis::{
     ClientTlsConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisResult,
     TlsCertificates,

@@ -3,7 +3,7 @@
 //! connection any other way.
 //!
 //! What it owns:
-//! - a parsed [`Endpoint`](checkout_guard_model::Endpoint) as redis-rs connects to it, named
+//! - a parsed [`Endpoint`](checkout_guard_config::Endpoint) as redis-rs connects to it, named
 //!   for its [`Client`] in `CLIENT LIST` ([`info`]: [`connection_info`], [`addresses`]);
 //! - opening a single-server or cluster [`Connection`] within a deadline (connect and the
 //!   set-up, AUTH/SELECT/HELLO, under one deadline), its per-command timeout, and a call's

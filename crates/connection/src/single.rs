@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use checkout_guard_model::Tls;
+use checkout_guard_config::Tls;
 use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, RedisError, RedisResult, Value};
 
 use crate::wire::{Target, Wire};

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use checkout_guard_model::Tls;
+use checkout_guard_config::Tls;
 use redis::{ErrorKind, RedisError, RedisResult};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};

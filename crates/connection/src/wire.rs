@@ -36,7 +36,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use checkout_guard_model::Tls;
+use checkout_guard_config::Tls;
 use redis::{ConnectionLike, ErrorKind, RedisError, RedisResult, Value};
 
 use crate::errors::timed_out;

@@ -9,9 +9,9 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use checkout_guard_config::Endpoint;
 use checkout_guard_connection::redis::{self, ErrorKind};
 use checkout_guard_connection::{reconnect_once, Budget, Client, Connection, Failure};
-use checkout_guard_model::Endpoint;
 
 /// The replies to the set-up of a connection without credentials or database: the two
 /// `CLIENT SETINFO`.

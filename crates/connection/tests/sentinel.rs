@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use checkout_guard_config::Endpoint;
 use checkout_guard_connection::redis::{self, ConnectionLike};
 use checkout_guard_connection::{reconnect_once, Budget, Client, Connection, Failure};
-use checkout_guard_model::Endpoint;
 
 const SERVICE: &str = "cgtest";
 

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use checkout_guard_config::tls::{tls_from_value, PemFile};
+use checkout_guard_config::{Endpoint, Tls, TlsDefaults, Value};
 use checkout_guard_connection::redis;
 use checkout_guard_connection::{reconnect_once, Budget, Client, Connection, Failure};
-use checkout_guard_model::tls::{tls_from_value, PemFile};
-use checkout_guard_model::{Endpoint, Tls, TlsDefaults, Value};
 
 const TIMEOUT: Duration = Duration::from_millis(500);
 

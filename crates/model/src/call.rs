@@ -46,10 +46,10 @@
 use std::borrow::Cow;
 
 use crate::adaptive::{AdaptParams, FeedbackOutcome};
+use crate::auto_hot::AutoHot;
 use crate::bucket::{BucketSet, Lane};
 use crate::contract::{self, decide};
 use crate::keys::Keys;
-use crate::options::AutoHot;
 use crate::step::StepReply;
 
 /// How long published settings live (refreshed whenever a worker publishes them): a

@@ -7,50 +7,46 @@
 //! - [`bucket`]: the token-bucket arithmetic (GCRA on microseconds) and stored buckets;
 //! - [`step`]: the reference decision, the Lua script's twin;
 //! - [`decision`]: the [`Decision`] a caller gets, derived from a reply;
-//! - [`options`]: typed options, valid by construction; [`settings`]: the INI settings
-//!   and their defaults, the one table;
 //! - [`contract`]: the named KEYS/ARGV tables of every script, each position written once;
 //! - [`call`]: the decision script (the `.lua` files under `src/scripts/`) and
 //!   [`DecideCall`], the one encoder of its KEYS/ARGV and decoder of its reply;
-//! - [`keys`], [`live`], [`endpoint`], [`value`]: key names, the live-limits codec,
-//!   Valkey URLs, PHP-like values; [`slot`]: a key's cluster slot (CRC16).
+//!   [`server`]: a call as the server receives and decides it (the native module, the
+//!   in-memory store);
+//! - [`keys`]: key names; [`slot`]: a key's cluster slot (CRC16); [`auto_hot`],
+//!   [`bounds`], [`limits_version`]: what the decision needs of `auto_hot`, of its
+//!   arguments' bounds and of a live-limits version.
+//!
+//! Configuration (options from PHP values, URLs, TLS, the INI table, the live-limits
+//! codec) is `checkout-guard-config`, which builds this crate's types: this crate never
+//! depends on it.
 
 pub mod adaptive;
+pub mod auto_hot;
+pub mod bounds;
 pub mod bucket;
 pub mod call;
 pub mod contract;
 pub mod decision;
-pub mod endpoint;
 pub mod error;
 pub mod keys;
-pub mod live;
-pub mod options;
+pub mod limits_version;
 pub mod server;
-pub mod settings;
 pub mod slot;
 pub mod step;
-pub mod tls;
-pub mod value;
 
+pub use auto_hot::AutoHot;
+pub use bounds::{MAX_TTL_SECONDS, MAX_WAIT_US};
 pub use bucket::{BucketSet, BucketSpec, Lane, StoredBucket};
 pub use call::{
     AdaptArgs, AutoHotArgs, DecideCall, DecideKeys, DecideReply, FeedbackCall, LaneArgs, ShopKeys,
 };
 pub use decision::{Decision, Reason};
-pub use endpoint::{mask_password, Endpoint};
 pub use error::{ConfigError, LimiterError};
 pub use keys::Keys;
-pub use options::{
-    bucket_value, buckets_from_value, sentinel_from_value, validate_max_wait, validate_shop_id,
-    validate_tokens, validate_ttl, Adaptive, AutoHot, Defaults, Engine, LimiterOptions, Mode,
-    OnUnavailable, MAX_SHOP_ID_BYTES, MAX_TTL_SECONDS, MAX_WAIT_US,
-};
 pub use step::{
     auto_hot_window, lanes_in, reservation_wait_us, step, StepInput, StepReply, StoredState,
     WindowCounts,
 };
-pub use tls::{Tls, TlsDefaults};
-pub use value::Value;
 
 /// The version of checkout-guard, shown in `phpinfo()` and sent as the client's library
 /// version to Valkey.

@@ -10,11 +10,11 @@
 //! `auto_hot` window and mark, and the settings when they differ.
 
 use crate::adaptive::{AdaptParams, AdaptState};
+use crate::auto_hot::AutoHot;
+use crate::bounds::MAX_WAIT_US;
 use crate::bucket::{BucketSet, BucketSpec, EncodedBucket, Lane, StoredBucket};
 use crate::call::{LIMITS_CHANGED_REPLY, SETTINGS_TTL_SECONDS};
 use crate::contract::decide;
-use crate::options::AutoHot;
-use crate::options::MAX_WAIT_US;
 use crate::step::{auto_hot_window, step, StepInput, StepReply, StoredState, WindowCounts};
 
 /// A decision call as the server receives it (`CG.DECIDE`'s arguments, or the script's
@@ -552,12 +552,14 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Every `auto_hot` the options accept reaches the server as one its decoder
-        /// accepts, the same to the microsecond: the decoder validates what it reads
-        /// (the script does not), so an option it refused would make every decision of
-        /// that limiter an error on the module, and a decision on the script.
+        /// Every `auto_hot` its constructor accepts (what the option's parser ends in)
+        /// reaches the server as one its decoder accepts, the same to the microsecond:
+        /// the decoder validates what it reads (the script does not), so an option it
+        /// refused would make every decision of that limiter an error on the module, and
+        /// a decision on the script. (checkout-guard-config's `options::auto_hot` holds
+        /// the option itself to the decoder.)
         #[test]
-        fn every_auto_hot_the_options_accept_is_decoded_as_sent(
+        fn every_auto_hot_the_constructor_accepts_is_decoded_as_sent(
             window_s in proptest::prop_oneof![
                 proptest::strategy::Just(1.0f64),
                 proptest::strategy::Just(3600.0f64),
@@ -571,30 +573,31 @@ mod tests {
                 proptest::strategy::Just(1.0 - f64::EPSILON),
                 f64::MIN_POSITIVE..1.0f64,
             ],
-            ttl in 1..=crate::MAX_TTL_SECONDS,
+            ttl in 1..=crate::bounds::MAX_TTL_SECONDS,
             min_tokens in proptest::option::of(1..=1_000_000_000i64),
             interval_us in 1..=10_000_000i64,
         ) {
-            use crate::value::Value;
-            let mut auto = vec![
-                ("window_seconds".to_string(), Value::Float(window_s)),
-                ("share".into(), Value::Float(share)),
-                ("ttl_seconds".into(), Value::Int(ttl)),
-            ];
-            if let Some(m) = min_tokens {
-                auto.push(("min_tokens".into(), Value::Int(m)));
-            }
-            let v = Value::Map(vec![
-                ("name".into(), Value::Str(b"p".to_vec())),
-                // An exact rate (whole µs per token), up to the fastest allowed.
-                ("global".into(), crate::bucket_value(1000, 1e6 / interval_us as f64)),
-                ("auto_hot".into(), Value::Map(auto)),
-            ]);
-            let options =
-                crate::LimiterOptions::from_value(&v, &crate::Defaults::default()).unwrap();
-            let sent = options.auto_hot.expect("auto_hot on");
+            // What the option's parser (checkout-guard-config) ends in: the window in
+            // seconds as given, min_tokens by default 10% of what the global bucket
+            // refills in one window (at least 1).
+            let global = BucketSpec::new("global", 1000, 1e6 / interval_us as f64).unwrap();
+            let min_tokens = min_tokens.unwrap_or_else(|| {
+                ((global.refill_per_second() * window_s * 0.1).ceil() as i64).max(1)
+            });
+            let sent = AutoHot::new(
+                std::time::Duration::from_secs_f64(window_s),
+                share,
+                ttl,
+                min_tokens,
+            )
+            .unwrap();
+            let set = BucketSet {
+                global,
+                hot_lane: None,
+                hot_shop: None,
+            };
             let keys = ShopKeys::new(&Keys::new("p"), b"s");
-            let (lanes, auto_args) = (LaneArgs::new(&options.buckets), AutoHotArgs::new(Some(&sent)));
+            let (lanes, auto_args) = (LaneArgs::new(&set), AutoHotArgs::new(Some(&sent)));
             let call = DecideCall {
                 adapt: &crate::call::AdaptArgs::off(),
                 keys: keys.decide_keys(),

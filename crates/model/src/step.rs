@@ -5,8 +5,8 @@
 //! sequences and requires identical replies. Keep them in lock-step.
 
 use crate::adaptive::{scaled, AdaptParams, AdaptState, FULL};
+use crate::auto_hot::AutoHot;
 use crate::bucket::{BucketSet, Lane, StoredBucket};
-use crate::options::AutoHot;
 
 /// What the store holds for one shop's decision: each bucket (`None` when the key is
 /// missing or expired), the shop's hot mark (`None` when not marked, else its time to
@@ -251,7 +251,7 @@ fn step_core(set: &BucketSet, stored: &StoredState, input: &StepInput) -> (StepR
         max_wait_us,
         adaptive: _,
     } = *input;
-    let change_at = crate::live::change_instant(version.as_bytes());
+    let change_at = crate::limits_version::change_instant(version.as_bytes());
     let by_mark = !static_hot && stored.marked_hot();
     let hot = static_hot || by_mark;
     let mut tats = [-1i64; 3];

@@ -3,13 +3,15 @@ use std::time::{Duration, SystemTime};
 
 use crate::sync::{Mutex, RwLock};
 
+use checkout_guard_config::live::{self, LiveLimits};
+use checkout_guard_config::{
+    validate_max_wait, validate_shop_id, validate_tokens, validate_ttl, LimiterOptions, Mode,
+    OnUnavailable,
+};
 use checkout_guard_model::adaptive::{LastThrottle, FULL, MAX_RETRY_AFTER_SECONDS};
-use checkout_guard_model::live::{self, LiveLimits};
 use checkout_guard_model::{
-    lanes_in, reservation_wait_us, validate_max_wait, validate_shop_id, validate_tokens,
-    validate_ttl, AdaptArgs, AutoHotArgs, BucketSet, ConfigError, DecideCall, DecideKeys,
-    DecideReply, Decision, FeedbackCall, Keys, Lane, LaneArgs, LimiterError, LimiterOptions, Mode,
-    OnUnavailable, StepReply,
+    lanes_in, reservation_wait_us, AdaptArgs, AutoHotArgs, BucketSet, ConfigError, DecideCall,
+    DecideKeys, DecideReply, Decision, FeedbackCall, Keys, Lane, LaneArgs, LimiterError, StepReply,
 };
 
 use crate::clock::{Clock, SystemClock};

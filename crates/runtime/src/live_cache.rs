@@ -1,6 +1,6 @@
 //! The live limits each limiter is known by in this process. Limiter objects are built
 //! per request; what a worker learnt of the stored live limits outlives them, so the next
-//! request decides with the newest version at once (see `checkout_guard_model::live`).
+//! request decides with the newest version at once (see `checkout_guard_config::live`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::sync::Mutex;
 use once_cell::sync::Lazy;
 
-use checkout_guard_model::live::LiveLimits;
+use checkout_guard_config::live::LiveLimits;
 
 /// The identity of a limiter's live limits in this process: its URL and name, hashed once
 /// when the limiter is built so that a decision looks its limits up without allocating.

@@ -5,8 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use checkout_guard_config::{Defaults, LimiterOptions, Value};
 use checkout_guard_model::adaptive::MAX_RETRY_AFTER_SECONDS;
-use checkout_guard_model::{Defaults, LimiterError, LimiterOptions, Reason, Value};
+use checkout_guard_model::{LimiterError, Reason};
 use checkout_guard_runtime::limiter::AdaptWhy;
 use checkout_guard_runtime::store::{Fault, MemoryStore};
 use checkout_guard_runtime::Limiter;

@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use checkout_guard_model::{Endpoint, Engine};
+use checkout_guard_config::{Endpoint, Engine};
 use checkout_guard_runtime::clock::FakeClock;
 use checkout_guard_runtime::{Store, StoreError, ValkeyStore};
 use common::Valkey;

@@ -6,7 +6,8 @@
 #[allow(dead_code)]
 mod common;
 
-use checkout_guard_model::{Endpoint, Engine, Keys};
+use checkout_guard_config::{Endpoint, Engine};
+use checkout_guard_model::Keys;
 use checkout_guard_runtime::{Store, ValkeyStore};
 use common::valkey_binary;
 use std::process::{Child, Command, Stdio};

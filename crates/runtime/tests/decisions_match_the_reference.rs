@@ -7,10 +7,8 @@
 //! Every test runs on a [`FakeClock`](checkout_guard_runtime::clock::FakeClock) that the
 //! limiter and the store share (`memory_limiter`): nothing here sleeps, and times are exact.
 
-use checkout_guard_model::live::LiveLimits;
-use checkout_guard_model::{
-    step, BucketSet, Decision, Keys, StepInput, StoredBucket, StoredState,
-};
+use checkout_guard_config::live::LiveLimits;
+use checkout_guard_model::{step, BucketSet, Decision, Keys, StepInput, StoredBucket, StoredState};
 use checkout_guard_runtime::store::Fault;
 use proptest::prelude::*;
 use std::collections::{HashMap, VecDeque};

@@ -9,7 +9,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use checkout_guard_model::{Defaults, LimiterOptions, Reason, Value};
+use checkout_guard_config::{Defaults, LimiterOptions, Value};
+use checkout_guard_model::Reason;
 use checkout_guard_runtime::clock::FakeClock;
 use checkout_guard_runtime::store::MODULE_RECHECK;
 use checkout_guard_runtime::{Limiter, ValkeyStore};

@@ -5,9 +5,9 @@
 #[allow(dead_code)]
 mod common;
 
+use checkout_guard_config::{Endpoint, Engine};
 use checkout_guard_model::{
-    AutoHotArgs, BucketSet, BucketSpec, DecideCall, DecideReply, Endpoint, Engine, Keys, LaneArgs,
-    ShopKeys,
+    AutoHotArgs, BucketSet, BucketSpec, DecideCall, DecideReply, Keys, LaneArgs, ShopKeys,
 };
 use checkout_guard_runtime::{MemoryStore, Store, ValkeyStore};
 use common::Valkey;

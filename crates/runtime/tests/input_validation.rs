@@ -3,10 +3,9 @@
 //! (never panic), keys must stay inside the limiter's namespace and hash tag, and events
 //! must encode to one valid JSON line whatever their bytes.
 
-use checkout_guard_model::live::LiveLimits;
-use checkout_guard_model::{
-    validate_shop_id, BucketSet, BucketSpec, Defaults, Keys, LimiterOptions, Value,
-};
+use checkout_guard_config::live::LiveLimits;
+use checkout_guard_config::{validate_shop_id, Defaults, LimiterOptions, Value};
+use checkout_guard_model::{BucketSet, BucketSpec, Keys};
 use checkout_guard_runtime::telemetry::{write_event_line, AttrValue, Event};
 use proptest::prelude::*;
 

@@ -6,7 +6,8 @@
 //! Every test runs on a [`FakeClock`](checkout_guard_runtime::clock::FakeClock) that the
 //! limiter and the store share (`memory_limiter`): nothing here sleeps, and times are exact.
 
-use checkout_guard_model::{Defaults, Keys, LimiterOptions, Reason, Value};
+use checkout_guard_config::{Defaults, LimiterOptions, Value};
+use checkout_guard_model::{Keys, Reason};
 use checkout_guard_runtime::clock::FakeClock;
 use checkout_guard_runtime::store::{Fault, MemoryStore};
 use checkout_guard_runtime::Limiter;
@@ -191,7 +192,7 @@ impl checkout_guard_runtime::Store for Slow {
     fn read_limits(
         &self,
         keys: &Keys,
-    ) -> Result<checkout_guard_model::live::Stored, checkout_guard_runtime::StoreError> {
+    ) -> Result<checkout_guard_config::live::Stored, checkout_guard_runtime::StoreError> {
         self.inner.read_limits(keys)
     }
     fn mark_hot(&self, key: &[u8], ttl: i64) -> Result<(), checkout_guard_runtime::StoreError> {

@@ -7,7 +7,7 @@ mod common;
 #[allow(dead_code)]
 mod module_support;
 
-use checkout_guard_model::{Defaults, LimiterOptions, Value};
+use checkout_guard_config::{Defaults, LimiterOptions, Value};
 use checkout_guard_runtime::Limiter;
 use module_support::*;
 

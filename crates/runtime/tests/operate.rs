@@ -7,7 +7,8 @@ mod common;
 use std::time::Duration;
 
 use checkout_guard_cli::admin::Admin;
-use checkout_guard_model::{Defaults, Lane, LimiterOptions, Reason, Value};
+use checkout_guard_config::{Defaults, LimiterOptions, Value};
+use checkout_guard_model::{Lane, Reason};
 use checkout_guard_runtime::Limiter;
 
 fn bucket(capacity: i64, rate: f64) -> Value {
@@ -175,7 +176,7 @@ fn live_limits_are_picked_up_validated_and_recorded() {
 /// change keeps it, `mode=default` drops it and keeps the buckets; `status` shows it.
 #[test]
 fn a_live_mode_is_set_kept_over_bucket_changes_and_dropped_by_default() {
-    use checkout_guard_model::Mode;
+    use checkout_guard_config::Mode;
     let valkey = common::Valkey::start();
     // Every decision asks Valkey (a worker denying locally finds a change within 250 ms:
     // shadow_mode.rs, a_live_mode_reaches_a_worker_denying_locally_within_250_ms).

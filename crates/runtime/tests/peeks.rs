@@ -4,7 +4,8 @@
 //! Every test runs on a [`FakeClock`](checkout_guard_runtime::clock::FakeClock) that the
 //! limiter and the store share (`memory_limiter`): nothing here sleeps, and times are exact.
 
-use checkout_guard_model::{Keys, Reason, Value};
+use checkout_guard_config::Value;
+use checkout_guard_model::{Keys, Reason};
 use checkout_guard_runtime::store::Fault;
 use std::time::Duration;
 

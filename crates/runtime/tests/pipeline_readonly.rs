@@ -11,7 +11,7 @@ mod common;
 use std::net::TcpListener;
 use std::time::Duration;
 
-use checkout_guard_model::Endpoint;
+use checkout_guard_config::Endpoint;
 use checkout_guard_runtime::store::{self, Pool};
 use common::Valkey;
 

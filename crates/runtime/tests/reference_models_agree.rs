@@ -18,7 +18,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use checkout_guard_model::{Defaults, Keys, LimiterOptions, Value};
+use checkout_guard_config::{Defaults, LimiterOptions, Value};
+use checkout_guard_model::Keys;
 use checkout_guard_runtime::store::MemoryStore;
 use checkout_guard_runtime::Limiter;
 use serde_json::{json, Value as Json};

@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use checkout_guard_model::{Defaults, Keys, LimiterOptions, Value};
+use checkout_guard_config::{Defaults, LimiterOptions, Value};
+use checkout_guard_model::Keys;
 use checkout_guard_runtime::clock::{Clock, FakeClock};
 use checkout_guard_runtime::store::MemoryStore;
 use checkout_guard_runtime::Limiter;

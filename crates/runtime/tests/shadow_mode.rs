@@ -19,7 +19,7 @@ fn shadow_and_enforce_decide_alike_and_move_the_buckets_alike() {
     let (se, ss) = (store(), store());
     let enforce = limiter("same-enforce", &se, "deny", false, vec![]);
     let shadowed = limiter("same-shadow", &ss, "deny", false, shadow());
-    assert_eq!(shadowed.mode(), checkout_guard_model::Mode::Shadow);
+    assert_eq!(shadowed.mode(), checkout_guard_config::Mode::Shadow);
     let mut denied = 0;
     // A flood of one shop, then another, with time moving: denials included.
     for i in 0..40 {
@@ -122,7 +122,7 @@ fn shadow_mode_lets_an_unavailable_deny_through_and_still_throws_for_throw() {
 
 #[test]
 fn a_live_mode_switches_every_decision_and_default_goes_back_to_the_option() {
-    use checkout_guard_model::Mode;
+    use checkout_guard_config::Mode;
     let s = store();
     let l = limiter("live-mode", &s, "deny", false, vec![]);
     for _ in 0..10 {

@@ -23,7 +23,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use checkout_guard_model::{Defaults, LimiterOptions, Reason, Value};
+use checkout_guard_config::{Defaults, LimiterOptions, Value};
+use checkout_guard_model::Reason;
 use checkout_guard_runtime::Limiter;
 use common::{valkey_binary, valkey_module};
 
@@ -244,7 +245,7 @@ fn stream_sink_to(
     timeout_ms: u64,
 ) -> checkout_guard_runtime::telemetry::StreamSink {
     checkout_guard_runtime::telemetry::StreamSink::new(
-        checkout_guard_model::Endpoint::parse(url).unwrap(),
+        checkout_guard_config::Endpoint::parse(url).unwrap(),
         key.into(),
         100_000,
         Duration::from_millis(timeout_ms),

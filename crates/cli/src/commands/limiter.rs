@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use checkout_guard_cli::admin::{Admin, Status};
 use checkout_guard_cli::shop_id;
-use checkout_guard_model::{live, Lane, Mode};
+use checkout_guard_config::{live, Mode};
+use checkout_guard_model::Lane;
 use clap::{Args, Subcommand};
 use serde_json::json;
 
@@ -23,7 +24,7 @@ pub struct LimiterArgs {
     #[arg(
         long,
         env = "CHECKOUT_GUARD_URL",
-        default_value = checkout_guard_model::settings::DEFAULT_URL,
+        default_value = checkout_guard_config::settings::DEFAULT_URL,
         global = true
     )]
     url: String,
@@ -67,7 +68,7 @@ enum LimiterCommand {
     /// reason, recent changes.
     Status {
         /// The telemetry stream to count recent decisions in (checkout_guard.events.stream_key).
-        #[arg(long, default_value = checkout_guard_model::settings::DEFAULT_STREAM_KEY)]
+        #[arg(long, default_value = checkout_guard_config::settings::DEFAULT_STREAM_KEY)]
         events_key: String,
         /// How far back to count decisions.
         #[arg(long, default_value_t = 60)]
@@ -125,7 +126,7 @@ pub fn run(args: LimiterArgs) -> Result<(), String> {
         outln!("{}", encoded_calls(&args.name, global, *tokens, shops)?);
         return Ok(());
     }
-    let tls = checkout_guard_model::TlsDefaults::from_ini(
+    let tls = checkout_guard_config::TlsDefaults::from_ini(
         args.tls_cafile.as_deref(),
         args.tls_local_cert.as_deref(),
         args.tls_local_pk.as_deref(),
@@ -300,7 +301,7 @@ fn status_text(name: &str, st: &Status) -> String {
             "  PROBLEM: {p}; fix it with `limiter set BUCKET=...` or `BUCKET=default`\n"
         ));
     }
-    let recheck = checkout_guard_model::options::MODULE_RECHECK_SECONDS;
+    let recheck = checkout_guard_config::options::MODULE_RECHECK_SECONDS;
     out.push_str(&if let Some(why) = &st.module_unknown {
         format!("  engine: unknown whether the native module is loaded: this Valkey refused COMMAND INFO ({why}); workers with engine auto decide with the Lua script where COMMAND is refused (engine lua is the setting for such a server)")
     } else if st.module_loaded {
@@ -474,11 +475,12 @@ fn encoded_calls(
     tokens: i64,
     shops: &[OsString],
 ) -> Result<String, String> {
+    use checkout_guard_config::options::validate_name;
+    use checkout_guard_config::{bucket_value, buckets_from_value, Value};
     use checkout_guard_model::call::{
         decide_source, AdaptArgs, AutoHotArgs, DecideCall, LaneArgs, ShopKeys,
     };
-    use checkout_guard_model::options::validate_name;
-    use checkout_guard_model::{bucket_value, buckets_from_value, Keys, Value};
+    use checkout_guard_model::Keys;
 
     validate_name(&Value::Str(name.as_bytes().to_vec())).map_err(|e| e.to_string())?;
     let (c, r) = live::parse_bucket(Lane::Global, global).map_err(|e| format!("--global: {e}"))?;

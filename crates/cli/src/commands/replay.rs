@@ -16,7 +16,8 @@ use checkout_guard_cli::scan::{
     parse_line, Accumulator, BadLine, Filter, ScanConfig, Window, DISORDER_TOLERANCE_MS,
 };
 use checkout_guard_cli::shop_id;
-use checkout_guard_model::{validate_max_wait, BucketSpec, Lane};
+use checkout_guard_config::validate_max_wait;
+use checkout_guard_model::{BucketSpec, Lane};
 use clap::Args;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::json;

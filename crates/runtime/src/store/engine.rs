@@ -12,15 +12,16 @@ use checkout_guard_connection::errors::is_reply_error;
 use checkout_guard_connection::errors::{is_denied_by_acl, is_missing_command, is_wrong_arity};
 use redis::{ConnectionLike, RedisError, RedisResult};
 
-use checkout_guard_model::{DecideCall, Engine};
+use checkout_guard_config::Engine;
+use checkout_guard_model::DecideCall;
 
 use super::native::native;
 use super::scripts::{invocation, load_and_invoke, DECIDE};
 use super::StoreError;
 
-/// See [`checkout_guard_model::options::MODULE_RECHECK_SECONDS`].
+/// See [`checkout_guard_config::options::MODULE_RECHECK_SECONDS`].
 pub const MODULE_RECHECK: Duration =
-    Duration::from_secs(checkout_guard_model::options::MODULE_RECHECK_SECONDS);
+    Duration::from_secs(checkout_guard_config::options::MODULE_RECHECK_SECONDS);
 
 /// What `engine = auto` knows of the connection's server: whether it has the module, and
 /// when that was last asked (`COMMAND INFO`, only when [`MODULE_RECHECK`] has passed

@@ -17,7 +17,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use crate::sync::Mutex;
 
-use checkout_guard_model::live::Stored;
+use checkout_guard_config::live::Stored;
 use checkout_guard_model::server::{decide_on, feedback_on, Keyspace, ReceivedCall};
 use checkout_guard_model::{DecideCall, FeedbackCall, Keys};
 

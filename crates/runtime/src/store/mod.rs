@@ -24,7 +24,7 @@ pub use valkey::ValkeyStore;
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use checkout_guard_model::live::Stored;
+use checkout_guard_config::live::Stored;
 use checkout_guard_model::{DecideCall, FeedbackCall, Keys};
 
 /// Why a call to the store did not happen or did not succeed. Messages carry no password.

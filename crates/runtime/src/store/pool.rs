@@ -37,7 +37,7 @@ use checkout_guard_connection::{describe, reconnect_once, Budget, Client, Connec
 use once_cell::sync::Lazy;
 use redis::{ConnectionLike, RedisError, RedisResult};
 
-use checkout_guard_model::{Endpoint, Engine};
+use checkout_guard_config::{Endpoint, Engine};
 
 use super::engine::{engine_index, EngineState, ModuleProbe};
 use super::{Decisions, Health, StoreError};

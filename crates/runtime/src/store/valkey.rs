@@ -8,9 +8,10 @@ use crate::clock::{Clock, SystemClock};
 use crate::sync::Mutex;
 use redis::{ConnectionLike, RedisResult};
 
+use checkout_guard_config::live::Stored;
+use checkout_guard_config::{Endpoint, Engine};
 use checkout_guard_model::keys::mark_hot_command;
-use checkout_guard_model::live::Stored;
-use checkout_guard_model::{DecideCall, Endpoint, Engine, FeedbackCall, Keys};
+use checkout_guard_model::{DecideCall, FeedbackCall, Keys};
 
 use super::native::pack_native;
 use super::pool::{self, Pool, PooledConnection};

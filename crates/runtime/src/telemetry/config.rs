@@ -1,12 +1,12 @@
 //! Telemetry settings, from the INI entries `checkout_guard.events.*`.
 
-use checkout_guard_model::settings::{
+use checkout_guard_config::settings::{
     Setting, EVENTS_BUFFER_SIZE, EVENTS_STREAM_KEY, EVENTS_STREAM_MAXLEN,
 };
-use checkout_guard_model::tls::tls_from_value;
-use checkout_guard_model::value::quote_bytes;
+use checkout_guard_config::tls::tls_from_value;
+use checkout_guard_config::value::quote_bytes;
+use checkout_guard_config::{Endpoint, TlsDefaults};
 use checkout_guard_model::ConfigError;
-use checkout_guard_model::{Endpoint, TlsDefaults};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SinkKind {

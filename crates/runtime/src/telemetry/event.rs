@@ -109,7 +109,7 @@ impl Event {
                 "eventType",
                 format!(
                     "must be 1 to 255 characters of A-Z a-z 0-9 : _ and space, got {}",
-                    checkout_guard_model::value::quote_bytes(event_type)
+                    checkout_guard_config::value::quote_bytes(event_type)
                 ),
             ));
         }

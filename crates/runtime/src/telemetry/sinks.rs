@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::event::Event;
 use super::json::write_event_line;
 use crate::store;
-use checkout_guard_model::Endpoint;
+use checkout_guard_config::Endpoint;
 
 pub trait Sink: Send {
     fn name(&self) -> &'static str;

@@ -3,7 +3,8 @@
 //! `MemoryStore` and the clock it follows, live limits written as `limiter set` writes
 //! them, a local-denial limiter on its own fake clock, the shadow mode option.
 
-use checkout_guard_model::{Defaults, Keys, LimiterOptions, Value};
+use checkout_guard_config::{Defaults, LimiterOptions, Value};
+use checkout_guard_model::Keys;
 use checkout_guard_runtime::clock::FakeClock;
 use checkout_guard_runtime::store::MemoryStore;
 use checkout_guard_runtime::Limiter;

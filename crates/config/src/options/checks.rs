@@ -1,9 +1,10 @@
 //! The checks of per-call arguments: shop IDs, token counts, TTLs.
 
-use super::{MAX_SHOP_ID_BYTES, MAX_TTL_SECONDS, MAX_WAIT_US};
-use crate::bucket::BucketSet;
-use crate::error::ConfigError;
+use super::MAX_SHOP_ID_BYTES;
 use crate::value::quote_bytes;
+use checkout_guard_model::bounds::{MAX_TTL_SECONDS, MAX_WAIT_US};
+use checkout_guard_model::bucket::BucketSet;
+use checkout_guard_model::error::ConfigError;
 
 /// A shop ID is 1 to 128 bytes without control characters (bytes below 0x20, and 0x7f).
 /// Any other byte, including non-UTF-8, is allowed: keys are binary-safe.

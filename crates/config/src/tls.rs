@@ -3,15 +3,15 @@
 //! `checkout_guard.tls.*`, named like PHP's own SSL context options (`cafile`,
 //! `local_cert`, `local_pk`, `peer_name`, `verify_peer`).
 //!
-//! The one place the model reads files: a CA, certificate or key file is read and its PEM
+//! The one place configuration reads files: a CA, certificate or key file is read and its PEM
 //! checked when the options are validated, so a path that cannot be used is a
 //! `ConfigurationException` at construction (naming the option and the path, never the
 //! file's content), not an unavailable decision at every call.
 
 use std::fmt;
 
-use crate::error::ConfigError;
 use crate::value::{quote_bytes, Value};
+use checkout_guard_model::error::ConfigError;
 
 /// A PEM file as read when the options were validated: its path (shown) and content
 /// (never shown).
@@ -181,7 +181,7 @@ pub fn tls_from_value(
     let mut peer_name = defaults.peer_name.clone();
     let mut verify_peer = true;
     if let Some(v) = option {
-        let entries = super::options::map_entries("tls", v)?;
+        let entries = crate::value::map_entries("tls", v)?;
         for (key, _) in entries {
             if !KNOWN.contains(&key.as_str()) {
                 return Err(ConfigError::new(
@@ -191,7 +191,7 @@ pub fn tls_from_value(
             }
         }
         let string = |k: &str| -> Result<Option<String>, ConfigError> {
-            match super::options::option(entries, k) {
+            match crate::value::option(entries, k) {
                 None => Ok(None),
                 Some(Value::Str(s)) if s.is_empty() => Err(ConfigError::new(
                     format!("tls.{k}"),
@@ -203,11 +203,7 @@ pub fn tls_from_value(
                         format!("must be UTF-8, got {}", quote_bytes(s)),
                     )
                 }),
-                Some(v) => Err(super::options::type_error(
-                    &format!("tls.{k}"),
-                    "a string",
-                    v,
-                )),
+                Some(v) => Err(crate::value::type_error(&format!("tls.{k}"), "a string", v)),
             }
         };
         fn named(k: &str) -> impl Fn(String) -> (String, String) + '_ {
@@ -225,11 +221,11 @@ pub fn tls_from_value(
         if let Some(n) = string("peer_name")? {
             peer_name = Some(n);
         }
-        match super::options::option(entries, "verify_peer") {
+        match crate::value::option(entries, "verify_peer") {
             None => {}
             Some(Value::Bool(b)) => verify_peer = *b,
             Some(v) => {
-                return Err(super::options::type_error(
+                return Err(crate::value::type_error(
                     "tls.verify_peer",
                     "a bool (true or false)",
                     v,

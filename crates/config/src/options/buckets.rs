@@ -1,10 +1,10 @@
 //! The bucket options (`global`, `hot_lane`, `hot_shop`): shared by the constructor and
 //! live limits.
 
-use super::{map_entries, option, type_error};
-use crate::bucket::{BucketSet, BucketSpec, Lane};
-use crate::error::ConfigError;
 use crate::value::Value;
+use crate::value::{map_entries, option, type_error};
+use checkout_guard_model::bucket::{BucketSet, BucketSpec, Lane};
+use checkout_guard_model::error::ConfigError;
 
 /// Validates the bucket options (`global` required, `hot_lane` and `hot_shop` optional and
 /// not above global): the constructor and live limits share this code.

@@ -1,9 +1,9 @@
 //! The process-wide defaults of every limiter, from the INI settings (`crate::settings`).
 
 use super::{Engine, Mode, OnUnavailable, MAX_TIMEOUT_MS};
-use crate::error::ConfigError;
 use crate::tls::TlsDefaults;
 use crate::value::quote_bytes;
+use checkout_guard_model::error::ConfigError;
 
 /// Process-wide defaults, from the INI settings `checkout_guard.*`. The option array
 /// overrides `url`, `timeout_ms` and `on_unavailable`; `retry_interval_ms` is INI only.

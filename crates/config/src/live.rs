@@ -19,10 +19,16 @@
 //! bucket and nothing the decision does in Valkey; it rides with the version, so every
 //! worker picks it up exactly as it picks up a bucket's change.
 
-use crate::bucket::{BucketSet, Lane};
-use crate::error::ConfigError;
-use crate::options::{bucket_value, buckets_from_value, buckets_to_value, Adaptive, AutoHot, Mode};
+use checkout_guard_model::bucket::{BucketSet, Lane};
+use checkout_guard_model::error::ConfigError;
+use checkout_guard_model::AutoHot;
+
+use crate::options::{bucket_value, buckets_from_value, buckets_to_value, Adaptive, Mode};
 use crate::value::Value;
+
+/// A version's readers: in the model (the decision reads the instant of the change from
+/// it), here beside the codec of what it versions.
+pub use checkout_guard_model::limits_version::{change_instant, version_number};
 
 /// The live limits as stored: overrides of some buckets, and who set them when.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -134,35 +140,6 @@ pub fn parse_bucket(lane: Lane, text: &str) -> Result<(i64, f64), String> {
         .parse::<f64>()
         .map_err(|_| format!("{name}.refill_per_second: {r:?} is not a number"))?;
     Ok((c, r))
-}
-
-/// The change count of a stored version (`"3-9f0c..."` → 3; a hand-written `"7"` → 7).
-pub fn version_number(id: &[u8]) -> i64 {
-    let digits = id.iter().take_while(|b| b.is_ascii_digit()).count();
-    std::str::from_utf8(&id[..digits])
-        .ok()
-        .and_then(|d| d.parse().ok())
-        .unwrap_or(0)
-}
-
-/// The instant (Valkey µs) of the change a version comes from: `"<n>-<epoch>-<µs>"`.
-pub fn change_instant(id: &[u8]) -> Option<i64> {
-    let id = std::str::from_utf8(id).ok()?;
-    let mut parts = id.splitn(3, '-');
-    let (n, epoch, at) = (parts.next()?, parts.next()?, parts.next()?);
-    let digits = |s: &str, alnum: bool| {
-        !s.is_empty()
-            && s.bytes().all(|b| {
-                if alnum {
-                    b.is_ascii_alphanumeric()
-                } else {
-                    b.is_ascii_digit()
-                }
-            })
-    };
-    (digits(n, false) && digits(epoch, true) && digits(at, false))
-        .then(|| at.parse().ok())
-        .flatten()
 }
 
 /// The live limits as stored: the version (`limits:v`, empty = none) and the hash's
@@ -349,7 +326,7 @@ fn parse_auto_hot(text: &str) -> Option<AutoHot> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bucket::BucketSpec;
+    use checkout_guard_model::bucket::BucketSpec;
 
     fn base() -> BucketSet {
         BucketSet {
@@ -418,17 +395,7 @@ mod tests {
 
     #[test]
     fn versions_count_changes_and_epochs_differ() {
-        assert_eq!(version_number(b"3-9f0c"), 3);
-        assert_eq!(version_number(b"7"), 7);
-        assert_eq!(version_number(b""), 0);
-        assert_eq!(version_number(b"\xff"), 0);
-        assert_eq!(
-            change_instant(b"3-9f0c-1800000000000123"),
-            Some(1_800_000_000_000_123)
-        );
-        assert_eq!(change_instant(b"3-9f0c"), None);
-        assert_eq!(change_instant(b"7"), None);
-        assert_eq!(change_instant(b"x-9f0c-12"), None);
+        assert_eq!(LiveLimits::from_stored(b"3-9f0c", &[]).unwrap().version, 3);
         let (live, errors) = LiveLimits::from_stored_lenient(
             b"2-x",
             &fields(&[("global", "lots"), ("hot_lane", "5/5"), ("bogus", "1")]),
@@ -502,7 +469,7 @@ mod tests {
     #[test]
     fn published_adaptive_settings_round_trip() {
         let set = BucketSet {
-            global: crate::bucket::BucketSpec::new("global", 30, 30.0).unwrap(),
+            global: checkout_guard_model::bucket::BucketSpec::new("global", 30, 30.0).unwrap(),
             hot_lane: None,
             hot_shop: None,
         };
@@ -557,7 +524,7 @@ mod tests {
             lanes in [proptest::bool::ANY, proptest::bool::ANY],
             window_ms in proptest::option::of(1000..=3_600_000u64),
             share in 0.001..0.999f64,
-            ttl in 1..=crate::MAX_TTL_SECONDS,
+            ttl in 1..=checkout_guard_model::MAX_TTL_SECONDS,
             min_tokens in 1..=1_000_000_000i64,
         ) {
             let mut entries = vec![("global".to_string(), bucket_value(caps[0], rates[0]))];

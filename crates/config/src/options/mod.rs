@@ -12,23 +12,21 @@ mod checks;
 mod defaults;
 
 pub use adaptive::Adaptive;
-pub use auto_hot::AutoHot;
+pub use auto_hot::auto_hot_from_value;
 pub use buckets::{bucket_value, buckets_from_value, buckets_to_value};
 pub use checks::{validate_max_wait, validate_shop_id, validate_tokens, validate_ttl};
 pub use defaults::Defaults;
 
-use crate::bucket::BucketSet;
+use checkout_guard_model::bucket::BucketSet;
+use checkout_guard_model::error::ConfigError;
+use checkout_guard_model::AutoHot;
+
 use crate::endpoint::Endpoint;
-use crate::error::ConfigError;
 use crate::tls::tls_from_value;
-use crate::value::{quote_bytes, Value};
+use crate::value::{map_entries, option, quote_bytes, type_error, Value};
 
 /// Longest shop ID, in bytes.
 pub const MAX_SHOP_ID_BYTES: usize = 128;
-/// Longest `markHot()` TTL: one year.
-pub const MAX_TTL_SECONDS: i64 = 365 * 86_400;
-/// Longest wait of a reservation (`acquire(..., maxWaitSeconds)`): 10 s, in µs.
-pub const MAX_WAIT_US: i64 = 10_000_000;
 /// Longest limiter name, in bytes.
 const MAX_NAME_BYTES: usize = 64;
 /// Most shops in `hot_shops`.
@@ -207,7 +205,7 @@ impl LimiterOptions {
         let buckets = buckets_from_value(options)?;
         let auto_hot = match get("auto_hot") {
             None => None,
-            Some(v) => AutoHot::from_value(v, &buckets.global)?,
+            Some(v) => auto_hot_from_value(v, &buckets.global)?,
         };
         let hot_shops = match get("hot_shops") {
             None => HashSet::new(),
@@ -279,17 +277,6 @@ impl LimiterOptions {
             auto_hot,
         })
     }
-}
-
-pub(super) fn type_error(option: &str, expected: &str, got: &Value) -> ConfigError {
-    ConfigError::new(
-        option,
-        format!(
-            "must be {expected}, got {} {}",
-            got.type_name(),
-            got.describe()
-        ),
-    )
 }
 
 /// The `sentinel` option (`['user' => NAME, 'password' => SECRET]`, both optional): the
@@ -394,26 +381,6 @@ fn sentinel_user_alone(option: &str) -> ConfigError {
     )
 }
 
-/// The value of option `k` in an options array; a `null` value counts as not given.
-pub(super) fn option<'a>(entries: &'a [(String, Value)], k: &str) -> Option<&'a Value> {
-    entries
-        .iter()
-        .find(|(key, _)| key == k)
-        .map(|(_, v)| v)
-        .filter(|v| !matches!(v, Value::Null))
-}
-
-pub(super) fn map_entries<'a>(
-    option: &str,
-    v: &'a Value,
-) -> Result<&'a [(String, Value)], ConfigError> {
-    match v {
-        Value::Map(entries) => Ok(entries),
-        Value::List(items) if items.is_empty() => Ok(&[]),
-        _ => Err(type_error(option, "an array with string keys", v)),
-    }
-}
-
 pub fn validate_name(v: &Value) -> Result<String, ConfigError> {
     let ok = |s: &[u8]| {
         !s.is_empty()
@@ -470,7 +437,8 @@ fn shop_list(option: &str, v: &Value) -> Result<HashSet<Vec<u8>>, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bucket::BucketSpec;
+    use checkout_guard_model::bucket::BucketSpec;
+    use checkout_guard_model::MAX_TTL_SECONDS;
 
     /// The constructor's doc (the PHP stubs, generated from `src/rate_limiter.rs`) names
     /// every option the constructor takes.

@@ -1,14 +1,15 @@
 //! The `adaptive` option: the budget follows the provider's throttling answers.
 
-use super::{map_entries, type_error};
-use crate::error::ConfigError;
 use crate::value::Value;
+use crate::value::{map_entries, type_error};
+use checkout_guard_model::error::ConfigError;
 
 /// The `adaptive` option (off by default): on an answer whose status is one of
 /// `statuses` (reported by `RateLimiter::feedback()`), every bucket of the limiter is
-/// scaled by `decrease`, at most once per [`crate::adaptive::COOLDOWN_US`], never below
-/// `min_share` of the limits; without such answers the budget climbs back (CUBIC) to the
-/// limits in `recover_seconds` from the floor. See [`crate::adaptive`].
+/// scaled by `decrease`, at most once per [`checkout_guard_model::adaptive::COOLDOWN_US`],
+/// never below `min_share` of the limits; without such answers the budget climbs back
+/// (CUBIC) to the limits in `recover_seconds` from the floor. See
+/// [`checkout_guard_model::adaptive`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Adaptive {
     /// The statuses that mean "too fast" (default `[429]`), sorted, no duplicates.
@@ -89,8 +90,8 @@ impl Adaptive {
     }
 
     /// What a decision needs: the floor in permille and the recovery time in µs.
-    pub fn params(&self) -> crate::adaptive::AdaptParams {
-        crate::adaptive::AdaptParams::new(self.min_share, self.recover_seconds)
+    pub fn params(&self) -> checkout_guard_model::adaptive::AdaptParams {
+        checkout_guard_model::adaptive::AdaptParams::new(self.min_share, self.recover_seconds)
     }
 }
 

@@ -1,5 +1,7 @@
 //! A PHP-like value tree: what the extension turns a PHP options array into before the
-//! core validates it. Keeping validation on this type lets it be tested without PHP.
+//! option parsers validate it. Keeping validation on this type lets it be tested without PHP.
+
+use checkout_guard_model::ConfigError;
 
 /// A value as PHP would hand it over: scalars, lists (arrays with keys 0..n) and maps.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,7 +73,7 @@ pub fn quote_bytes(bytes: &[u8]) -> String {
     let looks_like_url = memchr::memmem::find(bytes, b"://").is_some()
         && (bytes.contains(&b'@') || memchr::memmem::find(bytes, b"pass").is_some());
     if looks_like_url {
-        let masked = crate::endpoint::mask_password(&String::from_utf8_lossy(bytes));
+        let masked = crate::mask::mask_password(&String::from_utf8_lossy(bytes));
         return quote_raw(masked.as_bytes());
     }
     quote_raw(bytes)
@@ -100,6 +102,40 @@ fn quote_raw(bytes: &[u8]) -> String {
         out.push_str(&format!("... ({} bytes)", bytes.len()));
     }
     out
+}
+
+// The option helpers every parser shares (`options`, `tls`): here, with the type they
+// read, so no parser imports another's.
+
+/// The error of an option that is not what it `expected`: names the option, shows the value.
+pub fn type_error(option: &str, expected: &str, got: &Value) -> ConfigError {
+    ConfigError::new(
+        option,
+        format!(
+            "must be {expected}, got {} {}",
+            got.type_name(),
+            got.describe()
+        ),
+    )
+}
+
+/// The value of option `k` in an options array; a `null` value counts as not given.
+pub fn option<'a>(entries: &'a [(String, Value)], k: &str) -> Option<&'a Value> {
+    entries
+        .iter()
+        .find(|(key, _)| key == k)
+        .map(|(_, v)| v)
+        .filter(|v| !matches!(v, Value::Null))
+}
+
+/// The entries of an options array (`option` names it in the error); an empty PHP array
+/// is a list, and counts as an empty map.
+pub fn map_entries<'a>(option: &str, v: &'a Value) -> Result<&'a [(String, Value)], ConfigError> {
+    match v {
+        Value::Map(entries) => Ok(entries),
+        Value::List(items) if items.is_empty() => Ok(&[]),
+        _ => Err(type_error(option, "an array with string keys", v)),
+    }
 }
 
 #[cfg(test)]
