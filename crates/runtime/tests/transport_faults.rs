@@ -751,3 +751,115 @@ fn a_stream_batch_a_node_refuses_is_written_where_the_cluster_says() {
         assert_eq!(b.xlen_importing(&key), (before + 7) as i64, "{how}");
     }
 }
+
+/// A cluster node with more `valkey-server` arguments (`cluster_node` has none).
+fn cluster_node_with(module: bool, port: u16, more: &[&str]) -> TcpValkey {
+    let mut extra: Vec<String> = ["--cluster-enabled", "yes", "--cluster-config-file"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    extra.push(format!("nodes-{port}.conf"));
+    extra.extend(more.iter().map(|s| s.to_string()));
+    TcpValkey::start_on(port, module, &extra)
+}
+
+/// The slot of a limiter's keys (its hash tag).
+fn limiter_slot(name: &str) -> u16 {
+    checkout_guard_model::slot::key_slot(&checkout_guard_model::Keys::new(name).global())
+}
+
+/// A limiter name of `prefix` whose slot `pick` accepts.
+fn name_in(prefix: &str, pick: impl Fn(u16) -> bool) -> String {
+    (0..10_000)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|n| pick(limiter_slot(n)))
+        .expect("a name in the slots wanted")
+}
+
+/// A seed that is not in the cluster (a node reset out of it, or restarted without its
+/// nodes.conf, still first in the URL) answers `CLUSTER SLOTS` with an empty map: the
+/// next seed gives the map (adversarial review of cluster.rs: the empty map was taken,
+/// every slot "served by no node", and the connection kept, so every decision failed
+/// for as long as the process lived).
+#[test]
+fn a_seed_that_knows_no_slot_map_is_passed_over() {
+    for (engine, module) in ENGINES {
+        let (pa, pe) = (free_port(), free_port());
+        let a = TcpValkey::cluster_node(module, pa, None);
+        a.cluster(&["ADDSLOTSRANGE", "0", "16383"]);
+        a.wait_cluster(0, &a.node_id());
+        let lone = TcpValkey::cluster_node(module, pe, None);
+        assert_eq!(lone.cluster(&["SLOTS"]), redis::Value::Array(vec![]));
+        let url = format!("redis+cluster://127.0.0.1:{pe},127.0.0.1:{pa}");
+        let l = limiter(&url, &format!("lone-seed-{engine}"), engine, 3, 1000);
+        for left in [2, 1] {
+            let d = l
+                .acquire(b"shop", 1)
+                .unwrap_or_else(|e| panic!("{engine}: {e}"));
+            assert_eq!((d.allowed, d.remaining), (true, left), "{engine}");
+        }
+    }
+}
+
+/// A slot no node served when the connection learnt the slot map (being assigned, a
+/// cluster being formed, `cluster-require-full-coverage no`) and served since: the slot
+/// map is asked again, and the slot's decisions are made (before: the map was never asked
+/// again while the connection lived, "no node serves the slot" was a reply error that
+/// kept it, so the slot's decisions failed until the process ended).
+#[test]
+fn a_slot_served_after_the_slot_map_was_learnt_is_found() {
+    let pa = free_port();
+    let a = cluster_node_with(false, pa, &["--cluster-require-full-coverage", "no"]);
+    let hole_name = name_in("hole", |s| (100..16_000).contains(&s));
+    let hole = limiter_slot(&hole_name);
+    let warm_name = name_in("warm", |s| s.abs_diff(hole) > 10);
+    a.cluster(&["ADDSLOTSRANGE", "0", &(hole - 1).to_string()]);
+    a.cluster(&["ADDSLOTSRANGE", &(hole + 1).to_string(), "16383"]);
+    let ida = a.node_id();
+    a.wait_cluster(limiter_slot(&warm_name), &ida);
+    let url = format!("redis+cluster://127.0.0.1:{pa}");
+    let warm = limiter(&url, &warm_name, "lua", 10, 1000);
+    let l = limiter(&url, &hole_name, "lua", 10, 1000);
+    assert!(warm.acquire(b"shop", 1).unwrap().allowed);
+    let e = l.acquire(b"shop", 1).expect_err("no node serves the slot yet");
+    assert!(e.to_string().contains("slot"), "{e}");
+    a.cluster(&["ADDSLOTS", &hole.to_string()]);
+    a.wait_cluster(hole, &ida);
+    let d = l
+        .acquire(b"shop", 1)
+        .unwrap_or_else(|e| panic!("the slot is served now: {e}"));
+    assert_eq!((d.allowed, d.remaining), (true, 9));
+    assert!(warm.acquire(b"shop", 1).unwrap().allowed);
+}
+
+/// With `engine = auto`, the first call on a cluster connection asks whether the server
+/// has the module (`COMMAND INFO`, no key) before any command was routed by a key. A
+/// primary down that serves other slots (`cluster-require-full-coverage no`: the rest of
+/// the cluster goes on) must not fail decisions whose slot is served (before: the
+/// keyless question went to the first node of the slot map, the node of slot 0, down:
+/// every decision of every new connection failed "Connection refused", while the same
+/// limiter with `engine = lua` decided). `auto` first: the engines share the
+/// pooled connection, and a keyed command makes its node the one asked.
+#[test]
+fn engine_auto_decides_while_the_node_of_slot_0_is_down() {
+    let (pa, pb) = (free_port(), free_port());
+    let more = ["--cluster-require-full-coverage", "no"];
+    let a = cluster_node_with(true, pa, &more);
+    let b = cluster_node_with(true, pb, &more);
+    a.cluster(&["ADDSLOTSRANGE", "0", "8191"]);
+    b.cluster(&["ADDSLOTSRANGE", "8192", "16383"]);
+    a.cluster(&["MEET", "127.0.0.1", &pb.to_string()]);
+    let (ida, idb) = (a.node_id(), b.node_id());
+    b.wait_cluster(0, &ida);
+    b.wait_cluster(8192, &idb);
+    drop(a);
+    let url = format!("redis+cluster://127.0.0.1:{pb}");
+    for engine in ["auto", "lua", "module"] {
+        let name = name_in(&format!("on-b-{engine}"), |s| s >= 8192);
+        let l = limiter(&url, &name, engine, 3, 1000);
+        let d = l
+            .acquire(b"shop", 1)
+            .unwrap_or_else(|e| panic!("{engine}: the limiter's slot is served: {e}"));
+        assert_eq!((d.allowed, d.remaining), (true, 2), "{engine}");
+    }
+}
