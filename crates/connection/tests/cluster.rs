@@ -38,11 +38,17 @@ fn parse_command(buf: &[u8]) -> Option<(Vec<Vec<u8>>, usize)> {
         Some((&buf[at..at + nl], at + nl + 2))
     };
     let (head, mut at) = line(0)?;
-    let n: usize = std::str::from_utf8(head.strip_prefix(b"*")?).ok()?.parse().ok()?;
+    let n: usize = std::str::from_utf8(head.strip_prefix(b"*")?)
+        .ok()?
+        .parse()
+        .ok()?;
     let mut args = Vec::with_capacity(n);
     for _ in 0..n {
         let (len, next) = line(at)?;
-        let len: usize = std::str::from_utf8(len.strip_prefix(b"$")?).ok()?.parse().ok()?;
+        let len: usize = std::str::from_utf8(len.strip_prefix(b"$")?)
+            .ok()?
+            .parse()
+            .ok()?;
         args.push(buf.get(next..next + len)?.to_vec());
         at = next + len + 2;
     }

@@ -821,7 +821,9 @@ fn a_slot_served_after_the_slot_map_was_learnt_is_found() {
     let warm = limiter(&url, &warm_name, "lua", 10, 1000);
     let l = limiter(&url, &hole_name, "lua", 10, 1000);
     assert!(warm.acquire(b"shop", 1).unwrap().allowed);
-    let e = l.acquire(b"shop", 1).expect_err("no node serves the slot yet");
+    let e = l
+        .acquire(b"shop", 1)
+        .expect_err("no node serves the slot yet");
     assert!(e.to_string().contains("slot"), "{e}");
     a.cluster(&["ADDSLOTS", &hole.to_string()]);
     a.wait_cluster(hole, &ida);
