@@ -865,3 +865,41 @@ fn engine_auto_decides_while_the_node_of_slot_0_is_down() {
         assert_eq!((d.allowed, d.remaining), (true, 2), "{engine}");
     }
 }
+
+/// One primary down whose slots are not served (`cluster-require-full-coverage no`, no
+/// replica; or the seconds of a failover before the replica is promoted) must not stop the
+/// decisions of the limiters whose slots other primaries serve. It does: a decision of a
+/// limiter in the dead primary's slots fails (`Connection refused`), and the back-off that
+/// follows is the endpoint's (`store/pool.rs`: one pooled connection and one back-off per
+/// URL), so every limiter on the cluster's URL answers "not retrying" for
+/// `retry_interval_ms`; with the dead slot's limiter called once per back-off, a limiter on
+/// a live primary never decides again (measured with the PHP extension: 0 of 137
+/// decisions in 3 s, each after one of the dead slot's). A back-off per node (the cluster
+/// connection knows which node failed) is the fix; it is `pool.rs`'s and `reconnect.rs`'s
+/// design (being rewritten), not a small change in `cluster.rs`.
+#[test]
+#[ignore = "fails: the back-off after one node's failure is the whole cluster URL's (store/pool.rs); see the doc comment"]
+fn a_dead_primary_does_not_stop_decisions_on_the_live_ones() {
+    let (pa, pb) = (free_port(), free_port());
+    let more = ["--cluster-require-full-coverage", "no"];
+    let a = cluster_node_with(false, pa, &more);
+    let b = cluster_node_with(false, pb, &more);
+    a.cluster(&["ADDSLOTSRANGE", "0", "8191"]);
+    b.cluster(&["ADDSLOTSRANGE", "8192", "16383"]);
+    a.cluster(&["MEET", "127.0.0.1", &pb.to_string()]);
+    let (ida, idb) = (a.node_id(), b.node_id());
+    b.wait_cluster(0, &ida);
+    b.wait_cluster(8192, &idb);
+    let url = format!("redis+cluster://127.0.0.1:{pb}");
+    let on_a = limiter_backing_off(&url, &name_in("on-a", |s| s < 8192), "lua", 10, 500, 1000);
+    let on_b = limiter_backing_off(&url, &name_in("on-b", |s| s >= 8192), "lua", 10, 500, 1000);
+    assert!(on_a.acquire(b"shop", 1).unwrap().allowed);
+    assert!(on_b.acquire(b"shop", 1).unwrap().allowed);
+    drop(a);
+    let e = on_a.acquire(b"shop", 1).expect_err("a is down");
+    eprintln!("on a: {e}");
+    let d = on_b
+        .acquire(b"shop", 1)
+        .unwrap_or_else(|e| panic!("b's slots are served: {e}"));
+    assert_eq!((d.allowed, d.remaining), (true, 8));
+}
