@@ -903,3 +903,52 @@ fn a_dead_primary_does_not_stop_decisions_on_the_live_ones() {
         .unwrap_or_else(|e| panic!("b's slots are served: {e}"));
     assert_eq!((d.allowed, d.remaining), (true, 8));
 }
+
+/// A decision while its slot migrates, its keys already moved (the slot still MIGRATING
+/// on `a`, IMPORTING on `b`): `a` answers `ASK`, and `b`, asked, `TRYAGAIN` (the decision
+/// names keys `b` has not got: the shop's bucket). The retries after `TRYAGAIN` go to `b`
+/// with `ASKING` again, and the call ends saying `TRYAGAIN`, as the docs say a migration
+/// does (before: the retry went to `b` without `ASKING`, `b` answered `MOVED` back to
+/// `a`, which answered `ASK` again, until the redirects ran out: the policy's cause said
+/// `MOVED`, a reshard already done, and every retry cost two round trips more).
+#[test]
+fn a_decision_during_a_migration_is_retried_where_it_was_asked() {
+    let (pa, pb) = (free_port(), free_port());
+    let a = TcpValkey::cluster_node(false, pa, None);
+    let b = TcpValkey::cluster_node(false, pb, None);
+    a.cluster(&["ADDSLOTSRANGE", "0", "16383"]);
+    a.cluster(&["MEET", "127.0.0.1", &pb.to_string()]);
+    let (ida, idb) = (a.node_id(), b.node_id());
+    b.wait_cluster(0, &ida);
+    let url = format!("redis+cluster://127.0.0.1:{pa}");
+    let name = "migrating";
+    let slot = limiter_slot(name).to_string();
+    let l = limiter(&url, name, "lua", 10, 1000);
+    assert!(l.acquire(b"shop", 1).unwrap().allowed);
+    b.cluster(&["SETSLOT", &slot, "IMPORTING", &ida]);
+    a.cluster(&["SETSLOT", &slot, "MIGRATING", &idb]);
+    let keys: Vec<String> =
+        redis::from_redis_value(a.cluster(&["GETKEYSINSLOT", &slot, "100"])).unwrap();
+    assert!(!keys.is_empty());
+    let mut migrate = redis::cmd("MIGRATE");
+    migrate.arg("127.0.0.1").arg(pb).arg("").arg(0).arg(5000).arg("KEYS");
+    for k in &keys {
+        migrate.arg(k);
+    }
+    migrate.query::<()>(&mut a.direct()).unwrap();
+    let asked_before = b.calls("asking");
+    let e = l
+        .acquire(b"another-shop", 1)
+        .expect_err("TRYAGAIN while the slot migrates");
+    let text = e.to_string();
+    assert!(text.contains("TryAgain") || text.contains("TRYAGAIN"), "{text}");
+    assert!(!text.contains("Moved"), "{text}");
+    // One ASKING per sending to b: the first and each retry after TRYAGAIN.
+    assert_eq!(b.calls("asking") - asked_before, 4, "{text}");
+    // Migrated: the decision is made on b.
+    for n in [&a, &b] {
+        n.cluster(&["SETSLOT", &slot, "NODE", &idb]);
+    }
+    let d = l.acquire(b"shop", 1).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((d.allowed, d.remaining), (true, 8));
+}
