@@ -317,7 +317,8 @@ impl Cluster {
             if key.is_some() {
                 self.sticky = Some(node);
             }
-            let reply = if asking {
+            let asked = std::mem::take(&mut asking);
+            let reply = if asked {
                 let mut both = Vec::with_capacity(2);
                 let mut packed = b"*1\r\n$6\r\nASKING\r\n".to_vec();
                 packed.extend_from_slice(cmd);
@@ -326,7 +327,6 @@ impl Cluster {
             } else {
                 self.on_node(node, until, |w| w.call_packed(cmd))?
             };
-            asking = false;
             match refusal(&reply) {
                 None => return Ok(reply),
                 Some(Refusal::Moved { slot, host, port }) if redirects < MAX_REDIRECTS => {
@@ -345,6 +345,9 @@ impl Cluster {
                         return Ok(reply);
                     }
                     busy += 1;
+                    // Asked of the importing node: asked again (without ASKING it would
+                    // answer MOVED, back to the node that answered ASK).
+                    asking = asked;
                     std::thread::sleep(wait);
                     wait = (wait * 4).min(Duration::from_millis(50));
                 }

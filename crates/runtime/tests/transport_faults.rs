@@ -931,7 +931,13 @@ fn a_decision_during_a_migration_is_retried_where_it_was_asked() {
         redis::from_redis_value(a.cluster(&["GETKEYSINSLOT", &slot, "100"])).unwrap();
     assert!(!keys.is_empty());
     let mut migrate = redis::cmd("MIGRATE");
-    migrate.arg("127.0.0.1").arg(pb).arg("").arg(0).arg(5000).arg("KEYS");
+    migrate
+        .arg("127.0.0.1")
+        .arg(pb)
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS");
     for k in &keys {
         migrate.arg(k);
     }
@@ -941,7 +947,10 @@ fn a_decision_during_a_migration_is_retried_where_it_was_asked() {
         .acquire(b"another-shop", 1)
         .expect_err("TRYAGAIN while the slot migrates");
     let text = e.to_string();
-    assert!(text.contains("TryAgain") || text.contains("TRYAGAIN"), "{text}");
+    assert!(
+        text.contains("TryAgain") || text.contains("TRYAGAIN"),
+        "{text}"
+    );
     assert!(!text.contains("Moved"), "{text}");
     // One ASKING per sending to b: the first and each retry after TRYAGAIN.
     assert_eq!(b.calls("asking") - asked_before, 4, "{text}");
