@@ -961,3 +961,80 @@ fn a_decision_during_a_migration_is_retried_where_it_was_asked() {
     let d = l.acquire(b"shop", 1).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((d.allowed, d.remaining), (true, 8));
 }
+
+/// A primary restarted empty (its nodes.conf lost with its data: a container without a
+/// volume) on the same address answers every key `CLUSTERDOWN` (a node in no cluster),
+/// and its replica is promoted (`CLUSTER FAILOVER TAKEOVER`: the cluster does not fail
+/// the address over by itself, the new node answers its pings). Decisions made while the
+/// new node answered `CLUSTERDOWN` kept the connection (a reply error) and its slot map
+/// naming that node: after the promotion the slot map must be asked again, and decisions
+/// made on the promoted replica (before: `CLUSTERDOWN` for as long as the process lived,
+/// every node's connection open and in step, so nothing asked the map again). The same
+/// holds for a primary cut off from the cluster's majority but not from the client.
+#[test]
+fn a_primary_restarted_empty_is_left_for_its_promoted_replica() {
+    let (pa, pb, pr) = (free_port(), free_port(), free_port());
+    let more = ["--cluster-node-timeout", "2000", "--cluster-replica-validity-factor", "0"];
+    let a = cluster_node_with(false, pa, &more);
+    let b = cluster_node_with(false, pb, &more);
+    let r = cluster_node_with(false, pr, &more);
+    a.cluster(&["ADDSLOTSRANGE", "0", "8191"]);
+    b.cluster(&["ADDSLOTSRANGE", "8192", "16383"]);
+    for n in [&b, &r] {
+        n.cluster(&["MEET", "127.0.0.1", &pa.to_string()]);
+    }
+    let (ida, idb, idr) = (a.node_id(), b.node_id(), r.node_id());
+    b.wait_cluster(0, &ida);
+    b.wait_cluster(8192, &idb);
+    r.wait_cluster(0, &ida);
+    r.cluster(&["REPLICATE", &ida]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut r.direct())
+            .unwrap();
+        let nodes: String = redis::from_redis_value(b.cluster(&["NODES"])).unwrap();
+        if info.contains("master_link_status:up")
+            && nodes.lines().any(|l| l.starts_with(&idr) && l.contains(&ida))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "replica not in sync: {info}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let url = format!("redis+cluster://127.0.0.1:{pb}");
+    let name = name_in("restarted", |s| s < 8192);
+    let l = limiter(&url, &name, "lua", 10, 1000);
+    assert!(l.acquire(b"shop", 1).unwrap().allowed);
+    // Replicated before the primary goes.
+    redis::cmd("WAIT")
+        .arg(1)
+        .arg(2000)
+        .query::<i64>(&mut a.direct())
+        .unwrap();
+    drop(a);
+    let empty = cluster_node_with(false, pa, &more);
+    assert_ne!(empty.node_id(), ida);
+    let e = l
+        .acquire(b"shop", 1)
+        .expect_err("the slot's node is in no cluster now");
+    eprintln!("before the promotion: {e}");
+    r.cluster(&["FAILOVER", "TAKEOVER"]);
+    b.wait_cluster(0, &idr);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let decided = loop {
+        match l.acquire(b"shop", 1) {
+            Ok(d) => break d,
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "10 s after the promotion, still: {e}"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    };
+    // (Its bucket is the replica's: resynced from the empty node at the old address.)
+    assert!(decided.allowed, "{decided:?}");
+}
