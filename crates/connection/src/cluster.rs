@@ -76,9 +76,19 @@ pub struct Cluster {
 
 /// What a node answered instead of running a command.
 enum Refusal {
-    Moved { slot: u16, host: String, port: u16 },
-    Ask { host: String, port: u16 },
-    Busy,
+    Moved {
+        slot: u16,
+        host: String,
+        port: u16,
+    },
+    Ask {
+        host: String,
+        port: u16,
+    },
+    /// `TRYAGAIN`, or `CLUSTERDOWN` (`down`).
+    Busy {
+        down: bool,
+    },
 }
 
 impl Cluster {
@@ -229,7 +239,7 @@ impl Cluster {
     fn route_or_ask(&mut self, key: Option<&[u8]>, until: Instant) -> RedisResult<usize> {
         match self.route(key) {
             Err(e) if key.is_some() => {
-                if self.refresh(until) {
+                if self.refresh(until, None) {
                     self.route(key)
                 } else {
                     Err(e)
@@ -239,11 +249,12 @@ impl Cluster {
         }
     }
 
-    /// The slot map asked again (`CLUSTER SLOTS`) of the nodes known, the connected ones
-    /// first, by `until`: taken whole from the first that answers one with a slot in it.
-    /// Not counted in [`Cluster::sent`]: it runs nothing that changes anything.
-    fn refresh(&mut self, until: Instant) -> bool {
-        let mut order: Vec<usize> = (0..self.nodes.len()).collect();
+    /// The slot map asked again (`CLUSTER SLOTS`) of the nodes known but `skip`, the
+    /// connected ones first, by `until`: taken whole from the first that answers one with
+    /// a slot in it. Not counted in [`Cluster::sent`]: it runs nothing that changes
+    /// anything.
+    fn refresh(&mut self, until: Instant, skip: Option<usize>) -> bool {
+        let mut order: Vec<usize> = (0..self.nodes.len()).filter(|i| Some(*i) != skip).collect();
         order.sort_by_key(|&i| self.nodes[i].wire.is_none());
         let sent = self.sent;
         let mut learnt = false;
@@ -312,6 +323,7 @@ impl Cluster {
         let mut asking = false;
         let mut redirects = 0;
         let mut busy = 0;
+        let mut refreshed = false;
         let mut wait = Duration::from_millis(2);
         loop {
             if key.is_some() {
@@ -339,7 +351,20 @@ impl Cluster {
                     node = self.node_at(&host, port);
                     asking = true;
                 }
-                Some(Refusal::Busy) if busy < MAX_BUSY_RETRIES => {
+                Some(Refusal::Busy { down }) if busy < MAX_BUSY_RETRIES => {
+                    // CLUSTERDOWN: the node may be in no cluster now (restarted empty) or
+                    // cut off from its majority, while another serves the slot: the slot
+                    // map asked again of the others, once a call (the map is otherwise
+                    // asked again only when a connection fails).
+                    if down && key.is_some() && !std::mem::replace(&mut refreshed, true) {
+                        let was = node;
+                        if self.refresh(until, Some(was)) {
+                            node = self.route(key)?;
+                            if node != was {
+                                continue;
+                            }
+                        }
+                    }
                     let left = until.saturating_duration_since(Instant::now());
                     if left <= wait {
                         return Ok(reply);
@@ -537,7 +562,8 @@ fn refusal(reply: &Value) -> Option<Refusal> {
     match code {
         "MOVED" => target().map(|(slot, host, port)| Refusal::Moved { slot, host, port }),
         "ASK" => target().map(|(_, host, port)| Refusal::Ask { host, port }),
-        "TRYAGAIN" | "CLUSTERDOWN" => Some(Refusal::Busy),
+        "TRYAGAIN" => Some(Refusal::Busy { down: false }),
+        "CLUSTERDOWN" => Some(Refusal::Busy { down: true }),
         _ => None,
     }
 }
@@ -654,7 +680,7 @@ mod tests {
             b"-CLUSTERDOWN The cluster is down\r\n",
         ] {
             let v = redis::parse_redis_value(busy).unwrap();
-            assert!(matches!(refusal(&v), Some(Refusal::Busy)));
+            assert!(matches!(refusal(&v), Some(Refusal::Busy { .. })));
         }
         let other = redis::parse_redis_value(b"-ERR no\r\n").unwrap();
         assert!(refusal(&other).is_none());

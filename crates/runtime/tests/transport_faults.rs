@@ -974,7 +974,12 @@ fn a_decision_during_a_migration_is_retried_where_it_was_asked() {
 #[test]
 fn a_primary_restarted_empty_is_left_for_its_promoted_replica() {
     let (pa, pb, pr) = (free_port(), free_port(), free_port());
-    let more = ["--cluster-node-timeout", "2000", "--cluster-replica-validity-factor", "0"];
+    let more = [
+        "--cluster-node-timeout",
+        "2000",
+        "--cluster-replica-validity-factor",
+        "0",
+    ];
     let a = cluster_node_with(false, pa, &more);
     let b = cluster_node_with(false, pb, &more);
     let r = cluster_node_with(false, pr, &more);
@@ -996,7 +1001,9 @@ fn a_primary_restarted_empty_is_left_for_its_promoted_replica() {
             .unwrap();
         let nodes: String = redis::from_redis_value(b.cluster(&["NODES"])).unwrap();
         if info.contains("master_link_status:up")
-            && nodes.lines().any(|l| l.starts_with(&idr) && l.contains(&ida))
+            && nodes
+                .lines()
+                .any(|l| l.starts_with(&idr) && l.contains(&ida))
         {
             break;
         }
