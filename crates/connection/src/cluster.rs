@@ -14,7 +14,17 @@
 //!
 //! A command without a key (`SCRIPT LOAD` after `NOSCRIPT`, `COMMAND INFO`, `INFO`) goes
 //! to the node of the last command routed by a key: the node that answered `NOSCRIPT`
-//! loads the script, and the module is asked of the node that decides.
+//! loads the script, and the module is asked of the node that decides. Before any
+//! command was routed by a key, to the seed that gave the slot map (it just answered;
+//! the slot map's first node may be down while the slots of others are served).
+//!
+//! A seed whose slot map is empty (a node reset out of the cluster, or restarted without
+//! its nodes.conf) is passed over like one that is down. A key whose slot no node served
+//! when the map was learnt has the map asked again (`CLUSTER SLOTS` of the nodes known)
+//! before the call says so: a slot assigned since is found.
+//!
+//! A node the slot map names by a host name is opened on a thread beside the caller,
+//! waited for until the call's deadline: the system's resolver has no timeout of its own.
 
 use std::time::{Duration, Instant};
 
@@ -66,9 +76,19 @@ pub struct Cluster {
 
 /// What a node answered instead of running a command.
 enum Refusal {
-    Moved { slot: u16, host: String, port: u16 },
-    Ask { host: String, port: u16 },
-    Busy,
+    Moved {
+        slot: u16,
+        host: String,
+        port: u16,
+    },
+    Ask {
+        host: String,
+        port: u16,
+    },
+    /// `TRYAGAIN`, or `CLUSTERDOWN` (`down`).
+    Busy {
+        down: bool,
+    },
 }
 
 impl Cluster {
@@ -98,6 +118,13 @@ impl Cluster {
             });
             let (host, port) = host_port(&seed);
             match asked {
+                Ok((_, map)) if !has_ranges(&map) => {
+                    last = Some(RedisError::from((
+                        redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown),
+                        "the seed knows no slot map (CLUSTER SLOTS empty: a node in no cluster)",
+                        format!("{host}:{port}"),
+                    )));
+                }
                 Ok((wire, map)) => {
                     let mut cluster = Self {
                         template: seed,
@@ -209,6 +236,49 @@ impl Cluster {
         Ok(usize::from(node))
     }
 
+    /// [`Cluster::route`]; a key whose slot no node serves has the slot map asked again
+    /// first ([`Cluster::refresh`]).
+    fn route_or_ask(&mut self, key: Option<&[u8]>, until: Instant) -> RedisResult<usize> {
+        match self.route(key) {
+            Err(e) if key.is_some() => {
+                if self.refresh(until, None) {
+                    self.route(key)
+                } else {
+                    Err(e)
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// The slot map asked again (`CLUSTER SLOTS`) of the nodes known but `skip`, the
+    /// connected ones first, by `until`: taken whole from the first that answers one with
+    /// a slot in it. Not counted in [`Cluster::sent`]: it runs nothing that changes
+    /// anything.
+    fn refresh(&mut self, until: Instant, skip: Option<usize>) -> bool {
+        let mut order: Vec<usize> = (0..self.nodes.len()).filter(|i| Some(*i) != skip).collect();
+        order.sort_by_key(|&i| self.nodes[i].wire.is_none());
+        let sent = self.sent;
+        let mut learnt = false;
+        for i in order {
+            if Instant::now() >= until {
+                break;
+            }
+            let asked = self.on_node(i, until, |w| {
+                redis::cmd("CLUSTER").arg("SLOTS").query::<Value>(w)
+            });
+            if let Some(map) = asked.ok().filter(has_ranges) {
+                self.slots.fill(NO_NODE);
+                let host = self.nodes[i].host.clone();
+                self.learn(&map, &host);
+                learnt = true;
+                break;
+            }
+        }
+        self.sent = sent;
+        learnt
+    }
+
     /// Runs `op` on node `i`'s connection, opened first when there is none, by `until`;
     /// its sends counted in [`Cluster::sent`]. A connection that failed is dropped.
     fn on_node<T>(
@@ -224,7 +294,7 @@ impl Cluster {
             }
             let (host, port) = (self.nodes[i].host.clone(), self.nodes[i].port);
             let info = node_info(&self.template, &host, port);
-            let wire = open_single(info, self.tls.as_ref(), left)
+            let wire = open_node(info, self.tls.as_ref(), &host, left)
                 .map_err(|e| crate::tls::in_handshake(e, &host, port))?;
             self.nodes[i].wire = Some(wire);
         }
@@ -251,16 +321,18 @@ impl Cluster {
     /// refusal's reply when they do not end by the deadline.
     fn call(&mut self, cmd: &[u8], until: Instant) -> RedisResult<Value> {
         let key = route_key(cmd);
-        let mut node = self.route(key)?;
+        let mut node = self.route_or_ask(key, until)?;
         let mut asking = false;
         let mut redirects = 0;
         let mut busy = 0;
+        let mut refreshed = false;
         let mut wait = Duration::from_millis(2);
         loop {
             if key.is_some() {
                 self.sticky = Some(node);
             }
-            let reply = if asking {
+            let asked = std::mem::take(&mut asking);
+            let reply = if asked {
                 let mut both = Vec::with_capacity(2);
                 let mut packed = b"*1\r\n$6\r\nASKING\r\n".to_vec();
                 packed.extend_from_slice(cmd);
@@ -269,7 +341,6 @@ impl Cluster {
             } else {
                 self.on_node(node, until, |w| w.call_packed(cmd))?
             };
-            asking = false;
             match refusal(&reply) {
                 None => return Ok(reply),
                 Some(Refusal::Moved { slot, host, port }) if redirects < MAX_REDIRECTS => {
@@ -282,12 +353,28 @@ impl Cluster {
                     node = self.node_at(&host, port);
                     asking = true;
                 }
-                Some(Refusal::Busy) if busy < MAX_BUSY_RETRIES => {
+                Some(Refusal::Busy { down }) if busy < MAX_BUSY_RETRIES => {
+                    // CLUSTERDOWN: the node may be in no cluster now (restarted empty) or
+                    // cut off from its majority, while another serves the slot: the slot
+                    // map asked again of the others, once a call (the map is otherwise
+                    // asked again only when a connection fails).
+                    if down && key.is_some() && !std::mem::replace(&mut refreshed, true) {
+                        let was = node;
+                        if self.refresh(until, Some(was)) {
+                            node = self.route(key)?;
+                            if node != was {
+                                continue;
+                            }
+                        }
+                    }
                     let left = until.saturating_duration_since(Instant::now());
                     if left <= wait {
                         return Ok(reply);
                     }
                     busy += 1;
+                    // Asked of the importing node: asked again (without ASKING it would
+                    // answer MOVED, back to the node that answered ASK).
+                    asking = asked;
                     std::thread::sleep(wait);
                     wait = (wait * 4).min(Duration::from_millis(50));
                 }
@@ -312,7 +399,7 @@ impl Cluster {
         let until = self.until();
         let commands = command_ends(packed, count)?;
         let key = commands.iter().find_map(|c| route_key(c));
-        let node = self.route(key)?;
+        let node = self.route_or_ask(key, until)?;
         if key.is_some() {
             self.sticky = Some(node);
         }
@@ -374,6 +461,45 @@ impl ConnectionLike for Cluster {
     }
 }
 
+/// A node's connection ([`open_single`]) by `timeout`. A node named by a host name is
+/// opened on a thread beside the caller, waited for until `timeout`: the system's resolver
+/// (`getaddrinfo`) has no timeout of its own, and with its DNS server down a lookup blocks
+/// for resolv.conf's timeout times its attempts (as `Connection::open` does for a seed's
+/// name). The thread ends when the resolver gives up (its connection, if any, closed).
+fn open_node(
+    info: ConnectionInfo,
+    tls: Option<&Tls>,
+    host: &str,
+    timeout: Duration,
+) -> RedisResult<Wire> {
+    if host.parse::<std::net::IpAddr>().is_ok() {
+        return open_single(info, tls, timeout);
+    }
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let tls = tls.cloned();
+    std::thread::Builder::new()
+        .name("cg-open-node".into())
+        .spawn(move || {
+            let _ = tx.send(open_single(info, tls.as_ref(), timeout));
+        })
+        .map_err(RedisError::from)?;
+    match rx.recv_timeout(timeout) {
+        Ok(opened) => opened,
+        Err(_) => Err(RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "timed out: no answer within {} ms, the node's host name {host} not looked up yet (DNS)",
+                timeout.as_millis()
+            ),
+        ))),
+    }
+}
+
+/// Whether a `CLUSTER SLOTS` reply has a slot range in it.
+fn has_ranges(map: &Value) -> bool {
+    matches!(map, Value::Array(ranges) if !ranges.is_empty())
+}
+
 /// `template` (a seed's connection) for the node at `host:port`.
 fn node_info(template: &ConnectionInfo, host: &str, port: u16) -> ConnectionInfo {
     let addr = match template.addr() {
@@ -427,14 +553,19 @@ fn refusal(reply: &Value) -> Option<Refusal> {
     let detail = e.details().unwrap_or("");
     let target = || {
         let mut words = detail.split_whitespace();
-        let slot: u16 = words.next()?.parse().ok()?;
+        let slot: u16 = words
+            .next()?
+            .parse()
+            .ok()
+            .filter(|s| *s < checkout_guard_model::slot::SLOTS)?;
         let (host, port) = words.next()?.rsplit_once(':')?;
         Some((slot, host.to_string(), port.parse().ok()?))
     };
     match code {
         "MOVED" => target().map(|(slot, host, port)| Refusal::Moved { slot, host, port }),
         "ASK" => target().map(|(_, host, port)| Refusal::Ask { host, port }),
-        "TRYAGAIN" | "CLUSTERDOWN" => Some(Refusal::Busy),
+        "TRYAGAIN" => Some(Refusal::Busy { down: false }),
+        "CLUSTERDOWN" => Some(Refusal::Busy { down: true }),
         _ => None,
     }
 }
@@ -551,7 +682,7 @@ mod tests {
             b"-CLUSTERDOWN The cluster is down\r\n",
         ] {
             let v = redis::parse_redis_value(busy).unwrap();
-            assert!(matches!(refusal(&v), Some(Refusal::Busy)));
+            assert!(matches!(refusal(&v), Some(Refusal::Busy { .. })));
         }
         let other = redis::parse_redis_value(b"-ERR no\r\n").unwrap();
         assert!(refusal(&other).is_none());

@@ -752,3 +752,297 @@ fn a_stream_batch_a_node_refuses_is_written_where_the_cluster_says() {
         assert_eq!(b.xlen_importing(&key), (before + 7) as i64, "{how}");
     }
 }
+
+/// A cluster node with more `valkey-server` arguments (`cluster_node` has none).
+fn cluster_node_with(module: bool, port: u16, more: &[&str]) -> TcpValkey {
+    let mut extra: Vec<String> = ["--cluster-enabled", "yes", "--cluster-config-file"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    extra.push(format!("nodes-{port}.conf"));
+    extra.extend(more.iter().map(|s| s.to_string()));
+    TcpValkey::start_on(port, module, &extra)
+}
+
+/// The slot of a limiter's keys (its hash tag).
+fn limiter_slot(name: &str) -> u16 {
+    checkout_guard_model::slot::key_slot(&checkout_guard_model::Keys::new(name).global())
+}
+
+/// A limiter name of `prefix` whose slot `pick` accepts.
+fn name_in(prefix: &str, pick: impl Fn(u16) -> bool) -> String {
+    (0..10_000)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|n| pick(limiter_slot(n)))
+        .expect("a name in the slots wanted")
+}
+
+/// A seed that is not in the cluster (a node reset out of it, or restarted without its
+/// nodes.conf, still first in the URL) answers `CLUSTER SLOTS` with an empty map: the
+/// next seed gives the map (adversarial review of cluster.rs: the empty map was taken,
+/// every slot "served by no node", and the connection kept, so every decision failed
+/// for as long as the process lived).
+#[test]
+fn a_seed_that_knows_no_slot_map_is_passed_over() {
+    for (engine, module) in ENGINES {
+        let (pa, pe) = (free_port(), free_port());
+        let a = TcpValkey::cluster_node(module, pa, None);
+        a.cluster(&["ADDSLOTSRANGE", "0", "16383"]);
+        a.wait_cluster(0, &a.node_id());
+        let lone = TcpValkey::cluster_node(module, pe, None);
+        assert_eq!(lone.cluster(&["SLOTS"]), redis::Value::Array(vec![]));
+        let url = format!("redis+cluster://127.0.0.1:{pe},127.0.0.1:{pa}");
+        let l = limiter(&url, &format!("lone-seed-{engine}"), engine, 3, 1000);
+        for left in [2, 1] {
+            let d = l
+                .acquire(b"shop", 1)
+                .unwrap_or_else(|e| panic!("{engine}: {e}"));
+            assert_eq!((d.allowed, d.remaining), (true, left), "{engine}");
+        }
+    }
+}
+
+/// A slot no node served when the connection learnt the slot map (being assigned, a
+/// cluster being formed, `cluster-require-full-coverage no`) and served since: the slot
+/// map is asked again, and the slot's decisions are made (before: the map was never asked
+/// again while the connection lived, "no node serves the slot" was a reply error that
+/// kept it, so the slot's decisions failed until the process ended).
+#[test]
+fn a_slot_served_after_the_slot_map_was_learnt_is_found() {
+    let pa = free_port();
+    let a = cluster_node_with(false, pa, &["--cluster-require-full-coverage", "no"]);
+    let hole_name = name_in("hole", |s| (100..16_000).contains(&s));
+    let hole = limiter_slot(&hole_name);
+    let warm_name = name_in("warm", |s| s.abs_diff(hole) > 10);
+    a.cluster(&["ADDSLOTSRANGE", "0", &(hole - 1).to_string()]);
+    a.cluster(&["ADDSLOTSRANGE", &(hole + 1).to_string(), "16383"]);
+    let ida = a.node_id();
+    a.wait_cluster(limiter_slot(&warm_name), &ida);
+    let url = format!("redis+cluster://127.0.0.1:{pa}");
+    let warm = limiter(&url, &warm_name, "lua", 10, 1000);
+    let l = limiter(&url, &hole_name, "lua", 10, 1000);
+    assert!(warm.acquire(b"shop", 1).unwrap().allowed);
+    let e = l
+        .acquire(b"shop", 1)
+        .expect_err("no node serves the slot yet");
+    assert!(e.to_string().contains("slot"), "{e}");
+    a.cluster(&["ADDSLOTS", &hole.to_string()]);
+    a.wait_cluster(hole, &ida);
+    let d = l
+        .acquire(b"shop", 1)
+        .unwrap_or_else(|e| panic!("the slot is served now: {e}"));
+    assert_eq!((d.allowed, d.remaining), (true, 9));
+    assert!(warm.acquire(b"shop", 1).unwrap().allowed);
+}
+
+/// With `engine = auto`, the first call on a cluster connection asks whether the server
+/// has the module (`COMMAND INFO`, no key) before any command was routed by a key. A
+/// primary down that serves other slots (`cluster-require-full-coverage no`: the rest of
+/// the cluster goes on) must not fail decisions whose slot is served (before: the
+/// keyless question went to the first node of the slot map, the node of slot 0, down:
+/// every decision of every new connection failed "Connection refused", while the same
+/// limiter with `engine = lua` decided). `auto` first: the engines share the
+/// pooled connection, and a keyed command makes its node the one asked.
+#[test]
+fn engine_auto_decides_while_the_node_of_slot_0_is_down() {
+    let (pa, pb) = (free_port(), free_port());
+    let more = ["--cluster-require-full-coverage", "no"];
+    let a = cluster_node_with(true, pa, &more);
+    let b = cluster_node_with(true, pb, &more);
+    a.cluster(&["ADDSLOTSRANGE", "0", "8191"]);
+    b.cluster(&["ADDSLOTSRANGE", "8192", "16383"]);
+    a.cluster(&["MEET", "127.0.0.1", &pb.to_string()]);
+    let (ida, idb) = (a.node_id(), b.node_id());
+    b.wait_cluster(0, &ida);
+    b.wait_cluster(8192, &idb);
+    drop(a);
+    let url = format!("redis+cluster://127.0.0.1:{pb}");
+    for engine in ["auto", "lua", "module"] {
+        let name = name_in(&format!("on-b-{engine}"), |s| s >= 8192);
+        let l = limiter(&url, &name, engine, 3, 1000);
+        let d = l
+            .acquire(b"shop", 1)
+            .unwrap_or_else(|e| panic!("{engine}: the limiter's slot is served: {e}"));
+        assert_eq!((d.allowed, d.remaining), (true, 2), "{engine}");
+    }
+}
+
+/// One primary down whose slots are not served (`cluster-require-full-coverage no`, no
+/// replica; or the seconds of a failover before the replica is promoted) must not stop the
+/// decisions of the limiters whose slots other primaries serve. It does: a decision of a
+/// limiter in the dead primary's slots fails (`Connection refused`), and the back-off that
+/// follows is the endpoint's (`store/pool.rs`: one pooled connection and one back-off per
+/// URL), so every limiter on the cluster's URL answers "not retrying" for
+/// `retry_interval_ms`; with the dead slot's limiter called once per back-off, a limiter on
+/// a live primary never decides again (measured with the PHP extension: 0 of 137
+/// decisions in 3 s, each after one of the dead slot's). A back-off per node (the cluster
+/// connection knows which node failed) is the fix; it is `pool.rs`'s and `reconnect.rs`'s
+/// design (being rewritten), not a small change in `cluster.rs`.
+#[test]
+#[ignore = "fails: the back-off after one node's failure is the whole cluster URL's (store/pool.rs); see the doc comment"]
+fn a_dead_primary_does_not_stop_decisions_on_the_live_ones() {
+    let (pa, pb) = (free_port(), free_port());
+    let more = ["--cluster-require-full-coverage", "no"];
+    let a = cluster_node_with(false, pa, &more);
+    let b = cluster_node_with(false, pb, &more);
+    a.cluster(&["ADDSLOTSRANGE", "0", "8191"]);
+    b.cluster(&["ADDSLOTSRANGE", "8192", "16383"]);
+    a.cluster(&["MEET", "127.0.0.1", &pb.to_string()]);
+    let (ida, idb) = (a.node_id(), b.node_id());
+    b.wait_cluster(0, &ida);
+    b.wait_cluster(8192, &idb);
+    let url = format!("redis+cluster://127.0.0.1:{pb}");
+    let on_a = limiter_backing_off(&url, &name_in("on-a", |s| s < 8192), "lua", 10, 500, 1000);
+    let on_b = limiter_backing_off(&url, &name_in("on-b", |s| s >= 8192), "lua", 10, 500, 1000);
+    assert!(on_a.acquire(b"shop", 1).unwrap().allowed);
+    assert!(on_b.acquire(b"shop", 1).unwrap().allowed);
+    drop(a);
+    let e = on_a.acquire(b"shop", 1).expect_err("a is down");
+    eprintln!("on a: {e}");
+    let d = on_b
+        .acquire(b"shop", 1)
+        .unwrap_or_else(|e| panic!("b's slots are served: {e}"));
+    assert_eq!((d.allowed, d.remaining), (true, 8));
+}
+
+/// A decision while its slot migrates, its keys already moved (the slot still MIGRATING
+/// on `a`, IMPORTING on `b`): `a` answers `ASK`, and `b`, asked, `TRYAGAIN` (the decision
+/// names keys `b` has not got: the shop's bucket). The retries after `TRYAGAIN` go to `b`
+/// with `ASKING` again, and the call ends saying `TRYAGAIN`, as the docs say a migration
+/// does (before: the retry went to `b` without `ASKING`, `b` answered `MOVED` back to
+/// `a`, which answered `ASK` again, until the redirects ran out: the policy's cause said
+/// `MOVED`, a reshard already done, and every retry cost two round trips more).
+#[test]
+fn a_decision_during_a_migration_is_retried_where_it_was_asked() {
+    let (pa, pb) = (free_port(), free_port());
+    let a = TcpValkey::cluster_node(false, pa, None);
+    let b = TcpValkey::cluster_node(false, pb, None);
+    a.cluster(&["ADDSLOTSRANGE", "0", "16383"]);
+    a.cluster(&["MEET", "127.0.0.1", &pb.to_string()]);
+    let (ida, idb) = (a.node_id(), b.node_id());
+    b.wait_cluster(0, &ida);
+    let url = format!("redis+cluster://127.0.0.1:{pa}");
+    let name = "migrating";
+    let slot = limiter_slot(name).to_string();
+    let l = limiter(&url, name, "lua", 10, 1000);
+    assert!(l.acquire(b"shop", 1).unwrap().allowed);
+    b.cluster(&["SETSLOT", &slot, "IMPORTING", &ida]);
+    a.cluster(&["SETSLOT", &slot, "MIGRATING", &idb]);
+    let keys: Vec<String> =
+        redis::from_redis_value(a.cluster(&["GETKEYSINSLOT", &slot, "100"])).unwrap();
+    assert!(!keys.is_empty());
+    let mut migrate = redis::cmd("MIGRATE");
+    migrate
+        .arg("127.0.0.1")
+        .arg(pb)
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS");
+    for k in &keys {
+        migrate.arg(k);
+    }
+    migrate.query::<()>(&mut a.direct()).unwrap();
+    let asked_before = b.calls("asking");
+    let e = l
+        .acquire(b"another-shop", 1)
+        .expect_err("TRYAGAIN while the slot migrates");
+    let text = e.to_string();
+    assert!(
+        text.contains("TryAgain") || text.contains("TRYAGAIN"),
+        "{text}"
+    );
+    assert!(!text.contains("Moved"), "{text}");
+    // One ASKING per sending to b: the first and each retry after TRYAGAIN.
+    assert_eq!(b.calls("asking") - asked_before, 4, "{text}");
+    // Migrated: the decision is made on b.
+    for n in [&a, &b] {
+        n.cluster(&["SETSLOT", &slot, "NODE", &idb]);
+    }
+    let d = l.acquire(b"shop", 1).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((d.allowed, d.remaining), (true, 8));
+}
+
+/// A primary restarted empty (its nodes.conf lost with its data: a container without a
+/// volume) on the same address answers every key `CLUSTERDOWN` (a node in no cluster),
+/// and its replica is promoted (`CLUSTER FAILOVER TAKEOVER`: the cluster does not fail
+/// the address over by itself, the new node answers its pings). Decisions made while the
+/// new node answered `CLUSTERDOWN` kept the connection (a reply error) and its slot map
+/// naming that node: after the promotion the slot map must be asked again, and decisions
+/// made on the promoted replica (before: `CLUSTERDOWN` for as long as the process lived,
+/// every node's connection open and in step, so nothing asked the map again). The same
+/// holds for a primary cut off from the cluster's majority but not from the client.
+#[test]
+fn a_primary_restarted_empty_is_left_for_its_promoted_replica() {
+    let (pa, pb, pr) = (free_port(), free_port(), free_port());
+    let more = [
+        "--cluster-node-timeout",
+        "2000",
+        "--cluster-replica-validity-factor",
+        "0",
+    ];
+    let a = cluster_node_with(false, pa, &more);
+    let b = cluster_node_with(false, pb, &more);
+    let r = cluster_node_with(false, pr, &more);
+    a.cluster(&["ADDSLOTSRANGE", "0", "8191"]);
+    b.cluster(&["ADDSLOTSRANGE", "8192", "16383"]);
+    for n in [&b, &r] {
+        n.cluster(&["MEET", "127.0.0.1", &pa.to_string()]);
+    }
+    let (ida, idb, idr) = (a.node_id(), b.node_id(), r.node_id());
+    b.wait_cluster(0, &ida);
+    b.wait_cluster(8192, &idb);
+    r.wait_cluster(0, &ida);
+    r.cluster(&["REPLICATE", &ida]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut r.direct())
+            .unwrap();
+        let nodes: String = redis::from_redis_value(b.cluster(&["NODES"])).unwrap();
+        if info.contains("master_link_status:up")
+            && nodes
+                .lines()
+                .any(|l| l.starts_with(&idr) && l.contains(&ida))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "replica not in sync: {info}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let url = format!("redis+cluster://127.0.0.1:{pb}");
+    let name = name_in("restarted", |s| s < 8192);
+    let l = limiter(&url, &name, "lua", 10, 1000);
+    assert!(l.acquire(b"shop", 1).unwrap().allowed);
+    // Replicated before the primary goes.
+    redis::cmd("WAIT")
+        .arg(1)
+        .arg(2000)
+        .query::<i64>(&mut a.direct())
+        .unwrap();
+    drop(a);
+    let empty = cluster_node_with(false, pa, &more);
+    assert_ne!(empty.node_id(), ida);
+    let e = l
+        .acquire(b"shop", 1)
+        .expect_err("the slot's node is in no cluster now");
+    eprintln!("before the promotion: {e}");
+    r.cluster(&["FAILOVER", "TAKEOVER"]);
+    b.wait_cluster(0, &idr);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let decided = loop {
+        match l.acquire(b"shop", 1) {
+            Ok(d) => break d,
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "10 s after the promotion, still: {e}"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    };
+    // (Its bucket is the replica's: resynced from the empty node at the old address.)
+    assert!(decided.allowed, "{decided:?}");
+}

@@ -202,6 +202,40 @@ final class ClusterTest extends LimiterTestCase
         $this->assertSame(6.0, (float) $st['window']['tokens']);
     }
 
+    /**
+     * A node reset out of the cluster (or restarted without its nodes.conf) still first in
+     * the URL answers CLUSTER SLOTS with an empty map: it is passed over like a seed that
+     * is down, and the next seed's map decides, with either engine (adversarial review:
+     * the empty map was taken, every decision "no node serves the slot" for the process's
+     * life), and so does the CLI.
+     */
+    public function testASeedOutsideTheClusterFirstInTheUrlIsPassedOver(): void
+    {
+        $lone = new ValkeyProcess();
+        $lone->start(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--loadmodule', self::valkeyModule()]);
+        try {
+            $this->assertSame([], $lone->client()->rawCommand('CLUSTER', 'SLOTS'));
+            $url = "valkey+cluster://127.0.0.1:{$lone->port},127.0.0.1:{$this->clusterPort(1)}";
+            foreach (['lua', 'module', 'auto'] as $engine) {
+                $name = $this->nameOnPrimary(0);
+                $l = $this->limiter(['name' => $name, 'url' => $url, 'global' => self::bucket(5),
+                    'timeout_ms' => 200, 'engine' => $engine, 'on_unavailable' => 'throw']);
+                $this->assertSame(['allowed' => 5, 'global' => 1], self::drain($l, 's', 6), $engine);
+            }
+            [$code, $out, $err] = Cli::limiter($url, $name, 'status', '--json');
+            $this->assertSame(0, $code, $err);
+            $st = json_decode($out, true, 512, JSON_THROW_ON_ERROR);
+            $this->assertSame([['bucket' => 'global', 'capacity' => 5, 'tokens' => 0]], $st['buckets'], $out);
+        } finally {
+            $lone->stop();
+        }
+    }
+
+    private function clusterPort(int $i): int
+    {
+        return self::$cluster->nodes[$i]->port;
+    }
+
     /** Scripts in node `$i`'s script cache (INFO memory). */
     private static function cachedScripts(int $i): int
     {
