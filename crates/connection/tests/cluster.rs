@@ -7,9 +7,9 @@ use std::net::{TcpListener, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use checkout_guard_config::Endpoint;
 use checkout_guard_connection::redis;
 use checkout_guard_connection::{Client, Connection};
-use checkout_guard_model::Endpoint;
 
 /// The commands of one connection, each as its arguments, answered by `answer` until the
 /// client goes (or 30 s pass).
