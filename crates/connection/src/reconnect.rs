@@ -80,8 +80,8 @@ impl Failure {
 /// of it was written (the server never saw it), or on a `READONLY` reply (a
 /// primary demoted by a failover refused it: the next open of a Sentinel endpoint asks the
 /// sentinels again). A connection this call opened is not retried: the endpoint is down,
-/// the caller reports it. (A cluster's connection is redis-rs's, which reconnects and
-/// retries inside a command on its own: see docs/reliability.md.)
+/// the caller reports it. On a cluster the same holds over every node (`cluster.rs`: only
+/// a node's refusal, MOVED, ASK, TRYAGAIN or CLUSTERDOWN, sends a command again).
 pub fn reconnect_once<C: AsMut<Connection>, T>(
     kept: &mut Option<C>,
     budget: Budget,

@@ -21,10 +21,13 @@
 //!   the deadlines of real sockets are the connection layer's;
 //! - after `fork()` the child never touches the parent's socket.
 //!
-//! A Valkey Cluster endpoint (`valkey+cluster://`) is one redis-rs `ClusterConnection`
-//! under the same rules: it holds a connection per node it needed, follows MOVED and ASK,
-//! and after a failure the whole of it is dropped and the slot map asked for again from
-//! the seeds, so a failover is survived once the cluster has promoted a replica.
+//! A Valkey Cluster endpoint (`valkey+cluster://`) is one connection of the connection
+//! layer's (`checkout_guard_connection`'s `cluster.rs`) under the same rules: it holds a
+//! connection per node it needed, follows MOVED and ASK, and after a failure the whole of
+//! it is dropped and the slot map asked for again from the seeds, so a failover is
+//! survived once the cluster has promoted a replica. The back-off is per endpoint: one
+//! node down holds back every limiter on the URL for `retry_interval_ms`, those whose
+//! slots live elsewhere too (known: docs/reliability.md).
 
 use std::collections::HashMap;
 use std::sync::Arc;
