@@ -13,7 +13,9 @@
 //! - [`call`]: the decision script (the `.lua` files under `src/scripts/`) and
 //!   [`DecideCall`], the one encoder of its KEYS/ARGV and decoder of its reply;
 //! - [`keys`], [`live`], [`endpoint`], [`value`]: key names, the live-limits codec,
-//!   Valkey URLs, PHP-like values; [`slot`]: a key's cluster slot (CRC16).
+//!   Valkey URLs, PHP-like values; [`slot`]: a key's cluster slot (CRC16);
+//! - [`events`]: the event schema (types, attribute names and types), written by the
+//!   runtime's telemetry and read by the CLI's scan, report and replay.
 
 pub mod adaptive;
 pub mod bucket;
@@ -22,6 +24,7 @@ pub mod contract;
 pub mod decision;
 pub mod endpoint;
 pub mod error;
+pub mod events;
 pub mod keys;
 pub mod live;
 pub mod options;

@@ -25,7 +25,7 @@ use super::{
     Event, ExternalCall, Name, Sink, SinkStats, Sinks, TelemetryConfig, EXTERNAL_API_CALL,
 };
 use crate::clock::Clock;
-use crate::limiter::Notices;
+use crate::notices::Notices;
 
 /// What the state is built from.
 pub struct Setup {
