@@ -11,6 +11,9 @@
 /// The JSON key of an event's type (New Relic's name for it).
 pub const EVENT_TYPE: &str = "eventType";
 
+/// The field of a stream entry (the `stream` sink's `XADD`) that holds the event's JSON line.
+pub const STREAM_FIELD: &str = "event";
+
 /// One measured external API call (`Telemetry::measure()`, `recordCall()`).
 pub const EXTERNAL_API_CALL: &str = "ExternalApiCall";
 /// A decision denied, unavailable, or denied in shadow mode.
