@@ -329,7 +329,7 @@ fn current(guard: &mut Option<State>) -> &mut State {
 /// held while sinks run; `None` when this thread buffered nothing, or when this thread's
 /// own flush has the sinks out (a sink that recorded again: its events wait for the next
 /// flush). While another thread's flush has them out, this waits for them.
-pub fn take_batch() -> Option<(Vec<Event>, Sinks)> {
+fn take_batch() -> Option<(Vec<Event>, Sinks)> {
     let me = std::thread::current().id();
     let mut guard = STATE.lock();
     let mut first = true;
@@ -355,7 +355,7 @@ pub fn take_batch() -> Option<(Vec<Event>, Sinks)> {
 }
 
 /// Returns the sinks [`take_batch`] handed out.
-pub fn put_back(sinks: Sinks) {
+fn put_back(sinks: Sinks) {
     with_state(|s| {
         s.sinks = Some(sinks);
         s.flushing = None;
