@@ -2,7 +2,7 @@
 //! runtime's `newrelic` sink: implemented here (it calls PHP) behind the runtime's
 //! [`NewRelicAgent`], registered once at module start-up (`recording::register`).
 
-use checkout_guard_runtime::telemetry::{AttrValue, Event, NewRelicAgent};
+use checkout_guard_runtime::telemetry::{AttrValue, Event, NewRelicAgent, RecordEvent, NOT_LOADED};
 use ext_php_rs::types::{ZendCallable, ZendHashTable};
 
 use crate::php_call::{self, Ended};
@@ -16,42 +16,40 @@ pub struct PhpAgent;
 pub static AGENT: PhpAgent = PhpAgent;
 
 impl NewRelicAgent for PhpAgent {
-    fn loaded(&self) -> bool {
-        ZendCallable::try_from_name(RECORD).is_ok()
+    fn recorder(&self) -> Result<RecordEvent<'_>, String> {
+        let f = ZendCallable::try_from_name(RECORD).map_err(|_| NOT_LOADED.to_string())?;
+        Ok(Box::new(move |e: &Event| record(&f, e)))
     }
+}
 
-    fn record_custom_event(&self, e: &Event) -> Result<(), String> {
-        let f = ZendCallable::try_from_name(RECORD)
-            .map_err(|_| format!("{RECORD}() is not defined: the New Relic agent is not loaded"))?;
-        let mut attrs = ZendHashTable::new();
-        for (k, v) in &e.attrs {
-            let r = match v {
-                AttrValue::Null => attrs.insert(k.as_ref(), ()),
-                AttrValue::Bool(b) => attrs.insert(k.as_ref(), *b),
-                AttrValue::Int(i) => attrs.insert(k.as_ref(), *i),
-                AttrValue::Float(x) => attrs.insert(k.as_ref(), *x),
-                AttrValue::Str(s) => attrs.insert(k.as_ref(), s.as_str()),
-            };
-            r.map_err(|e| e.to_string())?;
+/// One call of `newrelic_record_custom_event()`.
+fn record(f: &ZendCallable<'_>, e: &Event) -> Result<(), String> {
+    let mut attrs = ZendHashTable::new();
+    for (k, v) in &e.attrs {
+        let r = match v {
+            AttrValue::Null => attrs.insert(k.as_ref(), ()),
+            AttrValue::Bool(b) => attrs.insert(k.as_ref(), *b),
+            AttrValue::Int(i) => attrs.insert(k.as_ref(), *i),
+            AttrValue::Float(x) => attrs.insert(k.as_ref(), *x),
+            AttrValue::Str(s) => attrs.insert(k.as_ref(), s.as_str()),
+        };
+        r.map_err(|e| e.to_string())?;
+    }
+    // A call into PHP: see `php_call.rs` for what it may do.
+    let event_type: &str = &e.event_type;
+    match php_call::call_contained(|| f.try_call(vec![&event_type, &attrs])) {
+        Ended::Returned(_) => Ok(()),
+        Ended::Threw(ex) => {
+            let class = ex.get_class_name().unwrap_or_else(|_| "?".into());
+            Err(format!("{RECORD}() threw {class}"))
         }
-        // A call into PHP: see `php_call.rs` for what it may do.
-        let event_type: &str = &e.event_type;
-        match php_call::call_contained(|| f.try_call(vec![&event_type, &attrs])) {
-            Ended::Returned(_) => Ok(()),
-            Ended::Threw(ex) => {
-                let class = ex.get_class_name().unwrap_or_else(|_| "?".into());
-                Err(format!("{RECORD}() threw {class}"))
-            }
-            Ended::Failed(why) => Err(format!("{RECORD}() failed: {why}")),
-            Ended::Exit | Ended::FatalExit | Ended::FiberDestroyed => {
-                Err(format!("{RECORD}() exited"))
-            }
-            Ended::Bailout => {
-                // A fatal error: no further call into PHP (the sink stops at this error);
-                // `recording::flush_now` lets the engine bail out on once the sinks are back.
-                BAILED_OUT.with(|b| b.set(true));
-                Err(format!("{RECORD}() hit a fatal error"))
-            }
+        Ended::Failed(why) => Err(format!("{RECORD}() failed: {why}")),
+        Ended::Exit | Ended::FatalExit | Ended::FiberDestroyed => Err(format!("{RECORD}() exited")),
+        Ended::Bailout => {
+            // A fatal error: no further call into PHP (the sink stops at this error);
+            // `recording::flush_now` lets the engine bail out on once the sinks are back.
+            BAILED_OUT.with(|b| b.set(true));
+            Err(format!("{RECORD}() hit a fatal error"))
         }
     }
 }

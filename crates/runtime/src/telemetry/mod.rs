@@ -27,6 +27,8 @@ pub use event::{
     RATE_LIMIT_DECISION, RATE_LIMIT_HOT, RECORD_OWNED,
 };
 pub use json::{write_event_line, write_json_string};
-pub use newrelic::{register_new_relic_agent, NewRelicAgent, NewRelicSink};
+pub use newrelic::{
+    register_new_relic_agent, NewRelicAgent, NewRelicSink, RecordEvent, NOT_LOADED,
+};
 pub use sinks::{JsonlSink, Sink, StreamSink};
 pub use url::sanitize_url;

@@ -8,15 +8,17 @@ use once_cell::sync::OnceCell;
 use super::event::Event;
 use super::sinks::Sink;
 
+/// Records one event with the agent; `Err` says why it was not (the call threw, failed,
+/// exited or hit a fatal error).
+pub type RecordEvent<'a> = Box<dyn FnMut(&Event) -> Result<(), String> + 'a>;
+
 /// The New Relic PHP agent, as the extension calls it.
 pub trait NewRelicAgent: Send + Sync {
-    /// Whether the agent's `newrelic_record_custom_event()` is defined (the agent is
-    /// loaded); asked once per batch.
-    fn loaded(&self) -> bool;
-    /// Records one custom event with the agent. `Err` says why it was not: the call threw,
-    /// failed, exited or hit a fatal error; the sink then stops (the events after it are
-    /// dropped), and no further call into PHP is made in this batch.
-    fn record_custom_event(&self, event: &Event) -> Result<(), String>;
+    /// The agent's `newrelic_record_custom_event()` for one batch, looked up once; `Err`
+    /// says why it cannot be called (the agent is not loaded). The sink calls it once per
+    /// event and stops at the first error: the events after it are dropped, and no further
+    /// call into PHP is made in this batch.
+    fn recorder(&self) -> Result<RecordEvent<'_>, String>;
 }
 
 static AGENT: OnceCell<&'static dyn NewRelicAgent> = OnceCell::new();
@@ -36,20 +38,21 @@ impl Sink for NewRelicSink {
     }
 
     fn write(&mut self, events: &[Event]) -> Result<(), (usize, String)> {
-        let Some(agent) = AGENT.get().filter(|a| a.loaded()) else {
-            return Err((
-                0,
-                "newrelic_record_custom_event() is not defined: the New Relic agent is not loaded"
-                    .to_string(),
-            ));
+        let mut record = match AGENT.get() {
+            Some(agent) => agent.recorder().map_err(|why| (0, why))?,
+            None => return Err((0, NOT_LOADED.to_string())),
         };
         // The events before a failing call reached the agent.
         for (i, e) in events.iter().enumerate() {
-            agent.record_custom_event(e).map_err(|why| (i, why))?;
+            record(e).map_err(|why| (i, why))?;
         }
         Ok(())
     }
 }
+
+/// Why the sink cannot write when no agent is there to call.
+pub const NOT_LOADED: &str =
+    "newrelic_record_custom_event() is not defined: the New Relic agent is not loaded";
 
 #[cfg(test)]
 mod tests {
@@ -61,15 +64,14 @@ mod tests {
     struct TwoThenFail(AtomicUsize);
 
     impl NewRelicAgent for TwoThenFail {
-        fn loaded(&self) -> bool {
-            true
-        }
-        fn record_custom_event(&self, e: &Event) -> Result<(), String> {
-            assert!(matches!(e.get("n"), Some(AttrValue::Int(_))));
-            match self.0.fetch_add(1, Ordering::Relaxed) {
-                0 | 1 => Ok(()),
-                _ => Err("newrelic_record_custom_event() threw X".into()),
-            }
+        fn recorder(&self) -> Result<RecordEvent<'_>, String> {
+            Ok(Box::new(|e: &Event| {
+                assert!(matches!(e.get("n"), Some(AttrValue::Int(_))));
+                match self.0.fetch_add(1, Ordering::Relaxed) {
+                    0 | 1 => Ok(()),
+                    _ => Err("newrelic_record_custom_event() threw X".into()),
+                }
+            }))
         }
     }
 
