@@ -180,7 +180,7 @@ pub fn observe_notices(
 
 /// Records the changes of the adaptive budget a `feedback()` made, one "RateLimitAdapt"
 /// event each.
-pub fn observe_adapt(limiter: &str, changes: &[checkout_guard_runtime::limiter::AdaptChange]) {
+pub fn observe_adapt(limiter: &str, changes: &[checkout_guard_runtime::notices::AdaptChange]) {
     if changes.is_empty() {
         return;
     }
