@@ -25,6 +25,8 @@ fn startup(_ty: i32, module_number: i32) -> i32 {
     // Failing open (an unreachable Valkey, a sink that cannot write) is said in PHP's
     // error log, at most once a minute per cause.
     checkout_guard_runtime::warn_log::set_writer(php_call::log_error);
+    // Telemetry's set-up and the New Relic agent's call, registered once.
+    recording::register();
     let _ = std::panic::catch_unwind(share_local_denials);
     match errors::register_exception_classes() {
         Ok(()) => 0,

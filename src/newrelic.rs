@@ -1,68 +1,60 @@
-//! The `newrelic` sink: the New Relic PHP agent's `newrelic_record_custom_event()`, called
-//! once per event. It calls PHP, so it lives in the extension; everything else about
-//! sinks is the runtime's.
+//! The New Relic PHP agent's `newrelic_record_custom_event()`, the one PHP call of the
+//! runtime's `newrelic` sink: implemented here (it calls PHP) behind the runtime's
+//! [`NewRelicAgent`], registered once at module start-up (`recording::register`).
 
-use checkout_guard_runtime::telemetry::{AttrValue, Event, Sink};
+use checkout_guard_runtime::telemetry::{AttrValue, Event, NewRelicAgent, RecordEvent, NOT_LOADED};
 use ext_php_rs::types::{ZendCallable, ZendHashTable};
 
 use crate::php_call::{self, Ended};
 
-/// The New Relic PHP agent's `newrelic_record_custom_event()`, called once per event.
-pub struct NewRelicSink;
+const RECORD: &str = "newrelic_record_custom_event";
 
-impl Sink for NewRelicSink {
-    fn name(&self) -> &'static str {
-        "newrelic"
+/// The agent, called through PHP.
+pub struct PhpAgent;
+
+/// The one agent the runtime's sink calls.
+pub static AGENT: PhpAgent = PhpAgent;
+
+impl NewRelicAgent for PhpAgent {
+    fn recorder(&self) -> Result<RecordEvent<'_>, String> {
+        let f = ZendCallable::try_from_name(RECORD).map_err(|_| NOT_LOADED.to_string())?;
+        Ok(Box::new(move |e: &Event| record(&f, e)))
     }
+}
 
-    fn write(&mut self, events: &[Event]) -> Result<(), (usize, String)> {
-        let f = ZendCallable::try_from_name("newrelic_record_custom_event").map_err(|_| {
-            (
-                0,
-                "newrelic_record_custom_event() is not defined: the New Relic agent is not loaded"
-                    .to_string(),
-            )
-        })?;
-        // The events before a failing call reached the agent.
-        for (i, e) in events.iter().enumerate() {
-            let mut attrs = ZendHashTable::new();
-            for (k, v) in &e.attrs {
-                let r = match v {
-                    AttrValue::Null => attrs.insert(k.as_ref(), ()),
-                    AttrValue::Bool(b) => attrs.insert(k.as_ref(), *b),
-                    AttrValue::Int(i) => attrs.insert(k.as_ref(), *i),
-                    AttrValue::Float(x) => attrs.insert(k.as_ref(), *x),
-                    AttrValue::Str(s) => attrs.insert(k.as_ref(), s.as_str()),
-                };
-                r.map_err(|e| (i, e.to_string()))?;
-            }
-            // A call into PHP: see `php_call.rs` for what it may do.
-            let event_type: &str = &e.event_type;
-            match php_call::call_contained(|| f.try_call(vec![&event_type, &attrs])) {
-                Ended::Returned(_) => {}
-                Ended::Threw(ex) => {
-                    let class = ex.get_class_name().unwrap_or_else(|_| "?".into());
-                    return Err((i, format!("newrelic_record_custom_event() threw {class}")));
-                }
-                Ended::Failed(why) => {
-                    return Err((i, format!("newrelic_record_custom_event() failed: {why}")))
-                }
-                Ended::Exit | Ended::FatalExit | Ended::FiberDestroyed => {
-                    return Err((i, "newrelic_record_custom_event() exited".into()))
-                }
-                Ended::Bailout => {
-                    // A fatal error: no further call into PHP; `flush_now` puts the sinks
-                    // back and lets the engine bail out on.
-                    BAILED_OUT.with(|b| b.set(true));
-                    return Err((i, "newrelic_record_custom_event() hit a fatal error".into()));
-                }
-            }
+/// One call of `newrelic_record_custom_event()`.
+fn record(f: &ZendCallable<'_>, e: &Event) -> Result<(), String> {
+    let mut attrs = ZendHashTable::new();
+    for (k, v) in &e.attrs {
+        let r = match v {
+            AttrValue::Null => attrs.insert(k.as_ref(), ()),
+            AttrValue::Bool(b) => attrs.insert(k.as_ref(), *b),
+            AttrValue::Int(i) => attrs.insert(k.as_ref(), *i),
+            AttrValue::Float(x) => attrs.insert(k.as_ref(), *x),
+            AttrValue::Str(s) => attrs.insert(k.as_ref(), s.as_str()),
+        };
+        r.map_err(|e| e.to_string())?;
+    }
+    // A call into PHP: see `php_call.rs` for what it may do.
+    let event_type: &str = &e.event_type;
+    match php_call::call_contained(|| f.try_call(vec![&event_type, &attrs])) {
+        Ended::Returned(_) => Ok(()),
+        Ended::Threw(ex) => {
+            let class = ex.get_class_name().unwrap_or_else(|_| "?".into());
+            Err(format!("{RECORD}() threw {class}"))
         }
-        Ok(())
+        Ended::Failed(why) => Err(format!("{RECORD}() failed: {why}")),
+        Ended::Exit | Ended::FatalExit | Ended::FiberDestroyed => Err(format!("{RECORD}() exited")),
+        Ended::Bailout => {
+            // A fatal error: no further call into PHP (the sink stops at this error);
+            // `recording::flush_now` lets the engine bail out on once the sinks are back.
+            BAILED_OUT.with(|b| b.set(true));
+            Err(format!("{RECORD}() hit a fatal error"))
+        }
     }
 }
 
 thread_local! {
-    /// Set by the sink when its call into PHP bailed out (a fatal error) during a flush.
+    /// Set by the agent when its call into PHP bailed out (a fatal error) during a flush.
     pub static BAILED_OUT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }

@@ -1,20 +1,28 @@
 //! The extension's side of the process's telemetry state (`runtime::telemetry::recorder`):
-//! it is built from the INI settings with the sinks they name (the New Relic one calls
-//! PHP), flushed at request end, and fed by the limiter and `Telemetry`.
+//! how it is set up from the INI settings (registered once at module start-up, with the New
+//! Relic agent's call: see `newrelic.rs`), flushed at request end, and fed by the limiter
+//! and `Telemetry`. An event goes one way: here -> the runtime's buffer -> the sinks.
 
 use checkout_guard_model::Decision as CoreDecision;
 use checkout_guard_runtime::telemetry::recorder::{self, Setup, State};
 use checkout_guard_runtime::telemetry::{
-    drop_owned, AttrValue, Event, ExternalCall, JsonlSink, Name, RawTelemetryIni, Sink, SinkKind,
-    StreamSink, TelemetryConfig, EXTERNAL_API_CALL, EXTERNAL_CALL_OWNED,
+    drop_owned, AttrValue, Event, ExternalCall, Name, RawTelemetryIni, TelemetryConfig,
+    EXTERNAL_API_CALL, EXTERNAL_CALL_OWNED,
 };
 use ext_php_rs::prelude::*;
 
 use crate::convert::{attributes, OptionalArray};
 use crate::errors::configuration;
 use crate::ini;
-use crate::newrelic::{NewRelicSink, BAILED_OUT};
+use crate::newrelic::BAILED_OUT;
 use crate::php_call;
+
+/// Registers, once at module start-up, how the runtime's telemetry state is set up and the
+/// New Relic agent its `newrelic` sink calls.
+pub fn register() {
+    recorder::register(setup);
+    checkout_guard_runtime::telemetry::register_new_relic_agent(&crate::newrelic::AGENT);
+}
 
 /// The state's configuration and sinks, from the `checkout_guard.events.*` settings.
 fn setup() -> Setup {
@@ -49,42 +57,25 @@ fn setup() -> Setup {
     };
     let config = TelemetryConfig::from_ini(&raw, &url);
     let defaults = ini::defaults().unwrap_or_default();
-    let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
-    match &config {
-        Ok(c) => {
-            for kind in &c.sinks {
-                sinks.push(match kind {
-                    SinkKind::NewRelic => Box::new(NewRelicSink),
-                    SinkKind::Jsonl => {
-                        Box::new(JsonlSink::new(c.jsonl_path.clone().unwrap_or_default()))
-                    }
-                    SinkKind::Stream => Box::new(StreamSink::new(
-                        c.stream.clone().expect("validated"),
-                        c.stream_key.clone(),
-                        c.stream_maxlen,
-                        std::time::Duration::from_millis(defaults.timeout_ms as u64),
-                        std::time::Duration::from_millis(defaults.retry_interval_ms as u64),
-                    )),
-                });
-            }
-        }
+    if let Err(e) = &config {
         // Straight to the error log: this runs under the state lock, and an error handler
         // (which may record telemetry, throw or bail out) must not run here.
-        Err(e) => php_call::log_error(&format!(
+        php_call::log_error(&format!(
             "PHP Warning:  {e}; telemetry is off in this process"
-        )),
+        ));
     }
     // Events are stamped on the system clock.
-    Setup {
+    Setup::new(
         config,
-        sinks,
-        clock: std::sync::Arc::new(checkout_guard_runtime::SystemClock),
-    }
+        std::time::Duration::from_millis(defaults.timeout_ms as u64),
+        std::time::Duration::from_millis(defaults.retry_interval_ms as u64),
+        std::sync::Arc::new(checkout_guard_runtime::SystemClock),
+    )
 }
 
 /// Runs `f` on the process's state, building it on first use (and again after fork).
 pub fn with_state<T>(f: impl FnOnce(&mut State) -> T) -> T {
-    recorder::with_state(setup, f)
+    recorder::with_state(f)
 }
 
 /// Buffers an event when telemetry is on; flushes when the buffer is full.
@@ -104,12 +95,7 @@ pub fn push_call(call: ExternalCall, caller: Vec<(Name, AttrValue)>) {
 /// Writes the buffer to every sink without holding the state lock while sinks run (the
 /// New Relic sink calls PHP, which may record again). Returns the events written.
 pub fn flush_now() -> usize {
-    let Some((batch, mut sinks)) = recorder::take_batch(setup) else {
-        return 0;
-    };
-    let written = sinks.write(&batch);
-    recorder::put_back(setup, sinks);
-    drop(batch);
+    let written = recorder::flush();
     if BAILED_OUT.with(|b| b.replace(false)) {
         // SAFETY: the sinks are back in the state and the batch is dropped: nothing on
         // this frame needs dropping.
@@ -163,15 +149,7 @@ pub fn flush_at_request_end() {
 /// after our RSHUTDOWN): what is still buffered goes to the sinks that need no PHP; the New
 /// Relic sink cannot be called any more, and counts it as dropped.
 pub fn flush_after_request() {
-    let Some((batch, mut sinks)) = recorder::take_batch(setup) else {
-        return;
-    };
-    sinks.write_without(
-        &batch,
-        "newrelic",
-        "the request had ended: PHP cannot be called",
-    );
-    recorder::put_back(setup, sinks);
+    recorder::flush_without("newrelic", "the request had ended: PHP cannot be called");
 }
 
 /// Request start: call counts are per request. Builds no state (see
@@ -202,7 +180,7 @@ pub fn observe_notices(
 
 /// Records the changes of the adaptive budget a `feedback()` made, one "RateLimitAdapt"
 /// event each.
-pub fn observe_adapt(limiter: &str, changes: &[checkout_guard_runtime::limiter::AdaptChange]) {
+pub fn observe_adapt(limiter: &str, changes: &[checkout_guard_runtime::notices::AdaptChange]) {
     if changes.is_empty() {
         return;
     }

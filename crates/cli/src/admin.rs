@@ -669,16 +669,17 @@ impl Admin {
         })?;
         let mut by = BTreeMap::new();
         let mut shadow = BTreeMap::new();
+        use checkout_guard_model::events::{attr, EVENT_TYPE, RATE_LIMIT_DECISION, STREAM_FIELD};
         for (_, fields) in entries {
             for (k, line) in fields {
                 // Cheap filter first: most events of the stream are other kinds.
-                if k == "event"
-                    && line.contains("RateLimitDecision")
-                    && json_field(&line, "eventType").as_deref() == Some("RateLimitDecision")
-                    && json_field(&line, "limiter").as_deref() == Some(self.name.as_str())
+                if k == STREAM_FIELD
+                    && line.contains(RATE_LIMIT_DECISION)
+                    && json_field(&line, EVENT_TYPE).as_deref() == Some(RATE_LIMIT_DECISION)
+                    && json_field(&line, attr::LIMITER).as_deref() == Some(self.name.as_str())
                 {
-                    if let Some(reason) = json_field(&line, "reason") {
-                        let into = if json_field(&line, "mode").as_deref() == Some("shadow") {
+                    if let Some(reason) = json_field(&line, attr::REASON) {
+                        let into = if json_field(&line, attr::MODE).as_deref() == Some("shadow") {
                             &mut shadow
                         } else {
                             &mut by

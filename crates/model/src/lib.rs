@@ -14,7 +14,9 @@
 //!   in-memory store);
 //! - [`keys`]: key names; [`slot`]: a key's cluster slot (CRC16); [`auto_hot`],
 //!   [`bounds`], [`limits_version`]: what the decision needs of `auto_hot`, of its
-//!   arguments' bounds and of a live-limits version.
+//!   arguments' bounds and of a live-limits version;
+//! - [`events`]: the event schema (types, attribute names and types), written by the
+//!   runtime's telemetry and read by the CLI's scan, report and replay.
 //!
 //! Configuration (options from PHP values, URLs, TLS, the INI table, the live-limits
 //! codec) is `checkout-guard-config`, which builds this crate's types: this crate never
@@ -28,6 +30,7 @@ pub mod call;
 pub mod contract;
 pub mod decision;
 pub mod error;
+pub mod events;
 pub mod keys;
 pub mod limits_version;
 pub mod server;

@@ -14,6 +14,7 @@ pub mod denials;
 pub mod fpm_pool;
 pub mod limiter;
 pub mod live_cache;
+pub mod notices;
 pub mod process;
 pub mod store;
 pub mod sync;
@@ -22,7 +23,8 @@ pub mod warn_log;
 
 pub use checkout_guard_model as model;
 pub use clock::{Clock, SystemClock};
-pub use limiter::{Limiter, LimitsChange, Notices};
+pub use limiter::Limiter;
+pub use notices::{AdaptChange, AdaptWhy, LimitsChange, Notices};
 #[cfg(feature = "test-support")]
 pub use store::MemoryStore;
 pub use store::{Health, Store, StoreError, ValkeyStore};

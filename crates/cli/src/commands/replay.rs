@@ -14,6 +14,7 @@ use checkout_guard_cli::replay::{
 };
 use checkout_guard_cli::scan::{
     parse_line, Accumulator, BadLine, Filter, ScanConfig, Window, DISORDER_TOLERANCE_MS,
+    EXTERNAL_API_CALL, RATE_LIMIT_DECISION,
 };
 use checkout_guard_cli::shop_id;
 use checkout_guard_config::validate_max_wait;
@@ -107,10 +108,10 @@ impl LineSink for Source<'_> {
             return;
         }
         let attempt = match r.event_type.as_deref() {
-            Some(b"ExternalApiCall") => r.api.as_deref() == Some(self.api),
+            Some(EXTERNAL_API_CALL) => r.api.as_deref() == Some(self.api),
             // A denial: an attempt whose call was not made. A shadow decision (allowed
             // true) made its call, counted as its ExternalApiCall.
-            Some(b"RateLimitDecision") if r.allowed == Some(false) => {
+            Some(RATE_LIMIT_DECISION) if r.allowed == Some(false) => {
                 let name = r.limiter.as_deref().unwrap_or(b"");
                 if let Some(want) = self.limiter {
                     name == want

@@ -10,7 +10,10 @@ mod report;
 mod scanner;
 pub mod synthetic;
 
-pub use record::{parse_line, text, LineError, Record, Text};
+pub use record::{
+    parse_line, parse_line_fully, text, LineError, Record, Text, EXTERNAL_API_CALL,
+    RATE_LIMIT_DECISION,
+};
 pub use report::{Histogram, ReportData, CLASSES};
 pub use scanner::{
     brute_force_windows, bucket_bounds, Accumulator, BadLine, Filter, Peak, ScanConfig, ScanResult,

@@ -4,6 +4,27 @@
 
 use std::borrow::Cow;
 
+use checkout_guard_model::events::{self, attr, EVENT_TYPE};
+
+// The schema's names as the byte patterns the readers match with.
+/// An `ExternalApiCall`'s event type.
+pub const EXTERNAL_API_CALL: &[u8] = events::EXTERNAL_API_CALL.as_bytes();
+/// A `RateLimitDecision`'s event type.
+pub const RATE_LIMIT_DECISION: &[u8] = events::RATE_LIMIT_DECISION.as_bytes();
+const K_EVENT_TYPE: &[u8] = EVENT_TYPE.as_bytes();
+const K_TIMESTAMP: &[u8] = attr::TIMESTAMP.as_bytes();
+const K_API: &[u8] = attr::API.as_bytes();
+const K_STATUS_CODE: &[u8] = attr::STATUS_CODE.as_bytes();
+const K_SHOP_ID: &[u8] = attr::SHOP_ID.as_bytes();
+const K_REASON: &[u8] = attr::REASON.as_bytes();
+const K_ALLOWED: &[u8] = attr::ALLOWED.as_bytes();
+const K_WOULD_ALLOW: &[u8] = attr::WOULD_ALLOW.as_bytes();
+const K_DURATION_MS: &[u8] = attr::DURATION_MS.as_bytes();
+const K_STEP: &[u8] = attr::STEP.as_bytes();
+const K_PAYMENT_CHANNEL: &[u8] = attr::PAYMENT_CHANNEL.as_bytes();
+const K_TAG: &[u8] = attr::TAG.as_bytes();
+const K_LIMITER: &[u8] = attr::LIMITER.as_bytes();
+
 /// A string value's bytes: borrowed from the line unless it held escapes. Not checked for
 /// UTF-8 here (the scan compares bytes); `text()` decodes for display.
 pub type Text<'a> = Cow<'a, [u8]>;
@@ -274,44 +295,39 @@ fn fast_fields(line: &[u8]) -> Option<Record<'_>> {
         };
         let text = || Some(Cow::Borrowed(value));
         match (key, is_str) {
-            (b"eventType", true) => r.event_type = text(),
-            (b"timestamp", false) => r.timestamp_ms = Some(integer(value)?),
-            (b"api", true) => r.api = text(),
-            (b"http.response.status_code", false) => r.status = Some(integer(value)?),
-            (b"shop.id", true) => r.shop = text(),
-            (b"reason", true) => r.reason = text(),
-            (b"allowed", false) => {
+            (K_EVENT_TYPE, true) => r.event_type = text(),
+            (K_TIMESTAMP, false) => r.timestamp_ms = Some(integer(value)?),
+            (K_API, true) => r.api = text(),
+            (K_STATUS_CODE, false) => r.status = Some(integer(value)?),
+            (K_SHOP_ID, true) => r.shop = text(),
+            (K_REASON, true) => r.reason = text(),
+            (K_ALLOWED, false) => {
                 r.allowed = match value {
                     b"true" => Some(true),
                     b"false" => Some(false),
                     _ => return None,
                 }
             }
-            (b"would_allow", false) => {
+            (K_WOULD_ALLOW, false) => {
                 r.would_allow = match value {
                     b"true" => Some(true),
                     b"false" => Some(false),
                     _ => return None,
                 }
             }
-            (b"duration.ms", false) => r.duration_raw = Some(value),
-            (b"step", true) => r.step = text(),
-            (b"payment.channel", true) => r.channel = text(),
-            (b"tag", true) => r.tag = text(),
-            (b"limiter", true) => r.limiter = text(),
+            (K_DURATION_MS, false) => r.duration_raw = Some(value),
+            (K_STEP, true) => r.step = text(),
+            (K_PAYMENT_CHANNEL, true) => r.channel = text(),
+            (K_TAG, true) => r.tag = text(),
+            (K_LIMITER, true) => r.limiter = text(),
             (
-                b"eventType" | b"api" | b"shop.id" | b"reason" | b"step" | b"payment.channel"
-                | b"tag" | b"limiter",
+                K_EVENT_TYPE | K_API | K_SHOP_ID | K_REASON | K_STEP | K_PAYMENT_CHANNEL | K_TAG
+                | K_LIMITER,
                 false,
             )
-            | (
-                b"timestamp"
-                | b"http.response.status_code"
-                | b"allowed"
-                | b"would_allow"
-                | b"duration.ms",
-                true,
-            ) => return None,
+            | (K_TIMESTAMP | K_STATUS_CODE | K_ALLOWED | K_WOULD_ALLOW | K_DURATION_MS, true) => {
+                return None
+            }
             _ => {}
         }
         match line.get(next) {
@@ -353,25 +369,25 @@ pub fn parse_line_fully(line: &[u8]) -> Result<Record<'_>, LineError> {
         c.ws();
         let is_str = c.peek() == Some(b'"');
         match key {
-            b"eventType" => r.event_type = c.string_field()?,
-            b"api" => r.api = c.string_field()?,
-            b"shop.id" => r.shop = c.string_field()?,
-            b"reason" => r.reason = c.string_field()?,
-            b"step" => r.step = c.string_field()?,
-            b"payment.channel" => r.channel = c.string_field()?,
-            b"tag" => r.tag = c.string_field()?,
-            b"limiter" => r.limiter = c.string_field()?,
-            b"timestamp" if !is_str => r.timestamp_ms = integer(c.skip_value()?),
-            b"http.response.status_code" if !is_str => r.status = integer(c.skip_value()?),
-            b"duration.ms" if !is_str => r.duration_raw = Some(c.skip_value()?),
-            b"allowed" if !is_str => {
+            K_EVENT_TYPE => r.event_type = c.string_field()?,
+            K_API => r.api = c.string_field()?,
+            K_SHOP_ID => r.shop = c.string_field()?,
+            K_REASON => r.reason = c.string_field()?,
+            K_STEP => r.step = c.string_field()?,
+            K_PAYMENT_CHANNEL => r.channel = c.string_field()?,
+            K_TAG => r.tag = c.string_field()?,
+            K_LIMITER => r.limiter = c.string_field()?,
+            K_TIMESTAMP if !is_str => r.timestamp_ms = integer(c.skip_value()?),
+            K_STATUS_CODE if !is_str => r.status = integer(c.skip_value()?),
+            K_DURATION_MS if !is_str => r.duration_raw = Some(c.skip_value()?),
+            K_ALLOWED if !is_str => {
                 r.allowed = match c.skip_value()? {
                     b"true" => Some(true),
                     b"false" => Some(false),
                     _ => None,
                 }
             }
-            b"would_allow" if !is_str => {
+            K_WOULD_ALLOW if !is_str => {
                 r.would_allow = match c.skip_value()? {
                     b"true" => Some(true),
                     b"false" => Some(false),
@@ -401,6 +417,33 @@ pub fn parse_line_fully(line: &[u8]) -> Result<Record<'_>, LineError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every name the reader matches is the schema's, read as the schema's type (a
+    /// string field from a JSON string, a number or a boolean from a bare value).
+    #[test]
+    fn reads_the_schemas_names_as_the_schemas_types() {
+        use checkout_guard_model::events::{attr_type, AttrType::*};
+        for (key, ty) in [
+            (K_TIMESTAMP, Int),
+            (K_API, Str),
+            (K_STATUS_CODE, Int),
+            (K_SHOP_ID, Str),
+            (K_REASON, Str),
+            (K_ALLOWED, Bool),
+            (K_WOULD_ALLOW, Bool),
+            (K_DURATION_MS, Float),
+            (K_STEP, Str),
+            (K_PAYMENT_CHANNEL, Str),
+            (K_TAG, Str),
+            (K_LIMITER, Str),
+        ] {
+            let name = std::str::from_utf8(key).unwrap();
+            assert_eq!(attr_type(name), Some(ty), "{name}");
+        }
+        assert!(events::spec(std::str::from_utf8(EXTERNAL_API_CALL).unwrap()).is_some());
+        assert!(events::spec(std::str::from_utf8(RATE_LIMIT_DECISION).unwrap()).is_some());
+        assert_eq!(K_EVENT_TYPE, b"eventType");
+    }
 
     #[test]
     fn reads_the_fields_it_needs() {

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::record::{text, Record};
+use super::record::{text, Record, EXTERNAL_API_CALL, RATE_LIMIT_DECISION};
 
 /// Latency histogram: logarithmic buckets 5% wide from 0.01 ms, so a percentile read from
 /// it is within 5% of the exact one.
@@ -90,7 +90,7 @@ impl ReportData {
     /// scan's filter (an ExternalApiCall of the selected apis and shops).
     pub fn add(&mut self, r: &Record<'_>, ts: i64, counts: bool) {
         match r.event_type.as_deref() {
-            Some(b"ExternalApiCall") if counts => {
+            Some(EXTERNAL_API_CALL) if counts => {
                 let api = r.api.as_ref().map_or_else(String::new, text);
                 let status = r.status.unwrap_or(0);
                 let second = ts.div_euclid(1000);
@@ -109,7 +109,7 @@ impl ReportData {
                     }
                 }
             }
-            Some(b"RateLimitDecision") if r.denial().is_some() => {
+            Some(RATE_LIMIT_DECISION) if r.denial().is_some() => {
                 let shop = r.shop.as_ref().map_or_else(|| "?".into(), text);
                 let mut reason: String = r.reason.as_ref().map_or_else(|| "?".into(), text);
                 // Shadow mode: would have been denied, let through (see the scan).

@@ -1,7 +1,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use super::record::{parse_line, text, Record};
+use super::record::{parse_line, text, Record, EXTERNAL_API_CALL, RATE_LIMIT_DECISION};
 use super::report::ReportData;
 
 /// A fast hash for the scan's integer and short string keys (FxHash's multiply-rotate):
@@ -61,7 +61,7 @@ impl Filter {
     fn counts(&self, r: &Record<'_>) -> bool {
         let t = r.event_type.as_deref().unwrap_or(b"");
         let type_ok = if self.event_types.is_empty() {
-            t == b"ExternalApiCall"
+            t == EXTERNAL_API_CALL
         } else {
             self.event_types.iter().any(|x| x.as_bytes() == t)
         };
@@ -253,7 +253,7 @@ impl Accumulator {
         }
         let bucket = ts.div_euclid(self.fine_ms);
         let denial = r.denial();
-        if r.event_type.as_deref() == Some(&b"RateLimitDecision"[..])
+        if r.event_type.as_deref() == Some(RATE_LIMIT_DECISION)
             && denial.is_some()
             && self.filter.shop_ok(&r)
         {

@@ -1,18 +1,20 @@
 //! The event model. Names and values follow New Relic's custom event rules, so the same
 //! event can go to the agent, a file or a stream: scalar values, at most 64 attributes,
-//! strings (names and values) cut to 255 bytes, event types of `[A-Za-z0-9:_ ]`.
+//! strings (names and values) cut to 255 bytes, event types of `[A-Za-z0-9:_ ]`. The event
+//! types and attribute names are the schema's (`checkout_guard_model::events`), which the
+//! CLI's readers use too.
 
 use std::borrow::Cow;
 
 use super::url::sanitize_url;
-use crate::limiter::{AdaptChange, LimitsChange};
+use crate::notices::{AdaptChange, LimitsChange};
+use checkout_guard_model::events::attr;
+pub use checkout_guard_model::events::{
+    EXTERNAL_API_CALL, EXTERNAL_CALL_OWNED, RATE_LIMIT_ADAPT, RATE_LIMIT_CHANGE,
+    RATE_LIMIT_DECISION, RATE_LIMIT_HOT, RECORD_OWNED,
+};
 use checkout_guard_model::{AutoHot, ConfigError, Decision};
 
-pub const EXTERNAL_API_CALL: &str = "ExternalApiCall";
-pub const RATE_LIMIT_DECISION: &str = "RateLimitDecision";
-pub const RATE_LIMIT_HOT: &str = "RateLimitHot";
-pub const RATE_LIMIT_CHANGE: &str = "RateLimitChange";
-pub const RATE_LIMIT_ADAPT: &str = "RateLimitAdapt";
 /// Most attributes an event keeps (New Relic's limit for custom events from an agent).
 pub const MAX_ATTRIBUTES: usize = 64;
 /// Longest string value or attribute name, in bytes.
@@ -60,24 +62,24 @@ fn cut(mut s: String) -> String {
 pub type Name = Cow<'static, str>;
 
 const KNOWN_NAMES: &[&str] = &[
-    "timestamp",
-    "api",
-    "http.request.method",
-    "http.response.status_code",
-    "server.address",
-    "server.port",
-    "url.full",
-    "url.template",
-    "error.type",
-    "duration.ms",
-    "shop.id",
-    "limiter",
-    "reason",
-    "allowed",
-    "retry_after.s",
-    "hot_shop",
-    "step",
-    "payment.channel",
+    attr::TIMESTAMP,
+    attr::API,
+    attr::METHOD,
+    attr::STATUS_CODE,
+    attr::SERVER_ADDRESS,
+    attr::SERVER_PORT,
+    attr::URL_FULL,
+    attr::URL_TEMPLATE,
+    attr::ERROR_TYPE,
+    attr::DURATION_MS,
+    attr::SHOP_ID,
+    attr::LIMITER,
+    attr::REASON,
+    attr::ALLOWED,
+    attr::RETRY_AFTER_S,
+    attr::HOT_SHOP,
+    attr::STEP,
+    attr::PAYMENT_CHANNEL,
 ];
 
 /// The name as an attribute name: static when well known, else owned and cut to 255 bytes.
@@ -155,7 +157,7 @@ impl Event {
         let Some(AttrValue::Str(full)) = self
             .attrs
             .iter_mut()
-            .find(|(k, _)| k == "url.full")
+            .find(|(k, _)| k == attr::URL_FULL)
             .map(|(_, v)| v)
         else {
             return;
@@ -171,8 +173,11 @@ impl Event {
             Ok(url) => *full = url,
         }
         if let Some(host) = host {
-            if self.get("server.address").is_none() {
-                self.set_named(Cow::Borrowed("server.address"), AttrValue::Str(cut(host)));
+            if self.get(attr::SERVER_ADDRESS).is_none() {
+                self.set_named(
+                    Cow::Borrowed(attr::SERVER_ADDRESS),
+                    AttrValue::Str(cut(host)),
+                );
             }
         }
     }
@@ -190,19 +195,6 @@ pub struct ExternalCall {
     /// The exception class when the call threw without a response.
     pub exception: Option<String>,
 }
-
-/// Names a `record()` caller may not set: the recorder writes them.
-pub const RECORD_OWNED: &[&str] = &["eventType", "timestamp"];
-
-/// Names a `measure()` caller may not set: the recorder measures them.
-pub const EXTERNAL_CALL_OWNED: &[&str] = &[
-    "eventType",
-    "timestamp",
-    "api",
-    "http.response.status_code",
-    "duration.ms",
-    "error.type",
-];
 
 /// Removes the caller attributes named in `owned` (they would duplicate or falsify what
 /// the recorder writes, e.g. a second `"eventType"` key in the JSON line); returns the
@@ -231,17 +223,17 @@ pub fn external_call_event(call: &ExternalCall, caller: Vec<(Name, AttrValue)>) 
 pub fn external_call_event_owned(call: ExternalCall, caller: Vec<(Name, AttrValue)>) -> Event {
     let mut e = Event::known(EXTERNAL_API_CALL);
     e.attrs.push((
-        Cow::Borrowed("timestamp"),
+        Cow::Borrowed(attr::TIMESTAMP),
         AttrValue::Int(call.timestamp_ms),
     ));
     e.attrs
-        .push((Cow::Borrowed("api"), AttrValue::Str(cut(call.api))));
+        .push((Cow::Borrowed(attr::API), AttrValue::Str(cut(call.api))));
     e.attrs.push((
-        "http.response.status_code".into(),
+        Cow::Borrowed(attr::STATUS_CODE),
         AttrValue::Int(call.status),
     ));
     e.attrs.push((
-        Cow::Borrowed("duration.ms"),
+        Cow::Borrowed(attr::DURATION_MS),
         AttrValue::Float(call.duration_ms),
     ));
     let error = if call.status >= 400 {
@@ -251,7 +243,7 @@ pub fn external_call_event_owned(call: ExternalCall, caller: Vec<(Name, AttrValu
     };
     if let Some(error) = error {
         e.attrs
-            .push((Cow::Borrowed("error.type"), AttrValue::Str(cut(error))));
+            .push((Cow::Borrowed(attr::ERROR_TYPE), AttrValue::Str(cut(error))));
     }
     let measured = e.attrs.len();
     for (k, v) in caller {
@@ -271,25 +263,30 @@ pub fn external_call_event_owned(call: ExternalCall, caller: Vec<(Name, AttrValu
 pub fn decision_event(limiter: &str, shop: &[u8], d: &Decision, timestamp_ms: i64) -> Event {
     let mut e = Event::known(RATE_LIMIT_DECISION);
     e.attrs
-        .push((Cow::Borrowed("timestamp"), AttrValue::Int(timestamp_ms)));
+        .push((Cow::Borrowed(attr::TIMESTAMP), AttrValue::Int(timestamp_ms)));
     e.attrs
-        .push((Cow::Borrowed("limiter"), AttrValue::str(limiter)));
+        .push((Cow::Borrowed(attr::LIMITER), AttrValue::str(limiter)));
     e.attrs
-        .push((Cow::Borrowed("shop.id"), AttrValue::from_bytes(shop)));
-    e.attrs
-        .push((Cow::Borrowed("reason"), AttrValue::str(d.reason.as_str())));
-    e.attrs
-        .push((Cow::Borrowed("allowed"), AttrValue::Bool(d.allowed)));
-    e.attrs
-        .push((Cow::Borrowed("would_allow"), AttrValue::Bool(d.would_allow)));
-    let mode = if d.shadow { "shadow" } else { "enforce" };
-    e.attrs.push((Cow::Borrowed("mode"), AttrValue::str(mode)));
+        .push((Cow::Borrowed(attr::SHOP_ID), AttrValue::from_bytes(shop)));
     e.attrs.push((
-        Cow::Borrowed("retry_after.s"),
+        Cow::Borrowed(attr::REASON),
+        AttrValue::str(d.reason.as_str()),
+    ));
+    e.attrs
+        .push((Cow::Borrowed(attr::ALLOWED), AttrValue::Bool(d.allowed)));
+    e.attrs.push((
+        Cow::Borrowed(attr::WOULD_ALLOW),
+        AttrValue::Bool(d.would_allow),
+    ));
+    let mode = if d.shadow { "shadow" } else { "enforce" };
+    e.attrs
+        .push((Cow::Borrowed(attr::MODE), AttrValue::str(mode)));
+    e.attrs.push((
+        Cow::Borrowed(attr::RETRY_AFTER_S),
         AttrValue::Float(d.retry_after),
     ));
     e.attrs
-        .push((Cow::Borrowed("hot_shop"), AttrValue::Bool(d.hot_shop)));
+        .push((Cow::Borrowed(attr::HOT_SHOP), AttrValue::Bool(d.hot_shop)));
     e
 }
 
@@ -298,16 +295,16 @@ pub fn decision_event(limiter: &str, shop: &[u8], d: &Decision, timestamp_ms: i6
 pub fn hot_event(limiter: &str, shop: &[u8], share: f64, a: &AutoHot, timestamp_ms: i64) -> Event {
     let mut e = Event::known(RATE_LIMIT_HOT);
     let attrs: [(&'static str, AttrValue); 9] = [
-        ("timestamp", AttrValue::Int(timestamp_ms)),
-        ("limiter", AttrValue::str(limiter)),
-        ("shop.id", AttrValue::from_bytes(shop)),
-        ("reason", AttrValue::str("auto_hot")),
-        ("share", AttrValue::Float(share)),
-        ("threshold", AttrValue::Float(a.share)),
-        ("window.s", AttrValue::Float(a.window.as_secs_f64())),
-        ("ttl.s", AttrValue::Int(a.ttl_seconds)),
+        (attr::TIMESTAMP, AttrValue::Int(timestamp_ms)),
+        (attr::LIMITER, AttrValue::str(limiter)),
+        (attr::SHOP_ID, AttrValue::from_bytes(shop)),
+        (attr::REASON, AttrValue::str("auto_hot")),
+        (attr::SHARE, AttrValue::Float(share)),
+        (attr::THRESHOLD, AttrValue::Float(a.share)),
+        (attr::WINDOW_S, AttrValue::Float(a.window.as_secs_f64())),
+        (attr::TTL_S, AttrValue::Int(a.ttl_seconds)),
         (
-            "hot_until",
+            attr::HOT_UNTIL,
             AttrValue::Int(timestamp_ms + a.ttl_seconds * 1000),
         ),
     ];
@@ -323,17 +320,17 @@ pub fn hot_event(limiter: &str, shop: &[u8], share: f64, a: &AutoHot, timestamp_
 pub fn limits_change_event(limiter: &str, c: &LimitsChange, timestamp_ms: i64) -> Event {
     let mut e = Event::known(RATE_LIMIT_CHANGE);
     let attrs: [(&'static str, AttrValue); 10] = [
-        ("timestamp", AttrValue::Int(timestamp_ms)),
-        ("limiter", AttrValue::str(limiter)),
-        ("version", AttrValue::Int(c.version)),
-        ("old_mode", AttrValue::str(c.old_mode.as_str())),
-        ("mode", AttrValue::str(c.mode.as_str())),
-        ("changed_by", AttrValue::str(&c.by)),
-        ("changed_at", AttrValue::Int(c.at_ms)),
-        ("old", AttrValue::str(&c.old)),
-        ("new", AttrValue::str(&c.new)),
+        (attr::TIMESTAMP, AttrValue::Int(timestamp_ms)),
+        (attr::LIMITER, AttrValue::str(limiter)),
+        (attr::VERSION, AttrValue::Int(c.version)),
+        (attr::OLD_MODE, AttrValue::str(c.old_mode.as_str())),
+        (attr::MODE, AttrValue::str(c.mode.as_str())),
+        (attr::CHANGED_BY, AttrValue::str(&c.by)),
+        (attr::CHANGED_AT, AttrValue::Int(c.at_ms)),
+        (attr::OLD, AttrValue::str(&c.old)),
+        (attr::NEW, AttrValue::str(&c.new)),
         (
-            "error",
+            attr::ERROR,
             c.error.as_deref().map_or(AttrValue::Null, AttrValue::str),
         ),
     ];
@@ -349,18 +346,21 @@ pub fn limits_change_event(limiter: &str, c: &LimitsChange, timestamp_ms: i64) -
 pub fn adapt_event(limiter: &str, c: &AdaptChange, timestamp_ms: i64) -> Event {
     let mut e = Event::known(RATE_LIMIT_ADAPT);
     let attrs: [(&'static str, AttrValue); 8] = [
-        ("timestamp", AttrValue::Int(timestamp_ms)),
-        ("limiter", AttrValue::str(limiter)),
-        ("why", AttrValue::str(c.why.as_str())),
-        ("from", AttrValue::Float(c.from)),
-        ("to", AttrValue::Float(c.to)),
-        ("status", c.status.map_or(AttrValue::Null, AttrValue::Int)),
+        (attr::TIMESTAMP, AttrValue::Int(timestamp_ms)),
+        (attr::LIMITER, AttrValue::str(limiter)),
+        (attr::WHY, AttrValue::str(c.why.as_str())),
+        (attr::FROM, AttrValue::Float(c.from)),
+        (attr::TO, AttrValue::Float(c.to)),
         (
-            "retry_after",
+            attr::STATUS,
+            c.status.map_or(AttrValue::Null, AttrValue::Int),
+        ),
+        (
+            attr::RETRY_AFTER,
             c.retry_after.map_or(AttrValue::Null, AttrValue::Float),
         ),
         (
-            "paused_until",
+            attr::PAUSED_UNTIL,
             c.paused_until_ms.map_or(AttrValue::Null, AttrValue::Int),
         ),
     ];
@@ -378,7 +378,7 @@ mod tests {
     #[test]
     fn adapt_events_carry_why_shares_and_the_pause() {
         let c = AdaptChange {
-            why: crate::limiter::AdaptWhy::RetryAfter,
+            why: crate::notices::AdaptWhy::RetryAfter,
             from: 0.7,
             to: 0.7,
             status: Some(429),
@@ -395,7 +395,7 @@ mod tests {
             Some(&AttrValue::Int(1_700_000_002_500))
         );
         let r = AdaptChange {
-            why: crate::limiter::AdaptWhy::Recovered,
+            why: crate::notices::AdaptWhy::Recovered,
             from: 0.4,
             to: 1.0,
             status: None,

@@ -1,15 +1,19 @@
 //! Custom events for every external API call (unsampled) and for the limiter's denials:
 //! the event model with New Relic's limits, a process buffer, and the sinks that write it.
 //!
-//! Path of one event: `Telemetry::measure()` (PHP) -> [`Event`] built here, normalized to
-//! New Relic's custom event rules -> [`Buffer`] in the process -> written to every
-//! configured [`Sink`] at the end of the request, or at once when the buffer is full.
+//! Path of one event, one way: `Telemetry::measure()` (PHP) -> [`Event`] built here,
+//! normalized to New Relic's custom event rules -> [`Buffer`] in the process
+//! ([`recorder`]) -> written to every configured [`Sink`] at the end of the request, or at
+//! once when the buffer is full. What the extension gives is registered once at module
+//! start-up: how the state is set up ([`recorder::register`]: its INI settings) and the
+//! New Relic agent's PHP call ([`register_new_relic_agent`]).
 //! A failing sink drops the batch and counts it; nothing is thrown into the checkout.
 
 mod buffer;
 mod config;
 mod event;
 mod json;
+mod newrelic;
 pub mod recorder;
 mod sinks;
 mod url;
@@ -23,5 +27,8 @@ pub use event::{
     RATE_LIMIT_DECISION, RATE_LIMIT_HOT, RECORD_OWNED,
 };
 pub use json::{write_event_line, write_json_string};
+pub use newrelic::{
+    register_new_relic_agent, NewRelicAgent, NewRelicSink, RecordEvent, NOT_LOADED,
+};
 pub use sinks::{JsonlSink, Sink, StreamSink};
 pub use url::sanitize_url;

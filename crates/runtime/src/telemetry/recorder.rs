@@ -1,10 +1,12 @@
 //! The process's telemetry state: its configuration, the event buffer, the sinks, the
 //! per-request call counts (the call budget) and the decision counters. One per process,
-//! built on first use from a [`Setup`] the extension gives (its INI settings and sinks),
-//! and built again in a forked child, which must not write its parent's events.
+//! built on first use from the [`Setup`] the extension registered once at module start-up
+//! ([`register`]: its INI settings, read then), and built again in a forked child, which
+//! must not write its parent's events.
 //!
-//! No lock is held while sinks run: [`take_batch`] hands the buffered events and the
-//! sinks out, [`put_back`] returns the sinks (a sink may call PHP, which may record again).
+//! No lock is held while sinks run: [`flush`] takes the buffered events and the sinks out
+//! of the state ([`take_batch`]), writes, and puts the sinks back ([`put_back`]): a sink
+//! may call PHP, which may record again.
 //!
 //! Events are buffered per thread: under ZTS (FrankenPHP, Apache's threaded MPMs) a thread
 //! serves one request at a time, so a request's flush writes its own events only (the New
@@ -15,17 +17,19 @@
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use std::thread::ThreadId;
+use std::time::Duration;
 
 use crate::sync::{Condvar, Mutex};
 use checkout_guard_model::{ConfigError, Decision, Reason};
-use once_cell::sync::Lazy;
+use once_cell::sync::{Lazy, OnceCell};
 
 use super::{
     decision_event, external_call_event_owned, hot_event, limits_change_event, AttrValue, Buffer,
-    Event, ExternalCall, Name, Sink, SinkStats, Sinks, TelemetryConfig, EXTERNAL_API_CALL,
+    Event, ExternalCall, JsonlSink, Name, NewRelicSink, RawTelemetryIni, Sink, SinkKind, SinkStats,
+    Sinks, StreamSink, TelemetryConfig, EXTERNAL_API_CALL,
 };
-use crate::clock::Clock;
-use crate::limiter::Notices;
+use crate::clock::{Clock, SystemClock};
+use crate::notices::Notices;
 
 /// What the state is built from.
 pub struct Setup {
@@ -34,6 +38,67 @@ pub struct Setup {
     pub sinks: Vec<Box<dyn Sink>>,
     /// The clock events are stamped with (the system clock in the extension).
     pub clock: Arc<dyn Clock>,
+}
+
+impl Setup {
+    /// The setup for `config`: the sinks it names, in its order (the stream sink's Valkey
+    /// connection with `timeout` and `retry_interval`; the New Relic sink over the agent
+    /// registered with [`super::register_new_relic_agent`]), events stamped on `clock`.
+    pub fn new(
+        config: Result<TelemetryConfig, ConfigError>,
+        timeout: Duration,
+        retry_interval: Duration,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
+        if let Ok(c) = &config {
+            for kind in &c.sinks {
+                sinks.push(match kind {
+                    SinkKind::NewRelic => Box::new(NewRelicSink),
+                    SinkKind::Jsonl => {
+                        Box::new(JsonlSink::new(c.jsonl_path.clone().unwrap_or_default()))
+                    }
+                    SinkKind::Stream => Box::new(StreamSink::new(
+                        c.stream.clone().expect("validated"),
+                        c.stream_key.clone(),
+                        c.stream_maxlen,
+                        timeout,
+                        retry_interval,
+                    )),
+                });
+            }
+        }
+        Self {
+            config,
+            sinks,
+            clock,
+        }
+    }
+
+    /// Telemetry off (no setup registered: the runtime without the extension).
+    fn off() -> Self {
+        let config = TelemetryConfig::from_ini(&RawTelemetryIni::default(), "");
+        Self::new(
+            config,
+            Duration::ZERO,
+            Duration::ZERO,
+            Arc::new(SystemClock),
+        )
+    }
+}
+
+/// How the extension sets the state up, registered once.
+static SETUP: OnceCell<fn() -> Setup> = OnceCell::new();
+
+/// Registers how the process's state is set up (once, at module start-up; a second
+/// registration is ignored). `setup` runs when the state is built: on first use inside a
+/// request, with the settings then in force, and again after fork.
+pub fn register(setup: fn() -> Setup) {
+    let _ = SETUP.set(setup);
+}
+
+fn registered_setup() -> Setup {
+    SETUP.get().map_or_else(Setup::off, |setup| setup())
 }
 
 /// The decision counters: allowed, denied, unavailable.
@@ -240,15 +305,15 @@ pub fn start_request() {
     });
 }
 
-/// Runs `f` on the process's state, building it with `setup` on first use (and again
-/// after fork: a child's copy of the parent's buffer belongs to the parent).
-pub fn with_state<T>(setup: impl FnOnce() -> Setup, f: impl FnOnce(&mut State) -> T) -> T {
+/// Runs `f` on the process's state, building it with the registered setup on first use
+/// (and again after fork: a child's copy of the parent's buffer belongs to the parent).
+pub fn with_state<T>(f: impl FnOnce(&mut State) -> T) -> T {
     let mut guard = STATE.lock();
-    f(current(&mut guard, setup))
+    f(current(&mut guard))
 }
 
-/// The state in `guard`, built with `setup` on first use and again after fork.
-fn current(guard: &mut Option<State>, setup: impl FnOnce() -> Setup) -> &mut State {
+/// The state in `guard`, built on first use and again after fork.
+fn current(guard: &mut Option<State>) -> &mut State {
     let generation = crate::process::generation();
     if guard.as_ref().is_some_and(|s| s.generation != generation) {
         if let Some(mut old) = guard.take() {
@@ -257,22 +322,23 @@ fn current(guard: &mut Option<State>, setup: impl FnOnce() -> Setup) -> &mut Sta
             std::mem::forget(old);
         }
     }
-    guard.get_or_insert_with(|| State::new(setup()))
+    guard.get_or_insert_with(|| State::new(registered_setup()))
 }
 
 /// This thread's buffered events and the sinks, taken out of the state so that no lock is
 /// held while sinks run; `None` when this thread buffered nothing, or when this thread's
 /// own flush has the sinks out (a sink that recorded again: its events wait for the next
 /// flush). While another thread's flush has them out, this waits for them.
-pub fn take_batch(setup: impl FnOnce() -> Setup) -> Option<(Vec<Event>, Sinks)> {
+fn take_batch() -> Option<(Vec<Event>, Sinks)> {
     let me = std::thread::current().id();
     let mut guard = STATE.lock();
-    let mut setup = Some(setup);
+    let mut first = true;
     loop {
-        // The setup runs at most once: the state, once built, stays (but for a fork).
-        let s = match setup.take() {
-            Some(f) => current(&mut guard, f),
-            None => guard.as_mut()?,
+        // The state is built at most once here: once built, it stays (but for a fork).
+        let s = if std::mem::take(&mut first) {
+            current(&mut guard)
+        } else {
+            guard.as_mut()?
         };
         if s.buffered_here() == 0 {
             return None;
@@ -289,12 +355,35 @@ pub fn take_batch(setup: impl FnOnce() -> Setup) -> Option<(Vec<Event>, Sinks)> 
 }
 
 /// Returns the sinks [`take_batch`] handed out.
-pub fn put_back(setup: impl FnOnce() -> Setup, sinks: Sinks) {
-    with_state(setup, |s| {
+fn put_back(sinks: Sinks) {
+    with_state(|s| {
         s.sinks = Some(sinks);
         s.flushing = None;
     });
     SINKS_BACK.notify_all();
+}
+
+/// Writes this thread's buffered events to every sink without holding the state lock while
+/// sinks run (the New Relic sink calls PHP, which may record again). Returns the events
+/// written.
+pub fn flush() -> usize {
+    let Some((batch, mut sinks)) = take_batch() else {
+        return 0;
+    };
+    let written = sinks.write(&batch);
+    put_back(sinks);
+    drop(batch);
+    written
+}
+
+/// As [`flush`], to every sink but `skip`, which drops the batch and counts a failure
+/// (`why`): after the request, PHP (the New Relic agent) cannot be called any more.
+pub fn flush_without(skip: &str, why: &str) {
+    let Some((batch, mut sinks)) = take_batch() else {
+        return;
+    };
+    sinks.write_without(&batch, skip, why);
+    put_back(sinks);
 }
 
 /// The events what an acquire() learnt beside its decision leads to: a shop made hot by
@@ -430,6 +519,15 @@ mod tests {
             .iter()
             .all(|e| e.get("api") == Some(&AttrValue::Str("psp".into()))));
         assert_eq!(s.stats().buffered, 0);
+    }
+
+    /// The runtime without the extension (nothing registered): telemetry off, no error.
+    #[test]
+    fn without_a_registered_setup_telemetry_is_off() {
+        let s = State::new(Setup::off());
+        assert!(!s.enabled());
+        assert_eq!(s.stats().config_error, None);
+        assert!(s.stats().sinks.is_empty());
     }
 
     #[test]

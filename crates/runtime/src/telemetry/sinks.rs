@@ -405,7 +405,7 @@ impl Sink for StreamSink {
                 .arg("~")
                 .arg(self.maxlen)
                 .arg("*")
-                .arg("event")
+                .arg(checkout_guard_model::events::STREAM_FIELD)
                 .arg(self.line.trim_end());
         }
         let replies = store::pipeline(

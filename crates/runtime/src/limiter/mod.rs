@@ -1,0 +1,383 @@
+//! A limiter: one decision per call over a [`Store`] (acquire, a reservation, peek), with
+//! `on_unavailable` when Valkey cannot be asked. Its other concerns, each in its file:
+//! - [`live`]: the buckets in force and reloading live limits when the script says they
+//!   changed;
+//! - [`local_denials`]: the flood fast path's keys, the local denial and what a reply
+//!   teaches the table (`crate::denials`);
+//! - [`adaptive`]: the adaptive budget as this process sees it, `feedback()` and its
+//!   health;
+//! - [`admin`]: marking shops hot, reset, health.
+//!
+//! What a decision notices for telemetry is `crate::notices`'s.
+
+mod adaptive;
+mod admin;
+mod live;
+mod local_denials;
+
+pub use crate::notices::{AdaptChange, AdaptWhy, LimitsChange, Notices};
+pub use adaptive::{AdaptHealth, AdaptSeen};
+use live::BucketsInForce;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::sync::{Mutex, RwLock};
+
+use checkout_guard_config::live::PublishedSettings;
+use checkout_guard_config::{
+    validate_max_wait, validate_shop_id, validate_tokens, LimiterOptions, Mode, OnUnavailable,
+};
+use checkout_guard_model::{
+    reservation_wait_us, AdaptArgs, AutoHotArgs, DecideCall, DecideKeys, DecideReply, Decision,
+    Keys, Lane, LimiterError,
+};
+
+use crate::clock::{Clock, SystemClock};
+use crate::live_cache;
+use crate::store::{Store, StoreError, ValkeyStore};
+
+/// A configured limiter: validated options plus everything per-call work can reuse.
+/// Cheap to build; all limiters of a process share the pooled connections.
+#[derive(Debug)]
+pub struct Limiter {
+    options: LimiterOptions,
+    /// Where it decides: the pooled Valkey connection, or a test's store.
+    store: Arc<dyn Store>,
+    /// Where its time comes from (local denials' instants, a reservation's sleep): the
+    /// system clock, or a test's fake clock.
+    clock: Arc<dyn Clock>,
+    keys: Keys,
+    /// Per lane, the prefix of its local-denial keys (`<endpoint> {cg:<name>}:<lane>`),
+    /// built once: the endpoint (URL with database, or cluster seeds) keeps limiters of
+    /// the same name on other Valkeys apart.
+    denial_tags: [Vec<u8>; 3],
+    /// The prefix of the local entries that say whether a shop was hot (`<endpoint>
+    /// {cg:<name>}:hot?`): a local denial must know which buckets apply.
+    hot_status_tag: Vec<u8>,
+    /// The buckets decided with: the constructor's, or live limits over them.
+    in_force: RwLock<Arc<BucketsInForce>>,
+    /// Keys and arguments of the script that do not change per call.
+    global_key: Vec<u8>,
+    hot_lane_key: Vec<u8>,
+    limits_version_key: Vec<u8>,
+    auto_hot_prefix: Vec<u8>,
+    settings_key: Vec<u8>,
+    auto_hot_args: AutoHotArgs,
+    /// The adaptive budget's state key and the option as the decision takes it.
+    adapt_key: Vec<u8>,
+    adapt_args: AdaptArgs,
+    /// What this limiter runs with, sent with every decision: the script publishes it for
+    /// the CLI when the stored settings are missing (data loss, expiry) or differ.
+    settings: String,
+    /// [`live_cache::limiter_id`] of this limiter.
+    live_id: u64,
+    adapt_last_key: Vec<u8>,
+    /// The adaptive budget as this process last saw it (replies, feedback), and the
+    /// feedback calls that failed.
+    adapt_seen: Mutex<AdaptSeen>,
+}
+
+impl Limiter {
+    /// A limiter deciding on the process's pooled connection to `options.endpoint`, on
+    /// the system clock.
+    pub fn new(options: LimiterOptions) -> Self {
+        let store = ValkeyStore::new(
+            options.endpoint.clone(),
+            options.timeout,
+            options.retry_interval,
+            options.engine,
+        );
+        Self::with_store(options, Arc::new(store), Arc::new(SystemClock))
+    }
+
+    /// A limiter deciding against `store` on `clock` (tests use a `store::MemoryStore` and
+    /// a `clock::FakeClock` that the store follows too).
+    pub fn with_store(
+        options: LimiterOptions,
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        let keys = Keys::new(&options.name);
+        let endpoint = options.endpoint.display_url().as_bytes();
+        let denial_tags = Lane::ALL.map(|lane| {
+            [
+                endpoint,
+                b" ",
+                keys.hash_tag(),
+                b":",
+                lane.as_str().as_bytes(),
+            ]
+            .concat()
+        });
+        let hot_status_tag = [endpoint, b" ", keys.hash_tag(), b":hot?"].concat();
+        let auto_hot_args = AutoHotArgs::new(options.auto_hot.as_ref());
+        let adapt_args = AdaptArgs::new(options.adaptive.as_ref().map(|a| a.params()).as_ref());
+        let settings = PublishedSettings::encode_all(
+            &options.buckets,
+            options.auto_hot.as_ref(),
+            options.adaptive.as_ref(),
+            options.mode,
+        );
+        let live_id = live_cache::limiter_id(options.endpoint.display_url(), &options.name);
+        let known = live_cache::known(live_id);
+        let in_force = BucketsInForce::new(&options.buckets, &denial_tags, known.as_deref()).0;
+        Self {
+            global_key: keys.global(),
+            hot_lane_key: keys.hot_lane(),
+            limits_version_key: keys.limits_version(),
+            auto_hot_prefix: keys.auto_hot_prefix(),
+            settings_key: keys.settings(),
+            adapt_key: keys.adapt(),
+            adapt_last_key: keys.adapt_last(),
+            adapt_seen: Mutex::new(AdaptSeen::default()),
+            adapt_args,
+            keys,
+            store,
+            clock,
+            denial_tags,
+            hot_status_tag,
+            in_force: RwLock::new(Arc::new(in_force)),
+            auto_hot_args,
+            live_id,
+            settings,
+            options,
+        }
+    }
+
+    pub fn options(&self) -> &LimiterOptions {
+        &self.options
+    }
+
+    /// Whether `shop` is listed in the `hot_shops` option (no Valkey needed).
+    pub fn is_statically_hot(&self, shop: &[u8]) -> bool {
+        self.options.hot_shops.contains(shop)
+    }
+
+    /// One decision for `tokens` tokens of `shop`: one script call, one round trip.
+    /// When Valkey cannot be asked, `on_unavailable` decides (or the error is returned
+    /// for "throw").
+    pub fn acquire(&self, shop: &[u8], tokens: i64) -> Result<Decision, LimiterError> {
+        self.acquire_noticed(shop, tokens).map(|(d, _)| d)
+    }
+
+    /// [`Self::acquire`], and what it learnt on the way (a shop made hot by `auto_hot`,
+    /// new live limits), for telemetry. A change of live limits costs one round trip
+    /// more, in the one call that finds it.
+    pub fn acquire_noticed(
+        &self,
+        shop: &[u8],
+        tokens: i64,
+    ) -> Result<(Decision, Notices), LimiterError> {
+        self.acquire_or_peek(shop, tokens, false, 0)
+    }
+
+    /// A reservation: [`Self::acquire`] where tokens that every bucket holds within
+    /// `max_wait_seconds` (0 to 10) are taken now, and the call sleeps until they are
+    /// there (`Decision::waited`). When they would come later, a denial that takes
+    /// nothing, as [`Self::acquire`]'s. 0 is exactly [`Self::acquire`].
+    pub fn acquire_within(
+        &self,
+        shop: &[u8],
+        tokens: i64,
+        max_wait_seconds: f64,
+    ) -> Result<(Decision, Notices), LimiterError> {
+        let max_wait_us = validate_max_wait(max_wait_seconds)?;
+        self.acquire_or_peek(shop, tokens, false, max_wait_us)
+    }
+
+    /// What [`Self::acquire`] would answer now, taking nothing: the same decision (the same
+    /// script or command, the same local denials, `on_unavailable` when Valkey cannot be
+    /// asked), with nothing written in Valkey and nothing learnt by this worker (a peek's
+    /// reply describes tokens it did not take).
+    pub fn peek(&self, shop: &[u8], tokens: i64) -> Result<Decision, LimiterError> {
+        self.peek_noticed(shop, tokens).map(|(d, _)| d)
+    }
+
+    /// [`Self::peek`], and the new live limits it found on the way: this worker decides
+    /// with them from now on, so the change is the worker's to report (no acquire() after
+    /// it will find it new). A peek never makes a shop hot.
+    pub fn peek_noticed(
+        &self,
+        shop: &[u8],
+        tokens: i64,
+    ) -> Result<(Decision, Notices), LimiterError> {
+        self.acquire_or_peek(shop, tokens, true, 0)
+    }
+
+    /// The one path of [`Self::acquire_noticed`], [`Self::acquire_within`] and
+    /// [`Self::peek_noticed`]: local denials, the decision (taking nothing when `peek`),
+    /// reloading live limits, the reservation's sleep, `on_unavailable`.
+    fn acquire_or_peek(
+        &self,
+        shop: &[u8],
+        tokens: i64,
+        peek: bool,
+        max_wait_us: i64,
+    ) -> Result<(Decision, Notices), LimiterError> {
+        validate_shop_id(shop)?;
+        // Checked against the constructor's buckets: misuse is the caller's, and no live
+        // change may turn into an exception in checkout code. A request more than a live
+        // limit can hold is denied by that bucket (with a finite retryAfter).
+        validate_tokens(tokens, &self.options.buckets)?;
+        let mut in_force = self.current();
+        let static_hot = self.is_statically_hot(shop);
+        let mut notices = Notices::default();
+        // With the fast path off, no key is hashed and nothing is learnt.
+        let mut denial_keys = self
+            .options
+            .local_denials
+            .then(|| self.denial_keys(&in_force, shop));
+        if let Some(keys) = &denial_keys {
+            if let Some(d) =
+                self.deny_locally(&in_force, keys, tokens, static_hot, shop, max_wait_us)
+            {
+                return Ok((self.in_mode(&in_force, d, 0.0), notices));
+            }
+        }
+        let hot_shop_key = self.keys.hot_shop(shop);
+        let hot_flag_key = self.keys.hot_flag(shop);
+        let mut failure = None;
+        for _attempt in 0..3 {
+            let sent_ns = self.clock.monotonic_ns();
+            let call = DecideCall {
+                keys: DecideKeys {
+                    global: &self.global_key,
+                    hot_lane: &self.hot_lane_key,
+                    hot_shop: &hot_shop_key,
+                    hot_flag: &hot_flag_key,
+                    limits_version: &self.limits_version_key,
+                    auto_hot_prefix: &self.auto_hot_prefix,
+                    settings: &self.settings_key,
+                    adapt: &self.adapt_key,
+                },
+                tokens,
+                static_hot,
+                lanes: &in_force.lane_args,
+                version: &in_force.version,
+                shop,
+                auto_hot: &self.auto_hot_args,
+                adapt: &self.adapt_args,
+                settings: &self.settings,
+                peek,
+                max_wait_us,
+            };
+            let result = self
+                .store
+                .decide(&call)
+                .and_then(|ints| DecideCall::decode_reply(&ints).map_err(Self::bad_reply));
+            match result {
+                Ok(DecideReply::LimitsChanged) => {
+                    // The live limits changed: read them, decide again with them.
+                    match self.reload(&in_force) {
+                        Ok((fresh, change)) => {
+                            in_force = fresh;
+                            notices.limits_change = Some(change);
+                            if self.options.local_denials {
+                                denial_keys = Some(self.denial_keys(&in_force, shop));
+                            }
+                        }
+                        Err(e) => {
+                            failure = Some(e);
+                            break;
+                        }
+                    }
+                }
+                Ok(DecideReply::Decided(reply)) => {
+                    if let (Some(keys), false) = (&denial_keys, peek) {
+                        self.learn(&in_force, keys, shop, &reply, sent_ns);
+                    }
+                    if reply.became_hot {
+                        notices.became_hot = Some(reply.share_permille as f64 / 1000.0);
+                    }
+                    if !peek {
+                        notices.adapt = self.saw_reply(&reply);
+                    }
+                    let mut d = Decision::from_reply(in_force.buckets(), tokens, &reply);
+                    // A reservation: the tokens are the caller's once every bucket holds
+                    // them. Waited from the reply's arrival, no earlier than Valkey's
+                    // `now` (read before it), so never early. In shadow mode taken the
+                    // same, but never slept: the decision says what it would have waited.
+                    let mut unslept = 0.0;
+                    if d.allowed && max_wait_us > 0 {
+                        let wait_us = reservation_wait_us(in_force.buckets(), &reply);
+                        if wait_us > 0 {
+                            let wait = Duration::from_micros(wait_us as u64);
+                            match self.mode_in(&in_force) {
+                                Mode::Enforce => d.waited = self.clock.sleep(wait).as_secs_f64(),
+                                Mode::Shadow => unslept = wait.as_secs_f64(),
+                            }
+                        }
+                    }
+                    return Ok((self.in_mode(&in_force, d, unslept), notices));
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        let failure = failure.unwrap_or_else(|| StoreError::Failed {
+            cause: "live limits kept changing during the call".into(),
+            retry_in: Duration::ZERO,
+        });
+        // The real back-off: after a failed connection, the time until Valkey is tried
+        // again; after an error reply (Valkey answered), none: the next call asks again.
+        let retry = failure.retry_in();
+        if self.options.on_unavailable != OnUnavailable::Throw {
+            // Failing open (or closed) is said in the log, at most once a minute per cause.
+            self.say_unavailable(&failure);
+        }
+        // In shadow mode `deny` is reported (wouldAllow false) and let through; `throw`
+        // still throws: the mode changes what isAllowed() answers, never the control flow.
+        let d = match self.options.on_unavailable {
+            OnUnavailable::Allow => Decision::unavailable(true, 0.0, static_hot),
+            OnUnavailable::Deny => Decision::unavailable(false, retry.as_secs_f64(), static_hot),
+            OnUnavailable::Throw => return Err(self.unavailable(failure)),
+        };
+        Ok((self.in_mode(&in_force, d, 0.0), notices))
+    }
+
+    /// A reply outside the script's contract: Valkey answered, so no back-off.
+    fn bad_reply(cause: String) -> StoreError {
+        StoreError::Failed {
+            cause,
+            retry_in: Duration::ZERO,
+        }
+    }
+
+    /// Says in PHP's error log (through `warn_log`: at most once a minute per limiter,
+    /// Valkey and cause) that decisions follow the `on_unavailable` policy, why, and which
+    /// setting to check.
+    fn say_unavailable(&self, failure: &StoreError) {
+        let (StoreError::Backoff { cause, .. } | StoreError::Failed { cause, .. }) = failure;
+        let url = self.options.endpoint.display_url();
+        let now_ns = self.clock.monotonic_ns();
+        crate::warn_log::warn(&["valkey", &self.options.name, url], cause, now_ns, || {
+            // No back-off after a failure: Valkey answered, but not with a decision.
+            let what = match failure {
+                StoreError::Failed { retry_in, .. } if retry_in.is_zero() => "got no decision from",
+                _ => "cannot reach",
+            };
+            let policy = match self.options.on_unavailable {
+                OnUnavailable::Allow => "allow (checkouts pass, unlimited)",
+                OnUnavailable::Deny => "deny (checkouts are refused)",
+                OnUnavailable::Throw => "throw",
+            };
+            format!(
+                "PHP Warning:  checkout_guard: limiter '{}' {what} Valkey at {url} ({cause}); \
+                 decisions follow on_unavailable={policy} meanwhile; check checkout_guard.url / \
+                 the limiter's url option (said at most once a minute per cause; health() and \
+                 Telemetry::stats() count them)",
+                self.options.name
+            )
+        });
+    }
+
+    fn unavailable(&self, e: StoreError) -> LimiterError {
+        LimiterError::Unavailable {
+            url: self.options.endpoint.display_url().to_string(),
+            cause: e.to_string(),
+        }
+    }
+}
