@@ -53,6 +53,7 @@ mod connection;
 pub mod errors;
 pub mod info;
 mod reconnect;
+pub mod scripts;
 mod single;
 pub mod tls;
 mod wire;

@@ -9,16 +9,17 @@
 //! - [`decision`]: the [`Decision`] a caller gets, derived from a reply;
 //! - [`options`]: typed options, valid by construction; [`settings`]: the INI settings
 //!   and their defaults, the one table;
-//! - [`contract`]: the named KEYS/ARGV tables of every script, each position written once;
-//! - [`call`]: the decision script (the `.lua` files under `src/scripts/`) and
-//!   [`DecideCall`], the one encoder of its KEYS/ARGV and decoder of its reply;
+//! - [`cmd`]: one home per Valkey command (`cmd/decide.rs`, `cmd/feedback.rs`, ...): its
+//!   named KEYS/ARGV table, its encoder (e.g. [`DecideCall`]), its reply decoder, its
+//!   `.lua` file under `src/scripts/`; [`cmd::keys_then_argv`] is the one sequence sent;
+//! - [`server`]: the decision and the feedback as a server makes them in Rust (the
+//!   native module, the in-memory store);
 //! - [`keys`], [`live`], [`endpoint`], [`value`]: key names, the live-limits codec,
 //!   Valkey URLs, PHP-like values; [`slot`]: a key's cluster slot (CRC16).
 
 pub mod adaptive;
 pub mod bucket;
-pub mod call;
-pub mod contract;
+pub mod cmd;
 pub mod decision;
 pub mod endpoint;
 pub mod error;
@@ -33,9 +34,10 @@ pub mod tls;
 pub mod value;
 
 pub use bucket::{BucketSet, BucketSpec, Lane, StoredBucket};
-pub use call::{
-    AdaptArgs, AutoHotArgs, DecideCall, DecideKeys, DecideReply, FeedbackCall, LaneArgs, ShopKeys,
+pub use cmd::decide::{
+    AdaptArgs, AutoHotArgs, DecideCall, DecideKeys, DecideReply, LaneArgs, ShopKeys,
 };
+pub use cmd::feedback::FeedbackCall;
 pub use decision::{Decision, Reason};
 pub use endpoint::{mask_password, Endpoint};
 pub use error::{ConfigError, LimiterError};

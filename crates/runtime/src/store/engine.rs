@@ -12,8 +12,8 @@ use redis::{ConnectionLike, RedisError, RedisResult};
 use checkout_guard_model::{DecideCall, Engine};
 
 use super::native::native;
-use super::scripts::{invocation, load_and_invoke, DECIDE};
 use super::StoreError;
+use checkout_guard_connection::scripts::{invocation, load_and_invoke, DECIDE};
 
 /// See [`checkout_guard_model::options::MODULE_RECHECK_SECONDS`].
 pub const MODULE_RECHECK: Duration =
