@@ -167,7 +167,7 @@ mod tests {
         assert_eq!(sources.len(), ALL.len(), "a script for every command");
         for (name, hash) in sources {
             let c = ALL.iter().find(|c| c.name == name).unwrap();
-            let source = (c.source.unwrap())();
+            let source = (c.source)();
             assert_eq!(redis::Script::new(&source).get_hash(), hash, "{name}");
         }
     }

@@ -19,8 +19,8 @@ use checkout_guard_model::adaptive::AdaptParams;
 use checkout_guard_model::cmd::decide::AdaptArgs;
 use checkout_guard_model::cmd::decide::MODULE_COMMAND;
 use checkout_guard_model::cmd::decide::{
-    source as decide_source, source_with_test_clock as decide_source_with_test_clock, AutoHotArgs,
-    DecideCall, LaneArgs, ShopKeys, SETTINGS_TTL_SECONDS, TEST_KEY_SLACK_MS,
+    source_with_test_clock as decide_source_with_test_clock, AutoHotArgs, DecideCall, LaneArgs,
+    ShopKeys, SETTINGS_TTL_SECONDS, TEST_KEY_SLACK_MS,
 };
 use checkout_guard_model::cmd::feedback::{
     source_with_test_clock as feedback_source_with_test_clock, FeedbackCall,
@@ -453,7 +453,7 @@ fn a_live_change_carries_the_level_in_tokens_over_from_its_instant() {
 fn production_script_uses_valkeys_clock_and_lets_idle_buckets_expire() {
     let valkey = Valkey::start();
     let mut conn = valkey.connection();
-    let script = redis::Script::new(&decide_source());
+    let script = &*checkout_guard_connection::scripts::DECIDE;
     let set = BucketSet {
         global: BucketSpec::new("global", 10, 5.0).unwrap(),
         hot_lane: None,
@@ -477,7 +477,7 @@ fn production_script_uses_valkeys_clock_and_lets_idle_buckets_expire() {
         peek: false,
         max_wait_us: 0,
     };
-    let inv = invocation(&call, &script);
+    let inv = invocation(&call, script);
     let reply = StepReply::from_ints(&inv.invoke::<Vec<i64>>(&mut conn).unwrap()).unwrap();
     assert_eq!(reply.reason, None);
     assert!(
@@ -1072,10 +1072,9 @@ fn script_module_and_model_agree_on_random_sequences() {
 #[test]
 fn production_feedback_script_stores_the_models_state_and_expiry() {
     use checkout_guard_model::adaptive::{feedback, AdaptState};
-    use checkout_guard_model::cmd::feedback::source as feedback_source;
     let valkey = Valkey::start();
     let mut conn = valkey.connection();
-    let script = redis::Script::new(&feedback_source());
+    let script = &*checkout_guard_connection::scripts::FEEDBACK;
     let keys = Keys::new("fb");
     let (adapt_key, last_key) = (keys.adapt(), keys.adapt_last());
     let params = AdaptParams {
@@ -1092,7 +1091,7 @@ fn production_feedback_script_stores_the_models_state_and_expiry() {
             params,
             retry_after_us,
         };
-        let inv = invocation(&call, &script);
+        let inv = invocation(&call, script);
         let got = FeedbackCall::decode_reply(&inv.invoke::<Vec<i64>>(&mut conn).unwrap()).unwrap();
         let want = feedback(None, got.now, &params, 0.7, retry_after_us);
         assert_eq!(got.to_ints(), want.to_ints());

@@ -38,8 +38,8 @@ pub const COMMAND: Command = Command {
     name: "carry_step",
     keys: keys::ALL,
     args: args::ALL,
-    lua: Some(BODY),
-    source: Some(source),
+    lua: BODY,
+    source,
 };
 
 /// The script: a write script (the shebang), `carry.lua`, the inputs by name, the body.

@@ -3,7 +3,6 @@
 //! and arguments: its contract, its encoder [`DecideCall`], its reply decoder
 //! ([`DecideCall::decode_reply`]) and the server's decoder of the call ([`ReceivedCall`]).
 //!
-//!
 //! KEYS and ARGV are built by [`DecideCall`] only (the one encoder of the contract), in
 //! the order of the named tables [`keys`] and [`args`] (the script reads them by
 //! those names, through a generated prelude): KEYS: the buckets of global, hot lane and
@@ -146,8 +145,8 @@ pub const COMMAND: Command = Command {
     name: "decide",
     keys: keys::ALL,
     args: args::ALL,
-    lua: Some(BODY),
-    source: Some(source),
+    lua: BODY,
+    source,
 };
 
 /// How long published settings live (refreshed whenever a worker publishes them): a

@@ -43,8 +43,8 @@ pub const COMMAND: Command = Command {
     name: "feedback",
     keys: keys::ALL,
     args: args::ALL,
-    lua: Some(BODY),
-    source: Some(source),
+    lua: BODY,
+    source,
 };
 
 /// The script: a write script (the shebang), the inputs by name, Valkey's clock, the body.

@@ -91,7 +91,7 @@ macro_rules! inputs {
 }
 pub(crate) use inputs;
 
-/// A command: its contract and its Lua, as [`ALL`] lists them.
+/// A script command: its contract and its Lua, as [`ALL`] lists them.
 #[derive(Debug, Clone, Copy)]
 pub struct Command {
     /// Its name: its file under `src/cmd/` (and, for a script, its `.lua` file's stem).
@@ -100,11 +100,11 @@ pub struct Command {
     pub keys: &'static [Input],
     /// The ARGV table.
     pub args: &'static [Input],
-    /// The body of its `.lua` file under `src/scripts/`, as compiled in (what follows the
-    /// prelude); `None` for a command that is no script.
-    pub lua: Option<&'static str>,
+    /// The body of its `.lua` file under `src/scripts/<name>.lua`, as compiled in (what
+    /// follows the prelude).
+    pub lua: &'static str,
     /// The whole script as sent (shebang, shared functions, prelude, clock, body).
-    pub source: Option<fn() -> String>,
+    pub source: fn() -> String,
 }
 
 impl Command {
@@ -129,7 +129,7 @@ impl Command {
     }
 }
 
-/// Every command, each from its home.
+/// Every script command, each from its home (`mark_hot` sends plain commands).
 pub const ALL: &[&Command] = &[
     &decide::COMMAND,
     &feedback::COMMAND,

@@ -28,8 +28,8 @@ pub const COMMAND: Command = Command {
     name: "read_adapt",
     keys: keys::ALL,
     args: args::ALL,
-    lua: Some(BODY),
-    source: Some(source),
+    lua: BODY,
+    source,
 };
 
 /// The script: a read-only script (the shebang), the inputs by name, the body.

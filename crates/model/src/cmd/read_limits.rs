@@ -29,8 +29,8 @@ pub const COMMAND: Command = Command {
     name: "read_limits",
     keys: keys::ALL,
     args: args::ALL,
-    lua: Some(BODY),
-    source: Some(source),
+    lua: BODY,
+    source,
 };
 
 /// The script: the inputs by name, the body.

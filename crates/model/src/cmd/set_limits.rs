@@ -56,8 +56,8 @@ pub const COMMAND: Command = Command {
     name: "set_limits",
     keys: keys::ALL,
     args: args::ALL,
-    lua: Some(BODY),
-    source: Some(source),
+    lua: BODY,
+    source,
 };
 
 /// The script: `carry.lua`, the inputs by name, the body.
