@@ -7,7 +7,7 @@
 //! - its **encoder**: a `...Call` type implementing [`Call`], which fills every position
 //!   by name; [`keys_then_argv`] is the one place KEYS and ARGV become one sequence (the
 //!   worker's EVALSHA and `CG.DECIDE`, the CLI, the in-memory store and the tests all send
-//!   through it);
+//!   through it; redis-rs's side is `checkout_guard_connection::scripts`);
 //! - its **reply decoder** (`decode_reply`), and for the commands a server decides in Rust
 //!   (the module, the in-memory store) the decoder of the call itself
 //!   ([`decide::ReceivedCall::parse`], [`feedback::ReceivedFeedback::parse`]);
@@ -18,8 +18,9 @@
 //!   the tables used by it). Locals cost Lua nothing per call beyond the read of ARGV the
 //!   script did anyway.
 //!
-//! [`ALL`] lists every command (its contract and its `.lua`), so a test holds each
-//! encoder to its contract and each script to its file.
+//! [`ALL`] lists every script command (its contract and its `.lua`), so a test holds each
+//! encoder to its contract and each script to its file; [`mark_hot`] holds the plain
+//! commands of a hot mark.
 //!
 //! A group (width > 1) is what a script indexes by lane: the prelude gives its base
 //! offset instead of a value (`local lane_args = 2`: lane `i`'s interval is
