@@ -600,7 +600,7 @@ mod tests {
         );
         // The time is the argument after the call's; keys live an hour longer.
         let after_the_call = format!(
-            "local now = tonumber(ARGV[{}])\nlocal slack_ms = 3600000\n",
+            "local test_now_us = ARGV[{}]\nlocal now = tonumber(test_now_us)\nlocal slack_ms = {TEST_KEY_SLACK_MS}\n",
             DecideCall::ARGS + 1
         );
         assert!(test.contains(&after_the_call), "{test}");

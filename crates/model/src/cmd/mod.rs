@@ -254,14 +254,19 @@ pub const CARRY: &str = include_str!("../scripts/carry.lua");
 /// The clock block (Valkey's `TIME`) that tests swap for a clock they control.
 pub(crate) const CLOCK_BLOCK: &str = include_str!("../scripts/clock.lua");
 
-/// The clock block of a test variant: the time from the argument at `now_arg` (0-based
-/// ARGV position, µs), keys kept [`decide::TEST_KEY_SLACK_MS`] longer.
+/// The clock block of a test variant (`test_clock.lua`): the time from the argument
+/// `test_now_us` (µs), keys kept [`decide::TEST_KEY_SLACK_MS`] longer.
+pub(crate) const TEST_CLOCK_BLOCK: &str = include_str!("../scripts/test_clock.lua");
+
+/// The clock block of a test variant: `test_now_us` named at `now_arg` (0-based ARGV
+/// position, after the call's), then [`TEST_CLOCK_BLOCK`].
 pub(crate) fn test_clock_block(now_arg: usize) -> String {
-    format!(
-        "local now = tonumber(ARGV[{}])\nlocal slack_ms = {}\n",
-        now_arg + 1,
-        decide::TEST_KEY_SLACK_MS
-    )
+    let now = Input {
+        lua: "test_now_us",
+        at: now_arg,
+        width: 1,
+    };
+    format!("{}{TEST_CLOCK_BLOCK}", prelude(&[], &[now]))
 }
 
 /// The Lua lines that name a script's inputs: `local <name> = KEYS[<n>]` /

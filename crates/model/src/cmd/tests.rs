@@ -132,8 +132,16 @@ fn every_script_is_its_lua_file_read_by_name() {
     // The shared pieces: functions of their parameters, and the clock.
     assert_reads_by_name("carry.lua", CARRY, &[], &[]);
     assert_reads_by_name("clock.lua", CLOCK_BLOCK, &[], &[]);
-    files.remove("carry.lua");
-    files.remove("clock.lua");
+    let test_now = Input {
+        lua: "test_now_us",
+        at: decide::TEST_NOW_ARG,
+        width: 1,
+    };
+    assert_reads_by_name("test_clock.lua", TEST_CLOCK_BLOCK, &[], &[test_now]);
+    assert!(TEST_CLOCK_BLOCK.contains(&format!("slack_ms = {}\n", decide::TEST_KEY_SLACK_MS)));
+    for f in ["carry.lua", "clock.lua", "test_clock.lua"] {
+        files.remove(f);
+    }
     assert!(files.is_empty(), "scripts of no command: {files:?}");
 }
 
