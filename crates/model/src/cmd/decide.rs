@@ -598,10 +598,12 @@ mod tests {
             test,
             "only the clock block differs"
         );
-        // The time is the argument after the call's; keys live an hour longer.
+        // The time is the argument after the call's (test_clock.lua: keys live an hour
+        // longer, checked in cmd/tests.rs).
         let after_the_call = format!(
-            "local test_now_us = ARGV[{}]\nlocal now = tonumber(test_now_us)\nlocal slack_ms = {TEST_KEY_SLACK_MS}\n",
-            DecideCall::ARGS + 1
+            "local test_now_us = ARGV[{}]\n{}",
+            DecideCall::ARGS + 1,
+            crate::cmd::TEST_CLOCK_BLOCK
         );
         assert!(test.contains(&after_the_call), "{test}");
     }
