@@ -10,10 +10,16 @@ use checkout_guard_config::live::{self, LiveLimits, Stored};
 use checkout_guard_config::options::validate_name;
 use checkout_guard_config::tls::{tls_from_value, TlsDefaults};
 use checkout_guard_config::{validate_shop_id, validate_ttl, Endpoint, Mode, Value};
-use checkout_guard_model::call::{self, LaneArgs};
-use checkout_guard_model::keys::mark_hot_command;
+use checkout_guard_connection::scripts::{invoke, items, plain};
+use checkout_guard_model::cmd::carry_step::{self, CarryStepCall};
+use checkout_guard_model::cmd::decide::MODULE_COMMAND;
+use checkout_guard_model::cmd::hot_scan::HotScanCall;
+use checkout_guard_model::cmd::mark_hot::{mark_hot_command, unmark_hot_command};
+use checkout_guard_model::cmd::read_adapt::{self, ReadAdaptCall};
+use checkout_guard_model::cmd::read_limits::{self, ReadLimitsCall};
+use checkout_guard_model::cmd::set_limits::{self, SetLimitsCall};
+use checkout_guard_model::LaneArgs;
 use checkout_guard_model::{BucketSet, Keys, Lane, StoredBucket};
-use once_cell::sync::Lazy;
 
 use crate::valkey::Valkey;
 
@@ -112,15 +118,6 @@ pub struct Admin {
     name: String,
 }
 
-/// The scripts the CLI runs (their sources are the model's `.lua` files).
-static HOT_SCAN: Lazy<redis::Script> = Lazy::new(|| redis::Script::new(&call::hot_scan_source()));
-static READ_LIMITS: Lazy<redis::Script> =
-    Lazy::new(|| redis::Script::new(&call::read_limits_source()));
-static SET_LIMITS: Lazy<redis::Script> =
-    Lazy::new(|| redis::Script::new(&call::set_limits_source()));
-static CARRY_STEP: Lazy<redis::Script> =
-    Lazy::new(|| redis::Script::new(&call::carry_step_source()));
-
 impl Admin {
     pub fn new(url: &str, name: &str, timeout: Duration) -> Result<Self, String> {
         Self::with_tls(url, name, timeout, &TlsDefaults::default())
@@ -212,17 +209,17 @@ impl Admin {
 
     /// The live limits' version and hash, read together (as a worker reads them).
     fn read_live(&self) -> Result<Stored, String> {
-        type Reply = (Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>, String);
-        let (version, fields, error): Reply = self.call(|c| {
-            READ_LIMITS
-                .key(self.keys.limits())
-                .key(self.keys.limits_version())
-                .invoke(c)
-        })?;
+        let (limits_key, version_key) = (self.keys.limits(), self.keys.limits_version());
+        let call = ReadLimitsCall {
+            limits_key: &limits_key,
+            version_key: &version_key,
+        };
+        let raw: read_limits::Raw = self.call(|c| invoke(&call, c))?;
+        let read = ReadLimitsCall::decode_reply(raw);
         Ok(Stored {
-            version,
-            fields,
-            error: (!error.is_empty()).then_some(error),
+            version: read.version,
+            fields: read.fields,
+            error: read.error,
         })
     }
 
@@ -328,7 +325,6 @@ impl Admin {
             .map_err(|e| format!("refused, nothing written: {e}"))?;
         let new = new_set.clone();
         let (old_args, new_args) = (LaneArgs::new(&old), LaneArgs::new(&new_set));
-        let (old_args, new_args) = (old_args.text(), new_args.text());
         let mut warnings = Vec::new();
         for lane in Lane::ALL {
             if let (Some(o), Some(n)) = (old.get(lane), new.get(lane)) {
@@ -366,33 +362,34 @@ impl Admin {
             self.keys.hot_lane(),
         );
         let epoch = fresh_epoch();
-        let version: Vec<u8> = self.call(|c| {
-            let mut inv = SET_LIMITS.prepare_invoke();
-            inv.key(&limits)
-                .key(&version_key)
-                .key(&changes_key)
-                .key(&global)
-                .key(&lane)
-                .arg(&current.id)
-                .arg(by)
-                .arg(at)
-                .arg(&old)
-                .arg(&new)
-                .arg(&epoch);
-            // Global and hot lane (the first four of each): old limits, then new.
-            for a in old_args[..4].iter().chain(&new_args[..4]) {
-                inv.arg(a.as_str());
-            }
-            for lane in Lane::ALL {
-                if let Some((c, r)) = next.overrides[lane as usize] {
-                    inv.arg(lane.as_str()).arg(format!("{c}/{r}"));
-                }
-            }
-            if let Some(m) = next.mode {
-                inv.arg("mode").arg(m.as_str());
-            }
-            inv.invoke(c)
-        })?;
+        // The hash's fields besides the version: every override of the new limits, and
+        // the mode when one is stored.
+        let mut fields: Vec<(&str, String)> = Lane::ALL
+            .into_iter()
+            .filter_map(|lane| {
+                next.overrides[lane as usize].map(|(c, r)| (lane.as_str(), format!("{c}/{r}")))
+            })
+            .collect();
+        if let Some(m) = next.mode {
+            fields.push(("mode", m.as_str().to_string()));
+        }
+        let call = SetLimitsCall {
+            limits_key: &limits,
+            version_key: &version_key,
+            changes_key: &changes_key,
+            global_key: &global,
+            hot_lane_key: &lane,
+            expected: &current.id,
+            by,
+            at_ms: at,
+            old: &old,
+            new: &new,
+            epoch: &epoch,
+            old_lanes: &old_args,
+            new_lanes: &new_args,
+            fields: &fields,
+        };
+        let version: set_limits::Reply = self.call(|c| invoke(&call, c))?;
         // Every bucket carried over now, as of the change: a key written under the old
         // limits must not expire on their schedule before a decision reads it (a drained
         // bucket whose rate was lowered would come back full).
@@ -420,22 +417,19 @@ impl Admin {
         let args = LaneArgs::new(set);
         let mut cursor = b"0".to_vec();
         loop {
-            let (next, _carried): (Vec<u8>, i64) = self.call(|c| {
-                let mut inv = CARRY_STEP.prepare_invoke();
-                inv.key(&global)
-                    .key(&lane)
-                    .arg(&cursor)
-                    .arg(&pattern)
-                    .arg(version);
-                for a in args.text() {
-                    inv.arg(a.as_str());
-                }
-                inv.invoke(c)
-            })?;
-            if next == b"0" {
+            let call = CarryStepCall {
+                global_key: &global,
+                hot_lane_key: &lane,
+                cursor: &cursor,
+                pattern: &pattern,
+                version,
+                lanes: &args,
+            };
+            let step = carry_step::Reply::decode_reply(self.call(|c| invoke(&call, c))?);
+            if step.done() {
                 return Ok(());
             }
-            cursor = next;
+            cursor = step.cursor;
         }
     }
 
@@ -443,20 +437,15 @@ impl Admin {
     pub fn hot(&self, shop: &[u8], ttl_seconds: i64) -> Result<(), String> {
         validate_shop_id(shop).map_err(|e| e.to_string())?;
         validate_ttl(ttl_seconds).map_err(|e| e.to_string())?;
-        let key = self.keys.hot_flag(shop);
-        let mut cmd = redis::Cmd::new();
-        for a in mark_hot_command(&key, ttl_seconds) {
-            cmd.arg(a);
-        }
+        let cmd = plain(mark_hot_command(&self.keys.hot_flag(shop), ttl_seconds));
         self.call(|c| cmd.query::<()>(c))
     }
 
     /// Ends a hot mark (manual or automatic). Returns whether there was one.
     pub fn unhot(&self, shop: &[u8]) -> Result<bool, String> {
         validate_shop_id(shop).map_err(|e| e.to_string())?;
-        let key = self.keys.hot_flag(shop);
-        self.call(|c| redis::cmd("DEL").arg(&key).query::<i64>(c))
-            .map(|n| n > 0)
+        let cmd = plain(unmark_hot_command(&self.keys.hot_flag(shop)));
+        self.call(|c| cmd.query::<i64>(c)).map(|n| n > 0)
     }
 
     /// The limiter's state; `events_key` is the telemetry stream to count recent
@@ -541,15 +530,20 @@ impl Admin {
             .and_then(|t| live::PublishedSettings::parse(t).ok())
             .and_then(|p| p.adaptive);
         let (state_key, last_key) = (self.keys.adapt(), self.keys.adapt_last());
-        let raw: Vec<Option<Vec<u8>>> =
-            self.call(|c| redis::cmd("MGET").arg(&state_key).arg(&last_key).query(c))?;
-        let state = raw
-            .first()
-            .and_then(|r| r.as_deref())
+        let call = ReadAdaptCall {
+            adapt_key: &state_key,
+            last_key: &last_key,
+        };
+        // Both read as the workers' `health()` reads them (empty: missing); the share is
+        // computed at the status's own `now_us`.
+        let (state, last, _): read_adapt::Reply = self.call(|c| invoke(&call, c))?;
+        let state = Some(state)
+            .filter(|s| !s.is_empty())
+            .as_deref()
             .and_then(AdaptState::read_like_the_script);
-        let last = raw
-            .get(1)
-            .and_then(|r| r.as_deref())
+        let last = Some(last)
+            .filter(|l| !l.is_empty())
+            .as_deref()
             .and_then(LastThrottle::parse);
         if option.is_none() && state.is_none() && last.is_none() {
             return Ok(None);
@@ -587,7 +581,7 @@ impl Admin {
         self.call(|c| {
             redis::cmd("COMMAND")
                 .arg("INFO")
-                .arg("CG.DECIDE")
+                .arg(MODULE_COMMAND)
                 .query::<Vec<redis::Value>>(c)
         })
         .map(|v| v.first().is_some_and(|i| !matches!(i, redis::Value::Nil)))
@@ -600,22 +594,25 @@ impl Admin {
         let mut out = Vec::new();
         let mut cursor = b"0".to_vec();
         loop {
-            let reply: Vec<redis::Value> =
-                self.call(|c| HOT_SCAN.key(&route).arg(&cursor).arg(&pattern).invoke(c))?;
-            let mut it = reply.into_iter();
-            cursor = bytes(it.next());
-            while let (Some(k), Some(v), Some(ttl)) = (it.next(), it.next(), it.next()) {
-                let key = bytes(Some(k));
-                let kind = if bytes(Some(v)) == b"auto" {
+            let call = HotScanCall {
+                route: &route,
+                cursor: &cursor,
+                pattern: &pattern,
+            };
+            let reply: Vec<redis::Value> = self.call(|c| invoke(&call, c))?;
+            let step = HotScanCall::decode_reply(items(reply));
+            cursor = step.cursor;
+            for flag in step.flags {
+                let kind = if flag.value == b"auto" {
                     "auto"
                 } else {
                     "marked"
                 };
-                let ttl = match ttl {
-                    redis::Value::Int(i) => i,
-                    _ => -1,
-                };
-                out.push((key[prefix_len..].to_vec(), kind.to_string(), ttl));
+                out.push((
+                    flag.key[prefix_len..].to_vec(),
+                    kind.to_string(),
+                    flag.pttl_ms,
+                ));
             }
             if cursor == b"0" {
                 break;
@@ -721,15 +718,6 @@ impl Admin {
 
 /// Decisions counted by reason.
 type ByReason = BTreeMap<String, u64>;
-
-fn bytes(v: Option<redis::Value>) -> Vec<u8> {
-    match v {
-        Some(redis::Value::BulkString(b)) => b,
-        Some(redis::Value::SimpleString(s)) => s.into_bytes(),
-        Some(redis::Value::Int(i)) => i.to_string().into_bytes(),
-        _ => Vec::new(),
-    }
-}
 
 /// A fresh epoch for limits stored anew: random, so never one a worker knew before.
 fn fresh_epoch() -> String {

@@ -6,7 +6,7 @@
 use std::process::{Command, Stdio};
 
 use checkout_guard_model::adaptive::AdaptParams;
-use checkout_guard_model::call::{feedback_source, FeedbackCall};
+use checkout_guard_model::cmd::feedback::FeedbackCall;
 use checkout_guard_model::Keys;
 
 #[path = "../../runtime/tests/common/mod.rs"]
@@ -45,15 +45,7 @@ fn report(c: &mut redis::Connection, keys: &Keys, status: i64, retry_after_us: i
         params: AdaptParams::new(0.1, 3600.0),
         retry_after_us,
     };
-    let script = redis::Script::new(&feedback_source());
-    let mut inv = script.prepare_invoke();
-    for k in call.keys() {
-        inv.key(k);
-    }
-    for a in call.args() {
-        inv.arg(a);
-    }
-    inv.invoke(c).unwrap()
+    checkout_guard_connection::scripts::invoke(&call, c).unwrap()
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! doc that the tree can answer is read here and compared, so it cannot go stale silently.
 //!
 //! - the decision's key and argument counts (docs/module.md, README, the Valkey module's
-//!   comments) against the contract table (`contract::decide`);
+//!   comments) against the contract table (`cmd::decide`);
 //! - docs/architecture.md names every test file (`crates/*/tests/*.rs`, the PHPUnit
 //!   suites' `*Test.php`);
 //! - its table of the sleeps left in the PHP integration suite counts what the suite has;
@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use checkout_guard_model::contract::decide;
+use checkout_guard_model::cmd::decide;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -92,7 +92,7 @@ fn the_decisions_key_and_argument_counts_are_the_contract_tables() {
     }
     assert!(
         wrong.is_empty(),
-        "the contract (contract::decide) has {keys} keys and {args} arguments; stale: {wrong:#?}"
+        "the contract (cmd::decide) has {keys} keys and {args} arguments; stale: {wrong:#?}"
     );
     assert!(
         in_module_md >= 2,

@@ -17,6 +17,9 @@
 //!   ([`Failure::Unknown`]);
 //! - what an error means ([`errors`]: an error reply, a missing command, an ACL's NOPERM,
 //!   another build's arity) and how a failure is shown ([`describe`]).
+//! - the model's commands as redis-rs sends them ([`scripts`]): one `redis::Script` per
+//!   script, built from its home in `checkout_guard_model::cmd` and shared by the worker
+//!   and the CLI, and a call's KEYS then ARGV put on an invocation or a command.
 //!
 //! What it does not own: the worker's per-process pool, back-off and fork safety, and its
 //! choice of engine (`checkout-guard-runtime`'s `store`); the CLI's one connection per run
@@ -53,6 +56,7 @@ mod connection;
 pub mod errors;
 pub mod info;
 mod reconnect;
+pub mod scripts;
 mod single;
 pub mod tls;
 mod wire;

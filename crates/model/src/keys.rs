@@ -99,18 +99,6 @@ impl Keys {
     }
 }
 
-/// The command that marks a shop hot (`key` = [`Keys::hot_flag`]) for `ttl_seconds`, as
-/// `markHot()` and the CLI's `hot` send it.
-pub fn mark_hot_command(key: &[u8], ttl_seconds: i64) -> Vec<Vec<u8>> {
-    vec![
-        b"SET".to_vec(),
-        key.to_vec(),
-        b"1".to_vec(),
-        b"EX".to_vec(),
-        ttl_seconds.to_string().into_bytes(),
-    ]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

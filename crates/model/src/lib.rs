@@ -7,11 +7,11 @@
 //! - [`bucket`]: the token-bucket arithmetic (GCRA on microseconds) and stored buckets;
 //! - [`step`]: the reference decision, the Lua script's twin;
 //! - [`decision`]: the [`Decision`] a caller gets, derived from a reply;
-//! - [`contract`]: the named KEYS/ARGV tables of every script, each position written once;
-//! - [`call`]: the decision script (the `.lua` files under `src/scripts/`) and
-//!   [`DecideCall`], the one encoder of its KEYS/ARGV and decoder of its reply;
-//!   [`server`]: a call as the server receives and decides it (the native module, the
-//!   in-memory store);
+//! - [`cmd`]: one home per Valkey command (`cmd/decide.rs`, `cmd/feedback.rs`, ...): its
+//!   named KEYS/ARGV table, its encoder (e.g. [`DecideCall`]), its reply decoder, its
+//!   `.lua` file under `src/scripts/`; [`cmd::keys_then_argv`] is the one sequence sent;
+//! - [`server`]: the decision and the feedback as a server makes them in Rust (the
+//!   native module, the in-memory store);
 //! - [`keys`]: key names; [`slot`]: a key's cluster slot (CRC16); [`auto_hot`],
 //!   [`bounds`], [`limits_version`]: what the decision needs of `auto_hot`, of its
 //!   arguments' bounds and of a live-limits version;
@@ -26,8 +26,7 @@ pub mod adaptive;
 pub mod auto_hot;
 pub mod bounds;
 pub mod bucket;
-pub mod call;
-pub mod contract;
+pub mod cmd;
 pub mod decision;
 pub mod error;
 pub mod events;
@@ -40,9 +39,10 @@ pub mod step;
 pub use auto_hot::AutoHot;
 pub use bounds::{MAX_TTL_SECONDS, MAX_WAIT_US};
 pub use bucket::{BucketSet, BucketSpec, Lane, StoredBucket};
-pub use call::{
-    AdaptArgs, AutoHotArgs, DecideCall, DecideKeys, DecideReply, FeedbackCall, LaneArgs, ShopKeys,
+pub use cmd::decide::{
+    AdaptArgs, AutoHotArgs, DecideCall, DecideKeys, DecideReply, LaneArgs, ShopKeys,
 };
+pub use cmd::feedback::FeedbackCall;
 pub use decision::{Decision, Reason};
 pub use error::{ConfigError, LimiterError};
 pub use keys::Keys;

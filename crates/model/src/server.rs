@@ -9,172 +9,11 @@
 //! key; then the buckets taken from (or carried over), the
 //! `auto_hot` window and mark, and the settings when they differ.
 
-use crate::adaptive::{AdaptParams, AdaptState};
-use crate::auto_hot::AutoHot;
-use crate::bounds::MAX_WAIT_US;
-use crate::bucket::{BucketSet, BucketSpec, EncodedBucket, Lane, StoredBucket};
-use crate::call::{LIMITS_CHANGED_REPLY, SETTINGS_TTL_SECONDS};
-use crate::contract::decide;
+use crate::adaptive::AdaptState;
+use crate::bucket::{EncodedBucket, Lane, StoredBucket};
+use crate::cmd::decide::{self, ReceivedCall, LIMITS_CHANGED_REPLY, SETTINGS_TTL_SECONDS};
+use crate::cmd::feedback::ReceivedFeedback;
 use crate::step::{auto_hot_window, step, StepInput, StepReply, StoredState, WindowCounts};
-
-/// A decision call as the server receives it (`CG.DECIDE`'s arguments, or the script's
-/// KEYS then ARGV), decoded: the inverse of [`crate::DecideCall`]'s encoding.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ReceivedCall<'a> {
-    /// The keys, at their positions in [`decide::keys`].
-    pub keys: [&'a [u8]; decide::keys::LEN],
-    pub tokens: i64,
-    pub static_hot: bool,
-    pub buckets: BucketSet,
-    pub version: &'a [u8],
-    pub shop: &'a [u8],
-    pub auto_hot: Option<AutoHot>,
-    pub settings: &'a [u8],
-    /// `peek()`: decide, write nothing.
-    pub peek: bool,
-    /// A reservation's longest wait, µs (0: none).
-    pub max_wait_us: i64,
-    /// The `adaptive` option (None: off, its state not read).
-    pub adapt: Option<AdaptParams>,
-}
-
-/// `raw` as an integer, exactly as `str::parse::<i64>` reads it (an optional sign, then
-/// at least one ASCII digit, no overflow), without the UTF-8 check first: every decision
-/// reads a dozen of them.
-pub fn parse_i64(raw: &[u8]) -> Option<i64> {
-    let (negative, digits) = match raw {
-        [b'-', rest @ ..] => (true, rest),
-        [b'+', rest @ ..] => (false, rest),
-        _ => (false, raw),
-    };
-    if digits.is_empty() {
-        return None;
-    }
-    let mut n: i64 = 0;
-    for &b in digits {
-        let d = b.wrapping_sub(b'0');
-        if d > 9 {
-            return None;
-        }
-        // Accumulated negative when negative, so i64::MIN reads too.
-        n = n.checked_mul(10)?;
-        n = if negative {
-            n.checked_sub(i64::from(d))?
-        } else {
-            n.checked_add(i64::from(d))?
-        };
-    }
-    Some(n)
-}
-
-fn int(name: &str, raw: &[u8]) -> Result<i64, String> {
-    parse_i64(raw).ok_or_else(|| {
-        format!(
-            "{name} must be an integer, got {:?}",
-            String::from_utf8_lossy(raw)
-        )
-    })
-}
-
-impl<'a> ReceivedCall<'a> {
-    /// Decodes the call's KEYS then ARGV, each by its name in [`decide`]. What it holds
-    /// is valid as the options are: the buckets are buckets, `auto_hot` passed
-    /// [`AutoHot::new`].
-    pub fn parse(args: &[&'a [u8]]) -> Result<Self, String> {
-        const KEYS: usize = decide::keys::LEN;
-        const ARGS: usize = decide::args::LEN;
-        if args.len() != KEYS + ARGS {
-            return Err(format!(
-                "expected {KEYS} keys and {ARGS} arguments, got {}",
-                args.len()
-            ));
-        }
-        let (keys, argv) = args.split_at(KEYS);
-        let keys: [&'a [u8]; KEYS] = keys.try_into().expect("split at KEYS");
-        use decide::args::*;
-        let arg = |i: usize| argv[i];
-        let tokens = int("tokens", arg(TOKENS))?;
-        if tokens < 1 {
-            return Err(format!("tokens must be at least 1, got {tokens}"));
-        }
-        let bucket = |lane: Lane| -> Result<Option<BucketSpec>, String> {
-            let name = lane.as_str();
-            let i = int(name, arg(decide::interval_arg(lane)))?;
-            let t = int(name, arg(decide::tolerance_arg(lane)))?;
-            match i {
-                0 => Ok(None),
-                _ => BucketSpec::from_script_args(i, t).map(Some).ok_or_else(|| {
-                    format!("{name}: interval {i} and tolerance {t} are not a bucket")
-                }),
-            }
-        };
-        let global = bucket(Lane::Global)?.ok_or("the global bucket is required")?;
-        let buckets = BucketSet {
-            global,
-            hot_lane: bucket(Lane::HotLane)?,
-            hot_shop: bucket(Lane::HotShop)?,
-        };
-        let max_wait_us = int("max wait", arg(MAX_WAIT))?;
-        if !(0..=MAX_WAIT_US).contains(&max_wait_us) {
-            return Err(format!(
-                "max wait must be from 0 to {MAX_WAIT_US} µs, got {max_wait_us}"
-            ));
-        }
-        let window_us = int("auto_hot window", arg(AUTO_HOT_WINDOW))?;
-        let auto_hot = match window_us {
-            0 => None,
-            w if w > 0 => Some(
-                AutoHot::new(
-                    std::time::Duration::from_micros(w as u64),
-                    std::str::from_utf8(arg(AUTO_HOT_SHARE))
-                        .ok()
-                        .and_then(|s| s.parse::<f64>().ok())
-                        .filter(|x| x.is_finite())
-                        .ok_or("auto_hot share must be a number")?,
-                    int("auto_hot ttl", arg(AUTO_HOT_TTL))?,
-                    int("auto_hot min_tokens", arg(AUTO_HOT_MIN_TOKENS))?,
-                )
-                .map_err(|e| format!("{} {}", e.option, e.message))?,
-            ),
-            w => return Err(format!("auto_hot window must be >= 0, got {w}")),
-        };
-        let floor = int("adaptive floor", arg(ADAPT_FLOOR))?;
-        let adapt = match floor {
-            0 => None,
-            f if (1..=crate::adaptive::FULL).contains(&f) => {
-                let recover_us = int("adaptive recovery", arg(ADAPT_RECOVER))?;
-                if recover_us < 1 {
-                    return Err(format!(
-                        "adaptive recovery must be at least 1 µs, got {recover_us}"
-                    ));
-                }
-                Some(AdaptParams {
-                    floor_permille: f,
-                    recover_us,
-                })
-            }
-            f => return Err(format!("adaptive floor must be from 0 to 1000, got {f}")),
-        };
-        Ok(Self {
-            adapt,
-            keys,
-            tokens,
-            static_hot: arg(STATIC_HOT) == b"1",
-            buckets,
-            version: arg(VERSION),
-            shop: arg(SHOP),
-            auto_hot,
-            settings: arg(SETTINGS),
-            peek: arg(PEEK) == b"1",
-            max_wait_us,
-        })
-    }
-
-    /// The key at `at` (a position in [`decide::keys`]).
-    pub fn key(&self, at: usize) -> &'a [u8] {
-        self.keys[at]
-    }
-}
 
 /// The key space a server-side decision reads and writes.
 ///
@@ -396,40 +235,16 @@ pub fn decide_on(
 
 /// A throttling answer as the server handles it: [`crate::adaptive::feedback`] on the
 /// key space, the Lua twin `feedback.lua`'s reads and writes around it. `args` are the
-/// call's KEYS then ARGV ([`crate::contract::feedback`]).
+/// call's KEYS then ARGV ([`crate::cmd::feedback`]).
 pub fn feedback_on(ks: &mut impl Keyspace, args: &[&[u8]], now: i64) -> Result<[i64; 6], String> {
-    use crate::contract::feedback as fb;
-    if args.len() != fb::keys::LEN + fb::args::LEN {
-        return Err(format!(
-            "expected {} keys and {} arguments, got {}",
-            fb::keys::LEN,
-            fb::args::LEN,
-            args.len()
-        ));
-    }
-    let (keys, argv) = args.split_at(fb::keys::LEN);
-    let key = keys[fb::keys::ADAPT];
-    let status = int("status", argv[fb::args::STATUS])?;
-    if !(100..=599).contains(&status) {
-        return Err(format!("status must be from 100 to 599, got {status}"));
-    }
-    let decrease = std::str::from_utf8(argv[fb::args::DECREASE])
-        .ok()
-        .and_then(|s| s.parse::<f64>().ok())
-        .filter(|d| *d > 0.0 && *d < 1.0)
-        .ok_or("decrease must be a number above 0 and below 1")?;
-    let floor = int("floor", argv[fb::args::FLOOR])?;
-    let recover_us = int("recovery", argv[fb::args::RECOVER])?;
-    let retry_after_us = int("retry after", argv[fb::args::RETRY_AFTER])?;
-    if !(1..=crate::adaptive::FULL).contains(&floor) || recover_us < 1 || retry_after_us < 0 {
-        return Err(format!(
-            "floor {floor}, recovery {recover_us} µs or retry after {retry_after_us} µs out of range"
-        ));
-    }
-    let params = AdaptParams {
-        floor_permille: floor,
-        recover_us,
-    };
+    let ReceivedFeedback {
+        adapt_key: key,
+        last_key,
+        status,
+        decrease,
+        params,
+        retry_after_us,
+    } = ReceivedFeedback::parse(args)?;
     let stored = ks.read_string(key, |raw| raw.and_then(AdaptState::read_like_the_script));
     let out = crate::adaptive::feedback(stored, now, &params, decrease, retry_after_us);
     if out.decreased || out.paused {
@@ -440,13 +255,13 @@ pub fn feedback_on(ks: &mut impl Keyspace, args: &[&[u8]], now: i64) -> Result<[
         at_us: now,
         retry_after_us,
     };
-    ks.set_px(keys[fb::keys::LAST], last.encode().as_bytes(), 86_400_000);
+    ks.set_px(last_key, last.encode().as_bytes(), 86_400_000);
     Ok(out.to_ints())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::cmd::parse_i64;
 
     #[test]
     fn integers_are_read_as_rust_reads_them() {
@@ -494,199 +309,5 @@ mod tests {
         for n in [i64::MIN, -1, 0, 1, 42, i64::MAX] {
             assert_eq!(parse_i64(n.to_string().as_bytes()), Some(n));
         }
-    }
-    use crate::call::{AutoHotArgs, DecideCall, LaneArgs, ShopKeys};
-    use crate::Keys;
-
-    #[test]
-    fn a_received_call_is_what_the_encoder_sent() {
-        let set = BucketSet {
-            global: BucketSpec::new("global", 30, 7.5).unwrap(),
-            hot_lane: None,
-            hot_shop: Some(BucketSpec::new("hot_shop", 5, 1.0).unwrap()),
-        };
-        let auto = AutoHot {
-            window: std::time::Duration::from_millis(1500),
-            share: 0.34,
-            ttl_seconds: 60,
-            min_tokens: 3,
-        };
-        let keys = ShopKeys::new(&Keys::new("n"), b"s\x00p");
-        let (lanes, auto_args) = (LaneArgs::new(&set), AutoHotArgs::new(Some(&auto)));
-        let call = DecideCall {
-            adapt: &crate::call::AdaptArgs::off(),
-            keys: keys.decide_keys(),
-            tokens: 2,
-            static_hot: true,
-            lanes: &lanes,
-            version: b"3-ab-17",
-            shop: b"s\x00p",
-            auto_hot: &auto_args,
-            settings: "global=30/7.5",
-            peek: true,
-            max_wait_us: 250_000,
-        };
-        let argv = call.argv();
-        let args: Vec<&[u8]> = call
-            .keys()
-            .into_iter()
-            .chain(argv.iter().map(|a| a.as_ref()))
-            .collect();
-        let got = ReceivedCall::parse(&args).unwrap();
-        assert_eq!(got.keys, call.keys());
-        assert_eq!((got.tokens, got.static_hot), (2, true));
-        assert_eq!(got.version, b"3-ab-17");
-        assert_eq!(got.shop, b"s\x00p");
-        assert_eq!(got.auto_hot, Some(auto));
-        assert_eq!(got.settings, b"global=30/7.5");
-        assert!(got.peek);
-        assert_eq!(got.max_wait_us, 250_000);
-        for lane in Lane::ALL {
-            let (a, b) = (got.buckets.get(lane), set.get(lane));
-            assert_eq!(
-                a.map(|x| (x.interval_us(), x.tolerance_us())),
-                b.map(|x| (x.interval_us(), x.tolerance_us()))
-            );
-        }
-        assert!(ReceivedCall::parse(&args[..23]).is_err());
-    }
-
-    proptest::proptest! {
-        /// Every `auto_hot` its constructor accepts (what the option's parser ends in)
-        /// reaches the server as one its decoder accepts, the same to the microsecond:
-        /// the decoder validates what it reads (the script does not), so an option it
-        /// refused would make every decision of that limiter an error on the module, and
-        /// a decision on the script. (checkout-guard-config's `options::auto_hot` holds
-        /// the option itself to the decoder.)
-        #[test]
-        fn every_auto_hot_the_constructor_accepts_is_decoded_as_sent(
-            window_s in proptest::prop_oneof![
-                proptest::strategy::Just(1.0f64),
-                proptest::strategy::Just(3600.0f64),
-                proptest::strategy::Just(1.000_000_000_1_f64),
-                proptest::strategy::Just(3_599.999_999_9_f64),
-                1.0..=3600.0f64,
-            ],
-            share in proptest::prop_oneof![
-                proptest::strategy::Just(f64::MIN_POSITIVE),
-                proptest::strategy::Just(5e-324f64),
-                proptest::strategy::Just(1.0 - f64::EPSILON),
-                f64::MIN_POSITIVE..1.0f64,
-            ],
-            ttl in 1..=crate::bounds::MAX_TTL_SECONDS,
-            min_tokens in proptest::option::of(1..=1_000_000_000i64),
-            interval_us in 1..=10_000_000i64,
-        ) {
-            // What the option's parser (checkout-guard-config) ends in: the window in
-            // seconds as given, min_tokens by default 10% of what the global bucket
-            // refills in one window (at least 1).
-            let global = BucketSpec::new("global", 1000, 1e6 / interval_us as f64).unwrap();
-            let min_tokens = min_tokens.unwrap_or_else(|| {
-                ((global.refill_per_second() * window_s * 0.1).ceil() as i64).max(1)
-            });
-            let sent = AutoHot::new(
-                std::time::Duration::from_secs_f64(window_s),
-                share,
-                ttl,
-                min_tokens,
-            )
-            .unwrap();
-            let set = BucketSet {
-                global,
-                hot_lane: None,
-                hot_shop: None,
-            };
-            let keys = ShopKeys::new(&Keys::new("p"), b"s");
-            let (lanes, auto_args) = (LaneArgs::new(&set), AutoHotArgs::new(Some(&sent)));
-            let call = DecideCall {
-                adapt: &crate::call::AdaptArgs::off(),
-                keys: keys.decide_keys(),
-                tokens: 1,
-                static_hot: false,
-                lanes: &lanes,
-                version: b"",
-                shop: b"s",
-                auto_hot: &auto_args,
-                settings: "",
-                peek: false,
-                max_wait_us: 0,
-            };
-            let argv = call.argv();
-            let args: Vec<&[u8]> = call
-                .keys()
-                .into_iter()
-                .chain(argv.iter().map(|a| a.as_ref()))
-                .collect();
-            let got = ReceivedCall::parse(&args);
-            proptest::prop_assert!(got.is_ok(), "{:?} refused: {:?}", sent, got);
-            let got = got.unwrap().auto_hot.unwrap();
-            proptest::prop_assert_eq!(got.window.as_micros(), sent.window.as_micros());
-            proptest::prop_assert_eq!(
-                (got.share, got.ttl_seconds, got.min_tokens),
-                (sent.share, sent.ttl_seconds, sent.min_tokens)
-            );
-        }
-    }
-
-    /// A call whose `auto_hot` the options would refuse is refused, naming the part.
-    #[test]
-    fn a_received_auto_hot_is_validated_as_the_option_is() {
-        let set = BucketSet {
-            global: BucketSpec::new("global", 30, 7.5).unwrap(),
-            hot_lane: None,
-            hot_shop: None,
-        };
-        let keys = ShopKeys::new(&Keys::new("n"), b"s");
-        let lanes = LaneArgs::new(&set);
-        let parse = |window_us: &str, share: &str, ttl: &str, min: &str| {
-            let auto = AutoHotArgs::new(None);
-            let call = DecideCall {
-                adapt: &crate::call::AdaptArgs::off(),
-                keys: keys.decide_keys(),
-                tokens: 1,
-                static_hot: false,
-                lanes: &lanes,
-                version: b"",
-                shop: b"s",
-                auto_hot: &auto,
-                settings: "",
-                peek: false,
-                max_wait_us: 0,
-            };
-            let mut argv: Vec<Vec<u8>> = call.argv().iter().map(|a| a.to_vec()).collect();
-            use decide::args::*;
-            for (at, v) in [
-                (AUTO_HOT_WINDOW, window_us),
-                (AUTO_HOT_SHARE, share),
-                (AUTO_HOT_TTL, ttl),
-                (AUTO_HOT_MIN_TOKENS, min),
-            ] {
-                argv[at] = v.as_bytes().to_vec();
-            }
-            let args: Vec<&[u8]> = call
-                .keys()
-                .into_iter()
-                .chain(argv.iter().map(|a| a.as_slice()))
-                .collect();
-            ReceivedCall::parse(&args).map(|c| c.auto_hot)
-        };
-        let ok = parse("1000000", "0.3", "60", "1").unwrap().unwrap();
-        assert_eq!(
-            ok,
-            AutoHot::new(std::time::Duration::from_secs(1), 0.3, 60, 1).unwrap()
-        );
-        for (args, part) in [
-            (("200000", "0.3", "60", "1"), "auto_hot.window_seconds"),
-            (("3600000001", "0.3", "60", "1"), "auto_hot.window_seconds"),
-            (("1000000", "1.5", "60", "1"), "auto_hot.share"),
-            (("1000000", "0", "60", "1"), "auto_hot.share"),
-            (("1000000", "0.3", "0", "1"), "auto_hot.ttl_seconds"),
-            (("1000000", "0.3", "60", "0"), "auto_hot.min_tokens"),
-        ] {
-            let e = parse(args.0, args.1, args.2, args.3).unwrap_err();
-            assert!(e.starts_with(part), "{args:?}: {e}");
-        }
-        // Off is off, whatever the other parts hold.
-        assert_eq!(parse("0", "x", "y", "z"), Ok(None));
     }
 }

@@ -1,5 +1,5 @@
 //! The atomic step of one decision, in Rust. The decision script
-//! ([`crate::call::decide_source`], `src/scripts/decide.lua`) is its Lua twin, run inside
+//! ([`crate::cmd::decide::source`], `src/scripts/decide.lua`) is its Lua twin, run inside
 //! Valkey, and [`crate::server::decide_on`] wraps it for the native module and the
 //! in-memory store; the runtime's `tests/script_model.rs` drives them with the same random
 //! sequences and requires identical replies. Keep them in lock-step.

@@ -6,11 +6,13 @@
 use std::collections::HashMap;
 
 use checkout_guard_model::adaptive::{feedback, scaled, AdaptParams, AdaptState};
-use checkout_guard_model::call::{AdaptArgs, AutoHotArgs, DecideCall, LaneArgs, ShopKeys};
-use checkout_guard_model::server::{decide_on, Keyspace, ReceivedCall};
+use checkout_guard_model::cmd::decide::ReceivedCall;
+use checkout_guard_model::cmd::with_slices;
+use checkout_guard_model::server::{decide_on, Keyspace};
 use checkout_guard_model::{
     reservation_wait_us, step, BucketSet, BucketSpec, Keys, Lane, StepInput, StoredState,
 };
+use checkout_guard_model::{AdaptArgs, AutoHotArgs, DecideCall, LaneArgs, ShopKeys};
 use proptest::prelude::*;
 
 const T: i64 = 1_800_000_000_000_000;
@@ -248,14 +250,10 @@ fn a_peek_writes_nothing_not_even_the_recoverys_del() {
             peek,
             max_wait_us: 0,
         };
-        let argv = call.argv();
-        let args: Vec<&[u8]> = call
-            .keys()
-            .into_iter()
-            .chain(argv.iter().map(|a| a.as_ref()))
-            .collect();
-        let received = ReceivedCall::parse(&args).unwrap();
-        decide_on(ks, &received, now).unwrap().as_slice().to_vec()
+        with_slices(&call, |args| {
+            let received = ReceivedCall::parse(args).unwrap();
+            decide_on(ks, &received, now).unwrap().as_slice().to_vec()
+        })
     };
     // Scaled, peeked: the share in the reply, nothing written.
     let scaled_peek = decide(&mut ks, T + 1, true);

@@ -162,7 +162,7 @@ fn a_window_key_in_another_slot_is_refused_like_the_script() {
 /// and set the window's expiry on the bucket string, forgiving its debt).
 #[test]
 fn a_window_key_aliasing_the_bucket_fails_like_the_script() {
-    use checkout_guard_model::call::decide_source_with_test_clock;
+    use checkout_guard_model::cmd::decide::source_with_test_clock as decide_source_with_test_clock;
     const NOW: i64 = 1_800_000_000_000_000;
     let module = valkey_module();
     let v = Valkey::start_with(&[
@@ -189,7 +189,7 @@ fn a_window_key_aliasing_the_bucket_fails_like_the_script() {
     let a = auto_hot_argv();
     let script = redis::cmd("EVAL")
         .arg(decide_source_with_test_clock())
-        .arg(checkout_guard_model::contract::decide::keys::LEN)
+        .arg(checkout_guard_model::cmd::decide::keys::LEN)
         .arg(&k)
         .arg(&a)
         .arg(NOW)

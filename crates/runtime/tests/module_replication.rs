@@ -118,13 +118,16 @@ fn the_writes_reach_a_replica_and_an_aof_without_the_module_as_they_are() {
 /// on recovery reaches a replica without the module (it loses the key too).
 #[test]
 fn the_adaptive_state_and_its_recovery_del_reach_a_replica() {
+    use checkout_guard_connection::scripts::{command, invocation};
     use checkout_guard_model::adaptive::AdaptParams;
-    use checkout_guard_model::call::{
-        decide_source_with_test_clock, feedback_source_with_test_clock, AdaptArgs, AutoHotArgs,
-        DecideCall, FeedbackCall, LaneArgs, ShopKeys,
+    use checkout_guard_model::cmd::decide::{
+        source_with_test_clock as decide_source_with_test_clock, MODULE_COMMAND,
+    };
+    use checkout_guard_model::cmd::feedback::source_with_test_clock as feedback_source_with_test_clock;
+    use checkout_guard_model::{
+        AdaptArgs, AutoHotArgs, DecideCall, FeedbackCall, LaneArgs, ShopKeys,
     };
     use checkout_guard_model::{BucketSet, BucketSpec, Keys, StepReply};
-    use checkout_guard_runtime::store::invocation;
 
     let module = valkey_module();
     let port = free_tcp_port().to_string();
@@ -174,13 +177,7 @@ fn the_adaptive_state_and_its_recovery_del_reach_a_replica() {
             params,
             retry_after_us,
         };
-        let mut inv = feedback.prepare_invoke();
-        for k in call.keys() {
-            inv.key(k);
-        }
-        for a in call.args() {
-            inv.arg(a);
-        }
+        let mut inv = invocation(&call, &feedback);
         inv.arg(now);
         inv.invoke::<Vec<i64>>(c).unwrap()
     };
@@ -207,14 +204,7 @@ fn the_adaptive_state_and_its_recovery_del_reach_a_replica() {
                 inv.arg(now);
                 inv.invoke(c).unwrap()
             } else {
-                let mut cmd = redis::cmd("CG.DECIDE");
-                for k in call.keys() {
-                    cmd.arg(k);
-                }
-                for a in call.argv() {
-                    cmd.arg(a.as_ref());
-                }
-                cmd.arg(now).query(c).unwrap()
+                command(MODULE_COMMAND, &call).arg(now).query(c).unwrap()
             };
             out.push(reply);
         }

@@ -149,7 +149,7 @@ fn live_limits_are_picked_up_validated_and_recorded() {
     // A writer that read version 0 (someone else wrote version 1 meanwhile) is refused.
     let mut conn = valkey.connection();
     let keys = checkout_guard_model::Keys::new("live");
-    let set_limits = redis::Script::new(&checkout_guard_model::call::set_limits_source());
+    let set_limits = &*checkout_guard_connection::scripts::SET_LIMITS;
     let stale: redis::RedisResult<i64> = set_limits
         .key(keys.limits())
         .key(keys.limits_version())

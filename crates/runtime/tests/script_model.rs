@@ -15,19 +15,23 @@ use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use checkout_guard_connection::scripts::{command, invocation};
 use checkout_guard_model::adaptive::AdaptParams;
-use checkout_guard_model::call::{
-    decide_source, decide_source_with_test_clock, AutoHotArgs, DecideCall, LaneArgs, ShopKeys,
-    SETTINGS_TTL_SECONDS,
+use checkout_guard_model::cmd::decide::AdaptArgs;
+use checkout_guard_model::cmd::decide::MODULE_COMMAND;
+use checkout_guard_model::cmd::decide::{
+    source_with_test_clock as decide_source_with_test_clock, AutoHotArgs, DecideCall, LaneArgs,
+    ShopKeys, SETTINGS_TTL_SECONDS, TEST_KEY_SLACK_MS,
 };
-use checkout_guard_model::call::{feedback_source_with_test_clock, AdaptArgs, FeedbackCall};
-use checkout_guard_model::contract::decide::TEST_KEY_SLACK_MS;
+use checkout_guard_model::cmd::feedback::{
+    source_with_test_clock as feedback_source_with_test_clock, FeedbackCall,
+};
+use checkout_guard_model::cmd::with_slices;
 use checkout_guard_model::server::{feedback_on, Keyspace};
 use checkout_guard_model::{
     reservation_wait_us, step, BucketSet, BucketSpec, Decision, Keys, Lane, StepInput, StepReply,
     StoredBucket, StoredState,
 };
-use checkout_guard_runtime::store::invocation;
 use common::Valkey;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
@@ -465,7 +469,7 @@ fn a_live_change_carries_the_level_in_tokens_over_from_its_instant() {
 fn production_script_uses_valkeys_clock_and_lets_idle_buckets_expire() {
     let valkey = Valkey::start();
     let mut conn = valkey.connection();
-    let script = redis::Script::new(&decide_source());
+    let script = &*checkout_guard_connection::scripts::DECIDE;
     let set = BucketSet {
         global: BucketSpec::new("global", 10, 5.0).unwrap(),
         hot_lane: None,
@@ -489,7 +493,7 @@ fn production_script_uses_valkeys_clock_and_lets_idle_buckets_expire() {
         peek: false,
         max_wait_us: 0,
     };
-    let inv = invocation(&call, &script);
+    let inv = invocation(&call, script);
     let reply = StepReply::from_ints(&inv.invoke::<Vec<i64>>(&mut conn).unwrap()).unwrap();
     assert_eq!(reply.reason, None);
     assert!(
@@ -846,24 +850,14 @@ fn script_module_and_model_agree_on_random_sequences() {
                                 params,
                                 retry_after_us,
                             };
-                            let argv = call.args();
                             replies.push(if std::ptr::eq(k, &mem_keys) {
-                                let args: Vec<&[u8]> = call
-                                    .keys()
-                                    .into_iter()
-                                    .chain(argv.iter().map(|a| a.as_bytes()))
-                                    .collect();
-                                feedback_on(&mut MemKeys(&mem), &args, now)
-                                    .unwrap()
-                                    .to_vec()
+                                with_slices(&call, |args| {
+                                    feedback_on(&mut MemKeys(&mem), args, now)
+                                })
+                                .unwrap()
+                                .to_vec()
                             } else {
-                                let mut inv = feedback_script.prepare_invoke();
-                                for key in call.keys() {
-                                    inv.key(key);
-                                }
-                                for a in &argv {
-                                    inv.arg(a.as_str());
-                                }
+                                let mut inv = invocation(&call, &feedback_script);
                                 inv.arg(now);
                                 inv.invoke::<Vec<i64>>(conn).unwrap()
                             });
@@ -1028,14 +1022,7 @@ fn script_module_and_model_agree_on_random_sequences() {
                     inv.invoke(conn).unwrap()
                 });
                 let native = with_call(&mod_keys, &mut |call| {
-                    let mut cmd = redis::cmd("CG.DECIDE");
-                    for k in call.keys() {
-                        cmd.arg(k);
-                    }
-                    for a in call.argv() {
-                        cmd.arg(a.as_ref());
-                    }
-                    cmd.arg(now).query(conn).unwrap()
+                    command(MODULE_COMMAND, call).arg(now).query(conn).unwrap()
                 });
                 let model = with_call(&mem_keys, &mut |call| mem.decide(call).unwrap());
                 let sign = |v: &[i64]| {
@@ -1101,10 +1088,9 @@ fn script_module_and_model_agree_on_random_sequences() {
 #[test]
 fn production_feedback_script_stores_the_models_state_and_expiry() {
     use checkout_guard_model::adaptive::{feedback, AdaptState};
-    use checkout_guard_model::call::feedback_source;
     let valkey = Valkey::start();
     let mut conn = valkey.connection();
-    let script = redis::Script::new(&feedback_source());
+    let script = &*checkout_guard_connection::scripts::FEEDBACK;
     let keys = Keys::new("fb");
     let (adapt_key, last_key) = (keys.adapt(), keys.adapt_last());
     let params = AdaptParams {
@@ -1121,13 +1107,7 @@ fn production_feedback_script_stores_the_models_state_and_expiry() {
             params,
             retry_after_us,
         };
-        let mut inv = script.prepare_invoke();
-        for k in call.keys() {
-            inv.key(k);
-        }
-        for a in call.args() {
-            inv.arg(a);
-        }
+        let inv = invocation(&call, script);
         let got = FeedbackCall::decode_reply(&inv.invoke::<Vec<i64>>(&mut conn).unwrap()).unwrap();
         let want = feedback(None, got.now, &params, 0.7, retry_after_us);
         assert_eq!(got.to_ints(), want.to_ints());

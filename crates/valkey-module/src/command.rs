@@ -13,8 +13,8 @@ use std::ffi::{c_int, c_long, c_longlong};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use checkout_guard_model::contract::decide;
-use checkout_guard_model::server::{decide_on, ReceivedCall, ServerReply};
+use checkout_guard_model::cmd::decide::{self, ReceivedCall};
+use checkout_guard_model::server::{decide_on, ServerReply};
 use checkout_guard_model::DecideCall;
 use valkey_module::raw;
 

@@ -477,10 +477,8 @@ fn encoded_calls(
 ) -> Result<String, String> {
     use checkout_guard_config::options::validate_name;
     use checkout_guard_config::{bucket_value, buckets_from_value, Value};
-    use checkout_guard_model::call::{
-        decide_source, AdaptArgs, AutoHotArgs, DecideCall, LaneArgs, ShopKeys,
-    };
-    use checkout_guard_model::Keys;
+    use checkout_guard_model::cmd::decide;
+    use checkout_guard_model::{AdaptArgs, AutoHotArgs, DecideCall, Keys, LaneArgs, ShopKeys};
 
     validate_name(&Value::Str(name.as_bytes().to_vec())).map_err(|e| e.to_string())?;
     let (c, r) = live::parse_bucket(Lane::Global, global).map_err(|e| format!("--global: {e}"))?;
@@ -520,5 +518,5 @@ fn encoded_calls(
             })
         })
         .collect();
-    Ok(json!({"script": decide_source(), "calls": calls}).to_string())
+    Ok(json!({"script": decide::source(), "calls": calls}).to_string())
 }

@@ -71,8 +71,9 @@ pub fn auto_hot_from_value(v: &Value, global: &BucketSpec) -> Result<Option<Auto
 
 #[cfg(test)]
 mod tests {
-    use checkout_guard_model::call::{AdaptArgs, AutoHotArgs, DecideCall, LaneArgs, ShopKeys};
-    use checkout_guard_model::server::ReceivedCall;
+    use checkout_guard_model::cmd::decide::{
+        AdaptArgs, AutoHotArgs, DecideCall, LaneArgs, ReceivedCall, ShopKeys,
+    };
     use checkout_guard_model::Keys;
 
     use crate::value::Value;

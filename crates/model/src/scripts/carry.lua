@@ -1,5 +1,5 @@
 -- A stored bucket read under other limits: its level in tokens carried over.
--- The Lua twin of StoredBucket::effective_tat (bucket.rs); contract in call.rs.
+-- The Lua twin of StoredBucket::effective_tat (bucket.rs); contract in cmd/decide.rs.
 -- A value this project does not write (another library's, a hand edit: see
 -- StoredBucket::read_like_the_script) reads as nil: a missing key, a full bucket.
 local function carry(s, si, st, interval, tol, now, change)

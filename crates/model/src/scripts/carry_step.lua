@@ -1,4 +1,4 @@
--- The inputs are locals named by contract.rs's table (the prelude before this file):
+-- The inputs are locals named by cmd/carry_step.rs's table (the prelude before this file):
 -- lane i's interval is ARGV[lane_args + 2 * i - 1], its tolerance the next.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])

@@ -1,7 +1,7 @@
 -- One decision, atomically: the Lua twin of step() (step.rs). KEYS/ARGV are built by
--- DecideCall only, and the reply is read by StepReply: see call.rs for the contract. The
--- inputs are locals named by contract.rs's table (the prelude before this file).
--- Cost (call.rs): every redis.call, C function call and table costs; none is spent on a
+-- DecideCall only, and the reply is read by StepReply: see cmd/decide.rs for the contract.
+-- The inputs are locals named by its table (the prelude before this file).
+-- Cost (cmd/decide.rs): every redis.call, C function call and table costs; none is spent on a
 -- lane that is not configured, and no table but the reply is built unless a bucket carries.
 -- The numbers DecideCall encodes are read by arithmetic (`x + 0`: Lua converts a numeric
 -- string as tonumber() does, without a function call); a value read from the store, which

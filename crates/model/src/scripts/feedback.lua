@@ -1,5 +1,5 @@
 -- A throttling answer of the provider, atomically: the Lua twin of adaptive::feedback
--- (adaptive.rs, where the arithmetic is explained). KEYS/ARGV: contract::feedback, read
+-- (adaptive.rs, where the arithmetic is explained). KEYS/ARGV: cmd::feedback, read
 -- by name (the prelude before this file). Reply: {decreased, from, to, paused,
 -- pause_until, now} (FeedbackOutcome).
 local fl = floor + 0

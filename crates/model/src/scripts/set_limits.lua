@@ -1,4 +1,4 @@
--- The inputs are locals named by contract.rs's table (the prelude before this file).
+-- The inputs are locals named by cmd/set_limits.rs's table (the prelude before this file).
 local cur = redis.pcall('GET', version_key)
 if type(cur) ~= 'string' then cur = '' end
 if cur ~= expected then

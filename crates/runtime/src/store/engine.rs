@@ -16,8 +16,8 @@ use checkout_guard_config::Engine;
 use checkout_guard_model::DecideCall;
 
 use super::native::native;
-use super::scripts::{invocation, load_and_invoke, DECIDE};
 use super::StoreError;
+use checkout_guard_connection::scripts::{invocation, load_and_invoke, DECIDE};
 
 /// See [`checkout_guard_config::options::MODULE_RECHECK_SECONDS`].
 pub const MODULE_RECHECK: Duration =

@@ -18,7 +18,9 @@ use std::time::{Duration, UNIX_EPOCH};
 use crate::sync::Mutex;
 
 use checkout_guard_config::live::Stored;
-use checkout_guard_model::server::{decide_on, feedback_on, Keyspace, ReceivedCall};
+use checkout_guard_model::cmd::decide::ReceivedCall;
+use checkout_guard_model::cmd::with_slices;
+use checkout_guard_model::server::{decide_on, feedback_on, Keyspace};
 use checkout_guard_model::{DecideCall, FeedbackCall, Keys};
 
 use super::{AdaptRead, Health, Store, StoreError};
@@ -399,22 +401,18 @@ impl Store for MemoryStore {
             return Ok(ints);
         }
         // What a server receives: the encoded call, decoded (as CG.DECIDE does).
-        let argv = call.argv();
-        let args: Vec<&[u8]> = call
-            .keys()
-            .into_iter()
-            .chain(argv.iter().map(|a| a.as_ref()))
-            .collect();
         let failed = |cause: String| StoreError::Failed {
             cause,
             retry_in: Duration::ZERO,
         };
-        let received = ReceivedCall::parse(&args).map_err(failed)?;
         let now = s.now();
-        let reply = decide_on(&mut *s, &received, now)
-            .map_err(failed)?
-            .as_slice()
-            .to_vec();
+        let reply = with_slices(call, |args| {
+            let received = ReceivedCall::parse(args)?;
+            decide_on(&mut *s, &received, now)
+        })
+        .map_err(failed)?
+        .as_slice()
+        .to_vec();
         if reply.len() > 2 {
             s.decisions += 1;
         }
@@ -431,14 +429,8 @@ impl Store for MemoryStore {
         if let Some(Fault::Reply(ints)) = fault {
             return Ok(ints);
         }
-        let argv = call.args();
-        let args: Vec<&[u8]> = call
-            .keys()
-            .into_iter()
-            .chain(argv.iter().map(|a| a.as_bytes()))
-            .collect();
         let now = s.now();
-        feedback_on(&mut *s, &args, now)
+        with_slices(call, |args| feedback_on(&mut *s, args, now))
             .map(|r| r.to_vec())
             .map_err(|cause| StoreError::Failed {
                 cause,

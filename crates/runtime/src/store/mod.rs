@@ -10,7 +10,6 @@ mod engine;
 mod memory;
 mod native;
 mod pool;
-mod scripts;
 mod valkey;
 
 pub use engine::{last_engine, MODULE_RECHECK};
@@ -18,7 +17,6 @@ pub use engine::{last_engine, MODULE_RECHECK};
 pub use memory::{Fault, MemoryStats, MemoryStore};
 pub use pool::{ping, pipeline, status, with_connection, Pool, Replies};
 
-pub use scripts::invocation;
 pub use valkey::ValkeyStore;
 
 use std::fmt;

@@ -6,22 +6,23 @@
 //! first copy every argument into its own buffer and then pack them into another. A test
 //! holds the two byte for byte equal.
 
+use checkout_guard_connection::scripts::command;
+use checkout_guard_model::cmd::decide::MODULE_COMMAND;
+use checkout_guard_model::cmd::{keys_then_argv, Part};
 use checkout_guard_model::DecideCall;
 
-const NAME: &[u8] = b"CG.DECIDE";
+const NAME: &[u8] = MODULE_COMMAND.as_bytes();
 
 /// [`native`], packed as it goes on the wire (RESP), in one buffer of the exact size.
 pub(super) fn pack_native(call: &DecideCall<'_>) -> Vec<u8> {
-    let keys = call.keys();
-    let args = call.argv();
-    let count = 1 + keys.len() + args.len();
+    let parts: Vec<Part<'_>> = keys_then_argv(call).collect();
+    let count = 1 + parts.len();
     let bulk = |len: usize| 1 + decimal_len(len) + 2 + len + 2;
     let size = 1
         + decimal_len(count)
         + 2
         + bulk(NAME.len())
-        + keys.iter().map(|k| bulk(k.len())).sum::<usize>()
-        + args.iter().map(|a| bulk(a.len())).sum::<usize>();
+        + parts.iter().map(|p| bulk(p.bytes().len())).sum::<usize>();
     let mut out = Vec::with_capacity(size);
     out.push(b'*');
     push_decimal(&mut out, count);
@@ -34,11 +35,8 @@ pub(super) fn pack_native(call: &DecideCall<'_>) -> Vec<u8> {
         out.extend_from_slice(b"\r\n");
     };
     put(NAME);
-    for k in keys {
-        put(k);
-    }
-    for a in &args {
-        put(a);
+    for p in &parts {
+        put(p.bytes());
     }
     debug_assert_eq!(out.len(), size);
     out
@@ -60,14 +58,7 @@ fn push_decimal(out: &mut Vec<u8>, n: usize) {
 /// `CG.DECIDE` with `call`'s keys and arguments, as a `Cmd` (a cluster connection routes
 /// it by its keys).
 pub(super) fn native(call: &DecideCall<'_>) -> redis::Cmd {
-    let mut cmd = redis::cmd("CG.DECIDE");
-    for k in call.keys() {
-        cmd.arg(k);
-    }
-    for a in call.args() {
-        cmd.arg(a.as_ref());
-    }
-    cmd
+    command(MODULE_COMMAND, call)
 }
 
 #[cfg(test)]

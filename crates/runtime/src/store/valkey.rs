@@ -10,12 +10,15 @@ use redis::{ConnectionLike, RedisResult};
 
 use checkout_guard_config::live::Stored;
 use checkout_guard_config::{Endpoint, Engine};
-use checkout_guard_model::keys::mark_hot_command;
+use checkout_guard_connection::scripts::{invoke, plain};
+use checkout_guard_model::cmd::mark_hot::{mark_hot_command, unmark_hot_command};
+use checkout_guard_model::cmd::read_adapt::ReadAdaptCall;
+use checkout_guard_model::cmd::read_limits::{self, ReadLimitsCall};
+use checkout_guard_model::cmd::reset_step::{self, ResetStepCall};
 use checkout_guard_model::{DecideCall, FeedbackCall, Keys};
 
 use super::native::pack_native;
 use super::pool::{self, Pool, PooledConnection};
-use super::scripts::{FEEDBACK, READ, READ_ADAPT, RESET};
 use super::{engine, AdaptRead, Health, Store, StoreError};
 
 /// The store of the extension: the process's pooled connection to one endpoint, every
@@ -113,41 +116,40 @@ impl Store for ValkeyStore {
     /// on `NOSCRIPT`), within the limiter's timeout like every call; on a cluster routed
     /// by its keys, which share the limiter's hash tag.
     fn feedback(&self, call: &FeedbackCall<'_>) -> Result<Vec<i64>, StoreError> {
-        let mut inv = FEEDBACK.prepare_invoke();
-        for k in call.keys() {
-            inv.key(k);
-        }
-        for a in call.args() {
-            inv.arg(a);
-        }
-        self.call(|c| inv.invoke::<Vec<i64>>(c))
+        self.call(|c| invoke(call, c))
     }
 
     fn read_adapt(&self, adapt_key: &[u8], last_key: &[u8]) -> Result<AdaptRead, StoreError> {
-        self.call(|c| READ_ADAPT.key(adapt_key).key(last_key).invoke(c))
+        let call = ReadAdaptCall {
+            adapt_key,
+            last_key,
+        };
+        self.call(|c| invoke(&call, c))
     }
 
     fn read_limits(&self, keys: &Keys) -> Result<Stored, StoreError> {
-        type Reply = (Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>, String);
-        let (version, fields, error): Reply =
-            self.call(|c| READ.key(keys.limits()).key(keys.limits_version()).invoke(c))?;
+        let (limits_key, version_key) = (keys.limits(), keys.limits_version());
+        let call = ReadLimitsCall {
+            limits_key: &limits_key,
+            version_key: &version_key,
+        };
+        let raw: read_limits::Raw = self.call(|c| invoke(&call, c))?;
+        let read = ReadLimitsCall::decode_reply(raw);
         Ok(Stored {
-            version,
-            fields,
-            error: (!error.is_empty()).then_some(error),
+            version: read.version,
+            fields: read.fields,
+            error: read.error,
         })
     }
 
     fn mark_hot(&self, key: &[u8], ttl_seconds: i64) -> Result<(), StoreError> {
-        let mut cmd = redis::Cmd::new();
-        for a in mark_hot_command(key, ttl_seconds) {
-            cmd.arg(a);
-        }
+        let cmd = plain(mark_hot_command(key, ttl_seconds));
         self.call(|c| cmd.query::<()>(c))
     }
 
     fn unmark_hot(&self, key: &[u8]) -> Result<(), StoreError> {
-        self.call(|c| redis::cmd("DEL").arg(key).query::<()>(c))
+        let cmd = plain(unmark_hot_command(key));
+        self.call(|c| cmd.query::<()>(c))
     }
 
     fn exists(&self, key: &[u8]) -> Result<bool, StoreError> {
@@ -161,12 +163,16 @@ impl Store for ValkeyStore {
         self.call(|c| {
             let mut cursor = b"0".to_vec();
             loop {
-                let (next, _removed): (Vec<u8>, i64) =
-                    RESET.key(routing_key).arg(&cursor).arg(pattern).invoke(c)?;
-                if next == b"0" {
+                let call = ResetStepCall {
+                    route: routing_key,
+                    cursor: &cursor,
+                    pattern,
+                };
+                let step = reset_step::Reply::decode_reply(invoke(&call, c)?);
+                if step.done() {
                     return Ok(());
                 }
-                cursor = next;
+                cursor = step.cursor;
             }
         })
     }

@@ -5,7 +5,9 @@
 //! valkey-server (`VALKEY_SERVER` or the project's `.venv`).
 
 use crate::common::{valkey_module, Valkey};
-use checkout_guard_model::call::{decide_source, decide_source_with_test_clock};
+use checkout_guard_model::cmd::decide::{
+    source as decide_source, source_with_test_clock as decide_source_with_test_clock,
+};
 
 /// The test clock's time (µs).
 pub const NOW: i64 = 1_800_000_000_000_000;
@@ -28,7 +30,7 @@ pub fn with_module_args(args: &[&str]) -> Valkey {
 
 /// The keys of a call for `shop` (prefix `{cg:R}:`), at their contract positions.
 pub fn keys(shop: &[u8]) -> Vec<Vec<u8>> {
-    use checkout_guard_model::contract::decide::keys as at;
+    use checkout_guard_model::cmd::decide::keys as at;
     let k = |s: &[u8]| [b"{cg:R}:".as_slice(), s].concat();
     let mut out = vec![Vec::new(); at::LEN];
     out[at::BUCKETS] = k(b"b:global");
@@ -51,7 +53,7 @@ pub fn argv(
     auto: (i64, &str, i64, i64),
     settings: &[u8],
 ) -> Vec<Vec<u8>> {
-    use checkout_guard_model::contract::decide::args as at;
+    use checkout_guard_model::cmd::decide::args as at;
     let s = |x: &str| x.as_bytes().to_vec();
     let mut a = vec![s("0"); at::LEN];
     a[at::TOKENS] = s(&tokens.to_string());
@@ -101,7 +103,7 @@ pub fn script_cmd(k: &[Vec<u8>], a: &[Vec<u8>], now: Option<i64>) -> redis::Cmd 
         None => cmd.arg(decide_source()),
     };
     // As many keys as the contract has (the adaptive budget's made them 8).
-    cmd.arg(checkout_guard_model::contract::decide::keys::LEN)
+    cmd.arg(checkout_guard_model::cmd::decide::keys::LEN)
         .arg(k)
         .arg(a);
     if let Some(now) = now {
@@ -159,7 +161,7 @@ pub fn argv_full(
     peek: bool,
 ) -> Vec<Vec<u8>> {
     use checkout_guard_model::bucket::Lane;
-    use checkout_guard_model::contract::decide::{self, args as at};
+    use checkout_guard_model::cmd::decide::{self, args as at};
     let mut a = argv(shop, tokens, auto, settings);
     let mut lane = |l: Lane, interval: &[u8], tolerance: &[u8]| {
         a[decide::interval_arg(l)] = interval.to_vec();

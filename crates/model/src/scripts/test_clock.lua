@@ -1,0 +1,2 @@
+local now = tonumber(test_now_us)
+local slack_ms = 3600000
