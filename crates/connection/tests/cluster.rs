@@ -2,9 +2,10 @@
 //! in a thread that answers each command as the test says, so a slot map or a refusal a
 //! real Valkey would never give is exact (adversarial review of cluster.rs).
 
+mod dns_blackhole;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use checkout_guard_config::Endpoint;
@@ -131,52 +132,11 @@ const DNS_CHILD: &str = "CG_TEST_CLUSTER_DNS_CHILD";
 /// socket that reads and says nothing; not root: skipped, said on stderr.
 #[test]
 fn a_cluster_node_whose_name_the_resolver_never_answers_ends_within_the_timeout() {
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout == b"0\n");
-    if !matches!(root, Ok(true)) || Command::new("unshare").arg("--help").output().is_err() {
-        eprintln!("skipped: needs root and unshare(1) to give the test its own resolv.conf");
-        return;
-    }
-    let dns = std::net::UdpSocket::bind("127.0.0.154:53").expect("bind 127.0.0.154:53");
-    dns.set_nonblocking(true).unwrap();
-    let dir = std::env::temp_dir().join(format!("cg-cluster-dns-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let conf = dir.join("resolv.conf");
-    std::fs::write(
-        &conf,
-        "nameserver 127.0.0.154\noptions timeout:30 attempts:1\n",
-    )
-    .unwrap();
-    let out = Command::new("unshare")
-        .args([
-            "-m",
-            "sh",
-            "-c",
-            r#"mount --bind "$0" /etc/resolv.conf && exec "$@""#,
-        ])
-        .arg(&conf)
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "cluster_node_name_lookup_that_never_ends",
-            "--include-ignored",
-            "--nocapture",
-        ])
-        .env(DNS_CHILD, "1")
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    dns_blackhole::run_child_without_dns(
+        "cluster_node_name_lookup_that_never_ends",
+        DNS_CHILD,
+        "127.0.0.154",
     );
-    assert!(out.status.success(), "{said}");
-    assert!(said.contains("1 passed"), "{said}");
-    let mut query = [0u8; 512];
-    assert!(dns.recv(&mut query).is_ok(), "no DNS query arrived: {said}");
 }
 
 /// The child of [`a_cluster_node_whose_name_the_resolver_never_answers_ends_within_the_timeout`].

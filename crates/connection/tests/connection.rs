@@ -2,9 +2,10 @@
 //! what the test gives it, so a server that answers late, never, or hangs up is exact and
 //! needs no Valkey. Every wait here is a timeout the layer must cut short, never a sleep.
 
+mod dns_blackhole;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::Command;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -334,54 +335,7 @@ const DNS_CHILD: &str = "CG_TEST_DNS_CHILD";
 /// /etc/resolv.conf bind-mounted to name that socket; not root: skipped, said on stderr.
 #[test]
 fn a_name_the_resolver_never_answers_ends_within_the_timeout() {
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout == b"0\n");
-    if !matches!(root, Ok(true)) || Command::new("unshare").arg("--help").output().is_err() {
-        eprintln!("skipped: needs root and unshare(1) to give the test its own resolv.conf");
-        return;
-    }
-    // An address of loopback's own /8 that nothing else uses; port 53 (resolv.conf has no port).
-    let dns = std::net::UdpSocket::bind("127.0.0.153:53").expect("bind 127.0.0.153:53");
-    dns.set_nonblocking(true).unwrap();
-    let dir = std::env::temp_dir().join(format!("cg-dns-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let conf = dir.join("resolv.conf");
-    std::fs::write(
-        &conf,
-        "nameserver 127.0.0.153\noptions timeout:30 attempts:1\n",
-    )
-    .unwrap();
-    let out = Command::new("unshare")
-        .args([
-            "-m",
-            "sh",
-            "-c",
-            r#"mount --bind "$0" /etc/resolv.conf && exec "$@""#,
-        ])
-        .arg(&conf)
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "dns_lookup_that_never_ends",
-            "--include-ignored",
-            "--nocapture",
-        ])
-        .env(DNS_CHILD, "1")
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{said}");
-    assert!(said.contains("1 passed"), "{said}");
-    // The lookup did reach that DNS server (so the open was really waiting on it).
-    let mut query = [0u8; 512];
-    assert!(dns.recv(&mut query).is_ok(), "no DNS query arrived: {said}");
+    dns_blackhole::run_child_without_dns("dns_lookup_that_never_ends", DNS_CHILD, "127.0.0.153");
 }
 
 /// The child of [`a_name_the_resolver_never_answers_ends_within_the_timeout`] (ignored when
