@@ -263,6 +263,20 @@ final class AdaptiveClientTest extends OwnValkeyTestCase
      */
     public function testSeveralProcessesConvergeBelowTheProvidersLimit(): void
     {
+        // The second half's bounds are wall-clock rates on a shared machine: they must hold
+        // in one of two runs (a run whose processes were starved of CPU can miss them once;
+        // a real regression misses both). Everything else is asserted in every run.
+        $why = $this->convergeOnce();
+        if ($why !== null) {
+            fwrite(STDERR, "\nthe convergence run missed its bounds ($why): run once more\n");
+            $why = $this->convergeOnce();
+        }
+        $this->assertNull($why);
+    }
+
+    /** One convergence run; null when its second half kept its bounds, else why not. */
+    private function convergeOnce(): ?string
+    {
         $name = self::uniqueName('converge');
         $options = [
             'name' => $name,
@@ -346,15 +360,22 @@ final class AdaptiveClientTest extends OwnValkeyTestCase
         // to 50/s. Generous bounds: between 40% and 150% of the provider's limit.
         $secondHalf = ($end - $half['at']) / 1e6;
         $sent = ($total['ok'] + $total['throttled']) - ($half['ok'] + $half['throttled']);
-        $this->assertLessThanOrEqual(1.5 * $rate * $secondHalf + 10, $sent, "sent $sent in {$secondHalf}s");
-        $this->assertGreaterThanOrEqual(0.4 * $rate * $secondHalf, $sent, "sent $sent in {$secondHalf}s: starved");
         // And most of it was answered 200.
         $throttledLate = $total['throttled'] - $half['throttled'];
         fwrite(STDERR, sprintf(
             "\nadaptive, 4 processes, provider 20/s, configured 50/s, %.1f s: sent %d (429: %d), %d decreases; second half %.1f s: sent %d (%.1f/s, 429: %d)\n",
             $elapsed, $total['ok'] + $total['throttled'], $total['throttled'], count($t0s), $secondHalf, $sent, $sent / $secondHalf, $throttledLate
         ));
-        $this->assertLessThan(0.5 * $sent, $throttledLate, "$throttledLate of $sent answered 429 in the second half");
+        if ($sent > 1.5 * $rate * $secondHalf + 10) {
+            return "sent $sent in {$secondHalf}s";
+        }
+        if ($sent < 0.4 * $rate * $secondHalf) {
+            return "sent $sent in {$secondHalf}s: starved";
+        }
+        if ($throttledLate >= 0.5 * $sent) {
+            return "$throttledLate of $sent answered 429 in the second half";
+        }
+        return null;
     }
 }
 
