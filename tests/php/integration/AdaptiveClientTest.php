@@ -366,8 +366,9 @@ final class AdaptiveClientTest extends OwnValkeyTestCase
             "\nadaptive, 4 processes, provider 20/s, configured 50/s, %.1f s: sent %d (429: %d), %d decreases; second half %.1f s: sent %d (%.1f/s, 429: %d)\n",
             $elapsed, $total['ok'] + $total['throttled'], $total['throttled'], count($t0s), $secondHalf, $sent, $sent / $secondHalf, $throttledLate
         ));
+        $errors = array_filter(array_column($results, 'last_decision_error'));
         if ($sent > 1.5 * $rate * $secondHalf + 10) {
-            return "sent $sent in {$secondHalf}s";
+            return "sent $sent in {$secondHalf}s" . ($errors === [] ? '' : '; decisions not made by Valkey: ' . implode(' | ', $errors));
         }
         if ($sent < 0.4 * $rate * $secondHalf) {
             return "sent $sent in {$secondHalf}s: starved";
