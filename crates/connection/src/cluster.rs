@@ -34,7 +34,7 @@ use redis::{ConnectionAddr, ConnectionInfo, ConnectionLike, RedisError, RedisRes
 
 use crate::errors::timed_out;
 use crate::single::open_single;
-use crate::wire::{command_ends, Wire};
+use crate::wire::{command_ends, Limit, Wire};
 
 /// No node serves the slot (yet).
 const NO_NODE: u16 = u16::MAX;
@@ -49,13 +49,6 @@ struct Node {
     host: String,
     port: u16,
     wire: Option<Wire>,
-}
-
-/// How long what follows may take: each command its timeout, or all until a deadline.
-#[derive(Clone, Copy)]
-enum Limit {
-    Each(Duration),
-    Until(Instant),
 }
 
 /// An open connection to a cluster's nodes (see the module's doc).
@@ -311,10 +304,7 @@ impl Cluster {
 
     /// When what follows must end: the deadline, or the command's timeout from now.
     fn until(&self) -> Instant {
-        match self.limit {
-            Limit::Until(d) => d,
-            Limit::Each(t) => Instant::now() + t,
-        }
+        self.limit.deadline()
     }
 
     /// One command, its redirects and refusals followed (see the module's doc); the last

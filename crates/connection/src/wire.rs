@@ -190,9 +190,19 @@ impl Stream {
 /// How long a command may take: until the deadline of the call it is part of, or its own
 /// timeout from when it is sent.
 #[derive(Debug, Clone, Copy)]
-enum Limit {
+pub(crate) enum Limit {
     Until(Instant),
     Each(Duration),
+}
+
+impl Limit {
+    /// When a command sent now must end.
+    pub(crate) fn deadline(self) -> Instant {
+        match self {
+            Limit::Until(d) => d,
+            Limit::Each(t) => Instant::now() + t,
+        }
+    }
 }
 
 /// An open connection to one server (see the module's doc).
@@ -330,10 +340,7 @@ impl Wire {
             )
             .into());
         }
-        let deadline = match self.limit {
-            Limit::Until(d) => d,
-            Limit::Each(t) => Instant::now() + t,
-        };
+        let deadline = self.limit.deadline();
         if Instant::now() >= deadline {
             return Err(timed_out());
         }

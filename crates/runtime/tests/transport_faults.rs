@@ -698,13 +698,8 @@ fn a_stream_batch_on_a_cluster_whose_replies_are_lost_is_not_written_twice() {
 #[test]
 fn a_stream_batch_a_node_refuses_is_written_where_the_cluster_says() {
     use checkout_guard_runtime::telemetry::Sink;
-    let (pa, pb) = (free_port(), free_port());
-    let a = TcpValkey::cluster_node(false, pa, None);
-    let b = TcpValkey::cluster_node(false, pb, None);
-    a.cluster(&["ADDSLOTSRANGE", "0", "16383"]);
-    a.cluster(&["MEET", "127.0.0.1", &pb.to_string()]);
-    let (ida, idb) = (a.node_id(), b.node_id());
-    b.wait_cluster(0, &ida);
+    let (a, b, ida, idb) = two_nodes_all_on_a();
+    let (pa, pb) = (a.port, b.port);
     let url = format!("redis+cluster://127.0.0.1:{pa}");
     for (i, how) in ["moved", "ask"].iter().enumerate() {
         let key = format!("cg-refused:{{{how}}}");
@@ -845,16 +840,8 @@ fn a_slot_served_after_the_slot_map_was_learnt_is_found() {
 /// pooled connection, and a keyed command makes its node the one asked.
 #[test]
 fn engine_auto_decides_while_the_node_of_slot_0_is_down() {
-    let (pa, pb) = (free_port(), free_port());
-    let more = ["--cluster-require-full-coverage", "no"];
-    let a = cluster_node_with(true, pa, &more);
-    let b = cluster_node_with(true, pb, &more);
-    a.cluster(&["ADDSLOTSRANGE", "0", "8191"]);
-    b.cluster(&["ADDSLOTSRANGE", "8192", "16383"]);
-    a.cluster(&["MEET", "127.0.0.1", &pb.to_string()]);
-    let (ida, idb) = (a.node_id(), b.node_id());
-    b.wait_cluster(0, &ida);
-    b.wait_cluster(8192, &idb);
+    let (a, b, _, _) = two_nodes_halved(true);
+    let pb = b.port;
     drop(a);
     let url = format!("redis+cluster://127.0.0.1:{pb}");
     for engine in ["auto", "lua", "module"] {
@@ -881,16 +868,8 @@ fn engine_auto_decides_while_the_node_of_slot_0_is_down() {
 #[test]
 #[ignore = "fails: the back-off after one node's failure is the whole cluster URL's (store/pool.rs); see the doc comment"]
 fn a_dead_primary_does_not_stop_decisions_on_the_live_ones() {
-    let (pa, pb) = (free_port(), free_port());
-    let more = ["--cluster-require-full-coverage", "no"];
-    let a = cluster_node_with(false, pa, &more);
-    let b = cluster_node_with(false, pb, &more);
-    a.cluster(&["ADDSLOTSRANGE", "0", "8191"]);
-    b.cluster(&["ADDSLOTSRANGE", "8192", "16383"]);
-    a.cluster(&["MEET", "127.0.0.1", &pb.to_string()]);
-    let (ida, idb) = (a.node_id(), b.node_id());
-    b.wait_cluster(0, &ida);
-    b.wait_cluster(8192, &idb);
+    let (a, b, _, _) = two_nodes_halved(false);
+    let pb = b.port;
     let url = format!("redis+cluster://127.0.0.1:{pb}");
     let on_a = limiter_backing_off(&url, &name_in("on-a", |s| s < 8192), "lua", 10, 500, 1000);
     let on_b = limiter_backing_off(&url, &name_in("on-b", |s| s >= 8192), "lua", 10, 500, 1000);
@@ -914,13 +893,8 @@ fn a_dead_primary_does_not_stop_decisions_on_the_live_ones() {
 /// `MOVED`, a reshard already done, and every retry cost two round trips more).
 #[test]
 fn a_decision_during_a_migration_is_retried_where_it_was_asked() {
-    let (pa, pb) = (free_port(), free_port());
-    let a = TcpValkey::cluster_node(false, pa, None);
-    let b = TcpValkey::cluster_node(false, pb, None);
-    a.cluster(&["ADDSLOTSRANGE", "0", "16383"]);
-    a.cluster(&["MEET", "127.0.0.1", &pb.to_string()]);
-    let (ida, idb) = (a.node_id(), b.node_id());
-    b.wait_cluster(0, &ida);
+    let (a, b, ida, idb) = two_nodes_all_on_a();
+    let (pa, pb) = (a.port, b.port);
     let url = format!("redis+cluster://127.0.0.1:{pa}");
     let name = "migrating";
     let slot = limiter_slot(name).to_string();
@@ -1045,4 +1019,32 @@ fn a_primary_restarted_empty_is_left_for_its_promoted_replica() {
     };
     // (Its bucket is the replica's: resynced from the empty node at the old address.)
     assert!(decided.allowed, "{decided:?}");
+}
+
+/// Two cluster nodes that met, every slot `a`'s: `(a, b, a's id, b's id)`.
+fn two_nodes_all_on_a() -> (TcpValkey, TcpValkey, String, String) {
+    let (pa, pb) = (free_port(), free_port());
+    let a = TcpValkey::cluster_node(false, pa, None);
+    let b = TcpValkey::cluster_node(false, pb, None);
+    a.cluster(&["ADDSLOTSRANGE", "0", "16383"]);
+    a.cluster(&["MEET", "127.0.0.1", &pb.to_string()]);
+    let (ida, idb) = (a.node_id(), b.node_id());
+    b.wait_cluster(0, &ida);
+    (a, b, ida, idb)
+}
+
+/// Two cluster nodes that met, the slots halved between them, each serving its half while
+/// the other is down (`cluster-require-full-coverage no`), with the module or without.
+fn two_nodes_halved(module: bool) -> (TcpValkey, TcpValkey, String, String) {
+    let (pa, pb) = (free_port(), free_port());
+    let more = ["--cluster-require-full-coverage", "no"];
+    let a = cluster_node_with(module, pa, &more);
+    let b = cluster_node_with(module, pb, &more);
+    a.cluster(&["ADDSLOTSRANGE", "0", "8191"]);
+    b.cluster(&["ADDSLOTSRANGE", "8192", "16383"]);
+    a.cluster(&["MEET", "127.0.0.1", &pb.to_string()]);
+    let (ida, idb) = (a.node_id(), b.node_id());
+    b.wait_cluster(0, &ida);
+    b.wait_cluster(8192, &idb);
+    (a, b, ida, idb)
 }
