@@ -211,6 +211,34 @@ $cases = [
         $l = $limiter($tcp, 'bench-auto-mod', ['auto_hot' => true, 'engine' => 'module']);
         return static fn () => $l->acquire($shops())->isAllowed();
     }],
+    // In-flight leases (issue 37): a lease taken in the decision's call and released by
+    // one more call (the release script, on either engine), against acquire() alone.
+    // `_held` takes leases and never releases them (the lease sets grow to every decision
+    // of the run: what Valkey spends per decision with leases, the release apart).
+    'acquire_lease' => ['evalsha', static function () use ($limiter, $tcp, $shops) {
+        $l = $limiter($tcp, 'bench-lease', ['in_flight' => ['global' => 1_000_000]]);
+        return static function () use ($l, $shops): bool {
+            $d = $l->acquire($shops());
+            $d->release();
+            return $d->isAllowed();
+        };
+    }],
+    'acquire_lease_held' => ['evalsha', static function () use ($limiter, $tcp, $shops) {
+        $l = $limiter($tcp, 'bench-lease-held', ['in_flight' => ['global' => 1_000_000, 'lease_seconds' => 600]]);
+        return static fn () => $l->acquire($shops())->isAllowed();
+    }],
+    'acquire_lease_module' => ['CG.DECIDE', static function () use ($limiter, $tcp, $shops) {
+        $l = $limiter($tcp, 'bench-lease-mod', ['in_flight' => ['global' => 1_000_000], 'engine' => 'module']);
+        return static function () use ($l, $shops): bool {
+            $d = $l->acquire($shops());
+            $d->release();
+            return $d->isAllowed();
+        };
+    }],
+    'acquire_lease_held_module' => ['CG.DECIDE', static function () use ($limiter, $tcp, $shops) {
+        $l = $limiter($tcp, 'bench-lease-held-mod', ['in_flight' => ['global' => 1_000_000, 'lease_seconds' => 600], 'engine' => 'module']);
+        return static fn () => $l->acquire($shops())->isAllowed();
+    }],
     'evalsha' => ['evalsha', static function () use ($shops) {
         return evalsha_op(redis_to('tcp'), $shops);
     }],

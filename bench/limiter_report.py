@@ -19,6 +19,10 @@ CASES = [
     ("acquire_module", "`acquire()`, global bucket, native module (`CG.DECIDE`)"),
     ("acquire_hot_module", "`acquire()`, hot shop, native module"),
     ("acquire_auto_hot_module", "`acquire()`, global bucket, `auto_hot` on, native module"),
+    ("acquire_lease", "`acquire()` + `release()`, global bucket + `in_flight` (2 round trips)"),
+    ("acquire_lease_held", "`acquire()` taking a lease, never released (`in_flight`)"),
+    ("acquire_lease_module", "`acquire()` + `release()`, `in_flight`, native module"),
+    ("acquire_lease_held_module", "`acquire()` taking a lease, never released, native module"),
     ("evalsha", "the same script by hand, phpredis `evalSha`"),
     ("symfony", "Symfony RateLimiter `token_bucket` (Redis cache + Redis lock)"),
     ("ping_unix", "phpredis `PING`, Unix socket"),
@@ -125,6 +129,14 @@ def main() -> None:
             if m and p:
                 r = m["per_second"] / p["per_second"]
                 out.append(f"| native module: decisions/s >= 0.9x PING's (N={n}) | {m['per_second']:,} / {p['per_second']:,} = {r:.2f}x | {verdict(r >= 0.9)} |")
+    # In-flight leases: the lease rides in the decision's call (no round trip more), the
+    # release is one round trip; Valkey µs per decision with a lease against without.
+    for suffix, engine in (("", "script"), ("_module", "native module")):
+        base, lease, held = (by.get((c + suffix, 1)) for c in ("acquire", "acquire_lease", "acquire_lease_held"))
+        p = by.get(("ping", 1))
+        if base and lease and held and p:
+            out.append(f"| in_flight ({engine}): acquire() + release() as a multiple of PING (N=1) | {lease['p50_us']:.1f} / {p['p50_us']:.1f} µs = {lease['p50_us'] / p['p50_us']:.2f}x (acquire() alone {base['p50_us'] / p['p50_us']:.2f}x; a lease taken, not released: {held['p50_us'] / p['p50_us']:.2f}x) | {verdict(held['p50_us'] <= 1.25 * base['p50_us'] and lease['p50_us'] <= 2.5 * base['p50_us'])} |")
+            out.append(f"| in_flight ({engine}): Valkey µs per decision with a lease vs without | {held['valkey_usec_per_call']:.2f} vs {base['valkey_usec_per_call']:.2f} µs; {held['valkey_calls_per_decision']} calls per decision | {verdict(held['valkey_calls_per_decision'] <= 1.01)} |")
     if res.get("lua_cost"):
         lc = res["lua_cost"]
         for name, label, goal in LUA_GOALS:

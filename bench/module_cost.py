@@ -26,6 +26,13 @@ The calls are encoded as the extension encodes them for bench/limiter.php's limi
 writes; random shops of 1,000, or the listed hot shop `flash`). The `*_adapt_*` cases
 have the `adaptive` option on and its state at half the limits (every bucket scaled; the
 state read in the script's one MGET), the others have it off.
+
+The `*_lease_*` cases have `in_flight` on (limits of 1,000,000 on every level, never
+reached, so every decision takes a lease; leases of 100 ms, so that the sets hold the
+leases of the last 100 ms and each lease taken prunes the expired ones, as under steady
+traffic): a decision with leases against the same without. `*_release` ends leases taken
+before the case (one `CG.RELEASE` or release script per lease, in the order taken; leases
+of 600 s, held when released).
 """
 
 import argparse
@@ -60,10 +67,21 @@ def valkey_server() -> str:
 ADAPT = ("500", "1000000000000000")
 
 
-def decide_args(name: str, shop: str, hot: bool = False, auto_hot: bool = False, adapt: bool = False) -> list:
-    """KEYS then ARGV of one decision, as `DecideCall` encodes them (crates/model/src/call.rs)."""
+# The decision's KEYS (crates/model/src/cmd/decide.rs).
+NKEYS = "12"
+LEASE_US = "100000"
+
+
+def lease_keys(p: str, shop: str) -> list:
+    """The lease sets of global, hot lane, `shop`, and the stats hash."""
+    return [p + "f:global", p + "f:lane", p + "f:shop:" + shop, p + "f:stats"]
+
+
+def decide_args(name: str, shop: str, hot: bool = False, auto_hot: bool = False, adapt: bool = False, lease: str = "") -> list:
+    """KEYS then ARGV of one decision, as `DecideCall` encodes them (crates/model/src/cmd/decide.rs);
+    `lease`: the lease id of a call with `in_flight` (empty: off)."""
     p = "{cg:%s}:" % name
-    keys = [p + "b:global", p + "b:lane", p + "b:shop:" + shop, p + "hot:" + shop, p + "limits:v", p + "ah:", p + "settings", p + "adapt"]
+    keys = [p + "b:global", p + "b:lane", p + "b:shop:" + shop, p + "hot:" + shop, p + "limits:v", p + "ah:", p + "settings", p + "adapt"] + lease_keys(p, shop)
     lanes = ["1", "1000000"] + (["1", "1000000", "1", "1000000"] if hot else ["0", "0", "0", "0"])
     settings = "global=" + ALWAYS
     if hot:
@@ -73,7 +91,16 @@ def decide_args(name: str, shop: str, hot: bool = False, auto_hot: bool = False,
         auto = ["10000000", "0.3", "300", "1000000"]
         settings += " auto_hot=10s/0.3/300s/1000000"
     argv = ["1", "1" if hot else "0"] + lanes + ["", shop] + auto + [settings, "0", "0"] + (list(ADAPT) if adapt else ["0", "0"])
+    if lease:
+        argv += ["1000000", "1000000" if hot else "0", "1000000" if hot else "0", LEASE_US, lease]
+    else:
+        argv += ["0", "0", "0", "0", ""]
     return keys + argv
+
+
+def release_args(name: str, shop: str, lease: str) -> list:
+    """KEYS then ARGV of one release (crates/model/src/cmd/release.rs): held 600 s at most."""
+    return lease_keys("{cg:%s}:" % name, shop) + [lease, "600000000", "0"]
 
 
 def adapt_state(r, name: str) -> None:
@@ -86,6 +113,16 @@ def decide_script() -> str:
     cli = os.environ.get("CG_CLI") or os.path.join(ROOT, "target/release/checkout-guard")
     out = subprocess.run([cli, "limiter", "--name", "x", "call", "--global", ALWAYS, "s"], check=True, capture_output=True, text=True).stdout
     return json.loads(out)["script"]
+
+
+def release_script() -> str:
+    """The release script: crates/model/src/scripts/release.lua after its prelude (the
+    inputs by name) and Valkey's clock, as cmd/release.rs assembles it."""
+    model = os.path.join(ROOT, "crates/model/src")
+    clock = open(os.path.join(model, "scripts/clock.lua")).read()
+    body = open(os.path.join(model, "scripts/release.lua")).read()
+    prelude = "local lease_keys = 0\nlocal lease_stats_key = KEYS[4]\nlocal lease_id = ARGV[1]\nlocal lease_us = ARGV[2]\nlocal leaked = ARGV[3]\n"
+    return "#!lua\n" + prelude + clock + body
 
 
 def usec_per_call(r, command: str):
@@ -156,24 +193,52 @@ def main() -> None:
             # The floor of any script in this Valkey: the unit of the script cases' multiples.
             "script_empty": (lambda: ["EVALSHA", empty, "0"], "evalsha"),
             "module_global": (lambda: ["CG.DECIDE"] + decide_args("m", shop()), "cg.decide"),
-            "script_global": (lambda: ["EVALSHA", sha, "8"] + decide_args("s", shop()), "evalsha"),
+            "script_global": (lambda: ["EVALSHA", sha, NKEYS] + decide_args("s", shop()), "evalsha"),
             "module_hot": (lambda: ["CG.DECIDE"] + decide_args("mh", "flash", hot=True), "cg.decide"),
-            "script_hot": (lambda: ["EVALSHA", sha, "8"] + decide_args("sh", "flash", hot=True), "evalsha"),
+            "script_hot": (lambda: ["EVALSHA", sha, NKEYS] + decide_args("sh", "flash", hot=True), "evalsha"),
             "module_auto_hot": (lambda: ["CG.DECIDE"] + decide_args("ma", shop(), auto_hot=True), "cg.decide"),
-            "script_auto_hot": (lambda: ["EVALSHA", sha, "8"] + decide_args("sa", shop(), auto_hot=True), "evalsha"),
+            "script_auto_hot": (lambda: ["EVALSHA", sha, NKEYS] + decide_args("sa", shop(), auto_hot=True), "evalsha"),
         }
         # The adaptive budget on, at half the limits (the hot shop: three buckets scaled).
         for n in ("mad", "sad", "madh", "sadh"):
             adapt_state(r, n)
         cases["module_adapt_global"] = (lambda: ["CG.DECIDE"] + decide_args("mad", shop(), adapt=True), "cg.decide")
-        cases["script_adapt_global"] = (lambda: ["EVALSHA", sha, "8"] + decide_args("sad", shop(), adapt=True), "evalsha")
+        cases["script_adapt_global"] = (lambda: ["EVALSHA", sha, NKEYS] + decide_args("sad", shop(), adapt=True), "evalsha")
         cases["module_adapt_hot"] = (lambda: ["CG.DECIDE"] + decide_args("madh", "flash", hot=True, adapt=True), "cg.decide")
-        cases["script_adapt_hot"] = (lambda: ["EVALSHA", sha, "8"] + decide_args("sadh", "flash", hot=True, adapt=True), "evalsha")
+        cases["script_adapt_hot"] = (lambda: ["EVALSHA", sha, NKEYS] + decide_args("sadh", "flash", hot=True, adapt=True), "evalsha")
+        # in_flight: every decision takes a lease (unique ids), of 100 ms.
+        n = iter(range(10**12))
+        lease = lambda: "l%d" % next(n)
+        cases["module_lease_global"] = (lambda: ["CG.DECIDE"] + decide_args("ml", shop(), lease=lease()), "cg.decide")
+        cases["script_lease_global"] = (lambda: ["EVALSHA", sha, NKEYS] + decide_args("sl", shop(), lease=lease()), "evalsha")
+        cases["module_lease_hot"] = (lambda: ["CG.DECIDE"] + decide_args("mlh", "flash", hot=True, lease=lease()), "cg.decide")
+        cases["script_lease_hot"] = (lambda: ["EVALSHA", sha, NKEYS] + decide_args("slh", "flash", hot=True, lease=lease()), "evalsha")
+        # Releases of leases taken before (all on the global level and the hot shop's).
+        taken = a.rounds * (a.calls + 2 * 100)
+        release_sha = r.script_load(release_script())
+        for name in ("mr", "sr"):
+            p = r.pipeline(transaction=False)
+            for i in range(taken):
+                args = decide_args(name, "flash", hot=True, lease="r%d" % i)
+                args[-2] = "600000000"
+                p.execute_command("CG.DECIDE", *args)
+                if i % 1000 == 999:
+                    p.execute()
+                    p = r.pipeline(transaction=False)
+            p.execute()
+        # The release script as assembled here ends a lease the module took.
+        r.execute_command("CG.DECIDE", *decide_args("chk", "flash", hot=True, lease="chk"))
+        outcome = r.evalsha(release_sha, 4, *release_args("chk", "flash", "chk"))
+        if outcome[0] != 1:
+            sys.exit("the release script as assembled here answered %r, not a release" % outcome)
+        mr, sr = iter(range(taken)), iter(range(taken))
+        cases["module_release"] = (lambda: ["CG.RELEASE"] + release_args("mr", "flash", "r%d" % next(mr)), "cg.release")
+        cases["script_release"] = (lambda: ["EVALSHA", release_sha, "4"] + release_args("sr", "flash", "r%d" % next(sr)), "evalsha")
         if a.baseline:
             base = r.script_load(open(a.baseline).read())
-            cases["base_global"] = (lambda: ["EVALSHA", base, "8"] + decide_args("bs", shop()), "evalsha")
-            cases["base_hot"] = (lambda: ["EVALSHA", base, "8"] + decide_args("bsh", "flash", hot=True), "evalsha")
-            cases["base_auto_hot"] = (lambda: ["EVALSHA", base, "8"] + decide_args("bsa", shop(), auto_hot=True), "evalsha")
+            cases["base_global"] = (lambda: ["EVALSHA", base, NKEYS] + decide_args("bs", shop()), "evalsha")
+            cases["base_hot"] = (lambda: ["EVALSHA", base, NKEYS] + decide_args("bsh", "flash", hot=True), "evalsha")
+            cases["base_auto_hot"] = (lambda: ["EVALSHA", base, NKEYS] + decide_args("bsa", shop(), auto_hot=True), "evalsha")
         if a.redis_cell:
             # The command as redis-cell's README gives it: after its burst of 16, denials
             # (nothing written). And one that admits every call (writes every call, as the
@@ -195,10 +260,10 @@ def main() -> None:
         # (on a shared machine the best round is the one least disturbed by other load).
         if "script_empty" in best:
             for kind in ("base", "script"):
-                for case in [c for c in ("global", "hot", "auto_hot", "adapt_global", "adapt_hot") if kind + "_" + c in best]:
+                for case in [c for c in ("global", "hot", "auto_hot", "adapt_global", "adapt_hot", "lease_global", "lease_hot", "release") if kind + "_" + c in best]:
                     t = best[kind + "_" + case]
                     print("%-18s %6.2f us = %5.1fx the empty script (%.2f us), best of %d rounds" % (kind + "_" + case, t, t / best["script_empty"], best["script_empty"], a.rounds))
-        for case in [c for c in ("global", "hot", "auto_hot", "adapt_global", "adapt_hot") if "module_" + c in medians and "script_" + c in medians]:
+        for case in [c for c in ("global", "hot", "auto_hot", "adapt_global", "adapt_hot", "lease_global", "lease_hot", "release") if "module_" + c in medians and "script_" + c in medians]:
             m, s = medians["module_" + case], medians["script_" + case]
             print("%-9s module %.2f us, script %.2f us: %.1fx less" % (case, m, s, s / m))
         if a.json:

@@ -8,7 +8,10 @@ SVG with its text kept as text (or PNG, for a path ending in .png):
                        flood answers per second over the phases, and one row per probe;
   rate_panels()        the adaptive budget's chart.png/svg (loadtest/adaptive_report.py):
                        configured rate, the provider's real limit and the admitted rate
-                       over time, one panel per run.
+                       over time, one panel per run;
+  slow_provider_grid() the slow provider's chart.png/svg (loadtest/slow_report.py): per
+                       run, php-fpm's pool, ordinary checkouts' latency and the payment
+                       calls in flight, the provider's incident shaded.
 """
 
 import matplotlib
@@ -130,4 +133,61 @@ def rate_panels(path: str, panels: list, ylabel: str = "payment calls per second
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=4, frameon=False)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
+    save(fig, path)
+
+
+def slow_provider_grid(path: str, rows: list, incident: dict, pool: int, duration: float) -> None:
+    """The slow provider's chart (loadtest/slow_report.py): one row per run, [(title,
+    series, in_flight levels)], three panels each, one x scale, the incident shaded:
+    php-fpm's busy workers and listen queue (pm.status samples, the pool's size dashed);
+    each ordinary checkout's latency at its start (green paid, red not); the payment calls
+    in flight (most at once per bin: all, and the hot shop's, with the in_flight levels
+    dashed)."""
+    fig, axes = plt.subplots(len(rows), 3, figsize=(13, 2.3 * max(1, len(rows))), sharex=True, squeeze=False)
+    lat_max = max([1.0] + [o[2] / 1000 for _, s, _ in rows for o in s["ordinary"]])
+    fpm_max = max([pool] + [q for _, s, _ in rows for _, _, q in s["fpm"]])
+    fl_max = max([1] + [v for _, s, _ in rows for v in s["in_flight_all"]])
+    for i, (title, s, levels) in enumerate(rows):
+        pool_ax, lat_ax, fl_ax = axes[i]
+        for ax in axes[i]:
+            ax.axvspan(incident["from_s"], incident["to_s"], color="#fde2e2", zorder=0)
+            ax.grid(alpha=0.3)
+            ax.set_xlim(0, duration)
+        t = [x[0] for x in s["fpm"]]
+        pool_ax.plot(t, [x[1] for x in s["fpm"]], color=BLUE, linewidth=1.5, label="busy workers")
+        pool_ax.plot(t, [x[2] for x in s["fpm"]], color=ORANGE, linewidth=1.5, label="listen queue")
+        pool_ax.axhline(pool, color="black", linestyle="--", linewidth=1, label=f"pool ({pool})")
+        pool_ax.set_ylim(0, fpm_max * 1.1)
+        pool_ax.set_ylabel(title, fontsize=9)
+        ok = [o for o in s["ordinary"] if o[1] == 200]
+        bad = [o for o in s["ordinary"] if o[1] != 200]
+        # The points as an image inside the SVG (thousands of them), the rest as text and lines.
+        lat_ax.scatter([o[0] for o in ok], [o[2] / 1000 for o in ok], s=4, color=GREEN, label="ordinary checkout, paid",
+                       rasterized=True)
+        lat_ax.scatter([o[0] for o in bad], [o[2] / 1000 for o in bad], s=6, color=RED,
+                       label="ordinary checkout, not paid", rasterized=True)
+        lat_ax.set_ylim(0, lat_max * 1.05)
+        step = s["bin_s"]
+        x = [k * step for k in range(len(s["in_flight_all"]))]
+        fl_ax.stairs(s["in_flight_all"], [k * step for k in range(len(x) + 1)], color=BLUE, linewidth=1.5,
+                     label="payment calls in flight (all)")
+        fl_ax.stairs(s["in_flight_hot"], [k * step for k in range(len(x) + 1)], color=DARK_RED, linewidth=1.5,
+                     label="the hot shop's")
+        for name, colour in (("global", BLUE), ("hot_shop", DARK_RED)):
+            if name in levels:
+                fl_ax.axhline(levels[name], color=colour, linestyle="--", linewidth=1)
+        fl_ax.set_ylim(0, fl_max * 1.1)
+        if i == 0:
+            pool_ax.set_title("php-fpm pool (pm.status)", loc="left", fontsize=10)
+            lat_ax.set_title("ordinary checkouts: latency (s) at their start", loc="left", fontsize=10)
+            fl_ax.set_title("payment calls in flight (dashed: in_flight)", loc="left", fontsize=10)
+    for ax in axes[-1]:
+        ax.set_xlabel("seconds (shaded: the provider's incident)")
+    handles, labels = [], []
+    for ax in axes[0]:
+        h, lab = ax.get_legend_handles_labels()
+        handles += h
+        labels += lab
+    fig.legend(handles, labels, loc="lower center", ncol=4, frameon=False, markerscale=3)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     save(fig, path)

@@ -26,14 +26,40 @@ follows the schedule, answering 429 past it (fast, as real providers do).
                               "burst": N} where the schedule's clock starts
   --seed N                    seed of the random draws (latency, Retry-After)
 
+A slow provider (scripts/loadtest.sh slow-provider), as real ones get slow: the payment API
+serves at most C charges at once, first come first served (past C in flight a charge waits
+for one to finish: queueing), and for a phase of the run its service time rises from
+~40 ms to seconds (its incident). Both apply to charges it accepts; its 429s (its own
+limit above, nginx's limit_req in front) stay fast, and the item API is not affected.
+
+  --concurrency C             at most C charges served at once (default: env
+                              PROVIDER_CONCURRENCY, else 0: no bound, every charge served
+                              at once)
+  --incident START:END:SECONDS  from START to END seconds on the run's clock, a charge's
+                              service time is lognormal around SECONDS (sigma 0.2, at most
+                              1.5x SECONDS) instead of ~40 ms (default: env
+                              PROVIDER_INCIDENT, else none)
+  --calls-log PATH            one JSON line per charge served, when its answer is sent:
+                              {"t": arrival (epoch s), "shop": X-Shop-Id, "wait": seconds
+                              queued for a free slot, "service": seconds served, "busy":
+                              charges in service at its arrival, "incident": bool}; and
+                              {"event": "start", "t": ..., "concurrency": C, "incident":
+                              [START, END, SECONDS] or null} where the run's clock starts
+
+The run's clock (the schedule's and the incident's) starts with the first charge, or with
+the first charge after POST /_schedule/arm.
+
   POST /_schedule/arm         (on this port, not behind nginx) the next charge starts the
-                              schedule's clock, with a full bucket: the load's first
-                              charge, not a probe's before it; answers {"armed": true}
+                              run's clock, the schedule's with a full bucket: the load's
+                              first charge, not a probe's before it; answers {"armed": true}
+                              (404 when neither a schedule nor an incident is set)
 """
 
 import argparse
 import asyncio
+import heapq
 import json
+import os
 import random
 import sys
 import time
@@ -42,6 +68,46 @@ import time
 # a throttled charge is answered fast (~5 ms): the provider refuses before doing any work.
 LATENCY = {"items": (0.025, 0.35), "charges": (0.040, 0.35), "throttled": (0.005, 0.35)}
 REASONS = {200: b"OK", 404: b"Not Found", 429: b"Too Many Requests"}
+# The incident's service time: lognormal around its median, narrower than the normal
+# tail, and at most 1.5x the median: without queueing it stays under the checkout's
+# 3 s timeout for a median up to 2 s, so a timeout is the queue's doing.
+INCIDENT_SIGMA, INCIDENT_CAP = 0.2, 1.5
+
+
+def parse_incident(spec: str) -> tuple:
+    """'8:16:1.5' -> (8.0, 16.0, 1.5): from 8 s to 16 s on the run's clock, service times
+    around 1.5 s."""
+    parts = spec.split(":")
+    try:
+        start, end, seconds = (float(x) for x in parts)
+    except ValueError:
+        raise ValueError(f"--incident: '{spec}' is not START:END:SECONDS") from None
+    if start < 0 or end <= start or seconds <= 0:
+        raise ValueError(f"--incident: '{spec}' needs 0 <= START < END and SECONDS above 0")
+    return start, end, seconds
+
+
+class Servers:
+    """The provider's bounded concurrency: C servers, first come first served. A charge
+    arriving at `now` with `service` seconds of work starts when a server is free (at once
+    while fewer than C are busy) and ends `service` later; a charge whose client gave up
+    keeps its server (the provider does not know). C = 0: no bound."""
+
+    def __init__(self, concurrency: int):
+        self.concurrency = concurrency
+        self.free_at = [0.0] * concurrency   # a heap: when each server is next free
+
+    def admit(self, now: float, service: float) -> tuple:
+        """(start, end) of a charge arriving at `now`."""
+        if not self.concurrency:
+            return now, now + service
+        start = max(now, heapq.heappop(self.free_at))
+        heapq.heappush(self.free_at, start + service)
+        return start, start + service
+
+    def busy(self, now: float) -> int:
+        """Servers at work at `now` (a charge admitted later may be queued behind them)."""
+        return sum(1 for t in self.free_at if t > now)
 
 
 def parse_schedule(spec: str) -> list:
@@ -105,19 +171,65 @@ class ChargeLimit:
 
 
 class Provider:
-    def __init__(self, opts):
+    def __init__(self, opts, clock=time.time):
         self.limit = ChargeLimit(parse_schedule(opts.charges_schedule), opts.charges_burst) if opts.charges_schedule else None
         self.retry_share, self.retry_after = opts.retry_after_share, opts.retry_after
         self.log = open(opts.log, "a", buffering=1) if opts.log else None
         self.rng = random.Random(opts.seed)
-        self.armed = False
+        self.armed = self.armed_limit = False
+        self.clock = clock
+        self.incident = parse_incident(opts.incident) if opts.incident else None
+        self.servers = Servers(opts.concurrency)
+        self.calls_log = open(opts.calls_log, "a", buffering=1) if opts.calls_log else None
+        self.started = None   # the run's clock (epoch s): the incident's phase counts from it
+
+    @property
+    def slow(self) -> bool:
+        """Whether charges go through the slow provider (bounded concurrency, incident)."""
+        return bool(self.incident or self.servers.concurrency)
+
+    def start_clock(self, now: float) -> None:
+        self.started = now
+        if self.calls_log:
+            self.calls_log.write(json.dumps({"event": "start", "t": round(now, 4), "concurrency": self.servers.concurrency,
+                                             "incident": list(self.incident) if self.incident else None}) + "\n")
+
+    def in_incident(self, now: float) -> bool:
+        if not self.incident or self.started is None:
+            return False
+        return self.incident[0] <= now - self.started < self.incident[1]
+
+    def service_time(self, now: float) -> float:
+        """A charge's work at `now`: ~40 ms (as without a slow provider), or the incident's."""
+        if self.in_incident(now):
+            median = self.incident[2]
+            return min(self.rng.lognormvariate(0, INCIDENT_SIGMA) * median, INCIDENT_CAP * median)
+        median, sigma = LATENCY["charges"]
+        return min(self.rng.lognormvariate(0, sigma) * median, 1.0)
+
+    def serve(self, now: float, shop: str) -> tuple:
+        """(seconds until the answer, the call-log line) of an accepted charge arriving at
+        `now`: queued for a server, then served."""
+        if self.started is None:
+            self.start_clock(now)
+        busy = self.servers.busy(now)
+        incident = self.in_incident(now)
+        service = self.service_time(now)
+        start, end = self.servers.admit(now, service)
+        line = {"t": round(now, 4), "shop": shop, "wait": round(start - now, 4), "service": round(service, 4),
+                "busy": busy, "incident": incident}
+        return end - now, line
 
     def charge(self) -> tuple:
         """(status, body, extra headers) of one POST /v1/charges."""
-        if self.limit is None:
-            return 200, {"id": "ch_%016x" % self.rng.getrandbits(64), "status": "succeeded"}, {}
         if self.armed:
             self.armed = False
+            if self.slow:
+                self.start_clock(self.clock())
+        if self.limit is None:
+            return 200, {"id": "ch_%016x" % self.rng.getrandbits(64), "status": "succeeded"}, {}
+        if self.armed_limit:
+            self.armed_limit = False
             start = self.limit.restart()
             if self.log:
                 self.log.write(json.dumps({"event": "start", "t": round(start, 4), "schedule": self.limit.schedule,
@@ -137,9 +249,10 @@ class Provider:
         return status, body, headers
 
     def arm(self) -> dict:
-        if self.limit is None:
-            return {"error": "no --charges-schedule"}
+        if self.limit is None and not self.incident:
+            return {"error": "no --charges-schedule and no --incident"}
         self.armed = True
+        self.armed_limit = self.limit is not None
         return {"armed": True}
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -150,6 +263,7 @@ class Provider:
                 method, path, _ = lines[0].split(" ", 2)
                 length = 0
                 keep_alive = True
+                shop = ""
                 for line in lines[1:]:
                     name, _, value = line.partition(":")
                     name = name.strip().lower()
@@ -157,6 +271,8 @@ class Provider:
                         length = int(value.strip() or 0)
                     elif name == "connection" and value.strip().lower() == "close":
                         keep_alive = False
+                    elif name == "x-shop-id":
+                        shop = value.strip()
                 if length:
                     await reader.readexactly(length)
                 path = path.split("?", 1)[0]
@@ -172,7 +288,11 @@ class Provider:
                     status = 200 if "armed" in body else 404
                 else:
                     kind, body, status = "items", {"error": "not found"}, 404
-                if kind:
+                call = None
+                if kind == "charges" and self.slow:
+                    delay, call = self.serve(self.clock(), shop)
+                    await asyncio.sleep(delay)
+                elif kind:
                     median, sigma = LATENCY[kind]
                     await asyncio.sleep(min(self.rng.lognormvariate(0, sigma) * median, 1.0))
                 payload = json.dumps(body).encode()
@@ -183,6 +303,8 @@ class Provider:
                        b"" if keep_alive else b"Connection: close\r\n")
                     + payload
                 )
+                if call is not None and self.calls_log:
+                    self.calls_log.write(json.dumps(call) + "\n")
                 await writer.drain()
                 if not keep_alive:
                     break
@@ -201,7 +323,21 @@ def options(argv: list):
     p.add_argument("--retry-after", type=float, default=1.0)
     p.add_argument("--log", default="")
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--concurrency", default=os.environ.get("PROVIDER_CONCURRENCY") or "0")
+    p.add_argument("--incident", default=os.environ.get("PROVIDER_INCIDENT") or "")
+    p.add_argument("--calls-log", default="")
     opts = p.parse_args(argv)
+    try:
+        opts.concurrency = int(opts.concurrency)
+    except ValueError:
+        p.error(f"--concurrency (or PROVIDER_CONCURRENCY): '{opts.concurrency}' is not a whole number")
+    if opts.concurrency < 0:
+        p.error(f"--concurrency (or PROVIDER_CONCURRENCY): {opts.concurrency} is below 0")
+    if opts.incident:
+        try:
+            parse_incident(opts.incident)
+        except ValueError as e:
+            p.error(f"{e} (--incident or PROVIDER_INCIDENT)")
     if opts.charges_schedule:
         try:
             parse_schedule(opts.charges_schedule)

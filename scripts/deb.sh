@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Builds the Debian package checkout-guard_<version>+php<X.Y>_<arch>.deb with dpkg-deb:
 # the extension for the PHP it is built against, in that PHP's extension directory, its
-# ini in /etc/php/X.Y/mods-available (enabled on install, gone on remove: below), and the
-# checkout-guard command line in /usr/bin.
+# ini in /etc/php/X.Y/mods-available (enabled on install, gone on remove: below), the
+# checkout-guard command line in /usr/bin, and the PHP library (php/src) in Debian's PHP
+# library layout, /usr/share/php/CheckoutGuard/ (namespace CheckoutGuard\ -> that
+# directory), with /usr/share/php/CheckoutGuard/autoload.php, which loads it and Debian's
+# PSR-7/PSR-18 interfaces (php-psr-http-message, php-psr-http-client: Recommends) as
+# php/autoload.php does in a checkout. The IDE stubs go to /usr/share/checkout-guard/stubs/
+# (outside PHP's include path: loaded with the extension they would redeclare its classes).
 #
 #   scripts/deb.sh [OUT_DIR]        (default OUT_DIR: dist/)
 #
@@ -60,6 +65,47 @@ install -m 644 "$target/release/libcheckout_guard.so" "$pkg$ext_dir/checkout_gua
 install -m 755 "$target/release/checkout-guard" "$pkg/usr/bin/checkout-guard"
 strip --strip-unneeded "$pkg$ext_dir/checkout_guard.so"
 strip "$pkg/usr/bin/checkout-guard"
+
+# The PHP library: php/src/X/Y.php -> /usr/share/php/CheckoutGuard/X/Y.php; php/config/
+# (the Laravel config file) -> /usr/share/php/CheckoutGuard/config/.
+lib="$pkg/usr/share/php/CheckoutGuard"
+install -d -m 755 "$lib" "$pkg/usr/share/checkout-guard/stubs"
+(cd php/src && find . -type f -name '*.php' -printf '%P\n') | sort | while read -r f; do
+  install -D -m 644 "php/src/$f" "$lib/$f"
+done
+if [ -d php/config ]; then
+  (cd php/config && find . -type f -name '*.php' -printf '%P\n') | sort | while read -r f; do
+    install -D -m 644 "php/config/$f" "$lib/config/$f"
+  done
+fi
+[ -f "$lib/Http/RateLimitedClient.php" ] || die "php/src was not installed into $lib"
+install -m 644 php/stubs/checkout_guard.php "$pkg/usr/share/checkout-guard/stubs/checkout_guard.php"
+cat > "$lib/autoload.php" <<'PHP'
+<?php
+// checkout-guard's PHP library (package checkout-guard): require this file to load the
+// classes of namespace CheckoutGuard\ from this directory (Debian's PHP library layout),
+// and the PSR interfaces they implement from Debian's packages (php-psr-http-client,
+// php-psr-http-message) when they are installed.
+declare(strict_types=1);
+
+spl_autoload_register(static function (string $class): void {
+    $prefix = 'CheckoutGuard\\';
+    if (strncmp($class, $prefix, strlen($prefix)) !== 0) {
+        return;
+    }
+    $file = __DIR__ . '/' . str_replace('\\', '/', substr($class, strlen($prefix))) . '.php';
+    if (is_file($file)) {
+        require $file;
+    }
+});
+
+foreach (['/usr/share/php/Psr/Http/Message/autoload.php', '/usr/share/php/Psr/Http/Client/autoload.php'] as $debian) {
+    if (is_file($debian)) {
+        require_once $debian;
+    }
+}
+PHP
+chmod 644 "$lib/autoload.php"
 
 cat > "$pkg/usr/share/checkout-guard/checkout_guard.ini" <<EOF
 ; checkout_guard: CheckoutGuard\\RateLimiter and CheckoutGuard\\Telemetry (package
@@ -119,6 +165,8 @@ Maintainer: checkout-guard maintainers <maintainers@users.noreply.a-seed-e9300bf
 Section: php
 Priority: optional
 Depends: $depends
+Recommends: php-psr-http-client, php-psr-http-message
+Suggests: php-guzzlehttp-guzzle
 Installed-Size: $(du -sk --exclude=DEBIAN "$pkg" | cut -f1)
 Description: checkout_guard PHP $phpv extension: rate limiter for checkouts, and its CLI
  checkout_guard gives PHP CheckoutGuard\\RateLimiter, a token bucket in Valkey decided
@@ -127,7 +175,10 @@ Description: checkout_guard PHP $phpv extension: rate limiter for checkouts, and
  CheckoutGuard\\Telemetry, unsampled records of every external API call.
  .
  This package holds the extension built for PHP $phpv (API $phpapi), enabled for the
- installed SAPIs, and the checkout-guard command line (scan, peaks, report, limiter).
+ installed SAPIs, the checkout-guard command line (scan, peaks, report, limiter), and
+ the PHP library (PSR-18 decorators, Guzzle middleware, test helpers, framework
+ integrations) in /usr/share/php/CheckoutGuard, loaded by
+ require '/usr/share/php/CheckoutGuard/autoload.php'.
 EOF
 
 # Maintainer scripts. php_invoke (Debian's php-maintscript-helper, in php-common) enables

@@ -10,12 +10,17 @@
 # Both decide against a Valkey started here on the host's loopback.
 #   scripts/install-test.sh [short|full]   short (CI): PHP 8.4; full: PHP 8.4 and 8.5
 # Prints a table; exits 1 when anything failed. Needs root. Logs: .run/install-test/MODE/.
+# CG_INSTALL_PATHS="deb" (or "phpize") runs only that path (default: "phpize deb").
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$CG_ROOT/scripts/chroot.sh"
 cd "$CG_ROOT"
 mode=$(run_mode install-test.sh "${1:-}") || exit 2
 case "$mode" in short) versions=(8.4) ;; full) versions=(8.4 8.5) ;; esac
+paths=" ${CG_INSTALL_PATHS:-phpize deb} "
+for p in $paths; do
+  case "$p" in phpize|deb) ;; *) echo "scripts/install-test.sh: CG_INSTALL_PATHS: unknown path '$p' (known: phpize deb)" >&2; exit 2 ;; esac
+done
 [ "$(id -u)" -eq 0 ] || { echo "scripts/install-test.sh: needs root (debootstrap, chroot, mount)" >&2; exit 1; }
 
 out="$CG_ROOT/.run/install-test/$mode"
@@ -57,6 +62,8 @@ for v in "${versions[@]}"; do
   fi
   rm -rf "$elsewhere"
 
+  phpize_s=0 phpize_result=skipped
+  if [[ "$paths" == *" phpize "* ]]; then
   log "PHP $v, the PHP way: phpize, configure, make, make install in a fresh chroot"
   copy="$scratch/phpize-$v"
   cg_chroot_copy "$root" "$copy"
@@ -81,6 +88,11 @@ for v in "${versions[@]}"; do
   fi
   sed 's/^/    /' "$out/phpize-$v.log" >&2
   rm -rf --one-file-system "$copy"
+  fi
+  if [[ "$paths" != *" deb "* ]]; then
+    rows+=("$v|$phpize_s s|$phpize_result|-|-|skipped")
+    continue
+  fi
 
   log "PHP $v, the Debian package: scripts/deb.sh in the chroot"
   t0=$SECONDS

@@ -22,7 +22,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
 
-mode=$(run_mode loadtest.sh "${1:-}" smoke wait adaptive) || exit 2
+mode=$(run_mode loadtest.sh "${1:-}" smoke wait adaptive slow-provider) || exit 2
 case "$mode" in
   short) duration=${DURATION:-12}; workers=0 ;;
   full) duration=${DURATION:-60}; workers=${LOCUST_WORKERS:-2} ;;
@@ -36,6 +36,10 @@ case "$mode" in
     else
       duration=${DURATION:-45}; recover=${ADAPTIVE_RECOVER:-6}
     fi ;;
+  slow-provider)
+    length=$(run_mode "loadtest.sh slow-provider" "${2:-}") || exit 2
+    workers=${LOCUST_WORKERS:-0}
+    if [ "$length" = full ]; then duration=${DURATION:-90}; else duration=${DURATION:-24}; fi ;;
 esac
 
 begin_run loadtest "$mode"
@@ -56,7 +60,7 @@ run_one() { # scenario limiter hot_shops
   port=$(start_checkout "$dir" "$limiter" "$hot" "CHECKOUT_MAX_WAIT=$max_wait
 CHECKOUT_HOT_MAX_WAIT=$hot_max_wait
 ${RUN_FPM_ENV:-}")
-  [ "$mode" != adaptive ] || adaptive_arm "$dir" "$port"
+  [ "$mode" != adaptive ] && [ "$mode" != slow-provider ] || adaptive_arm "$dir" "$port"
   log "run ${RUN_DIR_NAME:-$scenario}, limiter $limiter, ${duration}s (wait: ordinary ${max_wait}s, hot ${hot_max_wait}s)${RUN_FPM_ENV:+; ${RUN_FPM_ENV//$'\n'/, }}"
   # php-fpm's pool (busy workers, listen queue) sampled through the run.
   ops=$(sed -n 's/^ops=//p' "$dir/ports")
@@ -77,6 +81,9 @@ ${RUN_FPM_ENV:-}")
   fi
   # Waiting on background jobs lets Ctrl-C run the trap at once (it kills them).
   wait || true
+  # The limiter's lease counters (issue 37) before the stack stops.
+  [ "$mode" != slow-provider ] || [ "$limiter" != on ] || .venv/bin/python loadtest/slow_report.py --lease-stats "$dir" \
+    || log "the lease counters could not be read from the run's Valkey"
   read -r t1 idle1 < <(cpu_ticks)
   echo "{\"cpu_busy\": $(awk -v a="$t0" -v b="$t1" -v i="$idle0" -v j="$idle1" 'BEGIN{printf "%.3f", 1-(j-i)/(b-a)}'), \"duration\": $duration, \"hot_shops\": \"$hot\", \"locust_workers\": $workers, \"max_wait\": $(printf '%g' "$max_wait"), \"hot_max_wait\": $(printf '%g' "$hot_max_wait"), \"fpm_workers\": ${FPM_WORKERS:-24}, \"flow_limit\": ${FLOW_LIMIT:-0}, \"ordinary_users\": ${ORDINARY_USERS:-10}, \"hot_users\": ${HOT_USERS:-40}}" > "$dir/run.json"
   stop_current
@@ -84,11 +91,11 @@ ${RUN_FPM_ENV:-}")
 
 hot1="flash-1"; hot3="flash-1,flash-2,flash-3"
 
-# adaptive_arm DIR PORT: before the load of an adaptive run, one checkout must get an
-# answer of the checkout's own (paid, or the provider's or the limiter's refusal): a 500 is
-# the limiter's construction failing, e.g. an extension that does not know the `adaptive`
-# option yet. Then the provider's schedule is armed: its clock starts with the next charge,
-# the load's first.
+# adaptive_arm DIR PORT: before the load of an adaptive or slow-provider run, one checkout
+# must get an answer of the checkout's own (paid, or the provider's or the limiter's
+# refusal): a 500 is the limiter's construction failing, e.g. an extension that does not
+# know the `adaptive` or `in_flight` option yet. Then the provider's schedule (its moving
+# limit, its incident) is armed: its clock starts with the next charge, the load's first.
 adaptive_arm() {
   local dir=$1 port=$2 code app
   code=$(curl -s -o "$dir/probe.json" -w '%{http_code}' "http://127.0.0.1:$port/checkout.php?shop=probe&channel=card" || true)
@@ -98,6 +105,7 @@ adaptive_arm() {
       log "FAILED: the checkout answered $code before the load (CHECKOUT_ADAPTIVE=${CHECKOUT_ADAPTIVE_RUN:-off}): $(head -c 300 "$dir/probe.json" || true)"
       [ ! -s "$dir/php-errors.log" ] || log "php: $(grep -m1 'PHP ' "$dir/php-errors.log" | sed 's/^\[[^]]*\] //')"
       [ "${CHECKOUT_ADAPTIVE_RUN:-off}" != on ] || log "does this extension know the limiter option 'adaptive' (issue 27)? ADAPTIVE= runs both without it"
+      [ -z "${CHECKOUT_IN_FLIGHT_RUN:-}" ] || log "does this extension know the limiter option 'in_flight' (issue 37)? IN_FLIGHT= runs without it"
       exit 1 ;;
   esac
   app=$(sed -n 's/^provider_app=//p' "$dir/ports")
@@ -215,6 +223,45 @@ if [ "$mode" = adaptive ]; then
       run_one flood on "$hot1"
   done
   .venv/bin/python loadtest/adaptive_report.py "$out"
+  exit $?
+fi
+
+if [ "$mode" = slow-provider ]; then
+  # A slow provider (issue 37; docs/loadtest.md, "Slow provider: in-flight leases"): the
+  # mock provider serves PROVIDER_CONCURRENCY (16) charges at once, first come first served
+  # (past them a charge waits: queueing), and from 1/3 to 2/3 of the run its service time
+  # is ~INCIDENT_SECONDS (1.5 s) instead of ~40 ms (loadtest/provider.py --incident; the
+  # clock starts with the load's first charge). php-fpm: a fixed pool of FPM_WORKERS (24).
+  # The same flood as `flood` (40 users at flash-1) and the ordinary shops (10 users):
+  #   slow-baseline  no flood, the buckets: the ordinary shops' reference (incident included)
+  #   slow-off       the flood, no limiter
+  #   slow-buckets   the flood, the buckets alone (hot shop 25/s)
+  #   slow-inflight  the flood, buckets + in_flight (CHECKOUT_IN_FLIGHT=IN_FLIGHT, default
+  #                  global=16,hot_shop=6: the provider's 16 at once, and the hot shop at
+  #                  most 6 of the pool's 24 workers; sized by Little's law in the docs).
+  #                  IN_FLIGHT= (empty) runs it without the option: a check of the harness
+  #                  on an extension without the feature (the report then does not judge it)
+  # Then loadtest/slow_report.py: report.md, report.json, chart.png/svg in
+  # .run/loadtest/slow-provider/.
+  export FPM_WORKERS=${FPM_WORKERS:-24}
+  concurrency=${PROVIDER_CONCURRENCY:-16} incident_s=${INCIDENT_SECONDS:-1.5}
+  in_flight=${IN_FLIGHT-global=16,hot_shop=6}
+  incident=$(awk -v d="$duration" -v s="$incident_s" 'BEGIN { printf "%g:%g:%g", d / 3, 2 * d / 3, s }')
+  for run in baseline off buckets inflight; do
+    dir="$out/slow-$run"; mkdir -p "$dir"
+    scenario=flood limiter=on hot=$hot1 spec=""
+    case "$run" in
+      baseline) scenario=baseline hot="" ;;
+      off) limiter=off ;;
+      inflight) spec=$in_flight ;;
+    esac
+    printf '{"run": "%s", "scenario": "%s", "limiter": "%s", "in_flight": "%s", "concurrency": %d, "incident": "%s", "fpm_workers": %d}\n' \
+      "$run" "$scenario" "$limiter" "$spec" "$concurrency" "$incident" "$FPM_WORKERS" > "$dir/slow.json"
+    CHECKOUT_IN_FLIGHT_RUN=$spec RUN_DIR_NAME="slow-$run" RUN_FPM_ENV="CHECKOUT_IN_FLIGHT=${spec:-off}" \
+    PROVIDER_ARGS="--concurrency $concurrency --incident $incident --calls-log $dir/calls.jsonl" \
+      run_one "$scenario" "$limiter" "$hot"
+  done
+  .venv/bin/python loadtest/slow_report.py "$out"
   exit $?
 fi
 

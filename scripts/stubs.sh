@@ -1,32 +1,42 @@
 #!/usr/bin/env bash
-# Regenerates stubs/checkout_guard.stubs.php from the built extension (cargo php stubs),
-# or with --check fails when the committed stubs differ from what the build generates.
-# The exception classes are registered by hand and cannot be seen by the generator: their
-# stubs live in stubs/exceptions.stubs.php, checked against the loaded classes instead.
+# Regenerates the PHP stubs of the extension from the built extension's Reflection
+# (scripts/stubs.php, run with the extension loaded), or with --check fails when the
+# committed stubs differ from what the build generates. One file, written twice:
+#   stubs/checkout_guard.stubs.php   with the extension (the root's Composer package)
+#   php/stubs/checkout_guard.php     shipped with the PHP library (php/composer.json)
+# The extension is $CG_EXT (scripts/lib.sh: target/release/libcheckout_guard.so), built
+# first unless CG_SKIP_BUILD=1 and it exists. --check also loads the stubs in a PHP
+# without the extension: they must declare exactly the extension's classes.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
 export PATH="$HOME/.cargo/bin:$PATH"
-# ext-php-rs exports the module description that cargo-php reads in debug builds only.
-cargo build --quiet
+targets=(stubs/checkout_guard.stubs.php php/stubs/checkout_guard.php)
+build_extension
 generated=$(mktemp)
 trap 'rm -f "$generated"' EXIT
-cargo php stubs --stdout target/debug/libcheckout_guard.so > "$generated"
+php -n -d "extension=$CG_EXT" scripts/stubs.php src > "$generated"
+php -n -l "$generated" >/dev/null
 if [ "${1:-}" = --check ]; then
-  if ! diff -u stubs/checkout_guard.stubs.php "$generated"; then
-    echo "stubs/checkout_guard.stubs.php is stale: run scripts/stubs.sh" >&2
-    exit 1
+  status=0
+  for t in "${targets[@]}"; do
+    if ! diff -u "$t" "$generated"; then
+      echo "$t is stale: run scripts/stubs.sh" >&2
+      status=1
+    fi
+  done
+  # The stubs without the extension declare what the extension declares, nothing more.
+  ours=$(php -n -d "extension=$CG_EXT" -r '$n = (new ReflectionExtension("checkout_guard"))->getClassNames(); sort($n); echo implode(",", $n);')
+  theirs=$(php -n -r 'require $argv[1]; $n = array_values(array_filter(array_merge(get_declared_classes(), get_declared_interfaces()), fn($c) => str_starts_with($c, "CheckoutGuard\\"))); sort($n); echo implode(",", $n);' "$generated")
+  if [ "$ours" != "$theirs" ]; then
+    echo "the stubs declare [$theirs], the extension [$ours]" >&2
+    status=1
   fi
-  php -d "extension=$CG_EXT" -r '
-    require "stubs/exceptions.stubs.php";
-  ' 2>/dev/null && { echo "stubs/exceptions.stubs.php declares classes the extension does not" >&2; exit 1; }
-  php -d "extension=$CG_EXT" -r '
-    foreach (["ConfigurationException" => "InvalidArgumentException", "UnavailableException" => "RuntimeException"] as $c => $p) {
-      $r = new ReflectionClass("CheckoutGuard\\$c");
-      if ($r->getParentClass()->getName() !== $p) { fwrite(STDERR, "$c does not extend $p\n"); exit(1); }
-    }'
-  echo "stubs are fresh"
-else
-  cp "$generated" stubs/checkout_guard.stubs.php
-  echo "wrote stubs/checkout_guard.stubs.php"
+  [ "$status" = 0 ] && echo "stubs are fresh"
+  exit "$status"
 fi
+mkdir -p php/stubs
+for t in "${targets[@]}"; do
+  cp "$generated" "$t"
+  echo "wrote $t"
+done

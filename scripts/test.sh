@@ -2,7 +2,7 @@
 # The test command: installs what it needs, builds, then runs every check.
 #   1. cargo fmt --check, cargo clippy -D warnings
 #   2. Rust tests (bucket math, options, script/model equivalence against a real Valkey)
-#   3. stubs are fresh (cargo php stubs vs stubs/); the Python tooling's unit tests
+#   3. stubs are fresh (scripts/stubs.sh --check: Reflection vs stubs/); the Python tooling's unit tests
 #      (loadtest/tests: reports, config templates vs the Kubernetes manifest)
 #   4. PHPUnit against the built extension (tests/php/phpunit.xml), suite by suite,
 #      stopping at the first that fails:

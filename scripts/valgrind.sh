@@ -4,7 +4,7 @@
 # write, no definite leak. Exits 1 when valgrind reports one; the report is in
 # .run/valgrind/valgrind.log.
 #
-#   scripts/valgrind.sh           # the limiter, telemetry and hostile-input suites (~10 min)
+#   scripts/valgrind.sh           # the limiter, telemetry, in-flight lease and hostile-input suites (~10 min)
 #   scripts/valgrind.sh --filter X  # other PHPUnit arguments instead
 # Suites that time things or fork servers under load (php-fpm, load, health, benchmark,
 # faults) are left out: under valgrind they measure valgrind. Test failures caused by
@@ -27,7 +27,7 @@ trap 'stop_pidfile "$out/valkey/valkey.pid"' EXIT INT TERM
 port=$(free_port)
 start_valkey "$out/valkey" "$port"
 args=("$@")
-[ ${#args[@]} -gt 0 ] || args=(--filter '/(OptionsTest|OptionsValkeyTest|BucketsTest|LocalDenialsTest|HealthTest::testAPing|HealthTest::testWithout|HealthTest::testReadinessNames|SecurityTest|SecurityFuzzTest|TelemetryTest::testMeasure|DecisionTest|HostileCallsTest|HostileCallsSystemTest)/')
+[ ${#args[@]} -gt 0 ] || args=(--filter '/(OptionsTest|OptionsValkeyTest|BucketsTest|LocalDenialsTest|HealthTest::testAPing|HealthTest::testWithout|HealthTest::testReadinessNames|SecurityTest|SecurityFuzzTest|TelemetryTest::testMeasure|DecisionTest|HostileCallsTest|HostileCallsSystemTest|InFlightOptionsTest|InFlightForkTest|InFlightTest::testLeasesAndTokensAreTakenAllOrNothing|InFlightTest::testReleaseEndsTheLeaseOnceAndPeekTakesNone|InFlightTest::testAFailedReleaseNeverThrowsAndIsCounted|ArgumentTypesTest|DecisionContractTest)/')
 log "phpunit under valgrind ${args[*]}"
 status=0
 USE_ZEND_ALLOC=0 ZEND_DONT_UNLOAD_MODULES=1 \

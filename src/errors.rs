@@ -5,7 +5,8 @@
 //! rather than `#[php_class]`, so they behave like ordinary PHP exceptions (file, line,
 //! trace, `new` from PHP). Their SPL parents are looked up at run time with `dlsym`:
 //! `ClassEntry::try_find` finds nothing during MINIT, and linking the `spl_ce_*`
-//! symbols statically breaks `cargo php stubs`. Their stubs are written by hand.
+//! symbols statically would make the library fail to load anywhere but in PHP. Their stubs
+//! come from Reflection like every class's (scripts/stubs.php).
 
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicPtr, Ordering};

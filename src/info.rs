@@ -48,6 +48,27 @@ pub fn note_mode(name: &str, mode: checkout_guard_config::Mode) {
     modes.push((name.to_string(), mode.as_str()));
 }
 
+/// The `in_flight` option of the limiters (by name) this process made most recently, as
+/// their constructors gave it (`limiter set` may change the limits live): the newest 64.
+static IN_FLIGHT: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+
+/// Records limiter `name`'s `in_flight` option for `phpinfo()`.
+pub fn note_in_flight(name: &str, f: &checkout_guard_model::InFlight) {
+    let text = format!(
+        "global {}, hot_lane {}, hot_shop {}, lease {} s",
+        f.limits[0],
+        f.limits[1],
+        f.limits[2],
+        f.lease_us as f64 / 1e6
+    );
+    let mut list = IN_FLIGHT.lock();
+    list.retain(|(n, _)| n != name);
+    if list.len() >= MODES_SHOWN {
+        list.remove(0);
+    }
+    list.push((name.to_string(), text));
+}
+
 pub extern "C" fn php_info(_module: *mut ModuleEntry) {
     // Called by the engine directly: a panic here must not unwind into C.
     let _ = std::panic::catch_unwind(|| {
@@ -70,6 +91,29 @@ pub extern "C" fn php_info(_module: *mut ModuleEntry) {
             None => "none yet in this process".into(),
         };
         info_table_row!("local denial table", table.as_str());
+        // The New Relic agent's cap and what the newrelic sink handed to it, counted
+        // across the workers sharing that table (Telemetry::stats()['sinks']['newrelic']).
+        let cap = crate::newrelic::cap_in_force();
+        let cap_text = match cap {
+            Some(c) => format!(
+                "{c} custom events a minute ({})",
+                checkout_guard_runtime::telemetry::agent_cap::CAP_SETTING
+            ),
+            None => "none: newrelic_record_custom_event() is not defined (the New Relic agent is not loaded)".into(),
+        };
+        info_table_row!("New Relic agent's cap", cap_text.as_str());
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let counts = checkout_guard_runtime::telemetry::agent_cap::counts(now);
+        let handed = format!(
+            "last minute: {} ({} past the cap); this minute: {}; past the cap in total: {}",
+            counts.last_minute.handed,
+            counts.last_minute.over(cap),
+            counts.this_minute.handed,
+            counts.over_cap
+        );
+        info_table_row!("events handed to the New Relic agent", handed.as_str());
         // TLS URLs are verified; `verify_peer => false` is the only way not to be.
         let unverified = UNVERIFIED.lock().join(", ");
         let tls = if unverified.is_empty() {
@@ -99,6 +143,21 @@ pub extern "C" fn php_info(_module: *mut ModuleEntry) {
             modes
         };
         info_table_row!("mode in force", modes.as_str());
+        // The in_flight option per limiter (0: a level without a limit).
+        let in_flight = {
+            let list = IN_FLIGHT.lock();
+            list.iter()
+                .rev()
+                .map(|(n, t)| format!("{n}: {t}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        let in_flight = if in_flight.is_empty() {
+            "no limiter with in_flight in this process".to_string()
+        } else {
+            in_flight
+        };
+        info_table_row!("in_flight (leases)", in_flight.as_str());
         for setting in ini::all() {
             let value = ini::get(*setting).unwrap_or_default();
             let value = if setting.secret && !value.is_empty() {

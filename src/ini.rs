@@ -4,6 +4,7 @@ use checkout_guard_config::Defaults;
 use checkout_guard_model::ConfigError;
 use ext_php_rs::ffi::zend_ini_entry;
 use ext_php_rs::flags::IniEntryPermission;
+use ext_php_rs::types::Zval;
 use ext_php_rs::zend::{ExecutorGlobals, IniEntryDef, IniEntryDefs};
 
 /// Every setting, in the order `phpinfo()` shows them.
@@ -76,7 +77,12 @@ pub fn register(module_number: i32) {
 /// The current value of one of our INI settings, looked up directly (not by copying every
 /// directive, as `ExecutorGlobals::ini_values` does).
 pub fn get(setting: Setting) -> Option<String> {
-    let name = setting.name();
+    registered(setting.name())
+}
+
+/// The current value of any registered INI setting (another extension's too); `None` when
+/// no loaded extension registered it.
+pub fn registered(name: &str) -> Option<String> {
     let globals = ExecutorGlobals::get();
     // SAFETY: EG(ini_directives) is set up before any request runs and holds
     // `zend_ini_entry` pointers owned by the engine.
@@ -155,4 +161,20 @@ pub fn defaults() -> Result<Defaults, ConfigError> {
             get(SENTINEL_PASSWORD).as_deref(),
         )
     })
+}
+
+extern "C" {
+    /// PHP's `cfg_get_entry()`: a directive as php.ini (or `-d`) gave it, whether or not an
+    /// extension registered it.
+    fn cfg_get_entry(name: *const std::ffi::c_char, name_length: usize) -> *mut Zval;
+}
+
+/// A directive's value as php.ini (or `-d`) set it, registered or not; `None` when unset.
+pub fn configured(name: &str) -> Option<String> {
+    // SAFETY: PHP's configuration hash is built at start-up and only read afterwards; the
+    // name is passed with its length (no NUL needed).
+    unsafe {
+        let zv = cfg_get_entry(name.as_ptr().cast(), name.len()).as_ref()?;
+        zv.str().map(str::to_owned)
+    }
 }

@@ -4,11 +4,14 @@
 
 #![cfg_attr(windows, feature(abi_vectorcall))]
 
+mod args;
 mod convert;
 mod decision;
 mod errors;
 mod info;
 mod ini;
+mod interfaces;
+mod leases;
 mod newrelic;
 mod php_call;
 mod probe;
@@ -58,6 +61,24 @@ fn share_local_denials() {
 
 /// RINIT: call counts are per request.
 unsafe extern "C" fn request_startup(_ty: i32, _module_number: i32) -> i32 {
+    // `$shopId` declared `string|int` (ext-php-rs declares no union types), parameters
+    // with a default not nullable (args.rs): once per
+    // process, at its first request, before PHP code could reflect on the methods or a
+    // class implement CheckoutGuard\Limiter (the classes exist only after MINIT's end).
+    static DECLARED_TYPES: std::sync::Once = std::sync::Once::new();
+    DECLARED_TYPES.call_once(|| {
+        for class in [
+            "CheckoutGuard\\RateLimiter",
+            "CheckoutGuard\\Limiter",
+            "CheckoutGuard\\Decision",
+            "CheckoutGuard\\Telemetry",
+        ] {
+            if let Some(ce) = ext_php_rs::zend::ClassEntry::try_find(class) {
+                // SAFETY: the first RINIT of the process; see declare_types.
+                unsafe { args::declare_types(ce) };
+            }
+        }
+    });
     // Called by the engine directly: a panic must not unwind into C.
     let _ = std::panic::catch_unwind(recording::request_startup);
     0
@@ -65,6 +86,8 @@ unsafe extern "C" fn request_startup(_ty: i32, _module_number: i32) -> i32 {
 
 /// RSHUTDOWN: the request's events go to the sinks (the response body is already flushed).
 unsafe extern "C" fn request_shutdown(_ty: i32, _module_number: i32) -> i32 {
+    // Leases the request still holds are released (and counted leaked) first.
+    let _ = std::panic::catch_unwind(leases::release_all_at_request_end);
     let _ = std::panic::catch_unwind(recording::flush_at_request_end);
     0
 }
@@ -82,6 +105,8 @@ pub fn get_module(module: ModuleBuilder) -> ModuleBuilder {
     module
         .name("checkout_guard")
         .version(checkout_guard_model::VERSION)
+        .interface::<interfaces::PhpInterfaceLimiter>()
+        .interface::<interfaces::PhpInterfaceLimiterDecision>()
         .class::<rate_limiter::RateLimiter>()
         .class::<decision::Decision>()
         .class::<telemetry::Telemetry>()

@@ -2,9 +2,11 @@
 //! runtime's `newrelic` sink: implemented here (it calls PHP) behind the runtime's
 //! [`NewRelicAgent`], registered once at module start-up (`recording::register`).
 
+use checkout_guard_runtime::telemetry::agent_cap::{cap_from_setting, CAP_SETTING};
 use checkout_guard_runtime::telemetry::{AttrValue, Event, NewRelicAgent, RecordEvent, NOT_LOADED};
 use ext_php_rs::types::{ZendCallable, ZendHashTable};
 
+use crate::ini;
 use crate::php_call::{self, Ended};
 
 const RECORD: &str = "newrelic_record_custom_event";
@@ -20,6 +22,26 @@ impl NewRelicAgent for PhpAgent {
         let f = ZendCallable::try_from_name(RECORD).map_err(|_| NOT_LOADED.to_string())?;
         Ok(Box::new(move |e: &Event| record(&f, e)))
     }
+
+    fn cap(&self) -> Option<u64> {
+        Some(setting_cap())
+    }
+}
+
+/// The agent's cap on custom events a minute, read as the agent reads its setting: its
+/// registered INI entry (the agent loaded), else the value php.ini or `-d` gave (a
+/// `newrelic_record_custom_event()` defined without the agent's extension: a stand-in),
+/// else New Relic's default.
+fn setting_cap() -> u64 {
+    let value = ini::registered(CAP_SETTING).or_else(|| ini::configured(CAP_SETTING));
+    cap_from_setting(value.as_deref())
+}
+
+/// The cap in force for the `newrelic` sink: `None` when `newrelic_record_custom_event()`
+/// is not defined (the agent is not loaded: no event is handed over, no cap applies).
+pub fn cap_in_force() -> Option<u64> {
+    ZendCallable::try_from_name(RECORD).ok()?;
+    Some(setting_cap())
 }
 
 /// One call of `newrelic_record_custom_event()`.

@@ -66,7 +66,7 @@ impl Ended {
 type IsSpecial = unsafe extern "C" fn(*const c_void) -> bool;
 
 /// `zend_is_unwind_exit` and `zend_is_graceful_exit`, looked up at run time: declared as
-/// extern symbols they would break loading the library outside PHP (`cargo php stubs`).
+/// extern symbols they would make the library fail to load anywhere but in PHP.
 fn special_checks() -> &'static [Option<IsSpecial>; 2] {
     static CHECKS: OnceCell<[Option<IsSpecial>; 2]> = OnceCell::new();
     CHECKS.get_or_init(|| {

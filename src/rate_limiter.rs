@@ -2,14 +2,16 @@
 // named arguments: they follow the PHP contract (camelCase), not Rust style.
 #![allow(non_snake_case)]
 
+use std::sync::Arc;
+
 use checkout_guard_config::LimiterOptions;
 use checkout_guard_runtime::Limiter;
-use ext_php_rs::binary_slice::BinarySlice;
 use ext_php_rs::boxed::ZBox;
 use ext_php_rs::flags::ClassFlags;
 use ext_php_rs::prelude::*;
 use ext_php_rs::types::ZendHashTable;
 
+use crate::args::{BoolOr, FloatOr, IntArg, IntOr, OptFloatArg, Param, ShopIdArg};
 use crate::convert::array_to_value;
 use crate::decision::Decision;
 use crate::errors::{configuration, to_php};
@@ -21,14 +23,16 @@ use crate::recording;
 #[php_class]
 #[php(name = "CheckoutGuard\\RateLimiter")]
 #[php(flags = ClassFlags::Final)]
+#[php(implements(crate::interfaces::PhpInterfaceLimiter))]
 pub struct RateLimiter {
-    inner: Limiter,
+    /// Shared with the decisions that hold its leases.
+    inner: Arc<Limiter>,
 }
 
 #[php_impl]
 impl RateLimiter {
     /// Options: name, global, hot_lane, hot_shop, hot_shops, url, timeout_ms, on_unavailable,
-    /// auto_hot, engine, tls, sentinel, mode, adaptive (see the README). Unknown keys and bad values throw ConfigurationException.
+    /// auto_hot, engine, tls, sentinel, mode, adaptive, in_flight (see the README). Unknown keys and bad values throw ConfigurationException.
     pub fn __construct(options: &ZendHashTable) -> PhpResult<Self> {
         let defaults = ini::defaults().map_err(|e| configuration(e.to_string()))?;
         let value = array_to_value(options).map_err(|e| configuration(e.to_string()))?;
@@ -37,8 +41,11 @@ impl RateLimiter {
         if options.endpoint.tls().is_some_and(|t| !t.verify_peer) {
             crate::info::note_unverified(options.endpoint.display_url());
         }
-        let inner = Limiter::new(options);
+        let inner = Arc::new(Limiter::new(options));
         crate::info::note_mode(&inner.options().name, inner.mode());
+        if let Some(f) = &inner.options().in_flight {
+            crate::info::note_in_flight(&inner.options().name, f);
+        }
         Ok(Self { inner })
     }
 
@@ -46,13 +53,17 @@ impl RateLimiter {
     /// `maxWaitSeconds` (0 to 10) a reservation: tokens every bucket holds within that
     /// time are taken now and the call sleeps until they are there (Decision::waited());
     /// later than that, a denial that takes nothing. 0.0 decides as without it.
-    #[php(defaults(tokens = 1, maxWaitSeconds = 0.0))]
+    #[php(defaults(tokens = 1i64, maxWaitSeconds = 0.0f64))]
     pub fn acquire(
         &self,
-        shopId: BinarySlice<u8>,
-        tokens: i64,
-        maxWaitSeconds: f64,
+        shopId: ShopIdArg,
+        tokens: IntOr,
+        maxWaitSeconds: FloatOr,
     ) -> PhpResult<Decision> {
+        const F: &str = "CheckoutGuard\\RateLimiter::acquire";
+        let shopId = shopId.get(Param::new(F, 1, "shopId"))?;
+        let tokens = tokens.get(Param::new(F, 2, "tokens"))?;
+        let maxWaitSeconds = maxWaitSeconds.get(Param::new(F, 3, "maxWaitSeconds"))?;
         let (d, notices) = self
             .inner
             .acquire_within(&shopId, tokens, maxWaitSeconds)
@@ -63,13 +74,16 @@ impl RateLimiter {
         }
         recording::observe_notices(&o.name, &shopId, &notices, o.auto_hot.as_ref());
         recording::observe_decision(&o.name, &shopId, &d);
-        Ok(Decision::from(d))
+        Ok(Decision::of(&self.inner, &shopId, d))
     }
 
     /// What acquire() would answer now for `tokens` tokens of `shopId`, taking nothing and
     /// recording no decision (the same engine, local denials and on_unavailable policy).
-    #[php(defaults(tokens = 1))]
-    pub fn peek(&self, shopId: BinarySlice<u8>, tokens: i64) -> PhpResult<Decision> {
+    #[php(defaults(tokens = 1i64))]
+    pub fn peek(&self, shopId: ShopIdArg, tokens: IntOr) -> PhpResult<Decision> {
+        const F: &str = "CheckoutGuard\\RateLimiter::peek";
+        let shopId = shopId.get(Param::new(F, 1, "shopId"))?;
+        let tokens = tokens.get(Param::new(F, 2, "tokens"))?;
         let (d, notices) = self.inner.peek_noticed(&shopId, tokens).map_err(to_php)?;
         // Not a decision; but new live limits found on the way are this worker's now.
         let o = self.inner.options();
@@ -91,10 +105,14 @@ impl RateLimiter {
     /// health()['adaptive']).
     pub fn feedback(
         &self,
-        shopId: BinarySlice<u8>,
-        statusCode: i64,
-        retryAfterSeconds: Option<f64>,
+        shopId: ShopIdArg,
+        statusCode: IntArg,
+        retryAfterSeconds: OptFloatArg,
     ) -> PhpResult<()> {
+        const F: &str = "CheckoutGuard\\RateLimiter::feedback";
+        let shopId = shopId.get(Param::new(F, 1, "shopId"))?;
+        let statusCode = statusCode.get(Param::new(F, 2, "statusCode"))?;
+        let retryAfterSeconds = retryAfterSeconds.get(Param::new(F, 3, "retryAfterSeconds"))?;
         let changes = self
             .inner
             .feedback(&shopId, statusCode, retryAfterSeconds)
@@ -104,17 +122,26 @@ impl RateLimiter {
     }
 
     /// Marks the shop hot for every worker at once, until the TTL runs out.
-    pub fn mark_hot(&self, shopId: BinarySlice<u8>, ttlSeconds: i64) -> PhpResult<()> {
+    pub fn mark_hot(&self, shopId: ShopIdArg, ttlSeconds: IntArg) -> PhpResult<()> {
+        const F: &str = "CheckoutGuard\\RateLimiter::markHot";
+        let shopId = shopId.get(Param::new(F, 1, "shopId"))?;
+        let ttlSeconds = ttlSeconds.get(Param::new(F, 2, "ttlSeconds"))?;
         self.inner.mark_hot(&shopId, ttlSeconds).map_err(to_php)
     }
 
     /// Ends a markHot() early; shops listed in hot_shops stay hot.
-    pub fn unmark_hot(&self, shopId: BinarySlice<u8>) -> PhpResult<()> {
+    pub fn unmark_hot(&self, shopId: ShopIdArg) -> PhpResult<()> {
+        let shopId = shopId.get(Param::new(
+            "CheckoutGuard\\RateLimiter::unmarkHot",
+            1,
+            "shopId",
+        ))?;
         self.inner.unmark_hot(&shopId).map_err(to_php)
     }
 
     /// Whether the shop is hot (listed in hot_shops, or marked and not expired).
-    pub fn is_hot(&self, shopId: BinarySlice<u8>) -> PhpResult<bool> {
+    pub fn is_hot(&self, shopId: ShopIdArg) -> PhpResult<bool> {
+        let shopId = shopId.get(Param::new("CheckoutGuard\\RateLimiter::isHot", 1, "shopId"))?;
         self.inner.is_hot(&shopId).map_err(to_php)
     }
 
@@ -145,7 +172,8 @@ impl RateLimiter {
     /// With `ping` one PING is sent over the pooled connection (never a new connection per
     /// call, nothing while the circuit is open); without it nothing is sent.
     #[php(defaults(ping = true))]
-    pub fn health(&self, ping: bool) -> PhpResult<ZBox<ZendHashTable>> {
+    pub fn health(&self, ping: BoolOr) -> PhpResult<ZBox<ZendHashTable>> {
+        let ping = ping.get(Param::new("CheckoutGuard\\RateLimiter::health", 1, "ping"))?;
         let h = self.inner.health(ping);
         let build = || -> ext_php_rs::error::Result<ZBox<ZendHashTable>> {
             let mut out = ZendHashTable::new();
@@ -230,6 +258,27 @@ impl RateLimiter {
                         a.last_feedback_error.as_ref().and_then(|(_, at)| unix(*at)),
                     )?;
                     out.insert("adaptive", t)?;
+                }
+            }
+            // The in_flight option (null when off) and what became of this process's
+            // leases.
+            match &self.inner.in_flight_in_force() {
+                None => out.insert("in_flight", ())?,
+                Some(f) => {
+                    let mut t = ZendHashTable::new();
+                    let limit = |i: usize| (f.limits[i] > 0).then_some(f.limits[i]);
+                    t.insert("global", f.limits[0])?;
+                    t.insert("hot_lane", limit(1))?;
+                    t.insert("hot_shop", limit(2))?;
+                    t.insert("lease_seconds", f.lease_us as f64 / 1e6)?;
+                    let c = self.inner.lease_counts();
+                    t.insert("taken", c.taken as i64)?;
+                    t.insert("released", c.released as i64)?;
+                    t.insert("leaked", c.leaked as i64)?;
+                    t.insert("expired", c.expired as i64)?;
+                    t.insert("release_failed", c.release_failed as i64)?;
+                    t.insert("unknown_outcome", c.unknown as i64)?;
+                    out.insert("in_flight", t)?;
                 }
             }
             let table = checkout_guard_runtime::denials::sharing();

@@ -7,10 +7,9 @@
 use std::time::Instant;
 
 use checkout_guard_runtime::telemetry::{
-    drop_owned, AttrValue, Event, ExternalCall, EXTERNAL_API_CALL, EXTERNAL_CALL_OWNED,
+    agent_cap, drop_owned, AttrValue, Event, ExternalCall, EXTERNAL_API_CALL, EXTERNAL_CALL_OWNED,
     RECORD_OWNED,
 };
-use ext_php_rs::binary_slice::BinarySlice;
 use ext_php_rs::boxed::ZBox;
 use ext_php_rs::convert::IntoZval;
 use ext_php_rs::exception::throw_object;
@@ -18,6 +17,7 @@ use ext_php_rs::flags::ClassFlags;
 use ext_php_rs::prelude::*;
 use ext_php_rs::types::{ZendCallable, ZendHashTable, Zval};
 
+use crate::args::{FloatArg, IntArg, OptStringArg, Param, StrArg};
 use crate::convert::{attributes, OptionalArray};
 use crate::errors::configuration;
 use crate::php_call::{self, Ended};
@@ -41,11 +41,8 @@ impl Telemetry {
     /// Times $call on a monotonic clock, records one "ExternalApiCall" event, returns
     /// $call's result or rethrows what it threw.
     #[php(defaults(attributes = OptionalArray::default()))]
-    pub fn measure(
-        api: BinarySlice<u8>,
-        call: ZendCallable,
-        attributes: OptionalArray,
-    ) -> PhpResult<Zval> {
+    pub fn measure(api: StrArg, call: ZendCallable, attributes: OptionalArray) -> PhpResult<Zval> {
+        let api = api.get(Param::new("CheckoutGuard\\Telemetry::measure", 1, "api"))?;
         let caller = call_attributes(attributes)?;
         let api = String::from_utf8_lossy(&api).into_owned();
         let timestamp_ms = now_ms();
@@ -118,12 +115,16 @@ impl Telemetry {
     /// counts in callCount() like a measured one.
     #[php(defaults(attributes = OptionalArray::default()))]
     pub fn recordCall(
-        api: BinarySlice<u8>,
-        timestampMs: i64,
-        durationMs: f64,
+        api: StrArg,
+        timestampMs: IntArg,
+        durationMs: FloatArg,
         outcome: &Zval,
         attributes: OptionalArray,
     ) -> PhpResult<()> {
+        const F: &str = "CheckoutGuard\\Telemetry::recordCall";
+        let api = api.get(Param::new(F, 1, "api"))?;
+        let timestampMs = timestampMs.get(Param::new(F, 2, "timestampMs"))?;
+        let durationMs = durationMs.get(Param::new(F, 3, "durationMs"))?;
         if !durationMs.is_finite() || durationMs < 0.0 {
             return Err(configuration(format!(
                 "recordCall(): durationMs must be a finite number >= 0, got {durationMs}"
@@ -164,7 +165,12 @@ impl Telemetry {
     }
 
     /// Records one custom event; attribute values must be scalars or null.
-    pub fn record(eventType: BinarySlice<u8>, attributes: &ZendHashTable) -> PhpResult<()> {
+    pub fn record(eventType: StrArg, attributes: &ZendHashTable) -> PhpResult<()> {
+        let eventType = eventType.get(Param::new(
+            "CheckoutGuard\\Telemetry::record",
+            1,
+            "eventType",
+        ))?;
         let mut e = Event::new(&eventType).map_err(|e| configuration(e.to_string()))?;
         let mut attrs = self::attributes(attributes).map_err(|e| configuration(e.to_string()))?;
         // An "ExternalApiCall" is measured, never told: its measured names are dropped too.
@@ -189,12 +195,16 @@ impl Telemetry {
     }
 
     /// ExternalApiCall events measured so far in this request, for one api or for all.
-    pub fn call_count(api: Option<BinarySlice<u8>>) -> i64 {
+    pub fn call_count(api: OptStringArg) -> PhpResult<i64> {
+        let api = api.get(Param::new("CheckoutGuard\\Telemetry::callCount", 1, "api"))?;
         let api = api.map(|a| String::from_utf8_lossy(&a).into_owned());
-        with_state(|s| s.call_count(api.as_deref()) as i64)
+        Ok(with_state(|s| s.call_count(api.as_deref()) as i64))
     }
 
     /// Counters since process start: recorded, written and dropped, per sink.
+    // The `newrelic` sink also has the agent's cap and the events handed to it per minute,
+    // across the workers sharing the local denial table (`agent_cap_stats`,
+    // docs/telemetry.md).
     pub fn stats() -> PhpResult<ZBox<ZendHashTable>> {
         let st = with_state(|s| s.stats());
         (|| -> ext_php_rs::error::Result<ZBox<ZendHashTable>> {
@@ -215,6 +225,9 @@ impl Telemetry {
                 one.insert("dropped", one_st.dropped as i64)?;
                 one.insert("failures", one_st.failures as i64)?;
                 one.insert("last_error", one_st.last_error.clone())?;
+                if *name == "newrelic" {
+                    agent_cap_stats(&mut one)?;
+                }
                 sinks.insert(*name, one)?;
             }
             out.insert("sinks", sinks)?;
@@ -223,4 +236,26 @@ impl Telemetry {
         })()
         .map_err(|e| PhpException::from(e.to_string()))
     }
+}
+
+/// The `newrelic` sink's view of the agent's cap (`runtime::telemetry::agent_cap`): `cap`
+/// (null: the agent is not loaded), `over_cap` (events handed past it, in total since the
+/// table was made), and `this_minute` / `last_minute` (`start`, `handed`, `over_cap`),
+/// counted across the workers sharing the table.
+fn agent_cap_stats(one: &mut ZendHashTable) -> ext_php_rs::error::Result<()> {
+    let cap = crate::newrelic::cap_in_force();
+    let counts = agent_cap::counts(now_ms().div_euclid(1000));
+    one.insert("cap", cap.map(|c| c as i64))?;
+    one.insert("over_cap", counts.over_cap as i64)?;
+    for (key, minute) in [
+        ("this_minute", counts.this_minute),
+        ("last_minute", counts.last_minute),
+    ] {
+        let mut m = ZendHashTable::new();
+        m.insert("start", minute.start)?;
+        m.insert("handed", minute.handed as i64)?;
+        m.insert("over_cap", minute.over(cap) as i64)?;
+        one.insert(key, m)?;
+    }
+    Ok(())
 }

@@ -28,6 +28,13 @@ check "enabled for fpm: /etc/php/$v/fpm/conf.d/20-checkout_guard.ini" test -L "/
 check "php -m lists checkout_guard" sh -c "php -m | grep -qx checkout_guard"
 check "the extension is in php-config's extension dir" test -f "$(php-config --extension-dir)/checkout_guard.so"
 check "/usr/bin/checkout-guard runs" sh -c "checkout-guard --help | grep -q limiter"
+check "checkout-guard on the PATH is /usr/bin/checkout-guard" sh -c '[ "$(command -v checkout-guard)" = /usr/bin/checkout-guard ]'
+check "checkout-guard --version names the package's version" sh -c "checkout-guard --version | grep -qx \"checkout-guard \$(dpkg-query -W -f='\${Version}' checkout-guard | sed 's/+php.*//')\""
+check "the PHP library: /usr/share/php/CheckoutGuard/autoload.php loads CheckoutGuard\\Http\\RateLimitedClient" \
+  sh -c "php -r 'require \"/usr/share/php/CheckoutGuard/autoload.php\"; var_dump(class_exists(\"CheckoutGuard\\\\Http\\\\RateLimitedClient\"));' | grep -qx 'bool(true)'"
+check "the PHP library on PHP's include path (Debian's /usr/share/php): require 'CheckoutGuard/autoload.php'" \
+  sh -c "php -r 'require \"CheckoutGuard/autoload.php\"; exit(class_exists(\"CheckoutGuard\\\\Testing\\\\CallBudget\") ? 0 : 1);'"
+check "dpkg -S: the package owns the PHP library" sh -c "dpkg -S /usr/share/php/CheckoutGuard/autoload.php | grep -q '^checkout-guard:'"
 check "dpkg -S: the package owns the extension" sh -c "dpkg -S checkout_guard.so | grep -q '^checkout-guard:'"
 
 # php-fpm (Debian's php.ini and conf.d, so the module as the package enabled it) behind
@@ -109,6 +116,7 @@ if [ -z "$left" ]; then ok "after apt-get remove: no checkout_guard ini (or link
 check "after apt-get remove: php -m does not list checkout_guard" sh -c "! php -m | grep -qx checkout_guard"
 check "after apt-get remove: dpkg -S finds nothing named checkout_guard" sh -c "! dpkg -S checkout_guard"
 check "after apt-get remove: no /usr/bin/checkout-guard" test ! -e /usr/bin/checkout-guard
+check "after apt-get remove: no /usr/share/php/CheckoutGuard" test ! -e /usr/share/php/CheckoutGuard
 
 # Installed again (phpenmod remembers the removal's dismod), the ini edited, removed:
 # the edited ini stays in mods-available, enabled nowhere; purge takes it.

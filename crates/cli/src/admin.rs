@@ -66,6 +66,23 @@ pub struct Status {
     /// The adaptive budget: None when the workers publish no `adaptive` option and
     /// Valkey holds no state nor last throttling answer for it.
     pub adaptive: Option<AdaptView>,
+    /// The in-flight leases (issue 37): per level held, limit, oldest lease; the stats.
+    pub in_flight: crate::in_flight::InFlightView,
+    /// The events stream `decisions` were counted in, as found.
+    pub stream: StreamView,
+}
+
+/// The telemetry stream `status` counts recent decisions in (`--events-key`): whether it
+/// is there at all (the `stream` sink writes it; with only the `jsonl` sink, or another
+/// key or Valkey, it is missing and no denial can be counted here), its length and newest
+/// entry.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StreamView {
+    pub key: String,
+    pub exists: bool,
+    pub length: u64,
+    /// The newest entry's time (its ID's milliseconds).
+    pub newest_ms: Option<i64>,
 }
 
 /// The adaptive budget as `limiter status` shows it.
@@ -191,8 +208,10 @@ impl Admin {
                 return Err(format!("{option} {}", e.message));
             }
         };
-        // The same name rules as the constructor (the error names the option).
-        validate_name(&Value::Str(name.as_bytes().to_vec())).map_err(|e| e.to_string())?;
+        // The same name rules as the constructor, the error naming the command line's option
+        // (ConfigError's Display starts with `checkout_guard:`, the extension's prefix).
+        validate_name(&Value::Str(name.as_bytes().to_vec()))
+            .map_err(|e| format!("--name {}", e.message))?;
         Ok(Self {
             valkey: Valkey::new(endpoint, timeout),
             keys: Keys::new(name),
@@ -293,6 +312,21 @@ impl Admin {
         mode: Option<Option<Mode>>,
         by: &str,
     ) -> Result<SetOutcome, String> {
+        self.set_all(changes, &[], mode, by)
+    }
+
+    /// [`Self::set_with_mode`], and `in_flight` changes: per level (lane) the limit of
+    /// leases held at once, `None` back to the workers' `in_flight` option. Validated as
+    /// the option is, over the published settings' `in_flight` (a limiter without the
+    /// option has no level to change). Like a bucket's change, a lower limit denies new
+    /// leases until enough are released; it revokes none.
+    pub fn set_all(
+        &self,
+        changes: &[(Lane, Option<(i64, f64)>)],
+        in_flight: &[(Lane, Option<i64>)],
+        mode: Option<Option<Mode>>,
+        by: &str,
+    ) -> Result<SetOutcome, String> {
         // A lane twice is ambiguous (the last would win silently): refused.
         for (i, (lane, _)) in changes.iter().enumerate() {
             if changes[..i].iter().any(|(l, _)| l == lane) {
@@ -304,9 +338,18 @@ impl Admin {
         }
         let (_, base) = self.published()?;
         let base = base.ok_or_else(|| {
+            let there = match self.limiters() {
+                Ok((names, _)) if names.is_empty() => "no limiter has published settings there".to_string(),
+                Ok((names, more)) => format!(
+                    "limiters with published settings there: {}{}",
+                    names.join(", "),
+                    if more { ", ... (more not listed)" } else { "" }
+                ),
+                Err(e) => format!("the limiters there could not be listed ({e})"),
+            };
             format!(
-                "no settings published for limiter \"{}\" at {}: no worker has decided with it yet \
-                 (check --name and --url), so the change cannot be validated; nothing written",
+                "no settings published for limiter \"{}\" at {}: no worker has decided with it in the last day \
+                 (check --name and --url), so the change cannot be validated; nothing written; {there}",
                 self.name,
                 self.valkey.endpoint().display_url()
             )
@@ -316,6 +359,9 @@ impl Admin {
         for (lane, value) in changes {
             next.overrides[*lane as usize] = *value;
         }
+        for (lane, value) in in_flight {
+            next.in_flight[*lane as usize] = *value;
+        }
         if let Some(m) = mode {
             next.mode = m;
         }
@@ -324,6 +370,17 @@ impl Admin {
             .apply(&base)
             .map_err(|e| format!("refused, nothing written: {e}"))?;
         let new = new_set.clone();
+        let base_in_flight = self
+            .published()?
+            .0
+            .and_then(|t| live::PublishedSettings::parse(&t).ok())
+            .and_then(|p| p.in_flight);
+        let new_in_flight = next
+            .apply_in_flight(base_in_flight.as_ref(), &new_set)
+            .map_err(|e| format!("refused, nothing written: {e}"))?;
+        let old_in_flight = current
+            .apply_in_flight(base_in_flight.as_ref(), &old)
+            .unwrap_or(base_in_flight);
         let (old_args, new_args) = (LaneArgs::new(&old), LaneArgs::new(&new_set));
         let mut warnings = Vec::new();
         for lane in Lane::ALL {
@@ -347,9 +404,17 @@ impl Admin {
             (_, _, Some(m)) => format!("{text} mode={}", m.as_str()),
             (_, _, None) => format!("{text} mode=default"),
         };
+        // The in-flight limits, when the limiter has them, are shown with the buckets.
+        let with_in_flight = |text: String, f: Option<checkout_guard_model::InFlight>| match f {
+            Some(f) => format!(
+                "{text} in_flight={}/{}/{}",
+                f.limits[0], f.limits[1], f.limits[2]
+            ),
+            None => text,
+        };
         let (old, new) = (
-            with_mode(live::describe(&old), current.mode),
-            with_mode(live::describe(&new), next.mode),
+            with_in_flight(with_mode(live::describe(&old), current.mode), old_in_flight),
+            with_in_flight(with_mode(live::describe(&new), next.mode), new_in_flight),
         );
         let at = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -372,6 +437,16 @@ impl Admin {
             .collect();
         if let Some(m) = next.mode {
             fields.push(("mode", m.as_str().to_string()));
+        }
+        const IN_FLIGHT_FIELDS: [&str; 3] = [
+            "in_flight.global",
+            "in_flight.hot_lane",
+            "in_flight.hot_shop",
+        ];
+        for lane in Lane::ALL {
+            if let Some(n) = next.in_flight[lane as usize] {
+                fields.push((IN_FLIGHT_FIELDS[lane as usize], n.to_string()));
+            }
         }
         let call = SetLimitsCall {
             limits_key: &limits,
@@ -435,15 +510,15 @@ impl Admin {
 
     /// Marks `shop` hot for every worker until `ttl_seconds` run out (as markHot()).
     pub fn hot(&self, shop: &[u8], ttl_seconds: i64) -> Result<(), String> {
-        validate_shop_id(shop).map_err(|e| e.to_string())?;
-        validate_ttl(ttl_seconds).map_err(|e| e.to_string())?;
+        validate_shop_id(shop).map_err(|e| format!("{} {}", e.option, e.message))?;
+        validate_ttl(ttl_seconds).map_err(|e| format!("{} {}", e.option, e.message))?;
         let cmd = plain(mark_hot_command(&self.keys.hot_flag(shop), ttl_seconds));
         self.call(|c| cmd.query::<()>(c))
     }
 
     /// Ends a hot mark (manual or automatic). Returns whether there was one.
     pub fn unhot(&self, shop: &[u8]) -> Result<bool, String> {
-        validate_shop_id(shop).map_err(|e| e.to_string())?;
+        validate_shop_id(shop).map_err(|e| format!("{} {}", e.option, e.message))?;
         let cmd = plain(unmark_hot_command(&self.keys.hot_flag(shop)));
         self.call(|c| cmd.query::<i64>(c)).map(|n| n > 0)
     }
@@ -489,15 +564,41 @@ impl Admin {
             }
         }
         let hot = self.hot_shops()?;
+        // The in-flight section only for a limiter with leases (the option published, or
+        // live in-flight limits stored): others, and an on-call user whose ACL allows only
+        // what a limiter without leases needs, are not asked for more. A section that cannot
+        // be read is a problem shown in it, never a failed status.
+        let with_in_flight = settings
+            .as_deref()
+            .and_then(|t| live::PublishedSettings::parse(t).ok())
+            .is_some_and(|p| p.in_flight.is_some())
+            || live.in_flight.iter().any(Option::is_some);
+        let in_flight = if with_in_flight {
+            crate::in_flight::read(&self.valkey, &self.keys, now_us, settings.as_deref())
+                .unwrap_or_else(|e| crate::in_flight::InFlightView {
+                    now_us,
+                    problems: vec![format!("in-flight leases not read: {e}")],
+                    ..Default::default()
+                })
+        } else {
+            crate::in_flight::InFlightView::none(now_us)
+        };
         let window = match settings.as_deref().and_then(auto_hot_window_us) {
             Some(w) => Some(self.window(w, now_us)?),
             None => None,
         };
-        let (decisions, shadow_decisions) =
+        let stream = self.stream_view(events_key);
+        let (decisions, shadow_decisions) = if !stream.exists {
+            (
+                Err(format!("no events stream at key {events_key:?}")),
+                BTreeMap::new(),
+            )
+        } else {
             match self.recent_decisions(events_key, now_us / 1000, seconds) {
                 Ok((d, s)) => (Ok(d), s),
                 Err(e) => (Err(e), BTreeMap::new()),
-            };
+            }
+        };
         let changes = self.recent_changes()?;
         let adaptive = self.adaptive(settings.as_deref(), now_us)?;
         let module = self.module_loaded();
@@ -519,7 +620,144 @@ impl Admin {
             module_unknown: module.err(),
             module_decisions: self.module_decisions(),
             adaptive,
+            in_flight,
+            stream,
         })
+    }
+
+    /// The events stream at `key`: there or not, its length and newest entry. A key that
+    /// cannot be asked about counts as there (the reading of it says what is wrong).
+    fn stream_view(&self, key: &str) -> StreamView {
+        let mut v = StreamView {
+            key: key.to_string(),
+            exists: true,
+            ..Default::default()
+        };
+        let Ok(kind) = self.call(|c| redis::cmd("TYPE").arg(key).query::<String>(c)) else {
+            return v;
+        };
+        if kind == "none" {
+            v.exists = false;
+            return v;
+        }
+        if kind != "stream" {
+            return v;
+        }
+        v.length = self
+            .call(|c| redis::cmd("XLEN").arg(key).query::<u64>(c))
+            .unwrap_or(0);
+        let newest: Vec<(String, Vec<(String, String)>)> = self
+            .call(|c| {
+                redis::cmd("XREVRANGE")
+                    .arg(key)
+                    .arg("+")
+                    .arg("-")
+                    .arg("COUNT")
+                    .arg(1)
+                    .query(c)
+            })
+            .unwrap_or_default();
+        v.newest_ms = newest
+            .first()
+            .and_then(|(id, _)| id.split('-').next()?.parse().ok());
+        v
+    }
+
+    /// Whether Valkey holds anything of this limiter: the settings its workers publish
+    /// (at each decision, kept a day), live limits or their changes, a bucket, the
+    /// adaptive budget's state, in-flight leases, a hot shop. A name with none of them is unknown here: a
+    /// typo of `--name`, or another `--url`.
+    pub fn known(&self) -> Result<bool, String> {
+        let k = &self.keys;
+        // The string keys with MGET (an on-call ACL user has it; a key of another type
+        // reads as nil): the live limits' version is there whenever limits or changes are.
+        let strings = [
+            k.settings(),
+            k.limits_version(),
+            k.global(),
+            k.hot_lane(),
+            k.adapt(),
+            k.adapt_last(),
+        ];
+        let found: Vec<Option<Vec<u8>>> =
+            self.call(|c| redis::cmd("MGET").arg(&strings[..]).query(c))?;
+        if found.iter().any(Option::is_some) {
+            return Ok(true);
+        }
+        // The other types with EXISTS, one slot (the hash tag): a user without EXISTS
+        // is not asked twice, the hot shops below still answer.
+        let others = [
+            k.limits(),
+            k.changes(),
+            k.adapt(),
+            k.leases(Lane::Global, b""),
+            k.leases(Lane::HotLane, b""),
+            k.lease_stats(),
+        ];
+        let n: i64 = self
+            .call(|c| redis::cmd("EXISTS").arg(&others[..]).query(c))
+            .unwrap_or(0);
+        Ok(n > 0 || !self.hot_shops()?.is_empty())
+    }
+
+    /// The names of the limiters whose workers published settings at this Valkey (a
+    /// SCAN for `{cg:*}:settings`; on a cluster, of the node asked), sorted, at most
+    /// [`LISTED_LIMITERS`] (then `true`: more not listed).
+    pub fn limiters(&self) -> Result<(Vec<String>, bool), String> {
+        let mut names = std::collections::BTreeSet::new();
+        let mut cursor = "0".to_string();
+        // Bounded: a keyspace of millions is a few hundred steps of 10,000.
+        for _ in 0..1000 {
+            let (next, found): (String, Vec<Vec<u8>>) = self.call(|c| {
+                redis::cmd("SCAN")
+                    .arg(&cursor)
+                    .arg("MATCH")
+                    .arg("{cg:*}:settings")
+                    .arg("COUNT")
+                    .arg(10_000)
+                    .query(c)
+            })?;
+            for key in found {
+                let name = key
+                    .strip_prefix(b"{cg:")
+                    .and_then(|r| r.strip_suffix(b"}:settings"));
+                if let Some(n) = name {
+                    names.insert(String::from_utf8_lossy(n).into_owned());
+                }
+            }
+            cursor = next;
+            if cursor == "0" || names.len() > LISTED_LIMITERS {
+                break;
+            }
+        }
+        let more = names.len() > LISTED_LIMITERS || cursor != "0";
+        Ok((names.into_iter().take(LISTED_LIMITERS).collect(), more))
+    }
+
+    /// Why this limiter's name is refused: nothing of it at this Valkey, and the limiters
+    /// that are there.
+    pub fn unknown(&self) -> String {
+        let at = self.valkey.endpoint().display_url();
+        let there = match self.limiters() {
+            Ok((names, _)) if names.is_empty() => format!(
+                "no limiter has published settings at {at} (a worker publishes them at each decision, kept a day): check --url"
+            ),
+            Ok((names, more)) => format!(
+                "limiters with published settings at {at}{}: {}{}",
+                if self.valkey.endpoint().is_cluster() {
+                    " (the node asked)"
+                } else {
+                    ""
+                },
+                names.join(", "),
+                if more { ", ... (more not listed)" } else { "" }
+            ),
+            Err(e) => format!("the limiters there could not be listed ({e})"),
+        };
+        format!(
+            "unknown limiter {:?} at {at}: Valkey holds nothing of it (no settings published by a worker in the last day, no live limits, buckets or hot shops); {there}",
+            self.name
+        )
     }
 
     /// The adaptive budget: its state and last throttling answer (one MGET), the share
@@ -715,6 +953,9 @@ impl Admin {
             .collect())
     }
 }
+
+/// How many limiter names an unknown `--name` lists.
+pub const LISTED_LIMITERS: usize = 20;
 
 /// Decisions counted by reason.
 type ByReason = BTreeMap<String, u64>;

@@ -4,6 +4,7 @@
 //! and on a Valkey client, never on the worker's runtime.
 
 pub mod admin;
+pub mod in_flight;
 pub mod replay;
 pub mod scan;
 pub mod shop_id;

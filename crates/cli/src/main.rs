@@ -47,9 +47,10 @@ enum Command {
     Replay(replay::ReplayArgs),
     /// Writes a synthetic day of events (2026-11-30) for tests and benchmarks.
     Generate {
-        /// About how many events.
+        /// About how many events (about 215 bytes each: 100,000 make about 22 MB).
         #[arg(long, default_value_t = 1_000_000)]
         events: u64,
+        /// The random generator's seed: the same seed and count give the same file.
         #[arg(long, default_value_t = 1)]
         seed: u64,
         /// Output file; `-` for stdout.
@@ -75,7 +76,7 @@ struct CommonArgs {
     /// From this time (Unix ms or YYYY-MM-DDTHH:MM:SS[.mmm]Z), inclusive.
     #[arg(long, value_parser = time::parse_time)]
     from: Option<i64>,
-    /// Up to this time, exclusive.
+    /// Up to this time (Unix ms or YYYY-MM-DDTHH:MM:SS[.mmm]Z), exclusive.
     #[arg(long, value_parser = time::parse_time)]
     to: Option<i64>,
     /// JSON output.
@@ -99,14 +100,14 @@ fn threads(c: &CommonArgs) -> usize {
 struct ScanArgs {
     #[command(flatten)]
     common: CommonArgs,
-    /// Coarse bucket size.
+    /// Coarse bucket size: a duration with its unit (5m, 300s, 1h, 250ms).
     #[arg(long, default_value = "5m", value_parser = time::parse_duration)]
     coarse: i64,
     /// Coarse threshold: average events per second over a coarse bucket. At or below
     /// fine-threshold x fine / coarse the scan finds every window a full fine scan would.
     #[arg(long, default_value_t = 5.0)]
     coarse_threshold: f64,
-    /// Fine bucket size.
+    /// Fine bucket size: a duration with its unit (1s, 250ms).
     #[arg(long, default_value = "1s", value_parser = time::parse_duration)]
     fine: i64,
     /// Fine threshold: events per second within a fine bucket.
@@ -127,6 +128,11 @@ struct ReportArgs {
     /// The report's title.
     #[arg(long, default_value = "Incident report")]
     title: String,
+    /// The two `CheckoutStep` step names the report reads, STARTED,PAID: "checkouts
+    /// started", "paid", the calls per checkout and the payment channels (every step is
+    /// listed in the funnel).
+    #[arg(long, default_value = "cart,paid", value_parser = checkout_guard_cli::scan::Steps::parse)]
+    steps: checkout_guard_cli::scan::Steps,
 }
 
 fn scan_config(a: &ScanArgs) -> Result<ScanConfig, String> {
@@ -328,6 +334,50 @@ fn print_peaks(c: &CommonArgs, acc: &Accumulator, peaks: &[Peak]) {
     out!("{}", problems_text(acc));
 }
 
+/// A report whose window, event types, apis or shops matched no event is refused (exit 2,
+/// nothing written), naming the filter that matched nothing and what the files hold: their
+/// time range, the event types, the apis, the busiest shops of the window.
+fn matched_something(acc: &Accumulator, c: &CommonArgs, window: &str) -> Result<(), String> {
+    let range = time::files_range(acc.first_ms, acc.last_ms);
+    if acc.in_time == 0 {
+        return Err(format!(
+            "--window {window}{} matched no event: {range}; nothing written",
+            if c.from.is_some() || c.to.is_some() {
+                " with --from/--to"
+            } else {
+                ""
+            }
+        ));
+    }
+    let m = &acc.matches;
+    let mut none = Vec::new();
+    if !c.event_types.is_empty() && m.types == 0 {
+        none.push(format!(
+            "--event-type {} matched no event in --window {window}: the event types there: {}",
+            c.event_types.join(", --event-type "),
+            m.types_text()
+        ));
+    } else if !c.apis.is_empty() && m.apis == 0 {
+        none.push(format!(
+            "--api {} matched no event in --window {window}: the apis in the files: {}",
+            c.apis.join(", --api "),
+            acc.apis_text()
+        ));
+    }
+    if !c.shops.is_empty() && m.shops == 0 {
+        none.push(format!(
+            "--shop {} matched no event in --window {window}: the shops there, busiest first: {}",
+            c.shops.join(", --shop "),
+            m.shops_text(5)
+        ));
+    }
+    if none.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{}; nothing written", none.join("; ")))
+    }
+}
+
 fn run() -> Result<(), String> {
     match Cli::parse().command {
         Command::Scan(args) => {
@@ -352,13 +402,17 @@ fn run() -> Result<(), String> {
             f.from_ms = Some(f.from_ms.map_or(t0, |x| x.max(t0)));
             f.to_ms = Some(f.to_ms.map_or(t1, |x| x.min(t1)));
             let mut acc = Accumulator::new(f, cfg.fine_ms);
-            acc.report = Some(Default::default());
+            acc.report = Some(checkout_guard_cli::scan::ReportData {
+                steps: args.steps.clone(),
+                ..Default::default()
+            });
             input::read_all(
                 &args.scan.common.files,
                 &mut acc,
                 threads(&args.scan.common),
             )
             .map_err(|e| e.to_string())?;
+            matched_something(&acc, &args.scan.common, &args.window)?;
             let r = acc.scan(&cfg);
             let html = report::html(&acc, &r, &cfg, t0, t1, &args.title);
             std::fs::write(&args.output, html).map_err(|e| format!("{}: {e}", args.output))?;
@@ -402,5 +456,85 @@ fn main() -> ExitCode {
             eprintln!("checkout-guard: {e}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every argument of every command and subcommand, with its command path.
+    fn walk(cmd: &clap::Command, path: &str, out: &mut Vec<(String, clap::Arg)>) {
+        let path = format!("{path} {}", cmd.get_name()).trim().to_string();
+        for a in cmd.get_arguments() {
+            out.push((path.clone(), a.clone()));
+        }
+        for sub in cmd.get_subcommands() {
+            walk(sub, &path, out);
+        }
+    }
+
+    fn args() -> Vec<(String, clap::Arg)> {
+        let mut cmd = Cli::command();
+        // The help and version flags clap adds, with their help text.
+        cmd.build();
+        let mut out = Vec::new();
+        walk(&cmd, "", &mut out);
+        out
+    }
+
+    fn name(a: &clap::Arg) -> String {
+        a.get_long()
+            .map_or_else(|| format!("<{}>", a.get_id()), |l| format!("--{l}"))
+    }
+
+    /// `--help` explains every flag and argument: none is shown bare (issue 38: `--json`,
+    /// `<SHOP>`, `--seed` had no text).
+    #[test]
+    fn every_argument_of_every_command_has_help_text() {
+        let all = args();
+        assert!(all.len() > 50, "the walk found {} arguments", all.len());
+        let bare: Vec<String> = all
+            .iter()
+            .filter(|(_, a)| a.get_help().is_none_or(|h| h.to_string().trim().is_empty()))
+            .map(|(path, a)| format!("{path} {}", name(a)))
+            .collect();
+        assert!(bare.is_empty(), "arguments without help text: {bare:?}");
+    }
+
+    /// A value with a unit says it: durations in seconds or milliseconds (or the forms
+    /// `time::parse_duration` takes), sizes in bytes.
+    #[test]
+    fn every_duration_names_its_unit() {
+        let units = [
+            " seconds",
+            " s)",
+            " s ",
+            "milliseconds",
+            " ms",
+            "Unix ms",
+            "5m",
+            "1s",
+        ];
+        let mut missing = Vec::new();
+        for (path, a) in args() {
+            let id = a.get_id().as_str().to_string();
+            let timed = [
+                "ttl", "seconds", "timeout", "wait", "coarse", "fine", "from", "to",
+            ]
+            .iter()
+            .any(|k| id.split('_').any(|w| w == *k))
+                && !id.contains("threshold");
+            if !timed {
+                continue;
+            }
+            let help = a.get_help().map(|h| h.to_string()).unwrap_or_default()
+                + &a.get_long_help().map(|h| h.to_string()).unwrap_or_default();
+            if !units.iter().any(|u| help.contains(u)) {
+                missing.push(format!("{path} {}: {help:?}", name(&a)));
+            }
+        }
+        assert!(missing.is_empty(), "durations without a unit: {missing:#?}");
     }
 }

@@ -5,19 +5,28 @@
 //! keeps what the store would keep (the buckets, the hot marks, the `auto_hot` windows)
 //! and counts what came out.
 //!
-//! Memory: per scenario, one state per shop and one counter per second of the range;
-//! nothing per event. The caller feeds attempts in time order ([`Merge`] puts a few
+//! In-flight leases (`in_flight=N[/M/K]`, issue 37) are decided by the same step: this
+//! module passes the leases held per level ([`StoredState::leases`]) and the option
+//! ([`StepInput::in_flight`]) and takes the reason from the reply, as the workers do. An
+//! admitted call holds a lease on each level that applies from its recorded start
+//! (`timestamp`) to its end (`duration.ms` later, at most the lease's `lease_seconds`).
+//!
+//! Memory: per scenario, one state per shop and one counter per second of the range, and
+//! one entry per call in flight (the leases held); nothing per event. The caller feeds attempts in time order ([`Merge`] puts a few
 //! seconds of disorder right, as the workers' batched writes leave it).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 
-use checkout_guard_config::live::parse_bucket;
+use checkout_guard_config::live::{self, parse_bucket};
+use checkout_guard_config::options::in_flight_from_value;
 use checkout_guard_config::{auto_hot_from_value, Value};
 use checkout_guard_model::bucket::MAX_STORED_NUMBER;
+use checkout_guard_model::in_flight::DEFAULT_LEASE_SECONDS;
 use checkout_guard_model::step::{auto_hot_window, StepInput, StoredState, WindowCounts};
 use checkout_guard_model::{
-    reservation_wait_us, step, AutoHot, BucketSet, BucketSpec, Lane, StoredBucket,
+    reservation_wait_us, step, AutoHot, BucketSet, BucketSpec, InFlight, Lane, LeaseLevel,
+    StoredBucket,
 };
 
 /// Whether `ts_ms` is an instant the model decides at: from the Unix epoch to 2^53 - 1 µs
@@ -27,11 +36,54 @@ pub fn timestamp_in_range(ts_ms: i64) -> bool {
     (0..=MAX_STORED_NUMBER / 1000).contains(&ts_ms)
 }
 
-/// A recorded attempt: when (Unix ms) and for which shop.
+/// A recorded attempt: when (Unix ms), for which shop, and how long its call took (µs;
+/// `None` for a recorded denial, whose call was not made, or a call without a readable
+/// `duration.ms`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Attempt {
     pub ts_ms: i64,
     pub shop: Vec<u8>,
+    pub duration_us: Option<i64>,
+}
+
+/// A recorded `duration.ms` as µs: `None` for one no call can have taken (negative, not a
+/// number); at most a day (a longer one is held for its lease's `lease_seconds` anyway).
+pub fn duration_us(ms: Option<f64>) -> Option<i64> {
+    let ms = ms.filter(|m| m.is_finite() && *m >= 0.0)?;
+    Some((ms * 1000.0).round().min(86_400e6) as i64)
+}
+
+/// Parses `in_flight=`'s value `N[/M/K]` (global, hot lane, hot shop; `-`, `0` or nothing
+/// for a hot level without a limit), each a limit as `limiter set in_flight.*` takes it
+/// ([`live::parse_in_flight_limit`]), then validated by the option's own rules with
+/// `lease_seconds` ([`in_flight_from_value`]: the hot levels at most the global one, each
+/// only where `set` has that bucket, the bound from 1 to 600 s, default 30). Errors name
+/// the value.
+pub fn parse_in_flight(
+    value: &str,
+    lease_seconds: Option<f64>,
+    set: &BucketSet,
+) -> Result<InFlight, String> {
+    let parts: Vec<&str> = value.split('/').map(str::trim).collect();
+    if parts.len() > 3 {
+        return Err(format!("in_flight={value} is not N[/M/K]"));
+    }
+    let mut entries = Vec::new();
+    for (lane, part) in Lane::ALL.into_iter().zip(&parts) {
+        // `0` too: the form `limiter set` and `limiter status` print (`in_flight=3/0/1`).
+        if lane != Lane::Global && matches!(*part, "" | "-" | "0") {
+            continue;
+        }
+        let name = format!("{}{}", live::IN_FLIGHT_PREFIX, lane.as_str());
+        let n = live::parse_in_flight_limit(&name, part)
+            .map_err(|e| format!("in_flight={value} is not N[/M/K] ({e})"))?;
+        entries.push((lane.as_str().to_string(), Value::Int(n)));
+    }
+    if let Some(s) = lease_seconds {
+        entries.push(("lease_seconds".to_string(), Value::Float(s)));
+    }
+    in_flight_from_value(&Value::Map(entries), set)
+        .map_err(|e| format!("{} {} (in_flight={value})", e.option, e.message))
 }
 
 /// One candidate configuration, as `--limits` names it.
@@ -42,6 +94,8 @@ pub struct Scenario {
     pub text: String,
     /// `None`: no limiter (every attempt admitted; only the provider decides).
     pub limits: Option<BucketSet>,
+    /// `in_flight=N[/M/K]` (needs `limits`): the option as the model decides it.
+    pub in_flight: Option<InFlight>,
 }
 
 /// What every scenario shares: the hot shops listed, `auto_hot`, reservations, the
@@ -55,9 +109,11 @@ pub struct Common {
     pub provider: Option<BucketSpec>,
 }
 
-/// Parses `--limits`: `[name:]global=C/R [hot_lane=C/R] [hot_shop=C/R]` (spaces or
-/// commas between buckets; C capacity, R refill per second), validated as the limiter's
-/// options are (errors name the bucket). `index` names an unnamed scenario.
+/// Parses `--limits`: `[name:]global=C/R [hot_lane=C/R] [hot_shop=C/R] [in_flight=N[/M/K]]
+/// [lease_seconds=S]` (spaces or commas between them; C capacity, R refill per second; N,
+/// M, K the calls in flight at once globally, in the hot lane, per hot shop; S the lease's
+/// bound), validated as the limiter's options are (errors name the bucket or the value).
+/// `index` names an unnamed scenario.
 pub fn parse_limits(text: &str, index: usize) -> Result<Scenario, String> {
     let (name, body) = match text.split_once(':') {
         Some((n, rest)) if !n.contains('=') && !n.trim().is_empty() => (n.trim().to_string(), rest),
@@ -71,10 +127,30 @@ pub fn parse_limits(text: &str, index: usize) -> Result<Scenario, String> {
         ),
     };
     let mut buckets: [Option<BucketSpec>; 3] = [None; 3];
+    let mut in_flight: Option<&str> = None;
+    let mut lease_seconds: Option<f64> = None;
     for part in body.split([' ', ',']).filter(|p| !p.trim().is_empty()) {
         let (bucket, value) = part
             .split_once('=')
             .ok_or_else(|| format!("--limits {text:?}: {part:?} is not BUCKET=CAPACITY/RATE"))?;
+        match bucket.trim() {
+            "in_flight" => {
+                if in_flight.replace(value).is_some() {
+                    return Err(format!("--limits {text:?}: in_flight given twice"));
+                }
+                continue;
+            }
+            "lease_seconds" | "in_flight.lease_seconds" => {
+                let s = value.trim().parse::<f64>().map_err(|_| {
+                    format!("--limits {text:?}: lease_seconds={value} is not a number of seconds")
+                })?;
+                if lease_seconds.replace(s).is_some() {
+                    return Err(format!("--limits {text:?}: lease_seconds given twice"));
+                }
+                continue;
+            }
+            _ => {}
+        }
         let lane = Lane::from_name(bucket.trim()).ok_or_else(|| {
             format!("--limits {text:?}: {bucket:?} is not a bucket (global, hot_lane, hot_shop)")
         })?;
@@ -86,14 +162,27 @@ pub fn parse_limits(text: &str, index: usize) -> Result<Scenario, String> {
         }
     }
     let global = buckets[0].ok_or_else(|| format!("--limits {text:?}: no global=CAPACITY/RATE"))?;
+    let set = BucketSet {
+        global,
+        hot_lane: buckets[1],
+        hot_shop: buckets[2],
+    };
+    let in_flight = match (in_flight, lease_seconds) {
+        (Some(v), secs) => {
+            Some(parse_in_flight(v, secs, &set).map_err(|e| format!("--limits {text:?}: {e}"))?)
+        }
+        (None, Some(_)) => {
+            return Err(format!(
+                "--limits {text:?}: lease_seconds needs in_flight=N[/M/K]"
+            ))
+        }
+        (None, None) => None,
+    };
     Ok(Scenario {
         name,
         text: body.trim().to_string(),
-        limits: Some(BucketSet {
-            global,
-            hot_lane: buckets[1],
-            hot_shop: buckets[2],
-        }),
+        limits: Some(set),
+        in_flight,
     })
 }
 
@@ -158,11 +247,69 @@ pub struct Counts {
     pub waited: u64,
     /// Admitted while hot (listed, marked by `auto_hot`).
     pub admitted_hot: u64,
+    /// Denied by an in-flight level whose leases were all held (global, hot lane, hot
+    /// shop: `in_flight_global`, ...); the buckets had the tokens.
+    pub denied_in_flight: [u64; 3],
+    /// The most of its calls in flight at once (admitted calls, every level).
+    pub peak_in_flight: u64,
 }
 
 impl Counts {
+    /// Every denial: by the buckets and by the in-flight levels.
     pub fn denied_total(&self) -> u64 {
-        self.denied.iter().sum()
+        self.denied.iter().sum::<u64>() + self.denied_in_flight.iter().sum::<u64>()
+    }
+}
+
+/// What one attempt came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Admitted,
+    /// Denied by this lane's bucket.
+    Denied(Lane),
+    /// Denied by this in-flight level (the buckets had the tokens; none taken).
+    DeniedInFlight(Lane),
+}
+
+/// One level's leases: when each is released (µs), the earliest first, and the most held
+/// at once.
+#[derive(Debug, Default)]
+pub struct Leases {
+    ends: BinaryHeap<Reverse<i64>>,
+    /// The most held at once, and the first instant (µs) it was.
+    pub peak: u64,
+    pub peak_at_us: i64,
+}
+
+impl Leases {
+    /// Releases the leases that end at or before `now` (a lease ending at the instant a
+    /// call starts is free for it: a lease is held over `[start, end)`).
+    fn expire(&mut self, now: i64) {
+        while self.ends.peek().is_some_and(|Reverse(end)| *end <= now) {
+            self.ends.pop();
+        }
+    }
+
+    /// Leases held (after [`Self::expire`]).
+    pub fn held(&self) -> u64 {
+        self.ends.len() as u64
+    }
+
+    /// When the first of the leases held ends (µs).
+    pub fn earliest_end(&self) -> Option<i64> {
+        self.ends.peek().map(|Reverse(end)| *end)
+    }
+
+    fn take(&mut self, now: i64, end: i64) {
+        if end > now {
+            self.ends.push(Reverse(end));
+        }
+        // A call of no duration is in flight at its start, for no time: it counts.
+        let held = self.held() + u64::from(end <= now);
+        if held > self.peak {
+            self.peak = held;
+            self.peak_at_us = now;
+        }
     }
 }
 
@@ -185,6 +332,9 @@ struct ShopState {
     window: i64,
     mine: [i64; 2],
     counts: Counts,
+    /// Its leases on the hot-shop level (taken while hot), and all its calls in flight.
+    leases: Leases,
+    calls: Leases,
 }
 
 /// One scenario's replay: the store's state as the model keeps it, and what came out.
@@ -205,6 +355,21 @@ pub struct Sim {
     pub max_wait_us: i64,
     /// Shops `auto_hot` marked, at least once.
     pub marked: HashSet<Vec<u8>>,
+    /// Leases of the global and hot-lane levels (every admitted call; the hot ones), held
+    /// whether or not `in_flight` limits them: their peaks size the limits.
+    pub global_leases: Leases,
+    pub lane_leases: Leases,
+    /// The hot-shop level's peak: the most one shop held at once (while hot), which
+    /// shop, and when (µs).
+    pub hot_shop_peak: (u64, Vec<u8>, i64),
+    /// Leases held for an estimated time: recorded denials admitted here (their call was
+    /// not made) and calls without a `duration.ms`, held for the mean duration of the
+    /// calls read before them.
+    pub estimated: u64,
+    /// Leases that ran out before their call ended (`lease_seconds` shorter than it).
+    pub lease_expired: u64,
+    /// Durations read so far (sum µs, count), for the estimate.
+    durations: (i128, u64),
 }
 
 impl Sim {
@@ -223,7 +388,32 @@ impl Sim {
             waits: Default::default(),
             max_wait_us: 0,
             marked: HashSet::new(),
+            global_leases: Leases::default(),
+            lane_leases: Leases::default(),
+            hot_shop_peak: (0, Vec::new(), 0),
+            estimated: 0,
+            lease_expired: 0,
+            durations: (0, 0),
         }
+    }
+
+    /// The bound of a lease: the candidate's `lease_seconds`, else the option's default.
+    fn lease_us(&self) -> i64 {
+        self.scenario
+            .in_flight
+            .map_or((DEFAULT_LEASE_SECONDS * 1e6) as i64, |f| f.lease_us)
+    }
+
+    /// Peak in flight per level (global, hot lane, hot shop) and when (Unix ms).
+    pub fn peaks_in_flight(&self) -> [(u64, i64); 3] {
+        [
+            (
+                self.global_leases.peak,
+                self.global_leases.peak_at_us / 1000,
+            ),
+            (self.lane_leases.peak, self.lane_leases.peak_at_us / 1000),
+            (self.hot_shop_peak.0, self.hot_shop_peak.2 / 1000),
+        ]
     }
 
     /// Shifts a window pair `(at, [cur, prev])` to window `w`.
@@ -239,24 +429,64 @@ impl Sim {
         *at = w;
     }
 
-    /// Decides one attempt (one token) at `ts_ms` for `shop`; an instant out of
+    /// Decides one attempt (one token) at `ts_ms` for `shop`, its call (if admitted)
+    /// lasting an estimated time (see [`Self::estimated`]); an instant out of
     /// [`timestamp_in_range`] is not decided (false).
     pub fn attempt(&mut self, ts_ms: i64, shop: &[u8]) -> bool {
+        self.attempt_call(ts_ms, shop, None).is_some()
+    }
+
+    /// Decides one attempt (one token) at `ts_ms` for `shop` whose call lasted
+    /// `duration_us` (None: unknown, estimated), by [`step`]: the buckets first, then, if
+    /// they admit it, the in-flight levels in the order global, hot lane, hot shop (the
+    /// hot ones when the shop is hot); a call refused a lease takes no tokens, one refused
+    /// tokens no lease. None: an instant out of [`timestamp_in_range`], not decided.
+    pub fn attempt_call(
+        &mut self,
+        ts_ms: i64,
+        shop: &[u8],
+        duration_us: Option<i64>,
+    ) -> Option<Verdict> {
         if !timestamp_in_range(ts_ms) {
-            return false;
+            return None;
         }
         let now = ts_ms * 1000;
+        // How long its lease would be held: the recorded duration, else the mean of the
+        // durations read before it (the same in every scenario: they read alike).
+        let hold_us = match duration_us {
+            Some(d) => {
+                self.durations.0 += i128::from(d);
+                self.durations.1 += 1;
+                Ok(d)
+            }
+            None if self.durations.1 > 0 => {
+                Err((self.durations.0 / self.durations.1 as i128) as i64)
+            }
+            None => Err(0),
+        };
+        let lease_us = self.lease_us();
+        self.global_leases.expire(now);
+        self.lane_leases.expire(now);
         let static_hot = self.common.hot_shops.contains(shop);
         let st = match self.shops.get_mut(shop) {
             Some(s) => s,
             None => self.shops.entry(shop.to_vec()).or_default(),
         };
+        st.leases.expire(now);
+        st.calls.expire(now);
         st.counts.attempts += 1;
         self.total.attempts += 1;
         let sec = self.seconds.entry(ts_ms.div_euclid(1000)).or_default();
         sec.attempts += 1;
-        let (admitted, hot, call_at) = match &self.scenario.limits {
-            None => (true, static_hot, now),
+        let in_flight = self.scenario.in_flight;
+        // The leases held now per level (global, hot lane, this shop's while hot), as the
+        // store's lease sets would hold them.
+        let leases = [&self.global_leases, &self.lane_leases, &st.leases].map(|l| LeaseLevel {
+            held: l.held() as i64,
+            oldest_expiry_us: l.earliest_end().unwrap_or(0),
+        });
+        let (verdict, hot, call_at) = match &self.scenario.limits {
+            None => (Verdict::Admitted, static_hot, now),
             Some(set) => {
                 let auto = self.common.auto_hot.as_ref();
                 let mut stored = StoredState {
@@ -267,6 +497,8 @@ impl Sim {
                         .map(|u| (u - now) / 1000),
                     windows: Default::default(),
                     adapt: None,
+                    leases,
+                    ..Default::default()
                 };
                 if let Some(a) = auto {
                     let w = auto_hot_window(now, a.window.as_micros() as i64);
@@ -283,6 +515,8 @@ impl Sim {
                         },
                     ];
                 }
+                // One decision, the model's: the buckets, then (when they allow) a lease
+                // free on every level that applies, all or nothing.
                 let (reply, next) = step(
                     set,
                     &stored,
@@ -290,9 +524,11 @@ impl Sim {
                         static_hot,
                         auto_hot: auto,
                         max_wait_us: self.common.max_wait_us,
+                        in_flight: in_flight.as_ref(),
                         ..StepInput::new(now, 1)
                     },
                 );
+                // The model's own rule for what is stored (a denial changes what it says).
                 [self.global, self.lane, st.bucket] = next.buckets;
                 if auto.is_some() && reply.reason.is_none() {
                     st.mine[0] = next.windows[0].mine;
@@ -304,10 +540,15 @@ impl Sim {
                     self.marked.insert(shop.to_vec());
                 }
                 match reply.reason {
+                    Some(level) if reply.in_flight => {
+                        st.counts.denied_in_flight[level as usize] += 1;
+                        self.total.denied_in_flight[level as usize] += 1;
+                        (Verdict::DeniedInFlight(level), reply.hot, now)
+                    }
                     Some(lane) => {
                         st.counts.denied[lane as usize] += 1;
                         self.total.denied[lane as usize] += 1;
-                        (false, reply.hot, now)
+                        (Verdict::Denied(lane), reply.hot, now)
                     }
                     None => {
                         let wait = reservation_wait_us(set, &reply);
@@ -317,14 +558,39 @@ impl Sim {
                             self.waits.add(wait as f64 / 1000.0);
                             self.max_wait_us = self.max_wait_us.max(wait);
                         }
-                        (true, reply.hot, now + wait)
+                        (Verdict::Admitted, reply.hot, now + wait)
                     }
                 }
             }
         };
-        if !admitted {
+        if verdict != Verdict::Admitted {
             sec.denied += 1;
-            return true;
+            return Some(verdict);
+        }
+        // The leases: taken at the decision, released when the call ends (after a
+        // reservation's wait and the call's duration), or at the lease's bound.
+        let hold = match hold_us {
+            Ok(d) => d,
+            Err(d) => {
+                self.estimated += 1;
+                d
+            }
+        };
+        let lease_end = now.saturating_add(lease_us);
+        let call_end = call_at.saturating_add(hold);
+        if call_end > lease_end {
+            self.lease_expired += 1;
+        }
+        let end = call_end.min(lease_end);
+        self.global_leases.take(now, end);
+        st.calls.take(now, end);
+        st.counts.peak_in_flight = st.calls.peak;
+        if hot {
+            self.lane_leases.take(now, end);
+            st.leases.take(now, end);
+            if st.leases.peak > self.hot_shop_peak.0 {
+                self.hot_shop_peak = (st.leases.peak, shop.to_vec(), st.leases.peak_at_us);
+            }
         }
         st.counts.admitted += 1;
         self.total.admitted += 1;
@@ -355,7 +621,7 @@ impl Sim {
                 self.provider = next.buckets[0];
             }
         }
-        true
+        Some(Verdict::Admitted)
     }
 
     /// Each shop's counts, most attempts first (then by ID).
@@ -408,13 +674,16 @@ impl Sim {
     }
 }
 
+/// An attempt waiting in [`Merge`]: instant, arrival (ties in order), shop, duration.
+type Pending = (i64, u64, Vec<u8>, Option<i64>);
+
 /// Attempts from several sources (files) in time order: each source in the order it was
 /// written, the sources merged, with up to `tolerance_ms` of disorder inside a source put
 /// right (workers write their events in batches at the end of a request). An attempt
 /// later than that is decided when it comes (counted in `late`).
 pub struct Merge {
     tolerance_ms: i64,
-    heap: BinaryHeap<Reverse<(i64, u64, Vec<u8>)>>,
+    heap: BinaryHeap<Reverse<Pending>>,
     seq: u64,
     /// The newest attempt decided.
     released: i64,
@@ -437,21 +706,23 @@ impl Merge {
             self.late += 1;
         }
         self.seq += 1;
-        self.heap.push(Reverse((a.ts_ms, self.seq, a.shop)));
+        self.heap
+            .push(Reverse((a.ts_ms, self.seq, a.shop, a.duration_us)));
     }
 
     /// Attempts no source can still precede: those at least `tolerance_ms` older than
     /// `frontier` (the oldest newest timestamp of the sources still being read), or all
     /// when `frontier` is `None` (every source read).
-    pub fn release(&mut self, frontier: Option<i64>, mut f: impl FnMut(i64, &[u8])) {
+    /// `f` gets each attempt's instant, shop and call duration (µs, if known).
+    pub fn release(&mut self, frontier: Option<i64>, mut f: impl FnMut(i64, &[u8], Option<i64>)) {
         let limit = frontier.map_or(i64::MAX, |t| t.saturating_sub(self.tolerance_ms));
-        while let Some(Reverse((ts, _, _))) = self.heap.peek() {
+        while let Some(Reverse((ts, ..))) = self.heap.peek() {
             if *ts > limit {
                 break;
             }
-            let Reverse((ts, _, shop)) = self.heap.pop().expect("peeked");
+            let Reverse((ts, _, shop, duration)) = self.heap.pop().expect("peeked");
             self.released = self.released.max(ts);
-            f(ts, &shop);
+            f(ts, &shop, duration);
         }
     }
 
@@ -505,6 +776,77 @@ mod tests {
             .contains("auto_hot.colour"));
     }
 
+    #[test]
+    fn in_flight_is_parsed_with_its_levels_and_bound() {
+        let s = parse_limits(
+            "global=10/10 hot_lane=5/5 hot_shop=3/3 in_flight=20//5 lease_seconds=2.5",
+            0,
+        )
+        .unwrap();
+        let f = s.in_flight.unwrap();
+        assert_eq!(f.limits, [20, 0, 5]);
+        assert_eq!(f.lease_us, 2_500_000);
+        let f = parse_limits("global=10/10 in_flight=4", 0)
+            .unwrap()
+            .in_flight
+            .unwrap();
+        assert_eq!((f.limits, f.lease_us), ([4, 0, 0], 30_000_000));
+        // The form `limiter set` and `limiter status` print: 0 for a level without a limit.
+        let f = parse_limits("global=10/10 hot_shop=3/3 in_flight=3/0/1", 0)
+            .unwrap()
+            .in_flight
+            .unwrap();
+        assert_eq!(f.limits, [3, 0, 1]);
+        assert!(parse_limits("global=10/10 in_flight=1000001", 0).is_err());
+        assert!(parse_limits("global=10/10", 0).unwrap().in_flight.is_none());
+        for (bad, says) in [
+            ("global=1/1 in_flight=", "in_flight= is not N[/M/K]"),
+            ("global=1/1 in_flight=-1", "in_flight=-1 is not N[/M/K]"),
+            (
+                "global=1/1 in_flight=1 lease_seconds=0.5",
+                "in_flight.lease_seconds must be a number of seconds from 1 to 600",
+            ),
+            (
+                "global=1/1 in_flight=1 lease_seconds=x",
+                "lease_seconds=x is not",
+            ),
+        ] {
+            let e = parse_limits(bad, 0).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    /// A call the buckets admit but the leases deny takes no tokens, so it counts nothing
+    /// towards `auto_hot` and marks nothing (the model marks only an allowed decision).
+    #[test]
+    fn an_in_flight_denial_marks_no_shop_hot() {
+        let set = parse_limits("global=1000/1000 hot_shop=100/100 in_flight=1", 0).unwrap();
+        let global = set.limits.as_ref().unwrap().global;
+        let auto = parse_auto_hot("window_seconds=1,share=0.5,min_tokens=2", &global).unwrap();
+        let common = Common {
+            auto_hot: Some(auto),
+            ..Default::default()
+        };
+        let mut s = Sim::new(set, common);
+        // Its first call holds the lease 10 s; its second (2 tokens of 2: hot if taken) is
+        // denied by the lease.
+        assert_eq!(
+            s.attempt_call(1_000_000, b"f", Some(10_000_000)),
+            Some(Verdict::Admitted)
+        );
+        assert_eq!(
+            s.attempt_call(1_000_001, b"f", Some(1_000)),
+            Some(Verdict::DeniedInFlight(Lane::Global))
+        );
+        assert!(!s.was_hot(b"f"));
+        // Its lease ends 10 s later: admitted then, in another window (one token).
+        assert_eq!(
+            s.attempt_call(1_010_000, b"f", Some(1_000)),
+            Some(Verdict::Admitted)
+        );
+        assert!(s.marked.is_empty());
+    }
+
     /// A burst at one instant: the global bucket's capacity admitted, the rest denied by
     /// global; a listed hot shop stops at its own bucket first.
     #[test]
@@ -553,6 +895,7 @@ mod tests {
             name: "none".into(),
             text: String::new(),
             limits: None,
+            in_flight: None,
         };
         let common = Common {
             provider: Some(parse_provider("5/5").unwrap()),
@@ -585,6 +928,7 @@ mod tests {
             name: "auto".into(),
             text: String::new(),
             limits: Some(set),
+            in_flight: None,
         };
         let mut s = Sim::new(scenario, common);
         // 10 s: the flooder at 200/s, two ordinary shops at 5/s each.
@@ -636,16 +980,18 @@ mod tests {
             m.push(Attempt {
                 ts_ms: ts,
                 shop: shop.as_bytes().to_vec(),
+                duration_us: None,
             });
         }
-        m.release(Some(1_200), |t, s| out.push((t, s.to_vec())));
+        m.release(Some(1_200), |t, s, _| out.push((t, s.to_vec())));
         assert_eq!(out, vec![(950, b"b".to_vec()), (1_000, b"a".to_vec())]);
         m.push(Attempt {
             ts_ms: 900,
             shop: b"late".to_vec(),
+            duration_us: Some(5),
         });
         assert_eq!(m.late, 1);
-        m.release(None, |t, s| out.push((t, s.to_vec())));
+        m.release(None, |t, s, _| out.push((t, s.to_vec())));
         assert_eq!(out.len(), 4);
         assert_eq!(m.pending(), 0);
     }

@@ -28,6 +28,19 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 /// an i64 of milliseconds spans (checked again there), few enough for the date arithmetic.
 const MAX_YEAR: i64 = 1_000_000_000;
 
+/// What files' events span, for a refusal that names it: "the files' events run from A to
+/// B", or that they hold no event with a timestamp (`replay` and `report` alike).
+pub fn files_range(first_ms: Option<i64>, last_ms: Option<i64>) -> String {
+    match (first_ms, last_ms) {
+        (Some(a), Some(b)) => format!(
+            "the files' events run from {} to {}",
+            format_ms(a),
+            format_ms(b)
+        ),
+        _ => "the files hold no event with a timestamp".into(),
+    }
+}
+
 /// `2026-11-30 08:54:31.250` (UTC), for any i64 (the years of i64::MIN and i64::MAX are
 /// -292275055 and 292278994).
 pub fn format_ms(ms: i64) -> String {

@@ -322,6 +322,16 @@ fn limiter_commands_refuse_bad_input_before_touching_valkey_and_mask_passwords()
             &["set", "mode=shadow", "global=6/6", "mode=enforce"],
             "mode is given twice (\"mode=shadow\", \"mode=enforce\")",
         ),
+        // Named as the command line names it, once prefixed (issue 38: `checkout-guard:
+        // checkout_guard: ttlSeconds must be ...`).
+        (
+            &["hot", "s", "--ttl", "0"],
+            "checkout-guard: --ttl must be from 1 to ",
+        ),
+        (
+            &["hot", "s", "--ttl", "0", "--new-limiter"],
+            "checkout-guard: --ttl must be from 1 to ",
+        ),
     ];
     for (args, message) in cases {
         let mut all = vec!["limiter", "--url", url, "--name", "payments"];
@@ -329,6 +339,7 @@ fn limiter_commands_refuse_bad_input_before_touching_valkey_and_mask_passwords()
         let (code, out, err) = run(&all, None);
         assert_eq!(code, 2, "{args:?}: {err}");
         assert!(err.contains(message), "{args:?}: {err}");
+        assert!(!err.contains("checkout_guard:"), "{args:?}: {err}");
         assert!(out.is_empty());
     }
     let (code, _, err) = run(
@@ -336,7 +347,14 @@ fn limiter_commands_refuse_bad_input_before_touching_valkey_and_mask_passwords()
         None,
     );
     assert_eq!(code, 2);
-    assert!(err.contains("name"), "{err}");
+    assert!(err.starts_with("checkout-guard: --name must be"), "{err}");
+    // `set --help` lists every form of CHANGES, the in-flight limits too.
+    let (code, out, err) = run(&["limiter", "set", "--help"], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("in_flight.LEVEL=N") && out.contains("mode=enforce"),
+        "{out}"
+    );
     // A URL that is not one: named, password masked.
     let (code, _, err) = run(&["limiter", "--url", "http://u:hunter2@x", "status"], None);
     assert_eq!(code, 2);
@@ -853,6 +871,114 @@ fn replay_refuses_ambiguous_input_and_bad_options_naming_them() {
 
 /// Reservations: with `--max-wait` the flood's attempts wait for their tokens instead of
 /// being denied (how many, and for how long); `auto_hot` marks the flood by itself.
+/// `replay --api payments` where the api is `payment` would replay the limiter's denials
+/// alone as attempts: refused (exit 2, nothing printed), naming the apis the files hold;
+/// so is a --from/--to with no event, naming the files' time range.
+#[test]
+fn replay_refuses_an_api_or_a_range_that_matched_nothing_naming_what_is_there() {
+    let f = temp("sale-typo.jsonl", (sale().join("\n") + "\n").as_bytes());
+    let (code, out, err) = run(
+        &[
+            "replay",
+            &f,
+            "--api",
+            "payments",
+            "--limits",
+            "global=50/50",
+        ],
+        None,
+    );
+    assert_eq!(code, 2, "{out}");
+    assert_eq!(out, "");
+    assert!(
+        err.contains("--api payments matched no ExternalApiCall event")
+            && err.contains("the apis in the files: payment, zoneA"),
+        "{err}"
+    );
+    let (code, out, err) = run(
+        &[
+            "replay",
+            &f,
+            "--api",
+            "payment",
+            "--from",
+            "2026-12-01T00:00:00Z",
+        ],
+        None,
+    );
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        err.contains("--from/--to matched no event")
+            && err.contains(
+                "the files' events run from 2026-11-30 00:00:00.000 to 2026-11-30 00:00:09.99"
+            ),
+        "{err}"
+    );
+    let (code, _, err) = run(&["replay", &f, "--api", "payment"], None);
+    assert_eq!(code, 0, "{err}");
+}
+
+/// `replay --limiter NAME` with a name no decision of the files carries (a typo,
+/// `paymnts` for `payment`) would silently leave that limiter's denials out of the
+/// attempts: refused (exit 2, nothing printed), naming the limiters the files hold, as
+/// `--api` is. A name the files carry, even one with no denial, is taken.
+#[test]
+fn replay_refuses_a_limiter_no_event_carries_naming_the_limiters_there() {
+    let mut lines = sale();
+    // A limiter that only allowed: known by its decisions, no denial.
+    lines.push(format!(r#"{{"eventType":"RateLimitDecision","timestamp":{},"limiter":"search","shop.id":"a","reason":"allowed","allowed":true}}"#, DAY + 200));
+    let f = temp(
+        "sale-limiter-typo.jsonl",
+        (lines.join("\n") + "\n").as_bytes(),
+    );
+    let (code, out, err) = run(
+        &[
+            "replay",
+            &f,
+            "--api",
+            "payment",
+            "--limiter",
+            "paymnts",
+            "--limits",
+            "global=50/50",
+        ],
+        None,
+    );
+    assert_eq!(code, 2, "{out}");
+    assert_eq!(out, "");
+    assert!(
+        err.contains("--limiter paymnts matched no RateLimitDecision event")
+            && err.contains("the limiters in the files: payment, search"),
+        "{err}"
+    );
+    let j = replay_json(
+        &[
+            "replay",
+            &f,
+            "--api",
+            "payment",
+            "--limiter",
+            "payment",
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(j["totals"]["attempts"], 1040);
+    let j = replay_json(
+        &[
+            "replay",
+            &f,
+            "--api",
+            "payment",
+            "--limiter",
+            "search",
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(j["totals"]["attempts"], 540);
+}
+
 #[test]
 fn replay_counts_reservations_and_auto_hot_marks() {
     let f = temp("sale3.jsonl", (sale().join("\n") + "\n").as_bytes());
@@ -1187,8 +1313,10 @@ fn replay_json_is_compact_with_sorted_keys_and_the_first_scenario_on_top() {
             "admitted",
             "attempts",
             "denied",
+            "denied_in_flight",
             "denied_total",
             "hot",
+            "peak_in_flight",
             "provider_429",
             "waited"
         ]

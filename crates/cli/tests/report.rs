@@ -278,3 +278,155 @@ fn an_unreasonable_window_is_refused_by_name() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Runs `report FILE --window W -o HTML ARGS`: (exit code, stderr, the page if written).
+fn report(file: &std::path::Path, window: &str, args: &[&str]) -> (i32, String, Option<String>) {
+    let html = file.with_extension(format!("{}.html", args.len()));
+    let _ = std::fs::remove_file(&html);
+    let out = Command::new(BIN)
+        .args(["report", file.to_str().unwrap(), "--window", window])
+        .args(["-o", html.to_str().unwrap()])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        std::fs::read_to_string(&html).ok(),
+    )
+}
+
+/// A window with no event (a day off) and an api no call has (`payments` for `payment`)
+/// are refused, exit 2, nothing written, naming the files' time range and apis; the
+/// windows and apis that are there still make a report.
+#[test]
+fn a_window_or_an_api_that_matched_nothing_is_refused_naming_what_is_there() {
+    let dir = std::env::temp_dir().join(format!("cg-report-none-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("events.jsonl");
+    std::fs::write(&file, events()).unwrap();
+    let day_after = format!("{}..{}", T0 + 86_400_000, T0 + 2 * 86_400_000);
+    let (code, err, page) = report(&file, &day_after, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(page.is_none());
+    assert!(err.contains("matched no event"), "{err}");
+    assert!(
+        err.contains("the files' events run from 2026-11-30 09:10:00.000 to 2026-11-30 09:11:59."),
+        "{err}"
+    );
+    let window = format!("{}..{}", T0, T0 + 120_000);
+    let (code, err, page) = report(&file, &window, &["--api", "payments"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(page.is_none());
+    assert!(
+        err.contains("--api payments matched no event")
+            && err.contains("the apis in the files: payment, zoneA"),
+        "{err}"
+    );
+    let (code, err, page) = report(&file, &window, &["--api", "payment"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(page.unwrap().contains("data-key=\"external API calls\">"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A `--shop` or an `--event-type` that matched no event of the window (a typo) is
+/// refused, exit 2, nothing written, naming what is there (the busiest shops, a few; the
+/// event types); with `--api payment`, which is there, and `--shop nope` the message
+/// blames `--shop`, not `--api`. A shop with denials only (no call) still makes a report.
+#[test]
+fn a_shop_or_an_event_type_that_matched_nothing_is_refused_naming_what_is_there() {
+    let dir = std::env::temp_dir().join(format!("cg-report-filters-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("events.jsonl");
+    std::fs::write(&file, events()).unwrap();
+    let window = format!("{}..{}", T0, T0 + 120_000);
+    let (code, err, page) = report(&file, &window, &["--shop", "shop-77777"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(page.is_none());
+    assert!(
+        err.contains("--shop shop-77777 matched no event in --window")
+            && err.contains("the shops there, busiest first: s, <b>shop-0</b>, <b>shop-1</b>, <b>shop-2</b>, flash (5 in all)"),
+        "{err}"
+    );
+    let (code, err, page) = report(&file, &window, &["--event-type", "ExternalApiCal"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(page.is_none());
+    assert!(
+        err.contains("--event-type ExternalApiCal matched no event in --window")
+            && err.contains(
+                "the event types there: CheckoutStep, ExternalApiCall, RateLimitDecision"
+            ),
+        "{err}"
+    );
+    let (code, err, page) = report(&file, &window, &["--api", "payment", "--shop", "nope"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(page.is_none());
+    assert!(err.contains("--shop nope matched no event"), "{err}");
+    assert!(!err.contains("--api"), "{err}");
+    // Both wrong: both named.
+    let (code, err, _) = report(&file, &window, &["--api", "paymnt", "--shop", "nope"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--api paymnt matched no event")
+            && err.contains("--shop nope matched no event"),
+        "{err}"
+    );
+    for ok in [
+        &["--shop", "flash"][..],
+        &["--api", "payment", "--shop", "<b>shop-1</b>"],
+        &["--event-type", "CheckoutStep"],
+    ] {
+        let (code, err, page) = report(&file, &window, ok);
+        assert_eq!(code, 0, "{ok:?}: {err}");
+        assert!(page.is_some(), "{ok:?}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The two steps the report reads are `cart` and `paid` unless `--steps` names others;
+/// the page says which; a bad value is refused by name.
+#[test]
+fn the_steps_read_as_started_and_paid_are_configurable() {
+    let dir = std::env::temp_dir().join(format!("cg-report-steps-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("events.jsonl");
+    // Another shop's names: `basket` starts a checkout, `ordered` pays it.
+    let renamed = events()
+        .replace(r#""step":"cart""#, r#""step":"basket""#)
+        .replace(r#""step":"paid""#, r#""step":"ordered""#);
+    std::fs::write(&file, renamed).unwrap();
+    let window = format!("{}..{}", T0, T0 + 120_000);
+    let cell = |page: &str, key: &str| -> String {
+        let at = format!("data-key=\"{key}\">");
+        let rest = &page[page.find(&at).unwrap_or_else(|| panic!("{key}")) + at.len()..];
+        rest[..rest.find('<').unwrap()].to_string()
+    };
+    let (code, err, page) = report(&file, &window, &[]);
+    assert_eq!(code, 0, "{err}");
+    let page = page.unwrap();
+    assert_eq!(cell(&page, "checkouts started"), "-");
+    assert_eq!(cell(&page, "paid"), "-");
+    assert!(
+        page.contains("checkouts started are step &quot;cart&quot;, paid step &quot;paid&quot;")
+    );
+    let (code, err, page) = report(&file, &window, &["--steps", "basket,ordered"]);
+    assert_eq!(code, 0, "{err}");
+    let page = page.unwrap();
+    let started: u64 = cell(&page, "checkouts started").parse().unwrap();
+    let paid: u64 = cell(&page, "paid").parse().unwrap();
+    assert!(started > paid && paid > 0, "{started} {paid}");
+    assert!(
+        page.contains("<td class=\"l\">konbini</td>"),
+        "the paid step's channels"
+    );
+    for bad in ["cart", "cart,", ",paid", "a,b,c"] {
+        let (code, err, page) = report(&file, &window, &["--steps", bad]);
+        assert_eq!(code, 2, "{bad}");
+        assert!(page.is_none());
+        assert!(
+            err.contains("--steps") && err.contains("STARTED,PAID"),
+            "{err}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

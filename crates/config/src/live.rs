@@ -22,6 +22,7 @@
 use checkout_guard_model::bucket::{BucketSet, Lane};
 use checkout_guard_model::error::ConfigError;
 use checkout_guard_model::AutoHot;
+use checkout_guard_model::InFlight;
 
 use crate::options::{bucket_value, buckets_from_value, buckets_to_value, Adaptive, Mode};
 use crate::value::Value;
@@ -42,6 +43,9 @@ pub struct LiveLimits {
     pub overrides: [Option<(i64, f64)>; 3],
     /// The mode set live over every worker's `mode` option (None: the option's).
     pub mode: Option<Mode>,
+    /// Per level (global, hot lane, hot shop) the overriding `in_flight` limit (fields
+    /// `in_flight.global`, `in_flight.hot_lane`, `in_flight.hot_shop`).
+    pub in_flight: [Option<i64>; 3],
     pub by: String,
     pub at_ms: i64,
 }
@@ -79,6 +83,16 @@ impl LiveLimits {
                     Ok(m) => out.mode = Some(m),
                     Err(e) => errors.push(e.to_string()),
                 },
+                name if name.starts_with(IN_FLIGHT_PREFIX) => {
+                    match in_flight_field(name).zip(parse_in_flight_limit(name, &text).ok()) {
+                        Some((lane, n)) => out.in_flight[lane as usize] = Some(n),
+                        None => errors.push(
+                            parse_in_flight_limit(name, &text)
+                                .err()
+                                .unwrap_or_else(|| format!("unknown field {name:?}")),
+                        ),
+                    }
+                }
                 name => match Lane::from_name(name) {
                     None => errors.push(format!("unknown field {name:?}")),
                     Some(lane) => match parse_bucket(lane, &text) {
@@ -113,14 +127,80 @@ impl LiveLimits {
         buckets_from_value(&value)
     }
 
-    /// No bucket overridden and no mode set.
+    /// `in_flight` with these overrides applied to `base`, the constructor's, validated
+    /// as the option is (only a limiter constructed with `in_flight` has levels to change;
+    /// a hot level only where its bucket is; none above the global level's).
+    pub fn apply_in_flight(
+        &self,
+        base: Option<&InFlight>,
+        buckets: &BucketSet,
+    ) -> Result<Option<InFlight>, ConfigError> {
+        if self.in_flight.iter().all(Option::is_none) {
+            return Ok(base.copied());
+        }
+        let Some(base) = base else {
+            return Err(ConfigError::new(
+                "in_flight",
+                "is not configured by this limiter's constructor: only a limiter with in_flight can have its limits changed live",
+            ));
+        };
+        let mut out = *base;
+        for lane in Lane::ALL {
+            if let Some(n) = self.in_flight[lane as usize] {
+                if lane != Lane::Global && buckets.get(lane).is_none() {
+                    return Err(ConfigError::new(
+                        format!("{IN_FLIGHT_PREFIX}{}", lane.as_str()),
+                        format!("needs the {} bucket: this limiter has none", lane.as_str()),
+                    ));
+                }
+                out.limits[lane as usize] = n;
+            }
+        }
+        for lane in [Lane::HotLane, Lane::HotShop] {
+            if out.limits[lane as usize] > out.limits[0] {
+                return Err(ConfigError::new(
+                    format!("{IN_FLIGHT_PREFIX}{}", lane.as_str()),
+                    format!(
+                        "must be at most in_flight.global ({}), got {}",
+                        out.limits[0], out.limits[lane as usize]
+                    ),
+                ));
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// No bucket overridden, no in-flight limit and no mode set.
     pub fn is_empty(&self) -> bool {
-        self.overrides.iter().all(Option::is_none) && self.mode.is_none()
+        self.overrides.iter().all(Option::is_none)
+            && self.in_flight.iter().all(Option::is_none)
+            && self.mode.is_none()
     }
 
     /// The mode a limiter whose option says `option` decides in under these limits.
     pub fn mode_over(&self, option: Mode) -> Mode {
         self.mode.unwrap_or(option)
+    }
+}
+
+/// The prefix of the live limits' in-flight fields (`in_flight.global`, ...).
+pub const IN_FLIGHT_PREFIX: &str = "in_flight.";
+
+/// The level a live-limits field `in_flight.<level>` names.
+pub fn in_flight_field(name: &str) -> Option<Lane> {
+    name.strip_prefix(IN_FLIGHT_PREFIX)
+        .and_then(Lane::from_name)
+}
+
+/// An in-flight limit as the CLI takes it and the limits hash stores it: an integer from
+/// 1 to [`crate::options::MAX_IN_FLIGHT`]. Errors name the field.
+pub fn parse_in_flight_limit(name: &str, text: &str) -> Result<i64, String> {
+    let max = crate::options::MAX_IN_FLIGHT;
+    match text.trim().parse::<i64>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{name}: {text:?} is not an integer from 1 to {max}"
+        )),
     }
 }
 
@@ -198,6 +278,9 @@ pub struct PublishedSettings {
     /// (statuses comma-separated), e.g. `adaptive=0.1/60s/0.7/429,503`; nothing when off.
     /// The CLI computes the share in force from it (`AdaptState::permille_at`).
     pub adaptive: Option<Adaptive>,
+    /// The `in_flight` option: `in_flight=<global>/<hot_lane>/<hot_shop>/<lease>s` (0: a
+    /// level without a limit), e.g. `in_flight=40/0/10/30s`; nothing when off.
+    pub in_flight: Option<InFlight>,
 }
 
 impl PublishedSettings {
@@ -245,6 +328,25 @@ impl PublishedSettings {
         out
     }
 
+    /// [`Self::encode_all`] with the `in_flight` part (at the end) when the option is on.
+    pub fn encode_with_in_flight(
+        buckets: &BucketSet,
+        auto_hot: Option<&AutoHot>,
+        adaptive: Option<&Adaptive>,
+        mode: Mode,
+        in_flight: Option<&InFlight>,
+    ) -> String {
+        let mut out = Self::encode_all(buckets, auto_hot, adaptive, mode);
+        if let Some(f) = in_flight {
+            let [g, l, s] = f.limits;
+            out.push_str(&format!(
+                " in_flight={g}/{l}/{s}/{}s",
+                f.lease_us as f64 / 1e6
+            ));
+        }
+        out
+    }
+
     /// Published settings, validated as the constructor's options are. Parts that are no
     /// bucket are skipped (an older or newer worker's); an `auto_hot` part that does not
     /// read as one reads as off (it only tells the CLI which window to show).
@@ -252,6 +354,7 @@ impl PublishedSettings {
         let mut entries = Vec::new();
         let mut auto_hot = None;
         let mut adaptive = None;
+        let mut in_flight = None;
         let mut mode = Mode::Enforce;
         for part in text.split_whitespace() {
             let Some((k, v)) = part.split_once('=') else {
@@ -263,6 +366,8 @@ impl PublishedSettings {
                 auto_hot = parse_auto_hot(v);
             } else if k == "adaptive" {
                 adaptive = parse_adaptive(v);
+            } else if k == "in_flight" {
+                in_flight = parse_in_flight(v);
             } else if let Some(lane) = Lane::from_name(k) {
                 let (c, r) =
                     parse_bucket(lane, v).map_err(|e| format!("published settings: {e}"))?;
@@ -276,8 +381,27 @@ impl PublishedSettings {
             auto_hot,
             mode,
             adaptive,
+            in_flight,
         })
     }
+}
+
+/// `<global>/<hot_lane>/<hot_shop>/<lease>s` (a part that does not read as one reads as
+/// off: it only tells the CLI the limits).
+fn parse_in_flight(text: &str) -> Option<InFlight> {
+    let mut parts = text.split('/');
+    let mut limits = [0i64; 3];
+    for l in &mut limits {
+        *l = parts.next()?.parse().ok().filter(|n: &i64| *n >= 0)?;
+    }
+    let lease: f64 = parts.next()?.strip_suffix('s')?.parse().ok()?;
+    if parts.next().is_some() || limits[0] < 1 || !(lease > 0.0 && lease.is_finite()) {
+        return None;
+    }
+    Some(InFlight {
+        limits,
+        lease_us: (lease * 1e6).round() as i64,
+    })
 }
 
 /// `<min_share>/<recover_seconds>s/<decrease>/<status,...>`, validated as the option (a
@@ -326,6 +450,68 @@ fn parse_auto_hot(text: &str) -> Option<AutoHot> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn in_flight_limits_are_read_applied_and_refused_naming_the_field() {
+        let fields = |pairs: &[(&str, &str)]| -> Vec<(Vec<u8>, Vec<u8>)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+                .collect()
+        };
+        let live = LiveLimits::from_stored(
+            b"1-a-1",
+            &fields(&[("in_flight.global", "5"), ("in_flight.hot_shop", "2")]),
+        )
+        .unwrap();
+        assert_eq!(live.in_flight, [Some(5), None, Some(2)]);
+        assert!(!live.is_empty());
+        let set = BucketSet {
+            global: checkout_guard_model::BucketSpec::new("global", 10, 10.0).unwrap(),
+            hot_lane: None,
+            hot_shop: Some(checkout_guard_model::BucketSpec::new("hot_shop", 5, 5.0).unwrap()),
+        };
+        let base = InFlight {
+            limits: [20, 0, 4],
+            lease_us: 30_000_000,
+        };
+        let f = live.apply_in_flight(Some(&base), &set).unwrap().unwrap();
+        assert_eq!((f.limits, f.lease_us), ([5, 0, 2], 30_000_000));
+        // A limiter without the option has no level to change.
+        assert_eq!(
+            live.apply_in_flight(None, &set).unwrap_err().option,
+            "in_flight"
+        );
+        // No hot level above the global one, none without its bucket.
+        let over =
+            LiveLimits::from_stored(b"1-a-1", &fields(&[("in_flight.hot_shop", "21")])).unwrap();
+        assert_eq!(
+            over.apply_in_flight(Some(&base), &set).unwrap_err().option,
+            "in_flight.hot_shop"
+        );
+        let lane =
+            LiveLimits::from_stored(b"1-a-1", &fields(&[("in_flight.hot_lane", "1")])).unwrap();
+        assert_eq!(
+            lane.apply_in_flight(Some(&base), &set).unwrap_err().option,
+            "in_flight.hot_lane"
+        );
+        for bad in [
+            ("in_flight.global", "0"),
+            ("in_flight.global", "x"),
+            ("in_flight.burst", "3"),
+        ] {
+            let e = LiveLimits::from_stored(b"1-a-1", &fields(&[bad])).unwrap_err();
+            assert!(e.contains(bad.0), "{bad:?}: {e}");
+        }
+        // The published settings carry the option.
+        let text =
+            PublishedSettings::encode_with_in_flight(&set, None, None, Mode::Enforce, Some(&base));
+        assert!(text.ends_with(" in_flight=20/0/4/30s"), "{text}");
+        assert_eq!(
+            PublishedSettings::parse(&text).unwrap().in_flight,
+            Some(base)
+        );
+    }
     use checkout_guard_model::bucket::BucketSpec;
 
     fn base() -> BucketSet {

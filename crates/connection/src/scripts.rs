@@ -11,6 +11,7 @@ use checkout_guard_model::cmd::feedback::FeedbackCall;
 use checkout_guard_model::cmd::hot_scan::HotScanCall;
 use checkout_guard_model::cmd::read_adapt::ReadAdaptCall;
 use checkout_guard_model::cmd::read_limits::ReadLimitsCall;
+use checkout_guard_model::cmd::release::ReleaseCall;
 use checkout_guard_model::cmd::reset_step::ResetStepCall;
 use checkout_guard_model::cmd::set_limits::SetLimitsCall;
 use checkout_guard_model::cmd::{self, keys_then_argv, Call, Item, Part};
@@ -39,6 +40,9 @@ pub static SET_LIMITS: LazyLock<redis::Script> =
 /// One step of carrying the buckets over a live change.
 pub static CARRY_STEP: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(&cmd::carry_step::source()));
+/// The end of an in-flight lease.
+pub static RELEASE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(&cmd::release::source()));
 /// One step of the hot shops' scan (`limiter status`).
 pub static HOT_SCAN: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(&cmd::hot_scan::source()));
@@ -68,6 +72,7 @@ scripted! {
     SetLimitsCall => SET_LIMITS,
     CarryStepCall => CARRY_STEP,
     HotScanCall => HOT_SCAN,
+    ReleaseCall => RELEASE,
 }
 
 /// `call` on `script` (its command's, or a test's variant of it): EVALSHA with KEYS and
@@ -163,6 +168,7 @@ mod tests {
             ("set_limits", SET_LIMITS.get_hash()),
             ("carry_step", CARRY_STEP.get_hash()),
             ("hot_scan", HOT_SCAN.get_hash()),
+            ("release", RELEASE.get_hash()),
         ];
         assert_eq!(sources.len(), ALL.len(), "a script for every command");
         for (name, hash) in sources {

@@ -17,6 +17,12 @@ pub enum Reason {
     /// The provider asked to be left alone (`Retry-After` reported by `feedback()` with
     /// the `adaptive` option): every shop is denied until then.
     Provider,
+    /// The limiter's `in_flight` limit: as many calls as it allows were in flight.
+    InFlightGlobal,
+    /// The hot lane's `in_flight` limit (all hot shops together).
+    InFlightHotLane,
+    /// The shop's own `in_flight` limit (a hot shop).
+    InFlightHotShop,
 }
 
 impl Reason {
@@ -28,7 +34,41 @@ impl Reason {
             Reason::HotShop => "hot_shop",
             Reason::Unavailable => "unavailable",
             Reason::Provider => "provider",
+            Reason::InFlightGlobal => "in_flight_global",
+            Reason::InFlightHotLane => "in_flight_hot_lane",
+            Reason::InFlightHotShop => "in_flight_hot_shop",
         }
+    }
+
+    /// Every reason, in the order a decision checks them (after `allowed`): the
+    /// provider's pause, the buckets, the in-flight levels; then `unavailable`.
+    pub const ALL: [Reason; 9] = [
+        Reason::Allowed,
+        Reason::Provider,
+        Reason::Global,
+        Reason::HotLane,
+        Reason::HotShop,
+        Reason::InFlightGlobal,
+        Reason::InFlightHotLane,
+        Reason::InFlightHotShop,
+        Reason::Unavailable,
+    ];
+
+    /// The in-flight denial at `lane`'s level.
+    pub fn in_flight(lane: Lane) -> Self {
+        match lane {
+            Lane::Global => Reason::InFlightGlobal,
+            Lane::HotLane => Reason::InFlightHotLane,
+            Lane::HotShop => Reason::InFlightHotShop,
+        }
+    }
+
+    /// An in-flight denial (the buckets had the tokens).
+    pub fn is_in_flight(self) -> bool {
+        matches!(
+            self,
+            Reason::InFlightGlobal | Reason::InFlightHotLane | Reason::InFlightHotShop
+        )
     }
 
     /// The reason of a reply: allowed, or the lane that lacked tokens.
@@ -60,6 +100,10 @@ pub struct Decision {
     pub would_allow: bool,
     /// Made in shadow mode ([`Decision::into_shadow`]).
     pub shadow: bool,
+    /// With `in_flight`: the number of the lease this decision took (the caller ends it
+    /// with a release); `None` without one (denied, a peek, no `in_flight`, Valkey not
+    /// asked).
+    pub lease: Option<u64>,
 }
 
 impl Decision {
@@ -79,6 +123,7 @@ impl Decision {
                 waited: 0.0,
                 would_allow: false,
                 shadow: false,
+                lease: None,
             };
         }
         let set = &crate::adaptive::scaled(set, reply.adapt_permille);
@@ -93,8 +138,14 @@ impl Decision {
         if remaining == i64::MAX {
             remaining = 0;
         }
-        let reason = Reason::of(reply.reason);
+        let reason = match reply.reason {
+            Some(lane) if reply.in_flight => Reason::in_flight(lane),
+            r => Reason::of(r),
+        };
         let allowed = reason == Reason::Allowed;
+        if reply.in_flight {
+            wait_us = reply.in_flight_retry_us;
+        }
         Self {
             allowed,
             reason,
@@ -104,6 +155,7 @@ impl Decision {
             waited: 0.0,
             would_allow: allowed,
             shadow: false,
+            lease: None,
         }
     }
 
@@ -120,6 +172,7 @@ impl Decision {
             waited: 0.0,
             would_allow: false,
             shadow: false,
+            lease: None,
         }
     }
 
@@ -135,6 +188,7 @@ impl Decision {
             waited: 0.0,
             would_allow: allowed,
             shadow: false,
+            lease: None,
         }
     }
 

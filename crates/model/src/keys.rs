@@ -82,6 +82,27 @@ impl Keys {
         self.key("ah:", b"")
     }
 
+    /// The in-flight leases of `lane`'s level (a sorted set: member the lease id, score
+    /// its expiry in µs): `shop` names the hot shop's level (ignored for the others).
+    pub fn leases(&self, lane: crate::Lane, shop: &[u8]) -> Vec<u8> {
+        match lane {
+            crate::Lane::Global => self.key("f:global", b""),
+            crate::Lane::HotLane => self.key("f:lane", b""),
+            crate::Lane::HotShop => self.key("f:shop:", shop),
+        }
+    }
+
+    /// What happened to this limiter's leases (a hash of counters: see
+    /// [`crate::in_flight::stats`]).
+    pub fn lease_stats(&self) -> Vec<u8> {
+        self.key("f:stats", b"")
+    }
+
+    /// A SCAN pattern matching every hot shop's lease set of this limiter.
+    pub fn shop_leases_pattern(&self) -> Vec<u8> {
+        self.key("f:shop:*", b"")
+    }
+
     /// A SCAN pattern matching every hot flag of this limiter.
     pub fn hot_flag_pattern(&self) -> Vec<u8> {
         self.key("hot:*", b"")
@@ -130,6 +151,7 @@ mod tests {
                 keys.hot_lane(),
                 keys.hot_shop(shop),
                 keys.hot_flag(shop),
+                keys.leases(crate::Lane::HotShop, shop),
             ] {
                 assert_eq!(hash_tag_of(&key), b"cg:checkout.v2");
             }
@@ -144,5 +166,13 @@ mod tests {
         assert_eq!(keys.hot_shop(b"global"), b"{cg:default}:b:shop:global");
         assert_ne!(keys.hot_flag(b"x"), keys.hot_shop(b"x"));
         assert_eq!(keys.bucket_pattern(), b"{cg:default}:b:*");
+        assert_eq!(
+            keys.leases(crate::Lane::HotShop, b"7"),
+            b"{cg:default}:f:shop:7"
+        );
+        assert_ne!(
+            keys.leases(crate::Lane::HotShop, b"stats"),
+            keys.lease_stats()
+        );
     }
 }

@@ -30,6 +30,7 @@ pub mod cmd;
 pub mod decision;
 pub mod error;
 pub mod events;
+pub mod in_flight;
 pub mod keys;
 pub mod limits_version;
 pub mod server;
@@ -40,11 +41,12 @@ pub use auto_hot::AutoHot;
 pub use bounds::{MAX_TTL_SECONDS, MAX_WAIT_US};
 pub use bucket::{BucketSet, BucketSpec, Lane, StoredBucket};
 pub use cmd::decide::{
-    AdaptArgs, AutoHotArgs, DecideCall, DecideKeys, DecideReply, LaneArgs, ShopKeys,
+    AdaptArgs, AutoHotArgs, DecideCall, DecideKeys, DecideReply, InFlightArgs, LaneArgs, ShopKeys,
 };
 pub use cmd::feedback::FeedbackCall;
 pub use decision::{Decision, Reason};
 pub use error::{ConfigError, LimiterError};
+pub use in_flight::{InFlight, LeaseLevel, LeaseSet, LeaseStats};
 pub use keys::Keys;
 pub use step::{
     auto_hot_window, lanes_in, reservation_wait_us, step, StepInput, StepReply, StoredState,

@@ -13,6 +13,8 @@ use crate::adaptive::AdaptState;
 use crate::bucket::{EncodedBucket, Lane, StoredBucket};
 use crate::cmd::decide::{self, ReceivedCall, LIMITS_CHANGED_REPLY, SETTINGS_TTL_SECONDS};
 use crate::cmd::feedback::ReceivedFeedback;
+use crate::cmd::release::{ReceivedRelease, ReleaseOutcome};
+use crate::in_flight::{stats, LeaseLevel, LeaseStats, LEASE_SET_TTL_MS};
 use crate::step::{auto_hot_window, step, StepInput, StepReply, StoredState, WindowCounts};
 
 /// The key space a server-side decision reads and writes.
@@ -52,20 +54,35 @@ pub trait Keyspace {
     fn pexpire(&mut self, key: &[u8], ms: i64);
     /// `DEL key`.
     fn del(&mut self, key: &[u8]);
+    /// The leases held now in the lease set at `key` (`ZCOUNT key (now +inf`), and when
+    /// `oldest`, the lowest such score (`ZRANGE key (now +inf BYSCORE LIMIT 0 1
+    /// WITHSCORES`; 0 when none): a missing key holds none; a key of another type is
+    /// `ZCOUNT`'s error (WRONGTYPE).
+    fn leases_held(&mut self, key: &[u8], now: i64, oldest: bool) -> Result<LeaseLevel, String>;
+    /// Takes a lease: `ZREMRANGEBYSCORE key -inf now` (its count returned: the expired
+    /// leases removed), `ZADD key expiry_us id`, `PEXPIRE key px_ms`.
+    fn lease_take(&mut self, key: &[u8], id: &[u8], expiry_us: i64, now: i64, px_ms: i64) -> i64;
+    /// `ZSCORE key id`: a lease's expiry (µs), `None` when it is not in the set; a key of
+    /// another type is `ZSCORE`'s error.
+    fn lease_score(&mut self, key: &[u8], id: &[u8]) -> Result<Option<i64>, String>;
+    /// `ZREM key id` of a lease [`Self::lease_score`] found.
+    fn lease_remove(&mut self, key: &[u8], id: &[u8]);
+    /// `HINCRBY key field n`.
+    fn hincrby(&mut self, key: &[u8], field: &[u8], n: i64);
 }
 
 /// The integers a decision answers: the script's reply (see [`crate::StepReply`]), or
 /// [`LIMITS_CHANGED_REPLY`]. Held without allocating.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServerReply {
-    ints: [i64; 11],
+    ints: [i64; 12],
     len: usize,
 }
 
 impl ServerReply {
     fn new(ints: &[i64]) -> Self {
         let mut out = Self {
-            ints: [0; 11],
+            ints: [0; 12],
             len: ints.len(),
         };
         out.ints[..ints.len()].copy_from_slice(ints);
@@ -108,7 +125,7 @@ pub fn decide_on(
     let adapt = call
         .adapt
         .and_then(|_| ks.read_string(ka, |raw| raw.and_then(AdaptState::read_like_the_script)));
-    let short = !hot && call.auto_hot.is_none();
+    let short = !hot && call.auto_hot.is_none() && call.in_flight.is_none();
     let answer = |reply: &StepReply| {
         let (ints, len) = reply.to_ints();
         ServerReply::new(if short && !reply.adapt_seen {
@@ -154,6 +171,8 @@ pub fn decide_on(
         mark_ttl_ms,
         windows: [WindowCounts::default(); 2],
         adapt,
+        leases: [LeaseLevel::default(); 3],
+        lease_stats: LeaseStats::default(),
     };
     let decide = |stored: &StoredState, auto_hot| {
         let input = StepInput {
@@ -164,6 +183,7 @@ pub fn decide_on(
             auto_hot,
             max_wait_us: call.max_wait_us,
             adaptive: call.adapt.as_ref(),
+            in_flight: call.in_flight.as_ref(),
         };
         step(&call.buckets, stored, &input)
     };
@@ -172,6 +192,28 @@ pub fn decide_on(
     // returns at once).
     if reply.provider {
         return Ok(answer(&reply));
+    }
+    // The buckets allow: the in-flight levels that apply are read in order, up to the
+    // first that is full (for it, the oldest lease and the stats: the retry estimate),
+    // as the script reads them; then decided again with them.
+    let lease_keys = Lane::ALL.map(|lane| call.key(decide::lease_key(lane)));
+    if let (Some(f), None) = (&call.in_flight, reply.reason) {
+        for (lane, limit) in f.applicable(hot) {
+            let i = lane as usize;
+            let level = ks.leases_held(lease_keys[i], now, false)?;
+            stored.leases[i] = level;
+            if level.held >= limit {
+                stored.leases[i] = ks.leases_held(lease_keys[i], now, true)?;
+                let [released, hold_us] = ks.hash_ints(
+                    call.key(LEASE_STATS),
+                    [stats::RELEASED.as_bytes(), stats::HOLD_US.as_bytes()],
+                    false,
+                )?;
+                stored.lease_stats = LeaseStats { released, hold_us };
+                break;
+            }
+        }
+        (reply, next) = decide(&stored, None);
     }
     if let (Some(wk), None) = (&window_keys, reply.reason) {
         // A window key that is also one of the call's keys (an `auto_hot` prefix that
@@ -223,6 +265,22 @@ pub fn decide_on(
             ks.set_px(kf, b"auto", a.ttl_seconds * 1000);
         }
     }
+    if let (Some(f), None) = (&call.in_flight, reply.reason) {
+        for (lane, _) in f.applicable(hot) {
+            let i = lane as usize;
+            let expired = ks.lease_take(
+                lease_keys[i],
+                call.lease_id,
+                now + f.lease_us,
+                now,
+                LEASE_SET_TTL_MS,
+            );
+            // Every lease is on the global level: its expired ones are counted there.
+            if lane == Lane::Global && expired > 0 {
+                ks.hincrby(call.key(LEASE_STATS), stats::EXPIRED.as_bytes(), expired);
+            }
+        }
+    }
     if !settings_stored {
         ks.set_px(kst, call.settings, SETTINGS_TTL_SECONDS * 1000);
     }
@@ -231,6 +289,47 @@ pub fn decide_on(
         ks.del(ka);
     }
     Ok(answer(&reply))
+}
+
+/// A lease's release as the server handles it (`release.lua`'s Rust twin): the lease
+/// removed from every level's set; counted released (and its hold time, and leaked when
+/// the caller says so) when it was still held, expired when its expiry had passed (unless
+/// a decision already removed it from the global set, and counted it).
+/// `args` are the call's KEYS then ARGV ([`crate::cmd::release`]).
+pub fn release_on(ks: &mut impl Keyspace, args: &[&[u8]], now: i64) -> Result<[i64; 2], String> {
+    let call = ReceivedRelease::parse(args)?;
+    // Every set read before any is written: an error leaves them as they were.
+    let mut found = [None; 3];
+    for (i, key) in call.lease_keys.iter().enumerate() {
+        found[i] = ks.lease_score(key, call.lease_id)?;
+    }
+    for (key, f) in call.lease_keys.iter().zip(found) {
+        if f.is_some() {
+            ks.lease_remove(key, call.lease_id);
+        }
+    }
+    let expiry = found.into_iter().flatten().next();
+    let outcome = match expiry {
+        None => ReleaseOutcome::NotHeld,
+        Some(e) if e <= now => {
+            // Counted once a lease: a lease gone from the global set (where every lease
+            // is) but left in a hot level's was removed, and counted, by a decision.
+            if found[0].is_some() {
+                ks.hincrby(call.stats_key, stats::EXPIRED.as_bytes(), 1);
+            }
+            ReleaseOutcome::Expired
+        }
+        Some(e) => {
+            ks.hincrby(call.stats_key, stats::RELEASED.as_bytes(), 1);
+            let hold = (now - (e - call.lease_us)).max(0);
+            ks.hincrby(call.stats_key, stats::HOLD_US.as_bytes(), hold);
+            if call.leaked {
+                ks.hincrby(call.stats_key, stats::LEAKED.as_bytes(), 1);
+            }
+            ReleaseOutcome::Released
+        }
+    };
+    Ok([outcome as i64, now])
 }
 
 /// A throttling answer as the server handles it: [`crate::adaptive::feedback`] on the

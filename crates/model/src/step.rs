@@ -7,6 +7,7 @@
 use crate::adaptive::{scaled, AdaptParams, AdaptState, FULL};
 use crate::auto_hot::AutoHot;
 use crate::bucket::{BucketSet, Lane, StoredBucket};
+use crate::in_flight::{retry_after_us, InFlight, LeaseLevel, LeaseStats};
 
 /// What the store holds for one shop's decision: each bucket (`None` when the key is
 /// missing or expired), the shop's hot mark (`None` when not marked, else its time to
@@ -21,6 +22,12 @@ pub struct StoredState {
     /// The adaptive budget's state (the limiter's `adapt` key; `None`: missing, or a value
     /// no engine reads), see [`crate::adaptive`].
     pub adapt: Option<AdaptState>,
+    /// With `in_flight`: per level (global, hot lane, hot shop) the leases held now (read
+    /// only for the levels that apply, and only when the buckets allowed). In the state
+    /// to store, a level whose `held` grew by one takes a lease.
+    pub leases: [LeaseLevel; 3],
+    /// The lease stats a retry estimate reads (read only on an in-flight denial).
+    pub lease_stats: LeaseStats,
 }
 
 /// Tokens taken in one `auto_hot` window: by this shop, and by all shops (the hash
@@ -72,17 +79,33 @@ pub struct StepReply {
     /// The adaptive state was read (the long reply's two more fields): with a share of
     /// 1000 and no pause, this decision found the budget recovered and removed the state.
     pub adapt_seen: bool,
+    /// Denied because `reason`'s in-flight level held its limit of leases (the buckets
+    /// had the tokens; nothing was taken).
+    pub in_flight: bool,
+    /// An in-flight denial's retry estimate, µs ([`crate::in_flight::retry_after_us`]);
+    /// 0 otherwise.
+    pub in_flight_retry_us: i64,
+    /// The limiter has `in_flight` (the reply's in-flight form, twelve integers): when
+    /// allowed (not a peek), a lease was taken on every level that applied.
+    pub in_flight_seen: bool,
 }
 
-/// The reply's integers: at most 11, `len` of them in use.
-pub type ReplyInts = ([i64; 11], usize);
+/// The reply's integers: at most 12, `len` of them in use.
+pub type ReplyInts = ([i64; 12], usize);
+
+/// The reason on the wire of an in-flight denial at `lane`'s level: 5, 6, 7.
+const IN_FLIGHT_REASON: i64 = 5;
 
 impl StepReply {
     /// The integers the script returns for this reply: the nine of the long form, and the
-    /// adaptive share and pause when the adaptive state was read (`adapt_seen`).
+    /// adaptive share and pause when the adaptive state was read (`adapt_seen`); with
+    /// `in_flight` (`in_flight_seen`) always twelve: the share (0 when the adaptive state
+    /// was not read), the pause, and an in-flight denial's retry estimate.
     pub fn to_ints(&self) -> ReplyInts {
         let reason = if self.provider {
             4
+        } else if self.in_flight {
+            self.reason.map_or(0, |lane| lane as i64 + IN_FLIGHT_REASON)
         } else {
             self.reason.map_or(0, |lane| lane as i64 + 1)
         };
@@ -96,10 +119,20 @@ impl StepReply {
             self.became_hot as i64,
             self.share_permille,
             self.mark_ttl_ms,
-            self.adapt_permille,
+            if self.adapt_seen || !self.in_flight_seen {
+                self.adapt_permille
+            } else {
+                0
+            },
             self.pause_until_us,
+            self.in_flight_retry_us,
         ];
-        (ints, if self.adapt_seen { 11 } else { 9 })
+        let len = match (self.in_flight_seen, self.adapt_seen) {
+            (true, _) => 12,
+            (false, true) => 11,
+            (false, false) => 9,
+        };
+        (ints, len)
     }
 
     /// Whether this decision found the adaptive budget recovered (and removed its state):
@@ -120,24 +153,33 @@ impl StepReply {
             return Self::from_ints(&[reason, hot, now_us, g, -1, -1, 0, 0, -2])
                 .filter(|r| r.reason.is_none_or(|l| l == Lane::Global));
         }
-        let (base, adapt) = match v.len() {
-            9 => (v, None),
-            11 => (&v[..9], Some((v[9], v[10]))),
+        let (base, adapt, in_flight) = match v.len() {
+            9 => (v, None, None),
+            11 => (&v[..9], Some((v[9], v[10])), None),
+            // The in-flight form: a share of 0 says the adaptive state was not read.
+            12 if v[9] == 0 && v[10] == 0 => (&v[..9], None, Some(v[11])),
+            12 => (&v[..9], Some((v[9], v[10])), Some(v[11])),
             _ => return None,
         };
+        let known = |reason: i64| match reason {
+            0..=3 => true,
+            4 => adapt.is_some(),
+            5..=7 => in_flight.is_some(),
+            _ => false,
+        };
         match *base {
-            [reason, hot, now_us, g, l, s, became, share, mark_ttl_ms]
-                if (0..=3).contains(&reason) || (reason == 4 && adapt.is_some()) =>
-            {
+            [reason, hot, now_us, g, l, s, became, share, mark_ttl_ms] if known(reason) => {
                 if let Some((p, _)) = adapt {
                     if !(1..=FULL).contains(&p) {
                         return None;
                     }
                 }
+                let in_flight_denial = (5..=7).contains(&reason);
                 Some(Self {
                     reason: match reason {
                         0 => None,
                         4 => Some(Lane::Global),
+                        5..=7 => Some(Lane::ALL[(reason - IN_FLIGHT_REASON) as usize]),
                         r => Some(Lane::ALL[r as usize - 1]),
                     },
                     hot: hot == 1,
@@ -150,6 +192,13 @@ impl StepReply {
                     pause_until_us: adapt.map_or(0, |a| a.1),
                     provider: reason == 4,
                     adapt_seen: adapt.is_some(),
+                    in_flight: in_flight_denial,
+                    in_flight_retry_us: if in_flight_denial {
+                        in_flight.unwrap_or(0)
+                    } else {
+                        0
+                    },
+                    in_flight_seen: in_flight.is_some(),
                 })
             }
             _ => None,
@@ -190,6 +239,13 @@ pub struct StepInput<'a> {
     /// share it was written at; a share back at 1000 with no pause removes the state
     /// (`next.adapt` = `None`: the budget recovered).
     pub adaptive: Option<&'a AdaptParams>,
+    /// The `in_flight` option (`None`: off). When the buckets allow, every level that
+    /// applies (global; the hot levels with a limit for a hot shop) must hold fewer
+    /// leases than its limit (`stored.leases`), checked in that order; the first full one
+    /// denies (`in_flight`, nothing taken); otherwise a lease is taken on each. The
+    /// limits are not scaled by the adaptive share, and a reservation does not wait for
+    /// a lease.
+    pub in_flight: Option<&'a InFlight>,
 }
 
 impl StepInput<'_> {
@@ -224,6 +280,9 @@ pub fn step(set: &BucketSet, stored: &StoredState, input: &StepInput) -> (StepRe
                 pause_until_us: state.pause_until,
                 provider: true,
                 adapt_seen: true,
+                in_flight: false,
+                in_flight_retry_us: 0,
+                in_flight_seen: input.in_flight.is_some(),
             };
             return (reply, *stored);
         }
@@ -250,6 +309,7 @@ fn step_core(set: &BucketSet, stored: &StoredState, input: &StepInput) -> (StepR
         auto_hot,
         max_wait_us,
         adaptive: _,
+        in_flight,
     } = *input;
     let change_at = crate::limits_version::change_instant(version.as_bytes());
     let by_mark = !static_hot && stored.marked_hot();
@@ -271,6 +331,24 @@ fn step_core(set: &BucketSet, stored: &StoredState, input: &StepInput) -> (StepR
                 || tat.saturating_add(cost) - now > spec.tolerance_us() + max_wait_us)
         {
             reason = Some(lane);
+        }
+    }
+    // The buckets allow: every in-flight level that applies must have a lease free (the
+    // first full one, in order, denies).
+    let (mut denied_in_flight, mut in_flight_retry_us) = (false, 0);
+    if let (None, Some(f)) = (reason, in_flight) {
+        if let Some((lane, _)) = f
+            .applicable(hot)
+            .find(|&(lane, limit)| stored.leases[lane as usize].held >= limit)
+        {
+            reason = Some(lane);
+            denied_in_flight = true;
+            in_flight_retry_us = retry_after_us(
+                &stored.leases[lane as usize],
+                &stored.lease_stats,
+                now,
+                f.lease_us,
+            );
         }
     }
     // The instant the tokens are the caller's: now, or for a reservation the instant the
@@ -301,6 +379,11 @@ fn step_core(set: &BucketSet, stored: &StoredState, input: &StepInput) -> (StepR
             change: change_at,
         });
     }
+    if let (None, Some(f)) = (reason, in_flight) {
+        for (lane, _) in f.applicable(hot) {
+            next.leases[lane as usize].held += 1;
+        }
+    }
     let (mut became_hot, mut share_permille) = (false, 0);
     if let (None, Some(a)) = (reason, auto_hot) {
         let w = a.window.as_micros() as i64;
@@ -330,6 +413,9 @@ fn step_core(set: &BucketSet, stored: &StoredState, input: &StepInput) -> (StepR
             pause_until_us: 0,
             provider: false,
             adapt_seen: false,
+            in_flight: denied_in_flight,
+            in_flight_retry_us,
+            in_flight_seen: in_flight.is_some(),
         },
         next,
     )
@@ -493,7 +579,7 @@ mod tests {
     fn the_short_reply_is_the_global_bucket_alone() {
         // {reason, hot, now, tat_global}: the rest at their defaults.
         let r = StepReply::from_ints(&[1, 0, 2, 3]).unwrap();
-        assert_eq!(r.to_ints(), ([1, 0, 2, 3, -1, -1, 0, 0, -2, 1000, 0], 9));
+        assert_eq!(r.to_ints(), ([1, 0, 2, 3, -1, -1, 0, 0, -2, 1000, 0, 0], 9));
         assert_eq!(r.reason, Some(Lane::Global));
         assert_eq!(StepReply::from_ints(&[0, 0, 2, 3]).unwrap().reason, None);
         // A hot bucket's denial always carries that bucket's TAT: not a short reply.

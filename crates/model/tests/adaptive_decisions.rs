@@ -9,6 +9,7 @@ use checkout_guard_model::adaptive::{feedback, scaled, AdaptParams, AdaptState};
 use checkout_guard_model::cmd::decide::ReceivedCall;
 use checkout_guard_model::cmd::with_slices;
 use checkout_guard_model::server::{decide_on, Keyspace};
+use checkout_guard_model::LeaseLevel;
 use checkout_guard_model::{
     reservation_wait_us, step, BucketSet, BucketSpec, Keys, Lane, StepInput, StoredState,
 };
@@ -218,6 +219,22 @@ impl Keyspace for Map {
         self.1.push(format!("DEL {}", String::from_utf8_lossy(key)));
         self.0.remove(key);
     }
+    // No lease is taken in these tests (no in_flight): any call is a bug.
+    fn leases_held(&mut self, _: &[u8], _: i64, _: bool) -> Result<LeaseLevel, String> {
+        unreachable!("no in_flight here")
+    }
+    fn lease_take(&mut self, _: &[u8], _: &[u8], _: i64, _: i64, _: i64) -> i64 {
+        unreachable!("no in_flight here")
+    }
+    fn lease_score(&mut self, _: &[u8], _: &[u8]) -> Result<Option<i64>, String> {
+        unreachable!("no in_flight here")
+    }
+    fn lease_remove(&mut self, _: &[u8], _: &[u8]) {
+        unreachable!("no in_flight here")
+    }
+    fn hincrby(&mut self, _: &[u8], _: &[u8], _: i64) {
+        unreachable!("no in_flight here")
+    }
 }
 
 #[test]
@@ -238,6 +255,8 @@ fn a_peek_writes_nothing_not_even_the_recoverys_del() {
     ks.0.insert(keys.adapt(), state.encode().into_bytes());
     let decide = |ks: &mut Map, now: i64, peek: bool| {
         let call = DecideCall {
+            in_flight: &checkout_guard_model::InFlightArgs::off(),
+            lease_id: b"",
             adapt: &adapt,
             keys: shop_keys.decide_keys(),
             tokens: 1,

@@ -59,12 +59,13 @@ pub const MAX_LOCAL_DENIAL_NS: u64 = 250_000_000;
 /// Entries in the table (a power of two): 4096 x 64 bytes = 256 KiB.
 const ENTRIES: usize = 4096;
 
-/// The table's size in bytes.
-const TABLE_BYTES: usize = ENTRIES * std::mem::size_of::<SharedEntry>();
+/// The table's size in bytes: its entries, then one line of [`SharedWords`].
+const TABLE_BYTES: usize =
+    ENTRIES * std::mem::size_of::<SharedEntry>() + std::mem::size_of::<SharedWords>();
 
 /// The layout of a slot, in the names of shared tables: a table of another layout (an
 /// older or newer extension on the same master) is another file.
-const LAYOUT: u32 = 2;
+const LAYOUT: u32 = 3;
 
 /// A write is a handful of stores; a slot locked for longer (20 ms) was abandoned by a
 /// writer killed (SIGKILL, the OOM killer, `request_terminate_timeout`) or stopped
@@ -101,6 +102,14 @@ fn checksum(seq: u64, key: u64, entry: &Entry, expires: u64) -> u64 {
     }
     h
 }
+
+/// One cache line of words after the table's entries, shared exactly as the table is (by
+/// the workers of a php-fpm master, the processes forked after module start-up, the
+/// threads of a process): counters other parts of the runtime keep across the workers
+/// (`telemetry::agent_cap`: the events handed to the New Relic agent per minute). Zero
+/// when the table is made.
+#[repr(C, align(64))]
+pub struct SharedWords(pub [AtomicU64; 8]);
 
 /// What one reply taught about one bucket (local clock: [`Clock::monotonic_ns`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,6 +221,7 @@ impl std::fmt::Display for Sharing {
 
 struct Table {
     slots: &'static [SharedEntry],
+    words: &'static SharedWords,
     /// How it was made, and by which process.
     sharing: Sharing,
     creator: u32,
@@ -221,7 +231,7 @@ static TABLE: OnceCell<Table> = OnceCell::new();
 
 /// Maps the table: anonymous (zero-filled) when `fd` is `None`, else the first
 /// [`TABLE_BYTES`] of that file, shared.
-fn map(shared: bool, fd: Option<i32>) -> Option<&'static [SharedEntry]> {
+fn map(shared: bool, fd: Option<i32>) -> Option<Mapped> {
     let flags = match (shared, fd) {
         (_, Some(_)) => libc::MAP_SHARED,
         (true, None) => libc::MAP_SHARED | libc::MAP_ANONYMOUS,
@@ -243,16 +253,34 @@ fn map(shared: bool, fd: Option<i32>) -> Option<&'static [SharedEntry]> {
         if p == libc::MAP_FAILED {
             return None;
         }
-        Some(std::slice::from_raw_parts(p as *const SharedEntry, ENTRIES))
+        let slots = std::slice::from_raw_parts(p as *const SharedEntry, ENTRIES);
+        // SAFETY: the line after the entries, inside the mapping (TABLE_BYTES), 64-byte
+        // aligned (ENTRIES lines of 64 bytes from a page boundary); all-zero or any bytes
+        // are valid atomics.
+        let words = &*(p
+            .cast::<u8>()
+            .add(ENTRIES * std::mem::size_of::<SharedEntry>())
+            as *const SharedWords);
+        Some((slots, words))
     }
+}
+
+/// A mapped table: its entries and its shared words.
+type Mapped = (&'static [SharedEntry], &'static SharedWords);
+
+/// The shared words of this process's table (made private if none was made at module
+/// start-up, like the table itself).
+pub fn shared_words() -> Option<&'static SharedWords> {
+    table().map(|t| t.words)
 }
 
 fn table() -> Option<&'static Table> {
     TABLE
         .get_or_try_init(|| {
             map(false, None)
-                .map(|slots| Table {
+                .map(|(slots, words)| Table {
                     slots,
+                    words,
                     sharing: Sharing::Private("no table was made at module start-up".into()),
                     creator: std::process::id(),
                 })
@@ -266,8 +294,9 @@ fn table() -> Option<&'static Table> {
 pub fn init_shared() {
     let _ = TABLE.get_or_try_init(|| {
         map(true, None)
-            .map(|slots| Table {
+            .map(|(slots, words)| Table {
                 slots,
+                words,
                 sharing: Sharing::Own,
                 creator: std::process::id(),
             })
@@ -303,10 +332,10 @@ fn file_name(boot: &str, pid: u32, start: u64, uid: u32) -> String {
 pub fn init_for_siblings(dir: &Path, master: u32) -> Result<PathBuf, String> {
     let mut result = Err(String::from("a table was already made in this process"));
     let _ = TABLE.get_or_try_init(|| {
-        let (slots, sharing) = match open_named(dir, master) {
-            Ok((slots, path)) => {
+        let ((slots, words), sharing) = match open_named(dir, master) {
+            Ok((mapped, path)) => {
                 result = Ok(path.clone());
-                (slots, Sharing::Named(path))
+                (mapped, Sharing::Named(path))
             }
             Err(why) => {
                 result = Err(why.clone());
@@ -315,6 +344,7 @@ pub fn init_for_siblings(dir: &Path, master: u32) -> Result<PathBuf, String> {
         };
         Ok::<_, ()>(Table {
             slots,
+            words,
             sharing,
             creator: std::process::id(),
         })
@@ -322,7 +352,7 @@ pub fn init_for_siblings(dir: &Path, master: u32) -> Result<PathBuf, String> {
     result
 }
 
-fn open_named(dir: &Path, master: u32) -> Result<(&'static [SharedEntry], PathBuf), String> {
+fn open_named(dir: &Path, master: u32) -> Result<(Mapped, PathBuf), String> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
     use std::os::unix::io::AsRawFd;
 
@@ -396,9 +426,9 @@ fn open_named(dir: &Path, master: u32) -> Result<(&'static [SharedEntry], PathBu
             meta.len()
         ));
     }
-    let slots = map(true, Some(file.as_raw_fd()))
+    let mapped = map(true, Some(file.as_raw_fd()))
         .ok_or_else(|| format!("{}: mmap failed", path.display()))?;
-    Ok((slots, path))
+    Ok((mapped, path))
 }
 
 /// Removes the shared tables (and half-made ones) in `dir` of this user's masters that are

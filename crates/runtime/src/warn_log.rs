@@ -105,17 +105,23 @@ pub fn set_writer(writer: fn(&str)) {
     let _ = WRITER.set(writer);
 }
 
+/// Writes one line to the writer (stderr until one is set), unconditionally: for a caller
+/// that rate-limits its lines itself (`telemetry::agent_cap`: once a minute across the
+/// workers sharing a table).
+pub fn write(line: &str) {
+    match WRITER.get() {
+        Some(write) => write(line),
+        None => eprintln!("{line}"),
+    }
+}
+
 /// Says `message()` (built only then) when (`kind`, its parts, and `cause`) was not said in the last
 /// [`INTERVAL`] of `now_ns` (a monotonic clock in ns). Returns whether it was said.
 pub fn warn(kind: &[&str], cause: &str, now_ns: u64, message: impl FnOnce() -> String) -> bool {
     if !LOG.due(kind, cause, now_ns) {
         return false;
     }
-    let line = message();
-    match WRITER.get() {
-        Some(write) => write(&line),
-        None => eprintln!("{line}"),
-    }
+    write(&message());
     true
 }
 

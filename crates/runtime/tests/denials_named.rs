@@ -50,7 +50,7 @@ fn workers_that_load_the_extension_after_the_fork_share_a_table_named_after_thei
     // SAFETY: geteuid never fails.
     let uid = unsafe { libc::geteuid() };
     let stale = dir.join(format!(
-        "checkout-guard-denials.L2.B00000000.P{master}.S1.U{uid}"
+        "checkout-guard-denials.L3.B00000000.P{master}.S1.U{uid}"
     ));
     std::fs::write(&stale, b"").unwrap();
     let (_, start) = checkout_guard_runtime::process::identity(master).unwrap();
@@ -112,13 +112,14 @@ fn workers_that_load_the_extension_after_the_fork_share_a_table_named_after_thei
     assert!(files.contains(&live_other_layout) && files.contains(&unrelated));
     let table = files
         .iter()
-        .find(|f| f.to_string_lossy().contains(".L2."))
+        .find(|f| f.to_string_lossy().contains(".L3."))
         .unwrap()
         .clone();
     use std::os::unix::fs::PermissionsExt;
     let meta = std::fs::metadata(&table).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-    assert_eq!(meta.len(), 4096 * 64);
+    // The entries, then one line of shared words (`SharedWords`).
+    assert_eq!(meta.len(), 4096 * 64 + 64);
 
     // A table another user could write (or a file of the wrong size) is not used: the
     // worker gets a table of its own and says why.

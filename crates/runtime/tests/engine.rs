@@ -250,3 +250,54 @@ fn auto_picks_up_a_module_loaded_into_the_running_valkey_after_the_recheck() {
     assert_eq!(asked(), 3, "asked again at the recheck");
     assert_eq!(l.health(false).connects, connects);
 }
+
+/// A lease is released on the engine that decides: `CG.RELEASE` where the module decides
+/// (`module`, `auto` on a server with it), the release script with `lua`, and the script
+/// when the module cannot release (unloaded: an older module has no `CG.RELEASE`). Each
+/// way the lease is gone once.
+#[test]
+fn a_lease_is_released_by_the_engine_that_decides() {
+    let v = with_module();
+    for (i, engine) in ["module", "auto", "lua"].into_iter().enumerate() {
+        let mut o = options(&v.url, &format!("release-{engine}"), engine, "throw", 10);
+        o.in_flight = Some(checkout_guard_model::InFlight {
+            limits: [5, 0, 0],
+            lease_us: 30_000_000,
+        });
+        let l = Limiter::new(o);
+        let (module_before, script_before) = (calls(&v, "CG.RELEASE"), calls(&v, "evalsha"));
+        let d = l.acquire(b"shop", 1).unwrap();
+        let outcome = l.release(b"shop", d.lease.unwrap(), false).unwrap();
+        assert_eq!(
+            outcome,
+            checkout_guard_model::cmd::release::ReleaseOutcome::Released,
+            "{engine}"
+        );
+        let by_module = calls(&v, "CG.RELEASE") - module_before;
+        assert_eq!(by_module, i64::from(i < 2), "{engine}: CG.RELEASE calls");
+        if i == 2 {
+            // The decision and the release, both scripts (the release script's first
+            // EVALSHA answered NOSCRIPT, then loaded: 2 or 3 calls).
+            assert!(calls(&v, "evalsha") - script_before >= 2, "{engine}");
+        }
+    }
+    // The module gone: `module` falls back to the script for the release.
+    let mut o = options(&v.url, "release-fallback", "auto", "throw", 10);
+    o.in_flight = Some(checkout_guard_model::InFlight {
+        limits: [5, 0, 0],
+        lease_us: 30_000_000,
+    });
+    let l = Limiter::new(o);
+    let d = l.acquire(b"shop", 1).unwrap();
+    let _: redis::Value = redis::cmd("MODULE")
+        .arg("UNLOAD")
+        .arg("checkout_guard")
+        .query(&mut v.connection())
+        .unwrap();
+    let outcome = l.release(b"shop", d.lease.unwrap(), false).unwrap();
+    assert_eq!(
+        outcome,
+        checkout_guard_model::cmd::release::ReleaseOutcome::Released,
+        "the script released it after CG.RELEASE was refused"
+    );
+}

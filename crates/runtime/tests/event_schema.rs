@@ -240,4 +240,22 @@ fn what_the_runtime_writes_is_what_the_readers_read() {
         "a shadow denial"
     );
     assert_eq!(denied.reason, Reason::Global);
+    // Every reason a decision can have reaches the readers as written (the in-flight
+    // levels' too: the scan and the report count them as they count the buckets').
+    for reason in Reason::ALL {
+        let d = Decision {
+            reason,
+            allowed: reason == Reason::Allowed,
+            would_allow: reason == Reason::Allowed,
+            ..denied
+        };
+        let line = decision(&d);
+        let read = parse_line(line.as_bytes()).unwrap();
+        assert_eq!(
+            read.reason.as_deref(),
+            Some(reason.as_str().as_bytes()),
+            "{reason:?}"
+        );
+        assert_eq!(read.denial(), (reason != Reason::Allowed).then_some(false));
+    }
 }

@@ -182,6 +182,12 @@ impl checkout_guard_runtime::Store for Slow {
     ) -> Result<Vec<i64>, checkout_guard_runtime::StoreError> {
         self.inner.feedback(call)
     }
+    fn release(
+        &self,
+        call: &checkout_guard_model::cmd::release::ReleaseCall<'_>,
+    ) -> Result<Vec<i64>, checkout_guard_runtime::StoreError> {
+        self.inner.release(call)
+    }
     fn read_adapt(
         &self,
         a: &[u8],

@@ -133,3 +133,75 @@ fn auto_decides_with_the_script_when_acl_denies_the_module() {
         d.map_err(|e| e.to_string())
     );
 }
+
+/// ACL: a user allowed every key of the limiter but its lease sets and stats
+/// (`{cg:R}:f:*`). The lease keys are declared (`CG.DECIDE`'s positions 9 to 12,
+/// `CG.RELEASE`'s 1 to 4), so Valkey refuses both commands (NOPERM) as it refuses the
+/// scripts, and nothing is written; with every key allowed, the same calls decide and
+/// release.
+#[test]
+fn lease_keys_the_user_may_not_access_are_refused_like_the_script() {
+    let v = with_module(true);
+    let mut admin = v.connection();
+    let user = |name: &str, keys: &[&str]| {
+        let mut args = vec!["SETUSER", name, "on", ">pw", "+@all"];
+        args.extend_from_slice(keys);
+        redis::cmd("ACL")
+            .arg(&args)
+            .query::<()>(&mut v.connection())
+            .unwrap();
+        redis::Client::open(format!("{}?user={name}&pass=pw", v.url).as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    };
+    let mut denied = user(
+        "noleases",
+        &[
+            "~{cg:R}:b:*",
+            "~{cg:R}:hot:*",
+            "~{cg:R}:limits:v",
+            "~{cg:R}:ah:*",
+            "~{cg:R}:settings",
+            "~{cg:R}:adapt",
+        ],
+    );
+    let mut allowed = user("all", &["~{cg:R}:*"]);
+    let shop = b"s";
+    let a = with_in_flight(
+        argv_full(
+            shop,
+            1,
+            true,
+            true,
+            (0, "0", 0, 0),
+            b"global=100/100",
+            false,
+        ),
+        [3, 2, 1],
+        500_000,
+        b"l1",
+    );
+    let k = keys(shop);
+    let (rk, ra) = release_call(shop, b"l1", 500_000, false);
+    let calls = [
+        ("script", script_cmd(&k, &a, Some(NOW))),
+        ("CG.DECIDE", module_cmd(&k, &a, Some(NOW))),
+        ("release script", release_script_cmd(&rk, &ra, Some(NOW))),
+        ("CG.RELEASE", release_module_cmd(&rk, &ra, Some(NOW))),
+    ];
+    for (what, cmd) in &calls {
+        let r = cmd.query::<Vec<i64>>(&mut denied);
+        assert!(
+            r.as_ref()
+                .is_err_and(|e| e.to_string().to_lowercase().contains("noperm")),
+            "{what}: {r:?}"
+        );
+        let written: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(&mut admin).unwrap();
+        assert!(written.is_empty(), "{what} wrote {written:?}");
+    }
+    for (what, cmd) in &calls {
+        let r = cmd.query::<Vec<i64>>(&mut allowed);
+        assert!(r.is_ok(), "{what}: {r:?}");
+    }
+}

@@ -248,3 +248,263 @@ fn test_panic_loads_only_with_the_test_clock() {
     load(&["test-clock", "test-panic"]).unwrap();
     assert!(loaded(&mut c));
 }
+
+/// The in-flight limits of the lease tests: global 3, hot lane 2, hot shop 1, leases of
+/// 500 ms, for a static hot shop with the hot buckets.
+fn lease_decide(shop: &[u8], id: &[u8]) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let a = argv_full(
+        shop,
+        1,
+        true,
+        true,
+        (0, "0", 0, 0),
+        b"global=100/100",
+        false,
+    );
+    (keys(shop), with_in_flight(a, [3, 2, 1], 500_000, id))
+}
+
+/// Runs `setup` then `call` in db 0 with the scripts and in db 1 with the module (on the
+/// test clock: `call(script)` builds the command), and answers both replies; `setup`
+/// takes the connection and whether the engine is the script's.
+fn in_both(
+    c: &mut redis::Connection,
+    setup: &dyn Fn(&mut redis::Connection, bool),
+    call: &dyn Fn(bool) -> redis::Cmd,
+) -> [Result<Vec<i64>, String>; 2] {
+    let mut out = Vec::new();
+    for (db, script) in [(0, true), (1, false)] {
+        redis::cmd("SELECT").arg(db).query::<()>(c).unwrap();
+        redis::cmd("FLUSHDB").query::<()>(c).unwrap();
+        setup(c, script);
+        out.push(call(script).query::<Vec<i64>>(c).map_err(|e| e.to_string()));
+    }
+    [out.remove(0), out.remove(0)]
+}
+
+/// A lease set of another type (global's, the hot lane's, the hot shop's): the script's
+/// `ZCOUNT` fails before any write, and `CG.DECIDE` fails the same way (WRONGTYPE) with the
+/// keys as they were; a release's `ZSCORE` likewise (`CG.RELEASE`). The stats hash of
+/// another type where a denial reads it (`HMGET`): the same.
+#[test]
+fn a_lease_set_of_another_type_fails_like_the_script_with_nothing_written() {
+    let v = with_module(true);
+    let mut c = v.connection();
+    let shop = b"s";
+    let levels = lease_levels(shop);
+    for (i, foreign) in levels.iter().enumerate() {
+        // A lease taken first (so that there is something not to write over).
+        let setup = |c: &mut redis::Connection, script: bool| {
+            let (k, a) = lease_decide(shop, b"first");
+            match script {
+                true => script_cmd(&k, &a, Some(NOW)),
+                false => module_cmd(&k, &a, Some(NOW)),
+            }
+            .query::<Vec<i64>>(c)
+            .unwrap();
+            redis::cmd("SET")
+                .arg(foreign)
+                .arg("x")
+                .query::<()>(c)
+                .unwrap();
+        };
+        let (k, a) = lease_decide(shop, b"second");
+        let replies = in_both(&mut c, &setup, &|script| match script {
+            true => script_cmd(&k, &a, Some(NOW + 1_000)),
+            false => module_cmd(&k, &a, Some(NOW + 1_000)),
+        });
+        for r in &replies {
+            assert!(
+                r.as_ref().is_err_and(|e| e.contains("WRONGTYPE")),
+                "decide, level {i}: {replies:?}"
+            );
+        }
+        assert_eq!(state(&mut c, 1), state(&mut c, 0), "decide, level {i}");
+        let (k, a) = release_call(shop, b"first", 500_000, false);
+        let replies = in_both(&mut c, &setup, &|script| match script {
+            true => release_script_cmd(&k, &a, Some(NOW + 2_000)),
+            false => release_module_cmd(&k, &a, Some(NOW + 2_000)),
+        });
+        for r in &replies {
+            assert!(
+                r.as_ref().is_err_and(|e| e.contains("WRONGTYPE")),
+                "release, level {i}: {replies:?}"
+            );
+        }
+        assert_eq!(state(&mut c, 1), state(&mut c, 0), "release, level {i}");
+    }
+    // The global level full (3 leases), the stats a string: the denial's HMGET fails.
+    let setup = |c: &mut redis::Connection, script: bool| {
+        for (n, s) in [&b"a"[..], b"b", b"c"].into_iter().enumerate() {
+            let (k, a) = lease_decide(s, s);
+            match script {
+                true => script_cmd(&k, &a, Some(NOW + n as i64)),
+                false => module_cmd(&k, &a, Some(NOW + n as i64)),
+            }
+            .query::<Vec<i64>>(c)
+            .unwrap();
+        }
+        redis::cmd("SET")
+            .arg("{cg:R}:f:stats")
+            .arg("x")
+            .query::<()>(c)
+            .unwrap();
+    };
+    let (k, a) = lease_decide(b"d", b"d");
+    let replies = in_both(&mut c, &setup, &|script| match script {
+        true => script_cmd(&k, &a, Some(NOW + 1_000)),
+        false => module_cmd(&k, &a, Some(NOW + 1_000)),
+    });
+    for r in &replies {
+        assert!(
+            r.as_ref().is_err_and(|e| e.contains("WRONGTYPE")),
+            "{replies:?}"
+        );
+    }
+    assert_eq!(state(&mut c, 1), state(&mut c, 0), "the denial's stats");
+}
+
+/// A counter the script's `HINCRBY` refuses (the stats of another type, a field that is
+/// not an integer, an increment that would overflow), met after the script wrote part of
+/// the keys (a lease removed, or taken, before its `HINCRBY`): both fail with that
+/// command's error, and `CG.DECIDE` / `CG.RELEASE` leave every key as it was (the script
+/// has no way to undo what it wrote: it does not).
+#[test]
+fn a_counter_hincrby_refuses_fails_the_call_with_nothing_written() {
+    let v = with_module(true);
+    let mut c = v.connection();
+    let shop = b"s";
+    let stats = b"{cg:R}:f:stats".as_slice();
+    let take = |c: &mut redis::Connection, script: bool, id: &[u8], at: i64| {
+        let (k, a) = lease_decide(shop, id);
+        match script {
+            true => script_cmd(&k, &a, Some(at)),
+            false => module_cmd(&k, &a, Some(at)),
+        }
+        .query::<Vec<i64>>(c)
+        .unwrap();
+    };
+    // What the stats hold, how it is written, the error it gives.
+    type Foreign<'a> = (&'a str, &'a dyn Fn(&mut redis::Connection), &'a str);
+    let foreign: [Foreign; 3] = [
+        (
+            "a string",
+            &|c| {
+                redis::cmd("SET")
+                    .arg(stats)
+                    .arg("x")
+                    .query::<()>(c)
+                    .unwrap()
+            },
+            "WRONGTYPE",
+        ),
+        (
+            "a counter not an integer",
+            &|c| {
+                for f in ["released", "expired"] {
+                    redis::cmd("HSET")
+                        .arg(stats)
+                        .arg(f)
+                        .arg("007")
+                        .query::<()>(c)
+                        .unwrap()
+                }
+            },
+            "not an integer",
+        ),
+        (
+            "a counter at the maximum",
+            &|c| {
+                for f in ["released", "expired"] {
+                    redis::cmd("HSET")
+                        .arg(stats)
+                        .arg(f)
+                        .arg(i64::MAX)
+                        .query::<()>(c)
+                        .unwrap()
+                }
+            },
+            "overflow",
+        ),
+    ];
+    for (what, write, error) in foreign {
+        // A release in time: HINCRBY released after the ZREMs.
+        let setup = |c: &mut redis::Connection, script: bool| {
+            take(c, script, b"l1", NOW);
+            write(c);
+        };
+        let (k, a) = release_call(shop, b"l1", 500_000, false);
+        let replies = in_both(&mut c, &setup, &|script| match script {
+            true => release_script_cmd(&k, &a, Some(NOW + 1_000)),
+            false => release_module_cmd(&k, &a, Some(NOW + 1_000)),
+        });
+        for r in &replies {
+            assert!(
+                r.as_ref().is_err_and(|e| e.contains(error)),
+                "release, stats {what}: {replies:?}"
+            );
+        }
+        redis::cmd("SELECT").arg(1).query::<()>(&mut c).unwrap();
+        let after = state(&mut c, 1);
+        redis::cmd("FLUSHDB").query::<()>(&mut c).unwrap();
+        setup(&mut c, false);
+        assert_eq!(
+            after,
+            state(&mut c, 1),
+            "release, stats {what}: module wrote"
+        );
+        // A lease taken that prunes an expired one: HINCRBY expired after the ZADDs.
+        let setup = |c: &mut redis::Connection, script: bool| {
+            take(c, script, b"old", NOW);
+            write(c);
+        };
+        let (k, a) = lease_decide(shop, b"new");
+        let replies = in_both(&mut c, &setup, &|script| match script {
+            true => script_cmd(&k, &a, Some(NOW + 1_000_000)),
+            false => module_cmd(&k, &a, Some(NOW + 1_000_000)),
+        });
+        for r in &replies {
+            assert!(
+                r.as_ref().is_err_and(|e| e.contains(error)),
+                "decide, stats {what}: {replies:?}"
+            );
+        }
+        let after = state(&mut c, 1);
+        redis::cmd("FLUSHDB").query::<()>(&mut c).unwrap();
+        setup(&mut c, false);
+        assert_eq!(
+            after,
+            state(&mut c, 1),
+            "decide, stats {what}: module wrote"
+        );
+    }
+}
+
+/// `CG.RELEASE` on bad input: an error reply (arity, a lease length out of bounds or not
+/// a number, a test clock that is not an integer), never a crash.
+#[test]
+fn a_bad_release_is_an_error_not_a_crash() {
+    let v = with_module(true);
+    let mut c = v.connection();
+    let (k, a) = release_call(b"s", b"l", 500_000, false);
+    let mut bad = Vec::new();
+    bad.push(release_module_cmd(&k, &a[..2], Some(NOW)));
+    bad.push(release_module_cmd(&k, &a, None));
+    for lease in ["0", "-5", "x", "600000001", ""] {
+        let mut a = a.clone();
+        a[checkout_guard_model::cmd::release::args::LEASE_US] = lease.as_bytes().to_vec();
+        bad.push(release_module_cmd(&k, &a, Some(NOW)));
+    }
+    let mut clock = release_module_cmd(&k, &a, None);
+    clock.arg("soon");
+    bad.push(clock);
+    for cmd in bad {
+        let r = cmd.query::<Vec<i64>>(&mut c);
+        assert!(r.is_err(), "{r:?}");
+    }
+    assert_alive(&v);
+    let ok = release_module_cmd(&k, &a, Some(NOW))
+        .query::<Vec<i64>>(&mut c)
+        .unwrap();
+    assert_eq!(ok, [0, NOW], "a lease not held");
+}

@@ -55,6 +55,87 @@ fn the_keyspace_events_are_the_scripts() {
     assert_eq!(module, script);
 }
 
+/// The in-flight leases' keyspace events through the module are the scripts' too, event
+/// for event (`zadd`, `expire`, `zremrangebyscore`, `zrem`, `del` of an emptied set,
+/// `hincrby`), with the same replies and the same keys after (members, scores, stats).
+#[test]
+fn the_lease_keyspace_events_are_the_scripts() {
+    let v = with_module(true);
+    let mut c = v.connection();
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("EA")
+        .query::<()>(&mut c)
+        .unwrap();
+    let mut run = |db: i64, script: bool| {
+        let mut sub = v.connection();
+        sub.set_read_timeout(Some(std::time::Duration::from_millis(300)))
+            .unwrap();
+        let mut ps = sub.as_pubsub();
+        ps.psubscribe(format!("__keyevent@{db}__:*")).unwrap();
+        redis::cmd("SELECT").arg(db).query::<()>(&mut c).unwrap();
+        let mut replies = Vec::new();
+        for step in a_lease_sequence() {
+            let cmd = match script {
+                true => step.script_cmd(),
+                false => step.module_cmd(),
+            };
+            replies.push(cmd.query::<Vec<i64>>(&mut c).unwrap());
+        }
+        let mut seen = Vec::new();
+        while let Ok(m) = ps.get_message() {
+            let event = m.get_channel_name().rsplit(':').next().unwrap().to_string();
+            seen.push((event, m.get_payload_bytes().to_vec()));
+        }
+        (replies, seen)
+    };
+    let (script_replies, script) = run(0, true);
+    let (module_replies, module) = run(1, false);
+    assert_eq!(module_replies, script_replies);
+    // The sequence does what it says: both in-flight denials, every release outcome.
+    let firsts: Vec<i64> = script_replies.iter().map(|r| r[0]).collect();
+    for want in [5, 7] {
+        assert!(
+            firsts.contains(&want),
+            "no reason {want}: {script_replies:?}"
+        );
+    }
+    let outcomes: Vec<i64> = script_replies
+        .iter()
+        .filter(|r| r.len() == 2)
+        .map(|r| r[0])
+        .collect();
+    assert_eq!(outcomes, [1, 1, 0, 0, 0, 2, 2], "{script_replies:?}");
+    let stats: Vec<(String, i64)> = redis::cmd("HGETALL")
+        .arg("{cg:R}:f:stats")
+        .query(&mut c)
+        .unwrap();
+    // p1 held 10 ms, f1 28 ms (leaked); p2 and n1 pruned, f5 and p4 released expired.
+    assert_eq!(
+        stats,
+        [
+            ("released".to_string(), 2),
+            ("hold_us".to_string(), 38_000),
+            ("leaked".to_string(), 1),
+            ("expired".to_string(), 4)
+        ]
+    );
+    let events: Vec<&str> = script.iter().map(|(e, _)| e.as_str()).collect();
+    for want in [
+        "zadd",
+        "expire",
+        "zremrangebyscore",
+        "zrem",
+        "del",
+        "hincrby",
+    ] {
+        assert!(events.contains(&want), "no {want} event: {events:?}");
+    }
+    assert_eq!(module, script);
+    assert_eq!(state(&mut c, 1), state(&mut c, 0));
+}
+
 /// The window hash's expiry: the script's `PEXPIRE cur, math.floor(2 * w / 1000) + 1000`
 /// (w in µs), to the millisecond where `2 * (w / 1000) + 1000` would be 1 ms shorter
 /// (`auto_hot.window_seconds = 1.0006`: w = 1,000,600 µs, 3,001 ms, not 3,000).

@@ -187,6 +187,8 @@ fn the_adaptive_state_and_its_recovery_del_reach_a_replica() {
         for keys in [&lua, &native] {
             let shop_keys = ShopKeys::new(keys, b"s");
             let call = DecideCall {
+                in_flight: &checkout_guard_model::InFlightArgs::off(),
+                lease_id: b"",
                 adapt: &adapt,
                 keys: shop_keys.decide_keys(),
                 tokens: 1,
@@ -247,4 +249,59 @@ fn the_adaptive_state_and_its_recovery_del_reach_a_replica() {
     assert_eq!(exists(&mut r), [false, false], "the replica kept the state");
     let calls = info_field(&mut r, "commandstats", "cmdstat_CG.DECIDE");
     assert!(calls.is_empty(), "the replica ran CG.DECIDE: {calls}");
+}
+
+/// The in-flight leases through the module (`CG.DECIDE` taking them, `CG.RELEASE` ending
+/// them, expired ones pruned, the stats counted) reach a replica without the module as
+/// `ZREMRANGEBYSCORE`, `ZADD`, `PEXPIREAT`, `ZREM` and `HINCRBY`: the same sets (members
+/// and scores), stats and expiry instants; the replica never runs either command.
+#[test]
+fn the_lease_writes_reach_a_replica_as_they_are() {
+    let module = valkey_module();
+    let port = free_tcp_port().to_string();
+    let primary = Valkey::start_with(&[
+        "--loadmodule".as_ref(),
+        module.as_os_str(),
+        "test-clock".as_ref(),
+        "--port".as_ref(),
+        port.as_ref(),
+        "--bind".as_ref(),
+        "127.0.0.1".as_ref(),
+    ]);
+    let replica =
+        Valkey::start_with(&["--replicaof".as_ref(), "127.0.0.1".as_ref(), port.as_ref()]);
+    let (mut p, mut r) = (primary.connection(), replica.connection());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while info_field(&mut r, "replication", "master_link_status") != "up" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replica never synced"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let mut states = Vec::new();
+    for step in a_lease_sequence() {
+        step.module_cmd().query::<Vec<i64>>(&mut p).unwrap();
+        let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut p).unwrap();
+        assert_eq!(acked, 1);
+        let on_primary = exact_state(&mut p);
+        assert_eq!(exact_state(&mut r), on_primary, "the replica");
+        states.push(on_primary);
+    }
+    // The sets were there (and emptied at the end), the stats counted.
+    assert!(
+        states
+            .iter()
+            .any(|s| s.iter().filter(|(_, t, _, _)| t == "zset").count() == 3),
+        "{states:?}"
+    );
+    assert!(states
+        .last()
+        .unwrap()
+        .iter()
+        .any(|(_, t, _, _)| t == "hash"));
+    for cmd in ["CG.DECIDE", "CG.RELEASE"] {
+        let calls = info_field(&mut r, "commandstats", &format!("cmdstat_{cmd}"));
+        assert!(calls.is_empty(), "the replica ran {cmd}: {calls}");
+    }
 }

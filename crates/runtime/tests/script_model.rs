@@ -26,12 +26,17 @@ use checkout_guard_model::cmd::decide::{
 use checkout_guard_model::cmd::feedback::{
     source_with_test_clock as feedback_source_with_test_clock, FeedbackCall,
 };
+use checkout_guard_model::cmd::release::{
+    self, source_with_test_clock as release_source_with_test_clock, ReleaseCall,
+};
 use checkout_guard_model::cmd::with_slices;
+use checkout_guard_model::in_flight::stats as lease_stats;
 use checkout_guard_model::server::{feedback_on, Keyspace};
 use checkout_guard_model::{
     reservation_wait_us, step, BucketSet, BucketSpec, Decision, Keys, Lane, StepInput, StepReply,
     StoredBucket, StoredState,
 };
+use checkout_guard_model::{InFlight, InFlightArgs, LeaseLevel, LeaseSet};
 use common::Valkey;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
@@ -160,6 +165,8 @@ fn invoke(script: &redis::Script, conn: &mut redis::Connection, c: &Call) -> Vec
     let lanes = LaneArgs::new(c.set);
     let auto = AutoHotArgs::new(None);
     let call = DecideCall {
+        in_flight: &checkout_guard_model::InFlightArgs::off(),
+        lease_id: b"",
         adapt: &checkout_guard_model::AdaptArgs::off(),
         keys: shop_keys.decide_keys(),
         tokens: c.tokens,
@@ -481,6 +488,8 @@ fn production_script_uses_valkeys_clock_and_lets_idle_buckets_expire() {
     let shop_keys = ShopKeys::new(&keys, b"s");
     let (lanes, auto) = (LaneArgs::new(&set), AutoHotArgs::new(None));
     let call = DecideCall {
+        in_flight: &checkout_guard_model::InFlightArgs::off(),
+        lease_id: b"",
         adapt: &checkout_guard_model::AdaptArgs::off(),
         keys: shop_keys.decide_keys(),
         tokens: 4,
@@ -553,6 +562,17 @@ enum Op {
         peek: bool,
         max_wait_us: i64,
     },
+    /// The end of an in-flight lease: `release.lua` in Valkey, `CG.RELEASE` and
+    /// `server::release_on` (the in-memory store). `pick` chooses among the lease ids
+    /// the sequence's decisions sent (taken or not, released already or not: a lease not
+    /// held is answered too); `leaked`: released at the end of the request.
+    Release {
+        pick: u32,
+        leaked: bool,
+    },
+    /// A live change of the `in_flight` limits (drawn, as [`in_flight`] draws them), the
+    /// lease length kept; nothing when the sequence has no `in_flight`.
+    InFlightChange([u32; 3]),
 }
 
 /// How many forms [`foreign_value`] has.
@@ -660,7 +680,54 @@ fn op() -> impl Strategy<Value = Op> {
         // 2 s are taken now (a peek may ask with a wait too: the contract allows it).
         83 => (any::<u32>(), proptest::bool::weighted(0.2), wait)
             .prop_map(|(tokens, peek, max_wait_us)| Op::Decide { tokens, peek, max_wait_us }),
+        // Fewer releases than decisions: leases pile up to the limits, and some are never
+        // released (a worker that died holding them): they expire.
+        30 => (any::<u32>(), proptest::bool::weighted(0.2))
+            .prop_map(|(pick, leaked)| Op::Release { pick, leaked }),
+        2 => any::<[u32; 3]>().prop_map(Op::InFlightChange),
     ]
+}
+
+/// The `in_flight` option as a sequence has it (None: off): small limits per level (the
+/// hot levels 0, no limit, or up to 4 for the lane and 2 for a shop, at most global's,
+/// so that they, not global, are often what is full), leases from 1 ms (expired by the next call) to 30 s
+/// (outliving the sequence).
+fn in_flight() -> impl Strategy<Value = Option<InFlight>> {
+    proptest::option::weighted(
+        0.7,
+        (
+            1..=8i64,
+            0..=4i64,
+            prop_oneof![Just(0i64), Just(1), Just(1), Just(2)],
+            prop_oneof![
+                2 => 1_000..=400_000i64,
+                3 => 400_000..=5_000_000i64,
+                1 => Just(30_000_000i64),
+            ],
+        )
+            .prop_map(|(g, l, s, lease_us)| InFlight {
+                limits: [g, l.min(g), s.min(g)],
+                lease_us,
+            }),
+    )
+}
+
+/// A lease set as Valkey holds it: (member, score), by score (the ids are text).
+fn zset(conn: &mut redis::Connection, key: &[u8]) -> Vec<(String, i64)> {
+    redis::cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(conn)
+        .unwrap()
+}
+
+/// The lease stats hash as Valkey holds it: every field, sorted.
+fn stats_hash(conn: &mut redis::Connection, key: &[u8]) -> Vec<(String, i64)> {
+    let mut h: Vec<(String, i64)> = redis::cmd("HGETALL").arg(key).query(conn).unwrap();
+    h.sort();
+    h
 }
 
 /// An `auto_hot` as the options could configure it (windows of 1 to 3 s, so 60 calls
@@ -728,6 +795,21 @@ impl Keyspace for MemKeys<'_> {
     fn del(&mut self, key: &[u8]) {
         self.0.delete(key);
     }
+    fn leases_held(&mut self, _: &[u8], _: i64, _: bool) -> Result<LeaseLevel, String> {
+        unreachable!("feedback reads no lease")
+    }
+    fn lease_take(&mut self, _: &[u8], _: &[u8], _: i64, _: i64, _: i64) -> i64 {
+        unreachable!("feedback takes no lease")
+    }
+    fn lease_score(&mut self, _: &[u8], _: &[u8]) -> Result<Option<i64>, String> {
+        unreachable!("feedback reads no lease")
+    }
+    fn lease_remove(&mut self, _: &[u8], _: &[u8]) {
+        unreachable!("feedback ends no lease")
+    }
+    fn hincrby(&mut self, _: &[u8], _: &[u8], _: i64) {
+        unreachable!("feedback counts no lease")
+    }
 }
 
 /// The three engines of a decision decide every call of random sequences identically:
@@ -746,6 +828,17 @@ impl Keyspace for MemKeys<'_> {
 /// replies compared), long quiet stretches (the budget climbs back, the decision that
 /// finds it at the limits DELs the state) and foreign values in the adapt key; after every
 /// operation the adapt key and the last throttling answer must be stored alike.
+///
+/// Seven sequences in ten have the `in_flight` option (random limits per level, the hot
+/// levels among them, leases of 1 ms to 30 s): decisions take leases, and releases
+/// (`release.lua`, `CG.RELEASE`, `server::release_on`) end them, some at the end of the
+/// request (leaked), some twice or never taken; leases never released expire as time
+/// passes (a worker that died holding them) and the next lease taken counts them; live
+/// changes lower and raise the limits below what is held. After every operation each
+/// lease set must hold the same members with the same expiry in the script's and the
+/// module's key space, as an independent account of the contract (`model::LeaseSet`,
+/// fed by the decisions' replies) has them, with the in-memory store holding as many;
+/// the stats hash must count alike in all three.
 #[test]
 fn script_module_and_model_agree_on_random_sequences() {
     use checkout_guard_runtime::store::{MemoryStore, Store};
@@ -777,17 +870,24 @@ fn script_module_and_model_agree_on_random_sequences() {
         Cell::new(0),
     );
     let count = |c: &Cell<u32>, n: bool| c.set(c.get() + u32::from(n));
+    let release_script = redis::Script::new(&release_source_with_test_clock());
+    // What the leases did over the run: in-flight denials per level, releases per
+    // outcome (not held, released, expired), decisions that pruned expired leases.
+    let in_flight_denials = Cell::new([0u32; 3]);
+    let release_outcomes = Cell::new([0u32; 3]);
+    let (pruned, leaked, lowered) = (Cell::new(0), Cell::new(0), Cell::new(0));
     let sequence = (
         buckets(),
         auto_hot(),
         proptest::bool::weighted(0.3),
         adaptive(),
+        in_flight(),
         proptest::collection::vec((0..=300_000u64, 0..4u8, op()), 80),
     );
     run(
         runner(40),
         sequence,
-        |(mut set, auto, static_hot, adaptive, ops)| {
+        |(mut set, auto, static_hot, adaptive, mut in_flight, ops)| {
             let conn = &mut *conn.borrow_mut();
             let mem = MemoryStore::new();
             // As the test-clock script and module: buckets live longer.
@@ -807,6 +907,15 @@ fn script_module_and_model_agree_on_random_sequences() {
                 0.7,
             ));
             let mut version = String::new();
+            // The lease ids sent (with the shop and the lease length they were sent
+            // with), and the lease sets as the contract has them (by the in-memory
+            // store's key names).
+            let mut leases: Vec<(String, Vec<u8>, i64)> = Vec::new();
+            let mut account: HashMap<Vec<u8>, LeaseSet> = HashMap::new();
+            // The stats as the contract counts them: released, hold_us, leaked, expired
+            // (each lease once: pruned from the global set, or released after its expiry
+            // while the global set still held it).
+            let mut counted = [0i64; 4];
             // The adapt key and the last throttling answer, as each engine stored them.
             let stored_adapt = |conn: &mut redis::Connection| -> Result<(), TestCaseError> {
                 let mut got = Vec::new();
@@ -989,6 +1098,98 @@ fn script_module_and_model_agree_on_random_sequences() {
                         }
                         mem.flush_all();
                         version.clear();
+                        account.clear();
+                        counted = [0; 4];
+                        continue;
+                    }
+                    Op::InFlightChange(draws) => {
+                        if let Some(f) = &mut in_flight {
+                            let g = 1 + i64::from(draws[0] % 8);
+                            let next = [
+                                g,
+                                i64::from(draws[1] % 5).min(g),
+                                i64::from(draws[2] % 3).min(g),
+                            ];
+                            count(&lowered, next.iter().zip(f.limits).any(|(n, o)| *n < o));
+                            f.limits = next;
+                        }
+                        continue;
+                    }
+                    Op::Release {
+                        pick,
+                        leaked: at_end,
+                    } => {
+                        if leases.is_empty() {
+                            continue;
+                        }
+                        let (id, lease_shop, lease_us) =
+                            leases[pick as usize % leases.len()].clone();
+                        let mut replies = Vec::new();
+                        for k in [&lua_keys, &mod_keys, &mem_keys] {
+                            let lease_keys = Lane::ALL.map(|l| k.leases(l, &lease_shop));
+                            let stats_key = k.lease_stats();
+                            let call = ReleaseCall {
+                                lease_keys: [&lease_keys[0], &lease_keys[1], &lease_keys[2]],
+                                stats_key: &stats_key,
+                                lease_id: id.as_bytes(),
+                                lease_us,
+                                leaked: at_end,
+                            };
+                            replies.push(if std::ptr::eq(k, &mem_keys) {
+                                mem.release(&call).unwrap()
+                            } else if std::ptr::eq(k, &mod_keys) {
+                                command(release::MODULE_COMMAND, &call)
+                                    .arg(now)
+                                    .query::<Vec<i64>>(conn)
+                                    .unwrap()
+                            } else {
+                                let mut inv = invocation(&call, &release_script);
+                                inv.arg(now);
+                                inv.invoke::<Vec<i64>>(conn).unwrap()
+                            });
+                        }
+                        let what = format!("release {op_n} (lease {id} of {lease_us} µs, shop {}, leaked {at_end}, at {now} µs)", String::from_utf8_lossy(&lease_shop));
+                        prop_assert_eq!(&replies[1], &replies[0], "{}: module vs script", what);
+                        prop_assert_eq!(&replies[2], &replies[0], "{}: model vs script", what);
+                        let (outcome, _) =
+                            ReleaseCall::decode_reply(&replies[0]).map_err(TestCaseError::fail)?;
+                        let mut seen = release_outcomes.get();
+                        seen[outcome as usize] += 1;
+                        release_outcomes.set(seen);
+                        count(&leaked, at_end && outcome as usize == 1);
+                        let mut found = [None; 3];
+                        for lane in Lane::ALL {
+                            let key = mem_keys.leases(lane, &lease_shop);
+                            if let Some(set) = account.get_mut(&key) {
+                                found[lane as usize] = set.score(id.as_bytes());
+                                set.remove(id.as_bytes());
+                                if set.is_empty() {
+                                    account.remove(&key);
+                                }
+                            }
+                        }
+                        let want = match found.iter().flatten().next() {
+                            None => 0,
+                            Some(&e) if e <= now => {
+                                counted[3] += i64::from(found[0].is_some());
+                                2
+                            }
+                            Some(&e) => {
+                                counted[0] += 1;
+                                counted[1] += (now - (e - lease_us)).max(0);
+                                counted[2] += i64::from(at_end);
+                                1
+                            }
+                        };
+                        prop_assert_eq!(outcome as i64, want, "{}: the contract's outcome", what);
+                        stored_leases(
+                            conn,
+                            &mem,
+                            [&lua_keys, &mod_keys, &mem_keys],
+                            (&account, counted),
+                            now,
+                        )
+                        .map_err(|e| TestCaseError::fail(format!("{what}: {e}")))?;
                         continue;
                     }
                     Op::Decide {
@@ -999,6 +1200,8 @@ fn script_module_and_model_agree_on_random_sequences() {
                 };
                 count(&peeks, peek);
                 let lanes = LaneArgs::new(&set);
+                let in_flight_args = InFlightArgs::new(in_flight.as_ref());
+                let lease_id = format!("{name}-{op_n}");
                 // One call, encoded once per key namespace, sent to each engine.
                 let with_call = |keys: &Keys, send: &mut dyn FnMut(&DecideCall<'_>) -> Vec<i64>| {
                     let shop_keys = ShopKeys::new(keys, &shop);
@@ -1014,6 +1217,8 @@ fn script_module_and_model_agree_on_random_sequences() {
                         settings: "s",
                         peek,
                         max_wait_us,
+                        in_flight: &in_flight_args,
+                        lease_id: lease_id.as_bytes(),
                     })
                 };
                 let lua = with_call(&lua_keys, &mut |call| {
@@ -1033,7 +1238,7 @@ fn script_module_and_model_agree_on_random_sequences() {
                     v
                 };
                 let what = format!(
-                "call {op_n} (shop s{shop_n}, {tokens} tokens at {now} µs, version {version:?}, {set:?}, {auto:?}, adaptive {adaptive:?})"
+                "call {op_n} (shop s{shop_n}, {tokens} tokens at {now} µs, version {version:?}, {set:?}, {auto:?}, adaptive {adaptive:?}, in_flight {in_flight:?}, peek {peek})"
             );
                 prop_assert_eq!(sign(&native), sign(&lua), "{}: module vs script", what);
                 prop_assert_eq!(sign(&model), sign(&lua), "{}: model vs script", what);
@@ -1058,12 +1263,53 @@ fn script_module_and_model_agree_on_random_sequences() {
                     );
                     count(&became, lua[6] == 1);
                     count(&carried, !version.is_empty());
+                    if reply.in_flight {
+                        let mut seen = in_flight_denials.get();
+                        seen[reply.reason.map_or(0, |l| l as usize)] += 1;
+                        in_flight_denials.set(seen);
+                    }
+                    if let (Some(f), None, false) = (&in_flight, reply.reason, peek) {
+                        // Taken: a lease on every level that applies, expired ones
+                        // removed first (those of the global level counted).
+                        leases.push((lease_id.clone(), shop.clone(), f.lease_us));
+                        for (lane, _) in f.applicable(reply.hot) {
+                            let set = account.entry(mem_keys.leases(lane, &shop)).or_default();
+                            let gone = set.take(lease_id.as_bytes(), now + f.lease_us, now);
+                            if lane == Lane::Global {
+                                counted[3] += gone;
+                            }
+                            count(&pruned, lane == Lane::Global && gone > 0);
+                        }
+                    }
                 }
+                stored_leases(
+                    conn,
+                    &mem,
+                    [&lua_keys, &mod_keys, &mem_keys],
+                    (&account, counted),
+                    now,
+                )
+                .map_err(|e| TestCaseError::fail(format!("{what}: {e}")))?;
             }
             Ok(())
         },
     );
     // The sequences did reach the interesting parts.
+    let leases = (
+        in_flight_denials.get(),
+        release_outcomes.get(),
+        pruned.get(),
+        leaked.get(),
+        lowered.get(),
+    );
+    println!("in-flight denials per level, releases per outcome (not held, released, expired), decisions that pruned expired leases, leaked releases, live changes lowering a limit: {leases:?}");
+    assert!(
+        leases.0.iter().chain(&leases.1).all(|&n| n > 0)
+            && leases.2 > 0
+            && leases.3 > 0
+            && leases.4 > 0,
+        "a lease outcome never seen: {leases:?}"
+    );
     assert!(became.get() > 0, "no shop ever became hot");
     assert!(carried.get() > 0, "no decision after a live change");
     assert!(peeks.get() > 0, "no peek");
@@ -1080,6 +1326,92 @@ fn script_module_and_model_agree_on_random_sequences() {
     for (what, n) in adapt {
         assert!(n > 0, "no {what} over the run: {adapt:?}");
     }
+}
+
+/// The lease sets and the stats hash of the three engines' key spaces (`keys`: the
+/// script's, the module's, the in-memory store's) against the contract's account of the
+/// sets (by the in-memory store's key names) and of the stats (released, hold_us, leaked,
+/// expired): the same members and expiry instants in Valkey, as many held in the store,
+/// the same set present; the stats alike and as counted, every field one of the
+/// contract's. A lease set lives 601 s after its last lease (Valkey's clock).
+fn stored_leases(
+    conn: &mut redis::Connection,
+    mem: &checkout_guard_runtime::store::MemoryStore,
+    keys: [&Keys; 3],
+    (account, counted): (&HashMap<Vec<u8>, LeaseSet>, [i64; 4]),
+    now: i64,
+) -> Result<(), String> {
+    let [lua_keys, mod_keys, mem_keys] = keys;
+    let present = mem.keys();
+    let mut levels = vec![(Lane::Global, Vec::new()), (Lane::HotLane, Vec::new())];
+    levels.extend((0..4).map(|n| (Lane::HotShop, format!("s{n}").into_bytes())));
+    for (lane, shop) in &levels {
+        let what = format!("lease set {lane:?} {}", String::from_utf8_lossy(shop));
+        let lua = zset(conn, &lua_keys.leases(*lane, shop));
+        let native = zset(conn, &mod_keys.leases(*lane, shop));
+        if native != lua {
+            return Err(format!("{what}: module {native:?}, script {lua:?}"));
+        }
+        let mk = mem_keys.leases(*lane, shop);
+        let want = account.get(&mk);
+        let expected = |id: &[u8]| want.and_then(|w| w.score(id));
+        if lua.len() != want.map_or(0, LeaseSet::len)
+            || lua
+                .iter()
+                .any(|(id, score)| expected(id.as_bytes()) != Some(*score))
+        {
+            return Err(format!("{what}: script {lua:?}, contract {want:?}"));
+        }
+        let held = want.map_or(0, |w| w.held(now).held);
+        if mem.leases_held(&mk) != held || present.contains(&mk) != want.is_some() {
+            return Err(format!(
+                "{what}: the in-memory store holds {} (present: {}), contract {want:?} ({held} held)",
+                mem.leases_held(&mk),
+                present.contains(&mk)
+            ));
+        }
+        if !lua.is_empty() {
+            for k in [lua_keys, mod_keys] {
+                let pttl: i64 = redis::cmd("PTTL")
+                    .arg(k.leases(*lane, shop))
+                    .query(conn)
+                    .unwrap();
+                if !(590_000..=601_000).contains(&pttl) {
+                    return Err(format!("{what}: PTTL {pttl}"));
+                }
+            }
+        }
+    }
+    let lua = stats_hash(conn, &lua_keys.lease_stats());
+    let native = stats_hash(conn, &mod_keys.lease_stats());
+    if native != lua {
+        return Err(format!("lease stats: module {native:?}, script {lua:?}"));
+    }
+    let fields = [
+        lease_stats::RELEASED,
+        lease_stats::HOLD_US,
+        lease_stats::LEAKED,
+        lease_stats::EXPIRED,
+    ];
+    let model: Vec<(String, i64)> = fields
+        .iter()
+        .map(|f| (f.to_string(), mem.hash_field(&mem_keys.lease_stats(), f)))
+        .collect();
+    for (f, v) in &model {
+        let got = lua.iter().find(|(g, _)| g == f).map_or(0, |(_, v)| *v);
+        if got != *v {
+            return Err(format!("lease stats: model {model:?}, script {lua:?}"));
+        }
+    }
+    if lua.iter().any(|(f, _)| !fields.contains(&f.as_str())) {
+        return Err(format!("lease stats: a field not in the contract: {lua:?}"));
+    }
+    if model.iter().map(|(_, v)| *v).ne(counted) {
+        return Err(format!(
+            "lease stats: model {model:?}, contract {counted:?} (released, hold_us, leaked, expired)"
+        ));
+    }
+    Ok(())
 }
 
 /// The production feedback script (Valkey's clock) stores what `adaptive::feedback`

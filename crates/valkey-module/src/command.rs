@@ -1,5 +1,6 @@
-//! `CG.DECIDE <8 keys> <19 arguments> [<now µs>]`: the arguments read in place, the
-//! decision made on [`ValkeyKeys`], its writes applied, the reply sent.
+//! `CG.DECIDE <12 keys> <24 arguments> [<now µs>]` and `CG.RELEASE <four KEYS> <three ARGV>
+//! [<now µs>]`: the arguments read in place, the decision (the release) made on
+//! [`ValkeyKeys`], its writes applied, the reply sent.
 //!
 //! A panic never crosses into Valkey (it would abort the server every worker decides
 //! on): the command's body runs under `catch_unwind`, and a panic becomes the error reply
@@ -14,7 +15,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use checkout_guard_model::cmd::decide::{self, ReceivedCall};
-use checkout_guard_model::server::{decide_on, ServerReply};
+use checkout_guard_model::cmd::release;
+use checkout_guard_model::server::{decide_on, release_on, ServerReply};
 use checkout_guard_model::DecideCall;
 use valkey_module::raw;
 
@@ -38,9 +40,16 @@ const MAX_ARGS: usize = KEYS + DecideCall::ARGS + 1;
 /// Position of the shop among the arguments after the keys (from the contract table).
 const SHOP_ARG: usize = decide::args::SHOP;
 
+/// `CG.RELEASE`'s keys, arguments, and its arguments after the command name with the test
+/// clock's.
+const RELEASE_KEYS: usize = release::keys::LEN;
+const RELEASE_ARGS: usize = release::keys::LEN + release::args::LEN;
+const MAX_RELEASE_ARGS: usize = RELEASE_ARGS + 1;
+
 /// What the command answers.
 enum Reply {
     Ints(ServerReply),
+    Pair([i64; 2]),
     Error(String),
     WrongArity,
 }
@@ -53,33 +62,68 @@ enum Reply {
 /// strings for the whole call.
 pub unsafe extern "C" fn cg_decide(ctx: Ctx, argv: *mut Str, argc: c_int) -> c_int {
     // SAFETY: Valkey's contract, passed on.
-    let reply = catch_unwind(AssertUnwindSafe(|| unsafe { decide(ctx, argv, argc) }))
-        .unwrap_or_else(|panic| {
-            let what = panic
-                .downcast_ref::<&str>()
-                .copied()
-                .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-                .unwrap_or("a panic");
-            Reply::Error(format!("ERR checkout-guard internal error: {what}"))
-        });
+    unsafe { guarded(ctx, || decide(ctx, argv, argc)) }
+}
+
+/// `CG.RELEASE`, as [`cg_decide`]: `model::server::release_on` with the release script's
+/// KEYS then ARGV.
+///
+/// # Safety
+/// As [`cg_decide`].
+pub unsafe extern "C" fn cg_release(ctx: Ctx, argv: *mut Str, argc: c_int) -> c_int {
+    // SAFETY: Valkey's contract, passed on.
+    unsafe { guarded(ctx, || release(ctx, argv, argc)) }
+}
+
+/// Runs a command's body under the panic guard and sends its reply.
+///
+/// # Safety
+/// `ctx` is the running command's context; `body` keeps the contract of the command it
+/// runs.
+unsafe fn guarded(ctx: Ctx, body: impl FnOnce() -> Reply) -> c_int {
+    let reply = catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("a panic");
+        Reply::Error(format!("ERR checkout-guard internal error: {what}"))
+    });
     // SAFETY: the command's context.
     unsafe {
         match reply {
-            Reply::Ints(reply) => {
-                let ints = reply.as_slice();
-                ffi::reply_with_array(ctx, ints.len() as c_long);
-                for &i in ints {
-                    ffi::reply_with_long_long(ctx, i as c_longlong);
-                }
-                raw::REDISMODULE_OK as c_int
-            }
+            Reply::Ints(reply) => reply_ints(ctx, reply.as_slice()),
+            Reply::Pair(pair) => reply_ints(ctx, &pair),
             Reply::Error(message) => reply_error(ctx, &message),
             Reply::WrongArity => ffi::wrong_arity(ctx),
         }
     }
 }
 
-/// The command's body: everything that can panic.
+/// An array of integers.
+///
+/// # Safety
+/// The command's context.
+unsafe fn reply_ints(ctx: Ctx, ints: &[i64]) -> c_int {
+    // SAFETY: the command's context.
+    unsafe {
+        ffi::reply_with_array(ctx, ints.len() as c_long);
+        for &i in ints {
+            ffi::reply_with_long_long(ctx, i as c_longlong);
+        }
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+/// The test clock's time: the argument after the call's.
+fn test_now(arg: &[u8]) -> Result<i64, Reply> {
+    std::str::from_utf8(arg)
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| Reply::Error("ERR the test clock must be an integer (µs)".into()))
+}
+
+/// `CG.DECIDE`'s body: everything that can panic.
 ///
 /// # Safety
 /// As [`cg_decide`].
@@ -105,32 +149,70 @@ unsafe fn decide(ctx: Ctx, argv: *mut Str, argc: c_int) -> Reply {
     // SAFETY: called from a command.
     let now_us = unsafe { ffi::cached_microseconds() };
     let (now, slack_ms) = match test_clock {
-        true => match std::str::from_utf8(args[KEYS + decide::TEST_NOW_ARG])
-            .ok()
-            .and_then(|t| t.parse().ok())
-        {
-            Some(t) => (t, TEST_SLACK_MS),
-            None => return Reply::Error("ERR the test clock must be an integer (µs)".into()),
+        true => match test_now(args[KEYS + decide::TEST_NOW_ARG]) {
+            Ok(t) => (t, TEST_SLACK_MS),
+            Err(reply) => return reply,
         },
         false => (now_us, 0),
     };
     let shop = arg(1 + KEYS + SHOP_ARG);
-    let mut keys = ValkeyKeys::new(
-        ctx,
-        std::array::from_fn(|i| arg(1 + i)),
-        shop,
-        now_us,
-        slack_ms,
-    );
+    let lease_id = arg(1 + KEYS + decide::args::LEASE_ID);
+    let key_args: [Arg<'_>; KEYS] = std::array::from_fn(|i| arg(1 + i));
+    let mut keys = ValkeyKeys::new(ctx, &key_args, [shop, lease_id], now_us, slack_ms);
     if test_clock && TEST_PANIC.load(Ordering::Relaxed) && shop.bytes() == TEST_PANIC_SHOP {
         keys.panic_at_set_px();
     }
-    match decide_on(&mut keys, &call, now) {
-        Ok(reply) => {
-            keys.apply();
-            Reply::Ints(reply)
-        }
+    match decide_on(&mut keys, &call, now).and_then(|reply| keys.finish().map(|()| reply)) {
+        Ok(reply) => Reply::Ints(reply),
         Err(e) => Reply::Error(e),
+    }
+}
+
+/// `CG.RELEASE`'s body: everything that can panic.
+///
+/// # Safety
+/// As [`cg_decide`].
+unsafe fn release(ctx: Ctx, argv: *mut Str, argc: c_int) -> Reply {
+    let test_clock = TEST_CLOCK.load(Ordering::Relaxed);
+    let want = 1 + RELEASE_ARGS + usize::from(test_clock);
+    if argv.is_null() || usize::try_from(argc) != Ok(want) {
+        return Reply::WrongArity;
+    }
+    // SAFETY: Valkey passes `argc` live strings, kept for the call.
+    let argv: &[Str] = unsafe { std::slice::from_raw_parts(argv, want) };
+    // SAFETY: each a live argument, unchanged for the call (this function's borrow).
+    let arg = |i: usize| unsafe { Arg::new(argv[i]) };
+    let mut args: [&[u8]; MAX_RELEASE_ARGS] = [&[]; MAX_RELEASE_ARGS];
+    for (i, slot) in args.iter_mut().enumerate().take(want - 1) {
+        *slot = arg(1 + i).bytes();
+    }
+    // SAFETY: called from a command.
+    let now_us = unsafe { ffi::cached_microseconds() };
+    let now = match test_clock {
+        true => match test_now(args[RELEASE_KEYS + release::TEST_NOW_ARG]) {
+            Ok(t) => t,
+            Err(reply) => return reply,
+        },
+        false => now_us,
+    };
+    let lease_id = arg(1 + RELEASE_KEYS + release::args::LEASE_ID);
+    let key_args: [Arg<'_>; RELEASE_KEYS] = std::array::from_fn(|i| arg(1 + i));
+    // No shop: the lease id stands in both places.
+    let mut keys = ValkeyKeys::new(ctx, &key_args, [lease_id, lease_id], now_us, 0);
+    match release_on(&mut keys, &args[..RELEASE_ARGS], now)
+        .and_then(|reply| keys.finish().map(|()| reply))
+    {
+        Ok(reply) => Reply::Pair(reply),
+        Err(e) => Reply::Error(format_error(e)),
+    }
+}
+
+/// An error of the model's parsing has no code: `ERR` added (Valkey's own errors, e.g.
+/// `WRONGTYPE`, keep theirs).
+fn format_error(e: String) -> String {
+    match e.split(' ').next() {
+        Some(code) if !code.is_empty() && code.bytes().all(|b| b.is_ascii_uppercase()) => e,
+        _ => format!("ERR {e}"),
     }
 }
 

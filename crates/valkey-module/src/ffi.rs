@@ -155,6 +155,33 @@ valkey_api! {
     fn acl_check_key_permissions = RedisModule_ACLCheckKeyPermissions(user: User, key: Str, flags: c_int) -> c_int;
     /// Frees a user from [`get_module_user_from_user_name`]. Safety: not used after.
     fn free_module_user = RedisModule_FreeModuleUser(user: User) -> ();
+    /// Adds `ele` with `score` to the sorted set (created when empty); `flags` in: the
+    /// `REDISMODULE_ZADD_*` input flags (0: none), out: `ADDED`, `UPDATED` or `NOP`.
+    /// Not OK on a key of another type. Safety: a handle open for writing; a live string.
+    fn zset_add = RedisModule_ZsetAdd(key: Key, score: f64, ele: Str, flags: *mut c_int) -> c_int;
+    /// Removes `ele` (`deleted`: 1 when it was there); the key is deleted when it empties.
+    /// Safety: a handle open for writing; a live string.
+    fn zset_rem = RedisModule_ZsetRem(key: Key, ele: Str, deleted: *mut c_int) -> c_int;
+    /// `ele`'s score (OK), or not OK where the element, or a sorted set, is missing.
+    /// Safety: an open handle; a live string.
+    fn zset_score = RedisModule_ZsetScore(key: Key, ele: Str, score: *mut f64) -> c_int;
+    /// Starts an iterator at the first element scored from `min` to `max` (exclusive
+    /// where `minex`/`maxex`); not OK on an empty key or another type. Safety: an open
+    /// handle; the iterator is stopped ([`zset_range_stop`]) before the key is written or
+    /// closed.
+    fn zset_first_in_score_range = RedisModule_ZsetFirstInScoreRange(key: Key, min: f64, max: f64, minex: c_int, maxex: c_int) -> c_int;
+    /// Moves the iterator on: 0 when there was no next element in the range (the end is
+    /// then reached). Safety: an open handle.
+    fn zset_range_next = RedisModule_ZsetRangeNext(key: Key) -> c_int;
+    /// The iterator's element (a new string, freed by the caller with the command's
+    /// context; NULL: none) and its score. Safety: an open handle; `score` NULL or
+    /// writable.
+    fn zset_range_current_element = RedisModule_ZsetRangeCurrentElement(key: Key, score: *mut f64) -> Str;
+    /// Stops the iterator (nothing when none runs). Safety: an open handle.
+    fn zset_range_stop = RedisModule_ZsetRangeStop(key: Key) -> ();
+    /// Whether the iterator is past the range's end (1) or on an element (0). Safety: an
+    /// open handle.
+    fn zset_range_end_reached = RedisModule_ZsetRangeEndReached(key: Key) -> c_int;
     /// Registers a command. Safety: the init's context; `name` and `flags` NUL-terminated.
     fn create_command = RedisModule_CreateCommand(
         ctx: Ctx,
@@ -289,6 +316,93 @@ pub unsafe fn replicate_pexpireat(ctx: Ctx, key: Str, at_ms: i64) {
             c"sl".as_ptr(),
             key,
             at_ms as c_longlong,
+        );
+    }
+}
+
+/// The value of `f0` in the hash `key` (NULL where the field is missing): a copy the
+/// module must free. Safety: an open handle on a hash key; a live field name.
+pub unsafe fn hash_get1(key: Key, f0: Str, v0: &mut Str) -> c_int {
+    // SAFETY: a NULL-terminated list of (field, value pointer); the caller keeps the rest.
+    unsafe {
+        (api().hash_get)(
+            key,
+            raw::REDISMODULE_HASH_NONE as c_int,
+            f0,
+            v0 as *mut Str,
+            std::ptr::null_mut::<raw::RedisModuleString>(),
+        )
+    }
+}
+
+/// Sets `f0` to `v0` in the hash `key` (created when empty). Safety: a handle open for
+/// writing on a hash or empty key; live strings.
+pub unsafe fn hash_set1(key: Key, f0: Str, v0: Str) -> c_int {
+    // SAFETY: a NULL-terminated list of (field, value); the caller keeps the rest.
+    unsafe {
+        (api().hash_set)(
+            key,
+            raw::REDISMODULE_HASH_NONE as c_int,
+            f0,
+            v0,
+            std::ptr::null_mut::<raw::RedisModuleString>(),
+        )
+    }
+}
+
+/// Replicates `ZADD key score member` (format "sls"). Safety: the command's context;
+/// live strings.
+pub unsafe fn replicate_zadd(ctx: Ctx, key: Str, score: i64, member: Str) {
+    // SAFETY: format "sls": a string, a long long, a string.
+    unsafe {
+        (api().replicate)(
+            ctx,
+            c"ZADD".as_ptr(),
+            c"sls".as_ptr(),
+            key,
+            score as c_longlong,
+            member,
+        );
+    }
+}
+
+/// Replicates `ZREM key member` (format "ss"). Safety: the command's context; live
+/// strings.
+pub unsafe fn replicate_zrem(ctx: Ctx, key: Str, member: Str) {
+    // SAFETY: format "ss": two strings.
+    unsafe {
+        (api().replicate)(ctx, c"ZREM".as_ptr(), c"ss".as_ptr(), key, member);
+    }
+}
+
+/// Replicates `ZREMRANGEBYSCORE key -inf max` (format "scl"). Safety: the command's
+/// context; a live key name.
+pub unsafe fn replicate_zremrangebyscore(ctx: Ctx, key: Str, max: i64) {
+    // SAFETY: format "scl": a string, a C string, a long long.
+    unsafe {
+        (api().replicate)(
+            ctx,
+            c"ZREMRANGEBYSCORE".as_ptr(),
+            c"scl".as_ptr(),
+            key,
+            c"-inf".as_ptr(),
+            max as c_longlong,
+        );
+    }
+}
+
+/// Replicates `HINCRBY key field by` (format "ssl"). Safety: the command's context; live
+/// strings.
+pub unsafe fn replicate_hincrby(ctx: Ctx, key: Str, field: Str, by: i64) {
+    // SAFETY: format "ssl": two strings, a long long.
+    unsafe {
+        (api().replicate)(
+            ctx,
+            c"HINCRBY".as_ptr(),
+            c"ssl".as_ptr(),
+            key,
+            field,
+            by as c_longlong,
         );
     }
 }

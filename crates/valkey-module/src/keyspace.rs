@@ -13,13 +13,28 @@
 //!
 //! Keys the call does not declare (the `auto_hot` window keys) are checked as Valkey
 //! checks a script's `redis.call`: their cluster slot (`model::slot`) and the user's ACL
-//! permissions, before any write.
+//! permissions, before any write. The in-flight lease sets and the lease stats hash are
+//! declared keys (`CG.DECIDE`'s positions 9 to 12, `CG.RELEASE`'s 1 to 4): Valkey checked
+//! them.
+//!
+//! The lease sets (sorted sets) are read and written with the sorted set API: the leases
+//! held are the set's length less its expired members (counted from the low end: few,
+//! as every lease taken prunes them), the oldest one's expiry the first score after now;
+//! a lease taken is `ZREMRANGEBYSCORE key -inf now` (only when one expired), `ZADD` and
+//! `PEXPIREAT`, a lease released `ZREM`, each replicated as that command and notified as
+//! it (`zremrangebyscore`, `zadd`, `expire`, `zrem`, and `del` when a set empties). The
+//! stats counters are `HINCRBY`s, their values computed when recorded (Valkey's strict
+//! integer rule, the overflow check), replicated as `HINCRBY`. A write the script's
+//! command would refuse (a lease set or the stats hash of another type, a counter that is
+//! not an integer, an overflow) fails the call with that command's error, before any
+//! write: where the script has written part of its keys by then, the module none.
 
 use std::ffi::{c_int, CStr};
 use std::marker::PhantomData;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
+use checkout_guard_model::in_flight::{stats, LeaseLevel};
 use checkout_guard_model::server::Keyspace;
 use checkout_guard_model::slot::key_slot;
 use checkout_guard_model::DecideCall;
@@ -27,12 +42,26 @@ use valkey_module::raw;
 
 use crate::ffi::{self, Ctx, Key, Str, User};
 
+/// The most keys a call declares (`CG.DECIDE`'s; `CG.RELEASE` has fewer).
 pub const KEYS: usize = DecideCall::KEYS;
+
+/// `WRONGTYPE`, as Valkey words it.
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 /// The empty string, the window hash's field of all shops' count, and `PXAT` (created at
 /// load, kept for the module's life).
 pub static EMPTY: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(null_mut());
 pub static PXAT: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(null_mut());
+/// The lease stats hash's fields (created at load, kept for the module's life), in the
+/// order of [`STATS_FIELD_NAMES`].
+pub static STATS_FIELDS: [AtomicPtr<raw::RedisModuleString>; 4] =
+    [const { AtomicPtr::new(null_mut()) }; 4];
+pub const STATS_FIELD_NAMES: [&str; 4] = [
+    stats::RELEASED,
+    stats::HOLD_US,
+    stats::LEAKED,
+    stats::EXPIRED,
+];
 
 /// A Valkey string borrowed for `'a` (a command's argument: the whole call).
 #[derive(Clone, Copy)]
@@ -183,6 +212,19 @@ enum Write {
     PExpireAt { key: Name, at_ms: i64 },
     /// `DEL key` (the adaptive state, when the budget recovered).
     Del { key: Name },
+    /// `ZREMRANGEBYSCORE key -inf max`: the expired leases (recorded only when some are).
+    ZRemExpired { key: Name, max: i64 },
+    /// `ZADD key score member`: a lease taken.
+    ZAdd { key: Name, member: Name, score: i64 },
+    /// `ZREM key member`: a lease released.
+    ZRem { key: Name, member: Name },
+    /// `HINCRBY key field by`, `value` the field's value after it (computed when recorded).
+    HIncrBy {
+        key: Name,
+        field: Name,
+        by: i64,
+        value: i64,
+    },
 }
 
 impl Write {
@@ -191,17 +233,44 @@ impl Write {
             Write::Set { key, .. }
             | Write::HSet { key, .. }
             | Write::PExpireAt { key, .. }
-            | Write::Del { key } => key,
+            | Write::Del { key }
+            | Write::ZRemExpired { key, .. }
+            | Write::ZAdd { key, .. }
+            | Write::ZRem { key, .. }
+            | Write::HIncrBy { key, .. } => key,
         }
     }
 }
 
-/// The writes of one decision, in order (a decision makes at most 8: three buckets, the
-/// window's `HSET` and `PEXPIREAT`, the mark, the settings and the adaptive state's `DEL`;
-/// more go on the heap).
+/// The type a key holds, as far as the writes of a call go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Empty,
+    String,
+    Hash,
+    Zset,
+    Other,
+}
+
+impl Kind {
+    fn of(t: c_int) -> Self {
+        match t as isize {
+            raw::REDISMODULE_KEYTYPE_EMPTY => Kind::Empty,
+            raw::REDISMODULE_KEYTYPE_STRING => Kind::String,
+            raw::REDISMODULE_KEYTYPE_HASH => Kind::Hash,
+            raw::REDISMODULE_KEYTYPE_ZSET => Kind::Zset,
+            _ => Kind::Other,
+        }
+    }
+}
+
+/// The writes of one decision, in order (a decision makes at most 18: three buckets, the
+/// window's `HSET` and `PEXPIREAT`, the mark, per in-flight level the expired leases'
+/// removal, the lease's `ZADD` and `PEXPIREAT`, the expired count, the settings and the
+/// adaptive state's `DEL`; a release at most 6; more go on the heap).
 #[derive(Default)]
 struct Journal {
-    fixed: [Option<Write>; 8],
+    fixed: [Option<Write>; 18],
     len: usize,
     more: Vec<Write>,
 }
@@ -249,12 +318,14 @@ struct Recorded<'j> {
 /// The decision's reads and writes on Valkey's keys, each write replicated as its effect.
 pub struct ValkeyKeys<'a> {
     ctx: Ctx,
-    /// The call's [`KEYS`] keys (arguments 1 to [`KEYS`]) and their bytes.
+    /// The call's keys (the first `nkeys`) and their bytes.
     keys: [Arg<'a>; KEYS],
     key_bytes: [&'a [u8]; KEYS],
-    /// The shop (a window hash's field) and its bytes.
-    shop: Arg<'a>,
-    shop_bytes: &'a [u8],
+    nkeys: usize,
+    /// Arguments used as a hash field or a set member (the shop, the lease id), and their
+    /// bytes.
+    strings: [Arg<'a>; 2],
+    string_bytes: [&'a [u8]; 2],
     /// Valkey's time of this command, in ms (absolute expiry times).
     now_ms: i64,
     /// Added to every bucket's expiry (test clock only).
@@ -272,6 +343,9 @@ pub struct ValkeyKeys<'a> {
     user: Option<User>,
     /// Tests only (`test-panic`): panic at the first `set_px` asked for.
     panic_at_set_px: bool,
+    /// A recorded write the script's command would refuse: the call's error, nothing
+    /// applied (see [`Self::finish`]).
+    failed: Option<String>,
 }
 
 impl Drop for ValkeyKeys<'_> {
@@ -293,15 +367,25 @@ impl Drop for ValkeyKeys<'_> {
 }
 
 impl<'a> ValkeyKeys<'a> {
-    /// The key space of one call: its context, its [`KEYS`] keys and its shop argument, Valkey's
+    /// The key space of one call: its context, its keys (at least one, at most [`KEYS`]),
+    /// the arguments used as hash fields or set members (the shop, the lease id), Valkey's
     /// time (µs) and the slack added to a bucket's expiry (test clock).
-    pub fn new(ctx: Ctx, keys: [Arg<'a>; KEYS], shop: Arg<'a>, now_us: i64, slack_ms: i64) -> Self {
+    pub fn new(
+        ctx: Ctx,
+        keys: &[Arg<'a>],
+        strings: [Arg<'a>; 2],
+        now_us: i64,
+        slack_ms: i64,
+    ) -> Self {
+        let nkeys = keys.len().min(KEYS);
+        let all: [Arg<'a>; KEYS] = std::array::from_fn(|i| keys[i.min(nkeys - 1)]);
         Self {
             ctx,
-            keys,
-            key_bytes: keys.map(Arg::bytes),
-            shop,
-            shop_bytes: shop.bytes(),
+            keys: all,
+            key_bytes: all.map(Arg::bytes),
+            nkeys,
+            strings,
+            string_bytes: strings.map(Arg::bytes),
             now_ms: now_us.div_euclid(1000),
             slack_ms,
             journal: Journal::default(),
@@ -309,6 +393,26 @@ impl<'a> ValkeyKeys<'a> {
             held: None,
             user: None,
             panic_at_set_px: false,
+            failed: None,
+        }
+    }
+
+    /// The call's outcome once the model answered: the error of a write the script's
+    /// command would refuse (nothing written), or the recorded writes performed.
+    pub fn finish(&mut self) -> Result<(), String> {
+        match self.failed.take() {
+            Some(e) => Err(e),
+            None => {
+                self.apply();
+                Ok(())
+            }
+        }
+    }
+
+    /// Records the call's error (the first one).
+    fn fail(&mut self, e: impl FnOnce() -> String) {
+        if self.failed.is_none() {
+            self.failed = Some(e());
         }
     }
 
@@ -319,7 +423,7 @@ impl<'a> ValkeyKeys<'a> {
     }
 
     /// Performs the recorded writes, in the order the decision asked for them.
-    pub fn apply(&mut self) {
+    fn apply(&mut self) {
         let mut journal = std::mem::take(&mut self.journal);
         for w in journal.take() {
             match w {
@@ -327,6 +431,15 @@ impl<'a> ValkeyKeys<'a> {
                 Write::HSet { key, fields } => self.apply_hset(&key, &fields),
                 Write::PExpireAt { key, at_ms } => self.apply_pexpireat(&key, at_ms),
                 Write::Del { key } => self.apply_del(&key),
+                Write::ZRemExpired { key, max } => self.apply_zrem_expired(&key, max),
+                Write::ZAdd { key, member, score } => self.apply_zadd(&key, &member, score),
+                Write::ZRem { key, member } => self.apply_zrem(&key, &member),
+                Write::HIncrBy {
+                    key,
+                    field,
+                    by,
+                    value,
+                } => self.apply_hincrby(&key, &field, by, value),
             }
         }
     }
@@ -335,8 +448,7 @@ impl<'a> ValkeyKeys<'a> {
     /// the very slices it was given: same address, which no other live buffer can have),
     /// else one created in this call with the same bytes, else created now.
     fn name(&mut self, key: &[u8]) -> Name {
-        let own = self
-            .key_bytes
+        let own = self.key_bytes[..self.nkeys]
             .iter()
             .position(|k| std::ptr::eq(k.as_ptr(), key.as_ptr()) && k.len() == key.len());
         if let Some(i) = own {
@@ -359,14 +471,28 @@ impl<'a> ValkeyKeys<'a> {
         name
     }
 
-    /// A hash field as a Valkey string: the shop's argument, the empty string, or created.
+    /// Whether `key` is one of the call's keys (the very slice the call holds).
+    fn declared(&self, key: &[u8]) -> bool {
+        self.key_bytes[..self.nkeys]
+            .iter()
+            .any(|k| std::ptr::eq(k.as_ptr(), key.as_ptr()) && k.len() == key.len())
+    }
+
+    /// A hash field or a set member as a Valkey string: one of the call's arguments (the
+    /// shop, the lease id: the very slice), the empty string, a stats field, or created.
     fn field(&self, f: &[u8]) -> Name {
-        let shop = self.shop_bytes;
-        if std::ptr::eq(f.as_ptr(), shop.as_ptr()) && f.len() == shop.len() {
-            return Name::borrowed(self.shop.raw());
+        if let Some(i) = self
+            .string_bytes
+            .iter()
+            .position(|s| std::ptr::eq(f.as_ptr(), s.as_ptr()) && f.len() == s.len())
+        {
+            return Name::borrowed(self.strings[i].raw());
         }
         if f.is_empty() {
             return Name::borrowed(EMPTY.load(Ordering::Relaxed));
+        }
+        if let Some(i) = STATS_FIELD_NAMES.iter().position(|n| n.as_bytes() == f) {
+            return Name::borrowed(STATS_FIELDS[i].load(Ordering::Relaxed));
         }
         Name::created(f)
     }
@@ -376,14 +502,25 @@ impl<'a> ValkeyKeys<'a> {
         Open(unsafe { ffi::open_key(self.ctx, name.s, mode as c_int) })
     }
 
-    /// `name` open for writing: the handle kept open for it, or opened now.
+    /// `name` open for writing: the handle kept open for it (by its bytes: a key is
+    /// never open twice), or opened now.
     fn writable(&mut self, name: &Name) -> Open {
         match self.held.take() {
-            Some((s, k)) if s == name.s => k,
+            // SAFETY: a held name lives while held.
+            Some((s, k)) if s == name.s || unsafe { bytes_of(s) } == name.bytes() => k,
             other => {
                 self.held = other;
                 self.open(name, raw::REDISMODULE_WRITE)
             }
+        }
+    }
+
+    /// Keeps `k` open for the next write to `name`'s key, when `name` lives as long as
+    /// the call (one of its arguments, or a name kept for it): one freed sooner (a name
+    /// created for one use) is not held, its handle closed.
+    fn hold(&mut self, name: &Name, k: Open) {
+        if !name.owned {
+            self.held = Some((name.s, k));
         }
     }
 
@@ -408,6 +545,13 @@ impl<'a> ValkeyKeys<'a> {
                 },
                 // The decision's last write: no read follows it.
                 Write::Del { .. } => r = Recorded::default(),
+                // A sorted set or a hash now (recorded only where the key holds no
+                // string): no string to read.
+                Write::ZAdd { .. } | Write::HIncrBy { .. } => {
+                    r.string = None;
+                    r.hset = true;
+                }
+                Write::ZRemExpired { .. } | Write::ZRem { .. } => {}
             }
         }
         r
@@ -537,7 +681,7 @@ impl<'a> ValkeyKeys<'a> {
             ffi::free_string(null_mut(), a);
             ffi::free_string(null_mut(), b);
         }
-        self.held = Some((name.s, k));
+        self.hold(name, k);
     }
 
     fn apply_del(&mut self, name: &Name) {
@@ -566,13 +710,221 @@ impl<'a> ValkeyKeys<'a> {
         // SAFETY: open for writing (an empty key is refused by the API, as PEXPIREAT
         // answers 0 there).
         let set = unsafe { ffi::set_abs_expire(k.0, at_ms) };
-        self.held = Some((name.s, k));
+        self.hold(name, k);
         if set == raw::REDISMODULE_OK as c_int {
             self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"expire", name);
             // SAFETY: the command's context and a live name.
             unsafe { ffi::replicate_pexpireat(self.ctx, name.s, at_ms) };
         }
     }
+}
+
+impl ValkeyKeys<'_> {
+    /// The type `key` holds after the recorded writes (`None`: none changes it; the key
+    /// holds what it holds now).
+    fn kind_after(&self, key: &[u8]) -> Option<Kind> {
+        let mut kind = None;
+        for w in self.journal.iter().filter(|w| w.key().bytes() == key) {
+            kind = match w {
+                Write::Set { .. } => Some(Kind::String),
+                Write::Del { .. } => Some(Kind::Empty),
+                // Not performed on a string (see `apply_hset`).
+                Write::HSet { .. } if kind == Some(Kind::String) => kind,
+                Write::HSet { .. } | Write::HIncrBy { .. } => Some(Kind::Hash),
+                Write::ZAdd { .. } => Some(Kind::Zset),
+                Write::PExpireAt { .. } | Write::ZRemExpired { .. } | Write::ZRem { .. } => kind,
+            };
+        }
+        kind
+    }
+
+    /// The type `key` holds for the next recorded write: after the recorded writes, else
+    /// now.
+    fn kind_for_write(&mut self, key: &[u8]) -> Kind {
+        match self.kind_after(key) {
+            Some(k) => k,
+            None => {
+                let name = self.name(key);
+                Kind::of(self.open(&name, raw::REDISMODULE_READ).key_type())
+            }
+        }
+    }
+
+    /// The members of the sorted set at `k` scored at most `max` (the expired leases).
+    fn count_expired(k: &Open, max: i64) -> i64 {
+        let mut n = 0;
+        // SAFETY: an open handle on a sorted set; the iterator is stopped before the
+        // handle is closed or written.
+        unsafe {
+            let ok = ffi::zset_first_in_score_range(k.0, f64::NEG_INFINITY, max as f64, 0, 0);
+            if ok == raw::REDISMODULE_OK as c_int && ffi::zset_range_end_reached(k.0) == 0 {
+                n = 1;
+                while ffi::zset_range_next(k.0) != 0 {
+                    n += 1;
+                }
+            }
+            ffi::zset_range_stop(k.0);
+        }
+        n
+    }
+
+    /// `ZREMRANGEBYSCORE key -inf max`: one element at a time (the iterator is not
+    /// valid across a removal), each the first of the range again.
+    fn apply_zrem_expired(&mut self, name: &Name, max: i64) {
+        let k = self.writable(name);
+        let mut removed = 0i64;
+        if k.is(raw::REDISMODULE_KEYTYPE_ZSET) {
+            // SAFETY: open for writing on a sorted set; the iterator stopped before each
+            // removal; each element string freed once. Ends: every turn removes one
+            // element of the range, or stops.
+            unsafe {
+                loop {
+                    let ok =
+                        ffi::zset_first_in_score_range(k.0, f64::NEG_INFINITY, max as f64, 0, 0);
+                    let ele = match ok == raw::REDISMODULE_OK as c_int
+                        && ffi::zset_range_end_reached(k.0) == 0
+                    {
+                        true => ffi::zset_range_current_element(k.0, null_mut()),
+                        false => null_mut(),
+                    };
+                    ffi::zset_range_stop(k.0);
+                    if ele.is_null() {
+                        break;
+                    }
+                    let mut deleted: c_int = 0;
+                    ffi::zset_rem(k.0, ele, &mut deleted);
+                    ffi::free_string(self.ctx, ele);
+                    if deleted == 0 {
+                        break;
+                    }
+                    removed += 1;
+                }
+            }
+        }
+        let emptied = removed > 0 && k.is(raw::REDISMODULE_KEYTYPE_EMPTY);
+        self.hold(name, k);
+        if removed > 0 {
+            self.notify(raw::REDISMODULE_NOTIFY_ZSET, c"zremrangebyscore", name);
+            if emptied {
+                self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del", name);
+            }
+            // SAFETY: the command's context and a live name.
+            unsafe { ffi::replicate_zremrangebyscore(self.ctx, name.s, max) };
+        }
+    }
+
+    fn apply_zadd(&mut self, name: &Name, member: &Name, score: i64) {
+        let k = self.writable(name);
+        let mut flags: c_int = 0;
+        if k.is(raw::REDISMODULE_KEYTYPE_ZSET) || k.is(raw::REDISMODULE_KEYTYPE_EMPTY) {
+            // SAFETY: open for writing on a sorted set or empty key; a live member.
+            unsafe { ffi::zset_add(k.0, score as f64, member.s, &mut flags) };
+        }
+        self.hold(name, k);
+        let changed = (raw::REDISMODULE_ZADD_ADDED | raw::REDISMODULE_ZADD_UPDATED) as c_int;
+        if flags & changed != 0 {
+            self.notify(raw::REDISMODULE_NOTIFY_ZSET, c"zadd", name);
+            // SAFETY: the command's context, live strings.
+            unsafe { ffi::replicate_zadd(self.ctx, name.s, score, member.s) };
+        }
+    }
+
+    fn apply_zrem(&mut self, name: &Name, member: &Name) {
+        let k = self.writable(name);
+        let mut deleted: c_int = 0;
+        if k.is(raw::REDISMODULE_KEYTYPE_ZSET) {
+            // SAFETY: open for writing on a sorted set; a live member.
+            unsafe { ffi::zset_rem(k.0, member.s, &mut deleted) };
+        }
+        let emptied = deleted != 0 && k.is(raw::REDISMODULE_KEYTYPE_EMPTY);
+        self.hold(name, k);
+        if deleted != 0 {
+            self.notify(raw::REDISMODULE_NOTIFY_ZSET, c"zrem", name);
+            if emptied {
+                self.notify(raw::REDISMODULE_NOTIFY_GENERIC, c"del", name);
+            }
+            // SAFETY: the command's context, live strings.
+            unsafe { ffi::replicate_zrem(self.ctx, name.s, member.s) };
+        }
+    }
+
+    fn apply_hincrby(&mut self, name: &Name, field: &Name, by: i64, value: i64) {
+        let k = self.writable(name);
+        if !k.is(raw::REDISMODULE_KEYTYPE_HASH) && !k.is(raw::REDISMODULE_KEYTYPE_EMPTY) {
+            // Checked when recorded: another type only where a recorded write made it so,
+            // which `kind_after` refused.
+            self.hold(name, k);
+            return;
+        }
+        // SAFETY: open for writing, a hash or empty; live strings; the value freed once.
+        unsafe {
+            let v = ffi::create_string_from_long_long(null_mut(), value);
+            ffi::hash_set1(k.0, field.s, v);
+            ffi::free_string(null_mut(), v);
+        }
+        self.hold(name, k);
+        self.notify(raw::REDISMODULE_NOTIFY_HASH, c"hincrby", name);
+        // SAFETY: the command's context, live strings.
+        unsafe { ffi::replicate_hincrby(self.ctx, name.s, field.s, by) };
+    }
+
+    /// The value `field` of the hash `key` has before the next recorded write to it, as
+    /// `HINCRBY` reads it (missing: 0; not an integer by Valkey's strict rule: its error).
+    fn counter(&mut self, key: &[u8], field: &[u8], kind: Kind) -> Result<i64, String> {
+        let mut known = None;
+        for w in self.journal.iter().filter(|w| w.key().bytes() == key) {
+            match w {
+                Write::HIncrBy {
+                    field: f, value, ..
+                } if f.bytes() == field => known = Some(*value),
+                Write::HSet { fields, .. } => {
+                    if let Some((_, v)) = fields.iter().find(|(f, _)| f.bytes() == field) {
+                        known = Some(*v);
+                    }
+                }
+                Write::Del { .. } => known = Some(0),
+                _ => {}
+            }
+        }
+        if let Some(v) = known {
+            return Ok(v);
+        }
+        if kind != Kind::Hash {
+            return Ok(0);
+        }
+        let name = self.name(key);
+        let k = self.open(&name, raw::REDISMODULE_READ);
+        if !k.is(raw::REDISMODULE_KEYTYPE_HASH) {
+            return Ok(0);
+        }
+        let f = self.field(field);
+        let mut v: Str = null_mut();
+        // SAFETY: a hash key; a live field name.
+        unsafe { ffi::hash_get1(k.0, f.s, &mut v) };
+        if v.is_null() {
+            return Ok(0);
+        }
+        // SAFETY: a copy HashGet made for this module, live until freed below.
+        let parsed = string2ll(unsafe { bytes_of(v) });
+        // SAFETY: that copy, freed once.
+        unsafe { ffi::free_string(self.ctx, v) };
+        parsed.ok_or_else(|| "ERR hash value is not an integer".to_string())
+    }
+}
+
+/// Valkey's `string2ll`: an integer exactly as Valkey writes one (no sign but `-`, no
+/// leading zero, no space), in range; `None` otherwise.
+fn string2ll(b: &[u8]) -> Option<i64> {
+    let digits = b.strip_prefix(b"-").unwrap_or(b);
+    let strict = match digits {
+        [b'0'] => b.len() == 1,
+        [b'1'..=b'9', rest @ ..] => rest.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    if !strict || b.len() > 20 {
+        return None;
+    }
+    std::str::from_utf8(b).ok()?.parse().ok()
 }
 
 impl Keyspace for ValkeyKeys<'_> {
@@ -627,7 +979,11 @@ impl Keyspace for ValkeyKeys<'_> {
         written_next: bool,
     ) -> Result<[i64; 2], String> {
         let name = self.name(key);
-        self.check_undeclared(&name, written_next)?;
+        // The lease stats hash is one of the call's keys, which Valkey checked; a window
+        // key never is (see `check_undeclared`).
+        if !self.declared(key) {
+            self.check_undeclared(&name, written_next)?;
+        }
         // A hash written next is opened for writing now, and kept open for it.
         let mode = match written_next {
             true => raw::REDISMODULE_WRITE,
@@ -636,7 +992,7 @@ impl Keyspace for ValkeyKeys<'_> {
         let k = self.open(&name, mode);
         if k.is(raw::REDISMODULE_KEYTYPE_EMPTY) {
             if written_next {
-                self.held = Some((name.s, k));
+                self.hold(&name, k);
             }
             return Ok([0, 0]);
         }
@@ -665,7 +1021,7 @@ impl Keyspace for ValkeyKeys<'_> {
             unsafe { ffi::free_string(self.ctx, v) };
         }
         if written_next {
-            self.held = Some((name.s, k));
+            self.hold(&name, k);
         }
         Ok(out)
     }
@@ -700,5 +1056,150 @@ impl Keyspace for ValkeyKeys<'_> {
     fn del(&mut self, key: &[u8]) {
         let key = self.name(key);
         self.journal.push(Write::Del { key });
+    }
+
+    fn leases_held(&mut self, key: &[u8], now: i64, oldest: bool) -> Result<LeaseLevel, String> {
+        // The model reads every lease set before it writes one: what the journal holds
+        // matters only where the call's keys alias (a set that is a string or a hash by
+        // then is ZCOUNT's error).
+        if matches!(
+            self.kind_after(key),
+            Some(Kind::String | Kind::Hash | Kind::Other)
+        ) {
+            return Err(WRONGTYPE.into());
+        }
+        let name = self.name(key);
+        let k = self.open(&name, raw::REDISMODULE_READ);
+        if k.is(raw::REDISMODULE_KEYTYPE_EMPTY) {
+            return Ok(LeaseLevel::default());
+        }
+        if !k.is(raw::REDISMODULE_KEYTYPE_ZSET) {
+            return Err(WRONGTYPE.into());
+        }
+        // SAFETY: an open handle.
+        let len = unsafe { ffi::value_length(k.0) } as i64;
+        let held = len - Self::count_expired(&k, now);
+        let mut oldest_expiry_us = 0;
+        if oldest && held > 0 {
+            let mut score = 0f64;
+            // SAFETY: an open handle on a sorted set; the element string freed once, the
+            // iterator stopped before the handle closes.
+            unsafe {
+                let ok = ffi::zset_first_in_score_range(k.0, now as f64, f64::INFINITY, 1, 0);
+                if ok == raw::REDISMODULE_OK as c_int && ffi::zset_range_end_reached(k.0) == 0 {
+                    let ele = ffi::zset_range_current_element(k.0, &mut score);
+                    if !ele.is_null() {
+                        ffi::free_string(self.ctx, ele);
+                        oldest_expiry_us = score as i64;
+                    }
+                }
+                ffi::zset_range_stop(k.0);
+            }
+        }
+        Ok(LeaseLevel {
+            held,
+            oldest_expiry_us,
+        })
+    }
+
+    fn lease_take(&mut self, key: &[u8], id: &[u8], expiry_us: i64, now: i64, px_ms: i64) -> i64 {
+        // Expired leases: counted in the set as it is, unless this call wrote it already
+        // (its keys alias: an earlier lease taken pruned it, or the set was deleted).
+        let (kind, expired) = match self.kind_after(key) {
+            Some(kind) => (kind, 0),
+            None => {
+                let name = self.name(key);
+                let k = self.open(&name, raw::REDISMODULE_READ);
+                match Kind::of(k.key_type()) {
+                    Kind::Zset => (Kind::Zset, Self::count_expired(&k, now)),
+                    kind => (kind, 0),
+                }
+            }
+        };
+        if !matches!(kind, Kind::Zset | Kind::Empty) {
+            self.fail(|| WRONGTYPE.into());
+            return 0;
+        }
+        if expired > 0 {
+            let name = self.name(key);
+            self.journal.push(Write::ZRemExpired {
+                key: name,
+                max: now,
+            });
+        }
+        let (name, member) = (self.name(key), self.field(id));
+        self.journal.push(Write::ZAdd {
+            key: name,
+            member,
+            score: expiry_us,
+        });
+        let name = self.name(key);
+        self.journal.push(Write::PExpireAt {
+            key: name,
+            at_ms: self.now_ms + px_ms,
+        });
+        expired
+    }
+
+    fn lease_score(&mut self, key: &[u8], id: &[u8]) -> Result<Option<i64>, String> {
+        // As `leases_held`: read before any write.
+        match self.kind_after(key) {
+            Some(Kind::String | Kind::Hash | Kind::Other) => return Err(WRONGTYPE.into()),
+            Some(Kind::Empty) => return Ok(None),
+            _ => {}
+        }
+        let name = self.name(key);
+        let k = self.open(&name, raw::REDISMODULE_READ);
+        if k.is(raw::REDISMODULE_KEYTYPE_EMPTY) {
+            return Ok(None);
+        }
+        if !k.is(raw::REDISMODULE_KEYTYPE_ZSET) {
+            return Err(WRONGTYPE.into());
+        }
+        let member = self.field(id);
+        let mut score = 0f64;
+        // SAFETY: an open handle on a sorted set; a live member.
+        let found = unsafe { ffi::zset_score(k.0, member.s, &mut score) };
+        // An integer below 2^53 as every engine writes it; another score as the script's
+        // `tonumber` and arithmetic would come near it (truncated).
+        Ok((found == raw::REDISMODULE_OK as c_int).then_some(score as i64))
+    }
+
+    fn lease_remove(&mut self, key: &[u8], id: &[u8]) {
+        let kind = self.kind_for_write(key);
+        if !matches!(kind, Kind::Zset | Kind::Empty) {
+            self.fail(|| WRONGTYPE.into());
+            return;
+        }
+        let (name, member) = (self.name(key), self.field(id));
+        self.journal.push(Write::ZRem { key: name, member });
+    }
+
+    fn hincrby(&mut self, key: &[u8], field: &[u8], n: i64) {
+        let kind = self.kind_for_write(key);
+        if !matches!(kind, Kind::Hash | Kind::Empty) {
+            self.fail(|| WRONGTYPE.into());
+            return;
+        }
+        let value = match self.counter(key, field, kind) {
+            Ok(old) => match old.checked_add(n) {
+                Some(v) => v,
+                None => {
+                    self.fail(|| "ERR increment or decrement would overflow".into());
+                    return;
+                }
+            },
+            Err(e) => {
+                self.fail(|| e);
+                return;
+            }
+        };
+        let (name, f) = (self.name(key), self.field(field));
+        self.journal.push(Write::HIncrBy {
+            key: name,
+            field: f,
+            by: n,
+            value,
+        });
     }
 }

@@ -1,12 +1,15 @@
-//! checkout-guard's Valkey module: `CG.DECIDE`, the limiter's decision as a native command.
+//! checkout-guard's Valkey module: `CG.DECIDE`, the limiter's decision as a native command,
+//! and `CG.RELEASE`, the end of an in-flight lease.
 //!
-//! `CG.DECIDE <8 keys> <19 arguments>` takes exactly the decision script's KEYS then ARGV
+//! `CG.DECIDE <12 keys> <24 arguments>` takes exactly the decision script's KEYS then ARGV
 //! (built by the model's `DecideCall`, the one encoder) and answers the script's reply.
 //! The decision is `model::server::decide_on`, the Rust twin the Lua script is held to
 //! call for call, on Valkey's clock (the command's cached time, as `TIME` in a script).
+//! `CG.RELEASE <four KEYS> <three ARGV>` is `release.lua`'s twin the same way
+//! (`model::server::release_on`, the keys and arguments of `ReleaseCall`).
 //!
-//! In a deployment: the keys are declared (positions 1 to 8: cluster routing and ACL key
-//! permissions); the command is flagged `write deny-oom`, so a replica refuses it
+//! In a deployment: the keys are declared (positions 1 to 12, and the release's first four: cluster routing and
+//! ACL key permissions); the commands are flagged `write deny-oom`, so a replica refuses it
 //! (`READONLY`) and a Valkey over `maxmemory` refuses it, as the `#!lua` script is
 //! refused; it is never replicated as itself (a replica, or an AOF replay, would decide
 //! again on another clock): each write is replicated as its effect, with absolute expiry
@@ -28,6 +31,9 @@
 //!   `expire`), and the key counts as modified (WATCH, client tracking) as after a `SET`;
 //! - the `auto_hot` window is read and written with the hash API (`HashGet`,
 //!   `HashSet`), replicated as `HSET` and `PEXPIREAT` (events `hset`, `expire`);
+//! - the in-flight lease sets with the sorted set API (`ZsetAdd`, `ZsetRem`,
+//!   `ZsetScore`, a score range iterator), replicated as `ZREMRANGEBYSCORE`, `ZADD`,
+//!   `PEXPIREAT`, `ZREM`, and the lease stats' counters as `HINCRBY` (see [`keyspace`]);
 //! - a mark's time to live is the key's own (`GetExpire`, what `PTTL` answers).
 //!
 //! No command goes through the command table (`RM_Call`).
@@ -35,7 +41,7 @@
 //! - [`ffi`]: the module API functions it calls, written once, checked at load;
 //! - [`keyspace`]: the model's `Keyspace` over Valkey's keys (journal, ACL and slot
 //!   checks of undeclared keys);
-//! - [`command`]: `CG.DECIDE`'s arguments, the panic guard, the reply.
+//! - [`command`]: the commands' arguments, the panic guard, the reply.
 //!
 //! Load with `valkey-server --loadmodule target/release/libcheckout_guard_valkey.so` or
 //! `loadmodule` in valkey.conf. Tests load it with `test-clock` (the time is the last
@@ -49,6 +55,7 @@ use std::ffi::c_int;
 use std::ptr::null_mut;
 use std::sync::atomic::Ordering;
 
+use checkout_guard_model::cmd::release;
 use valkey_module::alloc::ValkeyAlloc;
 use valkey_module::{raw, valkey_module, Context};
 
@@ -73,8 +80,15 @@ fn init(ctx: &Context, args: &[valkey_module::ValkeyString]) -> valkey_module::S
         keyspace::EMPTY.store(empty, Ordering::Relaxed);
         let pxat = ffi::create_string(null_mut(), c"PXAT".as_ptr(), 4);
         keyspace::PXAT.store(pxat, Ordering::Relaxed);
+        for (slot, name) in keyspace::STATS_FIELDS
+            .iter()
+            .zip(keyspace::STATS_FIELD_NAMES)
+        {
+            let s = ffi::create_string(null_mut(), name.as_ptr().cast(), name.len());
+            slot.store(s, Ordering::Relaxed);
+        }
     }
-    // Keys at positions 1 to 8 (step 1): cluster routing, ACL key permissions.
+    // Keys at positions 1 to 12 (step 1): cluster routing, ACL key permissions.
     // SAFETY: the load context; the name and flags are NUL-terminated.
     let created = unsafe {
         ffi::create_command(
@@ -84,6 +98,26 @@ fn init(ctx: &Context, args: &[valkey_module::ValkeyString]) -> valkey_module::S
             c"write deny-oom fast".as_ptr(),
             1,
             keyspace::KEYS as c_int,
+            1,
+        )
+    };
+    if created != raw::REDISMODULE_OK as c_int {
+        return valkey_module::Status::Err;
+    }
+    // Keys: the first four arguments, the three lease sets and the stats hash. The name is the
+    // model's (the runtime sends it by that name).
+    let Ok(name) = std::ffi::CString::new(release::MODULE_COMMAND) else {
+        return valkey_module::Status::Err;
+    };
+    // SAFETY: as above.
+    let created = unsafe {
+        ffi::create_command(
+            ctx.get_raw(),
+            name.as_ptr(),
+            Some(command::cg_release),
+            c"write deny-oom fast".as_ptr(),
+            1,
+            release::keys::LEN as c_int,
             1,
         )
     };

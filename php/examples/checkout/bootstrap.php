@@ -36,7 +36,7 @@ function limiter(): ?RateLimiter
         return null;
     }
     $hot = hot_shops();
-    return new RateLimiter(adaptive_option() + [
+    return new RateLimiter(adaptive_option() + in_flight_option() + [
         'name' => 'payments',
         // The provider allows 50 payments/s with bursts of 10: the global bucket stays just
         // under both. A hot shop may use half of it, all hot shops together 30/s.
@@ -79,6 +79,34 @@ function adaptive_option(): array
     return ['adaptive' => ['recover_seconds' => (float) $recover]];
 }
 
+/**
+ * The limiter's `in_flight` option (issue 37) from CHECKOUT_IN_FLIGHT, a comma list of
+ * LEVEL=N: `global=16,hot_shop=6` (levels global, hot_lane, hot_shop; lease_seconds=S);
+ * unset, empty or `off` passes no `in_flight` at all, so the checkout runs on an extension
+ * that does not know the option (scripts/loadtest.sh slow-provider, docs/loadtest.md
+ * "Slow provider: in-flight leases"). The limiter validates the numbers.
+ *
+ * @return array{in_flight?: array<string, int|float>}
+ */
+function in_flight_option(): array
+{
+    $spec = env('CHECKOUT_IN_FLIGHT', 'off');
+    if ($spec === 'off') {
+        return [];
+    }
+    $levels = [];
+    foreach (explode(',', $spec) as $part) {
+        [$name, $value] = array_pad(explode('=', trim($part), 2), 2, '');
+        if (!in_array($name, ['global', 'hot_lane', 'hot_shop', 'lease_seconds'], true) || !is_numeric($value)) {
+            throw new InvalidArgumentException(
+                "CHECKOUT_IN_FLIGHT must be a comma list of global|hot_lane|hot_shop|lease_seconds=NUMBER, got '$part'"
+            );
+        }
+        $levels[$name] = $name === 'lease_seconds' ? (float) $value : (int) $value;
+    }
+    return ['in_flight' => $levels];
+}
+
 /** The shops listed hot for this checkout (CHECKOUT_HOT_SHOPS), as the limiter has them. */
 function hot_shops(): array
 {
@@ -114,7 +142,7 @@ function clients(string $shopId): array
         : new RateLimitedClient(
             $measured,
             $limiter,
-            fn (RequestInterface $r) => $r->getHeaderLine('X-Shop-Id') ?: null,
+            fn (RequestInterface $r) => $r->hasHeader('X-Shop-Id') ? $r->getHeaderLine('X-Shop-Id') : null,   // "0" is a shop
             maxWaitSeconds: fn (string $shop) => max_wait_seconds($shop),
         );
     return [$measured, $payments];

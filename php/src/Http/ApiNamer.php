@@ -55,9 +55,25 @@ final class ApiNamer
     public function name(RequestInterface $request): array
     {
         $uri = $request->getUri();
-        $host = strtolower($uri->getHost());
-        $path = $uri->getPath() === '' ? '/' : $uri->getPath();
-        $method = strtoupper($request->getMethod());
+        return $this->match($request->getMethod(), $uri->getHost(), $uri->getPath());
+    }
+
+    /**
+     * name() for a client without PSR-7 requests (Symfony's HttpClient: GuardedHttpClient).
+     *
+     * @return array{0: string, 1: ?string} the api name and the matched path template
+     */
+    public function nameOf(string $method, string $url): array
+    {
+        return $this->match($method, (string) parse_url($url, PHP_URL_HOST), (string) parse_url($url, PHP_URL_PATH));
+    }
+
+    /** @return array{0: string, 1: ?string} */
+    private function match(string $method, string $host, string $path): array
+    {
+        $host = strtolower($host);
+        $path = $path === '' ? '/' : $path;
+        $method = strtoupper($method);
         foreach ($this->routes as $r) {
             if (($r['host'] === null || $r['host'] === $host)
                 && ($r['method'] === null || $r['method'] === $method)

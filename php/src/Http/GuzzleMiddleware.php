@@ -3,7 +3,7 @@ declare(strict_types=1);
 
 namespace CheckoutGuard\Http;
 
-use CheckoutGuard\RateLimiter;
+use CheckoutGuard\Limiter;
 use CheckoutGuard\Telemetry;
 use GuzzleHttp\Promise\Create;
 use GuzzleHttp\Promise\PromiseInterface;
@@ -32,24 +32,35 @@ use Psr\Http\Message\RequestInterface;
  * Retry-After) when its promise settles:
  *
  *     $stack->push(GuzzleMiddleware::measure($namer));
- *     $stack->push(GuzzleMiddleware::limit($limiter, fn ($r) => $r->getHeaderLine('X-Shop-Id') ?: null));
+ *     $stack->push(GuzzleMiddleware::limit($limiter, fn ($r) => $r->hasHeader('X-Shop-Id') ? $r->getHeaderLine('X-Shop-Id') : null));
  *
- * (pushed last, it runs first: a refused request is not measured as a call).
+ * (pushed last, it runs first: a refused request is not measured as a call; hasHeader(),
+ * not `getHeaderLine(...) ?: null`, which sends shop "0" and a blank id unlimited).
+ *
+ * With the limiter's `in_flight` option each admitted transfer holds a lease until its
+ * promise settles (fulfilled or rejected, or the handler throws), then releases it
+ * (Decision::release()); a transfer whose promise is never settled keeps it until the
+ * request ends (released then, counted leaked). A request the in-flight limit refuses is
+ * not sent: its promise is rejected with a RateLimitedException (reason `in_flight_*`).
  */
 final class GuzzleMiddleware
 {
     /**
-     * @param callable(RequestInterface): ?string $shopResolver the shop a request is made
-     *        for; null sends it without asking the limiter
+     * @param Limiter $limiter a RateLimiter, or any CheckoutGuard\Limiter (a FakeLimiter in tests)
+     * @param callable(RequestInterface): (string|int|null) $shopResolver the shop a request
+     *        is made for (an int is its decimal string); null sends it without asking the
+     *        limiter
      * @param float|callable(string, RequestInterface): float $maxWaitSeconds as
      *        RateLimitedClient's (the wait happens before the transfer starts)
      */
-    public static function limit(RateLimiter $limiter, callable $shopResolver, int $tokens = 1, float|callable $maxWaitSeconds = 0.0): callable
+    public static function limit(Limiter $limiter, callable $shopResolver, int $tokens = 1, float|callable $maxWaitSeconds = 0.0): callable
     {
         return static function (callable $handler) use ($limiter, $shopResolver, $tokens, $maxWaitSeconds): callable {
             return static function (RequestInterface $request, array $options) use ($handler, $limiter, $shopResolver, $tokens, $maxWaitSeconds): PromiseInterface {
+                $decision = null;
                 try {
                     $shop = $shopResolver($request);
+                    $shop = $shop === null ? null : (string) $shop;
                     if ($shop !== null) {
                         $wait = is_callable($maxWaitSeconds) ? (float) $maxWaitSeconds($shop, $request) : $maxWaitSeconds;
                         $decision = $limiter->acquire($shop, $tokens, $wait);
@@ -63,20 +74,25 @@ final class GuzzleMiddleware
                 try {
                     $promise = $handler($request, $options);
                 } catch (\Throwable $e) {
+                    $decision?->release();
                     return Create::rejectionFor($e);   // no answer from the provider
                 }
                 if ($shop === null) {
                     return $promise;
                 }
+                // The transfer's in-flight lease (the `in_flight` option) ends when its
+                // promise settles, fulfilled or rejected, before the feedback's round trip.
                 return $promise->then(
-                    static function (mixed $response) use ($limiter, $shop): mixed {
+                    static function (mixed $response) use ($limiter, $shop, $decision): mixed {
+                        $decision->release();
                         $answer = ProviderFeedback::responseOf($response);
                         if ($answer !== null) {
                             ProviderFeedback::report($limiter, $shop, $answer);
                         }
                         return $response;
                     },
-                    static function (mixed $reason) use ($limiter, $shop): PromiseInterface {
+                    static function (mixed $reason) use ($limiter, $shop, $decision): PromiseInterface {
+                        $decision->release();
                         // http_errors: a 429 arrives as a RequestException with its response.
                         $answer = ProviderFeedback::responseOf($reason);
                         if ($answer !== null) {

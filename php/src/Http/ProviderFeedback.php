@@ -3,7 +3,7 @@ declare(strict_types=1);
 
 namespace CheckoutGuard\Http;
 
-use CheckoutGuard\RateLimiter;
+use CheckoutGuard\Limiter;
 use Psr\Http\Message\ResponseInterface;
 
 /**
@@ -111,10 +111,11 @@ final class ProviderFeedback
 
     /**
      * Tells $limiter what the provider answered to a call it admitted for $shop:
-     * RateLimiter::feedback($shop, status, Retry-After in seconds or null). Returns false
+     * Limiter::feedback($shop, status, Retry-After in seconds or null) (a RateLimiter's, or
+     * any CheckoutGuard\Limiter's). Returns false
      * when the limiter threw (counted in failures()), true otherwise.
      */
-    public static function report(RateLimiter $limiter, string $shop, ResponseInterface $response): bool
+    public static function report(Limiter $limiter, string $shop, ResponseInterface $response): bool
     {
         try {
             $limiter->feedback($shop, $response->getStatusCode(), self::retryAfterSeconds($response->getHeader('Retry-After')));

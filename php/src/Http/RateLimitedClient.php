@@ -4,18 +4,19 @@ declare(strict_types=1);
 namespace CheckoutGuard\Http;
 
 use CheckoutGuard\Decision;
-use CheckoutGuard\RateLimiter;
+use CheckoutGuard\Limiter;
 use Psr\Http\Client\ClientInterface;
 use Psr\Http\Message\RequestInterface;
 use Psr\Http\Message\ResponseInterface;
 
 /**
- * A PSR-18 decorator that asks the RateLimiter just before each request is sent. When
+ * A PSR-18 decorator that asks the limiter (a RateLimiter, or any CheckoutGuard\Limiter such
+ * as CheckoutGuard\Testing\FakeLimiter in a unit test) just before each request is sent. When
  * the limiter says no, the request is not sent and a RateLimitedException (a PSR-18
  * ClientExceptionInterface carrying the Decision) is thrown, so the checkout can answer
  * "busy, retry in N s" instead of queuing behind the provider's 429s.
  *
- *     $client = new RateLimitedClient($inner, $limiter, fn (RequestInterface $r) => $r->getHeaderLine('X-Shop-Id'));
+ *     $client = new RateLimitedClient($inner, $limiter, fn (RequestInterface $r) => $r->hasHeader('X-Shop-Id') ? $r->getHeaderLine('X-Shop-Id') : null);
  *
  * With `maxWaitSeconds` (a number, or a callable giving one per shop) a request whose
  * tokens every bucket holds within that wait reserves them and the call sleeps until they
@@ -29,6 +30,12 @@ use Psr\Http\Message\ResponseInterface;
  * ProviderFeedback::retryAfterSeconds()), for the `adaptive` option; a success costs no
  * round trip. A limiter that throws there never breaks the call: the response is returned
  * and the failure counted in ProviderFeedback::failures().
+ *
+ * With the limiter's `in_flight` option each admitted request holds a lease while the
+ * inner client runs; it is released (Decision::release(), at most one round trip, never
+ * throws) as soon as the inner client returns or throws, so the caller writes nothing.
+ * A request the in-flight limit refuses is not sent (RateLimitedException, reason
+ * `in_flight_global`, `in_flight_hot_lane` or `in_flight_hot_shop`).
  */
 final class RateLimitedClient implements ClientInterface
 {
@@ -41,16 +48,17 @@ final class RateLimitedClient implements ClientInterface
     private ?Decision $lastDecision = null;
 
     /**
-     * @param callable(RequestInterface): ?string $shopResolver the shop a request is made
-     *        for; null sends the request without asking the limiter (e.g. a request that
-     *        does not count against the provider's limit)
+     * @param callable(RequestInterface): (string|int|null) $shopResolver the shop a request
+     *        is made for (an int is its decimal string); null sends the request without
+     *        asking the limiter (e.g. a request that does not count against the provider's
+     *        limit)
      * @param float|callable(string, RequestInterface): float $maxWaitSeconds how long a
      *        request may wait for its tokens (0 to 10 s; 0: never wait), or a callable
      *        given the shop and the request that answers it (e.g. no waiting for hot shops)
      */
     public function __construct(
         private ClientInterface $inner,
-        private RateLimiter $limiter,
+        private Limiter $limiter,
         callable $shopResolver,
         private int $tokens = 1,
         float|callable $maxWaitSeconds = 0.0,
@@ -63,6 +71,7 @@ final class RateLimitedClient implements ClientInterface
     {
         $this->lastDecision = null;
         $shop = ($this->shopResolver)($request);
+        $shop = $shop === null ? null : (string) $shop;
         if ($shop !== null) {
             $wait = is_callable($this->maxWaitSeconds)
                 ? (float) ($this->maxWaitSeconds)($shop, $request)
@@ -77,7 +86,13 @@ final class RateLimitedClient implements ClientInterface
             return $this->inner->sendRequest($request);
         }
         try {
-            $response = $this->inner->sendRequest($request);
+            try {
+                $response = $this->inner->sendRequest($request);
+            } finally {
+                // The call is over, answered or not: its in-flight lease (the limiter's
+                // `in_flight` option) ends now, before the feedback's round trip.
+                $decision->release();
+            }
         } catch (\Throwable $e) {
             // An exception that still carries the provider's answer (a client that throws
             // on 4xx/5xx) is an answer too; no answer at all (a network error) says nothing

@@ -482,8 +482,8 @@ final class ModelDriver
             'markHot', 'unmarkHot' => "{$w}{$op['op']}$db {$op['shop']}" . ($op['op'] === 'markHot' ? ' 3600' : ''),
             'reset' => "{$w}reset$db",
             'shortMark' => "SET hot$db {$op['shop']} PX {$op['ms']}",
-            'cliHot' => "cli hot$db {$op['shop']} --ttl 3600",
-            'cliUnhot' => "cli unhot$db {$op['shop']}",
+            'cliHot' => "cli hot$db {$op['shop']} --ttl 3600 --new-limiter",
+            'cliUnhot' => "cli unhot$db {$op['shop']} --new-limiter",
             'set' => "cli set$db " . implode(' ', self::setArgs($op['changes'])),
             'mode' => "cli set$db mode={$op['mode']}",
             'flushall' => 'FLUSHALL',
@@ -726,7 +726,9 @@ final class ModelDriver
 
             case 'cliHot':
             case 'cliUnhot':
-                $args = $op['op'] === 'cliHot' ? ['hot', $op['shop'], '--ttl', '3600'] : ['unhot', $op['shop']];
+                // --new-limiter: a mark may come before the limiter's first decision, and an
+                // unmark after a FLUSHALL or a restart that left Valkey nothing of it.
+                $args = $op['op'] === 'cliHot' ? ['hot', $op['shop'], '--ttl', '3600', '--new-limiter'] : ['unhot', $op['shop'], '--new-limiter'];
                 if ($op['op'] === 'cliHot') {
                     $this->beforeOutsideMark($db, $op['shop']);
                 }

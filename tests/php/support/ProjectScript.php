@@ -11,10 +11,18 @@ final class ProjectScript
         return dirname(__DIR__, 3);
     }
 
-    /** Runs `scripts/$script $mode`. @return array{0: int, 1: string} exit code, output */
-    public static function run(string $script, string $mode): array
+    /**
+     * Runs `scripts/$script $mode`, with `$env` added to the environment.
+     * @param array<string, string> $env
+     * @return array{0: int, 1: string} exit code, output
+     */
+    public static function run(string $script, string $mode, array $env = []): array
     {
-        exec('bash ' . escapeshellarg(self::root() . "/scripts/$script") . ' ' . escapeshellarg($mode) . ' 2>&1', $lines, $rc);
+        $prefix = '';
+        foreach ($env as $name => $value) {
+            $prefix .= $name . '=' . escapeshellarg($value) . ' ';
+        }
+        exec($prefix . 'bash ' . escapeshellarg(self::root() . "/scripts/$script") . ' ' . escapeshellarg($mode) . ' 2>&1', $lines, $rc);
         return [$rc, implode("\n", $lines)];
     }
 

@@ -53,6 +53,32 @@ final class BenchmarkGuardTest extends TestCase
     }
 
     /**
+     * Asserts the best client CPU of the cases `$ours` is below `$times` x the best of the
+     * cases `$byHand`. When the short run's rounds miss the bound, the two sides are run
+     * again (up to twice more, those cases only: BENCH_CASES) and each side is its best
+     * over every round: on the 2 cores both rounds of each case can land in a busy moment
+     * (a CI run had acquire at 19.56 µs in all four rounds against a by-hand best of 8.58
+     * µs; the same build measures 10-12 µs against 8-17 µs), while a real regression
+     * raises our side's floor in every round and misses all three runs.
+     */
+    private function assertClientCpuBelow(array $ours, array $byHand, float $times, string $message): void
+    {
+        $rounds = ['ours' => [self::bestOf($ours, 'client_cpu_us')], 'by_hand' => [self::bestOf($byHand, 'client_cpu_us')]];
+        for ($extra = 0; min($rounds['ours']) >= $times * min($rounds['by_hand']) && $extra < 2; $extra++) {
+            [$rc, $out] = ProjectScript::run('bench-limiter.sh', 'short', ['BENCH_CASES' => implode(',', array_merge($ours, $byHand))]);
+            $this->assertSame(0, $rc, $out);
+            $again = ProjectScript::results('bench-limiter/results.json');
+            foreach (['ours' => $ours, 'by_hand' => $byHand] as $side => $names) {
+                $cpu = array_column(array_filter($again['cases'], static fn (array $c): bool => in_array($c['case'], $names, true)), 'client_cpu_us');
+                $this->assertNotEmpty($cpu, 'the extra run measured ' . implode(',', $names));
+                $rounds[$side][] = min($cpu);
+            }
+            fprintf(STDERR, "%s: best client CPU per run, ours %s µs, by hand %s µs\n", $message, implode(', ', $rounds['ours']), implode(', ', $rounds['by_hand']));
+        }
+        $this->assertLessThan($times * min($rounds['by_hand']), min($rounds['ours']), $message);
+    }
+
+    /**
      * Each figure is the best of the run's rounds (N=1 and N=2): a single round of either
      * side slowed by other work on the 2 cores failed the guard on correct builds (client
      * CPU 19.76 µs against a by-hand round that caught a quiet moment at 9.78 µs).
@@ -70,11 +96,7 @@ final class BenchmarkGuardTest extends TestCase
         // rounds on each side (4 rounds each), since other work on the 2 cores once
         // inflated both rounds of the TCP case alone (65 and 44 µs against 15 µs by hand,
         // with acquire_unix at 13 µs in the same run). Extra work per decision shows in all four.
-        $this->assertLessThan(
-            2 * self::bestOf(['evalsha', 'evalsha_unix'], 'client_cpu_us'),
-            self::bestOf(['acquire', 'acquire_unix'], 'client_cpu_us'),
-            'client CPU per decision vs evalSha by hand'
-        );
+        $this->assertClientCpuBelow(['acquire', 'acquire_unix'], ['evalsha', 'evalsha_unix'], 2.0, 'client CPU per decision vs evalSha by hand');
     }
 
     /**
@@ -100,11 +122,7 @@ final class BenchmarkGuardTest extends TestCase
         // script's guard: a fresh-clone run with two builds on the 2 cores had both TCP rounds
         // of acquire_module at 43.7 and 33.0 µs against 6.4 µs by hand, while
         // acquire_module_unix measured 6.1 µs in the same run.
-        $this->assertLessThan(
-            2 * self::bestOf(['module_by_hand', 'module_by_hand_unix'], 'client_cpu_us'),
-            self::bestOf(['acquire_module', 'acquire_module_unix'], 'client_cpu_us'),
-            'client CPU per decision vs CG.DECIDE by hand'
-        );
+        $this->assertClientCpuBelow(['acquire_module', 'acquire_module_unix'], ['module_by_hand', 'module_by_hand_unix'], 2.0, 'client CPU per decision vs CG.DECIDE by hand');
     }
 
     public function testSymfonyRateLimiterIsSlower(): void

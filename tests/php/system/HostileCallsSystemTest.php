@@ -65,6 +65,8 @@ final class HostileCallsSystemTest extends HostileCallsTestCase
         $this->assertStringNotContainsString('signal', $log, 'php-fpm: "child N exited on signal"');
     }
 
+    private const LIMITER = '$l = new \\CheckoutGuard\\RateLimiter(["url" => "redis://127.0.0.1:1", "on_unavailable" => "allow", "global" => ["capacity" => 5, "refill_per_second" => 1]]); ';
+
     public function testUnderValgrindTheHostileEndsMakeNoInvalidAccess(): void
     {
         $valgrind = trim((string) shell_exec('command -v valgrind'));
@@ -77,6 +79,10 @@ final class HostileCallsSystemTest extends HostileCallsTestCase
             'fiber' => [0, '$f = new Fiber(fn () => Telemetry::measure("f", fn () => Fiber::suspend())); $f->start(); unset($f); gc_collect_cycles();'],
             'probe' => [4, 'Telemetry::measure("probe", fn () => new Probe(function () { exit(4); }));'],
             'agent' => [0, sprintf(self::AGENT, 'throw new \RuntimeException("agent broke");') . 'Telemetry::measure("zoneA", fn () => 200);'],
+            // A shop id's __toString, called by PHP's weak-mode coercion (src/args.rs;
+            // the child's file is strict: array_map's call is a weak one; call_user_func compiles to a direct call).
+            'shop id fatal' => [255, self::LIMITER . 'array_map([$l, "acquire"], [new class () { public function __toString(): string { trigger_error("boom", E_USER_ERROR); return "x"; } }]);'],
+            'shop id exit' => [6, self::LIMITER . 'array_map([$l, "acquire"], [new class () { public function __toString(): string { exit(6); } }]);'],
         ];
         foreach ($cases as $name => [$code, $script]) {
             $log = "$this->dir/valgrind-$name.log";

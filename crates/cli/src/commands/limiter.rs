@@ -9,6 +9,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
 use checkout_guard_cli::admin::{Admin, Status};
+use checkout_guard_cli::in_flight::{InFlightView, Level, Source};
 use checkout_guard_cli::shop_id;
 use checkout_guard_config::{live, Mode};
 use checkout_guard_model::Lane;
@@ -28,10 +29,11 @@ pub struct LimiterArgs {
         global = true
     )]
     url: String,
-    /// The limiter's name (its `name` option).
+    /// The limiter's name (its `name` option). A name Valkey holds nothing of is refused
+    /// (status, set, hot, unhot), naming the limiters there.
     #[arg(long, default_value = "default", global = true)]
     name: String,
-    /// Per-call timeout.
+    /// Per-call timeout, in milliseconds (1 to 60000).
     #[arg(long, default_value_t = 2000, global = true)]
     timeout_ms: u64,
     /// TLS URL: CA certificates (PEM) instead of the system's roots (as checkout_guard.tls.cafile).
@@ -67,23 +69,28 @@ enum LimiterCommand {
     /// Bucket levels, limits in force, hot shops and until when, recent decisions by
     /// reason, recent changes.
     Status {
-        /// The telemetry stream to count recent decisions in (checkout_guard.events.stream_key).
+        /// The telemetry stream to count recent decisions in (checkout_guard.events.stream_key;
+        /// written only by the `stream` sink of checkout_guard.events.sinks).
         #[arg(long, default_value = checkout_guard_config::settings::DEFAULT_STREAM_KEY)]
         events_key: String,
-        /// How far back to count decisions.
+        /// How far back to count decisions, in seconds.
         #[arg(long, default_value_t = 60)]
         seconds: u64,
+        /// JSON output (one object) instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Changes live limits, picked up by every worker at its next decision:
     /// `global=40/40` (capacity/refill per second) or `hot_lane=default` (back to the
     /// constructor's value); `mode=shadow` (every call let through, denials only
-    /// reported), `mode=enforce`, `mode=default` (back to the workers' `mode` option).
+    /// reported), `mode=enforce`, `mode=default` (back to the workers' `mode` option);
+    /// `in_flight.global=16`, `in_flight.hot_lane=12`, `in_flight.hot_shop=6` (leases
+    /// held at once, for a limiter with the `in_flight` option) or `in_flight.LEVEL=default`.
     /// Validated like constructor options; nothing written if not.
     Set {
         /// BUCKET=CAPACITY/RATE, BUCKET=default (BUCKET is global, hot_lane or hot_shop),
-        /// or mode=enforce|shadow|default.
+        /// mode=enforce|shadow|default, or in_flight.LEVEL=N, in_flight.LEVEL=default
+        /// (LEVEL is global, hot_lane or hot_shop).
         #[arg(required = true)]
         changes: Vec<String>,
         /// Who makes the change (recorded with it).
@@ -93,14 +100,28 @@ enum LimiterCommand {
     /// Marks a shop hot for every worker (as markHot()). SHOP as `status` shows it: `\\` is
     /// a backslash, `\xHH` a byte (a shop ID that is not UTF-8).
     Hot {
+        /// The shop ID, as `status` shows it (`\\` a backslash, `\xHH` a byte).
         shop: OsString,
-        /// How long.
+        /// How long the shop stays hot, in seconds.
         #[arg(long, default_value_t = 3600)]
         ttl: i64,
+        /// Mark it even though Valkey holds nothing of this limiter yet (before its
+        /// workers' first decision); without it an unknown --name is refused, naming the
+        /// limiters there (a typo would mark a shop of no limiter).
+        #[arg(long)]
+        new_limiter: bool,
     },
     /// Ends a shop's hot mark (manual or automatic); hot_shops listed in code stay hot.
     /// SHOP as `status` shows it (`\\`, `\xHH`).
-    Unhot { shop: OsString },
+    Unhot {
+        /// The shop ID, as `status` shows it (`\\` a backslash, `\xHH` a byte).
+        shop: OsString,
+        /// Take it even though Valkey holds nothing of this limiter (nothing to unmark:
+        /// exit 0); without it an unknown --name is refused, naming the limiters there (a
+        /// typo would leave the shop hot under the real name).
+        #[arg(long)]
+        new_limiter: bool,
+    },
     /// Prints the decision script and, per shop, the KEYS and ARGV of one decision as the
     /// extension encodes it (JSON; nothing is sent): for benchmarks and hand checks with
     /// `EVAL`/`EVALSHA`.
@@ -108,6 +129,7 @@ enum LimiterCommand {
         /// The global bucket, CAPACITY/RATE.
         #[arg(long)]
         global: String,
+        /// Tokens the decision asks for (acquire()'s $tokens).
         #[arg(long, default_value_t = 1)]
         tokens: i64,
         /// Shop IDs as `status` shows them (`\\`, `\xHH`).
@@ -147,6 +169,11 @@ pub fn run(args: LimiterArgs) -> Result<(), String> {
             json,
         } => {
             let st = admin.status(&events_key, seconds)?;
+            // Nothing of this name in Valkey: a typo of --name or another --url, said
+            // (exit 2) instead of an empty status.
+            if st.settings.is_none() && !admin.known()? {
+                return Err(admin.unknown());
+            }
             if json {
                 outln!("{}", status_json(&args.name, &st));
             } else {
@@ -154,8 +181,8 @@ pub fn run(args: LimiterArgs) -> Result<(), String> {
             }
         }
         LimiterCommand::Set { changes, by } => {
-            let (parsed, mode) = parse_changes(&changes)?;
-            let done = admin.set_with_mode(&parsed, mode, &by)?;
+            let (parsed, mode, in_flight) = parse_changes(&changes)?;
+            let done = admin.set_all(&parsed, &in_flight, mode, &by)?;
             for w in &done.warnings {
                 eprintln!("{w}");
             }
@@ -167,8 +194,20 @@ pub fn run(args: LimiterArgs) -> Result<(), String> {
             outln!("  old: {}", done.old);
             outln!("  new: {}", done.new);
         }
-        LimiterCommand::Hot { shop, ttl } => {
+        LimiterCommand::Hot {
+            shop,
+            ttl,
+            new_limiter,
+        } => {
             let raw = shop_id::unescape(shop.as_bytes())?;
+            // Checked before Valkey is asked, named as the command line names it.
+            checkout_guard_config::validate_ttl(ttl).map_err(|e| format!("--ttl {}", e.message))?;
+            if !new_limiter && !admin.known()? {
+                return Err(format!(
+                    "{}; nothing marked (`hot --new-limiter` marks it all the same, for a limiter whose workers have not decided yet)",
+                    admin.unknown()
+                ));
+            }
             admin.hot(&raw, ttl)?;
             outln!(
                 "limiter {}: shop \"{}\" hot for {ttl} s",
@@ -177,9 +216,19 @@ pub fn run(args: LimiterArgs) -> Result<(), String> {
             );
         }
         LimiterCommand::Call { .. } => unreachable!("handled above"),
-        LimiterCommand::Unhot { shop } => {
+        LimiterCommand::Unhot { shop, new_limiter } => {
             let raw = shop_id::unescape(shop.as_bytes())?;
             let was = admin.unhot(&raw)?;
+            // A mark removed: the limiter is known. Nothing removed under a name Valkey
+            // holds nothing of is a typo (the shop stays hot under the real name): exit 2,
+            // as status/set/hot, unless said on purpose (unmarking what is not marked is
+            // idempotent: scripts may do it for a limiter that is gone).
+            if !was && !new_limiter && !admin.known()? {
+                return Err(format!(
+                    "{}; nothing unmarked (`unhot --new-limiter` takes it all the same, for a limiter Valkey holds nothing of)",
+                    admin.unknown()
+                ));
+            }
             outln!(
                 "limiter {}: shop \"{}\" {}",
                 args.name,
@@ -198,19 +247,37 @@ pub fn run(args: LimiterArgs) -> Result<(), String> {
 /// A live change's arguments: the buckets' and the mode's. Each bucket and the mode at
 /// most once: a repeated one is ambiguous (which did the operator mean?), refused naming
 /// it and both arguments, before anything is read or written.
-type Changes = (Vec<(Lane, Option<(i64, f64)>)>, Option<Option<Mode>>);
+type Changes = (
+    Vec<(Lane, Option<(i64, f64)>)>,
+    Option<Option<Mode>>,
+    Vec<(Lane, Option<i64>)>,
+);
 
 fn parse_changes(args: &[String]) -> Result<Changes, String> {
     let mut mode: Option<(Option<Mode>, &str)> = None;
     let mut parsed = Vec::new();
-    // The argument that named each lane.
+    let mut in_flight = Vec::new();
+    // The argument that named each lane, and each in-flight level.
     let mut given: [Option<&str>; 3] = [None; 3];
+    let mut given_in_flight: [Option<&str>; 3] = [None; 3];
     let twice = |what: &str, first: &str, second: &str| {
         format!(
             "{what} is given twice ({first:?}, {second:?}): give each bucket and the mode at most once; nothing written"
         )
     };
     for c in args {
+        if c.starts_with(live::IN_FLIGHT_PREFIX) {
+            let (lane, value) = parse_in_flight_change(c)?;
+            if let Some(first) = given_in_flight[lane as usize].replace(c) {
+                return Err(twice(
+                    &format!("{}{}", live::IN_FLIGHT_PREFIX, lane.as_str()),
+                    first,
+                    c,
+                ));
+            }
+            in_flight.push((lane, value));
+            continue;
+        }
         match c.strip_prefix("mode=") {
             Some(m) => {
                 let m = parse_mode(m)?;
@@ -228,16 +295,32 @@ fn parse_changes(args: &[String]) -> Result<Changes, String> {
             }
         }
     }
-    Ok((parsed, mode.map(|(m, _)| m)))
+    Ok((parsed, mode.map(|(m, _)| m), in_flight))
+}
+
+/// `in_flight.global=40`, `in_flight.hot_shop=default`.
+fn parse_in_flight_change(arg: &str) -> Result<(Lane, Option<i64>), String> {
+    let bad = || {
+        format!("{arg:?}: expected in_flight.LEVEL=N or in_flight.LEVEL=default, LEVEL one of global, hot_lane, hot_shop")
+    };
+    let (field, value) = arg.split_once('=').ok_or_else(bad)?;
+    let lane = live::in_flight_field(field).ok_or_else(bad)?;
+    if value == "default" {
+        return Ok((lane, None));
+    }
+    live::parse_in_flight_limit(field, value).map(|n| (lane, Some(n)))
 }
 
 /// The value of `mode=`: enforce, shadow, or default (`None`: the workers' option).
 fn parse_mode(value: &str) -> Result<Option<Mode>, String> {
     match value {
         "default" => Ok(None),
-        v => Mode::parse("mode", v.as_bytes())
-            .map(Some)
-            .map_err(|e| format!("{e} (or \"default\": back to the workers' mode option)")),
+        v => Mode::parse("mode", v.as_bytes()).map(Some).map_err(|e| {
+            format!(
+                "{} {} (or \"default\": back to the workers' mode option)",
+                e.option, e.message
+            )
+        }),
     }
 }
 
@@ -324,6 +407,7 @@ fn status_text(name: &str, st: &Status) -> String {
             lane.as_str()
         ));
     }
+    out.push_str(&in_flight_text(&st.in_flight));
     if st.hot.is_empty() {
         out.push_str("  hot shops: none marked\n");
     }
@@ -365,7 +449,26 @@ fn status_text(name: &str, st: &Status) -> String {
                 out.push_str(&format!(" {reason} {n}"));
             }
         }
+        Err(_) if !st.stream.exists => out.push_str(&format!(
+            " unknown: no events stream at {:?} (the telemetry `stream` sink is off: checkout_guard.events.sinks without `stream`, \
+             or it writes elsewhere: checkout_guard.events.stream_key, checkout_guard.events.stream_url). \
+             Counts come from that stream (--events-key KEY), or from the JSONL file of the `jsonl` sink \
+             (checkout_guard.events.jsonl_path): `checkout-guard report --window START..END FILE` counts them by shop and reason, \
+             `checkout-guard scan FILE` in each high-load window",
+            st.stream.key
+        )),
         Err(e) => out.push_str(&format!(" events stream not readable ({e})")),
+    }
+    if let (Ok(d), Some(newest)) = (&st.decisions, st.stream.newest_ms) {
+        let from = st.now_ms - 1000 * st.decisions_seconds as i64;
+        if d.is_empty() && newest < from {
+            out.push_str(&format!(
+                " (the stream {:?} holds {} events, the newest at {}: is the `stream` sink still on?)",
+                st.stream.key,
+                st.stream.length,
+                time::format_ms(newest)
+            ));
+        }
     }
     out.push('\n');
     if !st.shadow_decisions.is_empty() {
@@ -389,6 +492,137 @@ fn status_text(name: &str, st: &Status) -> String {
         ));
     }
     out
+}
+
+/// Hot shops' lease sets listed in the text (`--json` lists every one found).
+const TEXT_SHOPS: usize = 20;
+
+fn secs(us: i64) -> String {
+    format!("{:.1} s", us as f64 / 1e6)
+}
+
+/// `held N of LIMIT (source); oldest lease: expires in X s (held Y s)`.
+fn level_text(l: &Level, limit: Option<(u64, Source)>, v: &InFlightView) -> String {
+    if l.foreign {
+        return "not a lease set (another type of value at its key)".into();
+    }
+    let mut t = format!(
+        "{} held of {}",
+        l.held,
+        limit.map_or("-".to_string(), |(n, s)| format!("{n} ({})", s.as_str()))
+    );
+    if let Some(left) = l.oldest_remaining_us(v.now_us) {
+        t.push_str(&format!("; oldest lease expires in {}", secs(left)));
+        if let Some(age) = l.oldest_age_us(v.now_us, v.lease_seconds) {
+            t.push_str(&format!(" (held {})", secs(age)));
+        }
+    }
+    if l.stale > 0 {
+        t.push_str(&format!("; {} expired, not yet pruned", l.stale));
+    }
+    t
+}
+
+/// The in-flight leases: one line per level, the hot shops holding leases, the stats.
+fn in_flight_text(v: &InFlightView) -> String {
+    if v.is_empty() {
+        return "  in-flight leases: none (no in_flight limit published or set live, no lease held or recorded)\n".into();
+    }
+    let mut out = format!(
+        "  in-flight leases (lease_seconds {}):\n",
+        v.lease_seconds
+            .map_or("unknown: the oldest lease's age is not shown".into(), |s| {
+                format!("{s}")
+            })
+    );
+    for (name, l, limit) in [
+        ("global", &v.global, v.limits[0]),
+        ("hot_lane", &v.hot_lane, v.limits[1]),
+    ] {
+        out.push_str(&format!("    {name}: {}\n", level_text(l, limit, v)));
+    }
+    out.push_str(&format!(
+        "    hot_shop: {}{} held by {} shop(s){}, limit {} each\n",
+        if v.shops_truncated { "at least " } else { "" },
+        v.hot_shop_held(),
+        v.shops.len(),
+        if v.shops_truncated {
+            " (more not listed)"
+        } else {
+            ""
+        },
+        v.limits[2].map_or("-".to_string(), |(n, s)| format!("{n} ({})", s.as_str()))
+    ));
+    for (shop, l) in v.shops.iter().take(TEXT_SHOPS) {
+        out.push_str(&format!(
+            "      shop \"{}\": {}\n",
+            shop_text(shop),
+            level_text(l, v.limits[2], v)
+        ));
+    }
+    if v.shops.len() > TEXT_SHOPS {
+        out.push_str(&format!(
+            "      ... {} more (--json lists them)\n",
+            v.shops.len() - TEXT_SHOPS
+        ));
+    }
+    let n = |x: Option<i64>| x.map_or("?".to_string(), |n| n.to_string());
+    out.push_str(&format!(
+        "    released {}{}, leaked {} (released at request end), expired {}\n",
+        n(v.stats.released),
+        v.stats.mean_hold_us().map_or(String::new(), |h| format!(
+            " (mean hold {:.3} s)",
+            h as f64 / 1e6
+        )),
+        n(v.stats.leaked),
+        n(v.stats.expired)
+    ));
+    for p in &v.problems {
+        out.push_str(&format!("    PROBLEM: {p}\n"));
+    }
+    out
+}
+
+fn level_json(l: &Level, limit: Option<(u64, Source)>, v: &InFlightView) -> serde_json::Value {
+    json!({
+        "held": l.held,
+        "limit": limit.map(|(n, _)| n),
+        "limit_source": limit.map(|(_, s)| s.as_str()),
+        "oldest_remaining_ms": l.oldest_remaining_us(v.now_us).map(|u| u as f64 / 1000.0),
+        "oldest_age_ms": l.oldest_age_us(v.now_us, v.lease_seconds).map(|u| u as f64 / 1000.0),
+        "expired_not_pruned": l.stale,
+        "not_a_lease_set": l.foreign,
+    })
+}
+
+fn in_flight_json(v: &InFlightView) -> serde_json::Value {
+    json!({
+        "lease_seconds": v.lease_seconds,
+        "levels": {
+            "global": level_json(&v.global, v.limits[0], v),
+            "hot_lane": level_json(&v.hot_lane, v.limits[1], v),
+            "hot_shop": {
+                // The listed shops' sum: a lower bound when `shops_truncated`.
+                "held": v.hot_shop_held(),
+                "held_is_lower_bound": v.shops_truncated,
+                "limit": v.limits[2].map(|(n, _)| n),
+                "limit_source": v.limits[2].map(|(_, s)| s.as_str()),
+                "shops": v.shops.iter().map(|(s, l)| {
+                    let mut j = level_json(l, v.limits[2], v);
+                    j["shop"] = json!(shop_text(s));
+                    j["shop_hex"] = json!(shop_id::hex(s));
+                    j
+                }).collect::<Vec<_>>(),
+                "shops_truncated": v.shops_truncated,
+            },
+        },
+        "released": v.stats.released,
+        "hold_us": v.stats.hold_us,
+        "mean_hold_ms": v.stats.mean_hold_us().map(|u| u as f64 / 1000.0),
+        "leaked": v.stats.leaked,
+        "expired": v.stats.expired,
+        "problems": v.problems,
+    })
 }
 
 /// `  adaptive: share 0.70 of the limits (...); paused ...; last throttling answer ...`
@@ -462,7 +696,9 @@ fn status_json(name: &str, st: &Status) -> serde_json::Value {
         "decisions_error": st.decisions.as_ref().err(),
         "shadow_decisions": st.shadow_decisions,
         "adaptive": st.adaptive.as_ref().map(adaptive_json),
+        "in_flight": in_flight_json(&st.in_flight),
         "decisions_seconds": st.decisions_seconds,
+        "events_stream": {"key": st.stream.key, "exists": st.stream.exists, "length": st.stream.length, "newest": st.stream.newest_ms.map(time::format_ms), "newest_ms": st.stream.newest_ms},
         "changes": st.changes.iter().map(|c| json!({"version": c.version, "by": c.by, "at": time::format_ms(c.at_ms), "old": c.old, "new": c.new})).collect::<Vec<_>>(),
     })
 }
@@ -480,7 +716,8 @@ fn encoded_calls(
     use checkout_guard_model::cmd::decide;
     use checkout_guard_model::{AdaptArgs, AutoHotArgs, DecideCall, Keys, LaneArgs, ShopKeys};
 
-    validate_name(&Value::Str(name.as_bytes().to_vec())).map_err(|e| e.to_string())?;
+    validate_name(&Value::Str(name.as_bytes().to_vec()))
+        .map_err(|e| format!("--name {}", e.message))?;
     let (c, r) = live::parse_bucket(Lane::Global, global).map_err(|e| format!("--global: {e}"))?;
     let set = buckets_from_value(&Value::Map(vec![("global".into(), bucket_value(c, r))]))
         .map_err(|e| e.to_string())?;
@@ -499,6 +736,8 @@ fn encoded_calls(
             let shop = shop.as_slice();
             let shop_keys = ShopKeys::new(&keys, shop);
             let call = DecideCall {
+                in_flight: &checkout_guard_model::InFlightArgs::off(),
+                lease_id: b"",
                 keys: shop_keys.decide_keys(),
                 tokens,
                 static_hot: false,

@@ -9,8 +9,8 @@ use std::io::{BufWriter, Write as _};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use checkout_guard_cli::replay::{
-    parse_auto_hot, parse_limits, parse_provider, timestamp_in_range, Attempt, Common, Counts,
-    Merge, Scenario, Sim,
+    duration_us, parse_auto_hot, parse_limits, parse_provider, timestamp_in_range, Attempt, Common,
+    Counts, Merge, Scenario, Sim,
 };
 use checkout_guard_cli::scan::{
     parse_line, Accumulator, BadLine, Filter, ScanConfig, Window, DISORDER_TOLERANCE_MS,
@@ -18,7 +18,7 @@ use checkout_guard_cli::scan::{
 };
 use checkout_guard_cli::shop_id;
 use checkout_guard_config::validate_max_wait;
-use checkout_guard_model::{BucketSpec, Lane};
+use checkout_guard_model::{BucketSpec, Lane, Reason};
 use clap::Args;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::json;
@@ -40,8 +40,10 @@ pub struct ReplayArgs {
     /// out when the files hold one limiter's decisions.
     #[arg(long)]
     limiter: Option<String>,
-    /// Candidate limits, `[name:]global=C/R [hot_lane=C/R] [hot_shop=C/R]` (C capacity,
-    /// R refill per second); repeatable, compared side by side. Left out: no limiter.
+    /// Candidate limits, `[name:]global=C/R [hot_lane=C/R] [hot_shop=C/R]
+    /// [in_flight=N[/M/K]] [lease_seconds=S]` (C capacity, R refill per second; N, M, K
+    /// calls in flight at once: globally, in the hot lane, per hot shop; S a lease's
+    /// bound, default 30); repeatable, compared side by side. Left out: no limiter.
     #[arg(long = "limits")]
     limits: Vec<String>,
     /// A shop that is always hot (the `hot_shops` option); repeatable. As `limiter status`
@@ -52,8 +54,8 @@ pub struct ReplayArgs {
     /// (`window_seconds=10,share=0.3,ttl_seconds=300,min_tokens=20`).
     #[arg(long = "auto-hot", num_args = 0..=1, default_missing_value = "")]
     auto_hot: Option<String>,
-    /// Reservations: each attempt waits up to this long for its tokens (acquire()'s
-    /// maxWaitSeconds).
+    /// Reservations: each attempt waits up to this many seconds for its tokens
+    /// (acquire()'s maxWaitSeconds).
     #[arg(long = "max-wait", allow_negative_numbers = true)]
     max_wait: Option<f64>,
     /// The provider's own limit, CAPACITY/RATE, as a token bucket: how many admitted
@@ -63,7 +65,7 @@ pub struct ReplayArgs {
     /// From this time (Unix ms or YYYY-MM-DDTHH:MM:SS[.mmm]Z), inclusive.
     #[arg(long, value_parser = time::parse_time)]
     from: Option<i64>,
-    /// Up to this time, exclusive.
+    /// Up to this time (Unix ms or YYYY-MM-DDTHH:MM:SS[.mmm]Z), exclusive.
     #[arg(long, value_parser = time::parse_time)]
     to: Option<i64>,
     /// The high-load windows' threshold: the API's calls per second (as `scan
@@ -95,15 +97,30 @@ struct Source<'a> {
     batch: Vec<Attempt>,
     tx: SyncSender<Vec<Attempt>>,
     limiters: BTreeSet<String>,
+    /// The limiters of every decision read (any time, allowed or not; at most
+    /// [`LISTED_LIMITERS`]): what a `--limiter` no event carries is told.
+    decision_limiters: BTreeSet<String>,
     /// Attempts whose timestamp no clock gives (see `timestamp_in_range`): skipped.
     out_of_range: u64,
 }
+
+/// How many limiter names `decision_limiters` keeps.
+const LISTED_LIMITERS: usize = 50;
 
 impl LineSink for Source<'_> {
     fn line(&mut self, source: &str, n: u64, line: &[u8]) {
         self.acc.line(source, n, line);
         let Ok(r) = parse_line(line) else { return };
         let Some(ts) = r.timestamp_ms else { return };
+        if r.event_type.as_deref() == Some(RATE_LIMIT_DECISION)
+            && self.decision_limiters.len() < LISTED_LIMITERS
+        {
+            let name = r.limiter.as_deref().unwrap_or(b"");
+            if !self.decision_limiters.iter().any(|l| l.as_bytes() == name) {
+                self.decision_limiters
+                    .insert(String::from_utf8_lossy(name).into_owned());
+            }
+        }
         if self.from.is_some_and(|f| ts < f) || self.to.is_some_and(|t| ts >= t) {
             return;
         }
@@ -128,9 +145,15 @@ impl LineSink for Source<'_> {
         if attempt && !timestamp_in_range(ts) {
             self.out_of_range += 1;
         } else if attempt {
+            // A call's duration (its lease's); a denial's call was not made: unknown.
+            let duration = match r.event_type.as_deref() {
+                Some(EXTERNAL_API_CALL) => duration_us(r.duration_ms()),
+                _ => None,
+            };
             self.batch.push(Attempt {
                 ts_ms: ts,
                 shop: r.shop.as_deref().unwrap_or(b"").to_vec(),
+                duration_us: duration,
             });
             if self.batch.len() >= BATCH {
                 let _ = self.tx.send(std::mem::take(&mut self.batch));
@@ -146,6 +169,7 @@ impl LineSink for Source<'_> {
 struct Read {
     acc: Accumulator,
     limiters: BTreeSet<String>,
+    decision_limiters: BTreeSet<String>,
     late: u64,
     out_of_range: u64,
 }
@@ -177,13 +201,14 @@ fn read(args: &ReplayArgs, sims: &mut [Sim]) -> Result<Read, String> {
                     batch: Vec::new(),
                     tx,
                     limiters: BTreeSet::new(),
+                    decision_limiters: BTreeSet::new(),
                     out_of_range: 0,
                 };
                 let res = feed_path(path, &mut s);
                 if !s.batch.is_empty() {
                     let _ = s.tx.send(std::mem::take(&mut s.batch));
                 }
-                res.map(|_| (s.acc, s.limiters, s.out_of_range))
+                res.map(|_| (s.acc, s.limiters, s.decision_limiters, s.out_of_range))
             }));
         }
         // The k-way merge: read from the source that is furthest behind; release what no
@@ -208,26 +233,28 @@ fn read(args: &ReplayArgs, sims: &mut [Sim]) -> Result<Read, String> {
                 Err(_) => last[i] = None,
             }
             let frontier = last.iter().flatten().min().copied();
-            merge.release(frontier, |ts, shop| {
+            merge.release(frontier, |ts, shop, duration| {
                 for s in sims.iter_mut() {
-                    s.attempt(ts, shop);
+                    s.attempt_call(ts, shop, duration);
                 }
             });
         }
-        merge.release(None, |ts, shop| {
+        merge.release(None, |ts, shop, duration| {
             for s in sims.iter_mut() {
-                s.attempt(ts, shop);
+                s.attempt_call(ts, shop, duration);
             }
         });
         let mut acc: Option<Accumulator> = None;
         let mut limiters = BTreeSet::new();
+        let mut decision_limiters = BTreeSet::new();
         let mut out_of_range = 0;
         for h in handles {
-            let (a, l, o) = h
+            let (a, l, d, o) = h
                 .join()
                 .map_err(|_| "a file's reader failed".to_string())?
                 .map_err(|e| e.to_string())?;
             limiters.extend(l);
+            decision_limiters.extend(d);
             out_of_range += o;
             match &mut acc {
                 Some(all) => all.merge(a, 0),
@@ -237,6 +264,7 @@ fn read(args: &ReplayArgs, sims: &mut [Sim]) -> Result<Read, String> {
         Ok(Read {
             acc: acc.expect("at least one file"),
             limiters,
+            decision_limiters,
             late: merge.late,
             out_of_range,
         })
@@ -260,6 +288,7 @@ fn scenarios(args: &ReplayArgs) -> Result<Vec<Sim>, String> {
             name: "no limiter".into(),
             text: String::new(),
             limits: None,
+            in_flight: None,
         });
     }
     let mut hot_shops = HashSet::new();
@@ -312,6 +341,8 @@ pub fn run(args: ReplayArgs) -> Result<(), String> {
             names.join(", ")
         ));
     }
+    matched_something(&args, &read.acc)?;
+    known_limiter(&args, &read)?;
     let windows = read.acc.scan(&cfg).windows;
     // The answer first: an --output that cannot be written loses nothing of it.
     if args.json {
@@ -325,6 +356,56 @@ pub fn run(args: ReplayArgs) -> Result<(), String> {
         eprintln!("checkout-guard: wrote {path}");
     }
     Ok(())
+}
+
+/// A replay of an api no `ExternalApiCall` of the files has (a typo, `payments` for
+/// `payment`), or of a time range with no event, would decide the limiter's denials alone
+/// as attempts: refused (exit 2, nothing printed), naming what the files hold.
+fn matched_something(args: &ReplayArgs, acc: &Accumulator) -> Result<(), String> {
+    let range = time::files_range(acc.first_ms, acc.last_ms);
+    if acc.in_time == 0 && (args.from.is_some() || args.to.is_some()) {
+        return Err(format!(
+            "--from/--to matched no event: {range}; nothing replayed"
+        ));
+    }
+    if acc.counted == 0 {
+        return Err(format!(
+            "--api {} matched no ExternalApiCall event{}: the apis in the files: {}; nothing replayed",
+            args.api,
+            if args.from.is_some() || args.to.is_some() {
+                " in --from/--to"
+            } else {
+                ""
+            },
+            acc.apis_text()
+        ));
+    }
+    Ok(())
+}
+
+/// A `--limiter` no decision of the files carries (a typo, `paymnts` for `payments`)
+/// would leave that limiter's denials out of the attempts without a word: refused (exit
+/// 2, nothing printed), naming the limiters the files hold, as `--api` is. Files without
+/// any decision lose nothing to it: taken.
+fn known_limiter(args: &ReplayArgs, read: &Read) -> Result<(), String> {
+    let Some(want) = &args.limiter else {
+        return Ok(());
+    };
+    let names = &read.decision_limiters;
+    if names.is_empty() || names.contains(want) {
+        return Ok(());
+    }
+    let mut listed = names
+        .iter()
+        .map(|n| if n.is_empty() { "(none)" } else { n.as_str() })
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() >= LISTED_LIMITERS {
+        listed.push_str(", ...");
+    }
+    Err(format!(
+        "--limiter {want} matched no RateLimitDecision event: the limiters in the files: {listed}; nothing replayed"
+    ))
 }
 
 /// `--json`, written as it goes: every object's keys in order (what a `serde_json::Value`
@@ -400,6 +481,12 @@ impl Serialize for InputJson<'_> {
     }
 }
 
+/// In-flight denials by level, the levels by name (global, hot_lane, hot_shop).
+fn levels_json<T: Serialize>(v: [T; 3]) -> serde_json::Value {
+    let [g, l, s] = v;
+    json!({ "global": g, "hot_lane": l, "hot_shop": s })
+}
+
 /// Denials by lane, the lanes by name.
 struct DeniedJson<'a>(&'a [u64; 3]);
 
@@ -439,7 +526,24 @@ impl Serialize for TotalsJson<'_> {
         m.serialize_entry("admitted_hot", &t.admitted_hot)?;
         m.serialize_entry("attempts", &t.attempts)?;
         m.serialize_entry("denied", &DeniedJson(&t.denied))?;
+        m.serialize_entry("denied_in_flight", &levels_json(t.denied_in_flight))?;
         m.serialize_entry("denied_total", &t.denied_total())?;
+        let peaks = s.peaks_in_flight();
+        let f = s.scenario.in_flight;
+        m.serialize_entry(
+            "in_flight",
+            &json!({
+                "estimated_durations": s.estimated,
+                "lease_expired": s.lease_expired,
+                "limits": f.map(|f| {
+                    let [g, l, k] = Lane::ALL.map(|lane| f.limit(lane));
+                    json!({"global": g, "hot_lane": l, "hot_shop": k, "lease_seconds": f.lease_us as f64 / 1e6})
+                }),
+                "peak": levels_json(peaks.map(|p| p.0)),
+                "peak_at_ms": levels_json(peaks.map(|p| (p.0 > 0).then_some(p.1))),
+                "peak_hot_shop": (s.hot_shop_peak.0 > 0).then(|| shop_id::escape(&s.hot_shop_peak.1)),
+            }),
+        )?;
         m.serialize_entry("peak_admitted_per_second", &peak)?;
         m.serialize_entry("peak_at_ms", &at.map(|s| s.saturating_mul(1000)))?;
         m.serialize_entry("provider_429", &t.provider_429)?;
@@ -491,8 +595,10 @@ impl Serialize for ShopJson<'_> {
         m.serialize_entry("admitted", &c.admitted)?;
         m.serialize_entry("attempts", &c.attempts)?;
         m.serialize_entry("denied", &DeniedJson(&c.denied))?;
+        m.serialize_entry("denied_in_flight", &levels_json(c.denied_in_flight))?;
         m.serialize_entry("denied_total", &c.denied_total())?;
         m.serialize_entry("hot", &self.hot)?;
+        m.serialize_entry("peak_in_flight", &c.peak_in_flight)?;
         m.serialize_entry("provider_429", &c.provider_429)?;
         m.serialize_entry("waited", &c.waited)?;
         m.end()
@@ -576,7 +682,7 @@ fn text(args: &ReplayArgs, sims: &[Sim], read: &Read, windows: &[Window]) -> Str
         );
     }
     let row = |o: &mut String, label: &str, vals: Vec<String>| {
-        let _ = write!(o, "{label:<24}");
+        let _ = write!(o, "{label:<28}");
         for v in vals {
             let _ = write!(o, "  {v:>22}");
         }
@@ -608,6 +714,39 @@ fn text(args: &ReplayArgs, sims: &[Sim], read: &Read, windows: &[Window]) -> Str
             &mut o,
             &format!("denied by {}", lane.as_str()),
             each(&|s| s.total.denied[lane as usize].to_string()),
+        );
+    }
+    let in_flight = sims.iter().any(|s| s.scenario.in_flight.is_some());
+    if in_flight {
+        for lane in Lane::ALL {
+            let i = lane as usize;
+            row(
+                &mut o,
+                &format!("denied by {}", Reason::in_flight(lane).as_str()),
+                each(&|s| {
+                    let limit = s.scenario.in_flight.and_then(|f| f.limit(lane));
+                    match limit {
+                        Some(n) => format!("{} (at {n})", s.total.denied_in_flight[i]),
+                        None => "-".into(),
+                    }
+                }),
+            );
+        }
+    }
+    row(
+        &mut o,
+        "peak in flight g/l/s",
+        each(&|s| {
+            let p = s.peaks_in_flight();
+            format!("{}/{}/{}", p[0].0, p[1].0, p[2].0)
+        }),
+    );
+    let estimated: u64 = sims.iter().map(|s| s.estimated).sum();
+    if estimated > 0 {
+        row(
+            &mut o,
+            "leases, est. duration",
+            each(&|s| s.estimated.to_string()),
         );
     }
     if args.provider.is_some() {
@@ -658,9 +797,14 @@ fn text(args: &ReplayArgs, sims: &[Sim], read: &Read, windows: &[Window]) -> Str
     }
     let _ = writeln!(
         o,
-        "\nper shop (top {} by attempts; --json lists every shop): attempts admitted denied(global/hot_lane/hot_shop){}",
+        "\nper shop (top {} by attempts; --json lists every shop): attempts admitted denied(global/hot_lane/hot_shop){} peak-in-flight{}",
         args.top,
-        if args.provider.is_some() { " 429" } else { "" }
+        if in_flight {
+            " if:in-flight-denied(global/hot_lane/hot_shop)"
+        } else {
+            ""
+        },
+        if args.provider.is_some() { " 429" } else { "" },
     );
     for (id, _) in sims[0].shops().into_iter().take(args.top) {
         let mut line = format!("{:<24}", shop_id::escape(id));
@@ -668,12 +812,21 @@ fn text(args: &ReplayArgs, sims: &[Sim], read: &Read, windows: &[Window]) -> Str
             let c = s.shop(id).cloned().unwrap_or_default();
             let _ = write!(
                 line,
-                "  {:>6} {:>6} {:>4}/{}/{}{}{}",
+                "  {:>6} {:>6} {:>4}/{}/{}{} {}{}{}",
                 c.attempts,
                 c.admitted,
                 c.denied[0],
                 c.denied[1],
                 c.denied[2],
+                if in_flight {
+                    format!(
+                        " if:{}/{}/{}",
+                        c.denied_in_flight[0], c.denied_in_flight[1], c.denied_in_flight[2]
+                    )
+                } else {
+                    String::new()
+                },
+                c.peak_in_flight,
                 if args.provider.is_some() {
                     format!(" {}", c.provider_429)
                 } else {

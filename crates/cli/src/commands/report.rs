@@ -223,10 +223,7 @@ h2{{margin-top:28px}} .muted{{color:#777}}</style></head><body><h1>{t}</h1>"#,
             "checkouts started",
             d.checkouts().map_or("-".into(), |n| n.to_string()),
         ),
-        (
-            "paid",
-            d.funnel.get("paid").map_or("-".into(), |n| n.to_string()),
-        ),
+        ("paid", d.paid().map_or("-".into(), |n| n.to_string())),
         ("429 answers", calls_429.to_string()),
         ("limiter denials", denials.to_string()),
         ("high-load windows", r.windows.len().to_string()),
@@ -390,7 +387,12 @@ h2{{margin-top:28px}} .muted{{color:#777}}</style></head><body><h1>{t}</h1>"#,
     h.push_str("</table>");
 
     if !d.funnel.is_empty() {
-        h.push_str(r#"<h2>Purchase funnel</h2><table id="funnel"><tr><th class="l">step</th><th>events</th></tr>"#);
+        let _ = write!(
+            h,
+            r#"<h2>Purchase funnel</h2><p class="muted">CheckoutStep events by step; checkouts started are step &quot;{}&quot;, paid step &quot;{}&quot; (report --steps STARTED,PAID)</p><table id="funnel"><tr><th class="l">step</th><th>events</th></tr>"#,
+            esc(&d.steps.started),
+            esc(&d.steps.paid)
+        );
         let mut steps: Vec<(&String, &u64)> = d.funnel.iter().collect();
         steps.sort_by_key(|(_, n)| std::cmp::Reverse(**n)); // a funnel narrows
         for (step, n) in steps {

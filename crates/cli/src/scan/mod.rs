@@ -14,8 +14,8 @@ pub use record::{
     parse_line, parse_line_fully, text, LineError, Record, Text, EXTERNAL_API_CALL,
     RATE_LIMIT_DECISION,
 };
-pub use report::{Histogram, ReportData, CLASSES};
+pub use report::{Histogram, ReportData, Steps, CLASSES};
 pub use scanner::{
-    brute_force_windows, bucket_bounds, Accumulator, BadLine, Filter, Peak, ScanConfig, ScanResult,
-    Window, DISORDER_TOLERANCE_MS, MAX_LINE_BYTES,
+    brute_force_windows, bucket_bounds, Accumulator, BadLine, Filter, Matches, Peak, ScanConfig,
+    ScanResult, Window, DISORDER_TOLERANCE_MS, MAX_LINE_BYTES,
 };

@@ -83,6 +83,43 @@ pub struct ReportData {
     /// checkout step -> events; payment channel -> paid checkouts.
     pub funnel: BTreeMap<String, u64>,
     pub channels: BTreeMap<String, u64>,
+    /// The `CheckoutStep` steps that mean a checkout started and a checkout paid.
+    pub steps: Steps,
+}
+
+/// The names of the two `CheckoutStep` steps the report reads (`report --steps`): the
+/// funnel lists every step the events carry; these two give "checkouts started", "paid",
+/// the calls per checkout and the payment channels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Steps {
+    /// A checkout started (default `cart`).
+    pub started: String,
+    /// A checkout paid, with its `payment.channel` (default `paid`).
+    pub paid: String,
+}
+
+impl Default for Steps {
+    fn default() -> Self {
+        Self {
+            started: "cart".into(),
+            paid: "paid".into(),
+        }
+    }
+}
+
+impl Steps {
+    /// `STARTED,PAID` (e.g. `cart,paid`), each a non-empty step name.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.split_once(',') {
+            Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains(',') => Ok(Self {
+                started: a.into(),
+                paid: b.into(),
+            }),
+            _ => Err(format!(
+                "--steps {text:?}: expected STARTED,PAID, the two CheckoutStep step names (default cart,paid)"
+            )),
+        }
+    }
 }
 
 impl ReportData {
@@ -126,7 +163,7 @@ impl ReportData {
             Some(b"CheckoutStep") => {
                 if let Some(step) = &r.step {
                     let step = text(step);
-                    if step == "paid" {
+                    if step == self.steps.paid {
                         let channel = r.channel.as_ref().map_or_else(|| "(none)".into(), text);
                         *self.channels.entry(channel).or_default() += 1;
                     }
@@ -165,9 +202,23 @@ impl ReportData {
         add(&mut self.channels, other.channels);
     }
 
-    /// Checkouts started (the funnel's first step, `cart`), when the events carry steps.
+    /// Checkouts started (the funnel's first step, `cart` unless `--steps` says), when
+    /// the events carry steps.
     pub fn checkouts(&self) -> Option<u64> {
-        self.funnel.get("cart").copied()
+        self.funnel.get(&self.steps.started).copied()
+    }
+
+    /// Checkouts paid (`paid` unless `--steps` says).
+    pub fn paid(&self) -> Option<u64> {
+        self.funnel.get(&self.steps.paid).copied()
+    }
+
+    /// No data, the same step names: for another part of the same input.
+    pub fn empty_like(&self) -> Self {
+        Self {
+            steps: self.steps.clone(),
+            ..Default::default()
+        }
     }
 }
 

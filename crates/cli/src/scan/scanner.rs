@@ -51,6 +51,22 @@ impl Filter {
         self.from_ms.is_none_or(|f| ts >= f) && self.to_ms.is_none_or(|t| ts < t)
     }
 
+    fn type_ok(&self, r: &Record<'_>) -> bool {
+        let t = r.event_type.as_deref().unwrap_or(b"");
+        if self.event_types.is_empty() {
+            t == EXTERNAL_API_CALL
+        } else {
+            self.event_types.iter().any(|x| x.as_bytes() == t)
+        }
+    }
+
+    fn api_ok(&self, r: &Record<'_>) -> bool {
+        self.apis.is_empty()
+            || r.api
+                .as_deref()
+                .is_some_and(|a| self.apis.iter().any(|x| x.as_bytes() == a))
+    }
+
     fn shop_ok(&self, r: &Record<'_>) -> bool {
         self.shops.is_empty()
             || r.shop
@@ -59,18 +75,110 @@ impl Filter {
     }
 
     fn counts(&self, r: &Record<'_>) -> bool {
-        let t = r.event_type.as_deref().unwrap_or(b"");
-        let type_ok = if self.event_types.is_empty() {
-            t == EXTERNAL_API_CALL
+        self.type_ok(r) && self.api_ok(r) && self.shop_ok(r)
+    }
+}
+
+/// What each filter of a report matched inside its time range, one by one: a filter that
+/// matched nothing (a typo) is named, with what is there. Gathered only for a report.
+#[derive(Debug, Default)]
+pub struct Matches {
+    /// Events of the event types asked for (`--event-type`, default ExternalApiCall).
+    pub types: u64,
+    /// Of those, the events of the apis asked for (`--api`).
+    pub apis: u64,
+    /// Events of any type of the shops asked for (`--shop`).
+    pub shops: u64,
+    /// With `--event-type`, the event types in the range (at most [`LISTED_APIS`]).
+    pub types_seen: std::collections::BTreeSet<Vec<u8>>,
+    /// With `--shop`, events per shop in the range (at most [`COUNTED_SHOPS`] shops).
+    pub shops_seen: HashMap<Vec<u8>, u64>,
+}
+
+/// How many shops `Matches::shops_seen` counts (the busiest are named).
+pub const COUNTED_SHOPS: usize = 100_000;
+
+impl Matches {
+    fn add(&mut self, f: &Filter, r: &Record<'_>) {
+        let type_ok = f.type_ok(r);
+        self.types += u64::from(type_ok);
+        self.apis += u64::from(type_ok && f.api_ok(r));
+        if !f.event_types.is_empty() && self.types_seen.len() < LISTED_APIS {
+            let t = r.event_type.as_deref().unwrap_or(b"");
+            if !self.types_seen.contains(t) {
+                self.types_seen.insert(t.to_vec());
+            }
+        }
+        if !f.shops.is_empty() {
+            self.shops += u64::from(f.shop_ok(r));
+            let shop = r.shop.as_deref().unwrap_or(b"");
+            if let Some(n) = self.shops_seen.get_mut(shop) {
+                *n += 1;
+            } else if self.shops_seen.len() < COUNTED_SHOPS {
+                self.shops_seen.insert(shop.to_vec(), 1);
+            }
+        }
+    }
+
+    fn merge(&mut self, other: Matches) {
+        self.types += other.types;
+        self.apis += other.apis;
+        self.shops += other.shops;
+        for t in other.types_seen {
+            if self.types_seen.len() >= LISTED_APIS {
+                break;
+            }
+            self.types_seen.insert(t);
+        }
+        for (shop, n) in other.shops_seen {
+            if let Some(mine) = self.shops_seen.get_mut(&shop) {
+                *mine += n;
+            } else if self.shops_seen.len() < COUNTED_SHOPS {
+                self.shops_seen.insert(shop, n);
+            }
+        }
+    }
+
+    /// The event types seen, as text: `CheckoutStep, ExternalApiCall`.
+    pub fn types_text(&self) -> String {
+        if self.types_seen.is_empty() {
+            return "none".into();
+        }
+        let mut t = self
+            .types_seen
+            .iter()
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect::<Vec<_>>()
+            .join(", ");
+        if self.types_seen.len() >= LISTED_APIS {
+            t.push_str(", ...");
+        }
+        t
+    }
+
+    /// The `n` busiest shops seen (most events first, then by name), as text, with how
+    /// many there are: `a, b, c (12 in all)`.
+    pub fn shops_text(&self, n: usize) -> String {
+        let mut all: Vec<(&Vec<u8>, u64)> = self.shops_seen.iter().map(|(s, &c)| (s, c)).collect();
+        all.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        let names = all
+            .iter()
+            .take(n)
+            .map(|(s, _)| {
+                if s.is_empty() {
+                    "(no shop)".to_string()
+                } else {
+                    String::from_utf8_lossy(s).into_owned()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let total = if all.len() >= COUNTED_SHOPS {
+            format!("at least {COUNTED_SHOPS}")
         } else {
-            self.event_types.iter().any(|x| x.as_bytes() == t)
+            all.len().to_string()
         };
-        type_ok
-            && (self.apis.is_empty()
-                || r.api
-                    .as_deref()
-                    .is_some_and(|a| self.apis.iter().any(|x| x.as_bytes() == a)))
-            && self.shop_ok(r)
+        format!("{names} ({total} in all)")
     }
 }
 
@@ -158,6 +266,17 @@ pub struct Accumulator {
     pub bad_lines: Vec<BadLine>,
     /// Report data, gathered only when asked for.
     pub report: Option<ReportData>,
+    /// The oldest and newest timestamps read, before the time filter: what a window that
+    /// matched nothing is told.
+    pub first_ms: Option<i64>,
+    pub last_ms: Option<i64>,
+    /// Events inside the time filter.
+    pub in_time: u64,
+    /// With an api filter, the apis of the events read (at most [`LISTED_APIS`]): what an
+    /// api that matched nothing is told.
+    pub apis_seen: std::collections::BTreeSet<Vec<u8>>,
+    /// With a report, what each filter matched in the time range.
+    pub matches: Matches,
     /// The newest timestamp of the current source, and that source.
     last_ts: Option<i64>,
     last_source: String,
@@ -171,6 +290,9 @@ pub const DISORDER_TOLERANCE_MS: i64 = 10_000;
 /// a binary pasted by mistake) is counted as malformed, listed with its file and line, and
 /// skipped by the reader without being held in memory.
 pub const MAX_LINE_BYTES: usize = 1 << 20;
+
+/// How many apis `apis_seen` keeps.
+pub const LISTED_APIS: usize = 50;
 
 /// How many bad lines are listed one by one (all are counted).
 const LISTED_BAD_LINES: usize = 50;
@@ -244,12 +366,23 @@ impl Accumulator {
             self.bad(source, line_no, format!("out of order: {ts} after {last}"));
         }
         self.last_ts = Some(self.last_ts.map_or(ts, |l| l.max(ts)));
+        self.first_ms = Some(self.first_ms.map_or(ts, |f| f.min(ts)));
+        self.last_ms = Some(self.last_ms.map_or(ts, |l| l.max(ts)));
+        if !self.filter.apis.is_empty() && self.apis_seen.len() < LISTED_APIS {
+            if let Some(api) = r.api.as_deref() {
+                if !self.apis_seen.contains(api) {
+                    self.apis_seen.insert(api.to_vec());
+                }
+            }
+        }
         if !self.filter.time_ok(ts) {
             return;
         }
+        self.in_time += 1;
         let counts = self.filter.counts(&r);
         if let Some(report) = &mut self.report {
             report.add(&r, ts, counts);
+            self.matches.add(&self.filter, &r);
         }
         let bucket = ts.div_euclid(self.fine_ms);
         let denial = r.denial();
@@ -291,7 +424,7 @@ impl Accumulator {
     /// another part of the input read in parallel.
     pub fn sibling(&self) -> Self {
         let mut a = Self::new(self.filter.clone(), self.fine_ms);
-        a.report = self.report.as_ref().map(|_| ReportData::default());
+        a.report = self.report.as_ref().map(ReportData::empty_like);
         a
     }
 
@@ -333,6 +466,36 @@ impl Accumulator {
             mine.merge(theirs);
         }
         self.last_ts = self.last_ts.max(other.last_ts);
+        self.first_ms = match (self.first_ms, other.first_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.last_ms = self.last_ms.max(other.last_ms);
+        self.in_time += other.in_time;
+        self.matches.merge(other.matches);
+        for api in other.apis_seen {
+            if self.apis_seen.len() >= LISTED_APIS {
+                break;
+            }
+            self.apis_seen.insert(api);
+        }
+    }
+
+    /// The apis seen (see `apis_seen`), as text: `payment, zoneA` or `none`.
+    pub fn apis_text(&self) -> String {
+        if self.apis_seen.is_empty() {
+            return "none (no event has an api)".into();
+        }
+        let mut t = self
+            .apis_seen
+            .iter()
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect::<Vec<_>>()
+            .join(", ");
+        if self.apis_seen.len() >= LISTED_APIS {
+            t.push_str(", ...");
+        }
+        t
     }
 
     /// The fine buckets' call counts, in time order.
@@ -718,6 +881,13 @@ mod tests {
                 r#"{{"eventType":"RateLimitDecision","timestamp":{t},"shop.id":"x","reason":"unavailable","allowed":true}}"#
             ),
         );
+        // An in-flight denial (issue 37) is listed by its reason like a bucket's.
+        feed(
+            &mut acc,
+            format!(
+                r#"{{"eventType":"RateLimitDecision","timestamp":{t},"shop.id":"hot","reason":"in_flight_hot_shop","allowed":false}}"#
+            ),
+        );
         feed(
             &mut acc,
             format!(
@@ -736,13 +906,17 @@ mod tests {
         assert_eq!(w.status.get(&429), Some(&10));
         assert_eq!(w.denials.get(&("hot_shop".into(), "hot".into())), Some(&1));
         assert_eq!(
+            w.denials.get(&("in_flight_hot_shop".into(), "hot".into())),
+            Some(&1)
+        );
+        assert_eq!(
             w.denials.get(&("global (shadow)".into(), "hot".into())),
             Some(&1),
             "a shadow would-be denial, counted apart"
         );
         assert_eq!(
             w.denials.len(),
-            2,
+            3,
             "an allowed unavailable decision is not a denial"
         );
         let peaks = acc.peaks();

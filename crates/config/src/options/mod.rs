@@ -10,12 +10,14 @@ mod auto_hot;
 mod buckets;
 mod checks;
 mod defaults;
+mod in_flight;
 
 pub use adaptive::Adaptive;
 pub use auto_hot::auto_hot_from_value;
 pub use buckets::{bucket_value, buckets_from_value, buckets_to_value};
 pub use checks::{validate_max_wait, validate_shop_id, validate_tokens, validate_ttl};
 pub use defaults::Defaults;
+pub use in_flight::{in_flight_from_value, MAX_IN_FLIGHT};
 
 use checkout_guard_model::bucket::BucketSet;
 use checkout_guard_model::error::ConfigError;
@@ -164,6 +166,8 @@ pub struct LimiterOptions {
     pub mode: Mode,
     /// The budget follows the provider's throttling answers (`feedback()`).
     pub adaptive: Option<Adaptive>,
+    /// At most so many calls in flight at once (leases beside the buckets).
+    pub in_flight: Option<checkout_guard_model::InFlight>,
 }
 
 const KNOWN: &[&str] = &[
@@ -181,6 +185,7 @@ const KNOWN: &[&str] = &[
     "sentinel",
     "mode",
     "adaptive",
+    "in_flight",
 ];
 
 impl LimiterOptions {
@@ -262,7 +267,12 @@ impl LimiterOptions {
             None => None,
             Some(v) => Adaptive::from_value(v)?,
         };
+        let in_flight = match get("in_flight") {
+            None => None,
+            Some(v) => Some(in_flight_from_value(v, &buckets)?),
+        };
         Ok(Self {
+            in_flight,
             adaptive,
             engine,
             mode,
@@ -450,7 +460,7 @@ mod tests {
         );
         let stubs = std::fs::read_to_string(path).expect("the PHP stubs");
         let doc = stubs
-            .split("class RateLimiter {")
+            .split("class RateLimiter ")
             .nth(1)
             .and_then(|s| s.split("public function __construct").next())
             .expect("RateLimiter::__construct's doc in the stubs");

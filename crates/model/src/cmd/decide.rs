@@ -53,6 +53,7 @@ use crate::auto_hot::AutoHot;
 use crate::bounds::MAX_WAIT_US;
 use crate::bucket::{BucketSet, BucketSpec, Lane};
 use crate::cmd::{inputs, int, Call, Command, CARRY, CLOCK_BLOCK, SHEBANG};
+use crate::in_flight::{InFlight, MAX_LEASE_SECONDS};
 use crate::keys::Keys;
 use crate::step::StepReply;
 
@@ -77,6 +78,12 @@ inputs! {
         /// The adaptive budget's state ([`crate::adaptive`]; read only when
         /// `ADAPT_FLOOR` is not "0").
         ADAPT = "adapt_key",
+        /// The in-flight lease sets of global, hot lane, hot shop (`KEYS[lease_keys + i]`,
+        /// level i from 1; [`crate::in_flight`]): read only with `in_flight`.
+        LEASES[3] = "lease_keys",
+        /// The lease stats hash (read on an in-flight denial, for the retry estimate;
+        /// counts expired leases a decision removes).
+        LEASE_STATS = "lease_stats_key",
     }
 }
 
@@ -114,12 +121,29 @@ inputs! {
         ADAPT_FLOOR = "adapt_floor",
         /// The `adaptive` recovery time, µs.
         ADAPT_RECOVER = "adapt_recover_us",
+        /// The `in_flight` limits of global, hot lane, hot shop ("0": no limit; global
+        /// "0": the option is off, no lease read or taken): `ARGV[in_flight_args + i]`.
+        IN_FLIGHT[3] = "in_flight_args",
+        /// How long a lease is held at most, µs.
+        LEASE_US = "lease_us",
+        /// The id of the lease this call takes when allowed (unique per call).
+        LEASE_ID = "lease_id",
     }
 }
 
 /// The position among KEYS of `lane`'s bucket.
 pub const fn bucket_key(lane: Lane) -> usize {
     keys::BUCKETS + lane as usize
+}
+
+/// The position among KEYS of `lane`'s lease set.
+pub const fn lease_key(lane: Lane) -> usize {
+    keys::LEASES + lane as usize
+}
+
+/// The position among ARGV of `lane`'s in-flight limit.
+pub const fn in_flight_arg(lane: Lane) -> usize {
+    args::IN_FLIGHT + lane as usize
 }
 
 /// The position among ARGV of `lane`'s interval (µs).
@@ -168,6 +192,11 @@ pub struct DecideKeys<'a> {
     pub settings: &'a [u8],
     /// The adaptive budget's state ([`Keys::adapt`]).
     pub adapt: &'a [u8],
+    /// The lease sets of global, hot lane, hot shop ([`Keys::leases`]): sent whether or
+    /// not the limiter has `in_flight` (a cluster routes a script by all its keys).
+    pub leases: [&'a [u8]; 3],
+    /// [`Keys::lease_stats`].
+    pub lease_stats: &'a [u8],
 }
 
 /// The `adaptive` option as the decision takes it: the floor (permille, "0" = off) and
@@ -200,6 +229,46 @@ impl AdaptArgs {
     }
 
     pub fn text(&self) -> &[String; 2] {
+        &self.text
+    }
+}
+
+/// `in_flight` as the script takes it: the limits per level ("0": none) and the lease
+/// length (µs), formatted once when they change.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InFlightArgs {
+    in_flight: Option<InFlight>,
+    text: [String; 4],
+}
+
+impl InFlightArgs {
+    pub fn new(in_flight: Option<&InFlight>) -> Self {
+        let text = match in_flight {
+            Some(f) => [
+                f.limits[0].to_string(),
+                f.limits[1].to_string(),
+                f.limits[2].to_string(),
+                f.lease_us.to_string(),
+            ],
+            None => ["0".into(), "0".into(), "0".into(), "0".into()],
+        };
+        Self {
+            in_flight: in_flight.copied(),
+            text,
+        }
+    }
+
+    /// Off: no lease read or taken.
+    pub fn off() -> Self {
+        Self::new(None)
+    }
+
+    pub fn in_flight(&self) -> Option<&InFlight> {
+        self.in_flight.as_ref()
+    }
+
+    /// The limits of global, hot lane, hot shop, then the lease length.
+    pub fn text(&self) -> &[String; 4] {
         &self.text
     }
 }
@@ -285,6 +354,8 @@ pub struct ShopKeys {
     auto_hot_prefix: Vec<u8>,
     settings: Vec<u8>,
     adapt: Vec<u8>,
+    leases: [Vec<u8>; 3],
+    lease_stats: Vec<u8>,
 }
 
 impl ShopKeys {
@@ -298,6 +369,8 @@ impl ShopKeys {
             auto_hot_prefix: keys.auto_hot_prefix(),
             settings: keys.settings(),
             adapt: keys.adapt(),
+            leases: Lane::ALL.map(|lane| keys.leases(lane, shop)),
+            lease_stats: keys.lease_stats(),
         }
     }
 
@@ -311,6 +384,8 @@ impl ShopKeys {
             auto_hot_prefix: &self.auto_hot_prefix,
             settings: &self.settings,
             adapt: &self.adapt,
+            leases: [&self.leases[0], &self.leases[1], &self.leases[2]],
+            lease_stats: &self.lease_stats,
         }
     }
 }
@@ -338,6 +413,11 @@ pub struct DecideCall<'a> {
     pub max_wait_us: i64,
     /// The `adaptive` option ([`AdaptArgs::off`]: off).
     pub adapt: &'a AdaptArgs,
+    /// The `in_flight` option ([`InFlightArgs::off`]: off).
+    pub in_flight: &'a InFlightArgs,
+    /// The id of the lease taken when allowed (with `in_flight`; unique per call: the
+    /// sender's, see the runtime's lease ids).
+    pub lease_id: &'a [u8],
 }
 
 /// What the decision script answered.
@@ -369,6 +449,10 @@ impl DecideCall<'_> {
         out[AUTO_HOT_PREFIX] = k.auto_hot_prefix;
         out[SETTINGS] = k.settings;
         out[ADAPT] = k.adapt;
+        for lane in Lane::ALL {
+            out[lease_key(lane)] = k.leases[lane as usize];
+        }
+        out[LEASE_STATS] = k.lease_stats;
         out
     }
 
@@ -404,6 +488,12 @@ impl DecideCall<'_> {
         let [floor, recover] = self.adapt.text();
         out[ADAPT_FLOOR] = Cow::Borrowed(floor.as_bytes());
         out[ADAPT_RECOVER] = Cow::Borrowed(recover.as_bytes());
+        let [g, l, sh, lease] = self.in_flight.text();
+        out[in_flight_arg(Lane::Global)] = Cow::Borrowed(g.as_bytes());
+        out[in_flight_arg(Lane::HotLane)] = Cow::Borrowed(l.as_bytes());
+        out[in_flight_arg(Lane::HotShop)] = Cow::Borrowed(sh.as_bytes());
+        out[LEASE_US] = Cow::Borrowed(lease.as_bytes());
+        out[LEASE_ID] = Cow::Borrowed(self.lease_id);
         out.into_iter()
     }
 
@@ -481,6 +571,10 @@ pub struct ReceivedCall<'a> {
     pub max_wait_us: i64,
     /// The `adaptive` option (None: off, its state not read).
     pub adapt: Option<AdaptParams>,
+    /// The `in_flight` option (None: off, no lease read or taken).
+    pub in_flight: Option<InFlight>,
+    /// The lease taken when allowed.
+    pub lease_id: &'a [u8],
 }
 
 impl<'a> ReceivedCall<'a> {
@@ -562,7 +656,34 @@ impl<'a> ReceivedCall<'a> {
             }
             f => return Err(format!("adaptive floor must be from 0 to 1000, got {f}")),
         };
+        let limit = |lane: Lane| -> Result<i64, String> {
+            let n = int("in_flight limit", arg(in_flight_arg(lane)))?;
+            if n < 0 {
+                return Err(format!("in_flight {} must be >= 0, got {n}", lane.as_str()));
+            }
+            Ok(n)
+        };
+        let limits = [
+            limit(Lane::Global)?,
+            limit(Lane::HotLane)?,
+            limit(Lane::HotShop)?,
+        ];
+        let in_flight = match limits[0] {
+            0 => None,
+            _ => {
+                let lease_us = int("lease", arg(LEASE_US))?;
+                if !(1..=MAX_LEASE_SECONDS * 1_000_000).contains(&lease_us) {
+                    return Err(format!(
+                        "lease must be from 1 to {} µs, got {lease_us}",
+                        MAX_LEASE_SECONDS * 1_000_000
+                    ));
+                }
+                Some(InFlight { limits, lease_us })
+            }
+        };
         Ok(Self {
+            in_flight,
+            lease_id: arg(LEASE_ID),
             adapt,
             keys,
             tokens,
@@ -641,6 +762,8 @@ mod tests {
         let keys = ShopKeys::new(&Keys::new("n"), b"s");
         let (lanes, auto) = (LaneArgs::new(&set), AutoHotArgs::new(None));
         let call = DecideCall {
+            in_flight: &crate::cmd::decide::InFlightArgs::off(),
+            lease_id: b"",
             adapt: &AdaptArgs::off(),
             keys: keys.decide_keys(),
             tokens: 3,
@@ -691,6 +814,8 @@ mod tests {
         let keys = ShopKeys::new(&Keys::new("n"), b"s\x00p");
         let (lanes, auto_args) = (LaneArgs::new(&set), AutoHotArgs::new(Some(&auto)));
         let call = DecideCall {
+            in_flight: &crate::cmd::decide::InFlightArgs::off(),
+            lease_id: b"",
             adapt: &AdaptArgs::off(),
             keys: keys.decide_keys(),
             tokens: 2,
@@ -772,6 +897,8 @@ mod tests {
             let keys = ShopKeys::new(&Keys::new("p"), b"s");
             let (lanes, auto_args) = (LaneArgs::new(&buckets), AutoHotArgs::new(Some(&sent)));
             let call = DecideCall {
+                in_flight: &crate::cmd::decide::InFlightArgs::off(),
+                lease_id: b"",
                 adapt: &AdaptArgs::off(),
                 keys: keys.decide_keys(),
                 tokens: 1,
@@ -808,6 +935,8 @@ mod tests {
         let parse = |window_us: &str, share: &str, ttl: &str, min: &str| {
             let auto = AutoHotArgs::new(None);
             let call = DecideCall {
+                in_flight: &crate::cmd::decide::InFlightArgs::off(),
+                lease_id: b"",
                 adapt: &AdaptArgs::off(),
                 keys: keys.decide_keys(),
                 tokens: 1,

@@ -44,6 +44,7 @@ pub mod hot_scan;
 pub mod mark_hot;
 pub mod read_adapt;
 pub mod read_limits;
+pub mod release;
 pub mod reset_step;
 pub mod set_limits;
 
@@ -140,6 +141,7 @@ pub const ALL: &[&Command] = &[
     &read_adapt::COMMAND,
     &reset_step::COMMAND,
     &hot_scan::COMMAND,
+    &release::COMMAND,
 ];
 
 /// One call of a command, encoded by name: its KEYS and ARGV in the order of its contract.

@@ -47,14 +47,25 @@ pub(crate) fn assert_reads_by_name(file: &str, body: &str, keys: &[Input], args:
 #[test]
 fn positions_follow_from_the_order_and_widths() {
     use decide::{args, keys};
-    assert_eq!((keys::LEN, args::LEN), (8, 19));
+    assert_eq!((keys::LEN, args::LEN), (12, 24));
     assert_eq!(
         [keys::BUCKETS, keys::HOT_FLAG, keys::SETTINGS],
         [0, 3, 6],
         "the buckets take three positions"
     );
     assert_eq!((args::LANES, args::VERSION, args::SHOP), (2, 8, 9));
-    assert_eq!((args::MAX_WAIT, decide::TEST_NOW_ARG), (16, 19));
+    assert_eq!((args::MAX_WAIT, decide::TEST_NOW_ARG), (16, 24));
+    assert_eq!(
+        (
+            keys::LEASES,
+            keys::LEASE_STATS,
+            args::IN_FLIGHT,
+            args::LEASE_ID
+        ),
+        (8, 11, 19, 23)
+    );
+    assert_eq!(decide::lease_key(Lane::HotShop), 10);
+    assert_eq!(decide::in_flight_arg(Lane::HotLane), 20);
     assert_eq!(
         (keys::ADAPT, args::ADAPT_FLOOR, args::ADAPT_RECOVER),
         (7, 17, 18)
@@ -79,7 +90,10 @@ fn the_prelude_names_each_input_at_its_position() {
     let p = prelude(decide::keys::ALL, decide::args::ALL);
     assert!(p.starts_with("local bucket_keys = 0\nlocal hot_flag_key = KEYS[4]\n"));
     assert!(p.contains("local lane_args = 2\nlocal version = ARGV[9]\nlocal shop = ARGV[10]\n"));
-    assert!(p.ends_with("local max_wait_us = ARGV[17]\nlocal adapt_floor = ARGV[18]\nlocal adapt_recover_us = ARGV[19]\n"));
+    assert!(p.contains("local max_wait_us = ARGV[17]\nlocal adapt_floor = ARGV[18]\nlocal adapt_recover_us = ARGV[19]\n"));
+    assert!(p.ends_with(
+        "local in_flight_args = 19\nlocal lease_us = ARGV[23]\nlocal lease_id = ARGV[24]\n"
+    ));
 }
 
 #[test]
@@ -172,6 +186,8 @@ fn every_encoder_matches_its_contract() {
     let mut seen = BTreeSet::new();
     seen.insert(check(
         &decide::DecideCall {
+            in_flight: &crate::cmd::decide::InFlightArgs::off(),
+            lease_id: b"",
             keys: shop.decide_keys(),
             tokens: 1,
             static_hot: false,
@@ -264,6 +280,16 @@ fn every_encoder_matches_its_contract() {
             route: b"r",
             cursor: b"0",
             pattern: b"p*",
+        },
+        0,
+    ));
+    seen.insert(check(
+        &release::ReleaseCall {
+            lease_keys: [b"g", b"l", b"s"],
+            stats_key: b"st",
+            lease_id: b"i",
+            lease_us: 1,
+            leaked: false,
         },
         0,
     ));

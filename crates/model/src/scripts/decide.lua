@@ -17,6 +17,8 @@ local maxw = max_wait_us + 0
 -- only when one of them is configured.
 -- With the adaptive option (adapt_floor not "0") its state is read last in the same MGET.
 local af = adapt_floor + 0
+-- in_flight (in_flight.rs): the global level's limit, 0 when the option is off.
+local fg = ARGV[in_flight_args + 1] + 0
 local v, sa
 if ARGV[lane_args + 3] + 0 > 0 or ARGV[lane_args + 5] + 0 > 0 then
   if af > 0 then
@@ -59,6 +61,7 @@ if sa then
       if d > now then
         local h = 0
         if hot then h = 1 end
+        if fg > 0 then return {4, h, now, -1, -1, -1, 0, 0, mark_ms, p, d, 0} end
         return {4, h, now, -1, -1, -1, 0, 0, mark_ms, p, d}
       end
     end
@@ -72,8 +75,13 @@ if version ~= '' then change = string.match(version, '^%d+%-%w+%-(%d+)$') or '' 
 -- global bucket applies (not hot, no auto_hot) its short form {reason, hot, now,
 -- tat_global}, the rest at their defaults (StepReply::from_ints): Valkey converts a
 -- reply's every element (about 60 ns each, docs/performance.md).
+-- With in_flight always the twelve of its form: the adaptive share (0: its state not
+-- read), the pause, an in-flight denial's retry estimate.
 local r
-if ad then r = {0, 0, now, -1, -1, -1, 0, 0, mark_ms, p, 0}
+if fg > 0 then
+  if ad then r = {0, 0, now, -1, -1, -1, 0, 0, mark_ms, p, 0, 0}
+  else r = {0, 0, now, -1, -1, -1, 0, 0, mark_ms, 0, 0, 0} end
+elseif ad then r = {0, 0, now, -1, -1, -1, 0, 0, mark_ms, p, 0}
 elseif last == 1 and window_us + 0 <= 0 then r = {0, 0, now, -1}
 else r = {0, 0, now, -1, -1, -1, 0, 0, mark_ms} end
 -- At a share below the limits every bucket is scaled (adaptive::scaled_args), and the
@@ -122,6 +130,44 @@ for i = 1, last do
     if at > take_at then take_at = at end
   end
 end
+-- The buckets allow: every in-flight level that applies (global; for a hot shop the hot
+-- levels with a limit) must hold fewer leases than its limit, read in order up to the
+-- first full one, which denies (reason 4 + level: 5, 6, 7) with a retry estimate
+-- (in_flight::retry_after_us). A lease is held while its expiry (score) is after now.
+local nows
+if fg > 0 and reason == 0 then
+  nows = string.format('%d', now)
+  for i = 1, last do
+    local lim = ARGV[in_flight_args + i] + 0
+    if lim > 0 then
+      local k = KEYS[lease_keys + i]
+      local held = redis.call('ZCOUNT', k, '(' .. nows, '+inf')
+      if held >= lim then
+        reason = 4 + i
+        local o = redis.call('ZRANGEBYSCORE', k, '(' .. nows, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+        local oe = tonumber(o[2]) or 0
+        local bound = oe - now
+        if bound < 1000 then bound = 1000 end
+        local st = redis.call('HMGET', lease_stats_key, 'released', 'hold_us')
+        local rel, hu = tonumber(st[1]) or 0, tonumber(st[2]) or 0
+        -- The longer of the recorded mean hold and the oldest lease's age, over the held.
+        local basis = 0
+        if rel > 0 and hu > 0 then basis = math.floor(hu / rel) end
+        if oe > 0 then
+          local age = now - (oe - lease_us)
+          if age > basis then basis = age end
+        end
+        local e = bound
+        if basis > 0 then
+          e = math.floor(basis / held)
+          if e < 1000 then e = 1000 elseif e > bound then e = bound end
+        end
+        r[12] = e
+        break
+      end
+    end
+  end
+end
 local w = 0
 -- The current and the previous window's counts (not `p`: the adaptive share above).
 local cur, c, pw
@@ -167,6 +213,20 @@ if w > 0 and not peek then
   if not hot and mine >= hot_min_tokens + 0 and mine > hot_share * all then
     redis.call('SET', hot_flag_key, 'auto', 'EX', hot_ttl_s)
     r[7] = 1
+  end
+end
+-- Allowed: a lease on every in-flight level that applies (expired ones removed first;
+-- those of the global level, where every lease is, counted).
+if fg > 0 and reason == 0 and not peek then
+  local exp = string.format('%d', now + lease_us)
+  for i = 1, last do
+    if ARGV[in_flight_args + i] + 0 > 0 then
+      local k = KEYS[lease_keys + i]
+      local gone = redis.call('ZREMRANGEBYSCORE', k, '-inf', nows)
+      redis.call('ZADD', k, exp, lease_id)
+      redis.call('PEXPIRE', k, 601000)
+      if i == 1 and gone > 0 then redis.call('HINCRBY', lease_stats_key, 'expired', gone) end
+    end
   end
 end
 if not peek and v[3] ~= settings then redis.call('SET', settings_key, settings, 'EX', 86400) end

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use checkout_guard_config::live::{self, LiveLimits};
 use checkout_guard_config::Mode;
-use checkout_guard_model::{BucketSet, Decision, Lane, LaneArgs};
+use checkout_guard_model::{BucketSet, Decision, InFlight, InFlightArgs, Lane, LaneArgs};
 
 use super::Limiter;
 use crate::live_cache;
@@ -27,6 +27,9 @@ pub(super) struct BucketsInForce {
     pub(super) mode: Option<Mode>,
     /// The hot-shop bucket's local-denial tag: the limiter's, with this version.
     pub(super) hot_shop_tag: Vec<u8>,
+    /// `in_flight` in force (the constructor's, or live limits over it), as the decision
+    /// takes it.
+    pub(super) in_flight_args: InFlightArgs,
 }
 
 impl BucketsInForce {
@@ -38,6 +41,7 @@ impl BucketsInForce {
     /// no live limits, or when they are invalid for this limiter: then the error too).
     pub(super) fn new(
         base: &BucketSet,
+        base_in_flight: Option<&InFlight>,
         denial_tags: &[Vec<u8>; 3],
         live: Option<&LiveLimits>,
     ) -> (Self, Option<String>) {
@@ -45,9 +49,18 @@ impl BucketsInForce {
             None => (Vec::new(), Ok(base.clone())),
             Some(l) => (l.id.clone(), l.apply(base)),
         };
-        let (buckets, error) = match applied {
+        let (buckets, mut error) = match applied {
             Ok(b) => (b, None),
             Err(e) => (base.clone(), Some(e.to_string())),
+        };
+        // The in-flight limits the same way: invalid ones leave the constructor's.
+        let in_flight = match live.map(|l| l.apply_in_flight(base_in_flight, &buckets)) {
+            None => base_in_flight.copied(),
+            Some(Ok(f)) => f,
+            Some(Err(e)) => {
+                error.get_or_insert(e.to_string());
+                base_in_flight.copied()
+            }
         };
         let lane_args = LaneArgs::new(&buckets);
         // A valid live mode holds even over buckets invalid for this limiter: the kill
@@ -70,6 +83,7 @@ impl BucketsInForce {
             hot_lane_denial_key: 0,
             mode,
             hot_shop_tag: Vec::new(),
+            in_flight_args: InFlightArgs::new(in_flight.as_ref()),
         };
         in_force.global_denial_key = in_force.hashed_denial_key(&tags, Lane::Global, b"");
         in_force.hot_lane_denial_key = in_force.hashed_denial_key(&tags, Lane::HotLane, b"");
@@ -85,7 +99,12 @@ impl Limiter {
         &self,
         live: Option<&LiveLimits>,
     ) -> (BucketsInForce, Option<String>) {
-        BucketsInForce::new(&self.options.buckets, &self.denial_tags, live)
+        BucketsInForce::new(
+            &self.options.buckets,
+            self.options.in_flight.as_ref(),
+            &self.denial_tags,
+            live,
+        )
     }
 
     /// The buckets in force: the newest live limits this process knows of.

@@ -12,11 +12,13 @@
 
 mod adaptive;
 mod admin;
+mod leases;
 mod live;
 mod local_denials;
 
 pub use crate::notices::{AdaptChange, AdaptWhy, LimitsChange, Notices};
 pub use adaptive::{AdaptHealth, AdaptSeen};
+pub use leases::{pending_releases, retry_pending_releases, LeaseCounts, LeaseCountsSeen};
 use live::BucketsInForce;
 
 use std::sync::Arc;
@@ -76,6 +78,13 @@ pub struct Limiter {
     /// The adaptive budget as this process last saw it (replies, feedback), and the
     /// feedback calls that failed.
     adapt_seen: Mutex<AdaptSeen>,
+    /// The lease sets of the global level and the hot lane, and the lease stats hash.
+    lease_keys: [Vec<u8>; 2],
+    lease_stats_key: Vec<u8>,
+    /// What became of the leases this process took.
+    lease_counts: Arc<LeaseCounts>,
+    /// Leases of decisions whose outcome is unknown, not yet released.
+    unknown_leases: Mutex<std::collections::HashSet<u64>>,
 }
 
 impl Limiter {
@@ -113,16 +122,30 @@ impl Limiter {
         let hot_status_tag = [endpoint, b" ", keys.hash_tag(), b":hot?"].concat();
         let auto_hot_args = AutoHotArgs::new(options.auto_hot.as_ref());
         let adapt_args = AdaptArgs::new(options.adaptive.as_ref().map(|a| a.params()).as_ref());
-        let settings = PublishedSettings::encode_all(
+        let settings = PublishedSettings::encode_with_in_flight(
             &options.buckets,
             options.auto_hot.as_ref(),
             options.adaptive.as_ref(),
             options.mode,
+            options.in_flight.as_ref(),
         );
         let live_id = live_cache::limiter_id(options.endpoint.display_url(), &options.name);
         let known = live_cache::known(live_id);
-        let in_force = BucketsInForce::new(&options.buckets, &denial_tags, known.as_deref()).0;
+        let in_force = BucketsInForce::new(
+            &options.buckets,
+            options.in_flight.as_ref(),
+            &denial_tags,
+            known.as_deref(),
+        )
+        .0;
         Self {
+            lease_keys: [
+                keys.leases(Lane::Global, b""),
+                keys.leases(Lane::HotLane, b""),
+            ],
+            lease_stats_key: keys.lease_stats(),
+            lease_counts: leases::counts_for(live_id),
+            unknown_leases: Mutex::new(Default::default()),
             global_key: keys.global(),
             hot_lane_key: keys.hot_lane(),
             limits_version_key: keys.limits_version(),
@@ -237,10 +260,25 @@ impl Limiter {
         }
         let hot_shop_key = self.keys.hot_shop(shop);
         let hot_flag_key = self.keys.hot_flag(shop);
+        // With in_flight, the shop's lease set and one lease id per call (a peek takes
+        // none). Without it the lease keys are never read: the global bucket's key stands
+        // for them (declared keys must share the slot; no allocation per call).
+        let with_leases = self.options.in_flight.is_some();
+        let shop_lease_key = with_leases.then(|| self.keys.leases(Lane::HotShop, shop));
+        let lease_keys: [&[u8]; 3] = match &shop_lease_key {
+            Some(k) => [&self.lease_keys[0], &self.lease_keys[1], k],
+            None => [&self.global_key, &self.global_key, &self.global_key],
+        };
         let mut failure = None;
+        // The lease of a call whose outcome is unknown (sent, no reply: Valkey may have
+        // taken it).
+        let mut maybe_taken = None;
         for _attempt in 0..3 {
             let sent_ns = self.clock.monotonic_ns();
+            let lease = (with_leases && !peek).then(leases::next_lease_id);
             let call = DecideCall {
+                in_flight: &in_force.in_flight_args,
+                lease_id: lease.as_ref().map_or(&b""[..], |(_, id)| id),
                 keys: DecideKeys {
                     global: &self.global_key,
                     hot_lane: &self.hot_lane_key,
@@ -250,6 +288,12 @@ impl Limiter {
                     auto_hot_prefix: &self.auto_hot_prefix,
                     settings: &self.settings_key,
                     adapt: &self.adapt_key,
+                    leases: lease_keys,
+                    lease_stats: if with_leases {
+                        &self.lease_stats_key
+                    } else {
+                        &self.global_key
+                    },
                 },
                 tokens,
                 static_hot,
@@ -294,6 +338,12 @@ impl Limiter {
                         notices.adapt = self.saw_reply(&reply);
                     }
                     let mut d = Decision::from_reply(in_force.buckets(), tokens, &reply);
+                    if let (true, true, Some((n, _))) = (d.allowed, reply.in_flight_seen, &lease) {
+                        d.lease = Some(*n);
+                        self.lease_counts
+                            .taken
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
                     // A reservation: the tokens are the caller's once every bucket holds
                     // them. Waited from the reply's arrival, no earlier than Valkey's
                     // `now` (read before it), so never early. In shadow mode taken the
@@ -312,6 +362,10 @@ impl Limiter {
                     return Ok((self.in_mode(&in_force, d, unslept), notices));
                 }
                 Err(e) => {
+                    // Sent, and no reply: Valkey may have taken the lease.
+                    if e.outcome_unknown() {
+                        maybe_taken = lease.as_ref().map(|(n, _)| *n);
+                    }
                     failure = Some(e);
                     break;
                 }
@@ -330,11 +384,19 @@ impl Limiter {
         }
         // In shadow mode `deny` is reported (wouldAllow false) and let through; `throw`
         // still throws: the mode changes what isAllowed() answers, never the control flow.
-        let d = match self.options.on_unavailable {
+        let mut d = match self.options.on_unavailable {
             OnUnavailable::Allow => Decision::unavailable(true, 0.0, static_hot),
             OnUnavailable::Deny => Decision::unavailable(false, retry.as_secs_f64(), static_hot),
             OnUnavailable::Throw => return Err(self.unavailable(failure)),
         };
+        // A lease Valkey may have taken (the reply was lost after the script ran) is the
+        // decision's to release like any other, so it does not stay held for
+        // `lease_seconds`: releasing one that was never taken finds nothing and counts
+        // nothing.
+        if let Some(n) = maybe_taken {
+            d.lease = Some(n);
+            self.note_unknown_lease(n);
+        }
         Ok((self.in_mode(&in_force, d, 0.0), notices))
     }
 

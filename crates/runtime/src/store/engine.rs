@@ -17,7 +17,8 @@ use checkout_guard_model::DecideCall;
 
 use super::native::native;
 use super::StoreError;
-use checkout_guard_connection::scripts::{invocation, load_and_invoke, DECIDE};
+use checkout_guard_connection::scripts::{command, invocation, invoke, load_and_invoke, DECIDE};
+use checkout_guard_model::cmd::release::{self, ReleaseCall};
 
 /// See [`checkout_guard_config::options::MODULE_RECHECK_SECONDS`].
 pub const MODULE_RECHECK: Duration =
@@ -143,6 +144,31 @@ pub(super) fn decide(
 /// [`load_and_invoke`]'s round trip: the EVALSHA's reply is the decision. A refused
 /// `SCRIPT LOAD` (an ACL without it) is left alone: the EVALSHA's own reply says whether
 /// the script was there.
+/// A lease's release on the engine that decides: `CG.RELEASE` where the module decides
+/// (`module`, or `auto` on a server that has it: known from the decisions, no round trip
+/// more), the release script elsewhere, and the script when the module cannot release (a
+/// module older than the leases, an ACL without `+cg.release`): the command was refused
+/// unrun, so the script runs it once.
+pub(super) fn release(
+    engine: Engine,
+    call: &ReleaseCall<'_>,
+    c: &mut dyn ConnectionLike,
+    state: EngineState<'_>,
+) -> RedisResult<Vec<i64>> {
+    let module = match engine {
+        Engine::Lua => false,
+        Engine::Module => true,
+        Engine::Auto => state.module.has(c, state.clock)?,
+    };
+    if module {
+        match command(release::MODULE_COMMAND, call).query::<Vec<i64>>(c) {
+            Err(e) if module_unusable(&e) => {}
+            other => return other,
+        }
+    }
+    invoke(call, c)
+}
+
 fn load_and_decide(call: &DecideCall<'_>, c: &mut dyn ConnectionLike) -> RedisResult<Vec<i64>> {
     let pipe = load_and_invoke(call);
     let mut replies = c.req_packed_commands(&pipe.get_packed_pipeline(), 0, 2)?;

@@ -19,9 +19,10 @@ use crate::sync::Mutex;
 
 use checkout_guard_config::live::Stored;
 use checkout_guard_model::cmd::decide::ReceivedCall;
+use checkout_guard_model::cmd::release::ReleaseCall;
 use checkout_guard_model::cmd::with_slices;
-use checkout_guard_model::server::{decide_on, feedback_on, Keyspace};
-use checkout_guard_model::{DecideCall, FeedbackCall, Keys};
+use checkout_guard_model::server::{decide_on, feedback_on, release_on, Keyspace};
+use checkout_guard_model::{DecideCall, FeedbackCall, Keys, LeaseLevel, LeaseSet};
 
 use super::{AdaptRead, Health, Store, StoreError};
 use crate::clock::{Clock, FakeClock};
@@ -47,6 +48,8 @@ pub enum Fault {
 enum Val {
     Str(Vec<u8>),
     Hash(Vec<(Vec<u8>, Vec<u8>)>),
+    /// A sorted set of in-flight leases.
+    Leases(LeaseSet),
 }
 
 #[derive(Debug, Clone)]
@@ -205,6 +208,22 @@ impl MemoryStore {
         self.state.lock().keys.remove(key);
     }
 
+    /// The leases held now in the lease set at `key` (0 when missing).
+    pub fn leases_held(&self, key: &[u8]) -> i64 {
+        let mut s = self.state.lock();
+        let now = s.now();
+        match s.get(key) {
+            Some(Val::Leases(set)) => set.held(now).held,
+            _ => 0,
+        }
+    }
+
+    /// The integer `field` of the hash at `key` (0 when absent).
+    pub fn hash_field(&self, key: &[u8], field: &str) -> i64 {
+        let mut s = self.state.lock();
+        State::hash_int(&mut s, key, field.as_bytes())
+    }
+
     /// Keys present now, sorted.
     pub fn keys(&self) -> Vec<Vec<u8>> {
         let mut s = self.state.lock();
@@ -361,8 +380,8 @@ impl Keyspace for State {
         fields: [&[u8]; 2],
         _written_next: bool,
     ) -> Result<[i64; 2], String> {
-        if matches!(self.get(key), Some(Val::Str(_))) {
-            return Err("WRONGTYPE Operation against a key holding the wrong kind of value".into());
+        if matches!(self.get(key), Some(Val::Str(_) | Val::Leases(_))) {
+            return Err(WRONGTYPE.into());
         }
         Ok(fields.map(|f| State::hash_int(self, key, f)))
     }
@@ -389,7 +408,59 @@ impl Keyspace for State {
     fn del(&mut self, key: &[u8]) {
         self.keys.remove(key);
     }
+
+    fn leases_held(&mut self, key: &[u8], now: i64, _oldest: bool) -> Result<LeaseLevel, String> {
+        match self.get(key) {
+            None => Ok(LeaseLevel::default()),
+            Some(Val::Leases(set)) => Ok(set.held(now)),
+            Some(_) => Err(WRONGTYPE.into()),
+        }
+    }
+
+    fn lease_take(&mut self, key: &[u8], id: &[u8], expiry_us: i64, now: i64, px_ms: i64) -> i64 {
+        if !matches!(self.get(key), Some(Val::Leases(_))) {
+            self.put(key, Val::Leases(LeaseSet::default()), None);
+        }
+        let Some(Entry {
+            val: Val::Leases(set),
+            ..
+        }) = self.keys.get_mut(key)
+        else {
+            unreachable!("a lease set was put above")
+        };
+        let removed = set.take(id, expiry_us, now);
+        State::pexpire(self, key, px_ms);
+        removed
+    }
+
+    fn lease_score(&mut self, key: &[u8], id: &[u8]) -> Result<Option<i64>, String> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Val::Leases(set)) => Ok(set.score(id)),
+            Some(_) => Err(WRONGTYPE.into()),
+        }
+    }
+
+    fn lease_remove(&mut self, key: &[u8], id: &[u8]) {
+        if let Some(Entry {
+            val: Val::Leases(set),
+            ..
+        }) = self.keys.get_mut(key)
+        {
+            set.remove(id);
+            if set.is_empty() {
+                self.keys.remove(key);
+            }
+        }
+    }
+
+    fn hincrby(&mut self, key: &[u8], field: &[u8], n: i64) {
+        let v = State::hash_int(self, key, field) + n;
+        State::hset(self, key, &[(field, v.to_string().as_bytes())]);
+    }
 }
+
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 impl Store for MemoryStore {
     fn decide(&self, call: &DecideCall<'_>) -> Result<Vec<i64>, StoreError> {
@@ -438,6 +509,25 @@ impl Store for MemoryStore {
             })
     }
 
+    /// `model::server::release_on` on this key space at its clock; faults as for a
+    /// feedback.
+    fn release(&self, call: &ReleaseCall<'_>) -> Result<Vec<i64>, StoreError> {
+        let (fault, mut s) = self.enter(true)?;
+        if fault == Some(Fault::NoScript) {
+            s.script_loads += 1;
+        }
+        if let Some(Fault::Reply(ints)) = fault {
+            return Ok(ints);
+        }
+        let now = s.now();
+        with_slices(call, |args| release_on(&mut *s, args, now))
+            .map(|r| r.to_vec())
+            .map_err(|cause| StoreError::Failed {
+                cause,
+                retry_in: Duration::ZERO,
+            })
+    }
+
     fn read_adapt(&self, adapt_key: &[u8], last_key: &[u8]) -> Result<AdaptRead, StoreError> {
         let (_, mut s) = self.enter(false)?;
         let a = s.get_str(adapt_key).unwrap_or_default();
@@ -451,10 +541,7 @@ impl Store for MemoryStore {
         let (fields, error) = match s.get(&keys.limits()) {
             None => (Vec::new(), None),
             Some(Val::Hash(f)) => (f.clone(), None),
-            Some(Val::Str(_)) => (
-                Vec::new(),
-                Some("WRONGTYPE Operation against a key holding the wrong kind of value".into()),
-            ),
+            Some(_) => (Vec::new(), Some(WRONGTYPE.into())),
         };
         Ok(Stored {
             version,

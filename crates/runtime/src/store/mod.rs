@@ -23,6 +23,7 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use checkout_guard_config::live::Stored;
+use checkout_guard_model::cmd::release::ReleaseCall;
 use checkout_guard_model::{DecideCall, FeedbackCall, Keys};
 
 /// Why a call to the store did not happen or did not succeed. Messages carry no password.
@@ -36,7 +37,17 @@ pub enum StoreError {
     Failed { cause: String, retry_in: Duration },
 }
 
+/// How the cause of a failure after the command was sent begins: Valkey may have run it.
+pub const OUTCOME_UNKNOWN: &str = "outcome unknown: ";
+
 impl StoreError {
+    /// The call was sent and no reply came back (lost, cut, unreadable, too late): Valkey
+    /// may have run it. Not said of a call never sent (a back-off, a refused connection)
+    /// nor of an error reply (Valkey answered: it did nothing).
+    pub fn outcome_unknown(&self) -> bool {
+        matches!(self, StoreError::Failed { cause, .. } if cause.starts_with(OUTCOME_UNKNOWN))
+    }
+
     /// How long until the next attempt will be made.
     pub fn retry_in(&self) -> Duration {
         match self {
@@ -123,6 +134,10 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// KEYS and ARGV, on the store's clock; the raw integers of its reply (read with
     /// [`FeedbackCall::decode_reply`]).
     fn feedback(&self, call: &FeedbackCall<'_>) -> Result<Vec<i64>, StoreError>;
+    /// The end of an in-flight lease: the release script (or the module's `CG.RELEASE`)
+    /// with `call`'s KEYS and ARGV, on the store's clock; the raw integers of its reply
+    /// (read with [`ReleaseCall::decode_reply`]).
+    fn release(&self, call: &ReleaseCall<'_>) -> Result<Vec<i64>, StoreError>;
     /// The adaptive budget's state (`adapt_key`) and last throttling answer (`last_key`),
     /// empty when missing, and the store's clock (µs), read together (for `health()`).
     fn read_adapt(&self, adapt_key: &[u8], last_key: &[u8]) -> Result<AdaptRead, StoreError>;

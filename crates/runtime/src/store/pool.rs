@@ -454,7 +454,8 @@ fn with_open<T>(
         Err(Failure::Broken(e)) => Err(fail(p, describe(&e, timeout), upto(&e))),
         Err(Failure::Unknown(e)) => {
             let cause = format!(
-                "outcome unknown: {} after the command was sent (Valkey may have run it; not sent again)",
+                "{}{} after the command was sent (Valkey may have run it; not sent again)",
+                super::OUTCOME_UNKNOWN,
                 describe(&e, timeout)
             );
             Err(fail(p, cause, upto(&e)))

@@ -14,6 +14,7 @@ use checkout_guard_connection::scripts::{invoke, plain};
 use checkout_guard_model::cmd::mark_hot::{mark_hot_command, unmark_hot_command};
 use checkout_guard_model::cmd::read_adapt::ReadAdaptCall;
 use checkout_guard_model::cmd::read_limits::{self, ReadLimitsCall};
+use checkout_guard_model::cmd::release::ReleaseCall;
 use checkout_guard_model::cmd::reset_step::{self, ResetStepCall};
 use checkout_guard_model::{DecideCall, FeedbackCall, Keys};
 
@@ -117,6 +118,21 @@ impl Store for ValkeyStore {
     /// by its keys, which share the limiter's hash tag.
     fn feedback(&self, call: &FeedbackCall<'_>) -> Result<Vec<i64>, StoreError> {
         self.call(|c| invoke(call, c))
+    }
+
+    /// The release on the engine that decides (`CG.RELEASE` or the release script, see
+    /// `engine::release`), within the limiter's timeout, routed by its keys (the limiter's
+    /// hash tag).
+    fn release(&self, call: &ReleaseCall<'_>) -> Result<Vec<i64>, StoreError> {
+        let engine = self.engine;
+        pool::with_pooled(
+            &self.pooled,
+            &self.endpoint,
+            self.timeout,
+            self.retry_interval,
+            &*self.clock,
+            |c, state| engine::release(engine, call, c, state),
+        )
     }
 
     fn read_adapt(&self, adapt_key: &[u8], last_key: &[u8]) -> Result<AdaptRead, StoreError> {

@@ -525,6 +525,7 @@ mod tests {
             waited: 0.0,
             would_allow: false,
             shadow: false,
+            lease: None,
         };
         let e = decision_event("payments", b"shop-9", &d, 5);
         assert_eq!(e.event_type, RATE_LIMIT_DECISION);

@@ -9,6 +9,7 @@
 //! New Relic agent's PHP call ([`register_new_relic_agent`]).
 //! A failing sink drops the batch and counts it; nothing is thrown into the checkout.
 
+pub mod agent_cap;
 mod buffer;
 mod config;
 mod event;

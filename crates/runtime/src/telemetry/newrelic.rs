@@ -5,6 +5,7 @@
 
 use once_cell::sync::OnceCell;
 
+use super::agent_cap;
 use super::event::Event;
 use super::sinks::Sink;
 
@@ -19,6 +20,12 @@ pub trait NewRelicAgent: Send + Sync {
     /// event and stops at the first error: the events after it are dropped, and no further
     /// call into PHP is made in this batch.
     fn recorder(&self) -> Result<RecordEvent<'_>, String>;
+
+    /// The agent's cap on custom events a minute in force (`agent_cap`), asked after the
+    /// events of a batch were handed over; `None`: unknown.
+    fn cap(&self) -> Option<u64> {
+        None
+    }
 }
 
 static AGENT: OnceCell<&'static dyn NewRelicAgent> = OnceCell::new();
@@ -38,15 +45,26 @@ impl Sink for NewRelicSink {
     }
 
     fn write(&mut self, events: &[Event]) -> Result<(), (usize, String)> {
-        let mut record = match AGENT.get() {
-            Some(agent) => agent.recorder().map_err(|why| (0, why))?,
-            None => return Err((0, NOT_LOADED.to_string())),
-        };
+        let agent = *AGENT.get().ok_or_else(|| (0, NOT_LOADED.to_string()))?;
+        let mut record = agent.recorder().map_err(|why| (0, why))?;
         // The events before a failing call reached the agent.
-        for (i, e) in events.iter().enumerate() {
-            record(e).map_err(|why| (i, why))?;
+        let mut result = Ok(());
+        let mut handed = 0;
+        for e in events {
+            if let Err(why) = record(e) {
+                result = Err((handed, why));
+                break;
+            }
+            handed += 1;
         }
-        Ok(())
+        drop(record);
+        if handed > 0 {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            agent_cap::handed(handed as u64, agent.cap(), now);
+        }
+        result
     }
 }
 

@@ -41,7 +41,79 @@ pub fn keys(shop: &[u8]) -> Vec<Vec<u8>> {
     out[at::AUTO_HOT_PREFIX] = k(b"ah:");
     out[at::SETTINGS] = k(b"settings");
     out[at::ADAPT] = k(b"adapt");
+    for (i, level) in lease_levels(shop).into_iter().enumerate() {
+        out[at::LEASES + i] = level;
+    }
+    out[at::LEASE_STATS] = k(b"f:stats");
     out
+}
+
+/// The lease sets of global, the hot lane and `shop` (prefix `{cg:R}:`).
+pub fn lease_levels(shop: &[u8]) -> [Vec<u8>; 3] {
+    let k = |s: &[u8]| [b"{cg:R}:".as_slice(), s].concat();
+    [
+        k(b"f:global"),
+        k(b"f:lane"),
+        k(&[b"f:shop:".as_slice(), shop].concat()),
+    ]
+}
+
+/// `argv` with `in_flight`: the limits of global, hot lane, hot shop, the lease length
+/// (µs) and the lease id.
+pub fn with_in_flight(
+    mut a: Vec<Vec<u8>>,
+    limits: [i64; 3],
+    lease_us: i64,
+    id: &[u8],
+) -> Vec<Vec<u8>> {
+    use checkout_guard_model::bucket::Lane;
+    use checkout_guard_model::cmd::decide::{self, args as at};
+    for (lane, n) in Lane::ALL.into_iter().zip(limits) {
+        a[decide::in_flight_arg(lane)] = n.to_string().into_bytes();
+    }
+    a[at::LEASE_US] = lease_us.to_string().into_bytes();
+    a[at::LEASE_ID] = id.to_vec();
+    a
+}
+
+/// A release's keys (`shop`'s lease sets, the stats hash) and arguments.
+pub fn release_call(shop: &[u8], id: &[u8], lease_us: i64, leaked: bool) -> Call {
+    use checkout_guard_model::cmd::release::{args as at, keys as kt};
+    let mut k = vec![Vec::new(); kt::LEN];
+    for (i, level) in lease_levels(shop).into_iter().enumerate() {
+        k[kt::LEASES + i] = level;
+    }
+    k[kt::STATS] = b"{cg:R}:f:stats".to_vec();
+    let mut a = vec![Vec::new(); at::LEN];
+    a[at::LEASE_ID] = id.to_vec();
+    a[at::LEASE_US] = lease_us.to_string().into_bytes();
+    a[at::LEAKED] = if leaked { b"1".to_vec() } else { b"0".to_vec() };
+    (k, a)
+}
+
+/// `CG.RELEASE` with these keys and arguments (and the test clock's time).
+pub fn release_module_cmd(k: &[Vec<u8>], a: &[Vec<u8>], now: Option<i64>) -> redis::Cmd {
+    let mut cmd = redis::cmd(checkout_guard_model::cmd::release::MODULE_COMMAND);
+    cmd.arg(k).arg(a);
+    if let Some(now) = now {
+        cmd.arg(now);
+    }
+    cmd
+}
+
+/// The release script with these keys and arguments (its test variant with `now`).
+pub fn release_script_cmd(k: &[Vec<u8>], a: &[Vec<u8>], now: Option<i64>) -> redis::Cmd {
+    use checkout_guard_model::cmd::release;
+    let mut cmd = redis::cmd("EVAL");
+    match now {
+        Some(_) => cmd.arg(release::source_with_test_clock()),
+        None => cmd.arg(release::source()),
+    };
+    cmd.arg(release::keys::LEN).arg(k).arg(a);
+    if let Some(now) = now {
+        cmd.arg(now);
+    }
+    cmd
 }
 
 /// The arguments, as raw bytes at their contract positions (tests send values the
@@ -112,7 +184,8 @@ pub fn script_cmd(k: &[Vec<u8>], a: &[Vec<u8>], now: Option<i64>) -> redis::Cmd 
     cmd
 }
 
-/// Every key of db `db`: (name, type, value as text, PEXPIRETIME != -1).
+/// Every key of db `db`: (name, type, value as text, PEXPIRETIME != -1); a sorted set's
+/// value is its members and scores.
 pub fn state(c: &mut redis::Connection, db: i64) -> Vec<(Vec<u8>, String, String, bool)> {
     redis::cmd("SELECT").arg(db).query::<()>(c).unwrap();
     let mut names: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(c).unwrap();
@@ -132,6 +205,16 @@ pub fn state(c: &mut redis::Connection, db: i64) -> Vec<(Vec<u8>, String, String
                     h.sort();
                     format!("{h:?}")
                 }
+                "zset" => format!(
+                    "{:?}",
+                    redis::cmd("ZRANGE")
+                        .arg(&k)
+                        .arg(0)
+                        .arg(-1)
+                        .arg("WITHSCORES")
+                        .query::<Vec<(Vec<u8>, String)>>(c)
+                        .unwrap()
+                ),
                 _ => String::new(),
             };
             let e: i64 = redis::cmd("PEXPIRETIME").arg(&k).query(c).unwrap();
@@ -208,4 +291,86 @@ pub fn a_sequence_that_writes_everything() -> Vec<Call> {
         ));
     }
     calls
+}
+
+/// One call of [`a_lease_sequence`]: a decision (`release` false) or a release, its keys
+/// and arguments, and when (µs after [`NOW`], the test clock's).
+pub struct LeaseStep {
+    pub release: bool,
+    pub call: Call,
+    pub at_us: i64,
+}
+
+impl LeaseStep {
+    /// The script's command for this step (its test variant at `NOW + at_us`).
+    pub fn script_cmd(&self) -> redis::Cmd {
+        let (k, a) = &self.call;
+        match self.release {
+            true => release_script_cmd(k, a, Some(NOW + self.at_us)),
+            false => script_cmd(k, a, Some(NOW + self.at_us)),
+        }
+    }
+
+    /// The module's command for this step.
+    pub fn module_cmd(&self) -> redis::Cmd {
+        let (k, a) = &self.call;
+        match self.release {
+            true => release_module_cmd(k, a, Some(NOW + self.at_us)),
+            false => module_cmd(k, a, Some(NOW + self.at_us)),
+        }
+    }
+}
+
+/// A sequence that writes everything the in-flight leases write, on the test clock:
+/// `in_flight` global 3, hot lane 2, hot shop 1, leases of 500 ms, the hot buckets on;
+/// `flash` and `a\0b` static hot, `plain` not. Leases taken on one level and on three, a
+/// global denial and a hot shop's (their retry estimate reads the stats), a peek (takes
+/// nothing), releases in time, at the end of the request (leaked), twice, of a lease never
+/// taken, of one a decision pruned, of one expired; a set emptied by a release (deleted)
+/// and expired leases pruned by a lease taken.
+pub fn a_lease_sequence() -> Vec<LeaseStep> {
+    let decide = |shop: &[u8], id: &[u8], at_us: i64, peek: bool| {
+        let hot = shop != b"plain";
+        let a = argv_full(
+            shop,
+            1,
+            hot,
+            true,
+            (0, "0", 0, 0),
+            b"global=100/100 hot_lane=6/2 hot_shop=3/1 in_flight=3/2/1",
+            peek,
+        );
+        LeaseStep {
+            release: false,
+            call: (keys(shop), with_in_flight(a, [3, 2, 1], 500_000, id)),
+            at_us,
+        }
+    };
+    let release = |shop: &[u8], id: &[u8], at_us: i64, leaked: bool| LeaseStep {
+        release: true,
+        call: release_call(shop, id, 500_000, leaked),
+        at_us,
+    };
+    vec![
+        decide(b"plain", b"p1", 0, false),
+        decide(b"plain", b"p2", 1_000, false),
+        decide(b"flash", b"f1", 2_000, false),
+        // Global full: denied (5), nothing taken.
+        decide(b"flash", b"f2", 3_000, false),
+        decide(b"flash", b"peek", 3_500, true),
+        release(b"plain", b"p1", 10_000, false),
+        // Global has room, the shop's one lease is held: denied (7).
+        decide(b"flash", b"f3", 20_000, false),
+        release(b"flash", b"f1", 30_000, true),
+        release(b"flash", b"f1", 31_000, false),
+        release(b"plain", b"never", 32_000, false),
+        decide(b"a\x00b", b"n1", 40_000, false),
+        // p2 and n1 expired: pruned by this lease (counted expired).
+        decide(b"plain", b"p4", 1_000_000, false),
+        release(b"plain", b"p2", 1_100_000, false),
+        decide(b"flash", b"f5", 1_200_000, false),
+        // Expired when released (counted expired); the hot sets empty.
+        release(b"flash", b"f5", 2_000_000, false),
+        release(b"plain", b"p4", 2_000_000, false),
+    ]
 }
