@@ -1,0 +1,267 @@
+//! `checkout-guard ship`: delivers what the workers recorded to where the team looks.
+//!
+//! A source ([`stream::StreamSource`], the `stream` sink's Valkey stream read through a
+//! consumer group) hands out batches; a destination ([`newrelic::NewRelic`], New
+//! Relic's Event API, or [`otlp::Otlp`], OTLP/HTTP) takes them; an entry is
+//! acknowledged in the source only once the destination accepted it or it was set aside
+//! in the dead-letter file. Delivery is at least once: a batch whose acceptance was not
+//! learnt (the shipper killed between the POST and the acknowledgement, a lost answer, the
+//! acknowledgement itself lost) is sent again, with the same `event_id` on each event (the
+//! stream entry's ID), so the destination can tell a duplicate; duplicates are bounded by
+//! one batch per such failure and counted in [`Counts::again`].
+
+pub mod http;
+pub mod newrelic;
+pub mod otlp;
+pub mod stream;
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+
+use http::{Failed, Poster};
+use stream::StreamSource;
+
+/// The attribute that carries an event's id to the destination.
+pub const ID_ATTRIBUTE: &str = "event_id";
+
+/// One event to deliver: its id and its attributes (the recorded JSON object).
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub id: String,
+    pub attributes: Map<String, Value>,
+}
+
+/// What a destination made of a batch: how many it accepted, and the ones it refused for
+/// good (index in the batch, why).
+#[derive(Default, Debug)]
+pub struct Delivered {
+    pub accepted: usize,
+    pub rejected: Vec<(usize, String)>,
+}
+
+pub enum Destination {
+    NewRelic(newrelic::NewRelic),
+    Otlp(otlp::Otlp),
+}
+
+impl Destination {
+    fn deliver(&mut self, poster: &mut Poster, events: &[Event]) -> Result<Delivered, Failed> {
+        match self {
+            Self::NewRelic(d) => d.deliver(poster, events),
+            Self::Otlp(d) => d.deliver(poster, events),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Self::NewRelic(d) => format!("New Relic's Event API at {}", d.url),
+            Self::Otlp(d) => format!("OTLP/HTTP at {}", d.url()),
+        }
+    }
+}
+
+/// The shipper's own numbers (`--json` at exit, and the log lines).
+#[derive(Default, Debug, Clone)]
+pub struct Counts {
+    /// Entries taken from the source.
+    pub taken: u64,
+    /// Events the destination accepted.
+    pub delivered: u64,
+    /// Events set aside in the dead-letter file (refused for good, or not an event).
+    pub dead_lettered: u64,
+    /// POSTs sent again after "later" (429, 5xx, no answer).
+    pub retried: u64,
+    /// Events taken again (pending after a shipper died or an acknowledgement was lost):
+    /// the destination may have had them already, so at most this many duplicates.
+    pub again: u64,
+    /// Entries trimmed from the stream (MAXLEN) before delivery: lost before the shipper
+    /// saw them.
+    pub trimmed: u64,
+    pub batches: u64,
+    pub posts: u64,
+    pub bytes_sent: u64,
+    /// Event API: string values shortened, attributes left out, to fit its limits.
+    pub cut_values: u64,
+    pub cut_attributes: u64,
+    /// OTLP: `http.client.request.duration` data points sent and refused.
+    pub metric_points: u64,
+    pub metric_points_rejected: u64,
+    /// The oldest undelivered entry's age, in ms, when last asked.
+    pub lag_ms: u64,
+}
+
+impl Counts {
+    pub fn json(&self, elapsed: Duration) -> Value {
+        json!({
+            "taken": self.taken,
+            "delivered": self.delivered,
+            "dead_lettered": self.dead_lettered,
+            "retried": self.retried,
+            "again": self.again,
+            "trimmed": self.trimmed,
+            "batches": self.batches,
+            "posts": self.posts,
+            "bytes_sent": self.bytes_sent,
+            "cut": {"values": self.cut_values, "attributes": self.cut_attributes},
+            "metric_points": self.metric_points,
+            "metric_points_rejected": self.metric_points_rejected,
+            "lag_ms": self.lag_ms,
+            "seconds": (elapsed.as_secs_f64() * 1000.0).round() / 1000.0,
+        })
+    }
+
+    pub fn line(&self) -> String {
+        format!(
+            "delivered {}, dead-lettered {}, retried {}, taken again {}, lag {} ms",
+            self.delivered, self.dead_lettered, self.retried, self.again, self.lag_ms
+        )
+    }
+}
+
+pub struct Config {
+    pub batch: usize,
+    pub once: bool,
+    pub dead_letter: PathBuf,
+    /// How often a long-running shipper logs its numbers.
+    pub log_every: Duration,
+}
+
+/// An event set aside: its id, the event when it was one, why.
+type SetAside<'a> = (String, Option<&'a Map<String, Value>>, String);
+
+/// Appends refused events, each with why, to the dead-letter file (JSON lines, flushed
+/// and synced before the entries are acknowledged: set aside, never lost silently).
+fn dead_letter(path: &std::path::Path, items: &[SetAside<'_>]) -> Result<(), String> {
+    if items.is_empty() {
+        return Ok(());
+    }
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let mut text = String::new();
+    for (id, event, why) in items {
+        let line = json!({"at_ms": at, "id": id, "why": why, "event": event});
+        text.push_str(&line.to_string());
+        text.push('\n');
+    }
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| format!("dead-letter file {}: {e}", path.display()))?;
+    f.write_all(text.as_bytes())
+        .and_then(|()| f.sync_data())
+        .map_err(|e| format!("dead-letter file {}: {e} (nothing acknowledged)", path.display()))
+}
+
+/// Ships until the source is empty (`once`) or until `stop` is set. `Ok` when every
+/// entry taken was delivered or dead-lettered; `Err` with the reason otherwise (what
+/// was not acknowledged stays in the source for the next run).
+pub fn run(
+    source: &mut StreamSource,
+    dest: &mut Destination,
+    poster: &mut Poster,
+    cfg: &Config,
+    stop: &Arc<AtomicBool>,
+    counts: &mut Counts,
+) -> Result<(), String> {
+    let mut last_log = Instant::now();
+    let mut source_backoff = Duration::from_millis(200);
+    eprintln!(
+        "checkout-guard ship: from {} to {}{}",
+        source.describe(),
+        dest.describe(),
+        if cfg.once { " (--once)" } else { "" }
+    );
+    let result = loop {
+        if stop.load(Ordering::Relaxed) {
+            break Ok(());
+        }
+        if !cfg.once && last_log.elapsed() >= cfg.log_every {
+            counts.lag_ms = source.lag_ms().unwrap_or(counts.lag_ms);
+            eprintln!("checkout-guard ship: {}", counts.line());
+            last_log = Instant::now();
+        }
+        let block = (!cfg.once).then_some(Duration::from_millis(1000));
+        let entries = match source.take(cfg.batch, block) {
+            Ok(e) => e,
+            Err(e) if cfg.once => break Err(format!("reading the {}: {e}", source.describe())),
+            Err(e) => {
+                // Valkey restarting or unreachable: waited through, never a crash.
+                eprintln!("checkout-guard ship: {e}; trying again in {:.1} s", source_backoff.as_secs_f64());
+                if !http::sleep_unless(stop, source_backoff) {
+                    break Ok(());
+                }
+                source_backoff = (source_backoff * 2).min(Duration::from_secs(10));
+                continue;
+            }
+        };
+        source_backoff = Duration::from_millis(200);
+        if entries.is_empty() {
+            if cfg.once {
+                break Ok(());
+            }
+            continue;
+        }
+        counts.batches += 1;
+        counts.taken += entries.len() as u64;
+        counts.again += entries.iter().filter(|e| e.again && !e.trimmed).count() as u64;
+        let mut ids = Vec::with_capacity(entries.len());
+        let mut events = Vec::with_capacity(entries.len());
+        let mut bad = Vec::new();
+        for e in &entries {
+            ids.push(e.id.clone());
+            match &e.event {
+                _ if e.trimmed => counts.trimmed += 1,
+                Ok(m) => events.push(Event {
+                    id: e.id.clone(),
+                    attributes: m.clone(),
+                }),
+                Err(why) => bad.push((e.id.clone(), None, why.clone())),
+            }
+        }
+        let delivered = dest.deliver(poster, &events);
+        counts.retried = poster.retried;
+        counts.posts = poster.posts;
+        counts.bytes_sent = poster.bytes_sent;
+        match dest {
+            Destination::NewRelic(d) => {
+                counts.cut_values = d.cuts.values;
+                counts.cut_attributes = d.cuts.attributes;
+            }
+            Destination::Otlp(d) => {
+                counts.metric_points = d.metric_points;
+                counts.metric_points_rejected = d.metric_points_rejected;
+            }
+        }
+        let delivered = match delivered {
+            Ok(d) => d,
+            Err(Failed(why)) => break Err(format!("{} entries not delivered (left in the stream for the next run): {why}", entries.len())),
+        };
+        for (i, why) in &delivered.rejected {
+            let e = &events[*i];
+            bad.push((e.id.clone(), Some(&e.attributes), why.clone()));
+        }
+        if let Err(e) = dead_letter(&cfg.dead_letter, &bad) {
+            break Err(e);
+        }
+        counts.delivered += delivered.accepted as u64;
+        counts.dead_lettered += bad.len() as u64;
+        if let Err(e) = source.ack(&ids) {
+            // Delivered but not acknowledged: taken again later (counted then as `again`).
+            if cfg.once {
+                break Err(format!("acknowledging {} delivered entries: {e}", ids.len()));
+            }
+            eprintln!("checkout-guard ship: acknowledging {} delivered entries: {e} (they will be sent again)", ids.len());
+        }
+    };
+    counts.trimmed += source.trimmed;
+    counts.lag_ms = source.lag_ms().unwrap_or(counts.lag_ms);
+    result
+}

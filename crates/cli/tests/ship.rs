@@ -1,0 +1,480 @@
+//! `checkout-guard ship` (issue 39) against a real Valkey and the project's stand-ins of
+//! New Relic's Event API and of an OTLP/HTTP receiver (`loadtest/event_api_standin.py`,
+//! `loadtest/otlp_receiver.py`, which check what the real endpoints check and decode
+//! OTLP with OpenTelemetry's own protobuf definitions). Exact accounting: every event
+//! written to the stream is delivered (plus counted duplicates) across 429s with
+//! `Retry-After`, a destination down, a batch refused for one bad event, a shipper
+//! killed with SIGKILL mid-batch, two shippers sharing the stream, Valkey restarting.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[path = "../../runtime/tests/common/mod.rs"]
+#[allow(dead_code)]
+mod common;
+
+const BIN: &str = env!("CARGO_BIN_EXE_checkout-guard");
+const KEY: &str = "test-insert-key";
+const STREAM: &str = "cg:events";
+
+fn root() -> PathBuf {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).to_path_buf()
+}
+
+fn python() -> PathBuf {
+    let p = root().join(".venv/bin/python");
+    assert!(p.exists(), "no .venv: run scripts/setup.sh");
+    p
+}
+
+/// A stand-in server, stopped when dropped.
+struct StandIn {
+    child: Child,
+    base: String,
+    _dir: TempDir,
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        let d = std::env::temp_dir().join(format!(
+            "cg-ship-{tag}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        std::fs::create_dir_all(&d).unwrap();
+        Self(d)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl StandIn {
+    fn start(script: &str, extra: &[&str]) -> Self {
+        let dir = TempDir::new("standin");
+        let store = dir.0.join("store.jsonl");
+        let mut child = Command::new(python())
+            .arg(root().join("loadtest").join(script))
+            .args(["--port", "0", "--store"])
+            .arg(&store)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let base = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("{script} said {line:?}"))
+            .to_string();
+        Self {
+            child,
+            base,
+            _dir: dir,
+        }
+    }
+
+    fn event_api() -> Self {
+        Self::start("event_api_standin.py", &["--key", KEY])
+    }
+
+    fn otlp() -> Self {
+        Self::start("otlp_receiver.py", &[])
+    }
+
+    fn events_url(&self) -> String {
+        format!("{}/v1/accounts/1234567/events", self.base)
+    }
+
+    fn stats(&self) -> serde_json::Value {
+        http("GET", &format!("{}/_stats", self.base), None)
+    }
+
+    fn control(&self, body: serde_json::Value) {
+        http("POST", &format!("{}/_control", self.base), Some(body));
+    }
+}
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A small HTTP/1.1 client for the stand-ins' control endpoints (the test's own, not
+/// the shipper's: a JSON body, `Connection: close`).
+fn http(method: &str, url: &str, body: Option<serde_json::Value>) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_once('/').unwrap();
+    let mut s = std::net::TcpStream::connect(host).unwrap();
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    write!(
+        s,
+        "{method} /{path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, payload) = out.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.") && head.contains(" 200"), "{method} {url}: {head}");
+    serde_json::from_str(payload.trim()).unwrap_or(serde_json::Value::Null)
+}
+
+/// Writes `n` events to the stream as the `stream` sink does (one field `event`, the JSON
+/// object), ExternalApiCall events with a status and a duration, numbered from `from`.
+fn record(c: &mut redis::Connection, from: usize, n: usize, status: i64) {
+    let mut pipe = redis::pipe();
+    for i in from..from + n {
+        let ev = serde_json::json!({
+            "eventType": "ExternalApiCall",
+            "timestamp": 1_765_000_000_000i64 + i as i64,
+            "api": "payment",
+            "http.request.method": "POST",
+            "server.address": "psp.example",
+            "server.port": 443,
+            "http.response.status_code": status,
+            "duration.ms": 20.0 + (i % 50) as f64,
+            "shop.id": format!("shop-{}", i % 7),
+            "seq": i,
+        });
+        pipe.cmd("XADD").arg(STREAM).arg("*").arg("event").arg(ev.to_string()).ignore();
+    }
+    pipe.query::<()>(c).unwrap();
+}
+
+fn ship_cmd(url: &str, to: &str, endpoint: &str, dead: &Path) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(["ship", "--stream", url, "--stream-key", STREAM, "--to", to, "--endpoint", endpoint])
+        .arg("--dead-letter")
+        .arg(dead)
+        .env("NEW_RELIC_INSERT_KEY", KEY)
+        .env_remove("NEW_RELIC_LICENSE_KEY")
+        .stdin(Stdio::null());
+    c
+}
+
+/// `ship --once --json`: its exit status and numbers.
+fn ship_once(url: &str, to: &str, endpoint: &str, dead: &Path, extra: &[&str]) -> (i32, serde_json::Value, String) {
+    let out = ship_cmd(url, to, endpoint, dead)
+        .args(["--once", "--json"])
+        .args(extra)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let j = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("no JSON: {stderr}"));
+    (out.status.code().unwrap_or(-1), j, stderr)
+}
+
+fn pending(c: &mut redis::Connection) -> i64 {
+    let v: redis::Value = redis::cmd("XPENDING").arg(STREAM).arg("checkout-guard-ship").query(c).unwrap();
+    match v {
+        redis::Value::Array(a) => match a.first() {
+            Some(redis::Value::Int(n)) => *n,
+            _ => panic!("{a:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+}
+
+fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < end, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn every_event_reaches_the_event_api_once_gzipped_with_its_id() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let api = StandIn::event_api();
+    let dir = TempDir::new("t1");
+    record(&mut c, 0, 5_000, 200);
+    let (code, j, err) = ship_once(&v.url, "newrelic", &api.events_url(), &dir.0.join("dead.jsonl"), &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!((j["taken"].as_u64(), j["delivered"].as_u64()), (Some(5_000), Some(5_000)), "{j}");
+    assert_eq!(j["dead_lettered"], 0);
+    let s = api.stats();
+    assert_eq!(s["events"], 5_000, "{s}");
+    assert_eq!(s["distinct_ids"], 5_000, "{s}");
+    assert_eq!(s["duplicates"], 0, "{s}");
+    assert_eq!(pending(&mut c), 0, "everything acknowledged");
+    // Nothing new: a second run takes nothing.
+    let (code, j, _) = ship_once(&v.url, "newrelic", &api.events_url(), &dir.0.join("dead.jsonl"), &[]);
+    assert_eq!((code, j["taken"].as_u64()), (0, Some(0)));
+    assert_eq!(api.stats()["events"], 5_000);
+}
+
+#[test]
+fn a_429_with_retry_after_and_a_503_are_waited_through() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let api = StandIn::event_api();
+    let dir = TempDir::new("t2");
+    record(&mut c, 0, 300, 429);
+    api.control(serde_json::json!({"faults": [
+        {"status": 429, "retry_after": 1, "count": 2},
+        {"status": 503, "count": 1},
+        {"close": true, "count": 1},
+    ]}));
+    let (code, j, err) = ship_once(&v.url, "newrelic", &api.events_url(), &dir.0.join("dead.jsonl"), &["--batch", "100"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(j["delivered"], 300, "{j}");
+    assert_eq!(j["retried"], 4, "{j}");
+    assert_eq!(api.stats()["events"], 300);
+    assert!(err.contains("429"), "a retry is logged: {err}");
+}
+
+#[test]
+fn a_destination_down_longer_than_retry_for_leaves_the_batch_pending_then_it_is_delivered() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let api = StandIn::event_api();
+    let dir = TempDir::new("t3");
+    record(&mut c, 0, 50, 200);
+    let until = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        + 3.0;
+    api.control(serde_json::json!({"down_until": until}));
+    let (code, j, err) = ship_once(&v.url, "newrelic", &api.events_url(), &dir.0.join("dead.jsonl"), &["--retry-for", "1"]);
+    assert_eq!(code, 1, "{j} {err}");
+    assert_eq!(j["delivered"], 0);
+    assert!(j["error"].as_str().unwrap().contains("503"), "{j}");
+    assert_eq!(pending(&mut c), 50, "left pending for the next run");
+    // The next run (same consumer) takes its pending entries again and waits the rest out.
+    let (code, j, err) = ship_once(&v.url, "newrelic", &api.events_url(), &dir.0.join("dead.jsonl"), &["--retry-for", "30"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!((j["delivered"].as_u64(), j["again"].as_u64()), (Some(50), Some(50)), "{j}");
+    assert_eq!(api.stats()["events"], 50);
+    assert_eq!(pending(&mut c), 0);
+}
+
+#[test]
+fn one_bad_event_is_dead_lettered_and_the_rest_of_its_batch_delivered() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let api = StandIn::event_api();
+    let dir = TempDir::new("t4");
+    record(&mut c, 0, 99, 200);
+    // An event type the Event API refuses (a space), and an entry that is not JSON.
+    let _: String = redis::cmd("XADD")
+        .arg(STREAM)
+        .arg("*")
+        .arg("event")
+        .arg(r#"{"eventType":"Bad Type","timestamp":1}"#)
+        .query(&mut c)
+        .unwrap();
+    let _: String = redis::cmd("XADD").arg(STREAM).arg("*").arg("event").arg("not json").query(&mut c).unwrap();
+    let dead = dir.0.join("dead.jsonl");
+    let (code, j, err) = ship_once(&v.url, "newrelic", &api.events_url(), &dead, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!((j["delivered"].as_u64(), j["dead_lettered"].as_u64()), (Some(99), Some(2)), "{j}");
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&dead)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert!(lines.iter().any(|l| l["why"].as_str().unwrap().starts_with("400")), "{lines:?}");
+    assert!(lines.iter().any(|l| l["why"].as_str().unwrap().contains("not JSON")), "{lines:?}");
+    assert_eq!(api.stats()["events"], 99);
+    assert_eq!(pending(&mut c), 0);
+}
+
+#[test]
+fn values_past_the_event_apis_limits_are_cut_not_the_batch_refused() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let api = StandIn::event_api();
+    let dir = TempDir::new("t5");
+    let mut ev = serde_json::json!({"eventType": "ExternalApiCall", "timestamp": 1, "url.full": "x".repeat(10_000)});
+    for i in 0..300 {
+        ev[format!("extra.{i:03}")] = i.into();
+    }
+    let _: String = redis::cmd("XADD").arg(STREAM).arg("*").arg("event").arg(ev.to_string()).query(&mut c).unwrap();
+    record(&mut c, 0, 10, 200);
+    let (code, j, err) = ship_once(&v.url, "newrelic", &api.events_url(), &dir.0.join("dead.jsonl"), &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(j["delivered"], 11, "{j}");
+    assert_eq!(j["cut"]["values"], 1, "{j}");
+    assert!(j["cut"]["attributes"].as_u64().unwrap() > 0, "{j}");
+}
+
+#[test]
+fn a_shipper_killed_mid_batch_loses_nothing_and_its_duplicates_are_counted() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let api = StandIn::event_api();
+    let dir = TempDir::new("t6");
+    let dead = dir.0.join("dead.jsonl");
+    record(&mut c, 0, 2_000, 200);
+    // The first batch is stored, then its answer is held back: the shipper is killed
+    // between the destination's acceptance and its acknowledgement.
+    api.control(serde_json::json!({"faults": [{"delay_ms": 5_000, "count": 1}]}));
+    let mut child = ship_cmd(&v.url, "newrelic", &api.events_url(), &dead)
+        .args(["--batch", "500", "--consumer", "a"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the first POST", Duration::from_secs(20), || {
+        api.stats()["posts"].as_u64().unwrap_or(0) >= 1
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert_eq!(pending(&mut c), 500, "the batch in flight stays pending");
+    // Restarted under the same name: it takes its pending entries first.
+    let (code, j, err) = ship_once(&v.url, "newrelic", &api.events_url(), &dead, &["--consumer", "a", "--batch", "500"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(j["again"], 500, "{j}");
+    let s = api.stats();
+    assert_eq!(s["distinct_ids"], 2_000, "{s}");
+    let dups = s["duplicates"].as_u64().unwrap();
+    assert!(dups <= 500, "duplicates bounded by the batch in flight: {s}");
+    assert_eq!(s["events"].as_u64().unwrap(), 2_000 + dups, "{s}");
+}
+
+#[test]
+fn two_shippers_share_the_stream_and_sigterm_stops_them() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let api = StandIn::event_api();
+    let dir = TempDir::new("t7");
+    let dead = dir.0.join("dead.jsonl");
+    let spawn = |name: &str| {
+        ship_cmd(&v.url, "newrelic", &api.events_url(), &dead)
+            .args(["--batch", "200", "--consumer", name, "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn("a"), spawn("b"));
+    for k in 0..10 {
+        record(&mut c, k * 400, 400, 200);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    wait_until("4,000 events delivered", Duration::from_secs(60), || {
+        api.stats()["events"].as_u64().unwrap_or(0) >= 4_000
+    });
+    let mut delivered = Vec::new();
+    for child in [a, b] {
+        unsafe { libc_kill(child.id() as i32, 15) };
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "SIGTERM: a clean stop");
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        delivered.push(j["delivered"].as_u64().unwrap());
+    }
+    assert_eq!(delivered.iter().sum::<u64>(), 4_000, "{delivered:?}");
+    assert!(delivered.iter().all(|d| *d > 0), "both took a share: {delivered:?}");
+    let s = api.stats();
+    assert_eq!((s["events"].as_u64(), s["duplicates"].as_u64()), (Some(4_000), Some(0)), "{s}");
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+#[test]
+fn a_long_running_shipper_goes_on_after_valkey_restarts() {
+    let mut v = common::Valkey::start();
+    let mut c = v.connection();
+    let api = StandIn::event_api();
+    let dir = TempDir::new("t8");
+    let mut child = ship_cmd(&v.url, "newrelic", &api.events_url(), &dir.0.join("dead.jsonl"))
+        .args(["--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    record(&mut c, 0, 100, 200);
+    wait_until("the first 100", Duration::from_secs(20), || api.stats()["events"] == 100);
+    v.stop();
+    std::thread::sleep(Duration::from_millis(500));
+    v.start_again();
+    let mut c = v.connection();
+    record(&mut c, 100, 100, 200);
+    wait_until("the 100 after the restart", Duration::from_secs(30), || api.stats()["events"] == 200);
+    unsafe { libc_kill(child.id() as i32, 15) };
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert_eq!(api.stats()["duplicates"], 0);
+}
+
+#[test]
+fn otlp_gets_a_log_record_per_event_and_the_duration_histogram() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let rx = StandIn::otlp();
+    let dir = TempDir::new("t9");
+    record(&mut c, 0, 1_000, 200);
+    record(&mut c, 1_000, 200, 429);
+    let (code, j, err) = ship_once(&v.url, "otlp", &rx.base, &dir.0.join("dead.jsonl"), &["--batch", "600"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(j["delivered"], 1_200, "{j}");
+    let s = rx.stats();
+    assert_eq!(s["log_records"], 1_200, "{s}");
+    assert_eq!(s["duplicates"], 0, "{s}");
+    // Per batch one point per status: the counts add up to every call.
+    let store = std::fs::read_to_string(rx._dir.0.join("store.jsonl")).unwrap();
+    let points: Vec<serde_json::Value> = store
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|l| l["kind"] == "metric")
+        .collect();
+    assert!(!points.is_empty());
+    let total: u64 = points.iter().map(|p| p["count"].as_u64().unwrap()).sum();
+    assert_eq!(total, 1_200);
+    for p in &points {
+        assert_eq!(p["name"], "http.client.request.duration");
+        assert_eq!(p["unit"], "s");
+        let buckets: u64 = p["bucket_counts"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap()).sum();
+        assert_eq!(buckets, p["count"].as_u64().unwrap());
+        assert!(p["attributes"]["http.response.status_code"].is_number(), "{p}");
+    }
+    let with_429: u64 = points
+        .iter()
+        .filter(|p| p["attributes"]["http.response.status_code"] == 429)
+        .map(|p| p["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(with_429, 200);
+}
+
+#[test]
+fn a_bad_option_is_named() {
+    let out = Command::new(BIN)
+        .args(["ship", "--stream", "redis://127.0.0.1:1", "--to", "newrelic", "--endpoint", "http://127.0.0.1:1/v1/accounts/1/events", "--once"])
+        .env_remove("NEW_RELIC_INSERT_KEY")
+        .env_remove("NEW_RELIC_LICENSE_KEY")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("NEW_RELIC_INSERT_KEY"));
+    let out = Command::new(BIN)
+        .args(["ship", "--stream", "nope://x", "--to", "otlp", "--endpoint", "http://127.0.0.1:1", "--once"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--stream"), "{}", String::from_utf8_lossy(&out.stderr));
+}
