@@ -307,17 +307,22 @@ fn values_past_the_event_apis_limits_are_cut_not_the_batch_refused() {
     let mut c = v.connection();
     let api = StandIn::event_api();
     let dir = TempDir::new("t5");
-    let mut ev = serde_json::json!({"eventType": "ExternalApiCall", "timestamp": 1, "url.full": "x".repeat(10_000)});
+    let long = serde_json::json!({"eventType": "ExternalApiCall", "timestamp": 1, "url.full": "x".repeat(10_000)});
+    let mut wide = serde_json::json!({"eventType": "ExternalApiCall", "timestamp": 2});
     for i in 0..300 {
-        ev[format!("extra.{i:03}")] = i.into();
+        wide[format!("extra.{i:03}")] = i.into();
     }
-    let _: String = redis::cmd("XADD").arg(STREAM).arg("*").arg("event").arg(ev.to_string()).query(&mut c).unwrap();
+    for ev in [long, wide] {
+        let _: String = redis::cmd("XADD").arg(STREAM).arg("*").arg("event").arg(ev.to_string()).query(&mut c).unwrap();
+    }
     record(&mut c, 0, 10, 200);
     let (code, j, err) = ship_once(&v.url, "newrelic", &api.events_url(), &dir.0.join("dead.jsonl"), &[]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(j["delivered"], 11, "{j}");
+    assert_eq!(j["delivered"], 12, "{j}");
     assert_eq!(j["cut"]["values"], 1, "{j}");
-    assert!(j["cut"]["attributes"].as_u64().unwrap() > 0, "{j}");
+    // 300 + eventType, timestamp and event_id: 49 past the 254.
+    assert_eq!(j["cut"]["attributes"], 49, "{j}");
+    assert_eq!(api.stats()["events"], 12);
 }
 
 #[test]
