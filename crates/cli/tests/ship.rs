@@ -6,7 +6,7 @@
 //! `Retry-After`, a destination down, a batch refused for one bad event, a shipper
 //! killed with SIGKILL mid-batch, two shippers sharing the stream, Valkey restarting.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -133,7 +133,10 @@ fn http(method: &str, url: &str, body: Option<serde_json::Value>) -> serde_json:
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     let (head, payload) = out.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.") && head.contains(" 200"), "{method} {url}: {head}");
+    assert!(
+        head.starts_with("HTTP/1.") && head.contains(" 200"),
+        "{method} {url}: {head}"
+    );
     serde_json::from_str(payload.trim()).unwrap_or(serde_json::Value::Null)
 }
 
@@ -154,24 +157,45 @@ fn record(c: &mut redis::Connection, from: usize, n: usize, status: i64) {
             "shop.id": format!("shop-{}", i % 7),
             "seq": i,
         });
-        pipe.cmd("XADD").arg(STREAM).arg("*").arg("event").arg(ev.to_string()).ignore();
+        pipe.cmd("XADD")
+            .arg(STREAM)
+            .arg("*")
+            .arg("event")
+            .arg(ev.to_string())
+            .ignore();
     }
     pipe.query::<()>(c).unwrap();
 }
 
 fn ship_cmd(url: &str, to: &str, endpoint: &str, dead: &Path) -> Command {
     let mut c = Command::new(BIN);
-    c.args(["ship", "--stream", url, "--stream-key", STREAM, "--to", to, "--endpoint", endpoint])
-        .arg("--dead-letter")
-        .arg(dead)
-        .env("NEW_RELIC_INSERT_KEY", KEY)
-        .env_remove("NEW_RELIC_LICENSE_KEY")
-        .stdin(Stdio::null());
+    c.args([
+        "ship",
+        "--stream",
+        url,
+        "--stream-key",
+        STREAM,
+        "--to",
+        to,
+        "--endpoint",
+        endpoint,
+    ])
+    .arg("--dead-letter")
+    .arg(dead)
+    .env("NEW_RELIC_INSERT_KEY", KEY)
+    .env_remove("NEW_RELIC_LICENSE_KEY")
+    .stdin(Stdio::null());
     c
 }
 
 /// `ship --once --json`: its exit status and numbers.
-fn ship_once(url: &str, to: &str, endpoint: &str, dead: &Path, extra: &[&str]) -> (i32, serde_json::Value, String) {
+fn ship_once(
+    url: &str,
+    to: &str,
+    endpoint: &str,
+    dead: &Path,
+    extra: &[&str],
+) -> (i32, serde_json::Value, String) {
     let out = ship_cmd(url, to, endpoint, dead)
         .args(["--once", "--json"])
         .args(extra)
@@ -183,7 +207,11 @@ fn ship_once(url: &str, to: &str, endpoint: &str, dead: &Path, extra: &[&str]) -
 }
 
 fn pending(c: &mut redis::Connection) -> i64 {
-    let v: redis::Value = redis::cmd("XPENDING").arg(STREAM).arg("checkout-guard-ship").query(c).unwrap();
+    let v: redis::Value = redis::cmd("XPENDING")
+        .arg(STREAM)
+        .arg("checkout-guard-ship")
+        .query(c)
+        .unwrap();
     match v {
         redis::Value::Array(a) => match a.first() {
             Some(redis::Value::Int(n)) => *n,
@@ -208,9 +236,19 @@ fn every_event_reaches_the_event_api_once_gzipped_with_its_id() {
     let api = StandIn::event_api();
     let dir = TempDir::new("t1");
     record(&mut c, 0, 5_000, 200);
-    let (code, j, err) = ship_once(&v.url, "newrelic", &api.events_url(), &dir.0.join("dead.jsonl"), &[]);
+    let (code, j, err) = ship_once(
+        &v.url,
+        "newrelic",
+        &api.events_url(),
+        &dir.0.join("dead.jsonl"),
+        &[],
+    );
     assert_eq!(code, 0, "{err}");
-    assert_eq!((j["taken"].as_u64(), j["delivered"].as_u64()), (Some(5_000), Some(5_000)), "{j}");
+    assert_eq!(
+        (j["taken"].as_u64(), j["delivered"].as_u64()),
+        (Some(5_000), Some(5_000)),
+        "{j}"
+    );
     assert_eq!(j["dead_lettered"], 0);
     let s = api.stats();
     assert_eq!(s["events"], 5_000, "{s}");
@@ -218,7 +256,13 @@ fn every_event_reaches_the_event_api_once_gzipped_with_its_id() {
     assert_eq!(s["duplicates"], 0, "{s}");
     assert_eq!(pending(&mut c), 0, "everything acknowledged");
     // Nothing new: a second run takes nothing.
-    let (code, j, _) = ship_once(&v.url, "newrelic", &api.events_url(), &dir.0.join("dead.jsonl"), &[]);
+    let (code, j, _) = ship_once(
+        &v.url,
+        "newrelic",
+        &api.events_url(),
+        &dir.0.join("dead.jsonl"),
+        &[],
+    );
     assert_eq!((code, j["taken"].as_u64()), (0, Some(0)));
     assert_eq!(api.stats()["events"], 5_000);
 }
@@ -235,7 +279,13 @@ fn a_429_with_retry_after_and_a_503_are_waited_through() {
         {"status": 503, "count": 1},
         {"close": true, "count": 1},
     ]}));
-    let (code, j, err) = ship_once(&v.url, "newrelic", &api.events_url(), &dir.0.join("dead.jsonl"), &["--batch", "100"]);
+    let (code, j, err) = ship_once(
+        &v.url,
+        "newrelic",
+        &api.events_url(),
+        &dir.0.join("dead.jsonl"),
+        &["--batch", "100"],
+    );
     assert_eq!(code, 0, "{err}");
     assert_eq!(j["delivered"], 300, "{j}");
     assert_eq!(j["retried"], 4, "{j}");
@@ -256,15 +306,31 @@ fn a_destination_down_longer_than_retry_for_leaves_the_batch_pending_then_it_is_
         .as_secs_f64()
         + 3.0;
     api.control(serde_json::json!({"down_until": until}));
-    let (code, j, err) = ship_once(&v.url, "newrelic", &api.events_url(), &dir.0.join("dead.jsonl"), &["--retry-for", "1"]);
+    let (code, j, err) = ship_once(
+        &v.url,
+        "newrelic",
+        &api.events_url(),
+        &dir.0.join("dead.jsonl"),
+        &["--retry-for", "1"],
+    );
     assert_eq!(code, 1, "{j} {err}");
     assert_eq!(j["delivered"], 0);
     assert!(j["error"].as_str().unwrap().contains("503"), "{j}");
     assert_eq!(pending(&mut c), 50, "left pending for the next run");
     // The next run (same consumer) takes its pending entries again and waits the rest out.
-    let (code, j, err) = ship_once(&v.url, "newrelic", &api.events_url(), &dir.0.join("dead.jsonl"), &["--retry-for", "30"]);
+    let (code, j, err) = ship_once(
+        &v.url,
+        "newrelic",
+        &api.events_url(),
+        &dir.0.join("dead.jsonl"),
+        &["--retry-for", "30"],
+    );
     assert_eq!(code, 0, "{err}");
-    assert_eq!((j["delivered"].as_u64(), j["again"].as_u64()), (Some(50), Some(50)), "{j}");
+    assert_eq!(
+        (j["delivered"].as_u64(), j["again"].as_u64()),
+        (Some(50), Some(50)),
+        "{j}"
+    );
     assert_eq!(api.stats()["events"], 50);
     assert_eq!(pending(&mut c), 0);
 }
@@ -284,19 +350,39 @@ fn one_bad_event_is_dead_lettered_and_the_rest_of_its_batch_delivered() {
         .arg(r#"{"eventType":"Bad Type","timestamp":1}"#)
         .query(&mut c)
         .unwrap();
-    let _: String = redis::cmd("XADD").arg(STREAM).arg("*").arg("event").arg("not json").query(&mut c).unwrap();
+    let _: String = redis::cmd("XADD")
+        .arg(STREAM)
+        .arg("*")
+        .arg("event")
+        .arg("not json")
+        .query(&mut c)
+        .unwrap();
     let dead = dir.0.join("dead.jsonl");
     let (code, j, err) = ship_once(&v.url, "newrelic", &api.events_url(), &dead, &[]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!((j["delivered"].as_u64(), j["dead_lettered"].as_u64()), (Some(99), Some(2)), "{j}");
+    assert_eq!(
+        (j["delivered"].as_u64(), j["dead_lettered"].as_u64()),
+        (Some(99), Some(2)),
+        "{j}"
+    );
     let lines: Vec<serde_json::Value> = std::fs::read_to_string(&dead)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(lines.len(), 2);
-    assert!(lines.iter().any(|l| l["why"].as_str().unwrap().starts_with("400")), "{lines:?}");
-    assert!(lines.iter().any(|l| l["why"].as_str().unwrap().contains("not JSON")), "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["why"].as_str().unwrap().starts_with("400")),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["why"].as_str().unwrap().contains("not JSON")),
+        "{lines:?}"
+    );
     assert_eq!(api.stats()["events"], 99);
     assert_eq!(pending(&mut c), 0);
 }
@@ -313,10 +399,22 @@ fn values_past_the_event_apis_limits_are_cut_not_the_batch_refused() {
         wide[format!("extra.{i:03}")] = i.into();
     }
     for ev in [long, wide] {
-        let _: String = redis::cmd("XADD").arg(STREAM).arg("*").arg("event").arg(ev.to_string()).query(&mut c).unwrap();
+        let _: String = redis::cmd("XADD")
+            .arg(STREAM)
+            .arg("*")
+            .arg("event")
+            .arg(ev.to_string())
+            .query(&mut c)
+            .unwrap();
     }
     record(&mut c, 0, 10, 200);
-    let (code, j, err) = ship_once(&v.url, "newrelic", &api.events_url(), &dir.0.join("dead.jsonl"), &[]);
+    let (code, j, err) = ship_once(
+        &v.url,
+        "newrelic",
+        &api.events_url(),
+        &dir.0.join("dead.jsonl"),
+        &[],
+    );
     assert_eq!(code, 0, "{err}");
     assert_eq!(j["delivered"], 12, "{j}");
     assert_eq!(j["cut"]["values"], 1, "{j}");
@@ -350,13 +448,22 @@ fn a_shipper_killed_mid_batch_loses_nothing_and_its_duplicates_are_counted() {
     child.wait().unwrap();
     assert_eq!(pending(&mut c), 500, "the batch in flight stays pending");
     // Restarted under the same name: it takes its pending entries first.
-    let (code, j, err) = ship_once(&v.url, "newrelic", &api.events_url(), &dead, &["--consumer", "a", "--batch", "500"]);
+    let (code, j, err) = ship_once(
+        &v.url,
+        "newrelic",
+        &api.events_url(),
+        &dead,
+        &["--consumer", "a", "--batch", "500"],
+    );
     assert_eq!(code, 0, "{err}");
     assert_eq!(j["again"], 500, "{j}");
     let s = api.stats();
     assert_eq!(s["distinct_ids"], 2_000, "{s}");
     let dups = s["duplicates"].as_u64().unwrap();
-    assert!(dups <= 500, "duplicates bounded by the batch in flight: {s}");
+    assert!(
+        dups <= 500,
+        "duplicates bounded by the batch in flight: {s}"
+    );
     assert_eq!(s["events"].as_u64().unwrap(), 2_000 + dups, "{s}");
 }
 
@@ -392,9 +499,16 @@ fn two_shippers_share_the_stream_and_sigterm_stops_them() {
         delivered.push(j["delivered"].as_u64().unwrap());
     }
     assert_eq!(delivered.iter().sum::<u64>(), 4_000, "{delivered:?}");
-    assert!(delivered.iter().all(|d| *d > 0), "both took a share: {delivered:?}");
+    assert!(
+        delivered.iter().all(|d| *d > 0),
+        "both took a share: {delivered:?}"
+    );
     let s = api.stats();
-    assert_eq!((s["events"].as_u64(), s["duplicates"].as_u64()), (Some(4_000), Some(0)), "{s}");
+    assert_eq!(
+        (s["events"].as_u64(), s["duplicates"].as_u64()),
+        (Some(4_000), Some(0)),
+        "{s}"
+    );
 }
 
 extern "C" {
@@ -408,20 +522,29 @@ fn a_long_running_shipper_goes_on_after_valkey_restarts() {
     let mut c = v.connection();
     let api = StandIn::event_api();
     let dir = TempDir::new("t8");
-    let mut child = ship_cmd(&v.url, "newrelic", &api.events_url(), &dir.0.join("dead.jsonl"))
-        .args(["--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = ship_cmd(
+        &v.url,
+        "newrelic",
+        &api.events_url(),
+        &dir.0.join("dead.jsonl"),
+    )
+    .args(["--json"])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
     record(&mut c, 0, 100, 200);
-    wait_until("the first 100", Duration::from_secs(20), || api.stats()["events"] == 100);
+    wait_until("the first 100", Duration::from_secs(20), || {
+        api.stats()["events"] == 100
+    });
     v.stop();
     std::thread::sleep(Duration::from_millis(500));
     v.start_again();
     let mut c = v.connection();
     record(&mut c, 100, 100, 200);
-    wait_until("the 100 after the restart", Duration::from_secs(30), || api.stats()["events"] == 200);
+    wait_until("the 100 after the restart", Duration::from_secs(30), || {
+        api.stats()["events"] == 200
+    });
     unsafe { libc_kill(child.id() as i32, 15) };
     assert_eq!(child.wait().unwrap().code(), Some(0));
     assert_eq!(api.stats()["duplicates"], 0);
@@ -435,7 +558,13 @@ fn otlp_gets_a_log_record_per_event_and_the_duration_histogram() {
     let dir = TempDir::new("t9");
     record(&mut c, 0, 1_000, 200);
     record(&mut c, 1_000, 200, 429);
-    let (code, j, err) = ship_once(&v.url, "otlp", &rx.base, &dir.0.join("dead.jsonl"), &["--batch", "600"]);
+    let (code, j, err) = ship_once(
+        &v.url,
+        "otlp",
+        &rx.base,
+        &dir.0.join("dead.jsonl"),
+        &["--batch", "600"],
+    );
     assert_eq!(code, 0, "{err}");
     assert_eq!(j["delivered"], 1_200, "{j}");
     let s = rx.stats();
@@ -454,9 +583,17 @@ fn otlp_gets_a_log_record_per_event_and_the_duration_histogram() {
     for p in &points {
         assert_eq!(p["name"], "http.client.request.duration");
         assert_eq!(p["unit"], "s");
-        let buckets: u64 = p["bucket_counts"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap()).sum();
+        let buckets: u64 = p["bucket_counts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_u64().unwrap())
+            .sum();
         assert_eq!(buckets, p["count"].as_u64().unwrap());
-        assert!(p["attributes"]["http.response.status_code"].is_number(), "{p}");
+        assert!(
+            p["attributes"]["http.response.status_code"].is_number(),
+            "{p}"
+        );
     }
     let with_429: u64 = points
         .iter()
@@ -469,7 +606,16 @@ fn otlp_gets_a_log_record_per_event_and_the_duration_histogram() {
 #[test]
 fn a_bad_option_is_named() {
     let out = Command::new(BIN)
-        .args(["ship", "--stream", "redis://127.0.0.1:1", "--to", "newrelic", "--endpoint", "http://127.0.0.1:1/v1/accounts/1/events", "--once"])
+        .args([
+            "ship",
+            "--stream",
+            "redis://127.0.0.1:1",
+            "--to",
+            "newrelic",
+            "--endpoint",
+            "http://127.0.0.1:1/v1/accounts/1/events",
+            "--once",
+        ])
         .env_remove("NEW_RELIC_INSERT_KEY")
         .env_remove("NEW_RELIC_LICENSE_KEY")
         .output()
@@ -477,9 +623,231 @@ fn a_bad_option_is_named() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("NEW_RELIC_INSERT_KEY"));
     let out = Command::new(BIN)
-        .args(["ship", "--stream", "nope://x", "--to", "otlp", "--endpoint", "http://127.0.0.1:1", "--once"])
+        .args([
+            "ship",
+            "--stream",
+            "nope://x",
+            "--to",
+            "otlp",
+            "--endpoint",
+            "http://127.0.0.1:1",
+            "--once",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--stream"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--stream"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+// ---- --files PATH... --checkpoint FILE ----
+
+fn line(i: usize) -> String {
+    serde_json::json!({
+        "eventType": "ExternalApiCall", "timestamp": 1_765_000_000_000i64 + i as i64,
+        "api": "payment", "http.response.status_code": 200, "duration.ms": 12.5, "seq": i,
+    })
+    .to_string()
+        + "\n"
+}
+
+fn lines(range: std::ops::Range<usize>) -> String {
+    range.map(line).collect()
+}
+
+fn gzip_to(path: &Path, text: &str) {
+    use std::io::Write;
+    let mut gz = flate2::write::GzEncoder::new(
+        std::fs::File::create(path).unwrap(),
+        flate2::Compression::default(),
+    );
+    gz.write_all(text.as_bytes()).unwrap();
+    gz.finish().unwrap();
+}
+
+fn ship_files(
+    api: &StandIn,
+    files: &[&Path],
+    checkpoint: &Path,
+    extra: &[&str],
+) -> (i32, serde_json::Value, String) {
+    let mut c = Command::new(BIN);
+    c.args([
+        "ship",
+        "--to",
+        "newrelic",
+        "--endpoint",
+        &api.events_url(),
+        "--once",
+        "--json",
+        "--files",
+    ])
+    .args(files)
+    .arg("--checkpoint")
+    .arg(checkpoint)
+    .arg("--dead-letter")
+    .arg(checkpoint.with_extension("dead"))
+    .args(extra)
+    .env("NEW_RELIC_INSERT_KEY", KEY)
+    .stdin(Stdio::null());
+    let out = c.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let j = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("no JSON: {stderr}"));
+    (out.status.code().unwrap_or(-1), j, stderr)
+}
+
+#[test]
+fn files_plain_and_gzip_are_delivered_once_and_resume_from_the_checkpoint() {
+    let api = StandIn::event_api();
+    let dir = TempDir::new("f1");
+    let (plain, gz, cp) = (
+        dir.0.join("events.jsonl"),
+        dir.0.join("old.jsonl.gz"),
+        dir.0.join("cp.json"),
+    );
+    std::fs::write(&plain, lines(0..700)).unwrap();
+    gzip_to(&gz, &lines(1000..1300));
+    let (code, j, err) = ship_files(&api, &[&plain, &gz], &cp, &["--batch", "256"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        (j["delivered"].as_u64(), j["again"].as_u64()),
+        (Some(1000), Some(0)),
+        "{j}"
+    );
+    // Nothing new: nothing sent. Then 50 lines appended and half a line being written.
+    let (_, j, _) = ship_files(&api, &[&plain, &gz], &cp, &[]);
+    assert_eq!(j["taken"], 0, "{j}");
+    let mut more = lines(700..750);
+    let half = line(750);
+    more.push_str(&half[..half.len() / 2]);
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&plain)
+        .unwrap()
+        .write_all(more.as_bytes())
+        .unwrap();
+    let (_, j, _) = ship_files(&api, &[&plain, &gz], &cp, &[]);
+    assert_eq!(j["delivered"], 50, "the unfinished line waits: {j}");
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&plain)
+        .unwrap()
+        .write_all(half[half.len() / 2..].as_bytes())
+        .unwrap();
+    let (_, j, _) = ship_files(&api, &[&plain, &gz], &cp, &[]);
+    assert_eq!(j["delivered"], 1, "{j}");
+    let s = api.stats();
+    assert_eq!(
+        (s["events"].as_u64(), s["duplicates"].as_u64()),
+        (Some(1051), Some(0)),
+        "{s}"
+    );
+}
+
+#[test]
+fn a_file_rotated_and_compressed_resumes_where_it_was() {
+    let api = StandIn::event_api();
+    let dir = TempDir::new("f2");
+    let (live, cp) = (dir.0.join("events.jsonl"), dir.0.join("cp.json"));
+    std::fs::write(&live, lines(0..400)).unwrap();
+    let (code, _, err) = ship_files(&api, &[&live], &cp, &[]);
+    assert_eq!(code, 0, "{err}");
+    // 100 more written, then logrotate: renamed, compressed, a new file started.
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&live)
+        .unwrap()
+        .write_all(lines(400..500).as_bytes())
+        .unwrap();
+    let rotated = dir.0.join("events.jsonl.1.gz");
+    gzip_to(&rotated, &std::fs::read_to_string(&live).unwrap());
+    std::fs::remove_file(&live).unwrap();
+    std::fs::write(&live, lines(500..530)).unwrap();
+    let (code, j, err) = ship_files(&api, &[&live, &rotated], &cp, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        j["delivered"], 130,
+        "the rotated file's last 100, the new file's 30: {j}"
+    );
+    let s = api.stats();
+    assert_eq!(
+        (s["distinct_ids"].as_u64(), s["duplicates"].as_u64()),
+        (Some(530), Some(0)),
+        "{s}"
+    );
+}
+
+#[test]
+fn files_a_shipper_killed_mid_batch_resumes_and_counts_what_it_takes_again() {
+    let api = StandIn::event_api();
+    let dir = TempDir::new("f3");
+    let (live, cp) = (dir.0.join("events.jsonl"), dir.0.join("cp.json"));
+    std::fs::write(&live, lines(0..1500)).unwrap();
+    api.control(serde_json::json!({"faults": [{"delay_ms": 5_000, "count": 1}]}));
+    let mut child = Command::new(BIN)
+        .args([
+            "ship",
+            "--to",
+            "newrelic",
+            "--endpoint",
+            &api.events_url(),
+            "--batch",
+            "500",
+            "--files",
+        ])
+        .arg(&live)
+        .arg("--checkpoint")
+        .arg(&cp)
+        .arg("--dead-letter")
+        .arg(dir.0.join("dead"))
+        .env("NEW_RELIC_INSERT_KEY", KEY)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the first POST", Duration::from_secs(20), || {
+        api.stats()["posts"].as_u64().unwrap_or(0) >= 1
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (code, j, err) = ship_files(&api, &[&live], &cp, &["--batch", "500"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        j["again"], 500,
+        "the batch in flight is taken again, counted: {j}"
+    );
+    let s = api.stats();
+    assert_eq!(s["distinct_ids"], 1500, "{s}");
+    assert!(s["duplicates"].as_u64().unwrap() <= 500, "{s}");
+}
+
+#[test]
+fn a_checkpoint_in_a_missing_directory_is_refused_before_anything_is_sent() {
+    let api = StandIn::event_api();
+    let dir = TempDir::new("f4");
+    let live = dir.0.join("events.jsonl");
+    std::fs::write(&live, lines(0..3)).unwrap();
+    let out = Command::new(BIN)
+        .args([
+            "ship",
+            "--to",
+            "newrelic",
+            "--endpoint",
+            &api.events_url(),
+            "--once",
+            "--files",
+        ])
+        .arg(&live)
+        .arg("--checkpoint")
+        .arg(dir.0.join("nope/cp.json"))
+        .env("NEW_RELIC_INSERT_KEY", KEY)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--checkpoint"));
+    assert_eq!(api.stats()["posts"], 0);
 }

@@ -6,11 +6,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use checkout_guard_cli::admin::endpoint_from_options;
+use checkout_guard_cli::ship::files::FileSource;
 use checkout_guard_cli::ship::http::Poster;
 use checkout_guard_cli::ship::newrelic::{Key, NewRelic};
 use checkout_guard_cli::ship::otlp::Otlp;
 use checkout_guard_cli::ship::stream::StreamSource;
-use checkout_guard_cli::ship::{run as ship, Config, Counts, Destination};
+use checkout_guard_cli::ship::{run as ship, Config, Counts, Destination, Source};
 use checkout_guard_cli::valkey::Valkey;
 use checkout_guard_config::TlsDefaults;
 use clap::{Args, ValueEnum};
@@ -27,12 +28,22 @@ pub enum To {
 }
 
 #[derive(Args)]
-#[command(after_help = "Exit status: 0 when every entry taken was delivered or dead-lettered (--once: the stream drained; long-running: stopped by SIGTERM or SIGINT); 1 when some could not be delivered (the reason on stderr; they stay pending in the stream for the next run); 2 a bad option.\n\nDelivery is at least once: each event carries event_id (its stream entry's ID), so a batch sent again after a crash or a lost answer can be recognised; the number taken again is `again` in --json.")]
+#[command(
+    after_help = "Exit status: 0 when every entry taken was delivered or dead-lettered (--once: the stream drained; long-running: stopped by SIGTERM or SIGINT); 1 when some could not be delivered (the reason on stderr; they stay pending in the stream for the next run); 2 a bad option.\n\nDelivery is at least once: each event carries event_id (its stream entry's ID), so a batch sent again after a crash or a lost answer can be recognised; the number taken again is `again` in --json."
+)]
 pub struct ShipArgs {
     /// The source: the stream sink's Valkey URL (as checkout_guard.events.stream_url;
     /// TLS, cluster and Sentinel URLs with the --tls-* and --sentinel-* options).
-    #[arg(long)]
-    stream: String,
+    #[arg(long, required_unless_present = "files", conflicts_with = "files")]
+    stream: Option<String>,
+    /// The source: the jsonl sink's files (plain or gzip, rotated ones too: a file is
+    /// known by its first line, so a renamed or compressed one resumes), with --checkpoint.
+    #[arg(long, num_args = 1.., requires = "checkpoint")]
+    files: Vec<PathBuf>,
+    /// With --files: where how far each file was delivered is kept (a JSON file, replaced
+    /// atomically after each batch).
+    #[arg(long, requires = "files")]
+    checkpoint: Option<PathBuf>,
     /// The stream's key (checkout_guard.events.stream_key).
     #[arg(long, default_value = checkout_guard_config::settings::DEFAULT_STREAM_KEY)]
     stream_key: String,
@@ -113,7 +124,10 @@ pub fn run(a: ShipArgs) -> Result<bool, String> {
         return Err(format!("--batch must be 1 to 100000, got {}", a.batch));
     }
     if !(1..=60_000).contains(&a.timeout_ms) {
-        return Err(format!("--timeout-ms must be 1 to 60000, got {}", a.timeout_ms));
+        return Err(format!(
+            "--timeout-ms must be 1 to 60000, got {}",
+            a.timeout_ms
+        ));
     }
     if a.http_timeout_ms == 0 {
         return Err("--http-timeout-ms must be at least 1".into());
@@ -125,19 +139,15 @@ pub fn run(a: ShipArgs) -> Result<bool, String> {
         local_pk: a.tls_local_pk.clone(),
         peer_name: a.tls_peer_name.clone(),
     };
-    let endpoint = endpoint_from_options(
-        "--stream",
-        &a.stream,
-        &tls,
-        a.sentinel_user.as_deref(),
-        a.sentinel_password.as_deref(),
-    )?;
     let mut dest = match a.to {
         To::Newrelic => {
             if a.key_file.is_none() && endpoint_url.ends_with("/v1/logs") {
                 return Err("--to newrelic --endpoint is the Event API's URL (.../v1/accounts/ID/events), not an OTLP one".into());
             }
-            Destination::NewRelic(NewRelic::new(&endpoint_url, Key::find(a.key_file.as_deref())?))
+            Destination::NewRelic(NewRelic::new(
+                &endpoint_url,
+                Key::find(a.key_file.as_deref())?,
+            ))
         }
         To::Otlp => {
             if a.key_file.is_some() {
@@ -146,21 +156,37 @@ pub fn run(a: ShipArgs) -> Result<bool, String> {
             Destination::Otlp(Otlp::new(&endpoint_url, &a.service_name))
         }
     };
-    let consumer = a.consumer.clone().unwrap_or_else(host_name);
-    if consumer.is_empty() {
-        return Err("--consumer must not be empty".into());
-    }
-    let valkey = Valkey::new(endpoint, Duration::from_millis(a.timeout_ms));
-    let mut source = StreamSource::new(
-        valkey,
-        &a.stream_key,
-        &a.group,
-        &consumer,
-        Duration::from_secs(a.claim_idle),
-    );
+    let mut source: Box<dyn Source> = match (&a.stream, a.checkpoint.clone()) {
+        (Some(url), _) => {
+            let endpoint = endpoint_from_options(
+                "--stream",
+                url,
+                &tls,
+                a.sentinel_user.as_deref(),
+                a.sentinel_password.as_deref(),
+            )?;
+            let consumer = a.consumer.clone().unwrap_or_else(host_name);
+            if consumer.is_empty() {
+                return Err("--consumer must not be empty".into());
+            }
+            let valkey = Valkey::new(endpoint, Duration::from_millis(a.timeout_ms));
+            Box::new(StreamSource::new(
+                valkey,
+                &a.stream_key,
+                &a.group,
+                &consumer,
+                Duration::from_secs(a.claim_idle),
+            ))
+        }
+        (None, Some(checkpoint)) => Box::new(FileSource::new(a.files.clone(), checkpoint)?),
+        (None, None) => {
+            return Err("a source: --stream URL, or --files PATH... --checkpoint FILE".into())
+        }
+    };
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, Arc::clone(&stop)).map_err(|e| format!("signal handler: {e}"))?;
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .map_err(|e| format!("signal handler: {e}"))?;
     }
     let mut poster = Poster::new(
         Duration::from_millis(a.http_timeout_ms),
@@ -175,7 +201,14 @@ pub fn run(a: ShipArgs) -> Result<bool, String> {
     };
     let started = Instant::now();
     let mut counts = Counts::default();
-    let result = ship(&mut source, &mut dest, &mut poster, &cfg, &stop, &mut counts);
+    let result = ship(
+        source.as_mut(),
+        &mut dest,
+        &mut poster,
+        &cfg,
+        &stop,
+        &mut counts,
+    );
     eprintln!("checkout-guard ship: {}", counts.line());
     if a.json {
         let mut j = counts.json(started.elapsed());
@@ -197,7 +230,9 @@ pub fn run(a: ShipArgs) -> Result<bool, String> {
 /// An http(s) URL, checked.
 fn url_of(s: &str) -> Result<String, String> {
     if !(s.starts_with("http://") || s.starts_with("https://")) || s.len() < 9 {
-        return Err(format!("--endpoint must be an http:// or https:// URL, got {s:?}"));
+        return Err(format!(
+            "--endpoint must be an http:// or https:// URL, got {s:?}"
+        ));
     }
     Ok(s.to_string())
 }
@@ -209,7 +244,6 @@ fn host_name() -> String {
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "shipper".into())
 }
-
 
 #[cfg(test)]
 mod tests {

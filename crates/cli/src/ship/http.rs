@@ -21,7 +21,10 @@ pub enum Answer {
     /// 413: the batch is too large for it.
     TooLarge,
     /// A 4xx that will not pass if sent again (400: a malformed event, say).
-    Rejected { status: u16, body: String },
+    Rejected {
+        status: u16,
+        body: String,
+    },
 }
 
 /// Why a POST ended without an answer to act on: the shipper stops taking entries.
@@ -59,7 +62,12 @@ impl Poster {
 
     /// POSTs `body` to `url` with `headers` until the destination gives an answer that
     /// "later" is not.
-    pub fn post(&mut self, url: &str, headers: &[(&str, &str)], body: &[u8]) -> Result<Answer, Failed> {
+    pub fn post(
+        &mut self,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<Answer, Failed> {
         let started = Instant::now();
         let mut backoff = FIRST_BACKOFF;
         let mut tries = 0u32;

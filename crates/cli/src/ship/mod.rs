@@ -1,7 +1,8 @@
 //! `checkout-guard ship`: delivers what the workers recorded to where the team looks.
 //!
 //! A source ([`stream::StreamSource`], the `stream` sink's Valkey stream read through a
-//! consumer group) hands out batches; a destination ([`newrelic::NewRelic`], New
+//! consumer group, or [`files::FileSource`], JSONL files with a checkpoint) hands out
+//! batches; a destination ([`newrelic::NewRelic`], New
 //! Relic's Event API, or [`otlp::Otlp`], OTLP/HTTP) takes them; an entry is
 //! acknowledged in the source only once the destination accepted it or it was set aside
 //! in the dead-letter file. Delivery is at least once: a batch whose acceptance was not
@@ -10,6 +11,7 @@
 //! stream entry's ID), so the destination can tell a duplicate; duplicates are bounded by
 //! one batch per such failure and counted in [`Counts::again`].
 
+pub mod files;
 pub mod http;
 pub mod newrelic;
 pub mod otlp;
@@ -25,7 +27,21 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 
 use http::{Failed, Poster};
-use stream::StreamSource;
+use stream::Entry;
+
+/// Where the shipper takes its entries: the Valkey stream ([`stream::StreamSource`]) or
+/// JSONL files ([`files::FileSource`]).
+pub trait Source {
+    fn describe(&self) -> String;
+    /// Up to `count` entries; none when there is nothing now (after waiting up to `block`).
+    fn take(&mut self, count: usize, block: Option<Duration>) -> Result<Vec<Entry>, String>;
+    /// The last batch taken was delivered or dead-lettered (`ids`: its entries).
+    fn ack(&mut self, ids: &[String]) -> Result<(), String>;
+    /// The age of the oldest entry not yet delivered, in ms (0: none).
+    fn lag_ms(&mut self) -> Result<u64, String>;
+    /// Entries the source lost before delivery (a stream trimmed by MAXLEN).
+    fn trimmed(&self) -> u64;
+}
 
 /// The attribute that carries an event's id to the destination.
 pub const ID_ATTRIBUTE: &str = "event_id";
@@ -157,14 +173,19 @@ fn dead_letter(path: &std::path::Path, items: &[SetAside<'_>]) -> Result<(), Str
         .map_err(|e| format!("dead-letter file {}: {e}", path.display()))?;
     f.write_all(text.as_bytes())
         .and_then(|()| f.sync_data())
-        .map_err(|e| format!("dead-letter file {}: {e} (nothing acknowledged)", path.display()))
+        .map_err(|e| {
+            format!(
+                "dead-letter file {}: {e} (nothing acknowledged)",
+                path.display()
+            )
+        })
 }
 
 /// Ships until the source is empty (`once`) or until `stop` is set. `Ok` when every
 /// entry taken was delivered or dead-lettered; `Err` with the reason otherwise (what
 /// was not acknowledged stays in the source for the next run).
 pub fn run(
-    source: &mut StreamSource,
+    source: &mut dyn Source,
     dest: &mut Destination,
     poster: &mut Poster,
     cfg: &Config,
@@ -194,7 +215,10 @@ pub fn run(
             Err(e) if cfg.once => break Err(format!("reading the {}: {e}", source.describe())),
             Err(e) => {
                 // Valkey restarting or unreachable: waited through, never a crash.
-                eprintln!("checkout-guard ship: {e}; trying again in {:.1} s", source_backoff.as_secs_f64());
+                eprintln!(
+                    "checkout-guard ship: {e}; trying again in {:.1} s",
+                    source_backoff.as_secs_f64()
+                );
                 if !http::sleep_unless(stop, source_backoff) {
                     break Ok(());
                 }
@@ -242,7 +266,12 @@ pub fn run(
         }
         let delivered = match delivered {
             Ok(d) => d,
-            Err(Failed(why)) => break Err(format!("{} entries not delivered (left in the stream for the next run): {why}", entries.len())),
+            Err(Failed(why)) => {
+                break Err(format!(
+                    "{} entries not delivered (left in the stream for the next run): {why}",
+                    entries.len()
+                ))
+            }
         };
         for (i, why) in &delivered.rejected {
             let e = &events[*i];
@@ -256,12 +285,15 @@ pub fn run(
         if let Err(e) = source.ack(&ids) {
             // Delivered but not acknowledged: taken again later (counted then as `again`).
             if cfg.once {
-                break Err(format!("acknowledging {} delivered entries: {e}", ids.len()));
+                break Err(format!(
+                    "acknowledging {} delivered entries: {e}",
+                    ids.len()
+                ));
             }
             eprintln!("checkout-guard ship: acknowledging {} delivered entries: {e} (they will be sent again)", ids.len());
         }
     };
-    counts.trimmed += source.trimmed;
+    counts.trimmed += source.trimmed();
     counts.lag_ms = source.lag_ms().unwrap_or(counts.lag_ms);
     result
 }

@@ -36,7 +36,8 @@ impl Key {
     /// else `NEW_RELIC_LICENSE_KEY`. Never from a flag (`ps` shows flags), never printed.
     pub fn find(file: Option<&str>) -> Result<Self, String> {
         if let Some(path) = file {
-            let text = std::fs::read_to_string(path).map_err(|e| format!("--key-file {path}: {e}"))?;
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("--key-file {path}: {e}"))?;
             let value = text.lines().next().unwrap_or("").trim().to_string();
             if value.is_empty() {
                 return Err(format!("--key-file {path}: the file holds no key"));
@@ -127,7 +128,10 @@ impl NewRelic {
     pub fn deliver(&mut self, poster: &mut Poster, events: &[Event]) -> Result<Delivered, Failed> {
         let bodies: Vec<Vec<u8>> = events
             .iter()
-            .map(|e| serde_json::to_vec(&Value::Object(prepare(e, &mut self.cuts))).expect("a JSON map serializes"))
+            .map(|e| {
+                serde_json::to_vec(&Value::Object(prepare(e, &mut self.cuts)))
+                    .expect("a JSON map serializes")
+            })
             .collect();
         let mut done = Delivered::default();
         let mut start = 0;
@@ -174,12 +178,16 @@ impl NewRelic {
             Answer::TooLarge => {
                 done.rejected.push((
                     range.start,
-                    format!("larger than the Event API's 1 MB per POST ({} bytes gzipped)", payload.len()),
+                    format!(
+                        "larger than the Event API's 1 MB per POST ({} bytes gzipped)",
+                        payload.len()
+                    ),
                 ));
                 Ok(())
             }
             Answer::Rejected { status, body } => {
-                done.rejected.push((range.start, format!("{status} {body}")));
+                done.rejected
+                    .push((range.start, format!("{status} {body}")));
                 Ok(())
             }
         }
@@ -219,7 +227,10 @@ mod tests {
     fn a_long_value_is_cut_to_4096_characters_and_counted() {
         let mut cuts = Cuts::default();
         let long = "é".repeat(5000);
-        let e = prepare(&event(serde_json::json!({"eventType": "ExternalApiCall", "url.full": long})), &mut cuts);
+        let e = prepare(
+            &event(serde_json::json!({"eventType": "ExternalApiCall", "url.full": long})),
+            &mut cuts,
+        );
         assert_eq!(e["url.full"].as_str().unwrap().chars().count(), 4096);
         assert_eq!(cuts.values, 1);
         assert_eq!(e[ID_ATTRIBUTE], "1-0");
@@ -236,9 +247,19 @@ mod tests {
         }
         m.insert("n".repeat(256), 1.into());
         m.insert("nested".into(), serde_json::json!({"a": 1}));
-        let e = prepare(&Event { id: "1-0".into(), attributes: m }, &mut cuts);
+        let e = prepare(
+            &Event {
+                id: "1-0".into(),
+                attributes: m,
+            },
+            &mut cuts,
+        );
         assert_eq!(e.len(), MAX_ATTRIBUTES);
-        assert!(e.contains_key("eventType") && e.contains_key("timestamp") && e.contains_key(ID_ATTRIBUTE));
+        assert!(
+            e.contains_key("eventType")
+                && e.contains_key("timestamp")
+                && e.contains_key(ID_ATTRIBUTE)
+        );
         assert_eq!(cuts.attributes as usize, 302 - (MAX_ATTRIBUTES - 3));
     }
 
@@ -246,7 +267,8 @@ mod tests {
     fn the_payload_is_a_gzipped_json_array() {
         let body = gzip_array(&[b"{\"a\":1}".to_vec(), b"{\"b\":2}".to_vec()]);
         let mut s = String::new();
-        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&body[..]), &mut s).unwrap();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&body[..]), &mut s)
+            .unwrap();
         assert_eq!(s, r#"[{"a":1},{"b":2}]"#);
     }
 }

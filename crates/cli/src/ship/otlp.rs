@@ -18,7 +18,8 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::metrics::v1::{
-    metric, AggregationTemporality, Histogram, HistogramDataPoint, Metric, ResourceMetrics, ScopeMetrics,
+    metric, AggregationTemporality, Histogram, HistogramDataPoint, Metric, ResourceMetrics,
+    ScopeMetrics,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
@@ -75,9 +76,16 @@ fn timestamp_ns(e: &Event) -> u64 {
 
 /// The log record of one event.
 pub fn log_record(e: &Event, observed_ns: u64) -> LogRecord {
-    let event_type = e.attributes.get("eventType").and_then(Value::as_str).unwrap_or("");
+    let event_type = e
+        .attributes
+        .get("eventType")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     let mut attributes = vec![
-        kv("event.name", any_value::Value::StringValue(event_type.to_string())),
+        kv(
+            "event.name",
+            any_value::Value::StringValue(event_type.to_string()),
+        ),
         kv(ID_ATTRIBUTE, any_value::Value::StringValue(e.id.clone())),
     ];
     attributes.extend(
@@ -138,10 +146,16 @@ pub fn duration_metric(events: &[&Event]) -> Option<Metric> {
             .iter()
             .filter_map(|k| Some((*k, e.attributes.get(*k).filter(|v| !v.is_null())?)))
             .collect();
-        let key = present.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let key = present
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let t = timestamp_ns(e);
         let (_, p) = points.entry(key).or_insert_with(|| {
-            let kvs = present.iter().filter_map(|(k, v)| Some(kv(k, any(v)?))).collect();
+            let kvs = present
+                .iter()
+                .filter_map(|(k, v)| Some(kv(k, any(v)?)))
+                .collect();
             (
                 kvs,
                 Point {
@@ -158,7 +172,10 @@ pub fn duration_metric(events: &[&Event]) -> Option<Metric> {
         p.min = p.min.min(s);
         p.max = p.max.max(s);
         // A value on a boundary belongs to the bucket it closes (OTLP's upper-inclusive rule).
-        let bucket = DURATION_BOUNDS.iter().position(|b| s <= *b).unwrap_or(DURATION_BOUNDS.len());
+        let bucket = DURATION_BOUNDS
+            .iter()
+            .position(|b| s <= *b)
+            .unwrap_or(DURATION_BOUNDS.len());
         p.buckets[bucket] += 1;
         p.start = p.start.min(t);
         p.end = p.end.max(t);
@@ -203,12 +220,18 @@ fn scope() -> Option<InstrumentationScope> {
 }
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {
-    let mut gz = GzEncoder::new(Vec::with_capacity(bytes.len() / 4 + 64), Compression::fast());
+    let mut gz = GzEncoder::new(
+        Vec::with_capacity(bytes.len() / 4 + 64),
+        Compression::fast(),
+    );
     gz.write_all(bytes).expect("writing to memory");
     gz.finish().expect("writing to memory")
 }
 
-const HEADERS: [(&str, &str); 2] = [("Content-Type", "application/x-protobuf"), ("Content-Encoding", "gzip")];
+const HEADERS: [(&str, &str); 2] = [
+    ("Content-Type", "application/x-protobuf"),
+    ("Content-Encoding", "gzip"),
+];
 
 impl Otlp {
     /// `base` is the OTLP/HTTP base URL: `/v1/logs` and `/v1/metrics` go under it.
@@ -246,7 +269,8 @@ impl Otlp {
             start = end;
         }
         // The metric over the calls the backend took as logs.
-        let refused: std::collections::HashSet<usize> = done.rejected.iter().map(|(i, _)| *i).collect();
+        let refused: std::collections::HashSet<usize> =
+            done.rejected.iter().map(|(i, _)| *i).collect();
         let taken: Vec<&Event> = events
             .iter()
             .enumerate()
@@ -313,11 +337,13 @@ impl Otlp {
                 self.send_logs(poster, records, mid..range.end, done)
             }
             Answer::TooLarge => {
-                done.rejected.push((range.start, "413 too large for the OTLP receiver".into()));
+                done.rejected
+                    .push((range.start, "413 too large for the OTLP receiver".into()));
                 Ok(())
             }
             Answer::Rejected { status, body } => {
-                done.rejected.push((range.start, format!("{status} {body}")));
+                done.rejected
+                    .push((range.start, format!("{status} {body}")));
                 Ok(())
             }
         }
@@ -344,17 +370,30 @@ mod tests {
 
     #[test]
     fn calls_fall_in_the_semantic_conventions_buckets_per_status() {
-        let evs = [call(5.0, 200), call(40.0, 200), call(12_000.0, 200), call(100.0, 429)];
+        let evs = [
+            call(5.0, 200),
+            call(40.0, 200),
+            call(12_000.0, 200),
+            call(100.0, 429),
+        ];
         let refs: Vec<&Event> = evs.iter().collect();
         let m = duration_metric(&refs).unwrap();
         assert_eq!((m.name.as_str(), m.unit.as_str()), (DURATION_METRIC, "s"));
-        let Some(metric::Data::Histogram(h)) = m.data else { panic!() };
-        assert_eq!(h.aggregation_temporality, AggregationTemporality::Delta as i32);
+        let Some(metric::Data::Histogram(h)) = m.data else {
+            panic!()
+        };
+        assert_eq!(
+            h.aggregation_temporality,
+            AggregationTemporality::Delta as i32
+        );
         assert_eq!(h.data_points.len(), 2, "one point per status");
         let ok = h.data_points.iter().find(|p| p.count == 3).unwrap();
         // 0.005 s is on the first boundary: in the first bucket; 12 s past the last.
         assert_eq!(ok.bucket_counts[0], 1);
-        assert_eq!(ok.bucket_counts[DURATION_BOUNDS.iter().position(|b| *b == 0.05).unwrap()], 1);
+        assert_eq!(
+            ok.bucket_counts[DURATION_BOUNDS.iter().position(|b| *b == 0.05).unwrap()],
+            1
+        );
         assert_eq!(ok.bucket_counts[DURATION_BOUNDS.len()], 1);
         assert!((ok.sum.unwrap() - 12.045).abs() < 1e-9);
         assert_eq!(ok.bucket_counts.len(), ok.explicit_bounds.len() + 1);
@@ -364,10 +403,27 @@ mod tests {
     fn a_log_record_keeps_the_events_time_id_and_typed_attributes() {
         let r = log_record(&call(40.0, 200), 5);
         assert_eq!(r.time_unix_nano, 1_700_000_000_000_000_000);
-        let get = |k: &str| r.attributes.iter().find(|a| a.key == k).and_then(|a| a.value.clone()?.value);
-        assert_eq!(get("event.name"), Some(any_value::Value::StringValue("ExternalApiCall".into())));
-        assert_eq!(get(ID_ATTRIBUTE), Some(any_value::Value::StringValue("40-200".into())));
-        assert_eq!(get("http.response.status_code"), Some(any_value::Value::IntValue(200)));
-        assert_eq!(get("duration.ms"), Some(any_value::Value::DoubleValue(40.0)));
+        let get = |k: &str| {
+            r.attributes
+                .iter()
+                .find(|a| a.key == k)
+                .and_then(|a| a.value.clone()?.value)
+        };
+        assert_eq!(
+            get("event.name"),
+            Some(any_value::Value::StringValue("ExternalApiCall".into()))
+        );
+        assert_eq!(
+            get(ID_ATTRIBUTE),
+            Some(any_value::Value::StringValue("40-200".into()))
+        );
+        assert_eq!(
+            get("http.response.status_code"),
+            Some(any_value::Value::IntValue(200))
+        );
+        assert_eq!(
+            get("duration.ms"),
+            Some(any_value::Value::DoubleValue(40.0))
+        );
     }
 }

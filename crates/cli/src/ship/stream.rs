@@ -12,6 +12,7 @@ use std::time::Duration;
 use checkout_guard_model::events::STREAM_FIELD;
 use redis::Value;
 
+use super::Source;
 use crate::valkey::Valkey;
 
 /// One entry taken from the stream.
@@ -66,16 +67,6 @@ impl StreamSource {
         }
     }
 
-    pub fn describe(&self) -> String {
-        format!(
-            "stream {} at {} (group {}, consumer {})",
-            self.key,
-            self.valkey.endpoint().display_url(),
-            self.group,
-            self.consumer
-        )
-    }
-
     /// Creates the group (from the stream's first entry: every event recorded, not only
     /// the ones after the first shipper started) and the stream if missing.
     fn ensure_group(&mut self) -> Result<(), String> {
@@ -104,7 +95,11 @@ impl StreamSource {
     /// Takes up to `count` entries: this consumer's own pending ones first (after a
     /// restart), then others' idle ones, then new ones (waiting up to `block` for them;
     /// `None`: not at all).
-    pub fn take(&mut self, count: usize, block: Option<Duration>) -> Result<Vec<Entry>, String> {
+    fn take_entries(
+        &mut self,
+        count: usize,
+        block: Option<Duration>,
+    ) -> Result<Vec<Entry>, String> {
         self.ensure_group()?;
         let taken = self.take_inner(count, block);
         if let Err(e) = &taken {
@@ -137,7 +132,12 @@ impl StreamSource {
         parse_read(&v, false)
     }
 
-    fn read_group(&self, from: &str, count: usize, block: Option<Duration>) -> Result<Value, String> {
+    fn read_group(
+        &self,
+        from: &str,
+        count: usize,
+        block: Option<Duration>,
+    ) -> Result<Value, String> {
         self.valkey.call(|c| {
             let mut cmd = redis::cmd("XREADGROUP");
             cmd.arg("GROUP")
@@ -148,7 +148,10 @@ impl StreamSource {
             if let Some(b) = block {
                 cmd.arg("BLOCK").arg(b.as_millis().max(1) as u64);
             }
-            cmd.arg("STREAMS").arg(&self.key).arg(from).query::<Value>(c)
+            cmd.arg("STREAMS")
+                .arg(&self.key)
+                .arg(from)
+                .query::<Value>(c)
         })
     }
 
@@ -168,7 +171,10 @@ impl StreamSource {
         let Value::Array(parts) = v else {
             return Err(format!("XAUTOCLAIM answered {v:?}"));
         };
-        let cursor = parts.first().and_then(as_string).unwrap_or_else(|| "0-0".into());
+        let cursor = parts
+            .first()
+            .and_then(as_string)
+            .unwrap_or_else(|| "0-0".into());
         let entries = match parts.get(1) {
             Some(Value::Array(items)) => items
                 .iter()
@@ -181,7 +187,7 @@ impl StreamSource {
             let ids: Vec<String> = deleted.iter().filter_map(as_string).collect();
             if !ids.is_empty() {
                 self.trimmed += ids.len() as u64;
-                self.ack(&ids)?;
+                self.ack_ids(&ids)?;
             }
         }
         self.claim_cursor = cursor;
@@ -189,7 +195,7 @@ impl StreamSource {
     }
 
     /// Acknowledges delivered (or dead-lettered) entries.
-    pub fn ack(&self, ids: &[String]) -> Result<(), String> {
+    fn ack_ids(&self, ids: &[String]) -> Result<(), String> {
         for chunk in ids.chunks(1000) {
             self.valkey.call(|c| {
                 redis::cmd("XACK")
@@ -204,7 +210,7 @@ impl StreamSource {
 
     /// The age in milliseconds of the oldest entry not yet delivered (pending in the group,
     /// or not yet read by it), on Valkey's clock; 0 when there is none.
-    pub fn lag_ms(&self) -> Result<u64, String> {
+    fn lag(&self) -> Result<u64, String> {
         let (pending, now): (Value, Vec<String>) = self.valkey.call(|c| {
             let p = redis::cmd("XPENDING")
                 .arg(&self.key)
@@ -226,7 +232,10 @@ impl StreamSource {
             None => {
                 // The first entry after the group's last delivered one.
                 let groups: Value = self.valkey.call(|c| {
-                    redis::cmd("XINFO").arg("GROUPS").arg(&self.key).query::<Value>(c)
+                    redis::cmd("XINFO")
+                        .arg("GROUPS")
+                        .arg(&self.key)
+                        .query::<Value>(c)
                 })?;
                 let last = group_field(&groups, &self.group, "last-delivered-id")
                     .unwrap_or_else(|| "0-0".into());
@@ -240,7 +249,10 @@ impl StreamSource {
                         .query::<Value>(c)
                 })?;
                 match next {
-                    Value::Array(items) => items.first().and_then(|i| parse_entry(i, false)).map(|e| e.id),
+                    Value::Array(items) => items
+                        .first()
+                        .and_then(|i| parse_entry(i, false))
+                        .map(|e| e.id),
                     _ => None,
                 }
             }
@@ -248,6 +260,34 @@ impl StreamSource {
         Ok(oldest
             .and_then(|id| id.split('-').next().and_then(|ms| ms.parse::<u64>().ok()))
             .map_or(0, |ms| now_ms.saturating_sub(ms)))
+    }
+}
+
+impl Source for StreamSource {
+    fn describe(&self) -> String {
+        format!(
+            "stream {} at {} (group {}, consumer {})",
+            self.key,
+            self.valkey.endpoint().display_url(),
+            self.group,
+            self.consumer
+        )
+    }
+
+    fn take(&mut self, count: usize, block: Option<Duration>) -> Result<Vec<Entry>, String> {
+        self.take_entries(count, block)
+    }
+
+    fn ack(&mut self, ids: &[String]) -> Result<(), String> {
+        self.ack_ids(ids)
+    }
+
+    fn lag_ms(&mut self) -> Result<u64, String> {
+        self.lag()
+    }
+
+    fn trimmed(&self) -> u64 {
+        self.trimmed
     }
 }
 
@@ -269,14 +309,23 @@ fn group_field(v: &Value, group: &str, field: &str) -> Option<String> {
                 .chunks(2)
                 .filter_map(|p| Some((as_string(p.first()?)?, p.get(1)?)))
                 .collect(),
-            Value::Map(kv) => kv.iter().filter_map(|(k, v)| Some((as_string(k)?, v))).collect(),
+            Value::Map(kv) => kv
+                .iter()
+                .filter_map(|(k, v)| Some((as_string(k)?, v)))
+                .collect(),
             _ => return None,
         };
-        let name = pairs.iter().find(|(k, _)| k == "name").and_then(|(_, v)| as_string(v))?;
+        let name = pairs
+            .iter()
+            .find(|(k, _)| k == "name")
+            .and_then(|(_, v)| as_string(v))?;
         if name != group {
             return None;
         }
-        pairs.iter().find(|(k, _)| k == field).and_then(|(_, v)| as_string(v))
+        pairs
+            .iter()
+            .find(|(k, _)| k == field)
+            .and_then(|(_, v)| as_string(v))
     })
 }
 
