@@ -735,7 +735,7 @@ fn files_plain_and_gzip_are_delivered_once_and_resume_from_the_checkpoint() {
         .append(true)
         .open(&plain)
         .unwrap()
-        .write_all(half[half.len() / 2..].as_bytes())
+        .write_all(&half.as_bytes()[half.len() / 2..])
         .unwrap();
     let (_, j, _) = ship_files(&api, &[&plain, &gz], &cp, &[]);
     assert_eq!(j["delivered"], 1, "{j}");
