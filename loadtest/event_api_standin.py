@@ -10,8 +10,8 @@ and refuses a batch that breaks a rule, whole, with the rule named:
     encoding Content-Encoding gzip, deflate or none; bad compressed data 400, another 415
     JSON     UTF-8 JSON: an array of objects, or one object, else 400; per event:
              eventType a string of at most 255 characters of [A-Za-z0-9_:]; at most 254
-             attributes; attribute names at most 255 characters; values string, integer,
-             float or boolean (null, arrays, objects: 400); strings at most 4096
+             attributes; attribute names at most 255 characters; values string, integer
+             or float, the documented types (booleans, null, arrays, objects: 400); strings at most 4096
              characters (Event API) - else 400 naming the rule, the event and attribute
     accepted 200 {"success": true, "uuid": "..."}; with --store, each event one JSON line
 
@@ -104,10 +104,11 @@ def check(events: list) -> None:
             elif t is float:
                 if not math.isfinite(value):
                     raise Invalid("attribute_value_type", f"event {i}: attribute {name!r} is not a finite number", i)
-            elif t is not int and t is not bool:
-                kind = "null" if value is None else "an array" if t is list else "an object"
+            elif t is not int:
+                kind = ("a boolean" if t is bool else "null" if value is None
+                        else "an array" if t is list else "an object")
                 raise Invalid("attribute_value_type",
-                              f"event {i}: attribute {name!r} is {kind} (string, integer, float or boolean only)", i)
+                              f"event {i}: attribute {name!r} is {kind} (string, integer or float only: New Relic's documented types)", i)
 
 
 class EventApi(standin.App):

@@ -2,7 +2,8 @@
 //! the limits New Relic documents ("Data requirements and limits for custom event data"):
 //! a payload of at most 1 MB (10^6 bytes) per POST, attribute names of at most 255
 //! characters, values of at most 4,096 characters through the Event API, at most 254
-//! attributes per event. An event is cut to fit (a value shortened, an attribute left
+//! attributes per event, values strings or numbers (a boolean is sent as "true" or
+//! "false": the documented types only, so NRQL compares `allowed = 'true'`). An event is cut to fit (a value shortened, an attribute left
 //! out, each counted) rather than have the whole batch rejected; a batch larger than a
 //! POST or answered 413 is split; a batch answered 400 is split until the event it
 //! refuses is alone, and that one is dead-lettered.
@@ -97,7 +98,8 @@ pub fn prepare(e: &Event, cuts: &mut Cuts) -> Map<String, Value> {
                 cuts.values += 1;
                 Value::String(s.chars().take(MAX_VALUE_CHARS).collect())
             }
-            Value::String(_) | Value::Number(_) | Value::Bool(_) => v.clone(),
+            Value::String(_) | Value::Number(_) => v.clone(),
+            Value::Bool(b) => Value::String(b.to_string()),
             Value::Null | Value::Array(_) | Value::Object(_) => {
                 cuts.attributes += 1;
                 continue;
@@ -234,6 +236,14 @@ mod tests {
         assert_eq!(e["url.full"].as_str().unwrap().chars().count(), 4096);
         assert_eq!(cuts.values, 1);
         assert_eq!(e[ID_ATTRIBUTE], "1-0");
+    }
+
+    #[test]
+    fn a_boolean_goes_as_a_string() {
+        let mut cuts = Cuts::default();
+        let e = prepare(&event(serde_json::json!({"eventType": "RateLimitDecision", "allowed": false})), &mut cuts);
+        assert_eq!(e["allowed"], "false");
+        assert_eq!((cuts.values, cuts.attributes), (0, 0));
     }
 
     #[test]
