@@ -93,7 +93,8 @@ impl StandIn {
     }
 
     fn otlp() -> Self {
-        Self::start("otlp_receiver.py", &[])
+        // The receiver checks New Relic's OTLP header, `api-key`.
+        Self::start("otlp_receiver.py", &["--key", KEY])
     }
 
     fn events_url(&self) -> String {

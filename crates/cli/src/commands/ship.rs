@@ -9,7 +9,7 @@ use checkout_guard_cli::admin::endpoint_from_options;
 use checkout_guard_cli::ship::files::FileSource;
 use checkout_guard_cli::ship::http::Poster;
 use checkout_guard_cli::ship::newrelic::{Key, NewRelic};
-use checkout_guard_cli::ship::otlp::Otlp;
+use checkout_guard_cli::ship::otlp::{headers_from_env, Otlp};
 use checkout_guard_cli::ship::stream::StreamSource;
 use checkout_guard_cli::ship::{run as ship, Config, Counts, Destination, Source};
 use checkout_guard_cli::valkey::Valkey;
@@ -23,7 +23,8 @@ pub enum To {
     /// New Relic's Event API (gzip JSON; the key from NEW_RELIC_INSERT_KEY, else
     /// NEW_RELIC_LICENSE_KEY, or --key-file).
     Newrelic,
-    /// OpenTelemetry over OTLP/HTTP (protobuf): log records and http.client.request.duration.
+    /// OpenTelemetry over OTLP/HTTP (protobuf): log records and http.client.request.duration
+    /// (headers such as New Relic's api-key from OTEL_EXPORTER_OTLP_HEADERS).
     Otlp,
 }
 
@@ -153,7 +154,11 @@ pub fn run(a: ShipArgs) -> Result<bool, String> {
             if a.key_file.is_some() {
                 return Err("--key-file is for --to newrelic".into());
             }
-            Destination::Otlp(Otlp::new(&endpoint_url, &a.service_name))
+            let headers = match std::env::var("OTEL_EXPORTER_OTLP_HEADERS") {
+                Ok(text) => headers_from_env(&text)?,
+                Err(_) => Vec::new(),
+            };
+            Destination::Otlp(Otlp::new(&endpoint_url, &a.service_name, headers))
         }
     };
     let mut source: Box<dyn Source> = match (&a.stream, a.checkpoint.clone()) {

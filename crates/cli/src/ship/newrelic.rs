@@ -241,7 +241,10 @@ mod tests {
     #[test]
     fn a_boolean_goes_as_a_string() {
         let mut cuts = Cuts::default();
-        let e = prepare(&event(serde_json::json!({"eventType": "RateLimitDecision", "allowed": false})), &mut cuts);
+        let e = prepare(
+            &event(serde_json::json!({"eventType": "RateLimitDecision", "allowed": false})),
+            &mut cuts,
+        );
         assert_eq!(e["allowed"], "false");
         assert_eq!((cuts.values, cuts.attributes), (0, 0));
     }

@@ -38,6 +38,8 @@ const MAX_RECORDS_PER_POST: usize = 2_000;
 const SEVERITY_INFO: i32 = 9;
 
 pub struct Otlp {
+    /// Extra headers (`OTEL_EXPORTER_OTLP_HEADERS`: New Relic's `api-key`, a collector's auth).
+    headers: Vec<(String, String)>,
     logs_url: String,
     metrics_url: String,
     resource: Resource,
@@ -233,11 +235,58 @@ const HEADERS: [(&str, &str); 2] = [
     ("Content-Encoding", "gzip"),
 ];
 
+/// `OTEL_EXPORTER_OTLP_HEADERS`, as OpenTelemetry's exporters read it: `key=value` pairs
+/// separated by commas, values percent-decoded (W3C baggage's format); an error names the
+/// pair's key (never its value: it is usually a secret).
+pub fn headers_from_env(text: &str) -> Result<Vec<(String, String)>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let Some((k, v)) = pair.split_once('=') else {
+                return Err(format!(
+                    "OTEL_EXPORTER_OTLP_HEADERS: {pair:?} is not key=value"
+                ));
+            };
+            let k = k.trim();
+            if k.is_empty()
+                || !k
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+            {
+                return Err(format!(
+                    "OTEL_EXPORTER_OTLP_HEADERS: {k:?} is not a header name"
+                ));
+            }
+            Ok((k.to_string(), percent_decode(v.trim())))
+        })
+        .collect()
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 impl Otlp {
     /// `base` is the OTLP/HTTP base URL: `/v1/logs` and `/v1/metrics` go under it.
-    pub fn new(base: &str, service_name: &str) -> Self {
+    pub fn new(base: &str, service_name: &str, headers: Vec<(String, String)>) -> Self {
         let base = base.trim_end_matches('/');
         Self {
+            headers,
             logs_url: format!("{base}/v1/logs"),
             metrics_url: format!("{base}/v1/metrics"),
             resource: Resource {
@@ -250,6 +299,14 @@ impl Otlp {
             metric_points_rejected: 0,
             metric_points: 0,
         }
+    }
+
+    fn all_headers(&self) -> Vec<(&str, &str)> {
+        HEADERS
+            .iter()
+            .copied()
+            .chain(self.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .collect()
     }
 
     pub fn url(&self) -> String {
@@ -293,7 +350,11 @@ impl Otlp {
                     ..Default::default()
                 }],
             };
-            match poster.post(&self.metrics_url, &HEADERS, &gzip(&req.encode_to_vec()))? {
+            match poster.post(
+                &self.metrics_url,
+                &self.all_headers(),
+                &gzip(&req.encode_to_vec()),
+            )? {
                 Answer::Accepted => self.metric_points += n,
                 other => {
                     eprintln!(
@@ -326,7 +387,11 @@ impl Otlp {
                 ..Default::default()
             }],
         };
-        match poster.post(&self.logs_url, &HEADERS, &gzip(&req.encode_to_vec()))? {
+        match poster.post(
+            &self.logs_url,
+            &self.all_headers(),
+            &gzip(&req.encode_to_vec()),
+        )? {
             Answer::Accepted => {
                 done.accepted += n;
                 Ok(())
@@ -397,6 +462,21 @@ mod tests {
         assert_eq!(ok.bucket_counts[DURATION_BOUNDS.len()], 1);
         assert!((ok.sum.unwrap() - 12.045).abs() < 1e-9);
         assert_eq!(ok.bucket_counts.len(), ok.explicit_bounds.len() + 1);
+    }
+
+    #[test]
+    fn otlp_headers_are_read_as_opentelemetry_reads_them() {
+        let h = headers_from_env("api-key=abc%3D1, x-tenant = shop ,").unwrap();
+        assert_eq!(
+            h,
+            [
+                ("api-key".to_string(), "abc=1".to_string()),
+                ("x-tenant".into(), "shop".into())
+            ]
+        );
+        let e = headers_from_env("api-key").unwrap_err();
+        assert!(e.contains("api-key") && e.contains("key=value"), "{e}");
+        assert_eq!(percent_decode("a%2"), "a%2");
     }
 
     #[test]
