@@ -184,6 +184,7 @@ fn ship_cmd(url: &str, to: &str, endpoint: &str, dead: &Path) -> Command {
     .arg("--dead-letter")
     .arg(dead)
     .env("NEW_RELIC_INSERT_KEY", KEY)
+    .env("OTEL_EXPORTER_OTLP_HEADERS", format!("api-key={KEY}"))
     .env_remove("NEW_RELIC_LICENSE_KEY")
     .stdin(Stdio::null());
     c
