@@ -82,8 +82,8 @@ pub struct ShipArgs {
     /// through before giving up, in seconds (long-running: for ever).
     #[arg(long, default_value_t = 120)]
     retry_for: u64,
-    /// Entries taken per batch (1 to 100000).
-    #[arg(long, default_value_t = 2000)]
+    /// Entries taken per batch (1 to 100000): the most a crash can send twice.
+    #[arg(long, default_value_t = 10000)]
     batch: usize,
     /// Where events refused for good (a 4xx other than 408/429/413 for that event alone,
     /// or an entry that is not an event) are appended, a JSON line each with why.

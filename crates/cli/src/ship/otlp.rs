@@ -33,7 +33,7 @@ pub const DURATION_METRIC: &str = "http.client.request.duration";
 pub const DURATION_BOUNDS: [f64; 14] = [
     0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
 ];
-const MAX_RECORDS_PER_POST: usize = 2_000;
+const MAX_RECORDS_PER_POST: usize = 20_000;
 /// OTLP's SeverityNumber INFO.
 const SEVERITY_INFO: i32 = 9;
 
