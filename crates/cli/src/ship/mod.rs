@@ -61,6 +61,40 @@ pub struct Delivered {
     pub rejected: Vec<(usize, String)>,
 }
 
+/// The one rule for a batch a destination will not take whole: `send` POSTs the events in
+/// a range; a batch too large (413, or over the destination's size limit) or refused
+/// (another 4xx) is split in halves, each sent on its own, until an event refused alone
+/// is set aside in `done.rejected` with why (`too_large`: what "too large" means there).
+pub fn send_split(
+    range: std::ops::Range<usize>,
+    done: &mut Delivered,
+    too_large: &str,
+    send: &mut dyn FnMut(std::ops::Range<usize>) -> Result<http::Answer, Failed>,
+) -> Result<(), Failed> {
+    let n = range.len();
+    match send(range.clone())? {
+        http::Answer::Accepted => {
+            done.accepted += n;
+            Ok(())
+        }
+        http::Answer::TooLarge | http::Answer::Rejected { .. } if n > 1 => {
+            let mid = range.start + n / 2;
+            send_split(range.start..mid, done, too_large, send)?;
+            send_split(mid..range.end, done, too_large, send)
+        }
+        http::Answer::TooLarge => {
+            done.rejected
+                .push((range.start, format!("too large alone: {too_large}")));
+            Ok(())
+        }
+        http::Answer::Rejected { status, body } => {
+            done.rejected
+                .push((range.start, format!("{status} {body}")));
+            Ok(())
+        }
+    }
+}
+
 pub enum Destination {
     NewRelic(newrelic::NewRelic),
     Otlp(otlp::Otlp),

@@ -15,7 +15,7 @@ use flate2::Compression;
 use serde_json::{Map, Value};
 
 use super::http::{Answer, Failed, Poster};
-use super::{Delivered, Event, ID_ATTRIBUTE};
+use super::{send_split, Delivered, Event, ID_ATTRIBUTE};
 
 pub const MAX_PAYLOAD: usize = 1_000_000;
 pub const MAX_ATTRIBUTES: usize = 254;
@@ -140,60 +140,37 @@ impl NewRelic {
         let mut start = 0;
         while start < bodies.len() {
             let end = (start + MAX_EVENTS_PER_POST).min(bodies.len());
-            self.send(poster, &bodies, start..end, &mut done)?;
+            send_split(
+                start..end,
+                &mut done,
+                "413, or over the Event API's 1 MB per POST gzipped",
+                &mut |r| self.post(poster, &bodies, r),
+            )?;
             start = end;
         }
         Ok(done)
     }
 
-    fn send(
+    /// POSTs the events in `range`: a payload over 1 MB gzipped is not sent (too large).
+    fn post(
         &self,
         poster: &mut Poster,
         bodies: &[Vec<u8>],
         range: std::ops::Range<usize>,
-        done: &mut Delivered,
-    ) -> Result<(), Failed> {
-        let n = range.len();
-        let payload = gzip_array(&bodies[range.clone()]);
-        let answer = if payload.len() > MAX_PAYLOAD {
-            Answer::TooLarge
-        } else {
-            poster.post(
-                &self.url,
-                &[
-                    (self.key.header, self.key.value.as_str()),
-                    ("Content-Type", "application/json"),
-                    ("Content-Encoding", "gzip"),
-                ],
-                &payload,
-            )?
-        };
-        match answer {
-            Answer::Accepted => {
-                done.accepted += n;
-                Ok(())
-            }
-            Answer::TooLarge | Answer::Rejected { .. } if n > 1 => {
-                let mid = range.start + n / 2;
-                self.send(poster, bodies, range.start..mid, done)?;
-                self.send(poster, bodies, mid..range.end, done)
-            }
-            Answer::TooLarge => {
-                done.rejected.push((
-                    range.start,
-                    format!(
-                        "larger than the Event API's 1 MB per POST ({} bytes gzipped)",
-                        payload.len()
-                    ),
-                ));
-                Ok(())
-            }
-            Answer::Rejected { status, body } => {
-                done.rejected
-                    .push((range.start, format!("{status} {body}")));
-                Ok(())
-            }
+    ) -> Result<Answer, Failed> {
+        let payload = gzip_array(&bodies[range]);
+        if payload.len() > MAX_PAYLOAD {
+            return Ok(Answer::TooLarge);
         }
+        poster.post(
+            &self.url,
+            &[
+                (self.key.header, self.key.value.as_str()),
+                ("Content-Type", "application/json"),
+                ("Content-Encoding", "gzip"),
+            ],
+            &payload,
+        )
     }
 }
 

@@ -26,7 +26,7 @@ use prost::Message;
 use serde_json::Value;
 
 use super::http::{Answer, Failed, Poster};
-use super::{Delivered, Event, ID_ATTRIBUTE};
+use super::{send_split, Delivered, Event, ID_ATTRIBUTE};
 
 /// The semantic conventions' metric name and its bucket boundaries (seconds).
 pub const DURATION_METRIC: &str = "http.client.request.duration";
@@ -322,7 +322,12 @@ impl Otlp {
         let mut start = 0;
         while start < records.len() {
             let end = (start + MAX_RECORDS_PER_POST).min(records.len());
-            self.send_logs(poster, &records, start..end, &mut done)?;
+            send_split(
+                start..end,
+                &mut done,
+                "413 from the OTLP receiver",
+                &mut |r| self.post_logs(poster, &records, r),
+            )?;
             start = end;
         }
         // The metric over the calls the backend took as logs.
@@ -368,50 +373,29 @@ impl Otlp {
         Ok(done)
     }
 
-    fn send_logs(
+    /// POSTs the log records in `range`.
+    fn post_logs(
         &self,
         poster: &mut Poster,
         records: &[LogRecord],
         range: std::ops::Range<usize>,
-        done: &mut Delivered,
-    ) -> Result<(), Failed> {
-        let n = range.len();
+    ) -> Result<Answer, Failed> {
         let req = ExportLogsServiceRequest {
             resource_logs: vec![ResourceLogs {
                 resource: Some(self.resource.clone()),
                 scope_logs: vec![ScopeLogs {
                     scope: scope(),
-                    log_records: records[range.clone()].to_vec(),
+                    log_records: records[range].to_vec(),
                     ..Default::default()
                 }],
                 ..Default::default()
             }],
         };
-        match poster.post(
+        poster.post(
             &self.logs_url,
             &self.all_headers(),
             &gzip(&req.encode_to_vec()),
-        )? {
-            Answer::Accepted => {
-                done.accepted += n;
-                Ok(())
-            }
-            Answer::TooLarge | Answer::Rejected { .. } if n > 1 => {
-                let mid = range.start + n / 2;
-                self.send_logs(poster, records, range.start..mid, done)?;
-                self.send_logs(poster, records, mid..range.end, done)
-            }
-            Answer::TooLarge => {
-                done.rejected
-                    .push((range.start, "413 too large for the OTLP receiver".into()));
-                Ok(())
-            }
-            Answer::Rejected { status, body } => {
-                done.rejected
-                    .push((range.start, format!("{status} {body}")));
-                Ok(())
-            }
-        }
+        )
     }
 }
 
