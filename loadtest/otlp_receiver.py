@@ -236,6 +236,12 @@ class OtlpReceiver(standin.App):
             ids = []
             if path == "/v1/logs":
                 lines, refused, reason = log_lines(msg, ids), 0, ""
+                # {"partial_reject": N}: the last N records refused, the OTLP way (200 with
+                # partial_success.rejected_log_records), neither stored nor counted.
+                partial = min(self.faults.take_partial_reject(), len(lines))
+                if partial:
+                    lines, ids = lines[:len(lines) - partial], ids[:len(ids) - partial]
+                    refused, reason = partial, "stand-in: partial_reject"
             else:
                 lines, refused, reason = metric_lines(msg)
         except standin.BodyError as e:
@@ -264,7 +270,10 @@ class OtlpReceiver(standin.App):
         if unanswered:
             return req.drop()
         response = response_type()
-        if refused:
+        if refused and path == "/v1/logs":
+            response.partial_success.rejected_log_records = refused
+            response.partial_success.error_message = reason
+        elif refused:
             response.partial_success.rejected_data_points = refused
             response.partial_success.error_message = reason
         if ctype == "application/json":

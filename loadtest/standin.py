@@ -131,6 +131,7 @@ class Faults:
         self.queue = collections.deque()   # [fault dict, remaining count]
         self.down_until = 0.0
         self.accept_then_close = 0
+        self.partial_reject = 0
 
     @staticmethod
     def check(fault) -> dict:
@@ -162,7 +163,7 @@ class Faults:
         """Applies one /_control body; ValueError (nothing applied) when any part is wrong."""
         if not isinstance(spec, dict):
             raise ValueError("the body is a JSON object")
-        unknown = set(spec) - {"faults", "down_until", "accept_then_close", "clear"}
+        unknown = set(spec) - {"faults", "down_until", "accept_then_close", "partial_reject", "clear"}
         if unknown:
             raise ValueError(f"unknown keys: {sorted(unknown)}")
         faults = spec.get("faults", [])
@@ -175,17 +176,22 @@ class Faults:
         atc = spec.get("accept_then_close")
         if atc is not None and (type(atc) is not int or not 0 <= atc <= MAX_FAULT_COUNT):
             raise ValueError(f"accept_then_close: 0 to {MAX_FAULT_COUNT}")
+        partial = spec.get("partial_reject")
+        if partial is not None and (type(partial) is not int or not 0 <= partial <= 1_000_000):
+            raise ValueError("partial_reject: 0 to 1000000")
         with self.lock:
             if (0 if spec.get("clear") else len(self.queue)) + len(faults) > MAX_QUEUED_FAULTS:
                 raise ValueError(f"at most {MAX_QUEUED_FAULTS} queued faults")
             if spec.get("clear"):
                 self.queue.clear()
-                self.down_until, self.accept_then_close = 0.0, 0
+                self.down_until, self.accept_then_close, self.partial_reject = 0.0, 0, 0
             self.queue.extend([f, f["count"]] for f in faults)
             if down is not None:
                 self.down_until = float(down)
             if atc is not None:
                 self.accept_then_close = atc
+            if partial is not None:
+                self.partial_reject = partial
 
     def next(self):
         """The fault for this data POST, or None: 503 while down, else the queue's head."""
@@ -199,6 +205,12 @@ class Faults:
             if head[1] <= 0:
                 self.queue.popleft()
             return head[0]
+
+    def take_partial_reject(self) -> int:
+        """The records the next data POST refuses by a partial success (OTLP), once."""
+        with self.lock:
+            n, self.partial_reject = self.partial_reject, 0
+            return n
 
     def take_accept_then_close(self) -> bool:
         with self.lock:

@@ -465,6 +465,18 @@ class OtlpReceiverTest(StandinCase):
         s = self.stats()
         self.assertEqual((s["log_records"], s["duplicates"], s["distinct_ids"], s["without_id"]), (8, 1, 5, 2))
 
+    def test_partial_reject_refuses_the_last_records_the_otlp_way(self):
+        self.control({"partial_reject": 2})
+        status, _, body = self.export("/v1/logs", logs_request(5))
+        self.assertEqual(status, 200)
+        p = logs_service_pb2.ExportLogsServiceResponse.FromString(body).partial_success
+        self.assertEqual(p.rejected_log_records, 2)
+        self.assertEqual(self.stats()["log_records"], 3)
+        # Once: the next POST is taken whole.
+        status, _, body = self.export("/v1/logs", logs_request(2, start=10))
+        self.assertFalse(logs_service_pb2.ExportLogsServiceResponse.FromString(body).HasField("partial_success"))
+        self.assertEqual(self.stats()["log_records"], 5)
+
     def test_faults(self):
         self.control({"faults": [{"status": 429, "retry_after": 3}, {"status": 503}, {"close": True},
                                  {"delay_ms": 300}]})

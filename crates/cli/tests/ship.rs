@@ -344,7 +344,8 @@ fn one_bad_event_is_dead_lettered_and_the_rest_of_its_batch_delivered() {
     let api = StandIn::event_api();
     let dir = TempDir::new("t4");
     record(&mut c, 0, 99, 200);
-    // An event type the Event API refuses (a space), and an entry that is not JSON.
+    // An event type the Event API refuses (a space: set aside without a POST), and an
+    // entry that is not JSON.
     let _: String = redis::cmd("XADD")
         .arg(STREAM)
         .arg("*")
@@ -374,9 +375,10 @@ fn one_bad_event_is_dead_lettered_and_the_rest_of_its_batch_delivered() {
         .collect();
     assert_eq!(lines.len(), 2);
     assert!(
-        lines
-            .iter()
-            .any(|l| l["why"].as_str().unwrap().starts_with("400")),
+        lines.iter().any(|l| l["why"]
+            .as_str()
+            .unwrap()
+            .contains("eventType \"Bad Type\"")),
         "{lines:?}"
     );
     assert!(
@@ -387,6 +389,34 @@ fn one_bad_event_is_dead_lettered_and_the_rest_of_its_batch_delivered() {
     );
     assert_eq!(api.stats()["events"], 99);
     assert_eq!(pending(&mut c), 0);
+}
+
+#[test]
+fn a_batch_refused_with_400_is_split_until_the_refused_event_is_alone() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let api = StandIn::event_api();
+    let dir = TempDir::new("t4b");
+    record(&mut c, 0, 4, 200);
+    // The batch of 4, then its first half, then that half's first event: refused.
+    api.control(serde_json::json!({"faults": [{"status": 400, "count": 3}]}));
+    let dead = dir.0.join("dead.jsonl");
+    let (code, j, err) = ship_once(&v.url, "newrelic", &api.events_url(), &dead, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        (
+            j["delivered"].as_u64(),
+            j["dead_lettered"].as_u64(),
+            j["posts"].as_u64()
+        ),
+        (Some(3), Some(1), Some(5)),
+        "{j}"
+    );
+    let line: serde_json::Value =
+        serde_json::from_str(std::fs::read_to_string(&dead).unwrap().trim()).unwrap();
+    assert!(line["why"].as_str().unwrap().starts_with("400"), "{line}");
+    assert_eq!(line["event"]["seq"], 0, "{line}");
+    assert_eq!(api.stats()["events"], 3);
 }
 
 #[test]
@@ -697,7 +727,8 @@ fn ship_files(
     .stdin(Stdio::null());
     let out = c.output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let j = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("no JSON: {stderr}"));
+    // No JSON when refused at start (exit 2).
+    let j = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
     (out.status.code().unwrap_or(-1), j, stderr)
 }
 
@@ -852,4 +883,358 @@ fn a_checkpoint_in_a_missing_directory_is_refused_before_anything_is_sent() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--checkpoint"));
     assert_eq!(api.stats()["posts"], 0);
+}
+
+// ---- Found by the adversarial review: each failed before its fix ----
+
+/// A server that answers every request with `302 Location: to` and records what it got.
+fn redirector(to: &str) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = format!("http://{}", listener.local_addr().unwrap());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (seen2, to) = (seen.clone(), to.to_string());
+    std::thread::spawn(move || {
+        for s in listener.incoming().take(20) {
+            let Ok(mut s) = s else { continue };
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let mut buf = vec![0u8; 1 << 16];
+            let n = s.read(&mut buf).unwrap_or(0);
+            seen2
+                .lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            let _ = write!(
+                s,
+                "HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+        }
+    });
+    (at, seen)
+}
+
+#[test]
+fn a_redirect_is_not_followed_nothing_is_acknowledged_and_the_key_goes_nowhere_else() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let api = StandIn::event_api();
+    let dir = TempDir::new("a1");
+    record(&mut c, 0, 100, 200);
+    let (at, seen) = redirector(&api.events_url());
+    let (code, j, err) = ship_once(
+        &v.url,
+        "newrelic",
+        &format!("{at}/v1/accounts/1/events"),
+        &dir.0.join("dead"),
+        &[],
+    );
+    assert_eq!(code, 1, "{j} {err}");
+    assert!(j["error"].as_str().unwrap().contains("302"), "{j}");
+    assert_eq!(j["delivered"], 0);
+    assert_eq!(pending(&mut c), 100, "nothing acknowledged");
+    assert_eq!(
+        api.stats()["posts"],
+        0,
+        "the redirect's target got nothing, no key"
+    );
+    assert_eq!(seen.lock().unwrap().len(), 1, "one POST, not sent again");
+}
+
+#[test]
+fn records_an_otlp_receiver_refuses_in_a_partial_success_are_counted_and_set_aside() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let rx = StandIn::otlp();
+    let dir = TempDir::new("a2");
+    record(&mut c, 0, 100, 200);
+    rx.control(serde_json::json!({"partial_reject": 30}));
+    let dead = dir.0.join("dead");
+    let (code, j, err) = ship_once(&v.url, "otlp", &rx.base, &dead, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        (j["delivered"].as_u64(), j["dead_lettered"].as_u64()),
+        (Some(70), Some(30)),
+        "{j}"
+    );
+    assert_eq!(rx.stats()["log_records"], 70);
+    let line: serde_json::Value =
+        serde_json::from_str(std::fs::read_to_string(&dead).unwrap().trim()).unwrap();
+    assert_eq!(line["refused"], 30, "{line}");
+    assert_eq!(
+        line["ids"].as_array().unwrap().len(),
+        100,
+        "the POST's events named: {line}"
+    );
+}
+
+#[test]
+fn entries_trimmed_by_maxlen_before_the_group_read_them_are_counted() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let api = StandIn::event_api();
+    let dir = TempDir::new("a3");
+    record(&mut c, 0, 100, 200);
+    let (code, _, err) = ship_once(
+        &v.url,
+        "newrelic",
+        &api.events_url(),
+        &dir.0.join("dead"),
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    // The shipper down while 1,000 more are written with an exact MAXLEN of 100.
+    for i in 0..1000 {
+        let _: String = redis::cmd("XADD")
+            .arg(STREAM)
+            .arg("MAXLEN")
+            .arg(100)
+            .arg("*")
+            .arg("event")
+            .arg(line(i))
+            .query(&mut c)
+            .unwrap();
+    }
+    let (code, j, err) = ship_once(
+        &v.url,
+        "newrelic",
+        &api.events_url(),
+        &dir.0.join("dead"),
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        (j["delivered"].as_u64(), j["trimmed"].as_u64()),
+        (Some(100), Some(900)),
+        "{j}"
+    );
+    assert!(
+        err.contains("900 entries") && err.contains("trimmed"),
+        "said: {err}"
+    );
+}
+
+#[test]
+fn a_reply_lost_after_the_destination_took_the_batch_is_counted_as_maybe_twice() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let api = StandIn::event_api();
+    let dir = TempDir::new("a4");
+    record(&mut c, 0, 100, 200);
+    api.control(serde_json::json!({"accept_then_close": 1}));
+    let (code, j, err) = ship_once(
+        &v.url,
+        "newrelic",
+        &api.events_url(),
+        &dir.0.join("dead"),
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    let s = api.stats();
+    assert_eq!(s["duplicates"], 100, "{s}");
+    assert_eq!(
+        j["again"], 100,
+        "the duplicates the destination has are counted: {j}"
+    );
+    assert_eq!(j["delivered"], 100);
+}
+
+#[test]
+fn a_group_deleted_under_the_shipper_counts_what_it_sends_again() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let api = StandIn::event_api();
+    let dir = TempDir::new("a5");
+    let child = ship_cmd(&v.url, "newrelic", &api.events_url(), &dir.0.join("dead"))
+        .args(["--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    record(&mut c, 0, 300, 200);
+    wait_until("300 delivered", Duration::from_secs(20), || {
+        api.stats()["events"] == 300
+    });
+    let _: i64 = redis::cmd("XGROUP")
+        .arg("DESTROY")
+        .arg(STREAM)
+        .arg("checkout-guard-ship")
+        .query(&mut c)
+        .unwrap();
+    record(&mut c, 300, 50, 200);
+    wait_until("the 50 new ones", Duration::from_secs(20), || {
+        api.stats()["distinct_ids"] == 350
+    });
+    unsafe { libc_kill(child.id() as i32, 15) };
+    let out = child.wait_with_output().unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = api.stats();
+    assert_eq!(s["duplicates"], 300, "{s}");
+    assert_eq!(j["again"], 300, "{j}");
+}
+
+#[test]
+fn a_mistyped_stream_key_is_named_not_made() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let api = StandIn::event_api();
+    let dir = TempDir::new("a6");
+    record(&mut c, 0, 10, 200);
+    let out = Command::new(BIN)
+        .args([
+            "ship",
+            "--stream",
+            &v.url,
+            "--stream-key",
+            "cg:evnets",
+            "--to",
+            "newrelic",
+            "--endpoint",
+            &api.events_url(),
+            "--once",
+        ])
+        .arg("--dead-letter")
+        .arg(dir.0.join("dead"))
+        .env("NEW_RELIC_INSERT_KEY", KEY)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("cg:evnets") && err.contains(STREAM),
+        "names the key and the streams there: {err}"
+    );
+    let exists: i64 = redis::cmd("EXISTS").arg("cg:evnets").query(&mut c).unwrap();
+    assert_eq!(exists, 0, "no stream made under the mistyped name");
+}
+
+#[test]
+fn an_idle_long_running_shipper_with_a_short_timeout_is_quiet() {
+    let v = common::Valkey::start();
+    let api = StandIn::event_api();
+    let dir = TempDir::new("a7");
+    let mut c = v.connection();
+    record(&mut c, 0, 5, 200);
+    let child = ship_cmd(&v.url, "newrelic", &api.events_url(), &dir.0.join("dead"))
+        .args(["--timeout-ms", "200"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("5 delivered", Duration::from_secs(20), || {
+        api.stats()["events"] == 5
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    unsafe { libc_kill(child.id() as i32, 15) };
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("outcome unknown"),
+        "an idle wait is not a lost reply: {err}"
+    );
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn files_a_checkpoint_that_cannot_be_written_for_a_while_loses_no_line() {
+    let api = StandIn::event_api();
+    let dir = TempDir::new("a8");
+    let live = dir.0.join("events.jsonl");
+    let cpdir = dir.0.join("state");
+    std::fs::create_dir(&cpdir).unwrap();
+    std::fs::write(&live, lines(0..10)).unwrap();
+    let mut child = Command::new(BIN)
+        .args([
+            "ship",
+            "--to",
+            "newrelic",
+            "--endpoint",
+            &api.events_url(),
+            "--files",
+        ])
+        .arg(&live)
+        .arg("--checkpoint")
+        .arg(cpdir.join("cp.json"))
+        .arg("--dead-letter")
+        .arg(dir.0.join("dead"))
+        .env("NEW_RELIC_INSERT_KEY", KEY)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the first 10", Duration::from_secs(20), || {
+        api.stats()["events"] == 10
+    });
+    // The checkpoint's directory gone (a full disk does the same): writes fail.
+    std::fs::remove_dir_all(&cpdir).unwrap();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&live)
+        .unwrap()
+        .write_all(lines(10..20).as_bytes())
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    std::fs::create_dir(&cpdir).unwrap();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&live)
+        .unwrap()
+        .write_all(lines(20..30).as_bytes())
+        .unwrap();
+    wait_until("all 30", Duration::from_secs(30), || {
+        api.stats()["distinct_ids"] == 30
+    });
+    unsafe { libc_kill(child.id() as i32, 15) };
+    child.wait().unwrap();
+}
+
+#[test]
+fn files_a_first_line_over_a_mib_is_shipped_cut() {
+    let api = StandIn::event_api();
+    let dir = TempDir::new("a9");
+    let (live, cp) = (dir.0.join("events.jsonl"), dir.0.join("cp.json"));
+    let big = serde_json::json!({"eventType": "ExternalApiCall", "timestamp": 1, "note": "x".repeat(2 << 20)}).to_string() + "\n";
+    std::fs::write(&live, big + &lines(0..100)).unwrap();
+    let (code, j, err) = ship_files(&api, &[&live], &cp, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        (j["delivered"].as_u64(), j["cut"]["values"].as_u64()),
+        (Some(101), Some(1)),
+        "{j}"
+    );
+}
+
+#[test]
+fn files_two_shippers_on_one_checkpoint_are_refused() {
+    let api = StandIn::event_api();
+    let dir = TempDir::new("a10");
+    let (live, cp) = (dir.0.join("events.jsonl"), dir.0.join("cp.json"));
+    std::fs::write(&live, lines(0..10)).unwrap();
+    let mut first = Command::new(BIN)
+        .args([
+            "ship",
+            "--to",
+            "newrelic",
+            "--endpoint",
+            &api.events_url(),
+            "--files",
+        ])
+        .arg(&live)
+        .arg("--checkpoint")
+        .arg(&cp)
+        .arg("--dead-letter")
+        .arg(dir.0.join("dead"))
+        .env("NEW_RELIC_INSERT_KEY", KEY)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the first one's 10", Duration::from_secs(20), || {
+        api.stats()["events"] == 10
+    });
+    let (code, _, err) = ship_files(&api, &[&live], &cp, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("another shipper"), "{err}");
+    unsafe { libc_kill(first.id() as i32, 15) };
+    first.wait().unwrap();
+    assert_eq!(api.stats()["duplicates"], 0);
 }

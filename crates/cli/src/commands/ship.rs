@@ -181,6 +181,7 @@ pub fn run(a: ShipArgs) -> Result<bool, String> {
                 &a.group,
                 &consumer,
                 Duration::from_secs(a.claim_idle),
+                a.once,
             ))
         }
         (None, Some(checkpoint)) => Box::new(FileSource::new(a.files.clone(), checkpoint)?),
@@ -203,6 +204,7 @@ pub fn run(a: ShipArgs) -> Result<bool, String> {
         once: a.once,
         dead_letter: a.dead_letter.clone(),
         log_every: Duration::from_secs(10),
+        block: Duration::from_millis(a.timeout_ms.clamp(1, 1000)),
     };
     let started = Instant::now();
     let mut counts = Counts::default();

@@ -44,7 +44,10 @@ fn is_gzip(path: &Path) -> Result<bool, String> {
     }
 }
 
-fn open(path: &Path) -> Result<(Box<dyn BufRead>, bool), String> {
+/// A file's reader and whether it is gzip.
+type Opened = (Box<dyn BufRead>, bool);
+
+fn open(path: &Path) -> Result<Opened, String> {
     let gz = is_gzip(path)?;
     let f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(if gz {
@@ -60,15 +63,42 @@ fn open(path: &Path) -> Result<(Box<dyn BufRead>, bool), String> {
     })
 }
 
-/// The identity of the file at `path`: `None` while it holds no complete first line.
+/// `path` opened at `offset` uncompressed bytes: a plain file by a seek, a gzip one by
+/// reading through. `Ok(None)`: the file is shorter than `offset`.
+fn open_at(path: &Path, offset: u64) -> Result<Option<Opened>, String> {
+    let gz = is_gzip(path)?;
+    let err = |e: std::io::Error| format!("{}: {e}", path.display());
+    if !gz {
+        let mut f = File::open(path).map_err(err)?;
+        if f.metadata().map_err(err)?.len() < offset {
+            return Ok(None);
+        }
+        std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(offset)).map_err(err)?;
+        return Ok(Some((
+            Box::new(BufReader::with_capacity(256 * 1024, f)),
+            false,
+        )));
+    }
+    let (mut r, _) = open(path)?;
+    let skipped = std::io::copy(&mut r.by_ref().take(offset), &mut std::io::sink()).map_err(err)?;
+    Ok((skipped == offset).then_some((r, true)))
+}
+
+/// The most of a first line a file is known by.
+const IDENTITY_BYTES: u64 = 1 << 20;
+
+/// The identity of the file at `path`: its first line (or, for a first line longer than
+/// 1 MiB, its first MiB, which no later write changes); `None` while a plain file holds
+/// neither.
 fn identity(path: &Path) -> Result<Option<String>, String> {
     let (mut r, gz) = open(path)?;
     let mut first = Vec::new();
     r.by_ref()
-        .take(1 << 20)
+        .take(IDENTITY_BYTES)
         .read_until(b'\n', &mut first)
         .map_err(|e| format!("{}: {e}", path.display()))?;
-    if first.is_empty() || (!gz && !first.ends_with(b"\n")) {
+    let complete = first.ends_with(b"\n") || first.len() as u64 == IDENTITY_BYTES;
+    if first.is_empty() || (!gz && !complete) {
         return Ok(None);
     }
     Ok(Some(format!("{:016x}", fnv1a(&first))))
@@ -100,6 +130,10 @@ pub struct FileSource {
     batch_ends: Vec<(String, u64)>,
     /// The first not yet delivered event's timestamp (ms), for the lag.
     oldest_ms: Option<f64>,
+    /// Files whose last read failed this round (what, why).
+    unreadable: Vec<String>,
+    /// Held while the shipper runs: one shipper per checkpoint.
+    _lock: File,
 }
 
 impl FileSource {
@@ -126,6 +160,33 @@ impl FileSource {
                 dir.display()
             ));
         }
+        // One shipper per checkpoint: two would each deliver every file.
+        let lock_path = PathBuf::from(format!("{}.lock", checkpoint.display()));
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| {
+                format!(
+                    "--checkpoint {}: {}: {e}",
+                    checkpoint.display(),
+                    lock_path.display()
+                )
+            })?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(format!(
+                    "--checkpoint {}: another shipper holds it ({} is locked): one shipper per checkpoint",
+                    checkpoint.display(),
+                    lock_path.display()
+                ))
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(format!("--checkpoint {}: {}: {e}", checkpoint.display(), lock_path.display()))
+            }
+        }
         Ok(Self {
             paths,
             checkpoint,
@@ -133,6 +194,8 @@ impl FileSource {
             readers: Vec::new(),
             batch_ends: Vec::new(),
             oldest_ms: None,
+            unreadable: Vec::new(),
+            _lock: lock,
         })
     }
 
@@ -148,14 +211,28 @@ impl FileSource {
             })
             .collect();
         let text = json!({"version": 1, "files": files}).to_string();
-        let tmp = self.checkpoint.with_extension("tmp");
-        let write = || -> std::io::Result<()> {
-            let mut f = File::create(&tmp)?;
-            f.write_all(text.as_bytes())?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &self.checkpoint)
+        let tmp = PathBuf::from(format!(
+            "{}.{}.tmp",
+            self.checkpoint.display(),
+            std::process::id()
+        ));
+        let write = || -> Result<(), String> {
+            let at = |what: &str, p: &Path, e: std::io::Error| {
+                format!(
+                    "--checkpoint {}: {what} {}: {e}",
+                    self.checkpoint.display(),
+                    p.display()
+                )
+            };
+            let mut f = File::create(&tmp).map_err(|e| at("creating", &tmp, e))?;
+            f.write_all(text.as_bytes())
+                .and_then(|()| f.sync_all())
+                .map_err(|e| at("writing", &tmp, e))?;
+            std::fs::rename(&tmp, &self.checkpoint).map_err(|e| at("renaming to it", &tmp, e))
         };
-        write().map_err(|e| format!("--checkpoint {}: {e}", self.checkpoint.display()))
+        write().inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })
     }
 
     /// Opens the files not open yet (or whose path now holds another file, and whose old
@@ -178,21 +255,20 @@ impl FileSource {
             let mark = self.marks.entry(ident.clone()).or_default();
             mark.path = path.display().to_string();
             let start = mark.done;
-            let (mut reader, gz) = open(&path)?;
-            // Skip what was delivered (uncompressed bytes).
-            let skipped = std::io::copy(&mut reader.by_ref().take(start), &mut std::io::sink())
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-            if skipped < start {
-                // Shorter than its checkpoint: truncated and written again. Read from the start.
-                eprintln!(
-                    "checkout-guard ship: {} is shorter ({skipped} bytes) than delivered ({start}): read again from its start",
-                    path.display()
-                );
-                let (r, _) = open(&path)?;
-                reader = r;
-                mark.done = 0;
-                mark.taken = 0;
-            }
+            // Past what was delivered (uncompressed bytes).
+            let (reader, gz) = match open_at(&path, start)? {
+                Some(r) => r,
+                None => {
+                    // Shorter than its checkpoint: truncated and written again.
+                    eprintln!(
+                        "checkout-guard ship: {} is shorter than what was delivered of it ({start} bytes): read again from its start",
+                        path.display()
+                    );
+                    mark.done = 0;
+                    mark.taken = 0;
+                    open(&path)?
+                }
+            };
             let offset = mark.done;
             self.readers.push(Reader {
                 ident,
@@ -241,28 +317,94 @@ impl Source for FileSource {
     }
 
     fn take(&mut self, count: usize, block: Option<Duration>) -> Result<Vec<Entry>, String> {
+        let before: Vec<(String, u64)> = self
+            .marks
+            .iter()
+            .map(|(k, m)| (k.clone(), m.taken))
+            .collect();
+        let taken = self.take_inner(count, block);
+        if taken.is_err() {
+            // Nothing of this round is lost: the files are opened again at what was
+            // delivered, and what was read this round is read again next time.
+            self.readers.clear();
+            self.batch_ends.clear();
+            for (k, t) in before {
+                if let Some(m) = self.marks.get_mut(&k) {
+                    m.taken = t;
+                }
+            }
+        }
+        taken
+    }
+
+    fn ack(&mut self, _ids: &[String]) -> Result<(), String> {
+        for (ident, end) in self.batch_ends.drain(..) {
+            if let Some(m) = self.marks.get_mut(&ident) {
+                m.done = m.done.max(end);
+            }
+        }
+        self.oldest_ms = None;
+        self.save()
+    }
+
+    fn lag_ms(&mut self) -> Result<u64, String> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_millis() as f64);
+        Ok(self.oldest_ms.map_or(0, |t| (now - t).max(0.0) as u64))
+    }
+
+    fn trimmed(&self) -> u64 {
+        0
+    }
+
+    fn unfinished(&self) -> Option<String> {
+        (!self.unreadable.is_empty()).then(|| {
+            format!(
+                "not read to their end (read again next run): {}",
+                self.unreadable.join("; ")
+            )
+        })
+    }
+}
+
+impl FileSource {
+    fn take_inner(&mut self, count: usize, block: Option<Duration>) -> Result<Vec<Entry>, String> {
         self.refresh()?;
         let mut out = Vec::new();
         self.batch_ends.clear();
+        self.unreadable.clear();
+        let mut broken = Vec::new();
         for r in &mut self.readers {
             let mark = self.marks.get_mut(&r.ident).expect("a mark per open file");
             let mut line = Vec::new();
             let mut read_any = false;
             while out.len() < count {
                 line.clear();
-                let n = r
-                    .reader
-                    .read_until(b'\n', &mut line)
-                    .map_err(|e| format!("{}: {e}", r.path.display()))?;
+                let n = match r.reader.read_until(b'\n', &mut line) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        // A gzip file still being compressed, a disk error: this file is
+                        // left for now (opened again next round at what was read of it);
+                        // the others go on.
+                        eprintln!(
+                            "checkout-guard ship: {}: {e} (read again later)",
+                            r.path.display()
+                        );
+                        self.unreadable.push(format!("{}: {e}", r.path.display()));
+                        broken.push(r.ident.clone());
+                        break;
+                    }
+                };
                 if n == 0 {
                     break;
                 }
                 if !line.ends_with(b"\n") && !r.gz {
                     // Still being written: this line waits (read again from its start).
-                    let (mut reader, _) = open(&r.path)?;
-                    std::io::copy(&mut reader.by_ref().take(r.offset), &mut std::io::sink())
-                        .map_err(|e| format!("{}: {e}", r.path.display()))?;
-                    r.reader = reader;
+                    match open_at(&r.path, r.offset)? {
+                        Some((reader, _)) => r.reader = reader,
+                        None => broken.push(r.ident.clone()),
+                    }
                     break;
                 }
                 let at = r.offset;
@@ -293,6 +435,7 @@ impl Source for FileSource {
                 break;
             }
         }
+        self.readers.retain(|r| !broken.contains(&r.ident));
         self.oldest_ms = out
             .iter()
             .find_map(|e| e.event.as_ref().ok()?.get("timestamp")?.as_f64());
@@ -304,27 +447,6 @@ impl Source for FileSource {
             std::thread::sleep(b);
         }
         Ok(out)
-    }
-
-    fn ack(&mut self, _ids: &[String]) -> Result<(), String> {
-        for (ident, end) in self.batch_ends.drain(..) {
-            if let Some(m) = self.marks.get_mut(&ident) {
-                m.done = m.done.max(end);
-            }
-        }
-        self.oldest_ms = None;
-        self.save()
-    }
-
-    fn lag_ms(&mut self) -> Result<u64, String> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_millis() as f64);
-        Ok(self.oldest_ms.map_or(0, |t| (now - t).max(0.0) as u64))
-    }
-
-    fn trimmed(&self) -> u64 {
-        0
     }
 }
 

@@ -41,6 +41,10 @@ pub trait Source {
     fn lag_ms(&mut self) -> Result<u64, String>;
     /// Entries the source lost before delivery (a stream trimmed by MAXLEN).
     fn trimmed(&self) -> u64;
+    /// What the source could not read this round, if anything (`--once` then fails).
+    fn unfinished(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The attribute that carries an event's id to the destination.
@@ -59,6 +63,9 @@ pub struct Event {
 pub struct Delivered {
     pub accepted: usize,
     pub rejected: Vec<(usize, String)>,
+    /// Refused within an accepted POST without being named (OTLP's partial success): the
+    /// POST's range of the batch, how many of it were refused, why.
+    pub partly: Vec<(std::ops::Range<usize>, u64, String)>,
 }
 
 /// The one rule for a batch a destination will not take whole: `send` POSTs the events in
@@ -73,7 +80,7 @@ pub fn send_split(
 ) -> Result<(), Failed> {
     let n = range.len();
     match send(range.clone())? {
-        http::Answer::Accepted => {
+        http::Answer::Accepted(_) => {
             done.accepted += n;
             Ok(())
         }
@@ -110,8 +117,8 @@ impl Destination {
 
     fn describe(&self) -> String {
         match self {
-            Self::NewRelic(d) => format!("New Relic's Event API at {}", d.url),
-            Self::Otlp(d) => format!("OTLP/HTTP at {}", d.url()),
+            Self::NewRelic(d) => format!("New Relic's Event API at {}", http::redact(&d.url)),
+            Self::Otlp(d) => format!("OTLP/HTTP at {}", http::redact(&d.url())),
         }
     }
 }
@@ -127,8 +134,9 @@ pub struct Counts {
     pub dead_lettered: u64,
     /// POSTs sent again after "later" (429, 5xx, no answer).
     pub retried: u64,
-    /// Events taken again (pending after a shipper died or an acknowledgement was lost):
-    /// the destination may have had them already, so at most this many duplicates.
+    /// Events that may reach the destination twice: taken again (pending after a shipper
+    /// died or an acknowledgement was lost), or sent again after a POST got no answer (a
+    /// reply lost, a timeout): at most this many duplicates.
     pub again: u64,
     /// Entries trimmed from the stream (MAXLEN) before delivery: lost before the shipper
     /// saw them.
@@ -180,6 +188,9 @@ pub struct Config {
     pub dead_letter: PathBuf,
     /// How often a long-running shipper logs its numbers.
     pub log_every: Duration,
+    /// How long a long-running shipper waits for new entries in one call (below the
+    /// source's timeout, so an idle wait is never taken for a lost reply).
+    pub block: Duration,
 }
 
 /// An event set aside: its id, the event when it was one, why.
@@ -187,8 +198,12 @@ type SetAside<'a> = (String, Option<&'a Map<String, Value>>, String);
 
 /// Appends refused events, each with why, to the dead-letter file (JSON lines, flushed
 /// and synced before the entries are acknowledged: set aside, never lost silently).
-fn dead_letter(path: &std::path::Path, items: &[SetAside<'_>]) -> Result<(), String> {
-    if items.is_empty() {
+fn dead_letter(
+    path: &std::path::Path,
+    items: &[SetAside<'_>],
+    more: &[Value],
+) -> Result<(), String> {
+    if items.is_empty() && more.is_empty() {
         return Ok(());
     }
     let at = std::time::SystemTime::now()
@@ -197,6 +212,10 @@ fn dead_letter(path: &std::path::Path, items: &[SetAside<'_>]) -> Result<(), Str
     let mut text = String::new();
     for (id, event, why) in items {
         let line = json!({"at_ms": at, "id": id, "why": why, "event": event});
+        text.push_str(&line.to_string());
+        text.push('\n');
+    }
+    for line in more {
         text.push_str(&line.to_string());
         text.push('\n');
     }
@@ -227,6 +246,7 @@ pub fn run(
     counts: &mut Counts,
 ) -> Result<(), String> {
     let mut last_log = Instant::now();
+    let mut again_from_source = 0;
     let mut source_backoff = Duration::from_millis(200);
     eprintln!(
         "checkout-guard ship: from {} to {}{}",
@@ -243,7 +263,7 @@ pub fn run(
             eprintln!("checkout-guard ship: {}", counts.line());
             last_log = Instant::now();
         }
-        let block = (!cfg.once).then_some(Duration::from_millis(1000));
+        let block = (!cfg.once).then_some(cfg.block);
         let entries = match source.take(cfg.batch, block) {
             Ok(e) => e,
             Err(e) if cfg.once => break Err(format!("reading the {}: {e}", source.describe())),
@@ -263,16 +283,17 @@ pub fn run(
         source_backoff = Duration::from_millis(200);
         if entries.is_empty() {
             if cfg.once {
-                break Ok(());
+                break source.unfinished().map_or(Ok(()), Err);
             }
             continue;
         }
         counts.batches += 1;
         counts.taken += entries.len() as u64;
-        counts.again += entries.iter().filter(|e| e.again && !e.trimmed).count() as u64;
+        again_from_source += entries.iter().filter(|e| e.again && !e.trimmed).count() as u64;
         let mut ids = Vec::with_capacity(entries.len());
         let mut events = Vec::with_capacity(entries.len());
         let mut bad = Vec::new();
+        let mut partial_lines = Vec::new();
         for e in &entries {
             ids.push(e.id.clone());
             match &e.event {
@@ -286,6 +307,7 @@ pub fn run(
         }
         let delivered = dest.deliver(poster, &events);
         counts.retried = poster.retried;
+        counts.again = again_from_source + poster.maybe_twice;
         counts.posts = poster.posts;
         counts.bytes_sent = poster.bytes_sent;
         match dest {
@@ -311,11 +333,25 @@ pub fn run(
             let e = &events[*i];
             bad.push((e.id.clone(), Some(&e.attributes), why.clone()));
         }
-        if let Err(e) = dead_letter(&cfg.dead_letter, &bad) {
+        let mut partly = 0;
+        for (range, refused, why) in &delivered.partly {
+            // Which ones the receiver does not say: the POST's events named, the count given.
+            let ids: Vec<&str> = events[range.clone()]
+                .iter()
+                .map(|e| e.id.as_str())
+                .collect();
+            eprintln!(
+                "checkout-guard ship: the destination refused {refused} of {} events it took in one POST: {why}",
+                range.len()
+            );
+            partial_lines.push(json!({"why": format!("the destination refused {refused} of these {} events (not saying which): {why}", range.len()), "ids": ids, "refused": refused}));
+            partly += *refused;
+        }
+        if let Err(e) = dead_letter(&cfg.dead_letter, &bad, &partial_lines) {
             break Err(e);
         }
-        counts.delivered += delivered.accepted as u64;
-        counts.dead_lettered += bad.len() as u64;
+        counts.delivered += delivered.accepted as u64 - partly;
+        counts.dead_lettered += bad.len() as u64 + partly;
         if let Err(e) = source.ack(&ids) {
             // Delivered but not acknowledged: taken again later (counted then as `again`).
             if cfg.once {

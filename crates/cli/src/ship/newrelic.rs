@@ -37,6 +37,23 @@ impl Key {
     /// From `--key-file` (its first line: an insert key), else `NEW_RELIC_INSERT_KEY`,
     /// else `NEW_RELIC_LICENSE_KEY`. Never from a flag (`ps` shows flags), never printed.
     pub fn find(file: Option<&str>) -> Result<Self, String> {
+        let key = Self::find_unchecked(file)?;
+        // What an HTTP header can carry (never the key itself in the message).
+        if !key.value.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(format!(
+                "the New Relic key ({}) holds a character a header cannot carry (a space, a control character, non-ASCII): {} characters",
+                match (file, key.header) {
+                    (Some(f), _) => format!("--key-file {f}"),
+                    (None, "X-Insert-Key") => "NEW_RELIC_INSERT_KEY".to_string(),
+                    _ => "NEW_RELIC_LICENSE_KEY".to_string(),
+                },
+                key.value.chars().count()
+            ));
+        }
+        Ok(key)
+    }
+
+    fn find_unchecked(file: Option<&str>) -> Result<Self, String> {
         if let Some(path) = file {
             let text =
                 std::fs::read_to_string(path).map_err(|e| format!("--key-file {path}: {e}"))?;
@@ -64,6 +81,25 @@ impl Key {
         }
         Err("--to newrelic needs a key: NEW_RELIC_INSERT_KEY, else NEW_RELIC_LICENSE_KEY, in the environment, or --key-file FILE (never a flag: ps shows flags)".into())
     }
+}
+
+/// Why the Event API would not take this `eventType` (New Relic: alphanumerics, `:` and
+/// `_`, at most 255 characters), or `None`.
+pub fn event_type_problem(t: Option<&Value>) -> Option<String> {
+    let Some(Value::String(t)) = t else {
+        return Some("no eventType (a string) in the event".into());
+    };
+    if t.is_empty()
+        || t.chars().count() > MAX_NAME_CHARS
+        || !t
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b':' || b == b'_')
+    {
+        return Some(format!(
+            "eventType {t:?} is not one the Event API takes (letters, digits, ':' and '_', 1 to 255 characters)"
+        ));
+    }
+    None
 }
 
 /// What was cut to fit the Event API's limits.
@@ -129,14 +165,24 @@ impl NewRelic {
     /// Delivers `events`: every one accepted or set aside (with the status and answer
     /// that refused it), or an error (nothing of the batch may be acknowledged).
     pub fn deliver(&mut self, poster: &mut Poster, events: &[Event]) -> Result<Delivered, Failed> {
-        let bodies: Vec<Vec<u8>> = events
-            .iter()
-            .map(|e| {
-                serde_json::to_vec(&Value::Object(prepare(e, &mut self.cuts)))
-                    .expect("a JSON map serializes")
-            })
-            .collect();
         let mut done = Delivered::default();
+        // An event type the API would refuse (or accept and drop later: it checks
+        // asynchronously) is set aside here, without a POST.
+        let mut sent = Vec::with_capacity(events.len());
+        let mut bodies = Vec::with_capacity(events.len());
+        for (i, e) in events.iter().enumerate() {
+            match event_type_problem(e.attributes.get("eventType")) {
+                Some(why) => done.rejected.push((i, why)),
+                None => {
+                    sent.push(i);
+                    bodies.push(
+                        serde_json::to_vec(&Value::Object(prepare(e, &mut self.cuts)))
+                            .expect("a JSON map serializes"),
+                    );
+                }
+            }
+        }
+        let set_aside = done.rejected.len();
         let mut start = 0;
         while start < bodies.len() {
             let end = (start + MAX_EVENTS_PER_POST).min(bodies.len());
@@ -148,6 +194,10 @@ impl NewRelic {
             )?;
             start = end;
         }
+        // send_split named the refused by their place among the bodies sent.
+        for r in &mut done.rejected[set_aside..] {
+            r.0 = sent[r.0];
+        }
         Ok(done)
     }
 
@@ -158,6 +208,7 @@ impl NewRelic {
         bodies: &[Vec<u8>],
         range: std::ops::Range<usize>,
     ) -> Result<Answer, Failed> {
+        let range_len = range.len();
         let payload = gzip_array(&bodies[range]);
         if payload.len() > MAX_PAYLOAD {
             return Ok(Answer::TooLarge);
@@ -170,6 +221,7 @@ impl NewRelic {
                 ("Content-Encoding", "gzip"),
             ],
             &payload,
+            range_len,
         )
     }
 }

@@ -13,8 +13,12 @@ use std::io::Write;
 use checkout_guard_model::events::{attr, EXTERNAL_API_CALL};
 use flate2::write::GzEncoder;
 use flate2::Compression;
-use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::logs::v1::{
+    ExportLogsServiceRequest, ExportLogsServiceResponse,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::metrics::v1::{
@@ -25,7 +29,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 use serde_json::Value;
 
-use super::http::{Answer, Failed, Poster};
+use super::http::{redact, Answer, Failed, Poster};
 use super::{send_split, Delivered, Event, ID_ATTRIBUTE};
 
 /// The semantic conventions' metric name and its bucket boundaries (seconds).
@@ -322,12 +326,31 @@ impl Otlp {
         let mut start = 0;
         while start < records.len() {
             let end = (start + MAX_RECORDS_PER_POST).min(records.len());
+            let mut partly = Vec::new();
             send_split(
                 start..end,
                 &mut done,
                 "413 from the OTLP receiver",
-                &mut |r| self.post_logs(poster, &records, r),
+                &mut |r| {
+                    let answer = self.post_logs(poster, &records, r.clone())?;
+                    if let Answer::Accepted(body) = &answer {
+                        // OTLP's partial success: accepted, some records refused unnamed.
+                        if let Ok(resp) = ExportLogsServiceResponse::decode(body.as_slice()) {
+                            if let Some(p) = resp.partial_success {
+                                if p.rejected_log_records > 0 {
+                                    partly.push((
+                                        r,
+                                        p.rejected_log_records as u64,
+                                        p.error_message,
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                    Ok(answer)
+                },
             )?;
+            done.partly.extend(partly);
             start = end;
         }
         // The metric over the calls the backend took as logs.
@@ -359,12 +382,27 @@ impl Otlp {
                 &self.metrics_url,
                 &self.all_headers(),
                 &gzip(&req.encode_to_vec()),
+                n as usize,
             )? {
-                Answer::Accepted => self.metric_points += n,
+                Answer::Accepted(body) => {
+                    let refused = ExportMetricsServiceResponse::decode(body.as_slice())
+                        .ok()
+                        .and_then(|r| r.partial_success)
+                        .map_or(0, |p| p.rejected_data_points.max(0) as u64)
+                        .min(n);
+                    if refused > 0 {
+                        eprintln!(
+                            "checkout-guard ship: {} refused {refused} of {n} data points of {DURATION_METRIC} (counted)",
+                            redact(&self.metrics_url)
+                        );
+                    }
+                    self.metric_points += n - refused;
+                    self.metric_points_rejected += refused;
+                }
                 other => {
                     eprintln!(
                         "checkout-guard ship: {} refused {n} data points of {DURATION_METRIC}: {other:?} (counted; the calls' log records were delivered)",
-                        self.metrics_url
+                        redact(&self.metrics_url)
                     );
                     self.metric_points_rejected += n;
                 }
@@ -391,10 +429,12 @@ impl Otlp {
                 ..Default::default()
             }],
         };
+        let n = req.resource_logs[0].scope_logs[0].log_records.len();
         poster.post(
             &self.logs_url,
             &self.all_headers(),
             &gzip(&req.encode_to_vec()),
+            n,
         )
     }
 }

@@ -42,6 +42,13 @@ pub struct StreamSource {
     /// XAUTOCLAIM's cursor.
     claim_cursor: String,
     group_made: bool,
+    /// `--once`: a missing stream is an error, not a wait.
+    once: bool,
+    said_waiting: bool,
+    /// The highest entry ID this shipper acknowledged, and after its group was lost, the
+    /// ID up to which entries taken again may be at the destination already.
+    acked_up_to: Option<String>,
+    again_up_to: Option<String>,
     /// Pending entries found deleted from the stream (trimmed by MAXLEN before delivery).
     pub trimmed: u64,
 }
@@ -53,6 +60,7 @@ impl StreamSource {
         group: &str,
         consumer: &str,
         claim_idle: Duration,
+        once: bool,
     ) -> Self {
         Self {
             valkey,
@@ -63,24 +71,68 @@ impl StreamSource {
             own_pending_from: Some("0".into()),
             claim_cursor: "0-0".into(),
             group_made: false,
+            once,
+            said_waiting: false,
+            acked_up_to: None,
+            again_up_to: None,
             trimmed: 0,
         }
     }
 
     /// Creates the group (from the stream's first entry: every event recorded, not only
-    /// the ones after the first shipper started) and the stream if missing.
-    fn ensure_group(&mut self) -> Result<(), String> {
+    /// the ones after the first shipper started). A stream that does not exist is not made
+    /// (a mistyped `--stream-key` would wait on a stream nobody writes): `--once` says so,
+    /// naming the streams there; a long-running shipper says so once and waits for it.
+    /// `Ok(false)`: no stream yet.
+    fn ensure_group(&mut self) -> Result<bool, String> {
         if self.group_made {
-            return Ok(());
+            return Ok(true);
         }
         let (key, group) = (self.key.clone(), self.group.clone());
+        let kind: String = self
+            .valkey
+            .call(|c| redis::cmd("TYPE").arg(&key).query::<String>(c))?;
+        match kind.as_str() {
+            "stream" => {}
+            "none" if self.once => {
+                let streams: Vec<String> = self.valkey.call(|c| {
+                    redis::cmd("SCAN")
+                        .arg(0)
+                        .arg("TYPE")
+                        .arg("stream")
+                        .arg("COUNT")
+                        .arg(10_000)
+                        .query::<(String, Vec<String>)>(c)
+                        .map(|(_, keys)| keys)
+                })?;
+                return Err(format!(
+                    "--stream-key {key}: no such stream at {} (the stream sink's checkout_guard.events.stream_key; streams there: {})",
+                    self.valkey.endpoint().display_url(),
+                    if streams.is_empty() { "none".to_string() } else { streams.join(", ") }
+                ));
+            }
+            "none" => {
+                if !self.said_waiting {
+                    eprintln!(
+                        "checkout-guard ship: no stream {key} at {} yet: waiting for the stream sink's first event (--stream-key?)",
+                        self.valkey.endpoint().display_url()
+                    );
+                    self.said_waiting = true;
+                }
+                return Ok(false);
+            }
+            other => {
+                return Err(format!(
+                    "--stream-key {key}: the key holds a {other}, not a stream"
+                ))
+            }
+        }
         let made = self.valkey.call(|c| {
             match redis::cmd("XGROUP")
                 .arg("CREATE")
                 .arg(&key)
                 .arg(&group)
                 .arg("0")
-                .arg("MKSTREAM")
                 .query::<()>(c)
             {
                 Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
@@ -89,6 +141,50 @@ impl StreamSource {
         });
         made?;
         self.group_made = true;
+        Ok(true)
+    }
+
+    /// Entries trimmed by the stream's MAXLEN before this group read them: the group's
+    /// `entries-read` against the stream's `entries-added` and length, when the stream's
+    /// first entry is past the group's last delivered one (XINFO; Valkey 7+).
+    fn count_trimmed_unread(&mut self) -> Result<(), String> {
+        let (groups, stream): (Value, Value) = self.valkey.call(|c| {
+            Ok((
+                redis::cmd("XINFO")
+                    .arg("GROUPS")
+                    .arg(&self.key)
+                    .query::<Value>(c)?,
+                redis::cmd("XINFO")
+                    .arg("STREAM")
+                    .arg(&self.key)
+                    .query::<Value>(c)?,
+            ))
+        })?;
+        let last = group_field(&groups, &self.group, "last-delivered-id");
+        let read =
+            group_field(&groups, &self.group, "entries-read").and_then(|v| v.parse::<u64>().ok());
+        let fields = pairs(&stream);
+        let field = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
+        let added = field("entries-added").and_then(as_int);
+        let length = field("length").and_then(as_int);
+        let first = match field("first-entry") {
+            Some(Value::Array(e)) => e.first().and_then(as_string),
+            _ => None,
+        };
+        if let (Some(last), Some(read), Some(added), Some(length), Some(first)) =
+            (last, read, added, length, first)
+        {
+            if id_key(&first) > id_key(&last) {
+                let lost = added.saturating_sub(read).saturating_sub(length);
+                if lost > 0 {
+                    eprintln!(
+                        "checkout-guard ship: {lost} entries of {} were trimmed (the stream sink's MAXLEN, checkout_guard.events.stream_maxlen) before group {} read them: lost, counted in `trimmed`",
+                        self.key, self.group
+                    );
+                    self.trimmed += lost;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -100,14 +196,40 @@ impl StreamSource {
         count: usize,
         block: Option<Duration>,
     ) -> Result<Vec<Entry>, String> {
-        self.ensure_group()?;
+        if !self.ensure_group()? {
+            if let Some(b) = block {
+                std::thread::sleep(b);
+            }
+            return Ok(Vec::new());
+        }
         let taken = self.take_inner(count, block);
-        if let Err(e) = &taken {
-            // Valkey restarted without its data: the group is gone; made again next time.
-            if e.contains("NOGROUP") {
+        match &taken {
+            // Valkey restarted without its data, or the group was deleted: made again
+            // from the stream's start next time; what this shipper acknowledged before
+            // is then taken again, counted as such.
+            Err(e) if e.contains("NOGROUP") => {
+                eprintln!(
+                    "checkout-guard ship: group {} of {} is gone (Valkey restarted without it, or it was deleted): made again from the stream's start",
+                    self.group, self.key
+                );
                 self.group_made = false;
                 self.own_pending_from = Some("0".into());
+                self.again_up_to = self.acked_up_to.clone();
             }
+            Ok(entries) => {
+                if let Some(up_to) = &self.again_up_to {
+                    let up_to = id_key(up_to);
+                    return Ok(entries
+                        .iter()
+                        .cloned()
+                        .map(|mut e| {
+                            e.again |= id_key(&e.id) <= up_to;
+                            e
+                        })
+                        .collect());
+                }
+            }
+            _ => {}
         }
         taken
     }
@@ -128,8 +250,18 @@ impl StreamSource {
         if !claimed.is_empty() {
             return Ok(claimed);
         }
-        let v = self.read_group(">", count, block)?;
-        parse_read(&v, false)
+        self.count_trimmed_unread()?;
+        // A blocked read ends up to ~100 ms after its BLOCK time (Valkey checks blocked
+        // clients' timeouts on its event loop's ticks): it blocks only with that much of
+        // the call's timeout to spare; else it polls and sleeps.
+        let spare = Duration::from_millis(300);
+        let blocking = block.filter(|b| *b + spare <= self.valkey.timeout());
+        let v = self.read_group(">", count, blocking)?;
+        let entries = parse_read(&v, false)?;
+        if let (true, None, Some(b)) = (entries.is_empty(), blocking, block) {
+            std::thread::sleep(b);
+        }
+        Ok(entries)
     }
 
     fn read_group(
@@ -195,7 +327,16 @@ impl StreamSource {
     }
 
     /// Acknowledges delivered (or dead-lettered) entries.
-    fn ack_ids(&self, ids: &[String]) -> Result<(), String> {
+    fn ack_ids(&mut self, ids: &[String]) -> Result<(), String> {
+        if let Some(top) = ids.iter().max_by_key(|id| id_key(id)) {
+            if self
+                .acked_up_to
+                .as_deref()
+                .is_none_or(|a| id_key(a) < id_key(top))
+            {
+                self.acked_up_to = Some(top.clone());
+            }
+        }
         for chunk in ids.chunks(1000) {
             self.valkey.call(|c| {
                 redis::cmd("XACK")
@@ -300,21 +441,39 @@ fn as_string(v: &Value) -> Option<String> {
     }
 }
 
+/// An entry ID as a pair of numbers, for comparing (`ms-seq`; a malformed one sorts first).
+fn id_key(id: &str) -> (u64, u64) {
+    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+    (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
+}
+
+fn as_int(v: &Value) -> Option<u64> {
+    match v {
+        Value::Int(i) => u64::try_from(*i).ok(),
+        other => as_string(other)?.parse().ok(),
+    }
+}
+
+/// A reply of field/value pairs (RESP2 flat array or RESP3 map).
+fn pairs(v: &Value) -> Vec<(String, &Value)> {
+    match v {
+        Value::Array(kv) => kv
+            .chunks(2)
+            .filter_map(|p| Some((as_string(p.first()?)?, p.get(1)?)))
+            .collect(),
+        Value::Map(kv) => kv
+            .iter()
+            .filter_map(|(k, v)| Some((as_string(k)?, v)))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// A field of one group in `XINFO GROUPS`'s reply (RESP2 flat arrays or RESP3 maps).
 fn group_field(v: &Value, group: &str, field: &str) -> Option<String> {
     let Value::Array(groups) = v else { return None };
     groups.iter().find_map(|g| {
-        let pairs: Vec<(String, &Value)> = match g {
-            Value::Array(kv) => kv
-                .chunks(2)
-                .filter_map(|p| Some((as_string(p.first()?)?, p.get(1)?)))
-                .collect(),
-            Value::Map(kv) => kv
-                .iter()
-                .filter_map(|(k, v)| Some((as_string(k)?, v)))
-                .collect(),
-            _ => return None,
-        };
+        let pairs = pairs(g);
         let name = pairs
             .iter()
             .find(|(k, _)| k == "name")
@@ -325,7 +484,10 @@ fn group_field(v: &Value, group: &str, field: &str) -> Option<String> {
         pairs
             .iter()
             .find(|(k, _)| k == field)
-            .and_then(|(_, v)| as_string(v))
+            .and_then(|(_, v)| match v {
+                Value::Int(i) => Some(i.to_string()),
+                other => as_string(other),
+            })
     })
 }
 
