@@ -212,7 +212,8 @@ $cases = [
         return static fn () => $l->acquire($shops())->isAllowed();
     }],
     // In-flight leases (issue 37): a lease taken in the decision's call and released by
-    // one more call (the release script, on either engine), against acquire() alone.
+    // one more call (the release script here: this limiter decides by script), against
+    // acquire() alone.
     // `_held` takes leases and never releases them (the lease sets grow to every decision
     // of the run: what Valkey spends per decision with leases, the release apart).
     'acquire_lease' => ['evalsha', static function () use ($limiter, $tcp, $shops) {

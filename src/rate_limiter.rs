@@ -281,6 +281,12 @@ impl RateLimiter {
                     out.insert("in_flight", t)?;
                 }
             }
+            // The New Relic agent's cap and what the workers handed it past the cap (the
+            // process's telemetry, as in Telemetry::stats()['sinks']['newrelic']): on-call
+            // looks at health() first.
+            let mut agent = ZendHashTable::new();
+            crate::telemetry::agent_cap_stats(&mut agent)?;
+            out.insert("newrelic_agent", agent)?;
             let table = checkout_guard_runtime::denials::sharing();
             out.insert("local_denials_table", table.as_ref().map(|t| t.kind()))?;
             out.insert(

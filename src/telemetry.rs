@@ -242,7 +242,7 @@ impl Telemetry {
 /// (null: the agent is not loaded), `over_cap` (events handed past it, in total since the
 /// table was made), and `this_minute` / `last_minute` (`start`, `handed`, `over_cap`),
 /// counted across the workers sharing the table.
-fn agent_cap_stats(one: &mut ZendHashTable) -> ext_php_rs::error::Result<()> {
+pub(crate) fn agent_cap_stats(one: &mut ZendHashTable) -> ext_php_rs::error::Result<()> {
     let cap = crate::newrelic::cap_in_force();
     let counts = agent_cap::counts(now_ms().div_euclid(1000));
     one.insert("cap", cap.map(|c| c as i64))?;

@@ -128,6 +128,64 @@ pub struct Change {
     pub new: String,
 }
 
+/// The endpoint a command line names: `url` (the option `flag`, e.g. `--url` or `--stream`,
+/// as errors name it), its TLS files (`--tls-*`, read and checked here) and a Sentinel
+/// URL's own credentials (`--sentinel-user`, `--sentinel-password`). Errors name the
+/// option and the value, never a password.
+pub fn endpoint_from_options(
+    flag: &str,
+    url: &str,
+    tls: &TlsDefaults,
+    sentinel_user: Option<&str>,
+    sentinel_password: Option<&str>,
+) -> Result<Endpoint, String> {
+    let mut endpoint = Endpoint::parse(url).map_err(|e| format!("{flag}: {e}"))?;
+    if sentinel_user.is_some() || sentinel_password.is_some() {
+        for (flag, v) in [
+            ("--sentinel-user", sentinel_user),
+            ("--sentinel-password", sentinel_password),
+        ] {
+            if v == Some("") {
+                return Err(format!("{flag} must not be empty"));
+            }
+        }
+        let flags = match (sentinel_user, sentinel_password) {
+            (Some(_), None) => "--sentinel-user",
+            (None, Some(_)) => "--sentinel-password",
+            _ => "--sentinel-user/--sentinel-password",
+        };
+        if endpoint.is_sentinel() && sentinel_user.is_some() && sentinel_password.is_none() {
+            // No AUTH could be sent with a user alone (as the limiter's option).
+            return Err("--sentinel-user is given without a password: the sentinels' AUTH needs both (--sentinel-password or CHECKOUT_GUARD_SENTINEL_PASSWORD; an ACL user with nopass takes any password), or leave it out for sentinels with a password only".into());
+        }
+        endpoint = endpoint
+            .with_sentinel_auth(
+                sentinel_user.map(str::to_string),
+                sentinel_password.map(str::to_string),
+            )
+            .map_err(|e| format!("{flags} {e}"))?;
+    }
+    if !endpoint.is_tls() && *tls != TlsDefaults::default() {
+        return Err(format!(
+            "--tls-* options need a TLS URL (rediss://, valkeys://, rediss+cluster://, valkeys+cluster://), got {flag} {}",
+            endpoint.display_url()
+        ));
+    }
+    let read = |path: &str| std::fs::read(path);
+    match tls_from_value(None, tls, endpoint.is_tls(), &read) {
+        Ok(Some(t)) => Ok(endpoint.with_tls(t)),
+        Ok(None) => Ok(endpoint),
+        Err(e) => {
+            // Named as the command line names it.
+            let option = e
+                .option
+                .replace("checkout_guard.tls.", "--tls-")
+                .replace('_', "-");
+            Err(format!("{option} {}", e.message))
+        }
+    }
+}
+
 /// A connection to use from the command line: generous timeout, no back-off between calls.
 pub struct Admin {
     valkey: Valkey,
@@ -163,51 +221,7 @@ impl Admin {
         sentinel_user: Option<&str>,
         sentinel_password: Option<&str>,
     ) -> Result<Self, String> {
-        let mut endpoint = Endpoint::parse(url).map_err(|e| format!("--url: {e}"))?;
-        if sentinel_user.is_some() || sentinel_password.is_some() {
-            for (flag, v) in [
-                ("--sentinel-user", sentinel_user),
-                ("--sentinel-password", sentinel_password),
-            ] {
-                if v == Some("") {
-                    return Err(format!("{flag} must not be empty"));
-                }
-            }
-            let flags = match (sentinel_user, sentinel_password) {
-                (Some(_), None) => "--sentinel-user",
-                (None, Some(_)) => "--sentinel-password",
-                _ => "--sentinel-user/--sentinel-password",
-            };
-            if endpoint.is_sentinel() && sentinel_user.is_some() && sentinel_password.is_none() {
-                // No AUTH could be sent with a user alone (as the limiter's option).
-                return Err("--sentinel-user is given without a password: the sentinels' AUTH needs both (--sentinel-password or CHECKOUT_GUARD_SENTINEL_PASSWORD; an ACL user with nopass takes any password), or leave it out for sentinels with a password only".into());
-            }
-            endpoint = endpoint
-                .with_sentinel_auth(
-                    sentinel_user.map(str::to_string),
-                    sentinel_password.map(str::to_string),
-                )
-                .map_err(|e| format!("{flags} {e}"))?;
-        }
-        if !endpoint.is_tls() && *tls != TlsDefaults::default() {
-            return Err(format!(
-                "--tls-* options need a TLS URL (rediss://, valkeys://, rediss+cluster://, valkeys+cluster://), got --url {}",
-                endpoint.display_url()
-            ));
-        }
-        let read = |path: &str| std::fs::read(path);
-        let endpoint = match tls_from_value(None, tls, endpoint.is_tls(), &read) {
-            Ok(Some(t)) => endpoint.with_tls(t),
-            Ok(None) => endpoint,
-            Err(e) => {
-                // Named as the command line names it.
-                let option = e
-                    .option
-                    .replace("checkout_guard.tls.", "--tls-")
-                    .replace('_', "-");
-                return Err(format!("{option} {}", e.message));
-            }
-        };
+        let endpoint = endpoint_from_options("--url", url, tls, sentinel_user, sentinel_password)?;
         // The same name rules as the constructor, the error naming the command line's option
         // (ConfigError's Display starts with `checkout_guard:`, the extension's prefix).
         validate_name(&Value::Str(name.as_bytes().to_vec()))

@@ -1,6 +1,6 @@
 //! `limiter status`'s in-flight leases (issue 37): per level the leases held now, the
 //! limit, the oldest lease, and the stats hash's released/leaked/expired counts, read as
-//! the contract lays them out (`/work/notes/contract37.md`):
+//! the runtime lays them out (docs/in-flight.md, "How it decides"):
 //!
 //! - lease sets ([`Keys::leases`]; sorted sets, member a lease ID, score its expiry instant
 //!   in µs on Valkey's clock); a lease is live while its score is above now

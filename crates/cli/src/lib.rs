@@ -7,5 +7,6 @@ pub mod admin;
 pub mod in_flight;
 pub mod replay;
 pub mod scan;
+pub mod ship;
 pub mod shop_id;
 pub mod valkey;

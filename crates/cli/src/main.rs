@@ -5,6 +5,7 @@
 //!   checkout-guard peaks FILE...   peak events per second per day, overall and per api
 //!   checkout-guard limiter status|set|hot|unhot   on-call view and controls of a limiter
 //!   checkout-guard replay FILE... --api A --limits ...   what-if: recorded attempts decided again
+//!   checkout-guard ship --stream URL --to newrelic|otlp --endpoint URL   deliver the recorded events
 
 mod commands;
 mod input;
@@ -15,7 +16,7 @@ use std::process::ExitCode;
 
 use checkout_guard_cli::scan::{Accumulator, Filter, Peak, ScanConfig, ScanResult, Window};
 use clap::{Args, Parser, Subcommand};
-use commands::{limiter, replay, report};
+use commands::{limiter, replay, report, ship};
 use out::{out, outln};
 use serde_json::json;
 
@@ -45,6 +46,9 @@ enum Command {
     /// What-if: the recorded attempts at one API decided again by the limiter's model
     /// under candidate limits (and the provider's own limit), per shop, side by side.
     Replay(replay::ReplayArgs),
+    /// Delivers the events the workers recorded in the Valkey stream to New Relic's Event
+    /// API or to OpenTelemetry (OTLP/HTTP), each acknowledged only once accepted.
+    Ship(ship::ShipArgs),
     /// Writes a synthetic day of events (2026-11-30) for tests and benchmarks.
     Generate {
         /// About how many events (about 215 bytes each: 100,000 make about 22 MB).
@@ -378,7 +382,8 @@ fn matched_something(acc: &Accumulator, c: &CommonArgs, window: &str) -> Result<
     }
 }
 
-fn run() -> Result<(), String> {
+/// Runs the command: `Ok(status)`, 0 done, 1 `ship` could not deliver everything.
+fn run() -> Result<u8, String> {
     match Cli::parse().command {
         Command::Scan(args) => {
             let cfg = scan_config(&args)?;
@@ -424,6 +429,11 @@ fn run() -> Result<(), String> {
         }
         Command::Limiter(args) => limiter::run(args)?,
         Command::Replay(args) => replay::run(args)?,
+        Command::Ship(args) => {
+            if !ship::run(args)? {
+                return Ok(1);
+            }
+        }
         Command::Generate {
             events,
             seed,
@@ -444,14 +454,14 @@ fn run() -> Result<(), String> {
             }
         }
     }
-    Ok(())
+    Ok(0)
 }
 
 fn main() -> ExitCode {
     match run() {
         // stdout's reader went away: quietly, as a process ended by SIGPIPE (out.rs).
-        Ok(()) if out::closed() => ExitCode::from(out::CLOSED_STDOUT),
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(_) if out::closed() => ExitCode::from(out::CLOSED_STDOUT),
+        Ok(status) => ExitCode::from(status),
         Err(e) => {
             eprintln!("checkout-guard: {e}");
             ExitCode::from(2)
@@ -525,7 +535,9 @@ mod tests {
             ]
             .iter()
             .any(|k| id.split('_').any(|w| w == *k))
-                && !id.contains("threshold");
+                && !id.contains("threshold")
+                // `ship --to newrelic|otlp` is a destination, not a time.
+                && a.get_possible_values().is_empty();
             if !timed {
                 continue;
             }

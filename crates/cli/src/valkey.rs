@@ -31,6 +31,11 @@ impl Valkey {
         &self.endpoint
     }
 
+    /// Each call's timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// Runs `op` on the connection (opened if needed), each command bounded by the
     /// timeout; an error names the endpoint, never its password, and a timeout says so
     /// (`describe`, as the worker's `health()`). A connection that was

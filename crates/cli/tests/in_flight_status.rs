@@ -3,7 +3,7 @@
 //! the limit (the live hash's `in_flight.*` fields over the published settings), the
 //! oldest lease's time to expiry and, with `lease_seconds` known, its age; the hot shops'
 //! lease sets found by a bounded SCAN; the stats hash's counts. A real Valkey; the leases
-//! are written by hand with `ZADD` in the contract's layout (contract37).
+//! are written by hand with `ZADD` in the runtime's layout (docs/in-flight.md).
 
 use std::process::{Command, Stdio};
 
@@ -16,7 +16,7 @@ mod common;
 
 const BIN: &str = env!("CARGO_BIN_EXE_checkout-guard");
 
-// The contract's layout (contract37), from the model's keys.
+// The runtime's layout, from the model's keys.
 fn global_key(keys: &Keys) -> Vec<u8> {
     keys.leases(Lane::Global, b"")
 }

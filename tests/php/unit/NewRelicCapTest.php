@@ -32,7 +32,9 @@ final class NewRelicCapTest extends HostileCallsTestCase
                 $rows[$m[1]] = $m[2];
             }
         }
-        echo json_encode(["sink" => Telemetry::stats()["sinks"]["newrelic"], "phpinfo" => $rows]);
+        $health = (new CheckoutGuard\RateLimiter(["name" => "cap-health", "url" => "redis://127.0.0.1:1",
+            "global" => ["capacity" => 1, "refill_per_second" => 1]]))->health()["newrelic_agent"];
+        echo json_encode(["sink" => Telemetry::stats()["sinks"]["newrelic"], "phpinfo" => $rows, "health" => $health]);
     ';
 
     /**
@@ -81,6 +83,11 @@ final class NewRelicCapTest extends HostileCallsTestCase
         $this->assertSame(0, $sink['written']);
         $this->assertSame(50, $sink['cap']);
         $this->assertSame(70, $sink['over_cap'], $r['out']);
+        // health() says the same (the agent's counts are the process's, not a limiter's).
+        $this->assertSame(
+            array_intersect_key($sink, array_flip(['cap', 'over_cap', 'this_minute', 'last_minute'])),
+            $out['health']
+        );
         $this->assertSame(120, $sink['this_minute']['handed']);
         $this->assertSame(70, $sink['this_minute']['over_cap']);
         $this->assertSame(0, $sink['this_minute']['start'] % 60);

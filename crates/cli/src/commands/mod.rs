@@ -6,3 +6,4 @@
 pub mod limiter;
 pub mod replay;
 pub mod report;
+pub mod ship;
