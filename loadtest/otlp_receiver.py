@@ -242,6 +242,11 @@ class OtlpReceiver(standin.App):
                 if partial:
                     lines, ids = lines[:len(lines) - partial], ids[:len(ids) - partial]
                     refused, reason = partial, "stand-in: partial_reject"
+                # {"partial_claim": N}: everything stored, N claimed refused (a receiver that
+                # claims more than it was sent).
+                claim = self.faults.take_partial_claim()
+                if claim:
+                    refused, reason = claim, "stand-in: partial_claim"
             else:
                 lines, refused, reason = metric_lines(msg)
         except standin.BodyError as e:

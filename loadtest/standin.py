@@ -132,6 +132,7 @@ class Faults:
         self.down_until = 0.0
         self.accept_then_close = 0
         self.partial_reject = 0
+        self.partial_claim = 0
 
     @staticmethod
     def check(fault) -> dict:
@@ -163,7 +164,7 @@ class Faults:
         """Applies one /_control body; ValueError (nothing applied) when any part is wrong."""
         if not isinstance(spec, dict):
             raise ValueError("the body is a JSON object")
-        unknown = set(spec) - {"faults", "down_until", "accept_then_close", "partial_reject", "clear"}
+        unknown = set(spec) - {"faults", "down_until", "accept_then_close", "partial_reject", "partial_claim", "clear"}
         if unknown:
             raise ValueError(f"unknown keys: {sorted(unknown)}")
         faults = spec.get("faults", [])
@@ -179,6 +180,9 @@ class Faults:
         partial = spec.get("partial_reject")
         if partial is not None and (type(partial) is not int or not 0 <= partial <= 1_000_000):
             raise ValueError("partial_reject: 0 to 1000000")
+        claim = spec.get("partial_claim")
+        if claim is not None and (type(claim) is not int or not 0 <= claim <= 1_000_000_000):
+            raise ValueError("partial_claim: 0 to 1000000000")
         with self.lock:
             if (0 if spec.get("clear") else len(self.queue)) + len(faults) > MAX_QUEUED_FAULTS:
                 raise ValueError(f"at most {MAX_QUEUED_FAULTS} queued faults")
@@ -192,6 +196,8 @@ class Faults:
                 self.accept_then_close = atc
             if partial is not None:
                 self.partial_reject = partial
+            if claim is not None:
+                self.partial_claim = claim
 
     def next(self):
         """The fault for this data POST, or None: 503 while down, else the queue's head."""
@@ -205,6 +211,12 @@ class Faults:
             if head[1] <= 0:
                 self.queue.popleft()
             return head[0]
+
+    def take_partial_claim(self) -> int:
+        """A refusal count the next data POST claims whatever it held (a receiver's bug), once."""
+        with self.lock:
+            n, self.partial_claim = self.partial_claim, 0
+            return n
 
     def take_partial_reject(self) -> int:
         """The records the next data POST refuses by a partial success (OTLP), once."""

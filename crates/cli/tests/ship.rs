@@ -1238,3 +1238,277 @@ fn files_two_shippers_on_one_checkpoint_are_refused() {
     first.wait().unwrap();
     assert_eq!(api.stats()["duplicates"], 0);
 }
+
+// ---- The second adversarial round: each failed before its fix ----
+
+#[test]
+fn a_receiver_claiming_more_refused_than_it_was_sent_cannot_wrap_the_counts() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let rx = StandIn::otlp();
+    let dir = TempDir::new("b1");
+    record(&mut c, 0, 3, 200);
+    rx.control(serde_json::json!({"partial_claim": 8}));
+    let (code, j, err) = ship_once(&v.url, "otlp", &rx.base, &dir.0.join("dead"), &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        (j["delivered"].as_u64(), j["dead_lettered"].as_u64()),
+        (Some(0), Some(3)),
+        "at most what the POST held: {j}"
+    );
+}
+
+#[test]
+fn tls_to_a_plain_port_stops_at_once_and_counts_nothing_twice() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let api = StandIn::event_api();
+    let dir = TempDir::new("b2");
+    record(&mut c, 0, 10, 200);
+    let https = api.events_url().replacen("http://", "https://", 1);
+    let started = Instant::now();
+    let (code, j, err) = ship_once(
+        &v.url,
+        "newrelic",
+        &https,
+        &dir.0.join("dead"),
+        &["--retry-for", "60"],
+    );
+    assert_eq!(code, 1, "{j} {err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "not retried for --retry-for"
+    );
+    assert!(j["error"].as_str().unwrap().contains("TLS"), "{j}");
+    assert_eq!(
+        (j["again"].as_u64(), j["retried"].as_u64()),
+        (Some(0), Some(0)),
+        "{j}"
+    );
+    assert_eq!(pending(&mut c), 10);
+}
+
+#[test]
+fn entries_trimmed_before_a_group_made_at_0_ever_read_are_counted() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let api = StandIn::event_api();
+    let dir = TempDir::new("b3");
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(STREAM)
+        .arg("checkout-guard-ship")
+        .arg("0")
+        .arg("MKSTREAM")
+        .query(&mut c)
+        .unwrap();
+    for i in 0..200 {
+        let _: String = redis::cmd("XADD")
+            .arg(STREAM)
+            .arg("MAXLEN")
+            .arg(100)
+            .arg("*")
+            .arg("event")
+            .arg(line(i))
+            .query(&mut c)
+            .unwrap();
+    }
+    let (code, j, err) = ship_once(
+        &v.url,
+        "newrelic",
+        &api.events_url(),
+        &dir.0.join("dead"),
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        (j["delivered"].as_u64(), j["trimmed"].as_u64()),
+        (Some(100), Some(100)),
+        "{j}"
+    );
+}
+
+#[test]
+fn files_lag_is_the_age_of_the_oldest_line_not_yet_delivered() {
+    let api = StandIn::event_api();
+    let dir = TempDir::new("b4");
+    let live = dir.0.join("events.jsonl");
+    let hour_ago = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+        - 3_600_000;
+    let text: String = (0..60)
+        .map(|i| {
+            serde_json::json!({"eventType": "ExternalApiCall", "timestamp": hour_ago + i, "seq": i})
+                .to_string()
+                + "\n"
+        })
+        .collect();
+    std::fs::write(&live, text).unwrap();
+    // Each POST answered late: stopped after the first, 40 lines are left.
+    api.control(serde_json::json!({"faults": [{"delay_ms": 1500, "count": 3}]}));
+    let child = Command::new(BIN)
+        .args([
+            "ship",
+            "--to",
+            "newrelic",
+            "--endpoint",
+            &api.events_url(),
+            "--batch",
+            "20",
+            "--json",
+            "--files",
+        ])
+        .arg(&live)
+        .arg("--checkpoint")
+        .arg(dir.0.join("cp.json"))
+        .arg("--dead-letter")
+        .arg(dir.0.join("dead"))
+        .env("NEW_RELIC_INSERT_KEY", KEY)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the first 20", Duration::from_secs(20), || {
+        api.stats()["events"] == 20
+    });
+    unsafe { libc_kill(child.id() as i32, 15) };
+    let out = child.wait_with_output().unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(j["delivered"].as_u64().unwrap() < 60, "{j}");
+    let lag = j["lag_ms"].as_u64().unwrap();
+    assert!((3_500_000..3_700_000).contains(&lag), "about an hour: {j}");
+}
+
+#[test]
+fn once_stopped_by_sigterm_before_the_stream_is_drained_is_not_a_success() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let api = StandIn::event_api();
+    let dir = TempDir::new("b5");
+    record(&mut c, 0, 60, 200);
+    api.control(serde_json::json!({"faults": [{"delay_ms": 1500, "count": 3}]}));
+    let child = ship_cmd(&v.url, "newrelic", &api.events_url(), &dir.0.join("dead"))
+        .args(["--once", "--json", "--batch", "20"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the first 20", Duration::from_secs(20), || {
+        api.stats()["events"] == 20
+    });
+    unsafe { libc_kill(child.id() as i32, 15) };
+    let out = child.wait_with_output().unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{j}");
+    assert!(j["error"].as_str().unwrap().contains("stopped"), "{j}");
+}
+
+#[test]
+fn a_413_for_a_single_small_event_stops_instead_of_dead_lettering_everything() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let api = StandIn::event_api();
+    let dir = TempDir::new("b6");
+    record(&mut c, 0, 64, 200);
+    api.control(serde_json::json!({"faults": [{"status": 413, "count": 1000}]}));
+    let (code, j, err) = ship_once(
+        &v.url,
+        "newrelic",
+        &api.events_url(),
+        &dir.0.join("dead"),
+        &[],
+    );
+    assert_eq!(code, 1, "{j} {err}");
+    assert!(j["error"].as_str().unwrap().contains("413"), "{j}");
+    assert_eq!(j["dead_lettered"], 0, "{j}");
+    assert!(
+        j["posts"].as_u64().unwrap() <= 8,
+        "halved down to one event, then stopped: {j}"
+    );
+    assert_eq!(pending(&mut c), 64);
+}
+
+#[test]
+fn otlp_calls_without_a_usable_duration_are_counted_and_a_string_status_is_the_number() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let rx = StandIn::otlp();
+    let dir = TempDir::new("b7");
+    let call = |extra: serde_json::Value| {
+        let mut e = serde_json::json!({"eventType": "ExternalApiCall", "timestamp": 1_765_000_000_000i64,
+            "api": "payment", "http.request.method": "POST", "server.address": "psp.example", "server.port": 443});
+        for (k, v) in extra.as_object().unwrap() {
+            e[k] = v.clone();
+        }
+        e.to_string()
+    };
+    for ev in [
+        call(serde_json::json!({"http.response.status_code": 200, "duration.ms": 10.0})),
+        call(serde_json::json!({"http.response.status_code": "200", "duration.ms": 20.0})),
+        call(serde_json::json!({"http.response.status_code": 200})),
+        call(serde_json::json!({"http.response.status_code": 200, "duration.ms": "fast"})),
+        call(serde_json::json!({"http.response.status_code": 200, "duration.ms": -5.0})),
+    ] {
+        let _: String = redis::cmd("XADD")
+            .arg(STREAM)
+            .arg("*")
+            .arg("event")
+            .arg(ev)
+            .query(&mut c)
+            .unwrap();
+    }
+    let (code, j, err) = ship_once(&v.url, "otlp", &rx.base, &dir.0.join("dead"), &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        (j["delivered"].as_u64(), j["metric_calls_skipped"].as_u64()),
+        (Some(5), Some(3)),
+        "{j}"
+    );
+    assert_eq!(j["metric_points"], 1, "\"200\" and 200 are one series: {j}");
+}
+
+#[test]
+fn an_entry_that_is_no_event_keeps_its_content_in_the_dead_letter_file() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let api = StandIn::event_api();
+    let dir = TempDir::new("b8");
+    let _: String = redis::cmd("XADD")
+        .arg(STREAM)
+        .arg("*")
+        .arg("host")
+        .arg("web-1")
+        .arg("event")
+        .arg("{broken json")
+        .query(&mut c)
+        .unwrap();
+    let dead = dir.0.join("dead");
+    let (code, j, err) = ship_once(&v.url, "newrelic", &api.events_url(), &dead, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(j["dead_lettered"], 1);
+    let line: serde_json::Value =
+        serde_json::from_str(std::fs::read_to_string(&dead).unwrap().trim()).unwrap();
+    let raw = line["raw"].as_str().unwrap();
+    assert!(
+        raw.contains("{broken json") && raw.contains("web-1"),
+        "{line}"
+    );
+}
+
+#[test]
+fn files_whose_first_lines_are_blank_are_still_told_apart() {
+    let api = StandIn::event_api();
+    let dir = TempDir::new("b9");
+    let (a, b, cp) = (
+        dir.0.join("a.jsonl"),
+        dir.0.join("b.jsonl"),
+        dir.0.join("cp.json"),
+    );
+    std::fs::write(&a, "\n".to_string() + &lines(0..5)).unwrap();
+    std::fs::write(&b, "\n".to_string() + &lines(100..105)).unwrap();
+    let (code, j, err) = ship_files(&api, &[&a, &b], &cp, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(j["delivered"], 10, "{j}");
+}

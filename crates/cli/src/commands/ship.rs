@@ -30,7 +30,7 @@ pub enum To {
 
 #[derive(Args)]
 #[command(
-    after_help = "Exit status: 0 when every entry taken was delivered or dead-lettered (--once: the stream drained; long-running: stopped by SIGTERM or SIGINT); 1 when some could not be delivered (the reason on stderr; they stay pending in the stream for the next run); 2 a bad option.\n\nDelivery is at least once: each event carries event_id (its stream entry's ID), so a batch sent again after a crash or a lost answer can be recognised; the number taken again is `again` in --json."
+    after_help = "Exit status: 0 when every entry taken was delivered or dead-lettered (--once: the source drained; long-running: stopped by SIGTERM or SIGINT between batches); 1 when some could not be delivered (the reason on stderr; they stay in the source for the next run), also when stopped while a batch was being retried or --once was stopped before the source was drained; 2 a bad option.\n\nDelivery is at least once: each event carries event_id (its stream entry's ID, or FILE:OFFSET), so a batch sent again after a crash or a lost answer can be recognised; the number taken again is `again` in --json."
 )]
 pub struct ShipArgs {
     /// The source: the stream sink's Valkey URL (as checkout_guard.events.stream_url;

@@ -93,12 +93,23 @@ const IDENTITY_BYTES: u64 = 1 << 20;
 fn identity(path: &Path) -> Result<Option<String>, String> {
     let (mut r, gz) = open(path)?;
     let mut first = Vec::new();
-    r.by_ref()
-        .take(IDENTITY_BYTES)
-        .read_until(b'\n', &mut first)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut read = 0u64;
+    // The first line that is not blank (blank lines would make every such file one).
+    loop {
+        first.clear();
+        let n = r
+            .by_ref()
+            .take(IDENTITY_BYTES)
+            .read_until(b'\n', &mut first)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        read += n as u64;
+        let blank = first.iter().all(u8::is_ascii_whitespace) && first.ends_with(b"\n");
+        if n == 0 || !blank || read >= IDENTITY_BYTES {
+            break;
+        }
+    }
     let complete = first.ends_with(b"\n") || first.len() as u64 == IDENTITY_BYTES;
-    if first.is_empty() || (!gz && !complete) {
+    if first.iter().all(u8::is_ascii_whitespace) || (!gz && !complete) {
         return Ok(None);
     }
     Ok(Some(format!("{:016x}", fnv1a(&first))))
@@ -347,11 +358,26 @@ impl Source for FileSource {
         self.save()
     }
 
+    /// The oldest event of the batch in hand, else the next line not yet taken of each
+    /// open file (read from its buffer, not consumed): its timestamp's age.
     fn lag_ms(&mut self) -> Result<u64, String> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_millis() as f64);
-        Ok(self.oldest_ms.map_or(0, |t| (now - t).max(0.0) as u64))
+        let oldest = self.oldest_ms.or_else(|| {
+            self.readers
+                .iter_mut()
+                .filter_map(|r| {
+                    let buf = r.reader.fill_buf().ok()?;
+                    let line = &buf[..memchr::memchr(b'\n', buf)?];
+                    serde_json::from_slice::<Value>(line)
+                        .ok()?
+                        .get("timestamp")?
+                        .as_f64()
+                })
+                .reduce(f64::min)
+        });
+        Ok(oldest.map_or(0, |t| (now - t).max(0.0) as u64))
     }
 
     fn trimmed(&self) -> u64 {
@@ -420,11 +446,16 @@ impl FileSource {
                     Ok(_) => Err("the line is not a JSON object".to_string()),
                     Err(e) => Err(format!("the line is not JSON: {e}")),
                 };
+                let raw = event
+                    .is_err()
+                    .then(|| String::from_utf8_lossy(text).into_owned());
                 out.push(Entry {
                     id: format!("{}:{at}", r.ident),
                     event,
                     again: at < mark.taken,
                     trimmed: false,
+                    size: n,
+                    raw,
                 });
             }
             if read_any {

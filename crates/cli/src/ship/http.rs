@@ -146,6 +146,13 @@ impl Poster {
                 Err(ureq::Error::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
                     (None, format!("no connection: {e}"), false)
                 }
+                // TLS failed (https to a plain port, a certificate that does not verify):
+                // nothing was sent, and sending again will not help.
+                Err(e) if is_tls_failure(&e) => {
+                    return Err(Failed(format!(
+                        "{shown}: TLS failed ({e}): check --endpoint's scheme and the server's certificate"
+                    )))
+                }
                 Err(e @ (ureq::Error::Http(_) | ureq::Error::BadUri(_))) => {
                     return Err(Failed(format!(
                         "{shown}: the request cannot be made ({e}): check --endpoint and the key's characters"
@@ -170,7 +177,9 @@ impl Poster {
                 wait.as_secs_f64()
             );
             if !self.sleep(wait) {
-                return Err(Failed(format!("stopped while {shown} answered {why}")));
+                return Err(Failed(format!(
+                    "stopped (SIGTERM/SIGINT) while {shown} answered {why}: the batch is left for the next run"
+                )));
             }
             self.retried += 1;
             if maybe_taken {
@@ -197,6 +206,18 @@ pub fn sleep_unless(stop: &AtomicBool, d: Duration) -> bool {
             return true;
         }
         std::thread::sleep(left.min(Duration::from_millis(100)));
+    }
+}
+
+/// A TLS handshake or certificate failure, as ureq reports it (its own variants, or an I/O
+/// error carrying rustls's).
+fn is_tls_failure(e: &ureq::Error) -> bool {
+    match e {
+        ureq::Error::Tls(_) | ureq::Error::Rustls(_) | ureq::Error::TlsRequired => true,
+        ureq::Error::Io(io) => io
+            .get_ref()
+            .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some()),
+        _ => false,
     }
 }
 

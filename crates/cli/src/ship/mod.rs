@@ -89,11 +89,13 @@ pub fn send_split(
             send_split(range.start..mid, done, too_large, send)?;
             send_split(mid..range.end, done, too_large, send)
         }
-        http::Answer::TooLarge => {
-            done.rejected
-                .push((range.start, format!("too large alone: {too_large}")));
-            Ok(())
-        }
+        // One event answered 413 although it is within the destination's documented
+        // limit (the caller checks that before sending): the destination (or a proxy in
+        // front of it) takes less than it should; every event would be set aside one POST
+        // at a time, so the shipper stops instead.
+        http::Answer::TooLarge => Err(Failed(format!(
+            "one event alone was answered 413 ({too_large}): a proxy with a lower body limit in front of the destination? check --endpoint; nothing of this batch acknowledged"
+        ))),
         http::Answer::Rejected { status, body } => {
             done.rejected
                 .push((range.start, format!("{status} {body}")));
@@ -150,8 +152,11 @@ pub struct Counts {
     /// OTLP: `http.client.request.duration` data points sent and refused.
     pub metric_points: u64,
     pub metric_points_rejected: u64,
+    /// OTLP: external calls without a usable `duration.ms`, left out of the histogram
+    /// (their log records are delivered).
+    pub metric_calls_skipped: u64,
     /// The oldest undelivered entry's age, in ms, when last asked.
-    pub lag_ms: u64,
+    pub lag_ms: Option<u64>,
 }
 
 impl Counts {
@@ -169,6 +174,7 @@ impl Counts {
             "cut": {"values": self.cut_values, "attributes": self.cut_attributes},
             "metric_points": self.metric_points,
             "metric_points_rejected": self.metric_points_rejected,
+            "metric_calls_skipped": self.metric_calls_skipped,
             "lag_ms": self.lag_ms,
             "seconds": (elapsed.as_secs_f64() * 1000.0).round() / 1000.0,
         })
@@ -176,8 +182,15 @@ impl Counts {
 
     pub fn line(&self) -> String {
         format!(
-            "delivered {}, dead-lettered {}, retried {}, taken again {}, lag {} ms",
-            self.delivered, self.dead_lettered, self.retried, self.again, self.lag_ms
+            "delivered {}, dead-lettered {}, retried {}, taken again {}, lag {}",
+            self.delivered,
+            self.dead_lettered,
+            self.retried,
+            self.again,
+            self.lag_ms.map_or(
+                "unknown (the source did not answer)".to_string(),
+                |l| format!("{l} ms")
+            )
         )
     }
 }
@@ -193,29 +206,20 @@ pub struct Config {
     pub block: Duration,
 }
 
-/// An event set aside: its id, the event when it was one, why.
-type SetAside<'a> = (String, Option<&'a Map<String, Value>>, String);
-
-/// Appends refused events, each with why, to the dead-letter file (JSON lines, flushed
-/// and synced before the entries are acknowledged: set aside, never lost silently).
-fn dead_letter(
-    path: &std::path::Path,
-    items: &[SetAside<'_>],
-    more: &[Value],
-) -> Result<(), String> {
-    if items.is_empty() && more.is_empty() {
+/// Appends what was set aside, one JSON line each (`at_ms`, `id`, `why`, and `event` or,
+/// for an entry that was no event, `raw`), flushed and synced before the entries are
+/// acknowledged: set aside, never lost silently.
+fn dead_letter(path: &std::path::Path, lines: &[Value]) -> Result<(), String> {
+    if lines.is_empty() {
         return Ok(());
     }
     let at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
     let mut text = String::new();
-    for (id, event, why) in items {
-        let line = json!({"at_ms": at, "id": id, "why": why, "event": event});
-        text.push_str(&line.to_string());
-        text.push('\n');
-    }
-    for line in more {
+    for line in lines {
+        let mut line = line.clone();
+        line["at_ms"] = json!(at);
         text.push_str(&line.to_string());
         text.push('\n');
     }
@@ -234,6 +238,20 @@ fn dead_letter(
         })
 }
 
+/// What one batch holds at most in bytes as read (a batch's events are held a few times
+/// over while encoded): with 100 KB events, about 160 a batch.
+pub const MAX_BATCH_BYTES: usize = 16 << 20;
+
+/// The next batch's count: `configured`, or fewer when the last batch's entries were large
+/// (`bytes` over `n` entries), so a batch holds about [`MAX_BATCH_BYTES`] at most.
+fn next_batch(configured: usize, bytes: usize, n: usize) -> usize {
+    if n == 0 || bytes == 0 {
+        return configured;
+    }
+    let per_entry = bytes.div_ceil(n).max(1);
+    configured.min((MAX_BATCH_BYTES / per_entry).max(1))
+}
+
 /// Ships until the source is empty (`once`) or until `stop` is set. `Ok` when every
 /// entry taken was delivered or dead-lettered; `Err` with the reason otherwise (what
 /// was not acknowledged stays in the source for the next run).
@@ -247,6 +265,8 @@ pub fn run(
 ) -> Result<(), String> {
     let mut last_log = Instant::now();
     let mut again_from_source = 0;
+    // The first batch at most 1,000 entries, whose size then bounds the next ones.
+    let mut batch = cfg.batch.min(1000);
     let mut source_backoff = Duration::from_millis(200);
     eprintln!(
         "checkout-guard ship: from {} to {}{}",
@@ -256,15 +276,21 @@ pub fn run(
     );
     let result = loop {
         if stop.load(Ordering::Relaxed) {
-            break Ok(());
+            // Long-running: a stop between batches is the normal end. --once: stopped
+            // before the source was drained.
+            break if cfg.once {
+                Err("stopped (SIGTERM/SIGINT) before the source was drained".into())
+            } else {
+                Ok(())
+            };
         }
         if !cfg.once && last_log.elapsed() >= cfg.log_every {
-            counts.lag_ms = source.lag_ms().unwrap_or(counts.lag_ms);
+            counts.lag_ms = source.lag_ms().ok();
             eprintln!("checkout-guard ship: {}", counts.line());
             last_log = Instant::now();
         }
         let block = (!cfg.once).then_some(cfg.block);
-        let entries = match source.take(cfg.batch, block) {
+        let entries = match source.take(batch, block) {
             Ok(e) => e,
             Err(e) if cfg.once => break Err(format!("reading the {}: {e}", source.describe())),
             Err(e) => {
@@ -290,21 +316,24 @@ pub fn run(
         counts.batches += 1;
         counts.taken += entries.len() as u64;
         again_from_source += entries.iter().filter(|e| e.again && !e.trimmed).count() as u64;
+        let taken_bytes: usize = entries.iter().map(|e| e.size).sum();
+        let n_taken = entries.len();
         let mut ids = Vec::with_capacity(entries.len());
         let mut events = Vec::with_capacity(entries.len());
         let mut bad = Vec::new();
-        let mut partial_lines = Vec::new();
-        for e in &entries {
+        for e in entries {
             ids.push(e.id.clone());
-            match &e.event {
+            match e.event {
                 _ if e.trimmed => counts.trimmed += 1,
-                Ok(m) => events.push(Event {
-                    id: e.id.clone(),
-                    attributes: m.clone(),
+                Ok(attributes) => events.push(Event {
+                    id: e.id,
+                    attributes,
                 }),
-                Err(why) => bad.push((e.id.clone(), None, why.clone())),
+                Err(why) => bad.push(json!({"id": e.id, "why": why, "raw": e.raw})),
             }
         }
+        // The next batch bounded by bytes too: events of 100 KB take fewer a batch.
+        batch = next_batch(cfg.batch, taken_bytes, n_taken);
         let delivered = dest.deliver(poster, &events);
         counts.retried = poster.retried;
         counts.again = again_from_source + poster.maybe_twice;
@@ -318,21 +347,22 @@ pub fn run(
             Destination::Otlp(d) => {
                 counts.metric_points = d.metric_points;
                 counts.metric_points_rejected = d.metric_points_rejected;
+                counts.metric_calls_skipped = d.metric_calls_skipped;
             }
         }
         let delivered = match delivered {
             Ok(d) => d,
             Err(Failed(why)) => {
                 break Err(format!(
-                    "{} entries not delivered (left in the stream for the next run): {why}",
-                    entries.len()
+                    "{n_taken} entries not delivered (left in the stream for the next run): {why}"
                 ))
             }
         };
         for (i, why) in &delivered.rejected {
             let e = &events[*i];
-            bad.push((e.id.clone(), Some(&e.attributes), why.clone()));
+            bad.push(json!({"id": e.id, "why": why, "event": e.attributes}));
         }
+        let one_each = bad.len() as u64;
         let mut partly = 0;
         for (range, refused, why) in &delivered.partly {
             // Which ones the receiver does not say: the POST's events named, the count given.
@@ -344,14 +374,14 @@ pub fn run(
                 "checkout-guard ship: the destination refused {refused} of {} events it took in one POST: {why}",
                 range.len()
             );
-            partial_lines.push(json!({"why": format!("the destination refused {refused} of these {} events (not saying which): {why}", range.len()), "ids": ids, "refused": refused}));
+            bad.push(json!({"why": format!("the destination refused {refused} of these {} events (not saying which): {why}", range.len()), "ids": ids, "refused": refused}));
             partly += *refused;
         }
-        if let Err(e) = dead_letter(&cfg.dead_letter, &bad, &partial_lines) {
+        if let Err(e) = dead_letter(&cfg.dead_letter, &bad) {
             break Err(e);
         }
-        counts.delivered += delivered.accepted as u64 - partly;
-        counts.dead_lettered += bad.len() as u64 + partly;
+        counts.delivered += (delivered.accepted as u64).saturating_sub(partly);
+        counts.dead_lettered += one_each + partly;
         if let Err(e) = source.ack(&ids) {
             // Delivered but not acknowledged: taken again later (counted then as `again`).
             if cfg.once {
@@ -364,6 +394,18 @@ pub fn run(
         }
     };
     counts.trimmed += source.trimmed();
-    counts.lag_ms = source.lag_ms().unwrap_or(counts.lag_ms);
+    // Unknown (null) when the source cannot say: Valkey down at exit.
+    counts.lag_ms = source.lag_ms().ok();
     result
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_batch_of_large_entries_is_cut_to_about_16_mib() {
+        assert_eq!(super::next_batch(10_000, 2_000 * 300, 2_000), 10_000);
+        assert_eq!(super::next_batch(10_000, 100 * 100_000, 100), 167);
+        assert_eq!(super::next_batch(10_000, 20 << 20, 1), 1);
+        assert_eq!(super::next_batch(10_000, 0, 0), 10_000);
+    }
 }

@@ -50,6 +50,8 @@ pub struct Otlp {
     /// Data points the backend refused (400): counted, never retried.
     pub metric_points_rejected: u64,
     pub metric_points: u64,
+    /// External calls left out of `http.client.request.duration` (no usable duration).
+    pub metric_calls_skipped: u64,
 }
 
 fn kv(key: &str, v: any_value::Value) -> KeyValue {
@@ -126,7 +128,9 @@ const POINT_KEYS: [&str; 6] = [
 
 /// `http.client.request.duration` over the batch's external calls: a delta histogram
 /// point per attribute set.
-pub fn duration_metric(events: &[&Event]) -> Option<Metric> {
+/// Calls left out of the metric: no `duration.ms`, or not a number of 0 or more.
+pub fn duration_metric(events: &[&Event]) -> (Option<Metric>, u64) {
+    let mut skipped = 0;
     #[derive(Default)]
     struct Point {
         count: u64,
@@ -144,13 +148,30 @@ pub fn duration_metric(events: &[&Event]) -> Option<Metric> {
         if e.attributes.get("eventType").and_then(Value::as_str) != Some(EXTERNAL_API_CALL) {
             continue;
         }
-        let Some(ms) = e.attributes.get(attr::DURATION_MS).and_then(Value::as_f64) else {
+        let Some(ms) = e
+            .attributes
+            .get(attr::DURATION_MS)
+            .and_then(Value::as_f64)
+            .filter(|ms| ms.is_finite() && *ms >= 0.0)
+        else {
+            skipped += 1;
             continue;
         };
         let s = ms / 1000.0;
-        let present: Vec<(&str, &Value)> = POINT_KEYS
+        // A status code recorded as a string ("200") is the number (one series, as the
+        // semantic conventions type it).
+        let present: Vec<(&str, Value)> = POINT_KEYS
             .iter()
-            .filter_map(|k| Some((*k, e.attributes.get(*k).filter(|v| !v.is_null())?)))
+            .filter_map(|k| {
+                let v = e.attributes.get(*k).filter(|v| !v.is_null())?;
+                let v = match (v, *k == attr::STATUS_CODE) {
+                    (Value::String(s), true) => {
+                        s.trim().parse::<i64>().map_or(v.clone(), Value::from)
+                    }
+                    _ => v.clone(),
+                };
+                Some((*k, v))
+            })
             .collect();
         let key = present
             .iter()
@@ -187,7 +208,7 @@ pub fn duration_metric(events: &[&Event]) -> Option<Metric> {
         p.end = p.end.max(t);
     }
     if points.is_empty() {
-        return None;
+        return (None, skipped);
     }
     let data_points = points
         .into_values()
@@ -205,16 +226,19 @@ pub fn duration_metric(events: &[&Event]) -> Option<Metric> {
             ..Default::default()
         })
         .collect();
-    Some(Metric {
-        name: DURATION_METRIC.into(),
-        description: "Duration of HTTP client requests.".into(),
-        unit: "s".into(),
-        data: Some(metric::Data::Histogram(Histogram {
-            data_points,
-            aggregation_temporality: AggregationTemporality::Delta as i32,
-        })),
-        ..Default::default()
-    })
+    (
+        Some(Metric {
+            name: DURATION_METRIC.into(),
+            description: "Duration of HTTP client requests.".into(),
+            unit: "s".into(),
+            data: Some(metric::Data::Histogram(Histogram {
+                data_points,
+                aggregation_temporality: AggregationTemporality::Delta as i32,
+            })),
+            ..Default::default()
+        }),
+        skipped,
+    )
 }
 
 fn scope() -> Option<InstrumentationScope> {
@@ -302,6 +326,7 @@ impl Otlp {
             },
             metric_points_rejected: 0,
             metric_points: 0,
+            metric_calls_skipped: 0,
         }
     }
 
@@ -338,11 +363,10 @@ impl Otlp {
                         if let Ok(resp) = ExportLogsServiceResponse::decode(body.as_slice()) {
                             if let Some(p) = resp.partial_success {
                                 if p.rejected_log_records > 0 {
-                                    partly.push((
-                                        r,
-                                        p.rejected_log_records as u64,
-                                        p.error_message,
-                                    ));
+                                    // No more than the POST held, whatever the receiver claims.
+                                    let refused =
+                                        (p.rejected_log_records as u64).min(r.len() as u64);
+                                    partly.push((r, refused, p.error_message));
                                 }
                             }
                         }
@@ -362,7 +386,9 @@ impl Otlp {
             .filter(|(i, _)| !refused.contains(i))
             .map(|(_, e)| e)
             .collect();
-        if let Some(m) = duration_metric(&taken) {
+        let (metric, skipped) = duration_metric(&taken);
+        self.metric_calls_skipped += skipped;
+        if let Some(m) = metric {
             let n = match &m.data {
                 Some(metric::Data::Histogram(h)) => h.data_points.len() as u64,
                 _ => 0,
@@ -466,7 +492,7 @@ mod tests {
             call(100.0, 429),
         ];
         let refs: Vec<&Event> = evs.iter().collect();
-        let m = duration_metric(&refs).unwrap();
+        let m = duration_metric(&refs).0.unwrap();
         assert_eq!((m.name.as_str(), m.unit.as_str()), (DURATION_METRIC, "s"));
         let Some(metric::Data::Histogram(h)) = m.data else {
             panic!()

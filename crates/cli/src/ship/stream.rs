@@ -28,6 +28,11 @@ pub struct Entry {
     /// Pending in the group but deleted from the stream (trimmed by MAXLEN before anybody
     /// delivered it): nothing to deliver, counted and acknowledged.
     pub trimmed: bool,
+    /// The entry's size in bytes as read (the batch is bounded by bytes too).
+    pub size: usize,
+    /// What the entry held when it is not an event (its fields, or its line): kept in the
+    /// dead-letter file, so acknowledging it loses nothing.
+    pub raw: Option<String>,
 }
 
 /// Where a shipper reads.
@@ -161,8 +166,10 @@ impl StreamSource {
             ))
         })?;
         let last = group_field(&groups, &self.group, "last-delivered-id");
-        let read =
-            group_field(&groups, &self.group, "entries-read").and_then(|v| v.parse::<u64>().ok());
+        let read = group_field(&groups, &self.group, "entries-read")
+            .and_then(|v| v.parse::<u64>().ok())
+            // Nil for a group made at `0` that never read (Valkey cannot tell): nothing read.
+            .or_else(|| (last.as_deref() == Some("0-0")).then_some(0));
         let fields = pairs(&stream);
         let field = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
         let added = field("entries-added").and_then(as_int);
@@ -542,10 +549,36 @@ fn parse_entry(v: &Value, again: bool) -> Option<Entry> {
             _ => Err("the event field is not a string".into()),
         },
     };
+    let size = fields
+        .iter()
+        .map(|f| match f {
+            Value::BulkString(b) => b.len(),
+            _ => 8,
+        })
+        .sum();
+    let raw = match (&event, trimmed) {
+        (Err(_), false) => {
+            let map: serde_json::Map<String, serde_json::Value> = fields
+                .chunks(2)
+                .filter_map(|p| {
+                    let k = as_string(p.first()?)?;
+                    let v = match p.get(1)? {
+                        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                        other => format!("{other:?}"),
+                    };
+                    Some((k, serde_json::Value::String(v)))
+                })
+                .collect();
+            Some(serde_json::Value::Object(map).to_string())
+        }
+        _ => None,
+    };
     Some(Entry {
         id,
         event,
         again,
         trimmed,
+        size,
+        raw,
     })
 }
