@@ -1406,7 +1406,7 @@ fn once_stopped_by_sigterm_before_the_stream_is_drained_is_not_a_success() {
 }
 
 #[test]
-fn a_413_for_a_single_small_event_stops_instead_of_dead_lettering_everything() {
+fn a_413_for_every_event_stops_instead_of_dead_lettering_everything() {
     let v = common::Valkey::start();
     let mut c = v.connection();
     let api = StandIn::event_api();
@@ -1424,8 +1424,8 @@ fn a_413_for_a_single_small_event_stops_instead_of_dead_lettering_everything() {
     assert!(j["error"].as_str().unwrap().contains("413"), "{j}");
     assert_eq!(j["dead_lettered"], 0, "{j}");
     assert!(
-        j["posts"].as_u64().unwrap() <= 8,
-        "halved down to one event, then stopped: {j}"
+        j["posts"].as_u64().unwrap() <= 12,
+        "halved down to single events, stopped at the third: {j}"
     );
     assert_eq!(pending(&mut c), 64);
 }
@@ -1511,4 +1511,151 @@ fn files_whose_first_lines_are_blank_are_still_told_apart() {
     let (code, j, err) = ship_files(&api, &[&a, &b], &cp, &[]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(j["delivered"], 10, "{j}");
+}
+
+// ---- The third adversarial round: each failed before its fix ----
+
+/// An ExternalApiCall event padded with `pad` bytes that gzip cannot shrink much.
+fn padded(i: usize, pad: usize) -> String {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ i as u64;
+    let noise: String = (0..pad)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(b'a' + (x % 26) as u8)
+        })
+        .collect();
+    serde_json::json!({"eventType": "ExternalApiCall", "timestamp": 1_765_000_000_000i64 + i as i64,
+        "api": "payment", "http.response.status_code": 200, "duration.ms": 5.0, "seq": i, "note": noise})
+    .to_string()
+}
+
+fn xadd(c: &mut redis::Connection, event: &str) {
+    let _: String = redis::cmd("XADD")
+        .arg(STREAM)
+        .arg("*")
+        .arg("event")
+        .arg(event)
+        .query(c)
+        .unwrap();
+}
+
+#[test]
+fn otlp_one_event_over_the_receivers_limit_is_set_aside_and_the_rest_delivered() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let rx = StandIn::start("otlp_receiver.py", &["--key", KEY, "--max-body", "20000"]);
+    let dir = TempDir::new("c1");
+    for i in 0..5 {
+        xadd(&mut c, &padded(i, 10));
+    }
+    xadd(&mut c, &padded(5, 60_000));
+    for i in 6..11 {
+        xadd(&mut c, &padded(i, 10));
+    }
+    let (code, j, err) = ship_once(&v.url, "otlp", &rx.base, &dir.0.join("dead"), &[]);
+    assert_eq!(code, 0, "{j} {err}");
+    assert_eq!(
+        (j["delivered"].as_u64(), j["dead_lettered"].as_u64()),
+        (Some(10), Some(1)),
+        "{j}"
+    );
+    assert_eq!(rx.stats()["log_records"], 10);
+    assert_eq!(pending(&mut c), 0);
+}
+
+#[test]
+fn otlp_a_batch_over_the_receivers_limit_is_split_not_sent_for_ever() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let rx = StandIn::start("otlp_receiver.py", &["--key", KEY, "--max-body", "200000"]);
+    let dir = TempDir::new("c2");
+    for i in 0..200 {
+        xadd(&mut c, &padded(i, 4000));
+    }
+    let (code, j, err) = ship_once(
+        &v.url,
+        "otlp",
+        &rx.base,
+        &dir.0.join("dead"),
+        &["--retry-for", "30"],
+    );
+    assert_eq!(code, 0, "{j} {err}");
+    assert_eq!(j["delivered"], 200, "{j}");
+    assert_eq!(
+        rx.stats()["log_records"].as_u64().unwrap() - rx.stats()["duplicates"].as_u64().unwrap(),
+        200
+    );
+    assert!(
+        j["again"].as_u64().unwrap() <= j["taken"].as_u64().unwrap(),
+        "{j}"
+    );
+}
+
+#[test]
+fn a_batch_of_large_entries_is_bounded_in_bytes_not_only_in_count() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let api = StandIn::event_api();
+    let dir = TempDir::new("c3");
+    // 150 entries of ~200 KB (30 MB): batches of about 16 MiB, not one of 30 MB.
+    for i in 0..150 {
+        xadd(&mut c, &padded(i, 200_000));
+    }
+    let (code, j, err) = ship_once(
+        &v.url,
+        "newrelic",
+        &api.events_url(),
+        &dir.0.join("dead"),
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(j["delivered"], 150, "{j}");
+    assert!(j["batches"].as_u64().unwrap() >= 2, "bounded in bytes: {j}");
+}
+
+#[test]
+fn an_entry_that_is_not_utf8_keeps_its_bytes_in_the_dead_letter_file() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    let api = StandIn::event_api();
+    let dir = TempDir::new("c4");
+    let bytes: &[u8] = b"\x1f\x8b\x08\x00\xff\xfe\x80\x81binary";
+    let _: String = redis::cmd("XADD")
+        .arg(STREAM)
+        .arg("*")
+        .arg("event")
+        .arg(bytes)
+        .query(&mut c)
+        .unwrap();
+    let dead = dir.0.join("dead");
+    let (code, j, err) = ship_once(&v.url, "newrelic", &api.events_url(), &dead, &[]);
+    assert_eq!((code, j["dead_lettered"].as_u64()), (0, Some(1)), "{err}");
+    let line: serde_json::Value =
+        serde_json::from_str(std::fs::read_to_string(&dead).unwrap().trim()).unwrap();
+    let raw: serde_json::Value = serde_json::from_str(line["raw"].as_str().unwrap()).unwrap();
+    let kept = raw["event"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("base64:")
+        .expect("base64 for bytes that are not UTF-8");
+    use base64::Engine;
+    assert_eq!(
+        base64::engine::general_purpose::STANDARD
+            .decode(kept)
+            .unwrap(),
+        bytes
+    );
+}
+
+#[test]
+fn files_a_mib_of_blank_lines_first_does_not_hide_the_file() {
+    let api = StandIn::event_api();
+    let dir = TempDir::new("c5");
+    let (live, cp) = (dir.0.join("events.jsonl"), dir.0.join("cp.json"));
+    std::fs::write(&live, "\n".repeat((1 << 20) + 10) + &lines(0..5)).unwrap();
+    let (code, j, err) = ship_files(&api, &[&live], &cp, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(j["delivered"], 5, "{j}");
 }

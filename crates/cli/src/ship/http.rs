@@ -81,6 +81,8 @@ impl Poster {
         let started = Instant::now();
         let mut backoff = FIRST_BACKOFF;
         let mut tries = 0u32;
+        let mut counted_twice = false;
+        let mut cut_while_sent = 0u32;
         loop {
             tries += 1;
             let mut req = self.agent.post(url);
@@ -158,6 +160,21 @@ impl Poster {
                         "{shown}: the request cannot be made ({e}): check --endpoint and the key's characters"
                     )))
                 }
+                // A receiver past its body limit may answer 413 and close while the body is
+                // still being written: the write fails and its answer is never read. A large
+                // POST cut so twice in a row is taken as too large (the caller halves it).
+                Err(ureq::Error::Io(e))
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+                    ) && body.len() > 64 * 1024 =>
+                {
+                    cut_while_sent += 1;
+                    if cut_while_sent >= 2 {
+                        return Ok(Answer::TooLarge);
+                    }
+                    (None, format!("no answer: {e} (cut while sent)"), true)
+                }
                 Err(e) => (None, format!("no answer: {e}"), true),
             };
             // Retry-After is the earliest time to send again; the back-off still grows.
@@ -182,7 +199,9 @@ impl Poster {
                 )));
             }
             self.retried += 1;
-            if maybe_taken {
+            if maybe_taken && !counted_twice {
+                // Once per POST, however often it is sent again: the most it can be twice.
+                counted_twice = true;
                 self.maybe_twice += events as u64;
             }
         }

@@ -66,6 +66,8 @@ pub struct Delivered {
     /// Refused within an accepted POST without being named (OTLP's partial success): the
     /// POST's range of the batch, how many of it were refused, why.
     pub partly: Vec<(std::ops::Range<usize>, u64, String)>,
+    /// Events answered 413 alone, one after another with nothing accepted between.
+    pub alone_413_in_a_row: u32,
 }
 
 /// The one rule for a batch a destination will not take whole: `send` POSTs the events in
@@ -82,6 +84,7 @@ pub fn send_split(
     match send(range.clone())? {
         http::Answer::Accepted(_) => {
             done.accepted += n;
+            done.alone_413_in_a_row = 0;
             Ok(())
         }
         http::Answer::TooLarge | http::Answer::Rejected { .. } if n > 1 => {
@@ -89,13 +92,21 @@ pub fn send_split(
             send_split(range.start..mid, done, too_large, send)?;
             send_split(mid..range.end, done, too_large, send)
         }
-        // One event answered 413 although it is within the destination's documented
-        // limit (the caller checks that before sending): the destination (or a proxy in
-        // front of it) takes less than it should; every event would be set aside one POST
-        // at a time, so the shipper stops instead.
-        http::Answer::TooLarge => Err(Failed(format!(
-            "one event alone was answered 413 ({too_large}): a proxy with a lower body limit in front of the destination? check --endpoint; nothing of this batch acknowledged"
-        ))),
+        // One event alone answered 413: set aside (a large event). But three in a row with
+        // nothing accepted between is the destination (or a proxy in front of it) taking
+        // less than it should: every event would be set aside one POST at a time, so the
+        // shipper stops instead, nothing of the batch acknowledged.
+        http::Answer::TooLarge => {
+            done.alone_413_in_a_row += 1;
+            if done.alone_413_in_a_row >= 3 {
+                return Err(Failed(format!(
+                    "three events in a row answered 413 alone ({too_large}): a proxy with a lower body limit in front of the destination? check --endpoint; nothing of this batch acknowledged"
+                )));
+            }
+            done.rejected
+                .push((range.start, format!("too large alone: {too_large}")));
+            Ok(())
+        }
         http::Answer::Rejected { status, body } => {
             done.rejected
                 .push((range.start, format!("{status} {body}")));
@@ -236,6 +247,19 @@ fn dead_letter(path: &std::path::Path, lines: &[Value]) -> Result<(), String> {
                 path.display()
             )
         })
+}
+
+/// Bytes kept in the dead-letter file as they were: the text when it is UTF-8, else
+/// `base64:` and the bytes in base64 (nothing altered, so acknowledging loses nothing).
+pub fn raw_text(bytes: &[u8]) -> String {
+    use base64::Engine;
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_string(),
+        Err(_) => format!(
+            "base64:{}",
+            base64::engine::general_purpose::STANDARD.encode(bytes)
+        ),
+    }
 }
 
 /// What one batch holds at most in bytes as read (a batch's events are held a few times

@@ -38,6 +38,9 @@ pub const DURATION_BOUNDS: [f64; 14] = [
     0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
 ];
 const MAX_RECORDS_PER_POST: usize = 20_000;
+/// The most one POST carries, gzipped: New Relic's OTLP endpoint's limit (as its Event
+/// API's, 1 MB), well under the OpenTelemetry Collector's default (20 MiB).
+pub const MAX_POST_BYTES: usize = 1_000_000;
 /// OTLP's SeverityNumber INFO.
 const SEVERITY_INFO: i32 = 9;
 
@@ -456,12 +459,23 @@ impl Otlp {
             }],
         };
         let n = req.resource_logs[0].scope_logs[0].log_records.len();
-        poster.post(
-            &self.logs_url,
-            &self.all_headers(),
-            &gzip(&req.encode_to_vec()),
-            n,
-        )
+        let body = gzip(&req.encode_to_vec());
+        if body.len() > MAX_POST_BYTES {
+            // Split here rather than sent: a receiver past its limit may close the
+            // connection before answering 413 (then it reads as no answer).
+            return Ok(if n > 1 {
+                Answer::TooLarge
+            } else {
+                Answer::Rejected {
+                    status: 413,
+                    body: format!(
+                        "over {MAX_POST_BYTES} bytes gzipped alone ({} bytes), not sent",
+                        body.len()
+                    ),
+                }
+            });
+        }
+        poster.post(&self.logs_url, &self.all_headers(), &body, n)
     }
 }
 

@@ -54,6 +54,8 @@ pub struct StreamSource {
     /// ID up to which entries taken again may be at the destination already.
     acked_up_to: Option<String>,
     again_up_to: Option<String>,
+    /// The largest entry seen, in bytes (how many one read asks for).
+    largest: usize,
     /// Pending entries found deleted from the stream (trimmed by MAXLEN before delivery).
     pub trimmed: u64,
 }
@@ -80,6 +82,7 @@ impl StreamSource {
             said_waiting: false,
             acked_up_to: None,
             again_up_to: None,
+            largest: 0,
             trimmed: 0,
         }
     }
@@ -209,7 +212,37 @@ impl StreamSource {
             }
             return Ok(Vec::new());
         }
-        let taken = self.take_inner(count, block);
+        // Read in pieces until the batch holds `count` entries or about MAX_BATCH_BYTES:
+        // a batch of large entries stays bounded in memory whatever the last ones were.
+        let mut taken: Result<Vec<Entry>, String> = Ok(Vec::new());
+        let mut bytes = 0usize;
+        loop {
+            let have = taken.as_ref().map_or(0, Vec::len);
+            let piece = (count - have).min(self.piece());
+            let wait = if have == 0 { block } else { None };
+            match self.take_inner(piece, wait, have == 0) {
+                Err(e) if have == 0 => {
+                    taken = Err(e);
+                    break;
+                }
+                // What was read so far is a batch; the error comes back next time.
+                Err(_) => break,
+                Ok(more) => {
+                    let n = more.len();
+                    for e in &more {
+                        bytes += e.size;
+                        self.largest = self.largest.max(e.size);
+                    }
+                    if let Ok(all) = &mut taken {
+                        all.extend(more);
+                    }
+                    let have = have + n;
+                    if n < piece || have >= count || bytes >= super::MAX_BATCH_BYTES {
+                        break;
+                    }
+                }
+            }
+        }
         match &taken {
             // Valkey restarted without its data, or the group was deleted: made again
             // from the stream's start next time; what this shipper acknowledged before
@@ -241,7 +274,23 @@ impl StreamSource {
         taken
     }
 
-    fn take_inner(&mut self, count: usize, block: Option<Duration>) -> Result<Vec<Entry>, String> {
+    /// How many entries one read asks for: few while entries may be large (none seen yet,
+    /// or the largest seen), so one read holds at most about a quarter of a batch's bytes.
+    fn piece(&self) -> usize {
+        match self.largest {
+            0 => 100,
+            l => (super::MAX_BATCH_BYTES / 4 / l).clamp(10, 1000),
+        }
+    }
+
+    /// One read: own pending entries, else (on a batch's first read) others' idle ones and
+    /// the trimmed-unread check, else new ones.
+    fn take_inner(
+        &mut self,
+        count: usize,
+        block: Option<Duration>,
+        first: bool,
+    ) -> Result<Vec<Entry>, String> {
         if let Some(from) = self.own_pending_from.clone() {
             let v = self.read_group(&from, count, None)?;
             let entries = parse_read(&v, true)?;
@@ -253,11 +302,13 @@ impl StreamSource {
                 return Ok(entries);
             }
         }
-        let claimed = self.claim(count)?;
-        if !claimed.is_empty() {
-            return Ok(claimed);
+        if first {
+            let claimed = self.claim(count)?;
+            if !claimed.is_empty() {
+                return Ok(claimed);
+            }
+            self.count_trimmed_unread()?;
         }
-        self.count_trimmed_unread()?;
         // A blocked read ends up to ~100 ms after its BLOCK time (Valkey checks blocked
         // clients' timeouts on its event loop's ticks): it blocks only with that much of
         // the call's timeout to spare; else it polls and sleeps.
@@ -563,7 +614,7 @@ fn parse_entry(v: &Value, again: bool) -> Option<Entry> {
                 .filter_map(|p| {
                     let k = as_string(p.first()?)?;
                     let v = match p.get(1)? {
-                        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                        Value::BulkString(b) => super::raw_text(b),
                         other => format!("{other:?}"),
                     };
                     Some((k, serde_json::Value::String(v)))
