@@ -700,12 +700,9 @@ fn gzip_to(path: &Path, text: &str) {
     gz.finish().unwrap();
 }
 
-fn ship_files(
-    api: &StandIn,
-    files: &[&Path],
-    checkpoint: &Path,
-    extra: &[&str],
-) -> (i32, serde_json::Value, String) {
+/// `ship --to newrelic --files FILES --checkpoint CP --dead-letter DEAD` to the stand-in
+/// (add `--once`, `--batch`... and the stdio to taste).
+fn files_cmd(api: &StandIn, files: &[&Path], checkpoint: &Path, dead: &Path) -> Command {
     let mut c = Command::new(BIN);
     c.args([
         "ship",
@@ -713,19 +710,29 @@ fn ship_files(
         "newrelic",
         "--endpoint",
         &api.events_url(),
-        "--once",
-        "--json",
         "--files",
     ])
     .args(files)
     .arg("--checkpoint")
     .arg(checkpoint)
     .arg("--dead-letter")
-    .arg(checkpoint.with_extension("dead"))
-    .args(extra)
+    .arg(dead)
     .env("NEW_RELIC_INSERT_KEY", KEY)
     .stdin(Stdio::null());
-    let out = c.output().unwrap();
+    c
+}
+
+fn ship_files(
+    api: &StandIn,
+    files: &[&Path],
+    checkpoint: &Path,
+    extra: &[&str],
+) -> (i32, serde_json::Value, String) {
+    let out = files_cmd(api, files, checkpoint, &checkpoint.with_extension("dead"))
+        .args(["--once", "--json"])
+        .args(extra)
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     // No JSON when refused at start (exit 2).
     let j = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
@@ -820,23 +827,8 @@ fn files_a_shipper_killed_mid_batch_resumes_and_counts_what_it_takes_again() {
     let (live, cp) = (dir.0.join("events.jsonl"), dir.0.join("cp.json"));
     std::fs::write(&live, lines(0..1500)).unwrap();
     api.control(serde_json::json!({"faults": [{"delay_ms": 5_000, "count": 1}]}));
-    let mut child = Command::new(BIN)
-        .args([
-            "ship",
-            "--to",
-            "newrelic",
-            "--endpoint",
-            &api.events_url(),
-            "--batch",
-            "500",
-            "--files",
-        ])
-        .arg(&live)
-        .arg("--checkpoint")
-        .arg(&cp)
-        .arg("--dead-letter")
-        .arg(dir.0.join("dead"))
-        .env("NEW_RELIC_INSERT_KEY", KEY)
+    let mut child = files_cmd(&api, &[&live], &cp, &dir.0.join("dead"))
+        .args(["--batch", "500"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -984,15 +976,7 @@ fn entries_trimmed_by_maxlen_before_the_group_read_them_are_counted() {
     assert_eq!(code, 0, "{err}");
     // The shipper down while 1,000 more are written with an exact MAXLEN of 100.
     for i in 0..1000 {
-        let _: String = redis::cmd("XADD")
-            .arg(STREAM)
-            .arg("MAXLEN")
-            .arg(100)
-            .arg("*")
-            .arg("event")
-            .arg(line(i))
-            .query(&mut c)
-            .unwrap();
+        xadd_capped(&mut c, &line(i), 100);
     }
     let (code, j, err) = ship_once(
         &v.url,
@@ -1142,21 +1126,7 @@ fn files_a_checkpoint_that_cannot_be_written_for_a_while_loses_no_line() {
     let cpdir = dir.0.join("state");
     std::fs::create_dir(&cpdir).unwrap();
     std::fs::write(&live, lines(0..10)).unwrap();
-    let mut child = Command::new(BIN)
-        .args([
-            "ship",
-            "--to",
-            "newrelic",
-            "--endpoint",
-            &api.events_url(),
-            "--files",
-        ])
-        .arg(&live)
-        .arg("--checkpoint")
-        .arg(cpdir.join("cp.json"))
-        .arg("--dead-letter")
-        .arg(dir.0.join("dead"))
-        .env("NEW_RELIC_INSERT_KEY", KEY)
+    let mut child = files_cmd(&api, &[&live], &cpdir.join("cp.json"), &dir.0.join("dead"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -1209,21 +1179,7 @@ fn files_two_shippers_on_one_checkpoint_are_refused() {
     let dir = TempDir::new("a10");
     let (live, cp) = (dir.0.join("events.jsonl"), dir.0.join("cp.json"));
     std::fs::write(&live, lines(0..10)).unwrap();
-    let mut first = Command::new(BIN)
-        .args([
-            "ship",
-            "--to",
-            "newrelic",
-            "--endpoint",
-            &api.events_url(),
-            "--files",
-        ])
-        .arg(&live)
-        .arg("--checkpoint")
-        .arg(&cp)
-        .arg("--dead-letter")
-        .arg(dir.0.join("dead"))
-        .env("NEW_RELIC_INSERT_KEY", KEY)
+    let mut first = files_cmd(&api, &[&live], &cp, &dir.0.join("dead"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -1303,15 +1259,7 @@ fn entries_trimmed_before_a_group_made_at_0_ever_read_are_counted() {
         .query(&mut c)
         .unwrap();
     for i in 0..200 {
-        let _: String = redis::cmd("XADD")
-            .arg(STREAM)
-            .arg("MAXLEN")
-            .arg(100)
-            .arg("*")
-            .arg("event")
-            .arg(line(i))
-            .query(&mut c)
-            .unwrap();
+        xadd_capped(&mut c, &line(i), 100);
     }
     let (code, j, err) = ship_once(
         &v.url,
@@ -1348,24 +1296,8 @@ fn files_lag_is_the_age_of_the_oldest_line_not_yet_delivered() {
     std::fs::write(&live, text).unwrap();
     // Each POST answered late: stopped after the first, 40 lines are left.
     api.control(serde_json::json!({"faults": [{"delay_ms": 1500, "count": 3}]}));
-    let child = Command::new(BIN)
-        .args([
-            "ship",
-            "--to",
-            "newrelic",
-            "--endpoint",
-            &api.events_url(),
-            "--batch",
-            "20",
-            "--json",
-            "--files",
-        ])
-        .arg(&live)
-        .arg("--checkpoint")
-        .arg(dir.0.join("cp.json"))
-        .arg("--dead-letter")
-        .arg(dir.0.join("dead"))
-        .env("NEW_RELIC_INSERT_KEY", KEY)
+    let child = files_cmd(&api, &[&live], &dir.0.join("cp.json"), &dir.0.join("dead"))
+        .args(["--batch", "20", "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -1529,6 +1461,19 @@ fn padded(i: usize, pad: usize) -> String {
     serde_json::json!({"eventType": "ExternalApiCall", "timestamp": 1_765_000_000_000i64 + i as i64,
         "api": "payment", "http.response.status_code": 200, "duration.ms": 5.0, "seq": i, "note": noise})
     .to_string()
+}
+
+/// As the stream sink writes: `XADD KEY MAXLEN max * event EVENT` (an exact MAXLEN).
+fn xadd_capped(c: &mut redis::Connection, event: &str, max: usize) {
+    let _: String = redis::cmd("XADD")
+        .arg(STREAM)
+        .arg("MAXLEN")
+        .arg(max)
+        .arg("*")
+        .arg("event")
+        .arg(event)
+        .query(c)
+        .unwrap();
 }
 
 fn xadd(c: &mut redis::Connection, event: &str) {
