@@ -36,6 +36,8 @@ fn root() -> PathBuf {
 struct TcpValkey {
     child: Child,
     port: u16,
+    /// A cluster node's bus port (`--cluster-port`), 0 for a server without cluster.
+    bus: u16,
     dir: PathBuf,
 }
 
@@ -66,13 +68,27 @@ impl TcpValkey {
         if module {
             cmd.arg("--loadmodule").arg(valkey_module());
         }
+        // The bus port on a free port of its own: the default, port + 10000, is past 65535
+        // for an ephemeral port above 55535 (then the node does not start).
+        let bus = if extra.iter().any(|a| a == "--cluster-enabled") {
+            let bus = free_port();
+            cmd.arg("--cluster-port").arg(bus.to_string());
+            bus
+        } else {
+            0
+        };
         let child = cmd.spawn().expect("start valkey-server");
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "valkey-server did not start");
             std::thread::sleep(Duration::from_millis(10));
         }
-        Self { child, port, dir }
+        Self {
+            child,
+            port,
+            bus,
+            dir,
+        }
     }
 
     /// A Valkey Cluster node on `port` (no slots yet), its slot map naming it at
@@ -87,6 +103,16 @@ impl TcpValkey {
             extra.extend(["--cluster-announce-port".into(), a.to_string()]);
         }
         Self::start_on(port, module, &extra)
+    }
+
+    /// CLUSTER MEET `other`, with its bus port (MEET would take port + 10000).
+    fn meet(&self, other: &TcpValkey) {
+        self.cluster(&[
+            "MEET",
+            "127.0.0.1",
+            &other.port.to_string(),
+            &other.bus.to_string(),
+        ]);
     }
 
     fn cluster(&self, args: &[&str]) -> redis::Value {
@@ -1086,7 +1112,7 @@ fn a_primary_restarted_empty_is_left_for_its_promoted_replica() {
     a.cluster(&["ADDSLOTSRANGE", "0", "8191"]);
     b.cluster(&["ADDSLOTSRANGE", "8192", "16383"]);
     for n in [&b, &r] {
-        n.cluster(&["MEET", "127.0.0.1", &pa.to_string()]);
+        n.meet(&a);
     }
     let (ida, idb, idr) = (a.node_id(), b.node_id(), r.node_id());
     b.wait_cluster(0, &ida);
@@ -1152,7 +1178,7 @@ fn two_nodes_all_on_a() -> (TcpValkey, TcpValkey, String, String) {
     let a = TcpValkey::cluster_node(false, pa, None);
     let b = TcpValkey::cluster_node(false, pb, None);
     a.cluster(&["ADDSLOTSRANGE", "0", "16383"]);
-    a.cluster(&["MEET", "127.0.0.1", &pb.to_string()]);
+    a.meet(&b);
     let (ida, idb) = (a.node_id(), b.node_id());
     b.wait_cluster(0, &ida);
     (a, b, ida, idb)
@@ -1167,7 +1193,7 @@ fn two_nodes_halved(module: bool) -> (TcpValkey, TcpValkey, String, String) {
     let b = cluster_node_with(module, pb, &more);
     a.cluster(&["ADDSLOTSRANGE", "0", "8191"]);
     b.cluster(&["ADDSLOTSRANGE", "8192", "16383"]);
-    a.cluster(&["MEET", "127.0.0.1", &pb.to_string()]);
+    a.meet(&b);
     let (ida, idb) = (a.node_id(), b.node_id());
     b.wait_cluster(0, &ida);
     b.wait_cluster(8192, &idb);

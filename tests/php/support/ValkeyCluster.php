@@ -29,7 +29,8 @@ final class ValkeyCluster
             $this->nodes[$i]->client()->rawCommand('CLUSTER', 'ADDSLOTSRANGE', $from, $to);
         }
         foreach ($this->nodes as $node) {
-            $node->client()->rawCommand('CLUSTER', 'MEET', '127.0.0.1', $this->nodes[0]->port);
+            // With the bus port: MEET would take port + 10000 (ValkeyProcess::start).
+            $node->client()->rawCommand('CLUSTER', 'MEET', '127.0.0.1', $this->nodes[0]->port, $this->nodes[0]->bus);
         }
         $this->waitFor(fn () => $this->everyNode(
             fn (\Redis $r) => substr_count($r->rawCommand('CLUSTER', 'NODES'), "\n") === 6

@@ -8,6 +8,8 @@ final class ValkeyProcess
 {
     private string $dir;
     public readonly int $port;
+    /** A cluster node's bus port (`--cluster-port`), 0 without cluster mode. */
+    public int $bus = 0;
 
     public function __construct()
     {
@@ -32,6 +34,14 @@ final class ValkeyProcess
     /** @param list<string> $args more valkey-server arguments (e.g. cluster mode) */
     public function start(array $args = []): void
     {
+        // A cluster node's bus port on a free port of its own: the default, port + 10000,
+        // is past 65535 for an ephemeral port above 55535, or already taken by another
+        // socket (the node then exits at once: "valkey did not start", 1 run in 3 on a
+        // busy machine).
+        if (in_array('--cluster-enabled', $args, true) && !in_array('--cluster-port', $args, true)) {
+            $this->bus = self::freePort();
+            $args = [...$args, '--cluster-port', (string) $this->bus];
+        }
         $cmd = [getenv('VALKEY_SERVER'), '--bind', '127.0.0.1', '--port', (string) $this->port,
             '--save', '', '--appendonly', 'no', '--daemonize', 'yes', '--dir', $this->dir,
             '--pidfile', "{$this->dir}/valkey.pid", '--logfile', "{$this->dir}/valkey.log", ...$args];
