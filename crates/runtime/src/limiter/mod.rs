@@ -32,7 +32,7 @@ use checkout_guard_config::{
 };
 use checkout_guard_model::{
     reservation_wait_us, AdaptArgs, AutoHotArgs, DecideCall, DecideKeys, DecideReply, Decision,
-    Keys, Lane, LimiterError,
+    Keys, Lane, LimiterError, Reason,
 };
 
 use crate::clock::{Clock, SystemClock};
@@ -85,6 +85,8 @@ pub struct Limiter {
     lease_counts: Arc<LeaseCounts>,
     /// Leases of decisions whose outcome is unknown, not yet released.
     unknown_leases: Mutex<std::collections::HashSet<u64>>,
+    /// This limiter's live counters, found once (`metrics`).
+    series: crate::metrics::LimiterSeries,
 }
 
 impl Limiter {
@@ -146,6 +148,7 @@ impl Limiter {
             lease_stats_key: keys.lease_stats(),
             lease_counts: leases::counts_for(live_id),
             unknown_leases: Mutex::new(Default::default()),
+            series: Default::default(),
             global_key: keys.global(),
             hot_lane_key: keys.hot_lane(),
             limits_version_key: keys.limits_version(),
@@ -242,15 +245,15 @@ impl Limiter {
         let result = self.decide(shop, tokens, peek, max_wait_us, &mut how);
         if !peek && crate::metrics::enabled() {
             let (allowed, reason, shadow, waited) = match &result {
-                Ok((d, _)) => (d.allowed, d.reason.as_str(), d.shadow, d.waited),
+                Ok((d, _)) => (d.allowed, d.reason, d.shadow, d.waited),
                 // on_unavailable=throw: the call threw, the checkout got no decision.
-                Err(LimiterError::Unavailable { .. }) => (false, "unavailable", false, 0.0),
+                Err(LimiterError::Unavailable { .. }) => (false, Reason::Unavailable, false, 0.0),
                 Err(LimiterError::Config(_)) => return result,
             };
-            crate::metrics::decision(&crate::metrics::DecisionSeen {
+            let seen = crate::metrics::DecisionSeen {
                 limiter: &self.options.name,
                 allowed,
-                reason,
+                reason: reason.as_str(),
                 shadow,
                 local: how.local,
                 engine: how
@@ -258,7 +261,8 @@ impl Limiter {
                     .then(|| crate::store::last_engine().unwrap_or("unknown")),
                 near_limit: how.near_limit,
                 waited,
-            });
+            };
+            self.series.count(&seen, reason);
         }
         result
     }
@@ -381,11 +385,8 @@ impl Limiter {
                         crate::metrics::NEAR_LIMIT_SHARE,
                     );
                     if !peek && self.options.adaptive.is_some() {
-                        crate::metrics::set(
-                            crate::metrics::Family::AdaptiveShare,
-                            &[&self.options.name],
-                            reply.adapt_permille as f64 / 1000.0,
-                        );
+                        self.series
+                            .set_share(&self.options.name, reply.adapt_permille as f64 / 1000.0);
                     }
                     if let (true, true, Some((n, _))) = (d.allowed, reply.in_flight_seen, &lease) {
                         d.lease = Some(*n);
