@@ -357,6 +357,9 @@ pub fn init_for_siblings(dir: &Path, master: u32) -> Result<PathBuf, String> {
         let ((slots, words, metrics), sharing) = match open_named(dir, master) {
             Ok((mapped, path)) => {
                 result = Ok(path.clone());
+                // A reload re-executed the master in the same process (same pid and start
+                // time, so the same file): its counters start again.
+                mapped.2.adopt_generation(crate::metrics::exec_generation());
                 (mapped, Sharing::Named(path))
             }
             Err(why) => {

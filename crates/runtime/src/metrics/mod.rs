@@ -79,7 +79,10 @@ pub struct Region {
     started_ms: AtomicU64,
     /// Label sets that found no free slot.
     dropped: AtomicU64,
-    _pad: [AtomicU64; 6],
+    /// Which exec of the php-fpm master the counters are of, where workers share them
+    /// through a file named after the master ([`Region::adopt_generation`]); 0: not set.
+    generation: AtomicU64,
+    _pad: [AtomicU64; 5],
     series: [Series; SERIES],
 }
 
@@ -212,6 +215,25 @@ pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
+/// This process's execution of its program, as 64 bits: the 16 random bytes the kernel
+/// gave the exec (`AT_RANDOM`), hashed (they seed the stack protector: never shown). The
+/// same in every process forked from it (php-fpm's workers), another after a re-exec.
+pub fn exec_generation() -> u64 {
+    // SAFETY: getauxval never fails; AT_RANDOM, when present, is the address of 16 bytes
+    // the kernel placed on the initial stack, readable for the process's life.
+    let bytes = unsafe {
+        let p = libc::getauxval(libc::AT_RANDOM) as *const u8;
+        if p.is_null() {
+            return 1;
+        }
+        std::slice::from_raw_parts(p, 16)
+    };
+    let mut h = rustc_hash::FxHasher::default();
+    h.write(b"checkout-guard metrics generation");
+    h.write(bytes);
+    h.finish().max(1)
+}
+
 /// This process's region (the local-denial table's mapping), `None` if none could be mapped.
 pub fn region() -> Option<&'static Region> {
     crate::denials::metrics_region()
@@ -239,6 +261,39 @@ impl Region {
             Ok(_) => now,
             Err(other) => other,
         }
+    }
+
+    /// For workers that map the counters from a file named after their master (the
+    /// extension loaded per pool): a php-fpm reload (`SIGUSR2`) re-executes the master in
+    /// the same process, so the same file is found again, and its counters would carry
+    /// on. `generation` tells the master's executions apart; the first worker of a new
+    /// one starts the counters from zero (and a new start time), as a reload does where
+    /// the extension is loaded globally. A worker of the new master that counted while
+    /// another was clearing (the first requests, microseconds) may lose those counts.
+    pub fn adopt_generation(&self, generation: u64) {
+        let seen = self.generation.load(Ordering::Acquire);
+        if seen == generation {
+            return;
+        }
+        if self
+            .generation
+            .compare_exchange(seen, generation, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+            || seen == 0
+        {
+            // Another worker adopted it first, or these are the first counters: nothing
+            // to clear.
+            return;
+        }
+        for s in &self.series {
+            s.state.store(0, Ordering::Relaxed);
+            s.len.store(0, Ordering::Relaxed);
+            for v in &s.values {
+                v.store(0, Ordering::Relaxed);
+            }
+        }
+        self.dropped.store(0, Ordering::Relaxed);
+        self.started_ms.store(now_ms().max(1), Ordering::Release);
     }
 
     pub fn series_dropped(&self) -> u64 {

@@ -267,3 +267,46 @@ fn keys_of_other_families_or_labels_never_match() {
         Some("4")
     );
 }
+
+#[test]
+fn a_new_generation_of_the_master_starts_the_counters_again_and_the_same_one_keeps_them() {
+    let r = region();
+    r.adopt_generation(5);
+    series(&r, Family::LocalDenials, &["g"]).add(3);
+    let started = r.started_ms();
+    // Another worker of the same master: nothing changes.
+    r.adopt_generation(5);
+    let text = render_region(Some(&r), false);
+    assert_eq!(
+        line_value(&text, "checkout_guard_local_denials_total{limiter=\"g\"}").as_deref(),
+        Some("3")
+    );
+    // The master re-executed (a reload): its first worker clears them, with a new start time.
+    r.dropped.store(2, Ordering::Relaxed);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    r.adopt_generation(9);
+    let text = render_region(Some(&r), false);
+    assert!(
+        !text.contains("checkout_guard_local_denials_total{"),
+        "{text}"
+    );
+    assert_eq!(
+        line_value(&text, "checkout_guard_metrics_series_dropped_total").as_deref(),
+        Some("0")
+    );
+    assert!(r.started_ms() > started);
+    // And counting goes on from zero.
+    series(&r, Family::LocalDenials, &["g"]).add(1);
+    let text = render_region(Some(&r), false);
+    assert_eq!(
+        line_value(&text, "checkout_guard_local_denials_total{limiter=\"g\"}").as_deref(),
+        Some("1")
+    );
+}
+
+#[test]
+fn the_exec_generation_is_one_value_for_the_process() {
+    let g = exec_generation();
+    assert_ne!(g, 0);
+    assert_eq!(std::thread::spawn(exec_generation).join().unwrap(), g);
+}
