@@ -93,6 +93,11 @@ final class MetricsFpmTest extends OwnFpmTestCase
         $this->flood('b');
         $this->assertCountersMatch('after a killed worker and more work');
 
+        if ($perPool) {
+            // Loaded per pool, the workers meet in a file named after the master.
+            $this->assertCount(1, glob("/dev/shm/checkout-guard-denials.*.P$master.*") ?: [], 'one shared file for the pool');
+        }
+
         // The master reloaded (SIGUSR2: php-fpm re-executes itself, same pid, new workers):
         // the counters start from zero, and the start time says when.
         $old = $this->workers($master);
@@ -115,10 +120,6 @@ final class MetricsFpmTest extends OwnFpmTestCase
         $this->work('c');
         $this->flood('c');
         $this->assertCountersMatch('after the reload');
-
-        if ($perPool) {
-            $this->assertCount(1, glob("/dev/shm/checkout-guard-denials.*.P$master.*") ?: [], 'one shared file for the pool');
-        }
     }
 
     public function testMetricsOffCountsNothing(): void
