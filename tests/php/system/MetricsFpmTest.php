@@ -12,8 +12,8 @@ namespace CheckoutGuard\Tests;
  * adaptive budget's feedback, a Valkey nobody answers under each policy, a flood denied in
  * the workers), measures calls of every status class and says what it did; the exposition
  * (text 0.0.4 and OpenMetrics) read with prometheus_client's own parsers must count exactly
- * what all the workers did. Then a worker killed with SIGKILL loses nothing and counting
- * goes on; a master reloaded (SIGUSR2) starts from zero with a later start time.
+ * what all the workers did. A worker killed with SIGKILL loses nothing and counting goes
+ * on; a master reloaded (SIGUSR2) starts from zero with a later start time.
  */
 final class MetricsFpmTest extends OwnFpmTestCase
 {
@@ -67,7 +67,7 @@ final class MetricsFpmTest extends OwnFpmTestCase
 
     /** @dataProvider loadings */
     #[\PHPUnit\Framework\Attributes\DataProvider('loadings')]
-    public function testTheCountersAreWhatTheWorkersDidAcrossAKilledWorkerAndAReload(bool $perPool): void
+    public function testTheCountersAreWhatTheWorkersDidAcrossAKilledWorker(bool $perPool): void
     {
         $master = $this->startFpm($perPool);
 
@@ -79,7 +79,6 @@ final class MetricsFpmTest extends OwnFpmTestCase
         $this->assertCount(4, $pids, 'the four workers each served requests');
         $this->flood('a');
         $first = $this->assertCountersMatch('after the work of four workers');
-        $startTime = $this->startTime($first);
 
         // A worker killed: the counters live on in the memory the others share.
         $victim = array_key_first($pids);
@@ -97,9 +96,18 @@ final class MetricsFpmTest extends OwnFpmTestCase
             // Loaded per pool, the workers meet in a file named after the master.
             $this->assertCount(1, glob("/dev/shm/checkout-guard-denials.*.P$master.*") ?: [], 'one shared file for the pool');
         }
+    }
 
-        // The master reloaded (SIGUSR2: php-fpm re-executes itself, same pid, new workers):
-        // the counters start from zero, and the start time says when.
+    /** @dataProvider loadings */
+    #[\PHPUnit\Framework\Attributes\DataProvider('loadings')]
+    public function testAReloadedMasterStartsFromZeroWithALaterStartTime(bool $perPool): void
+    {
+        $master = $this->startFpm($perPool);
+        $this->work('a');
+        $this->flood('a');
+        $startTime = $this->startTime($this->assertCountersMatch('before the reload'));
+
+        // SIGUSR2: php-fpm re-executes itself (same pid) and forks new workers.
         $old = $this->workers($master);
         $this->waitUntil(fn () => microtime(true) >= floor($startTime) + 1.0, 'the clock moves past the start time\'s second');
         $reloadedAt = microtime(true);
@@ -107,18 +115,19 @@ final class MetricsFpmTest extends OwnFpmTestCase
         $this->waitForWorkers($master, fn (array $w) => count($w) === 4 && array_intersect($w, $old) === [], 'php-fpm reloads with four new workers');
         $this->waitForPort();
         $reloaded = $this->render();
-        $this->assertSame([], $reloaded->nonZero(self::COUNTED), 'a reloaded master starts from zero');
-        $this->assertSame([], $reloaded->nonZero(['http_client_request_duration_seconds_sum', 'http_client_request_duration_seconds_bucket', 'checkout_guard_reservation_wait_seconds_total']));
         $newStart = $this->startTime($reloaded);
         $this->assertGreaterThan($startTime, $newStart, 'the reset is visible as a later start time');
         $this->assertGreaterThanOrEqual(floor($reloadedAt), $newStart, 'made at the reload, not before');
+        $this->assertSame([], $reloaded->nonZero(self::COUNTED), 'a reloaded master starts from zero');
+        $this->assertSame([], $reloaded->nonZero(['http_client_request_duration_seconds_sum', 'http_client_request_duration_seconds_bucket', 'checkout_guard_reservation_wait_seconds_total']));
+
         // Counting after the reload: exactly the new work.
         $this->expected = [];
         $this->waited = [];
         $this->slow = [];
         $this->name .= '-r';   // fresh buckets in Valkey: the decisions are the first round's again
-        $this->work('c');
-        $this->flood('c');
+        $this->work('b');
+        $this->flood('b');
         $this->assertCountersMatch('after the reload');
     }
 
@@ -128,8 +137,15 @@ final class MetricsFpmTest extends OwnFpmTestCase
         $this->work('off');
         $this->flood('off');
         $e = $this->render();
-        $this->assertSame(['checkout_guard_metrics_start_time_seconds'], array_values(array_unique(array_column($e->samples, 'name'))),
-            'checkout_guard.metrics=0: only the start-time gauge');
+        $this->startTime($e);
+        // Nothing counted: no series of a limiter, an api or a sink, and every sample but the
+        // start time at zero.
+        foreach ($e->samples as $sample) {
+            if ($sample['name'] !== 'checkout_guard_metrics_start_time_seconds') {
+                $this->assertSame([], $sample['labels'], 'checkout_guard.metrics=0: ' . json_encode($sample));
+                $this->assertSame(0.0, (float) $sample['value'], 'checkout_guard.metrics=0: ' . json_encode($sample));
+            }
+        }
     }
 
     /**
