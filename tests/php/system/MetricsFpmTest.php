@@ -25,6 +25,7 @@ final class MetricsFpmTest extends OwnFpmTestCase
         'checkout_guard_decisions_total',
         'checkout_guard_near_limit_total',
         'checkout_guard_local_denials_total',
+        'checkout_guard_valkey_decisions_total',
         'checkout_guard_reservations_waited_total',
         'checkout_guard_provider_throttled_total',
         'checkout_guard_events_written_total',
@@ -325,6 +326,7 @@ final class MetricsFpmTest extends OwnFpmTestCase
         $local = 4 * self::FLOOD_CALLS - $inValkey;
         $this->assertGreaterThan(0, $local, "a flood of one bucket's denials is mostly denied in the workers ($inValkey of " . 4 * self::FLOOD_CALLS . ' reached Valkey)');
         $this->add('checkout_guard_local_denials_total', ['limiter' => "{$this->name}-flood"], $local);
+        $this->add('checkout_guard_valkey_decisions_total', ['limiter' => "{$this->name}-flood", 'engine' => 'lua'], $inValkey);
     }
 
     /** Adds what the requests say they did to the expected counts. */
@@ -333,6 +335,11 @@ final class MetricsFpmTest extends OwnFpmTestCase
         foreach ($answers as $a) {
             foreach ($a['decisions'] as [$limiter, $outcome, $reason, $mode, $near]) {
                 $this->add('checkout_guard_decisions_total', compact('limiter', 'outcome', 'reason', 'mode'), 1);
+                // Outside the flood every decision is Valkey's (engine lua, local denials off)
+                // but the unreachable ones'; the flood's are counted from commandstats.
+                if ($reason !== 'unavailable' && !str_ends_with($limiter, '-flood')) {
+                    $this->add('checkout_guard_valkey_decisions_total', ['limiter' => $limiter, 'engine' => 'lua'], 1);
+                }
                 if ($near) {
                     $this->add('checkout_guard_near_limit_total', compact('limiter'), 1);
                 }
