@@ -50,6 +50,9 @@ pub struct Status {
     /// Of the same events, the shadow decisions enforcement would have denied (`mode:
     /// "shadow"`, let through), by reason: not in `decisions`, no buyer was refused.
     pub shadow_decisions: BTreeMap<String, u64>,
+    /// Of the same events, the hot shops with the most enforced denials (at most
+    /// [`TOP_HOT_SHOPS`]), most first: which shops a sale's denials are about.
+    pub top_hot_denied: Vec<(String, u64)>,
     pub decisions_seconds: u64,
     /// Recent live-limit changes, newest first.
     pub changes: Vec<Change>,
@@ -602,15 +605,16 @@ impl Admin {
             None => None,
         };
         let stream = self.stream_view(events_key);
-        let (decisions, shadow_decisions) = if !stream.exists {
+        let (decisions, shadow_decisions, hot_denied) = if !stream.exists {
             (
                 Err(format!("no events stream at key {events_key:?}")),
+                BTreeMap::new(),
                 BTreeMap::new(),
             )
         } else {
             match self.recent_decisions(events_key, now_us / 1000, seconds) {
-                Ok((d, s)) => (Ok(d), s),
-                Err(e) => (Err(e), BTreeMap::new()),
+                Ok((d, s, h)) => (Ok(d), s, h),
+                Err(e) => (Err(e), BTreeMap::new(), BTreeMap::new()),
             }
         };
         let changes = self.recent_changes()?;
@@ -628,6 +632,7 @@ impl Admin {
             window,
             decisions,
             shadow_decisions,
+            top_hot_denied: top_by_count(hot_denied, TOP_HOT_SHOPS),
             decisions_seconds: seconds,
             changes,
             module_loaded: matches!(module, Ok(true)),
@@ -902,7 +907,7 @@ impl Admin {
         events_key: &str,
         now_ms: i64,
         seconds: u64,
-    ) -> Result<(ByReason, ByReason), String> {
+    ) -> Result<(ByReason, ByReason, ByReason), String> {
         let from = window_start_ms(now_ms, seconds);
         // Newest first: when the window holds more than the count, the latest entries
         // are the ones counted (oldest first, a flood earlier in the window hid the
@@ -918,6 +923,9 @@ impl Admin {
         })?;
         let mut by = BTreeMap::new();
         let mut shadow = BTreeMap::new();
+        // Denials of hot shops, by shop (enforced, not `unavailable`): the shops a sale is
+        // about. Shop ids are never metric labels (unbounded); on-call finds them here.
+        let mut hot_denied = BTreeMap::new();
         use checkout_guard_model::events::{attr, EVENT_TYPE, RATE_LIMIT_DECISION, STREAM_FIELD};
         for (_, fields) in entries {
             for (k, line) in fields {
@@ -928,17 +936,25 @@ impl Admin {
                     && json_field(&line, attr::LIMITER).as_deref() == Some(self.name.as_str())
                 {
                     if let Some(reason) = json_field(&line, attr::REASON) {
-                        let into = if json_field(&line, attr::MODE).as_deref() == Some("shadow") {
-                            &mut shadow
-                        } else {
-                            &mut by
-                        };
+                        let shadow_mode =
+                            json_field(&line, attr::MODE).as_deref() == Some("shadow");
+                        if !shadow_mode && reason != "unavailable" {
+                            let v: serde_json::Value =
+                                serde_json::from_str(&line).unwrap_or_default();
+                            let shop = v.get(attr::SHOP_ID).and_then(|s| s.as_str());
+                            if let (Some(true), Some(shop)) =
+                                (v.get(attr::HOT_SHOP).and_then(|h| h.as_bool()), shop)
+                            {
+                                *hot_denied.entry(shop.to_string()).or_insert(0) += 1;
+                            }
+                        }
+                        let into = if shadow_mode { &mut shadow } else { &mut by };
                         *into.entry(reason).or_insert(0) += 1;
                     }
                 }
             }
         }
-        Ok((by, shadow))
+        Ok((by, shadow, hot_denied))
     }
 
     fn recent_changes(&self) -> Result<Vec<Change>, String> {
@@ -971,8 +987,19 @@ impl Admin {
 /// How many limiter names an unknown `--name` lists.
 pub const LISTED_LIMITERS: usize = 20;
 
-/// Decisions counted by reason.
+/// Decisions counted by reason (or by shop).
 type ByReason = BTreeMap<String, u64>;
+
+/// How many hot shops `limiter status` names by their denials.
+pub const TOP_HOT_SHOPS: usize = 5;
+
+/// The `n` keys with the largest counts, largest first (ties by key).
+fn top_by_count(counts: ByReason, n: usize) -> Vec<(String, u64)> {
+    let mut v: Vec<(String, u64)> = counts.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v.truncate(n);
+    v
+}
 
 /// A fresh epoch for limits stored anew: random, so never one a worker knew before.
 fn fresh_epoch() -> String {

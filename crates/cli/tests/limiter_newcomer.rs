@@ -162,3 +162,60 @@ fn an_unknown_name_is_an_error_naming_the_limiters_there() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("settings: none published yet"), "{out}");
 }
+
+/// Issue 40: shop ids are never metric labels, so `status` names the hot shops a sale's
+/// denials are about: how many are marked, and the most denied hot shops in the window
+/// (enforced denials of hot shops; shadow, `unavailable`, allowed and ordinary shops'
+/// decisions are not theirs).
+#[test]
+fn status_counts_the_hot_shops_and_names_the_most_denied() {
+    let v = common::Valkey::start();
+    let mut c = v.connection();
+    publish(&mut c, "payments");
+    for shop in [&b"flash"[..], b"drop"] {
+        let _: () = redis::cmd("SET")
+            .arg(Keys::new("payments").hot_flag(shop))
+            .arg("1")
+            .arg("EX")
+            .arg(600)
+            .query(&mut c)
+            .unwrap();
+    }
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let mut add = |shop: &str, reason: &str, hot: bool, extra: &str, n: usize| {
+        for _ in 0..n {
+            let line = format!(
+                r#"{{"eventType":"RateLimitDecision","timestamp":{now_ms},"limiter":"payments","shop.id":"{shop}","reason":"{reason}","allowed":false,"hot_shop":{hot}{extra}}}"#
+            );
+            let _: String = redis::cmd("XADD")
+                .arg("checkout_guard:events")
+                .arg("*")
+                .arg("event")
+                .arg(line)
+                .query(&mut c)
+                .unwrap();
+        }
+    };
+    add("flash", "hot_shop", true, "", 7);
+    add("drop", "hot_lane", true, "", 3);
+    add("drop", "hot_shop", true, r#","mode":"shadow""#, 20);
+    add("drop", "unavailable", true, "", 20);
+    add("plain", "global", false, "", 30);
+    let (code, out, err) = limiter(&v.url, "payments", &["status"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("  hot shops: 2 marked\n"), "{out}");
+    assert!(
+        out.contains("hot shops most denied in the last 60 s: \"flash\" 7 \"drop\" 3\n"),
+        "{out}"
+    );
+    let (_, out, _) = limiter(&v.url, "payments", &["status", "--json"]);
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["hot_shop_count"], 2);
+    assert_eq!(
+        j["top_hot_shops_by_denials"],
+        serde_json::json!([{"shop": "flash", "denied": 7}, {"shop": "drop", "denied": 3}])
+    );
+}

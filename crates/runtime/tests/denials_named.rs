@@ -112,14 +112,15 @@ fn workers_that_load_the_extension_after_the_fork_share_a_table_named_after_thei
     assert!(files.contains(&live_other_layout) && files.contains(&unrelated));
     let table = files
         .iter()
-        .find(|f| f.to_string_lossy().contains(".L3."))
+        .find(|f| f.to_string_lossy().contains(".L4."))
         .unwrap()
         .clone();
     use std::os::unix::fs::PermissionsExt;
     let meta = std::fs::metadata(&table).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-    // The entries, then one line of shared words (`SharedWords`).
-    assert_eq!(meta.len(), 4096 * 64 + 64);
+    // The entries, then one line of shared words (`SharedWords`), then the live counters
+    // (`metrics::Region`: a line, then 1024 series of 320 bytes).
+    assert_eq!(meta.len(), 4096 * 64 + 64 + 64 + 1024 * 320);
 
     // A table another user could write (or a file of the wrong size) is not used: the
     // worker gets a table of its own and says why.

@@ -410,6 +410,8 @@ fn status_text(name: &str, st: &Status) -> String {
     out.push_str(&in_flight_text(&st.in_flight));
     if st.hot.is_empty() {
         out.push_str("  hot shops: none marked\n");
+    } else {
+        out.push_str(&format!("  hot shops: {} marked\n", st.hot.len()));
     }
     for (shop, kind, ttl) in &st.hot {
         let until = if *ttl >= 0 {
@@ -478,6 +480,16 @@ fn status_text(name: &str, st: &Status) -> String {
         ));
         for (reason, n) in &st.shadow_decisions {
             out.push_str(&format!(" {reason} {n}"));
+        }
+        out.push('\n');
+    }
+    if !st.top_hot_denied.is_empty() {
+        out.push_str(&format!(
+            "  hot shops most denied in the last {} s:",
+            st.decisions_seconds
+        ));
+        for (shop, n) in &st.top_hot_denied {
+            out.push_str(&format!(" {shop:?} {n}"));
         }
         out.push('\n');
     }
@@ -698,6 +710,8 @@ fn status_json(name: &str, st: &Status) -> serde_json::Value {
         "adaptive": st.adaptive.as_ref().map(adaptive_json),
         "in_flight": in_flight_json(&st.in_flight),
         "decisions_seconds": st.decisions_seconds,
+        "hot_shop_count": st.hot.len(),
+        "top_hot_shops_by_denials": st.top_hot_denied.iter().map(|(s, n)| json!({"shop": s, "denied": n})).collect::<Vec<_>>(),
         "events_stream": {"key": st.stream.key, "exists": st.stream.exists, "length": st.stream.length, "newest": st.stream.newest_ms.map(time::format_ms), "newest_ms": st.stream.newest_ms},
         "changes": st.changes.iter().map(|c| json!({"version": c.version, "by": c.by, "at": time::format_ms(c.at_ms), "old": c.old, "new": c.new})).collect::<Vec<_>>(),
     })

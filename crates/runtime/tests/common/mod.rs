@@ -113,8 +113,10 @@ fn spawn(dir: &Path, extra: &[OsString]) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("start valkey-server");
+    // Until a connection is accepted: the socket file exists from bind(), and a connect
+    // before the server's listen() is refused (a loaded machine showed that gap).
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !sock.exists() {
+    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
         assert!(Instant::now() < deadline, "valkey-server did not start");
         std::thread::sleep(Duration::from_millis(10));
     }
