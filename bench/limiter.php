@@ -19,7 +19,8 @@
 // Valkey's CPU per decision from INFO cpu) and the client's CPU per decision.
 // Then the Lua engine's cost as a multiple of an empty script (lua_cost: best of several
 // rounds), the flood fast path (a hot shop flooded at 10x its cap, local denials on and
-// off) and accuracy at saturation (8 processes at 2x a bucket's rate).
+// off), accuracy at saturation (8 processes at 2x a bucket's rate) and the shared counters'
+// cost: acquire() and measure() with checkout_guard.metrics on and off (metrics_cost()).
 declare(strict_types=1);
 
 use CheckoutGuard\RateLimiter;
@@ -345,7 +346,7 @@ function script_floor(): array
 }
 
 $results = ['mode' => $mode, 'cases' => [], 'flood' => [], 'accuracy' => null, 'floor' => script_floor()];
-// BENCH_ONLY=lua_cost, flood or accuracy: that part alone (while working on it). BENCH_CASES=ping,acquire_module,...:
+// BENCH_ONLY=lua_cost, flood, metrics or accuracy: that part alone (while working on it). BENCH_CASES=ping,acquire_module,...:
 // those cases only (no flood, no accuracy run).
 $only = (string) getenv('BENCH_ONLY');
 if ((string) getenv('BENCH_CASES') !== '') {
@@ -553,6 +554,69 @@ foreach ($only === '' || $only === 'flood' ? [true, false] : [] as $local) {
     $f = flood($local, $quick ? 3.0 : 10.0);
     $results['flood'][] = $f;
     fprintf(STDERR, "flood local_denials=%s: admitted %d (limit %.0f), %.4f round trips per denied, denied p50 %.2f us, ordinary %d/%d\n", $local ? 'on' : 'off', $f['admitted'], $f['admitted_limit'], $f['round_trips_per_denied'], $f['denied_p50_us'], $f['ordinary_allowed'], $f['ordinary_requests']);
+}
+
+/**
+ * What the shared counters cost (checkout_guard.metrics, issue 40): bench/metrics_cost.php's
+ * cases (acquire() deciding in Valkey, acquire() denied in the worker, Telemetry::measure())
+ * in processes started with checkout_guard.metrics=1 and =0 in turn (PHP_INI_SYSTEM: one
+ * setting per process), $rounds rounds, the order swapped every round so that a drift of the
+ * machine falls on both sides. Per case: the median over the rounds of each process's p50,
+ * on/off, and the spread of the rounds (max - min over the median, per side): a ratio
+ * inside that spread is noise.
+ */
+function metrics_cost(int $rounds, int $calls): array
+{
+    global $tcp;
+    $ext = (string) getenv('CG_EXT');
+    if ($ext === '') {
+        throw new RuntimeException('CG_EXT (the extension to load in the metrics processes) is not set: run scripts/bench-limiter.sh');
+    }
+    $seen = ['on' => [], 'off' => []];
+    for ($round = 0; $round < $rounds; $round++) {
+        foreach ($round % 2 === 0 ? ['on', 'off'] : ['off', 'on'] as $side) {
+            $cmd = [PHP_BINARY, '-d', "extension=$ext", '-d', 'checkout_guard.metrics=' . ($side === 'on' ? '1' : '0'),
+                __DIR__ . '/metrics_cost.php', $tcp, (string) $calls];
+            $line = shell_exec(implode(' ', array_map('escapeshellarg', $cmd)));
+            $r = json_decode((string) $line, true);
+            if (!is_array($r) || $r['counted'] !== ($side === 'on')) {
+                throw new RuntimeException("bench/metrics_cost.php with metrics $side: " . var_export($line, true));
+            }
+            foreach ($r['cases'] as $name => $c) {
+                $seen[$side][$name][] = $c['p50_ns'];
+            }
+        }
+    }
+    $median = static function (array $v): float {
+        sort($v);
+        return (float) $v[intdiv(count($v), 2)];
+    };
+    $out = ['rounds' => $rounds, 'calls' => $calls, 'cases' => []];
+    foreach ($seen['on'] as $name => $on) {
+        $off = $seen['off'][$name];
+        [$mOn, $mOff] = [$median($on), $median($off)];
+        $out['cases'][$name] = [
+            'on_p50_us' => round($mOn / 1e3, 3),
+            'off_p50_us' => round($mOff / 1e3, 3),
+            'ratio' => round($mOn / max(1.0, $mOff), 3),
+            'spread_on' => round((max($on) - min($on)) / max(1.0, $mOn), 3),
+            'spread_off' => round((max($off) - min($off)) / max(1.0, $mOff), 3),
+            // The best round of each side (the least disturbed by other load on a shared
+            // machine, as lua_cost's): a steadier on/off than the medians where rounds vary.
+            'on_best_us' => round(min($on) / 1e3, 3),
+            'off_best_us' => round(min($off) / 1e3, 3),
+            'best_ratio' => round(min($on) / max(1.0, min($off)), 3),
+        ];
+    }
+    return $out;
+}
+
+if ($only === '' || $only === 'metrics') {
+    $mc = $results['metrics'] = metrics_cost($quick ? 5 : 11, $quick ? 2000 : 5000);
+    fprintf(STDERR, "metrics on vs off (checkout_guard.metrics; median of %d processes' p50 each, %d calls per case):\n", $mc['rounds'], $mc['calls']);
+    foreach ($mc['cases'] as $name => $c) {
+        fprintf(STDERR, "  %-21s on %9.3f us  off %9.3f us  = %.3fx  (rounds spread: on %.0f%%, off %.0f%%; best rounds %.3f / %.3f us = %.3fx)\n", $name, $c['on_p50_us'], $c['off_p50_us'], $c['ratio'], 100 * $c['spread_on'], 100 * $c['spread_off'], $c['on_best_us'], $c['off_best_us'], $c['best_ratio']);
+    }
 }
 
 /** 8 processes pushing 2x a bucket's rate: admitted against capacity + rate * t. */

@@ -3,13 +3,14 @@
 # through phpredis, Symfony RateLimiter, over TCP loopback and a Unix socket, from
 # 1, 2, 4 and 8 processes; the Lua engine's cost inside Valkey as a multiple of an empty
 # script (`return 1` by EVALSHA, same Valkey, best of several rounds: global, hot shop,
-# auto_hot); the flood fast path on and off; accuracy at saturation.
+# auto_hot); the flood fast path on and off; accuracy at saturation; acquire() and measure()
+# with the shared counters (checkout_guard.metrics) on and off.
 # Prints the numbers, writes docs/results/benchmarks.md (machine, date, command) and
 # .run/bench-limiter/results.json. Bounded: about 4 minutes in all.
 #
 #   scripts/bench-limiter.sh short    # N = 1, 2, short runs; docs/results/benchmarks.md untouched (CI; the default)
 #   scripts/bench-limiter.sh full     # the documented run: writes docs/results/benchmarks.md
-#   BENCH_ONLY=lua_cost scripts/bench-limiter.sh short   # the Lua engine's cost alone (also flood, accuracy)
+#   BENCH_ONLY=lua_cost scripts/bench-limiter.sh short   # the Lua engine's cost alone (also flood, metrics, accuracy)
 #   BENCH_ONLY=tls scripts/bench-limiter.sh      # acquire() and PING over TLS vs plain TCP (Debian's redis-server)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -50,7 +51,8 @@ port=$(free_port)
 # With the native module loaded: its cases (*_module) run beside the script's.
 start_valkey "$run" "$port" "$run/valkey.sock" --loadmodule "$CG_VALKEY_MODULE"
 
-php -d "extension=$CG_EXT" -d memory_limit=1G bench/limiter.php "$port" "$run/valkey.sock" "$mode" "$out/results.json"
+# CG_EXT: the metrics part starts processes of its own with checkout_guard.metrics=1 and =0.
+CG_EXT="$CG_EXT" php -d "extension=$CG_EXT" -d memory_limit=1G bench/limiter.php "$port" "$run/valkey.sock" "$mode" "$out/results.json"
 args=("$out/results.json" --command "scripts/bench-limiter.sh $mode" --valkey "$("$(valkey_bin)" --version)")
 if [ "$mode" = full ]; then
   .venv/bin/python bench/limiter_report.py "${args[@]}" > docs/results/benchmarks.md

