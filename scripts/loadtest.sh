@@ -4,6 +4,7 @@
 # under Locust, for each scenario with the limiter on and off; then the verdict.
 #
 #   scripts/loadtest.sh short     # each run 12 s: the demo's version (~2 min in all)
+#                                 # (RUNS="flood-on ...": those runs only)
 #   scripts/loadtest.sh full      # each run 60 s, Locust distributed: 1 master + 2 workers
 #   scripts/loadtest.sh smoke     # no Locust: a handful of checkouts, the 429 and 503 paths
 #                                 # and a payment that waits for its token
@@ -17,7 +18,9 @@
 #
 # Every process runs on loopback, is bounded in time, and is stopped at the end, on
 # failure and on Ctrl-C. Results (logs, Locust CSVs, verdict, charts) go to
-# .run/loadtest/<mode>/.
+# .run/loadtest/<mode>/. Every run has a Prometheus of its own scraping the checkout's
+# /metrics (loadtest/prometheus.py): prometheus.json, prometheus.md and chart-prometheus.svg
+# there compare its denial counts with the run's own.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
@@ -281,8 +284,9 @@ if [ "$mode" = slow-provider ]; then
   exit $?
 fi
 
-# RUNS: only these runs (SCENARIO-LIMITER words, e.g. "baseline-off flood-on": the
-# Prometheus system test's); unset, all eight.
+# RUNS: only these runs (SCENARIO-LIMITER words, e.g. "baseline-off flood-on"; the verdict
+# needs a baseline: without one there is none, e.g. the Prometheus system test's "flood-on");
+# unset, all eight.
 wanted() { [ -z "${RUNS:-}" ] || [[ " $RUNS " == *" $1-$2 "* ]]; }
 for limiter in off on; do
   ! wanted baseline "$limiter" || run_one baseline "$limiter" ""
@@ -291,4 +295,8 @@ for limiter in off on; do
   ! wanted multi "$limiter" || HOT_USERS=${HOT_USERS:-17} run_one multi "$limiter" "$hot3"
 done
 prometheus_summary
+if [ -n "${RUNS:-}" ] && [[ " $RUNS " != *" baseline-"* ]]; then
+  log "no baseline among RUNS ($RUNS): no verdict (Prometheus' results: $out/prometheus.md)"
+  exit 0
+fi
 .venv/bin/python loadtest/verdict.py "$out" | tee "$out/verdict.txt"
