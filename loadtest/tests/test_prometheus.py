@@ -23,6 +23,11 @@ RULES = os.path.join(ROOT, "deploy", "prometheus", "checkout-guard.rules.yml")
 PROMETHEUS, PROMTOOL = "/usr/bin/prometheus", "/usr/bin/promtool"
 
 
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
 def promtool(*args):
     return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, cwd=os.path.dirname(RULES))
 
@@ -39,10 +44,33 @@ class RulesTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
     def test_docs_show_the_rule_file_as_it_is(self):
-        docs = open(os.path.join(ROOT, "docs", "operations.md")).read()
+        docs = read(os.path.join(ROOT, "docs", "operations.md"))
         blocks = re.findall(r"```yaml\n(.*?)```", docs, re.S)
-        self.assertIn(open(RULES).read(), blocks,
+        self.assertIn(read(RULES), blocks,
                       "docs/operations.md shows deploy/prometheus/checkout-guard.rules.yml in a ```yaml block")
+
+    def test_the_docs_queries_and_scrape_configuration_parse(self):
+        docs = read(os.path.join(ROOT, "docs", "operations.md"))
+        section = docs[docs.index("## Watching a sale"):]
+        section = section[:section.index("\n## ", 1)]
+        queries = re.findall(r"^- [^`]*: `([^`]+)`(?: and `([^`]+)`)?$", section, re.M)
+        exprs = [q for pair in queries for q in pair if q]
+        self.assertGreaterEqual(len(exprs), 9, "the queries listed under **Queries.**")
+        exprs.append(re.search(r"with a subquery:\s*`([^`]+)`", section).group(1).replace("[W:", "[1m:"))
+        scrape = re.findall(r"```yaml\n(scrape_configs:.*?)```", section, re.S)
+        self.assertEqual(len(scrape), 1)
+        with tempfile.TemporaryDirectory() as d:
+            rules = os.path.join(d, "queries.yml")
+            with open(rules, "w") as f:
+                f.write("groups:\n  - name: docs\n    rules:\n")
+                f.writelines(f"      - record: docs:query{i}\n        expr: {json.dumps(e)}\n" for i, e in enumerate(exprs))
+            r = promtool("check", "rules", rules)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            cfg = os.path.join(d, "prometheus.yml")
+            with open(cfg, "w") as f:
+                f.write(scrape[0])
+            r = promtool("check", "config", cfg)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
     def test_the_runs_configuration_is_valid(self):
         with tempfile.TemporaryDirectory() as d:
