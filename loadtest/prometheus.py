@@ -109,7 +109,8 @@ def read_jsonl(path: str):
 
 def own_counts(run_dir: str) -> dict:
     """The load test's own count of the limiter's refusals: php-fpm's 503s in the checkout's
-    access log, and the CheckoutStep events that said why."""
+    access log, and the CheckoutStep events that said why; and the payment calls and their
+    429s in the provider's nginx log."""
     limited_503 = cut = 0
     for r in read_jsonl(os.path.join(run_dir, "access.log")):
         if not r.get("u", "").startswith("/checkout.php"):
@@ -118,6 +119,11 @@ def own_counts(run_dir: str) -> dict:
             limited_503 += 1
         elif int(r["s"]) == 499:
             cut += 1
+    payment_calls = payment_429 = 0
+    for r in read_jsonl(os.path.join(run_dir, "provider.log")):
+        if r.get("u", "").startswith("/v1/charges"):
+            payment_calls += 1
+            payment_429 += int(r["s"]) == 429
     steps = {"limited": 0, "limiter_unavailable": 0}
     for e in read_jsonl(os.path.join(run_dir, "events.jsonl")):
         if e.get("eventType") != "CheckoutStep":
@@ -126,7 +132,8 @@ def own_counts(run_dir: str) -> dict:
             steps["limited"] += 1
         elif e.get("step") == "failed" and e.get("cause") == "limiter_unavailable":
             steps["limiter_unavailable"] += 1
-    return {"limited_503": limited_503, "cut_499": cut, "events": steps}
+    return {"limited_503": limited_503, "cut_499": cut, "events": steps,
+            "payment_calls": payment_calls, "payment_429": payment_429}
 
 
 def diff_pct(measured: float, reference: float):
@@ -185,12 +192,24 @@ def collect(run_dir: str, start: float, end: float) -> dict:
     series = api(port, "query_range", query=q["rate_by_reason"], start=t0, end=t1, step="1s")["result"]
     res["rate_by_reason"] = {s["metric"].get("reason", ""): [(float(t) - start, float(v)) for t, v in s["values"]]
                              for s in series}
+    counters = ("checkout_guard_near_limit_total", "checkout_guard_local_denials_total",
+                "checkout_guard_provider_throttled_total", "checkout_guard_reservations_waited_total",
+                "checkout_guard_events_written_total", "checkout_guard_events_dropped_total",
+                "checkout_guard_metrics_series_dropped_total")
+    res["totals"] = {c: scalar(port, f'sum({c}{{job="{JOB}"}})', t1) for c in counters}
+    res["http_calls"] = {f'{m.get("api", "")} {m.get("status_class", "")}': v for m, v in query(
+        port, f'sum by (api, status_class) (http_client_request_duration_seconds_count{{job="{JOB}"}})', t1)}
     own = own_counts(run_dir)
     res["own"] = own
     res["diff_pct"] = {
         "denied_increase": diff_pct(res["denied_increase"], own["limited_503"]),
         "denied_by_reason": diff_pct(sum(res["denied_by_reason"].values()), own["limited_503"]),
         "denied_at_end": diff_pct(res["denied_at_end"], own["limited_503"]),
+        # The provider's 429s as the checkout's measured client saw them (4xx: the stack's
+        # provider answers no other 4xx), against the provider's nginx log.
+        "payment_4xx": diff_pct(res["http_calls"].get("payment 4xx", 0), own["payment_429"]),
+        "payment_calls": diff_pct(sum(v for k, v in res["http_calls"].items() if k.startswith("payment ")),
+                                  own["payment_calls"]),
     }
     with open(os.path.join(run_dir, "prometheus.json"), "w") as f:
         json.dump(res, f, indent=1)
@@ -218,6 +237,10 @@ def summary(out: str) -> int:
             "limited_503": r["own"]["limited_503"], "denied_increase": r["denied_increase"],
             "denied_at_end": r["denied_at_end"], "denied_by_reason": r["denied_by_reason"],
             "diff_pct": r["diff_pct"], "denied_per_second": r["denied_per_second"],
+            "payment_calls": r["own"]["payment_calls"], "payment_429": r["own"]["payment_429"],
+            "payment_calls_prometheus": sum(v for k, v in r["http_calls"].items() if k.startswith("payment ")),
+            "payment_4xx_prometheus": r["http_calls"].get("payment 4xx", 0),
+            "near_limit": r["totals"]["checkout_guard_near_limit_total"],
         })
     report = {"runs": rows, "queries": next(iter(runs.values()))["queries"]}
     with open(os.path.join(out, "prometheus.json"), "w") as f:
@@ -243,6 +266,14 @@ def summary(out: str) -> int:
                      f"| {r['denied_increase']:g} | {pct(r['diff_pct']['denied_increase'])} | {r['denied_at_end']:g} "
                      f"| {pct(r['diff_pct']['denied_at_end'])} | {by_reason} | {pct(r['diff_pct']['denied_by_reason'])} |")
     q = report["queries"]
+    lines += ["", "Payment calls as the checkout's measured client counted them "
+              "(`http_client_request_duration_seconds_count{api=\"payment\"}`), against the provider's nginx log; "
+              "and the allowed decisions that left a bucket near empty:", "",
+              "| run | calls (provider) | calls (Prometheus) | diff | 429s (provider) | 4xx (Prometheus) | diff | near_limit |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines += [f"| {r['run']} | {r['payment_calls']} | {r['payment_calls_prometheus']:g} | {pct(r['diff_pct']['payment_calls'])} "
+              f"| {r['payment_429']} | {r['payment_4xx_prometheus']:g} | {pct(r['diff_pct']['payment_4xx'])} "
+              f"| {r['near_limit']:g} |" for r in rows]
     lines += ["", "Queries (W: the run's window, a second before the load to the last scrape after it):", ""]
     lines += [f"- {k}: `{v}`" for k, v in q.items()]
     drawn = [(name, r["rate_by_reason"]) for name, r in runs.items() if r["rate_by_reason"]]

@@ -82,7 +82,7 @@ class RulesTest(unittest.TestCase):
 
 
 class OwnCountTest(unittest.TestCase):
-    def test_only_php_fpms_503s_to_checkouts_count(self):
+    def test_only_php_fpms_503s_to_checkouts_count_and_only_payment_calls(self):
         with tempfile.TemporaryDirectory() as d:
             log = [
                 {"u": "/checkout.php?shop=a", "s": 503, "us": "503"},   # the limiter's
@@ -99,8 +99,12 @@ class OwnCountTest(unittest.TestCase):
                           {"eventType": "CheckoutStep", "step": "failed", "cause": "payment_429"},
                           {"eventType": "RateLimitDecision", "step": "limited"}):
                     f.write(json.dumps(e) + "\n")
+            with open(os.path.join(d, "provider.log"), "w") as f:
+                for u, st in (("/v1/charges", 200), ("/v1/charges", 429), ("/items/1", 429)):
+                    f.write(json.dumps({"u": u, "s": st}) + "\n")
             self.assertEqual(prometheus.own_counts(d), {"limited_503": 1, "cut_499": 1,
-                                                        "events": {"limited": 1, "limiter_unavailable": 1}})
+                                                        "events": {"limited": 1, "limiter_unavailable": 1},
+                                                        "payment_calls": 2, "payment_429": 1})
 
 
 class Exposition(http.server.BaseHTTPRequestHandler):
