@@ -91,6 +91,15 @@ pub extern "C" fn php_info(_module: *mut ModuleEntry) {
             None => "none yet in this process".into(),
         };
         info_table_row!("local denial table", table.as_str());
+        // Where CheckoutGuard\Metrics' counters live: in the same mapping as the table.
+        let counters = if checkout_guard_runtime::metrics::enabled() {
+            format!(
+                "on (checkout_guard.metrics): in the local denial table's memory, so shared as it is: {table}"
+            )
+        } else {
+            "off (checkout_guard.metrics=0): nothing counted".into()
+        };
+        info_table_row!("metrics (CheckoutGuard\\Metrics)", counters.as_str());
         // The New Relic agent's cap and what the newrelic sink handed to it, counted
         // across the workers sharing that table (Telemetry::stats()['sinks']['newrelic']).
         let cap = crate::newrelic::cap_in_force();

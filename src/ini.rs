@@ -16,14 +16,14 @@ pub fn all() -> &'static [Setting] {
 use checkout_guard_config::settings::{Scope, ALL};
 pub use checkout_guard_config::settings::{
     Setting, ENGINE, EVENTS_BUFFER_SIZE, EVENTS_JSONL_PATH, EVENTS_SINKS, EVENTS_STREAM_KEY,
-    EVENTS_STREAM_MAXLEN, EVENTS_STREAM_URL, LOCAL_DENIALS, MODE, ON_UNAVAILABLE,
+    EVENTS_STREAM_MAXLEN, EVENTS_STREAM_URL, LOCAL_DENIALS, METRICS, MODE, ON_UNAVAILABLE,
     RETRY_INTERVAL_MS, SENTINEL_PASSWORD, SENTINEL_USER, TIMEOUT_MS, TLS_CAFILE, TLS_LOCAL_CERT,
     TLS_LOCAL_PK, TLS_PEER_NAME, URL,
 };
 
 // Telemetry settings are read once per process (its sinks are built once), so they are
 // PHP_INI_SYSTEM: php.ini, -d, or php_admin_value in an FPM pool.
-static ENTRIES: IniEntryDefs<20> = IniEntryDefs::new([
+static ENTRIES: IniEntryDefs<21> = IniEntryDefs::new([
     entry(ALL[0]),
     entry(ALL[1]),
     entry(ALL[2]),
@@ -43,6 +43,7 @@ static ENTRIES: IniEntryDefs<20> = IniEntryDefs::new([
     entry(ALL[16]),
     entry(ALL[17]),
     entry(ALL[18]),
+    entry(ALL[19]),
     IniEntryDef::end(),
 ]);
 
@@ -177,4 +178,22 @@ pub fn configured(name: &str) -> Option<String> {
         let zv = cfg_get_entry(name.as_ptr().cast(), name.len()).as_ref()?;
         zv.str().map(str::to_owned)
     }
+}
+
+/// `checkout_guard.metrics` as this process counts by: on unless set off. A value that is
+/// neither is said in PHP's error log (naming the setting and the value) and counting
+/// stays on.
+pub fn apply_metrics_setting() {
+    let raw = get(METRICS).unwrap_or_default();
+    let on = match raw.trim().to_ascii_lowercase().as_str() {
+        "1" | "on" | "true" | "yes" => true,
+        "0" | "off" | "false" | "no" | "" => false,
+        _ => {
+            crate::php_call::log_error(&format!(
+                "PHP Warning:  checkout_guard: checkout_guard.metrics must be on or off (1/0, true/false, yes/no), got {raw:?}; counting stays on"
+            ));
+            true
+        }
+    };
+    checkout_guard_runtime::metrics::set_enabled(on);
 }

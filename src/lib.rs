@@ -12,6 +12,7 @@ mod info;
 mod ini;
 mod interfaces;
 mod leases;
+mod metrics;
 mod newrelic;
 mod php_call;
 mod probe;
@@ -67,11 +68,15 @@ unsafe extern "C" fn request_startup(_ty: i32, _module_number: i32) -> i32 {
     // class implement CheckoutGuard\Limiter (the classes exist only after MINIT's end).
     static DECLARED_TYPES: std::sync::Once = std::sync::Once::new();
     DECLARED_TYPES.call_once(|| {
+        // PHP_INI_SYSTEM, so read once; at the first request, after php-fpm applied a
+        // pool's php_admin_value lines (loaded per pool, they come after module start-up).
+        ini::apply_metrics_setting();
         for class in [
             "CheckoutGuard\\RateLimiter",
             "CheckoutGuard\\Limiter",
             "CheckoutGuard\\Decision",
             "CheckoutGuard\\Telemetry",
+            "CheckoutGuard\\Metrics",
         ] {
             if let Some(ce) = ext_php_rs::zend::ClassEntry::try_find(class) {
                 // SAFETY: the first RINIT of the process; see declare_types.
@@ -110,6 +115,7 @@ pub fn get_module(module: ModuleBuilder) -> ModuleBuilder {
         .class::<rate_limiter::RateLimiter>()
         .class::<decision::Decision>()
         .class::<telemetry::Telemetry>()
+        .class::<metrics::Metrics>()
         .request_startup_function(request_startup)
         .request_shutdown_function(request_shutdown)
         .post_deactivate_function(post_deactivate)

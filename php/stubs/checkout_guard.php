@@ -211,6 +211,34 @@ namespace CheckoutGuard {
     }
 
     /**
+     * The live counters of this php-fpm master's workers (decisions, local denials, the
+     * adaptive share, external calls' latency, telemetry's sinks) for Prometheus: serve
+     * render() from a route only your scraper reaches (the example: `/metrics` on nginx's
+     * ops port).
+     */
+    final class Metrics {
+        /**
+         * Not instantiable: PHP refuses `new Metrics()`.
+         */
+        private function __construct() {}
+
+        /**
+         * The Content-Type header for render($openMetrics):
+         * "text/plain; version=0.0.4; charset=utf-8" or
+         * "application/openmetrics-text; version=1.0.0; charset=utf-8".
+         */
+        public static function contentType(bool $openMetrics = false): string {}
+
+        /**
+         * The counters in Prometheus' text exposition format (0.0.4), or in OpenMetrics 1.0.0
+         * (ending "# EOF") when $openMetrics. The sums of every worker of this php-fpm master
+         * (loaded globally or per pool); this process's alone elsewhere. Never throws for
+         * Valkey or the sinks: it reads memory only.
+         */
+        public static function render(bool $openMetrics = false): string {}
+    }
+
+    /**
      * A token-bucket limiter in Valkey: a global bucket for every shop, and for hot shops a
      * shared hot lane and a bucket per hot shop. Decided atomically in one round trip.
      */

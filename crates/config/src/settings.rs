@@ -96,9 +96,12 @@ pub const EVENTS_STREAM_MAXLEN: Setting = setting(
 );
 pub const EVENTS_BUFFER_SIZE: Setting =
     setting(c"checkout_guard.events.buffer_size", c"1000", Scope::System);
+/// Live counters in memory shared by a php-fpm master's workers (`CheckoutGuard\\Metrics`):
+/// `1` (default) or `0` (nothing counted). Read once per process.
+pub const METRICS: Setting = setting(c"checkout_guard.metrics", c"1", Scope::System);
 
 /// Every setting, in the order `phpinfo()` shows them.
-pub const ALL: [Setting; 19] = [
+pub const ALL: [Setting; 20] = [
     URL,
     TIMEOUT_MS,
     ON_UNAVAILABLE,
@@ -118,6 +121,7 @@ pub const ALL: [Setting; 19] = [
     EVENTS_STREAM_KEY,
     EVENTS_STREAM_MAXLEN,
     EVENTS_BUFFER_SIZE,
+    METRICS,
 ];
 
 /// The defaults as plain strings, for clap's `default_value` (which wants `&'static str`

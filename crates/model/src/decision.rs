@@ -159,6 +159,23 @@ impl Decision {
         }
     }
 
+    /// Whether an allowed reply left its tightest bucket (by share of its capacity, the
+    /// reply's adaptive share applied) at or under `share` of its capacity: a sale running
+    /// close to its limit (`checkout_guard_near_limit_total`). False for a denial and
+    /// under the provider's pause.
+    pub fn near_limit(set: &BucketSet, reply: &StepReply, share: f64) -> bool {
+        if reply.provider || reply.reason.is_some() {
+            return false;
+        }
+        let set = &crate::adaptive::scaled(set, reply.adapt_permille);
+        lanes_in(reply).any(|lane| {
+            set.get(lane).is_some_and(|spec| {
+                let left = spec.whole_tokens(reply.tats[lane as usize], reply.now_us);
+                (left as f64) <= share * spec.capacity() as f64
+            })
+        })
+    }
+
     /// A denial made in the worker (the flood fast path): the bucket of `lane` is known to
     /// lack the tokens; `retry_after` is when they are certainly back, `remaining` the
     /// whole tokens of the tightest bucket that applies.

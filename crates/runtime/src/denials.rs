@@ -59,13 +59,15 @@ pub const MAX_LOCAL_DENIAL_NS: u64 = 250_000_000;
 /// Entries in the table (a power of two): 4096 x 64 bytes = 256 KiB.
 const ENTRIES: usize = 4096;
 
-/// The table's size in bytes: its entries, then one line of [`SharedWords`].
-const TABLE_BYTES: usize =
-    ENTRIES * std::mem::size_of::<SharedEntry>() + std::mem::size_of::<SharedWords>();
+/// The table's size in bytes: its entries, then one line of [`SharedWords`], then the
+/// live counters ([`crate::metrics::Region`]), shared the same way.
+const TABLE_BYTES: usize = ENTRIES * std::mem::size_of::<SharedEntry>()
+    + std::mem::size_of::<SharedWords>()
+    + std::mem::size_of::<crate::metrics::Region>();
 
 /// The layout of a slot, in the names of shared tables: a table of another layout (an
 /// older or newer extension on the same master) is another file.
-const LAYOUT: u32 = 3;
+const LAYOUT: u32 = 4;
 
 /// A write is a handful of stores; a slot locked for longer (20 ms) was abandoned by a
 /// writer killed (SIGKILL, the OOM killer, `request_terminate_timeout`) or stopped
@@ -222,6 +224,7 @@ impl std::fmt::Display for Sharing {
 struct Table {
     slots: &'static [SharedEntry],
     words: &'static SharedWords,
+    metrics: &'static crate::metrics::Region,
     /// How it was made, and by which process.
     sharing: Sharing,
     creator: u32,
@@ -261,12 +264,23 @@ fn map(shared: bool, fd: Option<i32>) -> Option<Mapped> {
             .cast::<u8>()
             .add(ENTRIES * std::mem::size_of::<SharedEntry>())
             as *const SharedWords);
-        Some((slots, words))
+        // SAFETY: the bytes after the shared words, inside the mapping (TABLE_BYTES),
+        // 64-byte aligned (the words are one line); all-zero or any bytes are valid
+        // atomics (a key that does not decode is skipped by `metrics::render`).
+        let metrics = &*(p
+            .cast::<u8>()
+            .add(ENTRIES * std::mem::size_of::<SharedEntry>() + std::mem::size_of::<SharedWords>())
+            as *const crate::metrics::Region);
+        Some((slots, words, metrics))
     }
 }
 
-/// A mapped table: its entries and its shared words.
-type Mapped = (&'static [SharedEntry], &'static SharedWords);
+/// A mapped table: its entries, its shared words and the live counters.
+type Mapped = (
+    &'static [SharedEntry],
+    &'static SharedWords,
+    &'static crate::metrics::Region,
+);
 
 /// The shared words of this process's table (made private if none was made at module
 /// start-up, like the table itself).
@@ -274,13 +288,20 @@ pub fn shared_words() -> Option<&'static SharedWords> {
     table().map(|t| t.words)
 }
 
+/// The live counters in this process's table's mapping (private, like the table, if none
+/// was made at module start-up).
+pub fn metrics_region() -> Option<&'static crate::metrics::Region> {
+    table().map(|t| t.metrics)
+}
+
 fn table() -> Option<&'static Table> {
     TABLE
         .get_or_try_init(|| {
             map(false, None)
-                .map(|(slots, words)| Table {
+                .map(|(slots, words, metrics)| Table {
                     slots,
                     words,
+                    metrics,
                     sharing: Sharing::Private("no table was made at module start-up".into()),
                     creator: std::process::id(),
                 })
@@ -294,9 +315,10 @@ fn table() -> Option<&'static Table> {
 pub fn init_shared() {
     let _ = TABLE.get_or_try_init(|| {
         map(true, None)
-            .map(|(slots, words)| Table {
+            .map(|(slots, words, metrics)| Table {
                 slots,
                 words,
+                metrics,
                 sharing: Sharing::Own,
                 creator: std::process::id(),
             })
@@ -332,7 +354,7 @@ fn file_name(boot: &str, pid: u32, start: u64, uid: u32) -> String {
 pub fn init_for_siblings(dir: &Path, master: u32) -> Result<PathBuf, String> {
     let mut result = Err(String::from("a table was already made in this process"));
     let _ = TABLE.get_or_try_init(|| {
-        let ((slots, words), sharing) = match open_named(dir, master) {
+        let ((slots, words, metrics), sharing) = match open_named(dir, master) {
             Ok((mapped, path)) => {
                 result = Ok(path.clone());
                 (mapped, Sharing::Named(path))
@@ -345,6 +367,7 @@ pub fn init_for_siblings(dir: &Path, master: u32) -> Result<PathBuf, String> {
         Ok::<_, ()>(Table {
             slots,
             words,
+            metrics,
             sharing,
             creator: std::process::id(),
         })

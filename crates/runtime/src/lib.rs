@@ -14,6 +14,7 @@ pub mod denials;
 pub mod fpm_pool;
 pub mod limiter;
 pub mod live_cache;
+pub mod metrics;
 pub mod notices;
 pub mod process;
 pub mod store;

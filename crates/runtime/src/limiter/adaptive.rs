@@ -130,6 +130,11 @@ impl Limiter {
         if !adaptive.throttles(status) {
             return Ok(Vec::new());
         }
+        crate::metrics::add(
+            crate::metrics::Family::ProviderThrottled,
+            &[&self.options.name],
+            1,
+        );
         // Whole µs, at least 1 for any positive value; beyond the longest pause the
         // script bounds it anyway.
         let retry_after_us = if retry_after > 0.0 {

@@ -229,14 +229,49 @@ impl Limiter {
     }
 
     /// The one path of [`Self::acquire_noticed`], [`Self::acquire_within`] and
-    /// [`Self::peek_noticed`]: local denials, the decision (taking nothing when `peek`),
-    /// reloading live limits, the reservation's sleep, `on_unavailable`.
+    /// [`Self::peek_noticed`], and the live counters of every decision it made (a peek
+    /// decides nothing; bad arguments neither): [`crate::metrics`].
     fn acquire_or_peek(
         &self,
         shop: &[u8],
         tokens: i64,
         peek: bool,
         max_wait_us: i64,
+    ) -> Result<(Decision, Notices), LimiterError> {
+        let mut how = How::default();
+        let result = self.decide(shop, tokens, peek, max_wait_us, &mut how);
+        if !peek && crate::metrics::enabled() {
+            let (allowed, reason, shadow, waited) = match &result {
+                Ok((d, _)) => (d.allowed, d.reason.as_str(), d.shadow, d.waited),
+                // on_unavailable=throw: the call threw, the checkout got no decision.
+                Err(LimiterError::Unavailable { .. }) => (false, "unavailable", false, 0.0),
+                Err(LimiterError::Config(_)) => return result,
+            };
+            crate::metrics::decision(&crate::metrics::DecisionSeen {
+                limiter: &self.options.name,
+                allowed,
+                reason,
+                shadow,
+                local: how.local,
+                engine: how
+                    .by_valkey
+                    .then(|| crate::store::last_engine().unwrap_or("unknown")),
+                near_limit: how.near_limit,
+                waited,
+            });
+        }
+        result
+    }
+
+    /// Local denials, the decision (taking nothing when `peek`), reloading live limits,
+    /// the reservation's sleep, `on_unavailable`; `how` says where it was made.
+    fn decide(
+        &self,
+        shop: &[u8],
+        tokens: i64,
+        peek: bool,
+        max_wait_us: i64,
+        how: &mut How,
     ) -> Result<(Decision, Notices), LimiterError> {
         validate_shop_id(shop)?;
         // Checked against the constructor's buckets: misuse is the caller's, and no live
@@ -255,6 +290,7 @@ impl Limiter {
             if let Some(d) =
                 self.deny_locally(&in_force, keys, tokens, static_hot, shop, max_wait_us)
             {
+                how.local = true;
                 return Ok((self.in_mode(&in_force, d, 0.0), notices));
             }
         }
@@ -338,6 +374,19 @@ impl Limiter {
                         notices.adapt = self.saw_reply(&reply);
                     }
                     let mut d = Decision::from_reply(in_force.buckets(), tokens, &reply);
+                    how.by_valkey = true;
+                    how.near_limit = Decision::near_limit(
+                        in_force.buckets(),
+                        &reply,
+                        crate::metrics::NEAR_LIMIT_SHARE,
+                    );
+                    if !peek && self.options.adaptive.is_some() {
+                        crate::metrics::set(
+                            crate::metrics::Family::AdaptiveShare,
+                            &[&self.options.name],
+                            reply.adapt_permille as f64 / 1000.0,
+                        );
+                    }
                     if let (true, true, Some((n, _))) = (d.allowed, reply.in_flight_seen, &lease) {
                         d.lease = Some(*n);
                         self.lease_counts
@@ -442,4 +491,15 @@ impl Limiter {
             cause: e.to_string(),
         }
     }
+}
+
+/// Where a decision was made, for the live counters.
+#[derive(Debug, Default)]
+struct How {
+    /// In the worker: a local denial.
+    local: bool,
+    /// By Valkey (its reply decided).
+    by_valkey: bool,
+    /// Allowed, leaving the tightest bucket near empty ([`crate::metrics::NEAR_LIMIT_SHARE`]).
+    near_limit: bool,
 }

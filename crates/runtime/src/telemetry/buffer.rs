@@ -117,6 +117,7 @@ impl Sinks {
             };
             stats.written += written as u64;
             stats.dropped += (n - written) as u64;
+            crate::metrics::events(sink.name(), written as u64, (n - written) as u64);
             most = most.max(written);
         }
         most

@@ -244,6 +244,12 @@ impl State {
     /// then); true when the buffer is full.
     pub fn push_call(&mut self, call: ExternalCall, caller: Vec<(Name, AttrValue)>) -> bool {
         self.count_call(&call.api);
+        crate::metrics::external_call(
+            &call.api,
+            call.status,
+            call.exception.is_some(),
+            call.duration_ms,
+        );
         self.enabled() && self.buffer_push(external_call_event_owned(call, caller))
     }
 
