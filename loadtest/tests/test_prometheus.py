@@ -37,7 +37,7 @@ class RulesTest(unittest.TestCase):
     def test_the_rules_are_valid(self):
         r = promtool("check", "rules", RULES)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertIn("SUCCESS: 4 rules found", r.stdout)
+        self.assertIn("SUCCESS: 5 rules found", r.stdout)
 
     def test_each_alert_fires_on_its_series_and_not_before(self):
         r = promtool("test", "rules", "checkout-guard.rules.test.yml")
