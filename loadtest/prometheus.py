@@ -15,9 +15,12 @@ access log (`us` set: nginx's own flow-control 503 has none), i.e. the `limited`
 `limiter_unavailable` answers of checkout.php; the CheckoutStep events say the same.
 
 Prometheus counts the denials in three ways, all PromQL over the load's window:
-  denied_increase   increase() from zero: a subquery that reads an absent series as 0, so
-                    the denials made before the series' first scrape count too (each run's
-                    php-fpm master is new, and its series are born with the flood);
+  denied_increase   increase() from zero: a subquery that reads a series not yet born as 0,
+                    so the denials made before its first scrape count too (each run's
+                    php-fpm master is new, and its series are born with the flood), and
+                    bridges failed scrapes with last_over_time() (a scrape that times out
+                    while every php-fpm worker is busy makes the series stale: read as 0, it
+                    would come back as a counter reset and be counted twice);
   denied_by_reason  `sum by (reason) (increase(...{outcome="denied"}[W]))`, as an operator
                     writes it: right on series older than the window, a few percent low on
                     series born in it (Prometheus 2.42 has no created timestamps);
@@ -177,7 +180,7 @@ def collect(run_dir: str, start: float, end: float) -> dict:
                    "http_client_request_duration_seconds_count", "checkout_guard_metrics_start_time_seconds"):
         res["series"][family] = int(scalar(port, f'count({family}{{job="{JOB}"}})', t1))
     res["queries"] = {
-        "denied_increase": f"increase((sum({DENIED}) or vector(0))[{window}:1s])",
+        "denied_increase": f"increase((sum(last_over_time({DENIED}[{window}])) or vector(0))[{window}:1s])",
         "denied_by_reason": f"sum by (reason) (increase({DENIED}[{window}]))",
         "denied_at_end": f"sum({DENIED})",
         "decisions_by_outcome": f'sum by (outcome, reason, mode) (checkout_guard_decisions_total{{job="{JOB}"}})',

@@ -56,7 +56,7 @@ class RulesTest(unittest.TestCase):
         queries = re.findall(r"^- [^`]*: `([^`]+)`(?: and `([^`]+)`)?$", section, re.M)
         exprs = [q for pair in queries for q in pair if q]
         self.assertGreaterEqual(len(exprs), 9, "the queries listed under **Queries.**")
-        exprs.append(re.search(r"with a subquery:\s*`([^`]+)`", section).group(1).replace("[W:", "[1m:"))
+        exprs.append(re.search(r"counted\s+twice\):\s*`([^`]+)`", section).group(1).replace("[W", "[1m"))
         scrape = re.findall(r"```yaml\n(scrape_configs:.*?)```", section, re.S)
         self.assertEqual(len(scrape), 1)
         with tempfile.TemporaryDirectory() as d:
@@ -108,10 +108,15 @@ class OwnCountTest(unittest.TestCase):
 
 
 class Exposition(http.server.BaseHTTPRequestHandler):
-    """/metrics: a denials counter absent until `value` is set, as a fresh master's."""
+    """/metrics: a denials counter absent until `value` is set, as a fresh master's; a 503
+    while `failing` (a scrape that php-fpm's busy pool does not answer in time)."""
     value = None
+    failing = False
 
     def do_GET(self):
+        if Exposition.failing:
+            self.send_error(503)
+            return
         body = "# TYPE checkout_guard_decisions_total counter\n"
         if Exposition.value is not None:
             body += ('checkout_guard_decisions_total{limiter="payments",outcome="denied",reason="hot_shop",'
@@ -129,7 +134,7 @@ class Exposition(http.server.BaseHTTPRequestHandler):
 
 @unittest.skipUnless(os.access(PROMETHEUS, os.X_OK), "prometheus not installed: run scripts/setup.sh")
 class CollectTest(unittest.TestCase):
-    def test_the_count_from_zero_takes_in_what_came_before_the_first_scrape(self):
+    def test_the_count_from_zero_takes_in_what_came_before_the_first_scrape_and_bridges_failed_scrapes(self):
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Exposition)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         Exposition.value = None
@@ -145,10 +150,16 @@ class CollectTest(unittest.TestCase):
                     f.write(f"ops=1\nprometheus={port}\n")
                 prometheus.wait_up(port)
                 start = time.time()
-                # 40 denials before the series' first scrape, then 40 more a second.
-                for v in (40, 80, 120):
+                # 40 denials before the series' first scrape, then 40 more a second, and
+                # two seconds of failed scrapes in between (the series goes stale).
+                for v in (40, 80):
                     time.sleep(1.0)
                     Exposition.value = v
+                time.sleep(1.0)
+                Exposition.failing = True
+                time.sleep(2.0)
+                Exposition.value = 120
+                Exposition.failing = False
                 time.sleep(1.0)
                 end = time.time()
                 with open(os.path.join(d, "access.log"), "w") as f:
@@ -159,7 +170,8 @@ class CollectTest(unittest.TestCase):
                 proc.terminate()
                 proc.wait(10)
                 server.shutdown()
-        self.assertEqual(r["up_min"], 1.0)
+        self.assertEqual(r["up_min"], 0.0, "the scrapes that failed")
+        self.assertEqual(r["up_max"], 1.0)
         self.assertEqual(r["series"]["checkout_guard_decisions_total"], 1)
         self.assertEqual(r["denied_increase"], 120.0, r["queries"]["denied_increase"])
         self.assertEqual(r["denied_at_end"], 120.0)
