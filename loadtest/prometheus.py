@@ -166,6 +166,7 @@ def collect(run_dir: str, start: float, end: float) -> dict:
         "load": {"start": start, "end": end},
         "window": {"start": t0, "end": t1, "seconds": t1 - t0},
         "scrapes": int(scalar(port, f'count_over_time(up{{job="{JOB}"}}[{window}])', t1)),
+        "scrapes_up": int(scalar(port, f'sum_over_time(up{{job="{JOB}"}}[{window}])', t1)),
         "up_min": scalar(port, f'min_over_time(up{{job="{JOB}"}}[{window}])', t1),
         "up_max": scalar(port, f'max_over_time(up{{job="{JOB}"}}[{window}])', t1),
         "scrape_seconds_max": scalar(port, f'max_over_time(scrape_duration_seconds{{job="{JOB}"}}[{window}])', t1),
@@ -235,7 +236,7 @@ def summary(out: str) -> int:
     rows = []
     for name, r in runs.items():
         rows.append({
-            "run": name, "scrapes": r["scrapes"], "up_min": r["up_min"],
+            "run": name, "scrapes": r["scrapes"], "scrapes_up": r["scrapes_up"], "up_min": r["up_min"],
             "decision_series": r["series"].get("checkout_guard_decisions_total", 0),
             "limited_503": r["own"]["limited_503"], "denied_increase": r["denied_increase"],
             "denied_at_end": r["denied_at_end"], "denied_by_reason": r["denied_by_reason"],
@@ -259,13 +260,13 @@ def summary(out: str) -> int:
         "(`loadtest/prometheus.py`). The limiter's denials as PromQL counts them over the load, against the "
         "load test's own count (php-fpm's 503s in the access log):",
         "",
-        "| run | scrapes | up | decision series | 503s (own) | increase() from 0 | diff | counters at end | diff "
+        "| run | scrapes (up) | decision series | 503s (own) | increase() from 0 | diff | counters at end | diff "
         "| increase() by reason | diff |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     for r in rows:
         by_reason = ", ".join(f"{k} {v:g}" for k, v in sorted(r["denied_by_reason"].items())) or "-"
-        lines.append(f"| {r['run']} | {r['scrapes']} | {r['up_min']:g} | {r['decision_series']} | {r['limited_503']} "
+        lines.append(f"| {r['run']} | {r['scrapes']} ({r['scrapes_up']}) | {r['decision_series']} | {r['limited_503']} "
                      f"| {r['denied_increase']:g} | {pct(r['diff_pct']['denied_increase'])} | {r['denied_at_end']:g} "
                      f"| {pct(r['diff_pct']['denied_at_end'])} | {by_reason} | {pct(r['diff_pct']['denied_by_reason'])} |")
     q = report["queries"]
@@ -300,7 +301,7 @@ def main(argv: list) -> int:
         wait_up(int(argv[2]))
     elif cmd == "collect" and len(argv) == 5:
         r = collect(argv[2], float(argv[3]), float(argv[4]))
-        print(f"prometheus: {r['scrapes']} scrapes, up {r['up_min']:g}; denied {r['denied_increase']:g} "
+        print(f"prometheus: {r['scrapes']} scrapes, {r['scrapes_up']} up; denied {r['denied_increase']:g} "
               f"(increase) / {r['denied_at_end']:g} (at end) vs {r['own']['limited_503']} limited 503s")
     elif cmd == "summary" and len(argv) == 3:
         return summary(argv[2])

@@ -172,6 +172,7 @@ class CollectTest(unittest.TestCase):
                 server.shutdown()
         self.assertEqual(r["up_min"], 0.0, "the scrapes that failed")
         self.assertEqual(r["up_max"], 1.0)
+        self.assertEqual(r["scrapes"] - r["scrapes_up"], 2, "two scrapes in the 2 s of failures")
         self.assertEqual(r["series"]["checkout_guard_decisions_total"], 1)
         self.assertEqual(r["denied_increase"], 120.0, r["queries"]["denied_increase"])
         self.assertEqual(r["denied_at_end"], 120.0)

@@ -46,6 +46,7 @@ final class PrometheusScrapeTest extends TestCase
 
         // The scrape worked the whole run: up == 1 at every scrape, about one a second.
         $this->assertSame(1.0, (float) $r['up_min'], 'every scrape of /metrics succeeded');
+        $this->assertSame($r['scrapes'], $r['scrapes_up']);
         $this->assertGreaterThanOrEqual($r['window']['seconds'] - 2, $r['scrapes'], json_encode($r['window']));
         foreach (['checkout_guard_decisions_total', 'checkout_guard_metrics_start_time_seconds',
                   'http_client_request_duration_seconds_count'] as $family) {
