@@ -22,11 +22,11 @@ final class PrometheusScrapeTest extends TestCase
      * How far PromQL's denial count may be from the 503s: 2% (and 2 denials). The two count
      * the same decisions (every denial in checkout.php is one 503), and the query counts from
      * zero without extrapolating (loadtest/prometheus.py), so they differ only by requests
-     * Locust cut at the end (logged 499 by nginx, perhaps denied by PHP): a handful. A real
-     * error is larger: one missed final scrape is a second of the flood, ~75 denials of
-     * ~1000 (7%); one worker of the 24 whose counts are lost, ~4%; a query that extrapolates
-     * (a plain increase() over series born in the window: -1.9% to +4.6% in the short run
-     * of docs/operations.md, "Watching a sale"). Measured: 0 apart in every run so far.
+     * Locust cut at the end (logged 499 by nginx after PHP denied them): 0 to 3 in the
+     * short runs of docs/results/loadtest/prometheus (0.5% at most). A real error is larger:
+     * one missed final scrape is a second of the flood, ~75 denials of ~1000 (7%); one
+     * worker of the 24 whose counts are lost, ~4%; a query that extrapolates (a plain
+     * increase() over series born in the window: -1.9% to +6.6% in those runs).
      */
     private const TOLERANCE = 0.02;
 
@@ -62,7 +62,11 @@ final class PrometheusScrapeTest extends TestCase
         // PromQL's count of it is the load test's own.
         $own = $r['own']['limited_503'];
         $this->assertGreaterThan(300, $own, 'the flood met the limiter');
-        $this->assertSame($own, $r['own']['events']['limited'], 'one CheckoutStep "limited" per 503');
+        // One CheckoutStep "limited" per denial: per 503, and per request Locust cut at the
+        // end after PHP denied it (nginx logged those 499).
+        $limited = $r['own']['events']['limited'];
+        $this->assertGreaterThanOrEqual($own, $limited, json_encode($r['own']));
+        $this->assertLessThanOrEqual($own + $r['own']['cut_499'], $limited, json_encode($r['own']));
         $this->assertSame([], array_diff(array_keys($r['denied_by_reason']), ['hot_shop', 'hot_lane', 'global']));
         $this->assertArrayHasKey('hot_shop', $r['denied_by_reason']);
         $bound = self::TOLERANCE * $own + 2;
