@@ -245,6 +245,7 @@ def summary(out: str) -> int:
             "payment_calls_prometheus": sum(v for k, v in r["http_calls"].items() if k.startswith("payment ")),
             "payment_4xx_prometheus": r["http_calls"].get("payment 4xx", 0),
             "near_limit": r["totals"]["checkout_guard_near_limit_total"],
+            "throttled": r["totals"]["checkout_guard_provider_throttled_total"],
         })
     report = {"runs": rows, "queries": next(iter(runs.values()))["queries"]}
     with open(os.path.join(out, "prometheus.json"), "w") as f:
@@ -272,12 +273,14 @@ def summary(out: str) -> int:
     q = report["queries"]
     lines += ["", "Payment calls as the checkout's measured client counted them "
               "(`http_client_request_duration_seconds_count{api=\"payment\"}`), against the provider's nginx log; "
-              "and the allowed decisions that left a bucket near empty:", "",
-              "| run | calls (provider) | calls (Prometheus) | diff | 429s (provider) | 4xx (Prometheus) | diff | near_limit |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+              "the throttling answers feedback() reported to a limiter with `adaptive`; and the allowed decisions "
+              "that left a bucket near empty:", "",
+              "| run | calls (provider) | calls (Prometheus) | diff | 429s (provider) | 4xx (Prometheus) | diff "
+              "| throttled (adaptive) | near_limit |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     lines += [f"| {r['run']} | {r['payment_calls']} | {r['payment_calls_prometheus']:g} | {pct(r['diff_pct']['payment_calls'])} "
               f"| {r['payment_429']} | {r['payment_4xx_prometheus']:g} | {pct(r['diff_pct']['payment_4xx'])} "
-              f"| {r['near_limit']:g} |" for r in rows]
+              f"| {r['throttled']:g} | {r['near_limit']:g} |" for r in rows]
     lines += ["", "Queries (W: the run's window, a second before the load to the last scrape after it):", ""]
     lines += [f"- {k}: `{v}`" for k, v in q.items()]
     drawn = [(name, r["rate_by_reason"]) for name, r in runs.items() if r["rate_by_reason"]]
