@@ -414,7 +414,20 @@ fn open_named(dir: &Path, master: u32) -> Result<(Mapped, PathBuf), String> {
                 .mode(0o600)
                 .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
                 .open(&tmp)
-                .and_then(|f| f.set_len(TABLE_BYTES as u64).map(|()| f));
+                .and_then(|f| {
+                    // Its pages reserved now: a file merely extended (set_len) on a /dev/shm
+                    // that cannot back it maps fine, and the first touch of a page past the
+                    // free space kills the worker (SIGBUS). ENOSPC here: a private table.
+                    // SAFETY: a file descriptor of ours, open for writing.
+                    let rc = unsafe {
+                        libc::posix_fallocate(f.as_raw_fd(), 0, TABLE_BYTES as libc::off_t)
+                    };
+                    if rc == 0 {
+                        Ok(f)
+                    } else {
+                        Err(std::io::Error::from_raw_os_error(rc))
+                    }
+                });
             let f = match made {
                 Ok(f) => f,
                 Err(e) => {

@@ -163,6 +163,10 @@ impl Limiter {
                 return Ok(Vec::new());
             }
         };
+        // The gauge follows the share this answer left (a flood answered by local denials
+        // would not show it until a decision in Valkey).
+        self.series
+            .set_share(&self.options.name, out.to as f64 / FULL as f64);
         let mut seen = self.adapt_seen.lock();
         seen.permille = out.to;
         seen.pause_until_us = out.pause_until;

@@ -246,8 +246,14 @@ impl Limiter {
         if !peek && crate::metrics::enabled() {
             let (allowed, reason, shadow, waited) = match &result {
                 Ok((d, _)) => (d.allowed, d.reason, d.shadow, d.waited),
-                // on_unavailable=throw: the call threw, the checkout got no decision.
-                Err(LimiterError::Unavailable { .. }) => (false, Reason::Unavailable, false, 0.0),
+                // on_unavailable=throw: the call threw, the checkout got no decision (in
+                // shadow mode too: the mode never changes the control flow).
+                Err(LimiterError::Unavailable { .. }) => (
+                    false,
+                    Reason::Unavailable,
+                    self.mode_in(&self.current()) == Mode::Shadow,
+                    0.0,
+                ),
                 Err(LimiterError::Config(_)) => return result,
             };
             let seen = crate::metrics::DecisionSeen {

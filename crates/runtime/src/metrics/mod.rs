@@ -37,6 +37,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Label sets the table holds (a power of two): 1024 x 320 bytes = 320 KiB.
 pub const SERIES: usize = 1024;
+/// Of them, the limiters' and the sinks' families; the rest are external calls'.
+pub const LIMITER_SERIES: usize = 768;
 /// A series' key (family and label values) fits in this many bytes.
 const KEY_BYTES: usize = 112;
 const KEY_WORDS: usize = KEY_BYTES / 8;
@@ -300,7 +302,8 @@ impl Region {
         self.dropped.load(Ordering::Relaxed)
     }
 
-    /// The slot of `key`, claimed if it has none: `None` when the table is full.
+    /// The slot of `key`, claimed if it has none: `None` when its part of the table is
+    /// full (the caller counts the increment lost: [`Region::lost`]).
     fn series(&self, key: &Key) -> Option<&Series> {
         self.started_ms();
         let bytes = key.bytes();
@@ -308,9 +311,16 @@ impl Region {
         h.write(bytes);
         let hash = h.finish();
         let tag = hash | PUBLISHED;
-        let start = (hash as usize) & (SERIES - 1);
-        for i in 0..SERIES {
-            let s = &self.series[(start + i) & (SERIES - 1)];
+        // External calls (their `api` names are the caller's) have a part of the table of
+        // their own: however many names a checkout measures, the limiters' and the sinks'
+        // series keep their room.
+        let (base, len) = match bytes.first().and_then(|f| Family::from_u8(*f)) {
+            Some(Family::HttpDuration) => (LIMITER_SERIES, SERIES - LIMITER_SERIES),
+            _ => (0, LIMITER_SERIES),
+        };
+        let start = (hash as usize) % len;
+        for i in 0..len {
+            let s = &self.series[base + (start + i) % len];
             let mut st = s.state.load(Ordering::Acquire);
             if st == 0 {
                 match s
@@ -329,8 +339,23 @@ impl Region {
                 return Some(s);
             }
         }
-        self.dropped.fetch_add(1, Ordering::Relaxed);
         None
+    }
+
+    /// An increment (or a gauge's value) that found no slot: counted, and said in PHP's
+    /// log at most once a minute.
+    fn lost(&self) {
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+        let now = crate::clock::SystemClock::monotonic_ns();
+        crate::warn_log::warn(&["metrics"], "table full", now, || {
+            format!(
+                "PHP Warning:  checkout_guard: the live counters' table is full ({LIMITER_SERIES} label sets \
+                 for the limiters and sinks, {} for external calls by api and status class): counts of \
+                 label sets not yet in it are lost (checkout_guard_metrics_series_dropped_total counts \
+                 them); too many distinct `api` names? (said at most once a minute)",
+                SERIES - LIMITER_SERIES
+            )
+        });
     }
 
     /// Every published series' key and values (`render`'s input).
@@ -435,8 +460,10 @@ fn with_series(family: Family, values: &[&str], f: impl FnOnce(&Series)) {
     if !enabled() {
         return;
     }
-    if let Some(s) = region().and_then(|r| r.series(&Key::new(family, values))) {
-        f(s);
+    let Some(r) = region() else { return };
+    match r.series(&Key::new(family, values)) {
+        Some(s) => f(s),
+        None => r.lost(),
     }
 }
 
@@ -462,7 +489,11 @@ impl Series {
             .unwrap_or(DURATION_BOUNDS.len());
         let ns = (seconds * 1e9).min(u64::MAX as f64 / 4.0) as u64;
         self.values[bucket].fetch_add(1, Ordering::Relaxed);
-        self.values[SUM].fetch_add(ns, Ordering::Relaxed);
+        // Saturating: absurd durations (recordCall() takes any finite number) never wrap
+        // the sum back past zero.
+        let _ = self.values[SUM].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+            Some(v.saturating_add(ns))
+        });
     }
 }
 
@@ -488,10 +519,18 @@ impl std::fmt::Debug for Slot {
 }
 
 impl Slot {
+    /// The series, found at the first call; `None` (counted lost at every call) when it
+    /// found no room then.
     fn get(&self, family: Family, values: &[&str]) -> Option<&'static Series> {
-        *self
+        let found = *self
             .0
-            .get_or_init(|| region().and_then(|r| r.series(&Key::new(family, values))))
+            .get_or_init(|| region().and_then(|r| r.series(&Key::new(family, values))));
+        if found.is_none() {
+            if let Some(r) = region() {
+                r.lost();
+            }
+        }
+        found
     }
 }
 
@@ -638,9 +677,12 @@ pub fn external_call(api: &str, status: i64, threw: bool, duration_ms: f64) {
             }
         }
         let Some(r) = region() else { return };
-        if let Some(s) = r.series(&Key::new(Family::HttpDuration, &[api, class])) {
-            s.observe(seconds);
-            *last = Some((api.to_string(), class, s));
+        match r.series(&Key::new(Family::HttpDuration, &[api, class])) {
+            Some(s) => {
+                s.observe(seconds);
+                *last = Some((api.to_string(), class, s));
+            }
+            None => r.lost(),
         }
     });
 }

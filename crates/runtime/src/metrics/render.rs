@@ -15,7 +15,41 @@ pub const CONTENT_TYPE_OPENMETRICS: &str =
 /// with no series yet are announced (HELP, TYPE) without samples. Without a region, only
 /// the announcements.
 pub fn render(openmetrics: bool) -> String {
-    render_region(region(), openmetrics)
+    let mut out = render_region(region(), openmetrics);
+    // Whether these are the master's counters: a worker whose shared table could not be
+    // made (a /dev/shm it cannot write, too small) counts alone, and each scrape would read
+    // whichever worker answered, up and down. Said in the exposition and in the log.
+    let private = match crate::denials::sharing() {
+        Some(crate::denials::Sharing::Private(why)) => Some(why),
+        _ => None,
+    };
+    let name = "checkout_guard_metrics_shared";
+    let mut tail = format!(
+        "# HELP {name} {}\n# TYPE {name} gauge\n{name} {}\n",
+        escape_help(
+            "1: the counters are shared by the workers of this php-fpm master (or this process's \
+             alone outside php-fpm); 0: this worker's alone (its shared table could not be made: see PHP's log)",
+            openmetrics
+        ),
+        if private.is_some() { 0 } else { 1 }
+    );
+    if openmetrics {
+        // Before the closing "# EOF".
+        out.truncate(out.len() - "# EOF\n".len());
+        tail.push_str("# EOF\n");
+    }
+    out.push_str(&tail);
+    if let Some(why) = private {
+        let now = crate::clock::SystemClock::monotonic_ns();
+        crate::warn_log::warn(&["metrics", "private"], &why, now, || {
+            format!(
+                "PHP Warning:  checkout_guard: CheckoutGuard\\Metrics::render() reads this worker's \
+                 counters alone, not its php-fpm master's ({why}): each scrape counts what one worker \
+                 did (said at most once a minute)"
+            )
+        });
+    }
+    out
 }
 
 /// One label set's values, duplicates (two slots claimed at once) added up.

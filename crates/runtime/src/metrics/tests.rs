@@ -110,23 +110,38 @@ fn a_slot_left_claiming_by_a_killed_writer_is_passed_over_and_never_shown() {
 }
 
 #[test]
-fn a_full_table_counts_the_label_sets_it_could_not_hold_and_keeps_the_others() {
+fn a_full_table_counts_what_it_lost_and_the_calls_apis_never_take_the_limiters_room() {
     let r = region();
-    for i in 0..SERIES {
+    // A checkout measuring more api names than the table holds.
+    for i in 0..(SERIES - LIMITER_SERIES) {
+        series(&r, Family::HttpDuration, &[&format!("api-{i}"), "2xx"]).observe(0.01);
+    }
+    assert!(r
+        .series(&Key::new(Family::HttpDuration, &["one-more", "2xx"]))
+        .is_none());
+    // The limiters' and sinks' families still find room, up to their own part.
+    for i in 0..LIMITER_SERIES {
         series(&r, Family::EventsWritten, &[&format!("s{i}")]).add(1);
     }
     assert!(r
         .series(&Key::new(Family::EventsWritten, &["one-more"]))
         .is_none());
     assert!(r
-        .series(&Key::new(Family::EventsDropped, &["and-another"]))
+        .series(&Key::new(
+            Family::Decisions,
+            &["late", "allowed", "allowed", "enforce"]
+        ))
         .is_none());
     // Those it holds are still found.
     series(&r, Family::EventsWritten, &["s17"]).add(1);
+    // Each lost increment is counted (the caller says so: `lost`).
+    for _ in 0..3 {
+        r.lost();
+    }
     let text = render_region(Some(&r), false);
     assert_eq!(
         line_value(&text, "checkout_guard_metrics_series_dropped_total").as_deref(),
-        Some("2")
+        Some("3")
     );
     assert_eq!(
         line_value(&text, "checkout_guard_events_written_total{sink=\"s17\"}").as_deref(),
@@ -134,8 +149,34 @@ fn a_full_table_counts_the_label_sets_it_could_not_hold_and_keeps_the_others() {
     );
     assert_eq!(
         text.matches("checkout_guard_events_written_total{").count(),
-        SERIES
+        LIMITER_SERIES
     );
+    assert_eq!(
+        text.matches("http_client_request_duration_seconds_count{")
+            .count(),
+        SERIES - LIMITER_SERIES
+    );
+}
+
+#[test]
+fn a_histograms_sum_saturates_instead_of_wrapping_past_zero() {
+    let r = region();
+    let s = series(&r, Family::HttpDuration, &["absurd", "2xx"]);
+    let mut last = 0.0f64;
+    for _ in 0..10 {
+        // recordCall() takes any finite duration: 1e300 ms.
+        s.observe(1e297);
+        let text = render_region(Some(&r), false);
+        let sum: f64 = line_value(
+            &text,
+            "http_client_request_duration_seconds_sum{api=\"absurd\",status_class=\"2xx\"}",
+        )
+        .unwrap()
+        .parse()
+        .unwrap();
+        assert!(sum >= last, "the sum went back from {last} to {sum}");
+        last = sum;
+    }
 }
 
 #[test]
