@@ -140,9 +140,10 @@ final class MetricsFpmTest extends OwnFpmTestCase
         $e = $this->render();
         $this->startTime($e);
         // Nothing counted: no series of a limiter, an api or a sink, and every sample but the
-        // start time at zero.
+        // start time and whether the counters are shared at zero.
+        $this->assertSame(1.0, (float) $e->named('checkout_guard_metrics_shared')[0]['value'], 'the workers share the (empty) counters');
         foreach ($e->samples as $sample) {
-            if ($sample['name'] !== 'checkout_guard_metrics_start_time_seconds') {
+            if (!in_array($sample['name'], ['checkout_guard_metrics_start_time_seconds', 'checkout_guard_metrics_shared'], true)) {
                 $this->assertSame([], $sample['labels'], 'checkout_guard.metrics=0: ' . json_encode($sample));
                 $this->assertSame(0.0, (float) $sample['value'], 'checkout_guard.metrics=0: ' . json_encode($sample));
             }
