@@ -4,7 +4,7 @@
 //! limiters, local denials, reservations, Valkey failing under `allow` and `deny`, time
 //! moving) on an in-memory store and writes down what every decision answered; one worker
 //! is killed (SIGKILL) after its sequence. The rendered counters must equal the sums of
-//! what the workers wrote down, the killed one's included. Seed: `CG_METRICS_SEED`
+//! what the workers wrote down, the killed one's included. Seed: `CG_MODEL_SEED`
 //! (printed); on a failure the first differing series is named.
 //!
 //! One test in this file: the mapping is made once per process, before any fork.
@@ -19,6 +19,8 @@ use checkout_guard_runtime::{denials, metrics};
 
 #[allow(dead_code)]
 mod memory_limiter;
+#[allow(dead_code)]
+mod seeded;
 
 use memory_limiter::{bucket, limiter, shadow, store};
 
@@ -129,16 +131,8 @@ fn samples(text: &str) -> BTreeMap<String, String> {
 
 #[test]
 fn every_workers_decisions_are_counted_once_in_the_masters_shared_counters() {
-    let seed = std::env::var("CG_METRICS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    println!("metrics: seed {seed} (CG_METRICS_SEED={seed} replays it)");
+    let seed = seeded::seed();
+    println!("metrics: seed {seed} (CG_MODEL_SEED={seed} replays it)");
     denials::init_shared();
     let dir = std::env::temp_dir().join(format!("cg-metrics-shared-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

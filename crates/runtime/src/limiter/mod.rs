@@ -264,7 +264,7 @@ impl Limiter {
                 local: how.local,
                 engine: how
                     .by_valkey
-                    .then(|| crate::store::last_engine().unwrap_or("unknown")),
+                    .then(|| crate::store::thread_last_engine().unwrap_or("unknown")),
                 near_limit: how.near_limit,
                 waited,
             };

@@ -251,6 +251,19 @@ fn decided<T, E>(by: &mut Option<&'static str>, engine: u8, reply: Result<T, E>)
     if reply.is_ok() {
         *by = engine_name(engine);
         LAST_ENGINE.store(engine, Ordering::Relaxed);
+        THREAD_ENGINE.with(|e| e.set(engine));
     }
     reply
+}
+
+std::thread_local! {
+    /// The engine of this thread's last decision: under threads (ZTS) another thread's
+    /// decision may have set [`LAST_ENGINE`] since.
+    static THREAD_ENGINE: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
+}
+
+/// Which engine made this thread's last decision ("module", "lua", or none yet): right
+/// after a decision, the engine that made it (the live counters' `engine` label).
+pub fn thread_last_engine() -> Option<&'static str> {
+    engine_name(THREAD_ENGINE.with(std::cell::Cell::get))
 }

@@ -12,7 +12,7 @@ mod native;
 mod pool;
 mod valkey;
 
-pub use engine::{last_engine, MODULE_RECHECK};
+pub use engine::{last_engine, thread_last_engine, MODULE_RECHECK};
 #[cfg(feature = "test-support")]
 pub use memory::{Fault, MemoryStats, MemoryStore};
 pub use pool::{ping, pipeline, status, with_connection, Pool, Replies};
