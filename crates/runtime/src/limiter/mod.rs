@@ -259,7 +259,7 @@ impl Limiter {
             let seen = crate::metrics::DecisionSeen {
                 limiter: &self.options.name,
                 allowed,
-                reason: reason.as_str(),
+                reason,
                 shadow,
                 local: how.local,
                 engine: how
@@ -268,7 +268,7 @@ impl Limiter {
                 near_limit: how.near_limit,
                 waited,
             };
-            self.series.count(&seen, reason);
+            self.series.count(&seen);
         }
         result
     }
@@ -385,11 +385,15 @@ impl Limiter {
                     }
                     let mut d = Decision::from_reply(in_force.buckets(), tokens, &reply);
                     how.by_valkey = true;
-                    how.near_limit = Decision::near_limit(
-                        in_force.buckets(),
-                        &reply,
-                        crate::metrics::NEAR_LIMIT_SHARE,
-                    );
+                    // Only what is counted: a peek decides nothing, and with the counters
+                    // off nobody reads it.
+                    how.near_limit = !peek
+                        && crate::metrics::enabled()
+                        && Decision::near_limit(
+                            in_force.buckets(),
+                            &reply,
+                            crate::metrics::NEAR_LIMIT_SHARE,
+                        );
                     if !peek && self.options.adaptive.is_some() {
                         self.series
                             .set_share(&self.options.name, reply.adapt_permille as f64 / 1000.0);

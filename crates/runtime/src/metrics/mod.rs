@@ -577,7 +577,8 @@ impl LimiterSeries {
     }
 
     /// Counts one decision of `d.limiter` in every family it belongs to.
-    pub fn count(&self, d: &DecisionSeen<'_>, reason: checkout_guard_model::Reason) {
+    pub fn count(&self, d: &DecisionSeen<'_>) {
+        let reason = d.reason;
         if !enabled() {
             return;
         }
@@ -629,7 +630,7 @@ impl LimiterSeries {
 pub struct DecisionSeen<'a> {
     pub limiter: &'a str,
     pub allowed: bool,
-    pub reason: &'a str,
+    pub reason: checkout_guard_model::Reason,
     pub shadow: bool,
     /// Made in the worker (a local denial).
     pub local: bool,
