@@ -20,7 +20,8 @@
 #                        the target's lock) and that path printed.
 #   cg_zts_host          builds tests/zts/host.c against the ZTS PHP's embed SAPI (when
 #                        the source is newer) and prints the binary's path.
-# Run as a command: scripts/zts.sh ensure | build [DEST] | host | php ARGS...
+#   cg_zts_worker        the same for tests/zts/worker.c, the FrankenPHP-style worker host.
+# Run as a command: scripts/zts.sh ensure | build [DEST] | host | worker | php ARGS...
 #
 # The source: Debian's php8.2 source package from the host suite's main (bookworm), fetched
 # with `apt-get source --download-only` through a source list of this script's own (the
@@ -31,7 +32,7 @@
 # Cache (CG_CACHE, default /var/cache/checkout-guard):
 #   zts/php/             the install prefix;  zts/build.log  how it was made
 #   zts/src/             the sources (kept for the host's headers and a rebuild)
-#   zts/host/host        the threaded host binary
+#   zts/host/CHECKOUT    the threaded host binary;  zts/worker/CHECKOUT  the worker host
 #   target/zts/CHECKOUT/ the extension's cargo target directory, one per checkout
 #   zts.lock             held while the PHP is made (exclusive) or used (shared)
 # shellcheck source-path=SCRIPTDIR
@@ -168,7 +169,7 @@ cg_zts_ensure() {
       echo "cg_zts_ensure: the ZTS PHP could not be made (log: $CG_CACHE/zts/build.log)" >&2; exit 1; }
     printf '%s\n' "$spec" > "$prefix/.cg-stamp"
     # Builds against an older PHP go.
-    rm -rf --one-file-system "$CG_CACHE/target/zts" "$CG_CACHE/zts/host"
+    rm -rf --one-file-system "$CG_CACHE/target/zts" "$CG_CACHE/zts/host" "$CG_CACHE/zts/worker"
   ) 9>>"$CG_CACHE/zts.lock" || return 1
   echo "$prefix"
 }
@@ -196,10 +197,14 @@ cg_zts_build() {
   if [ -n "$dest" ]; then echo "$dest/libcheckout_guard.so"; else echo "$target/release/libcheckout_guard.so"; fi
 }
 
-cg_zts_host() {
-  local prefix out src="$CG_ROOT/tests/zts/host.c"
+cg_zts_host() { _cg_zts_embed_binary host; }
+cg_zts_worker() { _cg_zts_embed_binary worker; }
+
+# _cg_zts_embed_binary NAME: tests/zts/NAME.c built against the ZTS PHP's embed SAPI.
+_cg_zts_embed_binary() {
+  local name=$1 prefix out src="$CG_ROOT/tests/zts/$1.c"
   prefix=$(cg_zts_ensure) || return 1
-  out="$CG_CACHE/zts/host/$(basename "$CG_ROOT")-$(printf %s "$CG_ROOT" | sha1sum | cut -c1-8)"
+  out="$CG_CACHE/zts/$name/$(basename "$CG_ROOT")-$(printf %s "$CG_ROOT" | sha1sum | cut -c1-8)"
   mkdir -p "$(dirname "$out")"
   if [ ! -x "$out" ] || [ "$src" -nt "$out" ]; then
     # shellcheck disable=SC2046  # php-config --includes is a list of flags
@@ -218,7 +223,8 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     ensure) cg_zts_ensure ;;
     build) shift; cg_zts_build "${1:-}" ;;
     host) cg_zts_host ;;
+    worker) cg_zts_worker ;;
     php) shift; p=$(cg_zts_ensure); exec "$p/bin/php" "$@" ;;
-    *) echo "usage: scripts/zts.sh ensure | build [DEST] | host | php ARGS..." >&2; exit 2 ;;
+    *) echo "usage: scripts/zts.sh ensure | build [DEST] | host | worker | php ARGS..." >&2; exit 2 ;;
   esac
 fi

@@ -79,6 +79,18 @@ pub extern "C" fn php_info(_module: *mut ModuleEntry) {
             "decision script",
             "token bucket (GCRA), EVALSHA, one round trip on Valkey's clock"
         );
+        // How requests are bracketed here: lifecycle.rs.
+        let sapi = ext_php_rs::zend::php_sapi_name().unwrap_or_else(|| "unknown".into());
+        let lifecycle = if crate::lifecycle::installed() {
+            format!(
+                "{sapi}: RINIT/RSHUTDOWN per request; requests handled inside one (a worker's, FrankenPHP) at the SAPI's activate/deactivate: {} ended in this process; this thread: {}",
+                crate::lifecycle::handled_in_process(),
+                crate::lifecycle::current().as_str()
+            )
+        } else {
+            format!("{sapi}: RINIT/RSHUTDOWN per request (loaded by dl(): no SAPI hooks)")
+        };
+        info_table_row!("request lifecycle", lifecycle.as_str());
         // This process's (a php-fpm worker's) last decision; `health()` has it per limiter.
         info_table_row!(
             "engine of the last decision",

@@ -12,6 +12,7 @@ mod info;
 mod ini;
 mod interfaces;
 mod leases;
+mod lifecycle;
 mod metrics;
 mod newrelic;
 mod php_call;
@@ -24,8 +25,11 @@ use ext_php_rs::prelude::*;
 
 /// MINIT: INI entries and the exception classes (which extend SPL classes and so are
 /// registered by hand; see `errors.rs`). Must never panic: a panic here aborts PHP.
-fn startup(_ty: i32, module_number: i32) -> i32 {
+fn startup(ty: i32, module_number: i32) -> i32 {
     ini::register(module_number);
+    // Request boundaries inside a worker's long request (FrankenPHP): see lifecycle.rs.
+    // SAFETY: MINIT, before any request.
+    unsafe { lifecycle::install(ty) };
     // Failing open (an unreachable Valkey, a sink that cannot write) is said in PHP's
     // error log, at most once a minute per cause.
     checkout_guard_runtime::warn_log::set_writer(php_call::log_error);
@@ -86,14 +90,29 @@ unsafe extern "C" fn request_startup(_ty: i32, _module_number: i32) -> i32 {
     });
     // Called by the engine directly: a panic must not unwind into C.
     let _ = std::panic::catch_unwind(recording::request_startup);
+    lifecycle::request_started();
     0
 }
 
 /// RSHUTDOWN: the request's events go to the sinks (the response body is already flushed).
 unsafe extern "C" fn request_shutdown(_ty: i32, _module_number: i32) -> i32 {
-    // Leases the request still holds are released (and counted leaked) first.
+    lifecycle::request_ending();
+    request_end();
+    0
+}
+
+/// A request's end, at RSHUTDOWN or (a request handled inside a worker's long request)
+/// at the SAPI's deactivate: the leases it still holds are released (and counted leaked)
+/// first, then its events go to the sinks. Never panics into the engine.
+pub(crate) fn request_end() {
     let _ = std::panic::catch_unwind(leases::release_all_at_request_end);
     let _ = std::panic::catch_unwind(recording::flush_at_request_end);
+}
+
+/// MSHUTDOWN: the SAPI's activate/deactivate handlers back (lifecycle.rs).
+unsafe extern "C" fn module_shutdown(_ty: i32, _module_number: i32) -> i32 {
+    // SAFETY: the engine runs MSHUTDOWN after the last request.
+    unsafe { lifecycle::uninstall() };
     0
 }
 
@@ -118,6 +137,7 @@ pub fn get_module(module: ModuleBuilder) -> ModuleBuilder {
         .class::<metrics::Metrics>()
         .request_startup_function(request_startup)
         .request_shutdown_function(request_shutdown)
+        .shutdown_function(module_shutdown)
         .post_deactivate_function(post_deactivate)
         .info_function(info::php_info)
 }

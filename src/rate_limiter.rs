@@ -211,6 +211,14 @@ impl RateLimiter {
             out.insert("ping_ms", ms)?;
             out.insert("last_ping_at", at)?;
             out.insert("pid", i64::from(std::process::id()))?;
+            // "request" (RINIT/RSHUTDOWN bracket each request), or "worker" inside a
+            // worker's long request whose handled requests the SAPI's activate/deactivate
+            // bracket (FrankenPHP's worker mode); see lifecycle.rs.
+            out.insert("request_lifecycle", crate::lifecycle::current().as_str())?;
+            out.insert(
+                "handled_requests",
+                crate::lifecycle::handled_here() as i64,
+            )?;
             // This process's decisions with the limiter's engine, apart from the
             // connection: a PING that answers clears none of it.
             let d = &h.decisions;

@@ -467,11 +467,9 @@ fn open_node(
     }
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     let tls = tls.cloned();
-    std::thread::Builder::new()
-        .name("cg-open-node".into())
-        .spawn(move || {
-            let _ = tx.send(open_single(info, tls.as_ref(), timeout));
-        })
+    crate::threads::spawn("cg-open-node", move || {
+        let _ = tx.send(open_single(info, tls.as_ref(), timeout));
+    })
         .map_err(RedisError::from)?;
     match rx.recv_timeout(timeout) {
         Ok(opened) => opened,

@@ -273,11 +273,9 @@ fn needs_name_lookup(endpoint: &Endpoint, client: Client) -> RedisResult<bool> {
 fn open_beside(endpoint: &Endpoint, client: Client, timeout: Duration) -> RedisResult<Connection> {
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     let ep = endpoint.clone();
-    std::thread::Builder::new()
-        .name("cg-open".into())
-        .spawn(move || {
-            let _ = tx.send(Connection::open_here(&ep, client, timeout));
-        })
+    crate::threads::spawn("cg-open", move || {
+        let _ = tx.send(Connection::open_here(&ep, client, timeout));
+    })
         .map_err(RedisError::from)?;
     // A little past the open's own deadline, which it keeps when the name is looked up in
     // time: its own error (refused, a failed handshake) is the better message.

@@ -51,6 +51,7 @@
 //!   `READONLY` from a demoted primary ([`errors::is_readonly`]) counts as a broken
 //!   connection there.
 
+pub mod threads;
 mod cluster;
 mod connection;
 pub mod errors;

@@ -118,17 +118,16 @@ impl JsonlSink {
                 #[cfg(test)]
                 stall: self.file.stall,
             };
-            std::thread::Builder::new()
-                .name("cg-jsonl".into())
-                .spawn(move || {
-                    // Ends when the sink (its sender) is dropped.
-                    while let Ok(batch) = job_rx.recv() {
-                        if done_tx.send(file.write(&batch)).is_err() {
-                            return;
-                        }
+            // Signals blocked: PHP's handlers need a PHP thread (connection's threads.rs).
+            checkout_guard_connection::threads::spawn("cg-jsonl", move || {
+                // Ends when the sink (its sender) is dropped.
+                while let Ok(batch) = job_rx.recv() {
+                    if done_tx.send(file.write(&batch)).is_err() {
+                        return;
                     }
-                })
-                .ok()?;
+                }
+            })
+            .ok()?;
             self.writer = Some(Writer {
                 jobs,
                 done,
