@@ -215,10 +215,7 @@ impl RateLimiter {
             // worker's long request whose handled requests the SAPI's activate/deactivate
             // bracket (FrankenPHP's worker mode); see lifecycle.rs.
             out.insert("request_lifecycle", crate::lifecycle::current().as_str())?;
-            out.insert(
-                "handled_requests",
-                crate::lifecycle::handled_here() as i64,
-            )?;
+            out.insert("handled_requests", crate::lifecycle::handled_here() as i64)?;
             // This process's decisions with the limiter's engine, apart from the
             // connection: a PING that answers clears none of it.
             let d = &h.decisions;

@@ -470,7 +470,7 @@ fn open_node(
     crate::threads::spawn("cg-open-node", move || {
         let _ = tx.send(open_single(info, tls.as_ref(), timeout));
     })
-        .map_err(RedisError::from)?;
+    .map_err(RedisError::from)?;
     match rx.recv_timeout(timeout) {
         Ok(opened) => opened,
         Err(_) => Err(RedisError::from(std::io::Error::new(

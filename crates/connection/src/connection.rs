@@ -276,7 +276,7 @@ fn open_beside(endpoint: &Endpoint, client: Client, timeout: Duration) -> RedisR
     crate::threads::spawn("cg-open", move || {
         let _ = tx.send(Connection::open_here(&ep, client, timeout));
     })
-        .map_err(RedisError::from)?;
+    .map_err(RedisError::from)?;
     // A little past the open's own deadline, which it keeps when the name is looked up in
     // time: its own error (refused, a failed handshake) is the better message.
     match rx.recv_timeout(timeout + Duration::from_millis(20)) {

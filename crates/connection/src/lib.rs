@@ -51,7 +51,6 @@
 //!   `READONLY` from a demoted primary ([`errors::is_readonly`]) counts as a broken
 //!   connection there.
 
-pub mod threads;
 mod cluster;
 mod connection;
 pub mod errors;
@@ -59,6 +58,7 @@ pub mod info;
 mod reconnect;
 pub mod scripts;
 mod single;
+pub mod threads;
 pub mod tls;
 mod wire;
 

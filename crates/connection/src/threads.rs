@@ -58,13 +58,15 @@ mod tests {
     fn the_new_thread_blocks_async_signals_and_the_caller_keeps_its_mask() {
         let before = blocked_in_this_thread(libc::SIGPROF);
         let inside = spawn("cg-test", || {
-            [libc::SIGPROF, libc::SIGALRM, libc::SIGTERM, libc::SIGUSR1]
-                .map(blocked_in_this_thread)
+            [libc::SIGPROF, libc::SIGALRM, libc::SIGTERM, libc::SIGUSR1].map(blocked_in_this_thread)
         })
         .unwrap()
         .join()
         .unwrap();
-        assert_eq!(inside, [true; 4], "SIGPROF, SIGALRM, SIGTERM, SIGUSR1 blocked");
+        assert_eq!(
+            inside, [true; 4],
+            "SIGPROF, SIGALRM, SIGTERM, SIGUSR1 blocked"
+        );
         let segv = spawn("cg-test", || blocked_in_this_thread(libc::SIGSEGV))
             .unwrap()
             .join()

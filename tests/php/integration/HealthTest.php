@@ -47,6 +47,14 @@ final class HealthTest extends OwnValkeyTestCase
         $this->assertGreaterThan(0.0, $first['ping_ms']);
         $this->assertEqualsWithDelta(microtime(true), $first['last_ping_at'], 5.0);
         $this->assertSame(getmypid(), $first['pid']);
+        // The CLI brackets each request with RINIT/RSHUTDOWN (the worker mode's "worker" is
+        // WorkerModeTest's, in the zts row).
+        $this->assertSame('request', $first['request_lifecycle']);
+        $this->assertSame(0, $first['handled_requests']);
+        ob_start();
+        phpinfo(INFO_MODULES);
+        $info = (string) ob_get_clean();
+        $this->assertMatchesRegularExpression('/request lifecycle => cli: RINIT\/RSHUTDOWN per request; requests handled inside one .*: 0 ended in this process; this thread: request/', $info);
         $connects = $first['connects'];
         for ($i = 0; $i < 50; $i++) {
             $this->assertTrue($l->health()['ok']);
