@@ -161,6 +161,10 @@ impl RateLimiter {
     /// by the workers of its php-fpm master; "own": made here, shared with the processes it
     /// forks; "private": its alone, see phpinfo()), and local_denials_shared: whether it
     /// shares it with sibling workers ("inherited" or "named").
+    /// request_lifecycle: "request" (each request is a PHP request: RINIT/RSHUTDOWN), or
+    /// "worker" inside a worker's long request that has ended handled requests
+    /// (FrankenPHP's worker mode: each one started and ended at the SAPI's
+    /// activate/deactivate); handled_requests: how many this PHP request has ended.
     /// mode: the mode in force, "enforce" or "shadow" (live `limiter set mode=...` as this
     /// process last saw it, else the `mode` option).
     /// adaptive: null without the `adaptive` option, else share (the share of the limits
