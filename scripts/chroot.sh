@@ -6,7 +6,9 @@
 #
 #   cg_chroot_ensure VERSION
 #       Prints the root directory of a ready chroot with PHP VERSION: 8.4 (Debian 13
-#       trixie) or 8.5 (Debian experimental on a sid base). Made on first use
+#       trixie), 8.5 (Debian experimental on a sid base) or 8.2 (Debian 12 bookworm, a
+#       runtime-only chroot without compiler, php-dev, php-fpm or nginx: the prebuilt
+#       archives' install test, scripts/release-test.sh; the matrix's 8.2 is the host). Made on first use
 #       (debootstrap --variant=minbase, then apt-get from the host's own Debian mirror),
 #       then reused; made again from scratch when what it should hold changed (its stamp
 #       file, ROOT/.cg-stamp, records the suite, mirror and package list). Holds
@@ -65,9 +67,10 @@ _CG_CHROOT_FORMAT=1
 # The suite each PHP comes from.
 _cg_chroot_suite() {
   case "$1" in
+    8.2) echo bookworm ;;
     8.4) echo trixie ;;
     8.5) echo sid+experimental ;;
-    *) echo "cg_chroot: no chroot for PHP '$1' (known: 8.4 from trixie, 8.5 from experimental)" >&2; return 2 ;;
+    *) echo "cg_chroot: no chroot for PHP '$1' (known: 8.2 from bookworm, 8.4 from trixie, 8.5 from experimental)" >&2; return 2 ;;
   esac
 }
 
@@ -84,6 +87,15 @@ _cg_chroot_packages() {
   local v=$1
   local redis="php$v-redis"
   ! _cg_chroot_redis_from_source "$v" || redis=dpkg-dev
+  if [ "$v" = 8.2 ]; then
+    # Runtime only (scripts/release-test.sh installs prebuilt archives into it): no
+    # compiler, no php-dev, no php-fpm. The libraries the ZTS PHP of scripts/zts.sh (built
+    # on a Debian 12 host) links come with php8.2-curl and php8.2-xml.
+    printf '%s\n' "php$v-cli" "$redis" "php$v-curl" "php$v-xml" "php$v-mbstring" phpunit \
+      php-guzzlehttp-guzzle php-nyholm-psr7 php-psr-http-client php-psr-http-message \
+      python3 ca-certificates procps redis-server openssl
+    return 0
+  fi
   printf '%s\n' "php$v-cli" "php$v-dev" "php$v-fpm" "$redis" "php$v-curl" "php$v-xml" \
     "php$v-mbstring" phpunit php-guzzlehttp-guzzle php-nyholm-psr7 php-psr-http-client \
     php-psr-http-message clang libclang-dev gcc libc6-dev make nginx libfcgi-bin python3 \
@@ -200,19 +212,24 @@ _cg_chroot_enter() {
     mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
     mkdir -p "$root$repo"
     mount --bind "$repo" "$root$repo"
-    for d in "$home/.rustup" "$home/.cargo/bin"; do
-      mount --bind "$d" "$root$d"; mount -o remount,bind,ro "$root$d"
-    done
-    mount --bind "$cargo_home" "$root/cg/cargo-home"
-    [ "$target" = "$root/cg/target" ] || mount --bind "$target" "$root/cg/target"
+    php_env=(PHP="/usr/bin/php$v" PHP_CONFIG="/usr/bin/php-config$v")
+    if [ -n "${CG_CHROOT_NO_RUST:-}" ]; then
+      rust_env=(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)
+    else
+      for d in "$home/.rustup" "$home/.cargo/bin"; do
+        mount --bind "$d" "$root$d"; mount -o remount,bind,ro "$root$d"
+      done
+      mount --bind "$cargo_home" "$root/cg/cargo-home"
+      [ "$target" = "$root/cg/target" ] || mount --bind "$target" "$root/cg/target"
+      rust_env=(PATH="$home/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        CARGO_HOME=/cg/cargo-home CARGO_TARGET_DIR=/cg/target RUSTUP_HOME="$home/.rustup"
+        CARGO_NET_OFFLINE=true)
+    fi
     for b in ${CG_CHROOT_BINDS:-}; do
       mkdir -p "$root${b#*:}"; mount --bind "${b%%:*}" "$root${b#*:}"
     done
     set +e
-    chroot "$root" /usr/bin/env -i HOME="$home" LANG=C.UTF-8 \
-      PATH="$home/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
-      CARGO_HOME=/cg/cargo-home CARGO_TARGET_DIR=/cg/target RUSTUP_HOME="$home/.rustup" \
-      CARGO_NET_OFFLINE=true PHP="/usr/bin/php$v" PHP_CONFIG="/usr/bin/php-config$v" "$@"
+    chroot "$root" /usr/bin/env -i HOME="$home" LANG=C.UTF-8 "${rust_env[@]}" "${php_env[@]}" "$@"
     exit $?
   ' cg-chroot "$root" "$target" "$v" "$CG_ROOT" "$HOME" "$(_cg_chroot_cargo_home)" "$@"
 }
@@ -222,7 +239,7 @@ cg_chroot_run() {
   shift
   [ -f "$root/.cg-stamp" ] || { echo "cg_chroot_run: $root is not a chroot made by cg_chroot_ensure" >&2; return 1; }
   mkdir -p "$CG_CACHE"
-  (flock 9; _cg_chroot_seed_cargo_home) 9>"$(_cg_chroot_cargo_home).lock" || return 1
+  [ -n "${CG_CHROOT_NO_RUST:-}" ] || (flock 9; _cg_chroot_seed_cargo_home) 9>"$(_cg_chroot_cargo_home).lock" || return 1
   # A shared lock on a cached chroot while it is in use: cg_chroot_ensure waits for it
   # before making that chroot again (other sessions' mounts are invisible here).
   ( flock -s 9; _cg_chroot_enter "$root" "$(cg_chroot_target "$root")" "$@" 9>&- ) 9>>"$(_cg_chroot_lock "$root")"

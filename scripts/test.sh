@@ -24,7 +24,10 @@
 # run it, and the Debian package under php-fpm + nginx, each in a fresh copy of the PHP 8.4
 # chroot), then the PHP matrix, short (scripts/php-matrix.sh): the extension built and the
 # unit and integration suites run on PHP 8.2 (here), 8.4 and 8.5 (in chroots made once and
-# cached in /var/cache/checkout-guard).
+# cached in /var/cache/checkout-guard), then the prebuilt release archives from those same
+# builds (scripts/release-test.sh: scripts/release.sh, each archive installed as PIE does
+# into a fresh chroot of its PHP without Rust or a compiler, the unit and integration
+# suites there).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
@@ -123,4 +126,6 @@ if [ -z "${PHP_ONLY:-}" ] && [ $# -eq 0 ]; then
   bash scripts/install-test.sh short
   log "PHP matrix"
   bash scripts/php-matrix.sh short
+  log "prebuilt archives, installed without Rust or a compiler"
+  bash scripts/release-test.sh short
 fi

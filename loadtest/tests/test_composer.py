@@ -57,6 +57,8 @@ class ExtensionPackageTest(unittest.TestCase):
             "an unknown OS family": ("os-families-exclude", ["win32"]),
             "a configure flag with its dashes": ("configure-options", [{"name": "--with-cargo"}]),
             "a build path that is a number": ("build-path", 1),
+            "an unknown download method": ("download-url-method", ["pre-packaged-binaries"]),
+            "an empty list of download methods": ("download-url-method", []),
         }
         for what, (key, value) in cases.items():
             doc = copy.deepcopy(self.ext)
@@ -67,6 +69,10 @@ class ExtensionPackageTest(unittest.TestCase):
         self.assertNotEqual(self.errors(both), [], "os-families with os-families-exclude")
         library_type = dict(self.ext, type="library")
         self.assertNotEqual(self.errors(library_type), [], "type library")
+
+    def test_pie_tries_the_prebuilt_binary_first_then_builds(self):
+        # scripts/release.sh uploads the binaries; without one for a platform PIE builds.
+        self.assertEqual(self.ext["php-ext"]["download-url-method"], ["pre-packaged-binary", "composer-default"])
 
     def test_the_extension_name_is_the_module_the_build_makes(self):
         name = self.ext["php-ext"]["extension-name"]

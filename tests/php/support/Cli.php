@@ -3,12 +3,15 @@ declare(strict_types=1);
 
 namespace CheckoutGuard\Tests;
 
-/** The `checkout-guard` binary built by scripts/test.sh (cargo build --release). */
+/**
+ * The `checkout-guard` binary built by scripts/test.sh (cargo build --release), or
+ * CHECKOUT_GUARD_CLI (the release archive's, scripts/release-test.sh).
+ */
 final class Cli
 {
     public static function path(): string
     {
-        return dirname(__DIR__, 3) . '/target/release/checkout-guard';
+        return getenv('CHECKOUT_GUARD_CLI') ?: dirname(__DIR__, 3) . '/target/release/checkout-guard';
     }
 
     /** @return array{0: int, 1: string, 2: string} exit code, stdout, stderr */

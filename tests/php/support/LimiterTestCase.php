@@ -55,10 +55,14 @@ abstract class LimiterTestCase extends TestCase
     }
 
     /** The extension under test, for child PHP processes. */
-    /** The native Valkey module, built with the extension (cargo build --release). */
+    /**
+     * The native Valkey module, built with the extension (cargo build --release): beside it,
+     * or CHECKOUT_GUARD_VALKEY_MODULE (the release archive's, scripts/release-test.sh).
+     */
     protected static function valkeyModule(): string
     {
-        $file = dirname((string) getenv('CHECKOUT_GUARD_EXT')) . '/libcheckout_guard_valkey.so';
+        $file = getenv('CHECKOUT_GUARD_VALKEY_MODULE')
+            ?: dirname((string) getenv('CHECKOUT_GUARD_EXT')) . '/libcheckout_guard_valkey.so';
         self::assertFileExists($file, 'the native module is built with the extension (cargo build --release)');
         return $file;
     }
