@@ -109,10 +109,22 @@ pub(crate) fn request_end() {
     let _ = std::panic::catch_unwind(recording::flush_at_request_end);
 }
 
-/// MSHUTDOWN: the SAPI's activate/deactivate handlers back (lifecycle.rs).
-unsafe extern "C" fn module_shutdown(_ty: i32, _module_number: i32) -> i32 {
+unsafe extern "C" {
+    /// PHP's UNREGISTER_INI_ENTRIES() (Zend/zend_ini.h, PHP 8.2 and later).
+    fn zend_unregister_ini_entries_ex(module_number: i32, module_type: i32);
+}
+
+/// MSHUTDOWN: the SAPI's activate/deactivate handlers back (lifecycle.rs). A module loaded
+/// by `dl()` also unregisters its INI entries here: PHP does it itself only for a module
+/// without an MSHUTDOWN (`module_destructor`, Zend/zend_API.c), and the entries must go
+/// before the library is unloaded (else PHP frees them at exit from unmapped memory).
+unsafe extern "C" fn module_shutdown(ty: i32, module_number: i32) -> i32 {
     // SAFETY: the engine runs MSHUTDOWN after the last request.
     unsafe { lifecycle::uninstall() };
+    if ty == ext_php_rs::ffi::MODULE_TEMPORARY as i32 {
+        // SAFETY: this module's entries, registered at its MINIT with this number and type.
+        unsafe { zend_unregister_ini_entries_ex(module_number, ty) };
+    }
     0
 }
 
