@@ -32,7 +32,8 @@ pub struct RateLimiter {
 #[php_impl]
 impl RateLimiter {
     /// Options: name, global, hot_lane, hot_shop, hot_shops, url, timeout_ms, on_unavailable,
-    /// auto_hot, engine, tls, sentinel, mode, adaptive, in_flight (see the README). Unknown keys and bad values throw ConfigurationException.
+    /// auto_hot, engine, tls, sentinel, mode, adaptive, in_flight, endpoints, priorities,
+    /// default_priority (see the README and docs/endpoints.md). Unknown keys and bad values throw ConfigurationException.
     pub fn __construct(options: &ZendHashTable) -> PhpResult<Self> {
         let defaults = ini::defaults().map_err(|e| configuration(e.to_string()))?;
         let value = array_to_value(options).map_err(|e| configuration(e.to_string()))?;

@@ -245,7 +245,8 @@ namespace CheckoutGuard {
     final class RateLimiter implements \CheckoutGuard\Limiter {
         /**
          * Options: name, global, hot_lane, hot_shop, hot_shops, url, timeout_ms, on_unavailable,
-         * auto_hot, engine, tls, sentinel, mode, adaptive, in_flight (see the README). Unknown keys and bad values throw ConfigurationException.
+         * auto_hot, engine, tls, sentinel, mode, adaptive, in_flight, endpoints, priorities,
+         * default_priority (see the README and docs/endpoints.md). Unknown keys and bad values throw ConfigurationException.
          */
         public function __construct(array $options) {}
 

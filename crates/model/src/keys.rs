@@ -41,6 +41,13 @@ impl Keys {
         self.key("b:shop:", shop)
     }
 
+    /// One endpoint's bucket (the `endpoints` option): `endpoint` is a validated name
+    /// ([`crate::endpoints::valid_name`]). Not under `b:`: every `b:*` key other than the
+    /// global and lane buckets is a hot shop's.
+    pub fn endpoint(&self, endpoint: &str) -> Vec<u8> {
+        self.key("e:", endpoint.as_bytes())
+    }
+
     /// The flag that marks a shop hot until it expires.
     pub fn hot_flag(&self, shop: &[u8]) -> Vec<u8> {
         self.key("hot:", shop)
@@ -157,6 +164,10 @@ mod tests {
             }
         }
         assert_eq!(keys.hash_tag(), b"{cg:checkout.v2}");
+        assert_eq!(
+            hash_tag_of(&keys.endpoint("v1/charges:confirm")),
+            b"cg:checkout.v2"
+        );
     }
 
     #[test]
@@ -166,6 +177,7 @@ mod tests {
         assert_eq!(keys.hot_shop(b"global"), b"{cg:default}:b:shop:global");
         assert_ne!(keys.hot_flag(b"x"), keys.hot_shop(b"x"));
         assert_eq!(keys.bucket_pattern(), b"{cg:default}:b:*");
+        assert_eq!(keys.endpoint("items"), b"{cg:default}:e:items");
         assert_eq!(
             keys.leases(crate::Lane::HotShop, b"7"),
             b"{cg:default}:f:shop:7"

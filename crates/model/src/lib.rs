@@ -28,6 +28,7 @@ pub mod bounds;
 pub mod bucket;
 pub mod cmd;
 pub mod decision;
+pub mod endpoints;
 pub mod error;
 pub mod events;
 pub mod in_flight;
@@ -45,6 +46,7 @@ pub use cmd::decide::{
 };
 pub use cmd::feedback::FeedbackCall;
 pub use decision::{Decision, Reason};
+pub use endpoints::{Endpoints, Priorities};
 pub use error::{ConfigError, LimiterError};
 pub use in_flight::{InFlight, LeaseLevel, LeaseSet, LeaseStats};
 pub use keys::Keys;

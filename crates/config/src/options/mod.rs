@@ -10,6 +10,7 @@ mod auto_hot;
 mod buckets;
 mod checks;
 mod defaults;
+mod endpoints;
 mod in_flight;
 
 pub use adaptive::Adaptive;
@@ -17,6 +18,7 @@ pub use auto_hot::auto_hot_from_value;
 pub use buckets::{bucket_value, buckets_from_value, buckets_to_value};
 pub use checks::{validate_max_wait, validate_shop_id, validate_tokens, validate_ttl};
 pub use defaults::Defaults;
+pub use endpoints::{endpoints_from_value, priorities_from_value, MAX_ENDPOINTS};
 pub use in_flight::{in_flight_from_value, MAX_IN_FLIGHT};
 
 use checkout_guard_model::bucket::BucketSet;
@@ -168,6 +170,10 @@ pub struct LimiterOptions {
     pub adaptive: Option<Adaptive>,
     /// At most so many calls in flight at once (leases beside the buckets).
     pub in_flight: Option<checkout_guard_model::InFlight>,
+    /// Per-endpoint buckets under the global one (empty: none), docs/endpoints.md.
+    pub endpoints: checkout_guard_model::Endpoints,
+    /// Priority classes and the default class (`None`: no `priorities`).
+    pub priorities: Option<checkout_guard_model::Priorities>,
 }
 
 const KNOWN: &[&str] = &[
@@ -186,6 +192,9 @@ const KNOWN: &[&str] = &[
     "mode",
     "adaptive",
     "in_flight",
+    "endpoints",
+    "priorities",
+    "default_priority",
 ];
 
 impl LimiterOptions {
@@ -271,7 +280,14 @@ impl LimiterOptions {
             None => None,
             Some(v) => Some(in_flight_from_value(v, &buckets)?),
         };
+        let endpoints = match get("endpoints") {
+            None => checkout_guard_model::Endpoints::default(),
+            Some(v) => endpoints_from_value(v, &buckets.global)?,
+        };
+        let priorities = priorities_from_value(get("priorities"), get("default_priority"))?;
         Ok(Self {
+            endpoints,
+            priorities,
             in_flight,
             adaptive,
             engine,
@@ -943,6 +959,47 @@ mod tests {
         let e = d.with_local_denials(Some("sometimes")).unwrap_err();
         assert_eq!(e.option, "checkout_guard.local_denials");
         assert!(e.to_string().contains("\"sometimes\""), "{e}");
+    }
+
+    #[test]
+    fn endpoints_and_priorities_are_options_of_the_limiter() {
+        let g = || ("global", bucket_v(100, 100.0));
+        let o = parse(&[g()]).unwrap();
+        assert!(o.endpoints.is_empty() && o.priorities.is_none());
+        let o = parse(&[
+            g(),
+            (
+                "endpoints",
+                Value::Map(vec![("charges.confirm".into(), bucket_v(25, 25.0))]),
+            ),
+            (
+                "priorities",
+                Value::Map(vec![
+                    ("critical".into(), Value::Float(0.0)),
+                    ("normal".into(), Value::Float(0.2)),
+                ]),
+            ),
+            ("default_priority", "normal".into()),
+        ])
+        .unwrap();
+        assert_eq!(o.endpoints.get("charges.confirm").unwrap().capacity(), 25);
+        let p = o.priorities.unwrap();
+        assert_eq!(
+            (p.share_ppm("normal"), p.default_class()),
+            (Some(200_000), Some("normal"))
+        );
+        // An endpoint above global is refused naming it; the options stay known.
+        let e = err(&[
+            g(),
+            (
+                "endpoints",
+                Value::Map(vec![("items".into(), bucket_v(200, 25.0))]),
+            ),
+        ]);
+        assert_eq!(e.option, "endpoints.items.capacity", "{e}");
+        assert!(e.to_string().contains("got 200"), "{e}");
+        let e = err(&[g(), ("default_priority", "normal".into())]);
+        assert_eq!(e.option, "default_priority", "{e}");
     }
 
     #[test]
