@@ -165,7 +165,8 @@ pub fn scaled_args(interval_us: i64, tolerance_us: i64, permille: i64) -> (i64, 
     (interval, cap * interval)
 }
 
-fn scaled_spec(spec: &BucketSpec, permille: i64) -> BucketSpec {
+/// One bucket at `permille` of its limits (an endpoint's bucket scales with the others).
+pub fn scaled_spec(spec: &BucketSpec, permille: i64) -> BucketSpec {
     let (i, t) = scaled_args(spec.interval_us(), spec.tolerance_us(), permille);
     BucketSpec::from_script_args(i, t).unwrap_or(*spec)
 }

@@ -23,6 +23,8 @@ pub enum Reason {
     InFlightHotLane,
     /// The shop's own `in_flight` limit (a hot shop).
     InFlightHotShop,
+    /// The bucket of the call's endpoint (`endpoints` option) lacked tokens.
+    Endpoint,
 }
 
 impl Reason {
@@ -37,15 +39,17 @@ impl Reason {
             Reason::InFlightGlobal => "in_flight_global",
             Reason::InFlightHotLane => "in_flight_hot_lane",
             Reason::InFlightHotShop => "in_flight_hot_shop",
+            Reason::Endpoint => "endpoint",
         }
     }
 
     /// Every reason, in the order a decision checks them (after `allowed`): the
     /// provider's pause, the buckets, the in-flight levels; then `unavailable`.
-    pub const ALL: [Reason; 9] = [
+    pub const ALL: [Reason; 10] = [
         Reason::Allowed,
         Reason::Provider,
         Reason::Global,
+        Reason::Endpoint,
         Reason::HotLane,
         Reason::HotShop,
         Reason::InFlightGlobal,
@@ -112,6 +116,20 @@ impl Decision {
     /// `set` is the limits decided with: the reply's adaptive share scales them. Under the
     /// provider's pause: denied (`provider`) until it ends, nothing remaining.
     pub fn from_reply(set: &BucketSet, tokens: i64, reply: &StepReply) -> Self {
+        Self::from_reply_with(set, None, 0, tokens, reply)
+    }
+
+    /// [`Self::from_reply`] for a call with an endpoint (its bucket as configured) and a
+    /// priority class's share (ppm): `remaining` counts the endpoint's bucket too, and a
+    /// denial's `retry_after` is the wait until the slowest bucket reaches the class's
+    /// threshold (the cost above the reserve).
+    pub fn from_reply_with(
+        set: &BucketSet,
+        endpoint: Option<&crate::bucket::BucketSpec>,
+        share_ppm: i64,
+        tokens: i64,
+        reply: &StepReply,
+    ) -> Self {
         let now = reply.now_us;
         if reply.provider {
             return Self {
@@ -126,19 +144,19 @@ impl Decision {
                 lease: None,
             };
         }
-        let set = &crate::adaptive::scaled(set, reply.adapt_permille);
         let mut remaining = i64::MAX;
         let mut wait_us = 0;
-        for lane in lanes_in(reply) {
-            let Some(spec) = set.get(lane) else { continue };
-            let tat = reply.tats[lane as usize];
+        for (spec, tat) in crate::step::buckets_in(set, endpoint, reply) {
             remaining = remaining.min(spec.whole_tokens(tat, now));
-            wait_us = wait_us.max(spec.wait_us(tat, now, tokens));
+            let reserve = crate::endpoints::reserve_us(spec.tolerance_us(), share_ppm);
+            let cost = tokens.saturating_mul(spec.interval_us());
+            wait_us = wait_us.max((cost + reserve - spec.credit_us(tat, now)).max(0));
         }
         if remaining == i64::MAX {
             remaining = 0;
         }
         let reason = match reply.reason {
+            Some(_) if reply.endpoint_denied => Reason::Endpoint,
             Some(lane) if reply.in_flight => Reason::in_flight(lane),
             r => Reason::of(r),
         };

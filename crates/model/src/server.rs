@@ -173,6 +173,7 @@ pub fn decide_on(
         adapt,
         leases: [LeaseLevel::default(); 3],
         lease_stats: LeaseStats::default(),
+        endpoint: None,
     };
     let decide = |stored: &StoredState, auto_hot| {
         let input = StepInput {
@@ -183,6 +184,8 @@ pub fn decide_on(
             auto_hot,
             max_wait_us: call.max_wait_us,
             adaptive: call.adapt.as_ref(),
+            endpoint: None,
+            share_ppm: 0,
             in_flight: call.in_flight.as_ref(),
         };
         step(&call.buckets, stored, &input)

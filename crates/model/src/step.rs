@@ -6,7 +6,8 @@
 
 use crate::adaptive::{scaled, AdaptParams, AdaptState, FULL};
 use crate::auto_hot::AutoHot;
-use crate::bucket::{BucketSet, Lane, StoredBucket};
+use crate::bucket::{BucketSet, BucketSpec, Lane, StoredBucket};
+use crate::endpoints::reserve_us;
 use crate::in_flight::{retry_after_us, InFlight, LeaseLevel, LeaseStats};
 
 /// What the store holds for one shop's decision: each bucket (`None` when the key is
@@ -28,6 +29,9 @@ pub struct StoredState {
     pub leases: [LeaseLevel; 3],
     /// The lease stats a retry estimate reads (read only on an in-flight denial).
     pub lease_stats: LeaseStats,
+    /// The bucket of the call's endpoint (`endpoints` option; `None`: missing, or the
+    /// call names no endpoint).
+    pub endpoint: Option<StoredBucket>,
 }
 
 /// Tokens taken in one `auto_hot` window: by this shop, and by all shops (the hash
@@ -88,6 +92,13 @@ pub struct StepReply {
     /// The limiter has `in_flight` (the reply's in-flight form, twelve integers): when
     /// allowed (not a peek), a lease was taken on every level that applied.
     pub in_flight_seen: bool,
+    /// The endpoint bucket's TAT after the decision, as `tats` (-1: the call named no
+    /// endpoint).
+    pub tat_endpoint: i64,
+    /// Denied because the endpoint's bucket lacked tokens (checked after the global
+    /// bucket, before the hot ones); `reason` is then `Some(Lane::Global)` (a denial, as
+    /// `provider`'s), this flag naming the bucket.
+    pub endpoint_denied: bool,
 }
 
 /// The reply's integers: at most 12, `len` of them in use.
@@ -199,6 +210,8 @@ impl StepReply {
                         0
                     },
                     in_flight_seen: in_flight.is_some(),
+                    tat_endpoint: -1,
+                    endpoint_denied: false,
                 })
             }
             _ => None,
@@ -246,6 +259,16 @@ pub struct StepInput<'a> {
     /// limits are not scaled by the adaptive share, and a reservation does not wait for
     /// a lease.
     pub in_flight: Option<&'a InFlight>,
+    /// The bucket of the call's endpoint (`endpoints` option; `None`: the call names
+    /// none): drawn from with the others, all or nothing, checked after the global
+    /// bucket and before the hot ones (`stored.endpoint`). Scaled by the adaptive share
+    /// as the others.
+    pub endpoint: Option<&'a BucketSpec>,
+    /// The call's priority class's share, ppm of every bucket's capacity the call must
+    /// leave untouched (0: none): a bucket that applies allows only while it keeps at
+    /// least [`reserve_us`] of credit after the take (for a reservation, within the
+    /// wait); the reserve is of the bucket in force (scaled).
+    pub share_ppm: i64,
 }
 
 impl StepInput<'_> {
@@ -283,11 +306,21 @@ pub fn step(set: &BucketSet, stored: &StoredState, input: &StepInput) -> (StepRe
                 in_flight: false,
                 in_flight_retry_us: 0,
                 in_flight_seen: input.in_flight.is_some(),
+                tat_endpoint: -1,
+                endpoint_denied: false,
             };
             return (reply, *stored);
         }
     }
-    let set = scaled(set, permille.unwrap_or(FULL));
+    let share = permille.unwrap_or(FULL);
+    let set = scaled(set, share);
+    let endpoint = input
+        .endpoint
+        .map(|spec| crate::adaptive::scaled_spec(spec, share));
+    let input = &StepInput {
+        endpoint: endpoint.as_ref(),
+        ..*input
+    };
     let (mut reply, mut next) = step_core(&set, stored, input);
     if let Some(p) = permille {
         reply.adapt_permille = p;
@@ -310,27 +343,36 @@ fn step_core(set: &BucketSet, stored: &StoredState, input: &StepInput) -> (StepR
         max_wait_us,
         adaptive: _,
         in_flight,
+        endpoint,
+        share_ppm,
     } = *input;
     let change_at = crate::limits_version::change_instant(version.as_bytes());
     let by_mark = !static_hot && stored.marked_hot();
     let hot = static_hot || by_mark;
-    let mut tats = [-1i64; 3];
-    let mut moved = [false; 3];
+    // The buckets in the order a denial is named: global, the endpoint, the hot ones.
+    // Slots 0..=2 are the lanes, 3 the endpoint.
+    let buckets = applicable_buckets(set, hot, endpoint);
+    let stored_at = |slot: usize| match slot {
+        ENDPOINT_SLOT => stored.endpoint,
+        i => stored.buckets[i],
+    };
+    let mut tats = [-1i64; 4];
+    let mut moved = [false; 4];
     let mut reason = None;
-    for (lane, spec) in set.applicable(hot) {
-        let i = lane as usize;
-        let (tat, m) =
-            StoredBucket::effective_tat(stored.buckets[i].as_ref(), spec, now, change_at);
-        tats[i] = tat;
-        moved[i] = m;
+    let mut endpoint_denied = false;
+    for &(slot, spec) in buckets.iter().flatten() {
+        let (tat, m) = StoredBucket::effective_tat(stored_at(slot).as_ref(), spec, now, change_at);
+        tats[slot] = tat;
+        moved[slot] = m;
         // Saturating: a cost beyond i64 (tokens far above any capacity, from a direct
-        // caller) is denied, as the script's doubles deny it.
+        // caller) is denied, as the script's doubles deny it. The class keeps its
+        // reserve: the bucket must hold `reserve` more than the cost.
         let cost = tokens.saturating_mul(spec.interval_us());
-        if reason.is_none()
-            && (cost > spec.tolerance_us()
-                || tat.saturating_add(cost) - now > spec.tolerance_us() + max_wait_us)
+        let room = spec.tolerance_us() - reserve_us(spec.tolerance_us(), share_ppm);
+        if reason.is_none() && (cost > room || tat.saturating_add(cost) - now > room + max_wait_us)
         {
-            reason = Some(lane);
+            reason = Some(slot_lane(slot));
+            endpoint_denied = slot == ENDPOINT_SLOT;
         }
     }
     // The buckets allow: every in-flight level that applies must have a lease free (the
@@ -352,32 +394,35 @@ fn step_core(set: &BucketSet, stored: &StoredState, input: &StepInput) -> (StepR
         }
     }
     // The instant the tokens are the caller's: now, or for a reservation the instant the
-    // slowest bucket holds them (the caller sleeps until then). Every bucket takes them
-    // as of that instant, not now: a bucket that has them sooner must not count the
-    // reserved calls as made before they are, or it would hand its refill to others at
-    // the same moment the reserved calls go out.
+    // slowest bucket holds them above the class's reserve (the caller sleeps until then).
+    // Every bucket takes them as of that instant, not now: a bucket that has them sooner
+    // must not count the reserved calls as made before they are, or it would hand its
+    // refill to others at the same moment the reserved calls go out.
     let mut take_at = now;
     if reason.is_none() {
-        for (lane, spec) in set.applicable(hot) {
-            let i = lane as usize;
-            take_at = take_at.max(tats[i] + tokens * spec.interval_us() - spec.tolerance_us());
+        for &(slot, spec) in buckets.iter().flatten() {
+            let room = spec.tolerance_us() - reserve_us(spec.tolerance_us(), share_ppm);
+            take_at = take_at.max(tats[slot] + tokens * spec.interval_us() - room);
         }
     }
     // Taken tokens are written; a bucket carried over from other limits is written back
     // even on a denial, so its key expires on the new limits' schedule.
     let mut next = *stored;
-    for (lane, spec) in set.applicable(hot) {
-        let i = lane as usize;
+    for &(slot, spec) in buckets.iter().flatten() {
         if reason.is_none() {
-            tats[i] = tats[i].max(take_at) + tokens * spec.interval_us();
-        } else if !moved[i] {
+            tats[slot] = tats[slot].max(take_at) + tokens * spec.interval_us();
+        } else if !moved[slot] {
             continue;
         }
-        next.buckets[i] = Some(StoredBucket {
-            tat: tats[i],
+        let b = Some(StoredBucket {
+            tat: tats[slot],
             params: Some((spec.interval_us(), spec.tolerance_us())),
             change: change_at,
         });
+        match slot {
+            ENDPOINT_SLOT => next.endpoint = b,
+            i => next.buckets[i] = b,
+        }
     }
     if let (None, Some(f)) = (reason, in_flight) {
         for (lane, _) in f.applicable(hot) {
@@ -405,7 +450,7 @@ fn step_core(set: &BucketSet, stored: &StoredState, input: &StepInput) -> (StepR
             reason,
             hot,
             now_us: now,
-            tats,
+            tats: [tats[0], tats[1], tats[2]],
             became_hot,
             share_permille,
             mark_ttl_ms: mark_ttl_in_reply(stored, static_hot),
@@ -416,9 +461,46 @@ fn step_core(set: &BucketSet, stored: &StoredState, input: &StepInput) -> (StepR
             in_flight: denied_in_flight,
             in_flight_retry_us,
             in_flight_seen: in_flight.is_some(),
+            tat_endpoint: tats[ENDPOINT_SLOT],
+            endpoint_denied,
         },
         next,
     )
+}
+
+/// The endpoint bucket's slot in [`step_core`]'s arrays (after the three lanes').
+const ENDPOINT_SLOT: usize = 3;
+
+/// The lane a denial at `slot` is reported under (the endpoint's: global, with
+/// [`StepReply::endpoint_denied`]).
+fn slot_lane(slot: usize) -> Lane {
+    match slot {
+        ENDPOINT_SLOT => Lane::Global,
+        i => Lane::ALL[i],
+    }
+}
+
+/// The buckets a call draws from, in the order a denial is named: global, the endpoint's
+/// (when the call names one), then for a hot shop the hot lane and hot shop buckets that
+/// are configured. Each with its slot (0..=2 the lanes, 3 the endpoint).
+fn applicable_buckets<'a>(
+    set: &'a BucketSet,
+    hot: bool,
+    endpoint: Option<&'a BucketSpec>,
+) -> [Option<(usize, &'a BucketSpec)>; 4] {
+    let lane = |l: Lane| {
+        if hot {
+            set.get(l).map(|spec| (l as usize, spec))
+        } else {
+            None
+        }
+    };
+    [
+        Some((Lane::Global as usize, &set.global)),
+        endpoint.map(|spec| (ENDPOINT_SLOT, spec)),
+        lane(Lane::HotLane),
+        lane(Lane::HotShop),
+    ]
 }
 
 /// The reply's `mark_ttl_ms`: the mark's time to live when the shop is hot by a mark only
@@ -433,15 +515,44 @@ fn mark_ttl_in_reply(stored: &StoredState, static_hot: bool) -> i64 {
 /// How long the caller of an allowed reservation waits before its tokens are there: the
 /// slowest bucket's `tat - tolerance - now` (µs), 0 when every bucket held them at once.
 pub fn reservation_wait_us(set: &BucketSet, reply: &StepReply) -> i64 {
-    let set = &scaled(set, reply.adapt_permille);
-    lanes_in(reply)
-        .filter_map(|l| {
-            set.get(l)
-                .map(|spec| reply.tats[l as usize] - spec.tolerance_us() - reply.now_us)
+    reservation_wait_with(set, None, 0, reply)
+}
+
+/// [`reservation_wait_us`] for a call with an endpoint (its bucket, unscaled) and a
+/// class's share (ppm): the slowest bucket's `tat - (tolerance - reserve) - now`.
+pub fn reservation_wait_with(
+    set: &BucketSet,
+    endpoint: Option<&BucketSpec>,
+    share_ppm: i64,
+    reply: &StepReply,
+) -> i64 {
+    buckets_in(set, endpoint, reply)
+        .map(|(spec, tat)| {
+            tat - (spec.tolerance_us() - reserve_us(spec.tolerance_us(), share_ppm)) - reply.now_us
         })
         .max()
         .unwrap_or(0)
         .max(0)
+}
+
+/// The buckets that applied to a reply, at the reply's adaptive share, each with its TAT:
+/// the lanes with a TAT, then the endpoint's (given its unscaled bucket).
+pub fn buckets_in(
+    set: &BucketSet,
+    endpoint: Option<&BucketSpec>,
+    reply: &StepReply,
+) -> impl Iterator<Item = (BucketSpec, i64)> {
+    let set = scaled(set, reply.adapt_permille).into_owned();
+    let endpoint = endpoint.filter(|_| reply.tat_endpoint >= 0).map(|spec| {
+        (
+            crate::adaptive::scaled_spec(spec, reply.adapt_permille),
+            reply.tat_endpoint,
+        )
+    });
+    let lanes: Vec<(BucketSpec, i64)> = lanes_in(reply)
+        .filter_map(|l| set.get(l).map(|spec| (*spec, reply.tats[l as usize])))
+        .collect();
+    lanes.into_iter().chain(endpoint)
 }
 
 /// The lanes that applied to a reply (those with a TAT).

@@ -62,7 +62,7 @@ final class DecisionContractTest extends TestCase
     public static function badDecisions(): array
     {
         return [
-            'unknown reason' => [[false, 'rate_limited'], 'Decision: reason must be one of "allowed", "provider", "global", "hot_lane", "hot_shop", "in_flight_global", "in_flight_hot_lane", "in_flight_hot_shop", "unavailable", got "rate_limited"'],
+            'unknown reason' => [[false, 'rate_limited'], 'Decision: reason must be one of "allowed", "provider", "global", "endpoint", "hot_lane", "hot_shop", "in_flight_global", "in_flight_hot_lane", "in_flight_hot_shop", "unavailable", got "rate_limited"'],
             'allowed with a denial reason' => [[true, 'global'], 'Decision: reason "global" is a denial\'s, got allowed = true'],
             'denied as allowed' => [[false, 'allowed'], 'Decision: reason "allowed" with allowed = false'],
             'negative retry' => [[false, 'global', -1.0], 'Decision: retryAfter must be a finite number of seconds >= 0, got -1'],
