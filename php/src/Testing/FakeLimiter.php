@@ -50,6 +50,7 @@ final class FakeLimiter implements Limiter
     private const KNOWN = [
         'name', 'global', 'hot_lane', 'hot_shop', 'hot_shops', 'url', 'timeout_ms',
         'on_unavailable', 'auto_hot', 'engine', 'tls', 'sentinel', 'mode', 'adaptive', 'in_flight',
+        'endpoints', 'priorities', 'default_priority',
     ];
     private const LANES = ['global', 'hot_lane', 'hot_shop'];
     private const MAX_SHOP_ID_BYTES = 128;
@@ -511,6 +512,12 @@ final class FakeLimiter implements Limiter
         }
         self::notModelled('adaptive', $get('adaptive'), true);
         self::notModelled('in_flight', $get('in_flight'), false);
+        // docs/endpoints.md: modelled with the acquire()/peek() arguments (issue 42, step d).
+        self::notModelled('endpoints', $get('endpoints'), false);
+        self::notModelled('priorities', $get('priorities'), false);
+        if ($get('default_priority') !== null) {
+            self::fail('default_priority', 'is not modelled by CheckoutGuard\Testing\FakeLimiter (leave it out of the fake\'s options, or test it against a real RateLimiter and Valkey)');
+        }
 
         $this->buckets = [];
         foreach ($buckets as $lane => $b) {
