@@ -91,6 +91,6 @@ else
   printf 'extension=checkout_guard\n' > "$scan/$priority-checkout_guard.ini"
 fi
 
-"$php" -m | grep -qx checkout_guard || die "installed, but $php -m does not list checkout_guard"
+"$php" -m | grep -x checkout_guard >/dev/null || die "installed, but $php -m does not list checkout_guard"
 # shellcheck disable=SC2016  # PHP code
 log "installed: checkout_guard $("$php" -r 'echo phpversion("checkout_guard");') for PHP $have ($ext_dir/checkout_guard.so)"

@@ -32,7 +32,7 @@ ext_dir=$("$php" -r 'echo ini_get("extension_dir");')
 ini=$("$php" --ini | grep -o '/[^ ,]*/20-checkout_guard\.ini' | head -1 || true)
 [ -n "$ini" ] || { "$php" --ini; fail "no 20-checkout_guard.ini among the PHP's scanned ini files"; }
 grep -qx 'extension=checkout_guard' "$ini" || fail "$ini does not say extension=checkout_guard"
-"$php" -m | grep -qx checkout_guard || fail "php -m does not list checkout_guard"
+"$php" -m | grep -x checkout_guard >/dev/null || fail "php -m does not list checkout_guard"
 # shellcheck disable=SC2016  # PHP code
 loaded=$("$php" -r '$f = (new ReflectionExtension("checkout_guard"))->getName(); echo $f, " ", phpversion("checkout_guard");')
 ok "php -m lists checkout_guard ($loaded) from $ext_dir/checkout_guard.so, enabled by $ini"
