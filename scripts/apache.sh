@@ -80,6 +80,7 @@ LoadModule mpm_event_module $modules/mod_mpm_event.so
 LoadModule authz_core_module $modules/mod_authz_core.so
 LoadModule dir_module $modules/mod_dir.so
 LoadModule env_module $modules/mod_env.so
+LoadModule alias_module $modules/mod_alias.so
 LoadModule php_module $APACHE_PHP_MODULE
 # A fixed pool: every thread started at once and kept (no child is stopped as spare).
 StartServers $children
@@ -140,7 +141,7 @@ echo '<?php echo PHP_SAPI, " zts=", PHP_ZTS, " checkout_guard=", (int) extension
 
 fail() {
   echo "scripts/apache.sh: $1 ($run)" >&2
-  tail -20 "$run/error.log" "$run/php-errors.log" >&2 2>/dev/null || true
+  tail -n 20 "$run/error.log" "$run/php-errors.log" >&2 2>/dev/null || true
   stop_pidfile "$run/apache2.pid"
   exit 1
 }

@@ -50,7 +50,7 @@ for s in apache fpm; do
   awk -v s="$s" '/^Requests per second:/ { rps = $4 } / 95% / { p95 = $2 } /^Non-2xx responses:/ { bad = $3 }
     END { printf "%-8s %10.0f %8d %8d\n", s, rps, p95, bad }' "$out/$s.ab"
 done
-if [ -n "$(php_errors "$out/apache/php-errors.log")" ] || grep -q 'PHP ' "$out/apache/error.log"; then
+if [ -n "$(php_errors "$out/apache/php-errors.log")" ] || grep -Eq 'PHP (Startup|Fatal|Warning|Notice|Deprecated|Parse)' "$out/apache/error.log"; then
   echo "bench-apache.sh: PHP errors under Apache:" >&2; php_errors "$out/apache/php-errors.log" >&2
-  grep 'PHP ' "$out/apache/error.log" >&2 || true; exit 1
+  grep -E 'PHP (Startup|Fatal|Warning|Notice|Deprecated|Parse)' "$out/apache/error.log" >&2 || true; exit 1
 fi
