@@ -118,6 +118,8 @@ EOF
 cat > "$run/php.ini" <<EOF
 ; Written by scripts/apache.sh
 memory_limit=128M
+; Debian's (PHP libraries from Debian packages, the example checkout's Guzzle and PSR-7)
+include_path=".:/usr/share/php"
 log_errors=On
 display_errors=Off
 display_startup_errors=On

@@ -24,7 +24,8 @@
 # run it, and the Debian package under php-fpm + nginx, each in a fresh copy of the PHP 8.4
 # chroot), then the PHP matrix, short (scripts/php-matrix.sh): the extension built and the
 # unit and integration suites run on PHP 8.2 (here), 8.4 and 8.5 (in chroots made once and
-# cached in /var/cache/checkout-guard).
+# cached in /var/cache/checkout-guard), and the ZTS PHP (threads and Apache's event MPM);
+# then the example checkout on Apache's event MPM against php-fpm (scripts/bench-apache.sh).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
@@ -123,4 +124,8 @@ if [ -z "${PHP_ONLY:-}" ] && [ $# -eq 0 ]; then
   bash scripts/install-test.sh short
   log "PHP matrix"
   bash scripts/php-matrix.sh short
+  # The example checkout on Apache's event MPM (mod_php of the matrix's ZTS PHP) against
+  # php-fpm + nginx: requests/s and p95 printed (~15 s).
+  log "Apache event MPM against php-fpm (scripts/bench-apache.sh)"
+  bash scripts/bench-apache.sh 2000 16
 fi
