@@ -31,6 +31,9 @@ if [ "$cmd" = stop ]; then
   exit 0
 fi
 
+if [ -f "$run/apache2.pid" ] && kill -0 "$(cat "$run/apache2.pid")" 2>/dev/null; then
+  echo "scripts/apache.sh start: an Apache of $run is running (pid $(cat "$run/apache2.pid")): stop it first" >&2; exit 1
+fi
 [ -d "${3:-}" ] || { echo "scripts/apache.sh start: DOCROOT '${3:-}' is not a directory" >&2; exit 2; }
 docroot=$(cd "$3" && pwd); valkey_url=${4:?VALKEY_URL}
 children=${APACHE_CHILDREN:-2}; threads=${APACHE_THREADS:-8}

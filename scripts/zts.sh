@@ -246,6 +246,7 @@ _cg_zts_apache_spec() {
 
 _cg_zts_apache_make() {
   local prefix=$1 dir=$2 t0=$SECONDS orig tree
+  # shellcheck disable=SC2046  # a list of package names
   _cg_zts_install_deps $(_cg_zts_apache_deps) || return 1
   rm -rf "$dir/src" "$dir/libphp.so" "$dir/opcache.so"; mkdir -p "$dir/src"
   orig=$(compgen -G "$CG_CACHE/zts/src/php8.2_*.orig.tar.*" | grep -v '\.asc$' | head -1)
@@ -280,6 +281,7 @@ cg_zts_apache() {
       _cg_zts_apache_current && exit 0
       if [ -f "$dir/.cg-stamp" ] && [ "$(cat "$dir/.cg-stamp")" = "$spec" ] && [ -f "$dir/libphp.so" ]; then
         # Built; only Apache itself is missing (a machine whose packages were removed).
+        # shellcheck disable=SC2046  # a list of package names
         _cg_zts_install_deps $(_cg_zts_apache_deps) || exit 1
         exit 0
       fi
