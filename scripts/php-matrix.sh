@@ -18,7 +18,8 @@
 # module does not depend on PHP.
 #
 #   scripts/php-matrix.sh [short|full] [VERSION...]
-#     short  (the default, what CI runs: scripts/test.sh) the unit and integration suites
+#     short  (the default) the unit and integration suites; scripts/test.sh (CI) runs
+#            `CG_MATRIX_NO_INTEGRATION=1 scripts/php-matrix.sh short 8.4 8.5 zts` (below)
 #     full   also the system suite's tests of php-fpm + nginx (FpmTest, HttpFpmTest,
 #            HealthFpmTest, CallBudgetTest, HostileCallsSystemTest; valgrind is not in the
 #            chroots, so its part there is skipped) and the model-based test (ModelTest,
@@ -58,7 +59,12 @@ trap cleanup EXIT
 trap 'cleanup; exit 130' INT TERM
 
 suites=(unit integration)
-[ "$mode" != full ] || suites+=(fpm)
+# CG_MATRIX_NO_INTEGRATION=1 (what scripts/test.sh sets): no integration (nor fpm) suite here
+# (the build and the unit suite, and the zts row's threads). CI runs
+# it once per PHP against the installed release archive of this same build instead
+# (scripts/release-test.sh, in a chroot without Rust or a compiler), not twice.
+[ -z "${CG_MATRIX_NO_INTEGRATION:-}" ] || suites=(unit)
+[ -n "${CG_MATRIX_NO_INTEGRATION:-}" ] || [ "$mode" != full ] || suites+=(fpm)
 
 # One suite's PHPUnit arguments (after -c phpunit.xml).
 suite_args() {
@@ -173,7 +179,7 @@ for v in "${versions[@]}"; do
   label="$php_v"
   row_suites=("${suites[@]}")
   # The threaded suite; no fpm suite: php-fpm is not built (a ZTS server is threaded).
-  [ "$v" != zts ] || row_suites=(unit integration threads)
+  [ "$v" != zts ] || { row_suites=(unit); [ -n "${CG_MATRIX_NO_INTEGRATION:-}" ] || row_suites+=(integration); row_suites+=(threads); }
 
   port=$(free_port)
   start_valkey "$dir/valkey" "$port"
