@@ -8,9 +8,12 @@
 # Steps, PIE's (php/pie: the .so at the archive's root is copied into the PHP's
 # extension_dir; the ini enabled with the package's priority, composer.json "priority": 20):
 #   1. SHA256SUMS: when one lies beside the archive (or at the URL's directory), the
-#      archive's line must match (sha256sum -c); a missing line is an error. No file: not
-#      checked (say so). CG_SKIP_SHA256=1 skips it.
-#   2. the archive's PHP version and thread safety (from its name) must be the PHP's;
+#      archive's line must match (sha256sum -c); a missing line is an error. No file (a
+#      404 for a URL): not checked (say so); any other download failure is an error.
+#      CG_SKIP_SHA256=1 skips it.
+#   2. the archive's PHP version and thread safety (from its name) must be the PHP's, its
+#      architecture the machine's, and the PHP must load it (php -n) before anything is
+#      replaced;
 #   3. checkout_guard.so -> `php -r 'echo ini_get("extension_dir");'`;
 #   4. the ini: docker-php-ext-enable where it exists (the official php images: what PIE
 #      runs there), else phpenmod with /etc/php/X.Y/mods-available/checkout_guard.ini
@@ -39,7 +42,14 @@ case "$src" in
   http://*|https://*)
     log "download $src"
     curl -fsSL --retry 3 -o "$tmp/$name" "$src" || die "could not download $src"
-    curl -fsSL --retry 3 -o "$tmp/SHA256SUMS" "${src%/*}/SHA256SUMS" 2>/dev/null || rm -f "$tmp/SHA256SUMS"
+    # Only a 404 means the release has no SHA256SUMS; any other failure is an error.
+    code=$(curl -sSL --retry 3 -o "$tmp/SHA256SUMS" -w '%{http_code}' "${src%/*}/SHA256SUMS") \
+      || die "could not download ${src%/*}/SHA256SUMS (curl failed; CG_SKIP_SHA256=1 skips the check)"
+    case "$code" in
+      200) ;;
+      404) rm -f "$tmp/SHA256SUMS" ;;
+      *) die "${src%/*}/SHA256SUMS answered HTTP $code (CG_SKIP_SHA256=1 skips the check)" ;;
+    esac
     ;;
   *)
     [ -f "$src" ] || die "no archive at $src"
@@ -66,6 +76,15 @@ have=$("$php" -r 'echo PHP_MAJOR_VERSION, ".", PHP_MINOR_VERSION, PHP_ZTS ? "-zt
 mkdir -p "$tmp/x"
 tar -xzf "$tmp/$name" -C "$tmp/x"
 [ -f "$tmp/x/checkout_guard.so" ] || die "$name holds no checkout_guard.so at its root"
+
+# The archive's machine and the PHP's, then a trial load before anything is replaced: a
+# binary that cannot load here (another architecture, a glibc older than 2.34) leaves the
+# installed extension and the ini as they were.
+arch=$(printf '%s\n' "$name" | sed -E 's/.*_php[0-9]+\.[0-9]+-([a-z0-9_]+)-linux-.*/\1/')
+[ "$arch" = "$(uname -m)" ] || die "$name is for $arch; this machine is $(uname -m)"
+# shellcheck disable=SC2016  # PHP code
+trial=$("$php" -n -d "extension=$tmp/x/checkout_guard.so" -r 'echo extension_loaded("checkout_guard") ? "ok" : "no";' 2>&1) || true
+[ "$trial" = ok ] || die "$name does not load into $php (nothing installed): $trial"
 
 # shellcheck disable=SC2016  # PHP code
 ext_dir=$("$php" -r 'echo ini_get("extension_dir");')
