@@ -8,8 +8,9 @@
 #   scripts/apache.sh start RUN_DIR DOCROOT VALKEY_URL  -> prints the HTTP port
 #   scripts/apache.sh stop RUN_DIR
 # RUN_DIR/ports: http=PORT. Started by root, Apache's children run as www-data (Apache
-# refuses to serve as root): DOCROOT and the PHP library (php/) must be readable by it, and
-# RUN_DIR is given to it. A start fails (status 1, the log's lines printed) when Apache's
+# refuses to serve as root): RUN_DIR is given to it (so it must be reachable: one under
+# /tmp), and where it cannot read the checkout (one under /root) DOCROOT and the PHP
+# library (php/) are served from a copy in RUN_DIR. A start fails (status 1, the log's lines printed) when Apache's
 # MPM is not event, PHP is not thread-safe or PHP reported a startup error (an extension
 # that does not load: one built for another PHP).
 # Optional environment:
@@ -54,10 +55,23 @@ modules=/usr/lib/apache2/modules
 user_lines=""
 if [ "$(id -u)" -eq 0 ]; then
   user_lines=$'User www-data\nGroup www-data'
-  for p in "$docroot" "$CG_ROOT/php/autoload.php"; do
-    runuser -u www-data -- test -r "$p" ||
-      { echo "scripts/apache.sh: www-data (Apache's children, started by root) cannot read $p: make the path readable" >&2; exit 1; }
-  done
+  mkdir -p "$run"
+  runuser -u www-data -- test -x "$run" ||
+    { echo "scripts/apache.sh: www-data (Apache's children, started by root) cannot reach RUN_DIR $run: use one under /tmp" >&2; exit 2; }
+  if ! runuser -u www-data -- test -r "$docroot" || ! runuser -u www-data -- test -r "$CG_ROOT/php/autoload.php"; then
+    # A checkout www-data cannot read (one under /root, mode 700): the library (php/, the
+    # example checkout in it) and DOCROOT are served from a copy in RUN_DIR, at the same
+    # places relative to each other (the pages require the library by relative paths).
+    case "$docroot/" in
+      "$CG_ROOT"/*) rel=${docroot#"$CG_ROOT"/} ;;
+      *) echo "scripts/apache.sh: www-data cannot read DOCROOT $docroot (outside the checkout): make it readable" >&2; exit 1 ;;
+    esac
+    rm -rf "$run/stage"; mkdir -p "$run/stage"
+    cp -a "$CG_ROOT/php" "$run/stage/php"
+    if [ ! -d "$run/stage/$rel" ]; then mkdir -p "$run/stage/$(dirname "$rel")" && cp -a "$docroot" "$run/stage/$rel"; fi
+    docroot="$run/stage/$rel"
+    log "apache: www-data cannot read $CG_ROOT: serving a copy ($docroot)"
+  fi
 fi
 
 rm -rf "$run/conf.d"; mkdir -p "$run/conf.d"

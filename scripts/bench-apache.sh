@@ -30,16 +30,19 @@ begin_run bench-apache short
 module=$(cg_zts_apache)
 ext=$(cg_zts_build "$out/ext")
 current="$out/fpm"
-trap 'bash scripts/apache.sh stop "$out/apache"; stop_current' EXIT
-trap 'bash scripts/apache.sh stop "$out/apache"; stop_current; exit 130' INT TERM
+# Apache's run directory under /tmp: its children (www-data when started by root) write
+# there, and a checkout (so .run/) may be where www-data cannot reach (under /root).
+arun=$(mktemp -d /tmp/cg-bench-apache.XXXXXX)
+trap 'bash scripts/apache.sh stop "$arun"; stop_current; rm -rf "$arun"' EXIT
+trap 'bash scripts/apache.sh stop "$arun"; stop_current; rm -rf "$arun"; exit 130' INT TERM
 fpm_port=$(FPM_WORKERS=16 start_checkout "$out/fpm" on "")
 valkey="redis://127.0.0.1:$(sed -n 's/^valkey=//p' "$out/fpm/ports")"
 provider="http://127.0.0.1:$(sed -n 's/^provider=//p' "$out/fpm/ports")"
-mkdir -p "$out/apache"
+mkdir -p "$arun"
 apache_port=$(CG_EXT=$ext APACHE_PHP_MODULE=$module APACHE_CHILDREN=2 APACHE_THREADS=8 \
   APACHE_ENV="CHECKOUT_LIMITER=on
 CHECKOUT_HOT_SHOPS=
-CHECKOUT_PROVIDER_URL=$provider" bash scripts/apache.sh start "$out/apache" php/examples/checkout "$valkey")
+CHECKOUT_PROVIDER_URL=$provider" bash scripts/apache.sh start "$arun" php/examples/checkout "$valkey")
 
 path="/checkout.php?shop=bench&item=item-1&channel=card"
 printf '%-8s %10s %8s %8s\n' server requests/s p95_ms non-2xx
@@ -55,7 +58,7 @@ for s in apache fpm; do
   bad=$(awk '/^Non-2xx responses:/ { print $3 }' "$out/$s.ab")
   [ "${bad:-0}" -lt "$n" ] || { echo "bench-apache.sh: $s answered no request with 200 ($out/$s.ab)" >&2; exit 1; }
 done
-if [ -n "$(php_errors "$out/apache/php-errors.log")" ] || grep -Eq 'PHP (Startup|Fatal|Warning|Notice|Deprecated|Parse)' "$out/apache/error.log"; then
-  echo "bench-apache.sh: PHP errors under Apache:" >&2; php_errors "$out/apache/php-errors.log" >&2
-  grep -E 'PHP (Startup|Fatal|Warning|Notice|Deprecated|Parse)' "$out/apache/error.log" >&2 || true; exit 1
+if [ -n "$(php_errors "$arun/php-errors.log")" ] || grep -Eq 'PHP (Startup|Fatal|Warning|Notice|Deprecated|Parse)' "$arun/error.log"; then
+  echo "bench-apache.sh: PHP errors under Apache:" >&2; php_errors "$arun/php-errors.log" >&2
+  grep -E 'PHP (Startup|Fatal|Warning|Notice|Deprecated|Parse)' "$arun/error.log" >&2 || true; exit 1
 fi
