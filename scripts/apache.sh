@@ -56,6 +56,7 @@ user_lines=""
 if [ "$(id -u)" -eq 0 ]; then
   user_lines=$'User www-data\nGroup www-data'
   mkdir -p "$run"
+  chown www-data:www-data "$run"
   runuser -u www-data -- test -x "$run" ||
     { echo "scripts/apache.sh: www-data (Apache's children, started by root) cannot reach RUN_DIR $run: use one under /tmp" >&2; exit 2; }
   if ! runuser -u www-data -- test -r "$docroot" || ! runuser -u www-data -- test -r "$CG_ROOT/php/autoload.php"; then
