@@ -44,7 +44,8 @@ case ":$PATH:" in *":$HOME/.cargo/bin:"*) ;; *) export PATH="$HOME/.cargo/bin:$P
 dist="$CG_ROOT/dist"
 mkdir -p "$dist"
 # One run at a time in a checkout (the work directory and dist/'s temporary names are fixed).
-exec 8>"$dist/.release.lock"
+mkdir -p "$CG_ROOT/.run"
+exec 8>"$CG_ROOT/.run/release.lock"
 flock -n 8 || { echo "scripts/release.sh: another scripts/release.sh runs in this checkout; waiting" >&2; flock 8; }
 # Under the repository: the chroots see it at the same path (their PHP loads the .so there).
 work="$CG_ROOT/.run/release"
