@@ -90,10 +90,12 @@ _cg_chroot_packages() {
   if [ "$v" = 8.2 ]; then
     # Runtime only (scripts/release-test.sh installs prebuilt archives into it): no
     # compiler, no php-dev, no php-fpm. The libraries the ZTS PHP of scripts/zts.sh (built
-    # on a Debian 12 host) links come with php8.2-curl and php8.2-xml.
+    # on a Debian 12 host) links come with php8.2-curl and php8.2-xml. netbase: its
+    # post-install writes /etc/hosts (localhost), as the other chroots have it through
+    # php-fpm/nginx's dependencies; without it "localhost" does not resolve (TlsTest).
     printf '%s\n' "php$v-cli" "$redis" "php$v-curl" "php$v-xml" "php$v-mbstring" phpunit \
       php-guzzlehttp-guzzle php-nyholm-psr7 php-psr-http-client php-psr-http-message \
-      python3 ca-certificates procps redis-server openssl
+      python3 ca-certificates procps redis-server openssl netbase
     return 0
   fi
   printf '%s\n' "php$v-cli" "php$v-dev" "php$v-fpm" "$redis" "php$v-curl" "php$v-xml" \

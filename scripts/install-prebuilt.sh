@@ -8,9 +8,12 @@
 # Steps, PIE's (php/pie: the .so at the archive's root is copied into the PHP's
 # extension_dir; the ini enabled with the package's priority, composer.json "priority": 20):
 #   1. SHA256SUMS: when one lies beside the archive (or at the URL's directory), the
-#      archive's line must match (sha256sum -c); a missing line is an error. No file: not
-#      checked (say so). CG_SKIP_SHA256=1 skips it.
-#   2. the archive's PHP version and thread safety (from its name) must be the PHP's;
+#      archive's line must match (sha256sum -c); a missing line is an error. No file (a
+#      404 for a URL): not checked (say so); any other download failure is an error.
+#      CG_SKIP_SHA256=1 skips it.
+#   2. the archive's PHP version and thread safety (from its name) must be the PHP's, its
+#      architecture the machine's, and the PHP must load it (php -n) before anything is
+#      replaced;
 #   3. checkout_guard.so -> `php -r 'echo ini_get("extension_dir");'`;
 #   4. the ini: docker-php-ext-enable where it exists (the official php images: what PIE
 #      runs there), else phpenmod with /etc/php/X.Y/mods-available/checkout_guard.ini
@@ -39,7 +42,14 @@ case "$src" in
   http://*|https://*)
     log "download $src"
     curl -fsSL --retry 3 -o "$tmp/$name" "$src" || die "could not download $src"
-    curl -fsSL --retry 3 -o "$tmp/SHA256SUMS" "${src%/*}/SHA256SUMS" 2>/dev/null || rm -f "$tmp/SHA256SUMS"
+    # Only a 404 means the release has no SHA256SUMS; any other failure is an error.
+    code=$(curl -sSL --retry 3 -o "$tmp/SHA256SUMS" -w '%{http_code}' "${src%/*}/SHA256SUMS") \
+      || die "could not download ${src%/*}/SHA256SUMS (curl failed; CG_SKIP_SHA256=1 skips the check)"
+    case "$code" in
+      200) ;;
+      404) rm -f "$tmp/SHA256SUMS" ;;
+      *) die "${src%/*}/SHA256SUMS answered HTTP $code (CG_SKIP_SHA256=1 skips the check)" ;;
+    esac
     ;;
   *)
     [ -f "$src" ] || die "no archive at $src"
@@ -67,6 +77,15 @@ mkdir -p "$tmp/x"
 tar -xzf "$tmp/$name" -C "$tmp/x"
 [ -f "$tmp/x/checkout_guard.so" ] || die "$name holds no checkout_guard.so at its root"
 
+# The archive's machine and the PHP's, then a trial load before anything is replaced: a
+# binary that cannot load here (another architecture, a glibc older than 2.34) leaves the
+# installed extension and the ini as they were.
+arch=$(printf '%s\n' "$name" | sed -E 's/.*_php[0-9]+\.[0-9]+-([a-z0-9_]+)-linux-.*/\1/')
+[ "$arch" = "$(uname -m)" ] || die "$name is for $arch; this machine is $(uname -m)"
+# shellcheck disable=SC2016  # PHP code
+trial=$("$php" -n -d "extension=$tmp/x/checkout_guard.so" -r 'echo extension_loaded("checkout_guard") ? "ok" : "no";' 2>&1) || true
+[ "$trial" = ok ] || die "$name does not load into $php (nothing installed): $trial"
+
 # shellcheck disable=SC2016  # PHP code
 ext_dir=$("$php" -r 'echo ini_get("extension_dir");')
 [ -d "$ext_dir" ] || die "the extension dir '$ext_dir' of $php does not exist"
@@ -91,6 +110,6 @@ else
   printf 'extension=checkout_guard\n' > "$scan/$priority-checkout_guard.ini"
 fi
 
-"$php" -m | grep -qx checkout_guard || die "installed, but $php -m does not list checkout_guard"
+"$php" -m | grep -x checkout_guard >/dev/null || die "installed, but $php -m does not list checkout_guard"
 # shellcheck disable=SC2016  # PHP code
 log "installed: checkout_guard $("$php" -r 'echo phpversion("checkout_guard");') for PHP $have ($ext_dir/checkout_guard.so)"

@@ -7,7 +7,8 @@
 #   zts  a thread-safe PHP 8.2 on the host, built from Debian's source package
 #        (scripts/zts.sh, cached in CG_CACHE/zts), with its embed SAPI: also the threaded
 #        suite (tests/php/zts: N request threads in one process, tests/zts/host.c; and
-#        FrankenPHP's worker mode emulated, tests/zts/worker.c)
+#        FrankenPHP's worker mode emulated, tests/zts/worker.c; Apache's event MPM with
+#        the same PHP as its module, scripts/apache.sh)
 # The chroots are made on first use and cached with their cargo target directories
 # (scripts/chroot.sh: /var/cache/checkout-guard, CG_CACHE overrides): the first run takes
 # minutes more, a later run rebuilds incrementally. PHPUnit in a chroot is that Debian's
@@ -17,7 +18,8 @@
 # module does not depend on PHP.
 #
 #   scripts/php-matrix.sh [short|full] [VERSION...]
-#     short  (the default, what CI runs: scripts/test.sh) the unit and integration suites
+#     short  (the default) the unit and integration suites; scripts/test.sh (CI) runs
+#            `CG_MATRIX_NO_INTEGRATION=1 scripts/php-matrix.sh short 8.4 8.5 zts` (below)
 #     full   also the system suite's tests of php-fpm + nginx (FpmTest, HttpFpmTest,
 #            HealthFpmTest, CallBudgetTest, HostileCallsSystemTest; valgrind is not in the
 #            chroots, so its part there is skipped) and the model-based test (ModelTest,
@@ -57,7 +59,12 @@ trap cleanup EXIT
 trap 'cleanup; exit 130' INT TERM
 
 suites=(unit integration)
-[ "$mode" != full ] || suites+=(fpm)
+# CG_MATRIX_NO_INTEGRATION=1 (what scripts/test.sh sets): no integration (nor fpm) suite here
+# (the build and the unit suite, and the zts row's threads). CI runs
+# it once per PHP against the installed release archive of this same build instead
+# (scripts/release-test.sh, in a chroot without Rust or a compiler), not twice.
+[ -z "${CG_MATRIX_NO_INTEGRATION:-}" ] || suites=(unit)
+[ -n "${CG_MATRIX_NO_INTEGRATION:-}" ] || [ "$mode" != full ] || suites+=(fpm)
 
 # One suite's PHPUnit arguments (after -c phpunit.xml).
 suite_args() {
@@ -120,7 +127,7 @@ row() { rows+=("$(printf '%-12s %-22s %-8s %6s  %-12s %6s %6s %7s %6s  %s' "$@")
 for v in "${versions[@]}"; do
   dir="$out/php$v"; mkdir -p "$dir"
   root=""; from="host (Debian $(cut -d. -f1 /etc/debian_version 2>/dev/null || echo '?'))"
-  php_bin=php; zts_host=""; zts_worker=""
+  php_bin=php; zts_host=""; zts_worker=""; zts_apache=""
   log "PHP $v"
   if [ "$v" = zts ]; then
     from="host: ZTS, CG_CACHE"
@@ -143,7 +150,9 @@ for v in "${versions[@]}"; do
   t0=$SECONDS
   if [ "$v" = zts ]; then
     # The host's build too: the CLI and the Valkey module the integration tests use.
-    { build_extension && cg_zts_build "$dir/ext" && zts_host=$(cg_zts_host) && zts_worker=$(cg_zts_worker); } > "$dir/build.log" 2>&1 && rc=0 || rc=$?
+    # And mod_php for the Apache event MPM tests (made once, ~5 min, then cached).
+    { build_extension && cg_zts_build "$dir/ext" && zts_host=$(cg_zts_host) && zts_worker=$(cg_zts_worker) \
+        && zts_apache=$(cg_zts_apache); } > "$dir/build.log" 2>&1 && rc=0 || rc=$?
     ext=$dir/ext/libcheckout_guard.so
     [ "$rc" -ne 0 ] || cp -f "$CG_VALKEY_MODULE" "$dir/ext/"
   elif [ -z "$root" ]; then
@@ -170,7 +179,7 @@ for v in "${versions[@]}"; do
   label="$php_v"
   row_suites=("${suites[@]}")
   # The threaded suite; no fpm suite: php-fpm is not built (a ZTS server is threaded).
-  [ "$v" != zts ] || row_suites=(unit integration threads)
+  [ "$v" != zts ] || { row_suites=(unit); [ -n "${CG_MATRIX_NO_INTEGRATION:-}" ] || row_suites+=(integration); row_suites+=(threads); }
 
   port=$(free_port)
   start_valkey "$dir/valkey" "$port"
@@ -190,7 +199,7 @@ for v in "${versions[@]}"; do
       # As scripts/test.sh runs them: this process's telemetry to all three sinks.
       cmd=(env CHECKOUT_GUARD_TEST_URL="$url" CHECKOUT_GUARD_EXT="$ext"
            CHECKOUT_GUARD_TEST_EVENTS="$dir/$s-events.jsonl" VALKEY_SERVER="$(valkey_bin)"
-           CHECKOUT_GUARD_ZTS_HOST="$zts_host" CHECKOUT_GUARD_ZTS_WORKER="$zts_worker"
+           CHECKOUT_GUARD_ZTS_HOST="$zts_host" CHECKOUT_GUARD_ZTS_WORKER="$zts_worker" CHECKOUT_GUARD_ZTS_APACHE="$zts_apache"
            "${cmd[@]}" -d checkout_guard.events.sinks=jsonl,stream,newrelic
            -d "checkout_guard.events.jsonl_path=$dir/$s-events.jsonl"
            -d "checkout_guard.events.stream_url=$url" -d checkout_guard.events.stream_key=cg-test:events)

@@ -127,7 +127,7 @@ for r in "${rows[@]}"; do
     purge "$v" > "$dir/purge.log" 2>&1 || { tail -20 "$dir/purge.log" >&2; table+=("$r|-|-|FAIL: purging the compilers ($dir/purge.log)"); status=1; rm -rf --one-file-system "$copy"; continue; }
   prep_s=$((SECONDS - t0))
   t0=$SECONDS
-  if CG_CHROOT_NO_RUST=1 timeout --kill-after=10 1200 bash -c 'source "$1/scripts/lib.sh"; source "$1/scripts/chroot.sh"; shift; cg_chroot_run "$@"' \
+  if CG_CHROOT_NO_RUST=1 timeout --foreground --kill-after=10 1200 bash -c 'source "$1/scripts/lib.sh"; source "$1/scripts/chroot.sh"; shift; cg_chroot_run "$@"' \
       rt "$CG_ROOT" "$copy" env -C "$CG_ROOT" VALKEY_SERVER="$(valkey_bin)" \
       bash tests/install/prebuilt-inside.sh "$CG_ROOT/dist" "$archive" "$php" "$port" "$dir" "${suites[@]}" \
       > "$dir/inside.log" 2>&1; then result=passed; else result="FAILED ($dir/inside.log)"; status=1; fi

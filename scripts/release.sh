@@ -43,6 +43,10 @@ case ":$PATH:" in *":$HOME/.cargo/bin:"*) ;; *) export PATH="$HOME/.cargo/bin:$P
 
 dist="$CG_ROOT/dist"
 mkdir -p "$dist"
+# One run at a time in a checkout (the work directory and dist/'s temporary names are fixed).
+mkdir -p "$CG_ROOT/.run"
+exec 8>"$CG_ROOT/.run/release.lock"
+flock -n 8 || { echo "scripts/release.sh: another scripts/release.sh runs in this checkout; waiting" >&2; flock 8; }
 # Under the repository: the chroots see it at the same path (their PHP loads the .so there).
 work="$CG_ROOT/.run/release"
 rm -rf "$work"; mkdir -p "$work"
@@ -80,7 +84,26 @@ check_so() {
 
 ext_archive() { echo "php_checkout_guard-${version}_php${1%-*}-$suffix-${1#*-}.tgz"; }
 
-host_php=$(php -r 'echo PHP_MAJOR_VERSION, ".", PHP_MINOR_VERSION, PHP_ZTS ? "-zts" : "-nts";')
+# SHA256SUMS: this version's archives dist/ holds, by their exact names; written at the end
+# and also when a row fails (it then covers what is there, never a stale list).
+sums() {
+  local names=() n r
+  for r in "${ROWS[@]}"; do names+=("$(ext_archive "$r")"); done
+  names+=("checkout-guard-$version-$suffix.tgz" "checkout_guard_valkey-$version-$suffix.tgz")
+  (cd "$dist" && for n in "${names[@]}"; do [ ! -f "$n" ] || echo "$n"; done | LC_ALL=C sort \
+    | xargs -r sha256sum > SHA256SUMS.tmp && mv -f SHA256SUMS.tmp SHA256SUMS)
+}
+trap sums EXIT
+
+# The 8.2 NTS archive is this machine's build: a Debian 12 host with its PHP 8.2 (the ZTS one
+# is built from bookworm's source, so it needs one too); 8.4 and 8.5 come from chroots.
+host_php=$(php -r 'echo PHP_MAJOR_VERSION, ".", PHP_MINOR_VERSION, PHP_ZTS ? "-zts" : "-nts";' 2>/dev/null) || host_php=none
+for row in "${rows[@]}"; do
+  case "$row" in
+    8.2-nts) [ "$host_php" = 8.2-nts ] || { echo "scripts/release.sh: 8.2-nts is built with this machine's PHP 8.2 (Debian 12); here php is '$host_php'" >&2; exit 1; } ;;
+    8.2-zts) [ "$(. /etc/os-release && echo "${VERSION_CODENAME:-}")" = bookworm ] || { echo "scripts/release.sh: 8.2-zts is built from Debian 12's php8.2 source on a Debian 12 host" >&2; exit 1; } ;;
+  esac
+done
 for row in "${rows[@]}"; do
   so="$work/$row/checkout_guard.so"
   mkdir -p "$work/$row"
@@ -113,6 +136,5 @@ if [ -n "$all" ]; then
 fi
 
 # Every archive of this version dist/ holds (an earlier scripts/release.sh ROW's too).
-(cd "$dist" && find . -maxdepth 1 -name "*-${version}[-_]*.tgz" -printf '%f\n' | LC_ALL=C sort | xargs -r sha256sum > SHA256SUMS.tmp \
-  && mv -f SHA256SUMS.tmp SHA256SUMS)
+sums
 echo "$dist/SHA256SUMS"

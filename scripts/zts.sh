@@ -21,7 +21,19 @@
 #   cg_zts_host          builds tests/zts/host.c against the ZTS PHP's embed SAPI (when
 #                        the source is newer) and prints the binary's path.
 #   cg_zts_worker        the same for tests/zts/worker.c, the FrankenPHP-style worker host.
-# Run as a command: scripts/zts.sh ensure | build [DEST] | host | worker | php ARGS...
+#   cg_zts_apache        prints the path of the same PHP built as Apache's module (mod_php,
+#                        CG_CACHE/zts/apache/libphp.so): the same sources and configure
+#                        options with --with-apxs2 in place of --enable-embed (PHP builds one
+#                        SAPI module at a time: both are libphp.so, and configure stops with
+#                        "You've configured multiple SAPIs to be built"). Its --prefix is
+#                        the ZTS PHP's (the same extension directory and API: the extension
+#                        cg_zts_build makes loads into it); with OPcache (opcache.so beside
+#                        it). Only these two are kept (nothing is
+#                        installed into Debian's /usr/lib/apache2 or /etc/apache2). Made on
+#                        first use (~5 min on 2 cores), then reused (CG_CACHE/zts/apache/.cg-stamp);
+#                        installs apache2-bin, apache2-dev (apxs) and apache2-utils (ab) with
+#                        apt when missing (root then). scripts/apache.sh serves with it.
+# Run as a command: scripts/zts.sh ensure | build [DEST] | host | worker | apache | php ARGS...
 #
 # The source: Debian's php8.2 source package from the host suite's main (bookworm), fetched
 # with `apt-get source --download-only` through a source list of this script's own (the
@@ -33,6 +45,7 @@
 #   zts/php/             the install prefix;  zts/build.log  how it was made
 #   zts/src/             the sources (kept for the host's headers and a rebuild)
 #   zts/host/CHECKOUT    the threaded host binary;  zts/worker/CHECKOUT  the worker host
+#   zts/apache/          mod_php (libphp.so), opcache.so, its .cg-stamp and build.log
 #   target/zts/CHECKOUT/ the extension's cargo target directory, one per checkout
 #   zts.lock             held while the PHP is made (exclusive) or used (shared)
 # shellcheck source-path=SCRIPTDIR
@@ -71,9 +84,12 @@ _cg_zts_spec() {
     "$_CG_ZTS_FORMAT" "$(_cg_zts_suite)" "$(_cg_zts_configure_options | tr '\n' ' ')" "$(_cg_zts_suite)"
 }
 
+# _cg_zts_install_deps [PACKAGE...]: the build dependencies, or these packages, installed
+# with apt when one is missing.
 _cg_zts_install_deps() {
-  local missing=() p
-  for p in $(_cg_zts_build_deps); do
+  local missing=() p wanted
+  if [ $# -gt 0 ]; then wanted=("$@"); else mapfile -t wanted < <(_cg_zts_build_deps); fi
+  for p in "${wanted[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
   done
   [ ${#missing[@]} -gt 0 ] || return 0
@@ -215,6 +231,76 @@ _cg_zts_embed_binary() {
   echo "$out"
 }
 
+# Apache's module: the ZTS PHP's options with --with-apxs2 in place of --enable-embed, and
+# OPcache (opcache.so, kept beside libphp.so): Apache is run with it, as production and the
+# php-fpm it is measured against are (scripts/bench-apache.sh).
+_cg_zts_apache_options() {
+  _cg_zts_configure_options | sed 's|^--enable-embed$|--with-apxs2=/usr/bin/apxs|'
+  echo --enable-opcache
+}
+
+# apache2-bin, not apache2: the latter's maintainer scripts would start Debian's own Apache on
+# port 80; the runs here start Apache from a configuration of their own (scripts/apache.sh).
+_cg_zts_apache_deps() { printf '%s\n' apache2-bin apache2-dev apache2-utils; }
+
+_cg_zts_apache_spec() {
+  printf 'checkout-guard zts apache format %s\nsource %s\nconfigure %s\n' "$_CG_ZTS_FORMAT" \
+    "$(basename "$(compgen -G "$CG_CACHE/zts/src/php8.2_*.orig.tar.*" | grep -v '\.asc$' | head -1)")" \
+    "$(_cg_zts_apache_options | tr '\n' ' ')"
+}
+
+_cg_zts_apache_make() {
+  local prefix=$1 dir=$2 t0=$SECONDS orig tree
+  # shellcheck disable=SC2046  # a list of package names
+  _cg_zts_install_deps $(_cg_zts_apache_deps) || return 1
+  rm -rf "$dir/src" "$dir/libphp.so" "$dir/opcache.so"; mkdir -p "$dir/src"
+  orig=$(compgen -G "$CG_CACHE/zts/src/php8.2_*.orig.tar.*" | grep -v '\.asc$' | head -1)
+  [ -n "$orig" ] || { echo "cg_zts_apache: no php8.2 .orig tarball in $CG_CACHE/zts/src" >&2; return 1; }
+  tar -C "$dir/src" -xf "$orig"
+  tree=$(find "$dir/src" -mindepth 1 -maxdepth 1 -type d -name 'php-8.2*' | head -1)
+  [ -n "$tree" ] || { echo "cg_zts_apache: $orig holds no php-8.2.* directory" >&2; return 1; }
+  log "zts apache: configure + make in $tree (a few minutes)"
+  local opts; mapfile -t opts < <(_cg_zts_apache_options)
+  (cd "$tree" && ./configure -q --prefix="$prefix" --with-config-file-path="$prefix/lib" \
+      --with-config-file-scan-dir="$prefix/lib/conf.d" "${opts[@]}" CFLAGS="-g -O2") || return 1
+  (cd "$tree" && make -s -j"$(nproc)" >/dev/null) || return 1
+  [ -f "$tree/libs/libphp.so" ] || { echo "cg_zts_apache: make made no libs/libphp.so" >&2; return 1; }
+  [ -f "$tree/modules/opcache.so" ] || { echo "cg_zts_apache: make made no modules/opcache.so" >&2; return 1; }
+  cp -f "$tree/libs/libphp.so" "$tree/modules/opcache.so" "$dir/"
+  rm -rf --one-file-system "$dir/src"
+  log "zts apache: mod_php (PHP $("$prefix/bin/php" -r 'echo PHP_VERSION;') ZTS) ready in $((SECONDS - t0)) s"
+}
+
+cg_zts_apache() {
+  local prefix dir spec
+  prefix=$(cg_zts_ensure) || return 1
+  dir="$CG_CACHE/zts/apache"; spec=$(_cg_zts_apache_spec)
+  mkdir -p "$dir"
+  _cg_zts_apache_current() {
+    [ -f "$dir/.cg-stamp" ] && [ "$(cat "$dir/.cg-stamp")" = "$spec" ] && [ -f "$dir/libphp.so" ] && [ -f "$dir/opcache.so" ] &&
+      [ -x /usr/sbin/apache2 ] && command -v ab >/dev/null
+  }
+  if ! ( flock -s 9; _cg_zts_apache_current ) 9>>"$dir.lock"; then
+    (
+      flock 9
+      _cg_zts_apache_current && exit 0
+      if [ -f "$dir/.cg-stamp" ] && [ "$(cat "$dir/.cg-stamp")" = "$spec" ] && [ -f "$dir/libphp.so" ]; then
+        # Built; only Apache itself is missing (a machine whose packages were removed).
+        # shellcheck disable=SC2046  # a list of package names
+        _cg_zts_install_deps $(_cg_zts_apache_deps) || exit 1
+        exit 0
+      fi
+      rm -f "$dir/.cg-stamp"
+      # The shared lock on the ZTS PHP: its sources (the tarball) are read.
+      ( flock -s 8; _cg_zts_apache_make "$prefix" "$dir" ) 8>>"$CG_CACHE/zts.lock" \
+        > >(tee "$dir/build.log" >&2) 2>&1 || {
+        echo "cg_zts_apache: mod_php could not be made (log: $dir/build.log)" >&2; exit 1; }
+      printf '%s\n' "$spec" > "$dir/.cg-stamp"
+    ) 9>>"$dir.lock" || return 1
+  fi
+  echo "$dir/libphp.so"
+}
+
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   set -euo pipefail
   source "$(dirname "$0")/lib.sh"
@@ -224,7 +310,8 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     build) shift; cg_zts_build "${1:-}" ;;
     host) cg_zts_host ;;
     worker) cg_zts_worker ;;
+    apache) cg_zts_apache ;;
     php) shift; p=$(cg_zts_ensure); exec "$p/bin/php" "$@" ;;
-    *) echo "usage: scripts/zts.sh ensure | build [DEST] | host | worker | php ARGS..." >&2; exit 2 ;;
+    *) echo "usage: scripts/zts.sh ensure | build [DEST] | host | worker | apache | php ARGS..." >&2; exit 2 ;;
   esac
 fi

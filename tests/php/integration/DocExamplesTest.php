@@ -170,7 +170,7 @@ final class DocExamplesTest extends LimiterTestCase
         $server = proc_open([
             PHP_BINARY,
             '-d', 'include_path=' . get_include_path(),
-            '-d', 'extension=' . getenv('CHECKOUT_GUARD_EXT'),
+            ...self::extensionFlags(),
             '-d', 'checkout_guard.url=' . $this->valkey->url(),
             '-S', '127.0.0.1:0',
             $script,
@@ -259,7 +259,7 @@ final class DocExamplesTest extends LimiterTestCase
             [$status, $out, $err] = self::runCommand([
                 PHP_BINARY,
                 '-d', 'include_path=' . get_include_path(),
-                '-d', 'extension=' . getenv('CHECKOUT_GUARD_EXT'),
+                ...self::extensionFlags(),
                 '-d', 'checkout_guard.url=' . $this->valkey->url(),
                 '-d', 'error_reporting=-1',
                 '-d', 'display_errors=stderr',

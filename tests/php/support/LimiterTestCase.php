@@ -67,6 +67,24 @@ abstract class LimiterTestCase extends TestCase
         return $file;
     }
 
+    /**
+     * The flags that load the extension under test into a child PHP that reads its ini
+     * files: none where those files load it already (an installed extension, as the
+     * release test's chroots have: a second load is a warning on every run).
+     *
+     * @return list<string>
+     */
+    protected static function extensionFlags(): array
+    {
+        static $byIni = null;
+        if ($byIni === null) {
+            $out = [];
+            exec(escapeshellarg(PHP_BINARY) . ' -r ' . escapeshellarg('echo extension_loaded("checkout_guard") ? "yes" : "no";') . ' 2>/dev/null', $out);
+            $byIni = ($out[0] ?? '') === 'yes';
+        }
+        return $byIni ? [] : ['-d', 'extension=' . getenv('CHECKOUT_GUARD_EXT')];
+    }
+
     protected static function phpWithExtension(): array
     {
         // -n drops php.ini, and with it the include_path a PHP built by hand (the ZTS one of
