@@ -323,6 +323,8 @@ impl Limiter {
             let sent_ns = self.clock.monotonic_ns();
             let lease = (with_leases && !peek).then(leases::next_lease_id);
             let call = DecideCall {
+                endpoint: None,
+                share_ppm: 0,
                 in_flight: &in_force.in_flight_args,
                 lease_id: lease.as_ref().map_or(&b""[..], |(_, id)| id),
                 keys: DecideKeys {
