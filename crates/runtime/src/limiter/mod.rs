@@ -30,10 +30,20 @@ use checkout_guard_config::live::PublishedSettings;
 use checkout_guard_config::{
     validate_max_wait, validate_shop_id, validate_tokens, LimiterOptions, Mode, OnUnavailable,
 };
+use checkout_guard_model::cmd::decide::EndpointArgs;
 use checkout_guard_model::{
-    reservation_wait_us, AdaptArgs, AutoHotArgs, DecideCall, DecideKeys, DecideReply, Decision,
-    Keys, Lane, LimiterError, Reason,
+    reservation_wait_with, AdaptArgs, AutoHotArgs, ConfigError, DecideCall, DecideKeys,
+    DecideReply, Decision, Keys, Lane, LimiterError, Reason,
 };
+
+/// What a call names beside its shop (issue 42, docs/endpoints.md): the endpoint whose
+/// bucket it also draws from, and its priority class (`None`: the limiter's
+/// `default_priority`, or none).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Route<'a> {
+    pub endpoint: Option<&'a str>,
+    pub priority: Option<&'a str>,
+}
 
 use crate::clock::{Clock, SystemClock};
 use crate::live_cache;
@@ -87,6 +97,9 @@ pub struct Limiter {
     unknown_leases: Mutex<std::collections::HashSet<u64>>,
     /// This limiter's live counters, found once (`metrics`).
     series: crate::metrics::LimiterSeries,
+    /// Each endpoint's bucket as the decision takes it, by name (sorted: the options'
+    /// order).
+    endpoint_args: Vec<(String, EndpointArgs)>,
 }
 
 impl Limiter {
@@ -140,7 +153,13 @@ impl Limiter {
             known.as_deref(),
         )
         .0;
+        let endpoint_args = options
+            .endpoints
+            .iter()
+            .map(|(name, spec)| (name.to_string(), EndpointArgs::new(&keys, name, spec)))
+            .collect();
         Self {
+            endpoint_args,
             lease_keys: [
                 keys.leases(Lane::Global, b""),
                 keys.leases(Lane::HotLane, b""),
@@ -175,6 +194,61 @@ impl Limiter {
         &self.options
     }
 
+    /// The endpoint `name`'s bucket, or the error naming it (and the endpoints there are).
+    fn endpoint(&self, name: &str) -> Result<&EndpointArgs, ConfigError> {
+        match self
+            .endpoint_args
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+        {
+            Ok(i) => Ok(&self.endpoint_args[i].1),
+            Err(_) => Err(ConfigError::new(
+                "endpoint",
+                match self.endpoint_args.is_empty() {
+                    true => format!(
+                        "\"{name}\" is not configured (the limiter '{}' has no endpoints option)",
+                        self.options.name
+                    ),
+                    false => format!(
+                        "\"{name}\" is not configured (endpoints: {})",
+                        self.endpoint_args
+                            .iter()
+                            .map(|(n, _)| n.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                },
+            )),
+        }
+    }
+
+    /// The class a call with `priority` is decided in (`None`: none), and its share (ppm),
+    /// or the error naming a class not configured.
+    pub fn class_of<'a>(
+        &'a self,
+        priority: Option<&'a str>,
+    ) -> Result<(Option<&'a str>, i64), ConfigError> {
+        let p = self.options.priorities.as_ref();
+        let Some(class) = priority.or_else(|| p.and_then(|p| p.default_class())) else {
+            return Ok((None, 0));
+        };
+        match p.and_then(|p| p.share_ppm(class)) {
+            Some(ppm) => Ok((Some(class), ppm)),
+            None => Err(ConfigError::new(
+                "priority",
+                match p {
+                    None => format!(
+                        "\"{class}\" is not configured (the limiter '{}' has no priorities option)",
+                        self.options.name
+                    ),
+                    Some(p) => format!(
+                        "\"{class}\" is not configured (priorities: {})",
+                        p.iter().map(|(n, _)| n).collect::<Vec<_>>().join(", ")
+                    ),
+                },
+            )),
+        }
+    }
+
     /// Whether `shop` is listed in the `hot_shops` option (no Valkey needed).
     pub fn is_statically_hot(&self, shop: &[u8]) -> bool {
         self.options.hot_shops.contains(shop)
@@ -195,7 +269,30 @@ impl Limiter {
         shop: &[u8],
         tokens: i64,
     ) -> Result<(Decision, Notices), LimiterError> {
-        self.acquire_or_peek(shop, tokens, false, 0)
+        self.acquire_or_peek(shop, tokens, false, 0, Route::default())
+    }
+
+    /// [`Self::acquire_within`] for a call that names an endpoint and/or a priority class
+    /// (`route`); an endpoint or class not configured is a configuration error naming it.
+    pub fn acquire_routed(
+        &self,
+        shop: &[u8],
+        tokens: i64,
+        max_wait_seconds: f64,
+        route: Route<'_>,
+    ) -> Result<(Decision, Notices), LimiterError> {
+        let max_wait_us = validate_max_wait(max_wait_seconds)?;
+        self.acquire_or_peek(shop, tokens, false, max_wait_us, route)
+    }
+
+    /// [`Self::peek_noticed`] for a call that names an endpoint and/or a class.
+    pub fn peek_routed(
+        &self,
+        shop: &[u8],
+        tokens: i64,
+        route: Route<'_>,
+    ) -> Result<(Decision, Notices), LimiterError> {
+        self.acquire_or_peek(shop, tokens, true, 0, route)
     }
 
     /// A reservation: [`Self::acquire`] where tokens that every bucket holds within
@@ -208,8 +305,7 @@ impl Limiter {
         tokens: i64,
         max_wait_seconds: f64,
     ) -> Result<(Decision, Notices), LimiterError> {
-        let max_wait_us = validate_max_wait(max_wait_seconds)?;
-        self.acquire_or_peek(shop, tokens, false, max_wait_us)
+        self.acquire_routed(shop, tokens, max_wait_seconds, Route::default())
     }
 
     /// What [`Self::acquire`] would answer now, taking nothing: the same decision (the same
@@ -228,7 +324,7 @@ impl Limiter {
         shop: &[u8],
         tokens: i64,
     ) -> Result<(Decision, Notices), LimiterError> {
-        self.acquire_or_peek(shop, tokens, true, 0)
+        self.acquire_or_peek(shop, tokens, true, 0, Route::default())
     }
 
     /// The one path of [`Self::acquire_noticed`], [`Self::acquire_within`] and
@@ -240,9 +336,10 @@ impl Limiter {
         tokens: i64,
         peek: bool,
         max_wait_us: i64,
+        route: Route<'_>,
     ) -> Result<(Decision, Notices), LimiterError> {
         let mut how = How::default();
-        let result = self.decide(shop, tokens, peek, max_wait_us, &mut how);
+        let result = self.decide(shop, tokens, peek, max_wait_us, route, &mut how);
         if !peek && crate::metrics::enabled() {
             let (allowed, reason, shadow, waited) = match &result {
                 Ok((d, _)) => (d.allowed, d.reason, d.shadow, d.waited),
@@ -281,6 +378,7 @@ impl Limiter {
         tokens: i64,
         peek: bool,
         max_wait_us: i64,
+        route: Route<'_>,
         how: &mut How,
     ) -> Result<(Decision, Notices), LimiterError> {
         validate_shop_id(shop)?;
@@ -288,6 +386,29 @@ impl Limiter {
         // change may turn into an exception in checkout code. A request more than a live
         // limit can hold is denied by that bucket (with a finite retryAfter).
         validate_tokens(tokens, &self.options.buckets)?;
+        // The endpoint and the class, resolved before anything is decided: a name not
+        // configured is the caller's error, named.
+        let endpoint = route.endpoint.map(|e| self.endpoint(e)).transpose()?;
+        if let Some(e) = endpoint {
+            if tokens > e.spec().capacity() {
+                return Err(ConfigError::new(
+                    "tokens",
+                    format!(
+                        "must be from 1 to {} (endpoint \"{}\"'s capacity), got {tokens}",
+                        e.spec().capacity(),
+                        route.endpoint.unwrap_or_default()
+                    ),
+                )
+                .into());
+            }
+        }
+        let (_, share_ppm) = self.class_of(route.priority)?;
+        // What a worker learns from a reply is how long a bucket stays empty; a call that
+        // keeps a reserve, or draws an endpoint's bucket too, is denied earlier than that
+        // (its reply says nothing about when a plain call passes): only plain calls teach
+        // the table. Any call may be denied by it (it needs at least what a plain call
+        // does).
+        let plain = endpoint.is_none() && share_ppm == 0;
         let mut in_force = self.current();
         let static_hot = self.is_statically_hot(shop);
         let mut notices = Notices::default();
@@ -323,8 +444,8 @@ impl Limiter {
             let sent_ns = self.clock.monotonic_ns();
             let lease = (with_leases && !peek).then(leases::next_lease_id);
             let call = DecideCall {
-                endpoint: None,
-                share_ppm: 0,
+                endpoint,
+                share_ppm,
                 in_flight: &in_force.in_flight_args,
                 lease_id: lease.as_ref().map_or(&b""[..], |(_, id)| id),
                 keys: DecideKeys {
@@ -376,7 +497,7 @@ impl Limiter {
                     }
                 }
                 Ok(DecideReply::Decided(reply)) => {
-                    if let (Some(keys), false) = (&denial_keys, peek) {
+                    if let (Some(keys), false, true) = (&denial_keys, peek, plain) {
                         self.learn(&in_force, keys, shop, &reply, sent_ns);
                     }
                     if reply.became_hot {
@@ -385,7 +506,14 @@ impl Limiter {
                     if !peek {
                         notices.adapt = self.saw_reply(&reply);
                     }
-                    let mut d = Decision::from_reply(in_force.buckets(), tokens, &reply);
+                    let espec = endpoint.map(|e| e.spec());
+                    let mut d = Decision::from_reply_with(
+                        in_force.buckets(),
+                        espec,
+                        share_ppm,
+                        tokens,
+                        &reply,
+                    );
                     how.by_valkey = true;
                     // Only what is counted: a peek decides nothing, and with the counters
                     // off nobody reads it.
@@ -412,7 +540,8 @@ impl Limiter {
                     // same, but never slept: the decision says what it would have waited.
                     let mut unslept = 0.0;
                     if d.allowed && max_wait_us > 0 {
-                        let wait_us = reservation_wait_us(in_force.buckets(), &reply);
+                        let wait_us =
+                            reservation_wait_with(in_force.buckets(), espec, share_ppm, &reply);
                         if wait_us > 0 {
                             let wait = Duration::from_micros(wait_us as u64);
                             match self.mode_in(&in_force) {
