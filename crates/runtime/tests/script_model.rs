@@ -965,7 +965,7 @@ fn script_module_and_model_agree_on_random_sequences() {
                 mem.advance(Duration::from_micros(advance_us));
                 let now = mem.now_us();
                 let shop = format!("s{shop_n}").into_bytes();
-                let (mut call_endpoint, mut call_share) = (0u8, 0i64);
+                let (call_endpoint, call_share): (u8, i64);
                 let (tokens, peek, max_wait_us) = match op {
                     Op::Feedback {
                         status,
