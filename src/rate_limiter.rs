@@ -355,8 +355,5 @@ fn name_arg(arg: OptStringArg, param: Param) -> PhpResult<Option<String>> {
 
 /// The class a call with `route` was decided in (resolved already: no error left).
 fn class_of(limiter: &Limiter, route: Route<'_>) -> Option<String> {
-    limiter
-        .class_of(route.priority)
-        .ok()
-        .and_then(|(c, _)| c.map(str::to_owned))
+    limiter.class_of(route.priority).ok().and_then(|(c, _)| c)
 }

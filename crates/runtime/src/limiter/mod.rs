@@ -97,9 +97,6 @@ pub struct Limiter {
     unknown_leases: Mutex<std::collections::HashSet<u64>>,
     /// This limiter's live counters, found once (`metrics`).
     series: crate::metrics::LimiterSeries,
-    /// Each endpoint's bucket as the decision takes it, by name (sorted: the options'
-    /// order).
-    endpoint_args: Vec<(String, EndpointArgs)>,
 }
 
 impl Limiter {
@@ -143,23 +140,21 @@ impl Limiter {
             options.adaptive.as_ref(),
             options.mode,
             options.in_flight.as_ref(),
+        ) + &checkout_guard_config::live::describe_routes(
+            &options.endpoints,
+            options.priorities.as_ref(),
         );
         let live_id = live_cache::limiter_id(options.endpoint.display_url(), &options.name);
         let known = live_cache::known(live_id);
-        let in_force = BucketsInForce::new(
-            &options.buckets,
-            options.in_flight.as_ref(),
-            &denial_tags,
-            known.as_deref(),
-        )
-        .0;
-        let endpoint_args = options
-            .endpoints
-            .iter()
-            .map(|(name, spec)| (name.to_string(), EndpointArgs::new(&keys, name, spec)))
-            .collect();
+        let base = live::Base {
+            buckets: &options.buckets,
+            in_flight: options.in_flight.as_ref(),
+            endpoints: &options.endpoints,
+            priorities: options.priorities.as_ref(),
+            keys: &keys,
+        };
+        let in_force = BucketsInForce::new(&base, &denial_tags, known.as_deref()).0;
         Self {
-            endpoint_args,
             lease_keys: [
                 keys.leases(Lane::Global, b""),
                 keys.leases(Lane::HotLane, b""),
@@ -194,24 +189,26 @@ impl Limiter {
         &self.options
     }
 
-    /// The endpoint `name`'s bucket, or the error naming it (and the endpoints there are).
-    fn endpoint(&self, name: &str) -> Result<&EndpointArgs, ConfigError> {
-        match self
-            .endpoint_args
-            .binary_search_by(|(n, _)| n.as_str().cmp(name))
-        {
-            Ok(i) => Ok(&self.endpoint_args[i].1),
+    /// The endpoint `name`'s bucket in force, or the error naming it (and the endpoints
+    /// there are).
+    fn endpoint<'a>(
+        &self,
+        in_force: &'a BucketsInForce,
+        name: &str,
+    ) -> Result<&'a EndpointArgs, ConfigError> {
+        let all = &in_force.endpoints;
+        match all.binary_search_by(|(n, _)| n.as_str().cmp(name)) {
+            Ok(i) => Ok(&all[i].1),
             Err(_) => Err(ConfigError::new(
                 "endpoint",
-                match self.endpoint_args.is_empty() {
+                match all.is_empty() {
                     true => format!(
                         "\"{name}\" is not configured (the limiter '{}' has no endpoints option)",
                         self.options.name
                     ),
                     false => format!(
                         "\"{name}\" is not configured (endpoints: {})",
-                        self.endpoint_args
-                            .iter()
+                        all.iter()
                             .map(|(n, _)| n.as_str())
                             .collect::<Vec<_>>()
                             .join(", ")
@@ -223,11 +220,18 @@ impl Limiter {
 
     /// The class a call with `priority` is decided in (`None`: none), and its share (ppm),
     /// or the error naming a class not configured.
-    pub fn class_of<'a>(
-        &'a self,
+    pub fn class_of(&self, priority: Option<&str>) -> Result<(Option<String>, i64), ConfigError> {
+        self.class_in(&self.current(), priority)
+            .map(|(c, ppm)| (c.map(str::to_owned), ppm))
+    }
+
+    /// [`Self::class_of`] with the classes in force `in_force`.
+    fn class_in<'a>(
+        &self,
+        in_force: &'a BucketsInForce,
         priority: Option<&'a str>,
     ) -> Result<(Option<&'a str>, i64), ConfigError> {
-        let p = self.options.priorities.as_ref();
+        let p = in_force.priorities.as_ref();
         let Some(class) = priority.or_else(|| p.and_then(|p| p.default_class())) else {
             return Ok((None, 0));
         };
@@ -386,30 +390,35 @@ impl Limiter {
         // change may turn into an exception in checkout code. A request more than a live
         // limit can hold is denied by that bucket (with a finite retryAfter).
         validate_tokens(tokens, &self.options.buckets)?;
+        let mut in_force = self.current();
         // The endpoint and the class, resolved before anything is decided: a name not
-        // configured is the caller's error, named.
-        let endpoint = route.endpoint.map(|e| self.endpoint(e)).transpose()?;
-        if let Some(e) = endpoint {
-            if tokens > e.spec().capacity() {
+        // configured is the caller's error, named (live limits change buckets and shares,
+        // never which names there are). Tokens as above: against the constructor's.
+        if let Some(name) = route.endpoint {
+            let e = self.endpoint(&in_force, name)?;
+            let cap = self
+                .options
+                .endpoints
+                .get(name)
+                .unwrap_or(e.spec())
+                .capacity();
+            if tokens > cap {
                 return Err(ConfigError::new(
                     "tokens",
                     format!(
-                        "must be from 1 to {} (endpoint \"{}\"'s capacity), got {tokens}",
-                        e.spec().capacity(),
-                        route.endpoint.unwrap_or_default()
+                        "must be from 1 to {cap} (endpoint \"{name}\"'s capacity), got {tokens}"
                     ),
                 )
                 .into());
             }
         }
-        let (_, share_ppm) = self.class_of(route.priority)?;
+        let (_, first_share) = self.class_in(&in_force, route.priority)?;
         // What a worker learns from a reply is how long a bucket stays empty; a call that
         // keeps a reserve, or draws an endpoint's bucket too, is denied earlier than that
         // (its reply says nothing about when a plain call passes): only plain calls teach
         // the table. Any call may be denied by it (it needs at least what a plain call
         // does).
-        let plain = endpoint.is_none() && share_ppm == 0;
-        let mut in_force = self.current();
+        let plain = route.endpoint.is_none() && first_share == 0;
         let static_hot = self.is_statically_hot(shop);
         let mut notices = Notices::default();
         // With the fast path off, no key is hashed and nothing is learnt.
@@ -443,6 +452,13 @@ impl Limiter {
         for _attempt in 0..3 {
             let sent_ns = self.clock.monotonic_ns();
             let lease = (with_leases && !peek).then(leases::next_lease_id);
+            // The endpoint's bucket and the class's share in force (after a reload, the
+            // new ones).
+            let endpoint = route
+                .endpoint
+                .map(|e| self.endpoint(&in_force, e))
+                .transpose()?;
+            let (_, share_ppm) = self.class_in(&in_force, route.priority)?;
             let call = DecideCall {
                 endpoint,
                 share_ppm,
