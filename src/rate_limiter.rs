@@ -88,7 +88,12 @@ impl RateLimiter {
         }
         recording::observe_notices(&o.name, &shopId, &notices, o.auto_hot.as_ref());
         let class = class_of(&self.inner, route);
-        recording::observe_decision(&o.name, &shopId, &d);
+        recording::observe_decision(
+            &o.name,
+            &shopId,
+            &d,
+            (endpoint.as_deref(), class.as_deref()),
+        );
         Ok(Decision::of(&self.inner, &shopId, d).routed(endpoint, class))
     }
 

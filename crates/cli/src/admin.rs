@@ -726,7 +726,10 @@ impl Admin {
                 .apply_priorities(p.priorities.as_ref())
                 .unwrap_or_else(|_| p.priorities.clone())
             {
-                classes = p.iter().map(|(c, ppm)| (c.to_string(), ppm as f64 / 1e6)).collect();
+                classes = p
+                    .iter()
+                    .map(|(c, ppm)| (c.to_string(), ppm as f64 / 1e6))
+                    .collect();
                 default_class = p.default_class().map(str::to_owned);
             }
         }
