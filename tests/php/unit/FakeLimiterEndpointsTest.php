@@ -151,6 +151,15 @@ final class FakeLimiterEndpointsTest extends TestCase
         $this->assertSame([false, 'global', 0.000001, 2], self::seen($fake->acquire('s', priority: 'half')));
         $fake->advance(0.000001);
         $this->assertSame([true, 'allowed', 0.0, 1], self::seen($fake->acquire('s', priority: 'half')));
+        // ceil, not floor: 3 tokens at 3/s are 333,334 µs each (1,000,002 of tolerance); a
+        // third (333,333 ppm) keeps 333,333.67 µs, so 333,334: exactly one token's cost.
+        $third = new FakeLimiter(['global' => self::bucket(3, 3.0), 'priorities' => ['third' => 0.333333]]);
+        $this->assertTrue($third->acquire('s', 2, priority: 'third')->isAllowed(), 'two tokens leave exactly the reserve');
+        $this->assertSame([false, 'global', 0.333334, 1], self::seen($third->acquire('s', priority: 'third')));
+        $third->advance(0.333333);
+        $this->assertSame([false, 'global', 0.000001, 1], self::seen($third->acquire('s', priority: 'third')));
+        $third->advance(0.000001);
+        $this->assertTrue($third->acquire('s', priority: 'third')->isAllowed());
         // 1 ppm of a bucket of 1 token is 1 µs: that class can never take its only token.
         $one = new FakeLimiter(['global' => self::bucket(1), 'priorities' => ['tiny' => 0.000001]]);
         $this->assertSame([false, 'global', 0.000001, 1], self::seen($one->acquire('s', priority: 'tiny')));
@@ -356,7 +365,7 @@ final class FakeLimiterEndpointsTest extends TestCase
      */
     public function testRandomSequencesAgreeWithACreditReference(): void
     {
-        $shares = ['critical' => 0, 'normal' => 200_000, 'background' => 500_000];
+        $shares = ['critical' => 0, 'normal' => 200_000, 'background' => 500_000, 'third' => 333_333];
         $specs = [
             'global' => [20, 50_000], 'hot_lane' => [6, 100_000], 'hot_shop' => [5, 200_000],
             'endpoint confirm' => [8, 125_000], 'endpoint items' => [4, 400_000],
@@ -365,7 +374,7 @@ final class FakeLimiterEndpointsTest extends TestCase
             'global' => self::bucket(20, 20.0), 'hot_lane' => self::bucket(6, 10.0), 'hot_shop' => self::bucket(5, 5.0),
             'hot_shops' => ['h0', 'h1'],
             'endpoints' => ['confirm' => self::bucket(8, 8.0), 'items' => self::bucket(4, 2.5)],
-            'priorities' => ['critical' => 0, 'normal' => 0.2, 'background' => 0.5],
+            'priorities' => ['critical' => 0, 'normal' => 0.2, 'background' => 0.5, 'third' => 0.333333],
         ];
         foreach ([1, 2, 3, random_int(4, 1 << 30)] as $seed) {
             $r = new Randomizer(new Mt19937($seed));
@@ -380,7 +389,7 @@ final class FakeLimiterEndpointsTest extends TestCase
                 }
                 $shop = ['h0', 'h1', 's2', 's3'][$r->getInt(0, 3)];
                 $endpoint = [null, 'confirm', 'items'][$r->getInt(0, 2)];
-                $class = array_keys($shares)[$r->getInt(0, 2)];
+                $class = array_keys($shares)[$r->getInt(0, 3)];
                 $tokens = $r->getInt(1, 3);
                 $maxWaitUs = [0, 0, 0, 250_000, 500_000, 1_000_000][$r->getInt(0, 5)];
                 $now = $clock->nowUs();
