@@ -23,10 +23,10 @@ use Psr\Http\Message\RequestInterface;
  * method is matched without regard to case; the path is matched as ApiNamer matches its
  * templates (the same matcher): `{name}` one segment, `*` any run of characters, `/`
  * included, the rest itself (percent-encoded as sent), case included; the query string is
- * never part of the path, nor is the host (one client per provider). The first route that matches wins (the
- * array's order). A value is an endpoint's name, or an array with `endpoint`, `priority`
- * or both. A request no route matches is decided as without routes: no endpoint, the
- * limiter's `default_priority`.
+ * never part of the path, nor is the host (one client per provider). The first route that
+ * matches wins (the array's order). A value is an endpoint's name, or an array with
+ * `endpoint`, `priority` or both. A request no route matches is decided as without routes:
+ * no endpoint, the limiter's `default_priority`.
  *
  * A bad map (a key that is not `METHOD /path`, a value that is not a name or such an
  * array, an unknown key, a name the limiter could never configure) is an

@@ -44,8 +44,9 @@ use CheckoutGuard\Limiter;
  * name the options do not configure is a ConfigurationException naming it, as the real
  * limiter's. A scripted fake (allowing(), denying(), no options) configures nothing and
  * takes any name. The decision carries the endpoint named and the class decided in (the
- * named one, else `default_priority`) when the loaded extension's Decision has them
- * (Decision::endpoint(), Decision::priority()); a denial by the endpoint's bucket
+ * named one, else `default_priority`) when the loaded extension's Decision takes them
+ * (constructor parameters `endpoint` and `priority`, read back by Decision::endpoint() and
+ * Decision::priority()); a denial by the endpoint's bucket
  * (reason "endpoint") needs an extension whose Decision knows that reason: with an older
  * one the fake throws a LogicException saying so rather than give another reason.
  *
