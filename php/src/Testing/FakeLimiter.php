@@ -207,7 +207,7 @@ final class FakeLimiter implements Limiter
         $maxWaitUs = self::maxWaitUs($maxWaitSeconds);
         $shop = self::shop($shopId);
         $this->checkTokens($tokens);
-        [$class, $sharePpm] = $this->checkRoute($endpoint, $priority);
+        [$class, $sharePpm] = $this->checkRoute($endpoint, $priority, $tokens);
         if ($this->queue !== []) {
             $d = array_shift($this->queue);
         } elseif ($this->buckets === null) {
@@ -227,7 +227,7 @@ final class FakeLimiter implements Limiter
     {
         $shop = self::shop($shopId);
         $this->checkTokens($tokens);
-        [$class, $sharePpm] = $this->checkRoute($endpoint, $priority);
+        [$class, $sharePpm] = $this->checkRoute($endpoint, $priority, $tokens);
         if ($this->queue !== []) {
             $d = $this->queue[0];
         } elseif ($this->buckets === null) {
@@ -483,13 +483,17 @@ final class FakeLimiter implements Limiter
      * @return array{0: ?string, 1: int} the class decided in (the named one, else
      *         `default_priority`; null: none) and its share in ppm
      */
-    private function checkRoute(?string $endpoint, ?string $priority): array
+    private function checkRoute(?string $endpoint, ?string $priority, int $tokens): array
     {
         if ($this->buckets === null) {
             return [$priority, 0];
         }
         if ($endpoint !== null && !isset($this->endpoints[$endpoint])) {
             self::notConfigured('endpoint', $endpoint, 'endpoints', array_keys($this->endpoints));
+        }
+        if ($endpoint !== null && $tokens > $this->endpoints[$endpoint]['capacity']) {
+            $cap = $this->endpoints[$endpoint]['capacity'];
+            throw new ConfigurationException("checkout_guard: tokens must be from 1 to $cap (endpoint \"$endpoint\"'s capacity), got $tokens");
         }
         if ($priority !== null && !isset($this->priorities[$priority])) {
             self::notConfigured('priority', $priority, 'priorities', array_keys($this->priorities ?? []));

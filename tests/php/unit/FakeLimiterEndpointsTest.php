@@ -240,6 +240,8 @@ final class FakeLimiterEndpointsTest extends TestCase
             'endpoint with a newline' => [fn ($l) => $l->acquire('s', 1, 0.0, "items\n"), 'checkout_guard: endpoint "items\x0a" is not configured'],
             'unknown class' => [fn ($l) => $l->acquire('s', 1, 0.0, null, 'urgent'), 'checkout_guard: priority "urgent" is not configured (priorities: critical, normal)'],
             'unknown class, peek' => [fn ($l) => $l->peek('s', 1, 'items', 'NORMAL'), 'checkout_guard: priority "NORMAL" is not configured (priorities: critical, normal)'],
+            'more tokens than the endpoint holds' => [fn ($l) => $l->acquire('s', 3, 0.0, 'items'), 'checkout_guard: tokens must be from 1 to 2 (endpoint "items"\'s capacity), got 3'],
+            'invalid UTF-8' => [fn ($l) => $l->acquire('s', 1, 0.0, "it\xffems"), 'checkout_guard: endpoint "it\\xffems" is not configured'],
         ];
     }
 
