@@ -352,7 +352,7 @@ impl RateLimiter {
 /// An endpoint or class name argument (`?string`): null is none; the bytes as given (a
 /// name not configured is refused with them quoted).
 fn name_arg(arg: OptStringArg, param: Param) -> PhpResult<Option<Vec<u8>>> {
-    Ok(arg.get(param)?)
+    arg.get(param)
 }
 
 /// The class a call with `route` was decided in (resolved already: no error left).
