@@ -428,12 +428,44 @@ impl Admin {
         let (base_endpoints, base_priorities) = published
             .map(|p| (p.endpoints, p.priorities))
             .unwrap_or_default();
+        // A name this command sets must be the workers' (their published options); one it
+        // puts back to default, theirs or one overridden now (a deploy removed it).
+        for (name, value) in &routes.endpoints {
+            let known = base_endpoints.get(name).is_some()
+                || (value.is_none() && current.endpoints.iter().any(|(n, _)| n == name));
+            if !known {
+                return Err(format!(
+                    "refused, nothing written: {}{name} is not configured by the workers (their endpoints: {})",
+                    live::ENDPOINT_PREFIX,
+                    names_or_none(base_endpoints.iter().map(|(n, _)| n))
+                ));
+            }
+        }
+        for (class, value) in &routes.priorities {
+            let known = base_priorities
+                .as_ref()
+                .is_some_and(|p| p.share_ppm(class).is_some())
+                || (value.is_none() && current.priorities.iter().any(|(n, _)| n == class));
+            if !known {
+                return Err(format!(
+                    "refused, nothing written: {}{class} is not configured by the workers (their priorities: {})",
+                    live::PRIORITIES_PREFIX,
+                    names_or_none(base_priorities.iter().flat_map(|p| p.iter().map(|(n, _)| n)))
+                ));
+            }
+        }
         let new_endpoints = next
             .apply_endpoints(&base_endpoints, &new_set.global)
             .map_err(|e| format!("refused, nothing written: {e}"))?;
         let new_priorities = next
             .apply_priorities(base_priorities.as_ref())
             .map_err(|e| format!("refused, nothing written: {e}"))?;
+        checkout_guard_config::options::check_classes(
+            &new_set,
+            &new_endpoints,
+            new_priorities.as_ref(),
+        )
+        .map_err(|e| format!("refused, nothing written: {e}"))?;
         let old_endpoints = current
             .apply_endpoints(&base_endpoints, &old.global)
             .unwrap_or_else(|_| base_endpoints.clone());
@@ -1294,4 +1326,13 @@ mod tests {
 pub struct RouteChanges {
     pub endpoints: Vec<(String, Option<(i64, f64)>)>,
     pub priorities: Vec<(String, Option<f64>)>,
+}
+
+/// Names for a message: `a, b`, or `none`.
+fn names_or_none<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    let all: Vec<&str> = names.collect();
+    match all.is_empty() {
+        true => "none".to_string(),
+        false => all.join(", "),
+    }
 }

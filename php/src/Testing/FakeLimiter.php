@@ -495,6 +495,20 @@ final class FakeLimiter implements Limiter
             $cap = $this->endpoints[$endpoint]['capacity'];
             throw new ConfigurationException("checkout_guard: tokens must be from 1 to $cap (endpoint \"$endpoint\"'s capacity), got $tokens");
         }
+        $named = $priority ?? $this->defaultPriority;
+        $ppm = $named === null ? 0 : ($this->priorities[$named] ?? 0);
+        if ($ppm > 0) {
+            // The class leaves a share of every bucket: more tokens than the rest of the
+            // smallest one could never pass (the runtime's check).
+            $all = array_values($this->buckets);
+            if ($endpoint !== null) {
+                $all[] = $this->endpoints[$endpoint];
+            }
+            $max = min(array_map(static fn (array $b): int => intdiv($b['tolerance'] - self::reserveUs($b['tolerance'], $ppm), $b['interval']), $all));
+            if ($tokens > $max) {
+                throw new ConfigurationException(sprintf('checkout_guard: tokens must be from 1 to %d for priority class "%s" (it leaves %s%% of every bucket), got %d', $max, $named, self::shareText($ppm), $tokens));
+            }
+        }
         if ($priority !== null && !isset($this->priorities[$priority])) {
             self::notConfigured('priority', $priority, 'priorities', array_keys($this->priorities ?? []));
         }
@@ -654,7 +668,7 @@ final class FakeLimiter implements Limiter
         $spec = static fn (array $b): array => ['capacity' => $b['capacity'], 'interval' => $b['interval'], 'tolerance' => $b['capacity'] * $b['interval']];
         if ($get('endpoints') !== null) {
             $endpoints = [];
-            foreach (self::namedEntries('endpoints', $get('endpoints'), 'endpoint') as $name => $value) {
+            foreach (self::namedEntries('endpoints', $get('endpoints'), 'endpoint', 'endpoints') as $name => $value) {
                 $option = "endpoints.$name";
                 $b = self::bucket($option, $value);
                 self::notAboveGlobal($option, $b, $buckets['global']);
@@ -669,6 +683,39 @@ final class FakeLimiter implements Limiter
         foreach ($buckets as $lane => $b) {
             $this->buckets[$lane] = $spec($b);
         }
+        $this->checkClasses();
+    }
+
+    /**
+     * endpoints.rs check_classes: every class must be able to take a token from every
+     * bucket (global, the hot ones, every endpoint), else it is refused naming the bucket.
+     */
+    private function checkClasses(): void
+    {
+        $all = $this->buckets;
+        foreach ($this->endpoints as $name => $b) {
+            $all["endpoints.$name"] = $b;
+        }
+        foreach ($this->priorities ?? [] as $class => $ppm) {
+            foreach ($all as $bucket => $b) {
+                if ($b['tolerance'] - self::reserveUs($b['tolerance'], $ppm) < $b['interval']) {
+                    self::fail("priorities.$class", sprintf(
+                        'leaves %s%% of every bucket, and %s holds %d tokens: the class could never take one (a smaller share, or a bucket of at least %d tokens)',
+                        self::shareText($ppm),
+                        $bucket,
+                        $b['capacity'],
+                        (int) floor(1e6 / (1e6 - $ppm)) + 1
+                    ));
+                }
+            }
+        }
+    }
+
+    /** A share in percent as Rust's `{}` prints `ppm as f64 / 1e4`. */
+    private static function shareText(int $ppm): string
+    {
+        $x = $ppm / 1e4;
+        return $x == floor($x) ? sprintf('%d', $x) : rtrim(rtrim(sprintf('%.10F', $x), '0'), '.');
     }
 
     /**
@@ -683,7 +730,7 @@ final class FakeLimiter implements Limiter
             }
             return;
         }
-        $entries = self::namedEntries('priorities', $priorities, 'priority class');
+        $entries = self::namedEntries('priorities', $priorities, 'priority class', 'priority classes');
         $shares = [];
         foreach ($entries as $name => $value) {
             $option = "priorities.$name";
@@ -692,8 +739,9 @@ final class FakeLimiter implements Limiter
             }
             $share = (float) $value;
             $ppm = is_finite($share) && $share >= 0.0 && $share < 1.0 ? (int) round($share * self::SHARE_UNIT) : self::SHARE_UNIT;
-            if ($ppm >= self::SHARE_UNIT) {
-                self::fail($option, 'must be a share from 0 (inclusive) to 1 (exclusive) of every bucket\'s capacity, got ' . self::describe($value));
+            // share_to_ppm: a share kept as the whole bucket, or above 0 as none, is refused.
+            if ($ppm >= self::SHARE_UNIT || ($ppm === 0 && $share !== 0.0)) {
+                self::fail($option, 'must be a share from 0 (inclusive) to 1 (exclusive) of every bucket\'s capacity, in millionths (0, or 0.000001 to 0.999999), got ' . self::describe($value));
             }
             $shares[(string) $name] = $ppm;
         }
@@ -716,17 +764,17 @@ final class FakeLimiter implements Limiter
      *
      * @return array<string, mixed>
      */
-    private static function namedEntries(string $option, mixed $v, string $what): array
+    private static function namedEntries(string $option, mixed $v, string $what, string $whats): array
     {
         if (is_array($v) && $v !== [] && array_is_list($v)) {
-            self::fail($option, "must be an array from $what name to its value (string keys), got a list");
+            self::fail($option, "must be an array from $what name to its value (string keys), got a list (PHP makes keys of digits only, '0', '1', ..., a list: give such a name a letter)");
         }
         $entries = self::entries($option, $v);
         if ($entries === []) {
             self::fail($option, "must name at least one $what (leave the option out for none)");
         }
         if (count($entries) > self::MAX_ENDPOINTS) {
-            self::fail($option, sprintf('may name at most %d %ss, got %d', self::MAX_ENDPOINTS, $what, count($entries)));
+            self::fail($option, sprintf('may name at most %d %s, got %d', self::MAX_ENDPOINTS, $whats, count($entries)));
         }
         $article = $what[0] === 'e' ? 'an' : 'a';
         $named = [];

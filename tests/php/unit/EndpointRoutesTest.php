@@ -152,14 +152,14 @@ final class EndpointRoutesTest extends LimiterTestCase
 
     /**
      * global 10, items 2, charges.confirm 5, refunds 2 (1 token/s, the clock standing
-     * still); normal (the default) keeps half of each, background 90%.
+     * still); normal (the default) and background keep half of each.
      */
     private static function fakeLimiter(): FakeLimiter
     {
         return new FakeLimiter([
             'global' => self::bucket(10, 1.0),
             'endpoints' => ['items' => self::bucket(2, 1.0), 'charges.confirm' => self::bucket(5, 1.0), 'refunds' => self::bucket(2, 1.0)],
-            'priorities' => ['critical' => 0, 'normal' => 0.5, 'background' => 0.9],
+            'priorities' => ['critical' => 0, 'normal' => 0.5, 'background' => 0.5],
             'default_priority' => 'normal',
         ]);
     }
@@ -185,7 +185,7 @@ final class EndpointRoutesTest extends LimiterTestCase
         $this->assertSame(['sent', 'sent', 'sent', 'sent', 'global'], array_map(fn () => $send('GET', '/v1/customers'), range(1, 5)));
         // The critical confirm takes what normal must leave.
         $this->assertSame(['sent', 'sent'], [$send('POST', '/v1/payment_intents/pi_1/confirm'), $send('POST', '/v1/payment_intents/pi_2/confirm')]);
-        $this->assertSame('global', $send('DELETE', '/v1/reports/1'), 'background keeps 9 of 10');
+        $this->assertSame('global', $send('DELETE', '/v1/reports/1'), 'background keeps 5 of 10 (3 left)');
         $this->assertSame(
             ['GET /v1/items', 'GET /v1/customers', 'GET /v1/customers', 'GET /v1/customers', 'GET /v1/customers', 'POST /v1/payment_intents/pi_1/confirm', 'POST /v1/payment_intents/pi_2/confirm'],
             $provider->sent,

@@ -113,7 +113,14 @@ final class FakeLimiterEndpointsTest extends TestCase
             $this->assertSame([true, 'allowed', 0.0, $i], self::seen($fake->acquire('s', priority: 'background')));
         }
         $this->assertSame([false, 'global', 1.0, 5], self::seen($fake->acquire('s', priority: 'background')), 'retryAfter: until 5 + 1 tokens are there');
-        $this->assertSame([false, 'global', 2.0, 5], self::seen($fake->peek('s', 2, priority: 'background')));
+        // 2 tokens of background: more than it can ever take of the hot shop's 2 (it leaves
+        // 1), refused as RateLimiter refuses it.
+        try {
+            $fake->peek('s', 2, priority: 'background');
+            $this->fail('2 tokens of background accepted');
+        } catch (ConfigurationException $e) {
+            $this->assertStringContainsString('tokens must be from 1 to 1 for priority class "background" (it leaves 50% of every bucket), got 2', $e->getMessage());
+        }
         for ($i = 4; $i >= 2; $i--) {
             $this->assertSame([true, 'allowed', 0.0, $i], self::seen($fake->acquire('s')), 'the default class');
         }
@@ -160,12 +167,14 @@ final class FakeLimiterEndpointsTest extends TestCase
         $this->assertSame([false, 'global', 0.000001, 1], self::seen($third->acquire('s', priority: 'third')));
         $third->advance(0.000001);
         $this->assertTrue($third->acquire('s', priority: 'third')->isAllowed());
-        // 1 ppm of a bucket of 1 token is 1 µs: that class can never take its only token.
-        $one = new FakeLimiter(['global' => self::bucket(1), 'priorities' => ['tiny' => 0.000001]]);
-        $this->assertSame([false, 'global', 0.000001, 1], self::seen($one->acquire('s', priority: 'tiny')));
-        $one->advance(100.0);
-        $this->assertFalse($one->acquire('s', priority: 'tiny')->isAllowed());
-        $this->assertTrue($one->acquire('s')->isAllowed(), 'a call naming no class keeps no reserve (no default_priority)');
+        // 1 ppm of a bucket of 1 token is 1 µs: that class could never take its only token,
+        // so the options are refused, naming it (as RateLimiter's).
+        try {
+            new FakeLimiter(['global' => self::bucket(1), 'priorities' => ['tiny' => 0.000001]]);
+            $this->fail('a class that could never pass accepted');
+        } catch (ConfigurationException $e) {
+            $this->assertStringContainsString('priorities.tiny leaves 0.0001% of every bucket, and global holds 1 tokens: the class could never take one (a smaller share, or a bucket of at least 2 tokens)', $e->getMessage());
+        }
     }
 
     public function testAReservationWaitsUntilTheClassCanTakeAboveItsReserve(): void
@@ -188,7 +197,7 @@ final class FakeLimiterEndpointsTest extends TestCase
 
     public function testShadowModeAndPeekWithAnEndpoint(): void
     {
-        $fake = self::fake(['mode' => 'shadow', 'priorities' => ['normal' => 0.5]]);
+        $fake = self::fake(['mode' => 'shadow', 'priorities' => ['normal' => 0.5], 'hot_shop' => self::bucket(4)]);
         $fake->acquire('s', 2, endpoint: 'items', priority: 'normal');
         $d = $fake->acquire('s', endpoint: 'items', priority: 'normal');
         $this->assertSame([true, false, 'endpoint', 1.0, true], [$d->isAllowed(), $d->wouldAllow(), $d->reason(), $d->retryAfter(), $d->isShadow()]);
@@ -346,17 +355,30 @@ final class FakeLimiterEndpointsTest extends TestCase
     {
         $options = [
             'global' => self::bucket(100, 100.0),
-            'endpoints' => ['charges.create' => self::bucket(25, 25.0), 'v1/items:list' => self::bucket(100, 100), 7 => self::bucket(1)],
-            'priorities' => ['critical' => 0.0, 'normal' => 0.2, 'zero' => 0, 'almost' => 0.9999994],
+            'endpoints' => ['charges.create' => self::bucket(25, 25.0), 'v1/items:list' => self::bucket(100, 100), 7 => self::bucket(2)],
+            'priorities' => ['critical' => 0.0, 'normal' => 0.2, 'zero' => 0],
             'default_priority' => 'normal',
         ];
         new RateLimiter($options + ['url' => 'redis://127.0.0.1:1']);
         $fake = new FakeLimiter($options);
         $this->assertTrue($fake->acquire('s', endpoint: '7', priority: 'critical')->isAllowed(), 'an int key is its decimal string');
-        $this->assertSame('endpoint', $fake->acquire('s', endpoint: '7', priority: 'critical')->reason());
+        $this->assertSame('endpoint', $fake->acquire('s', endpoint: '7')->reason(), 'normal leaves 0.4 of 2 tokens');
+        $this->assertTrue($fake->acquire('s', endpoint: '7', priority: 'critical')->isAllowed());
         $this->assertTrue($fake->acquire('s', endpoint: 'v1/items:list', priority: 'zero')->isAllowed(), 'an int 0 is a share');
-        $d = $fake->acquire('s', endpoint: 'v1/items:list', priority: 'almost');
-        $this->assertSame([false, 'global', 0.029999], [$d->isAllowed(), $d->reason(), $d->retryAfter()], '0.9999994 is 999,999 ppm: 1 µs of room, never a token; global (2 tokens taken) is named first');
+        // 0.9999994 is 999,999 ppm: 1 µs of room, never a token: refused by both alike.
+        $almost = ['priorities' => ['almost' => 0.9999994]] + $options;
+        unset($almost['default_priority']);
+        $messages = [];
+        foreach ([fn () => new RateLimiter($almost + ['url' => 'redis://127.0.0.1:1']), fn () => new FakeLimiter($almost)] as $make) {
+            try {
+                $make();
+                $this->fail('a class that could never pass accepted');
+            } catch (ConfigurationException $e) {
+                $messages[] = $e->getMessage();
+            }
+        }
+        $this->assertSame($messages[0], $messages[1]);
+        $this->assertStringContainsString('priorities.almost leaves 99.9999% of every bucket, and global holds 100 tokens', $messages[0]);
     }
 
     /**
@@ -397,6 +419,23 @@ final class FakeLimiterEndpointsTest extends TestCase
                 $now = $clock->nowUs();
                 $where = "seed $seed, operation $i: acquire($shop, $tokens, " . ($maxWaitUs / 1e6) . ", $endpoint, $class) at +" . ($now - 1_800_000_000_000_000) . ' µs';
 
+                // More tokens than the class can ever take of some configured bucket (every
+                // lane's, the endpoint's): refused before anything is decided.
+                $max = PHP_INT_MAX;
+                foreach (array_merge(["global", "hot_lane", "hot_shop"], $endpoint === null ? [] : ["endpoint $endpoint"]) as $b) {
+                    [$capacity, $interval] = $specs[$b];
+                    $tolerance = $capacity * $interval;
+                    $max = min($max, intdiv($tolerance - intdiv($tolerance * $shares[$class] + 999_999, 1_000_000), $interval));
+                }
+                if ($tokens > $max) {
+                    try {
+                        $fake->acquire($shop, $tokens, $maxWaitUs / 1e6, $endpoint, $class);
+                        $this->fail("$where: accepted");
+                    } catch (ConfigurationException $e) {
+                        $this->assertStringContainsString("tokens must be from 1 to $max for priority class", $e->getMessage(), $where);
+                    }
+                    continue;
+                }
                 // The reference: credit = min(tolerance, credit + elapsed); a class must
                 // leave ceil(tolerance * share) of each bucket.
                 $buckets = ['global' => 'global'];

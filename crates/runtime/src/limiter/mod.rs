@@ -418,7 +418,40 @@ impl Limiter {
                 .into());
             }
         }
-        let (_, first_share) = self.class_in(&in_force, route.priority)?;
+        let (class, first_share) = self.class_in(&in_force, route.priority)?;
+        if first_share > 0 {
+            // The class leaves a share of every bucket: more tokens than the rest of the
+            // smallest one could never pass (against the constructor's, as above).
+            let endpoint_spec = route
+                .endpoint
+                .and_then(|e| std::str::from_utf8(e).ok())
+                .and_then(|e| self.options.endpoints.get(e));
+            let max = Lane::ALL
+                .into_iter()
+                .filter_map(|l| self.options.buckets.get(l))
+                .chain(endpoint_spec)
+                .map(|b| {
+                    (b.tolerance_us()
+                        - checkout_guard_model::endpoints::reserve_us(
+                            b.tolerance_us(),
+                            first_share,
+                        ))
+                        / b.interval_us()
+                })
+                .min()
+                .unwrap_or(i64::MAX);
+            if tokens > max {
+                return Err(ConfigError::new(
+                    "tokens",
+                    format!(
+                        "must be from 1 to {max} for priority class \"{}\" (it leaves {}% of every bucket), got {tokens}",
+                        class.unwrap_or_default(),
+                        first_share as f64 / 1e4
+                    ),
+                )
+                .into());
+            }
+        }
         // What a worker learns from a reply is how long a bucket stays empty; a call that
         // keeps a reserve, or draws an endpoint's bucket too, is denied earlier than that
         // (its reply says nothing about when a plain call passes): only plain calls teach
