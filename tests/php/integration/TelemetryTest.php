@@ -203,12 +203,13 @@ final class TelemetryTest extends LimiterTestCase
     {
         $l = $this->limiter([
             'global' => self::bucket(3),
-            'endpoints' => ['items' => self::bucket(1)],
+            'endpoints' => ['items' => self::bucket(2)],
             'priorities' => ['critical' => 0, 'normal' => 0.5],
         ]);
         $this->assertTrue($l->acquire('s', endpoint: 'items', priority: 'critical')->isAllowed());
+        $this->assertTrue($l->acquire('s', endpoint: 'items', priority: 'critical')->isAllowed());
         $this->assertSame('endpoint', $l->acquire('s', endpoint: 'items')->reason());
-        $this->assertSame('global', $l->acquire('s', priority: 'normal')->reason(), 'normal leaves 1.5 of 3');
+        $this->assertSame('global', $l->acquire('s', priority: 'normal')->reason(), 'normal leaves 1.5 of 3: 1 left');
         $events = array_values(array_filter($this->log->jsonl(), fn ($e) => $e['eventType'] === 'RateLimitDecision'));
         $this->assertCount(2, $events);
         $this->assertSame(['endpoint', 'items'], [$events[0]['reason'], $events[0]['endpoint']]);
