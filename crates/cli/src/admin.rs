@@ -47,6 +47,9 @@ pub struct Status {
     /// The priority classes in force: each class's share, and the default class.
     pub classes: Vec<(String, f64)>,
     pub default_class: Option<String>,
+    /// The endpoints and classes in force as the settings show them (`live::describe_routes`:
+    /// empty without them), after the buckets in `limits in force`.
+    pub routes: String,
     /// Hot shops: shop, "auto" or "marked", ms left.
     pub hot: Vec<(Vec<u8>, String, i64)>,
     pub window: Option<WindowView>,
@@ -728,6 +731,7 @@ impl Admin {
             .as_deref()
             .and_then(|t| live::PublishedSettings::parse(t).ok());
         let (mut endpoints, mut classes, mut default_class) = (Vec::new(), Vec::new(), None);
+        let mut routes = String::new();
         if let (Some(p), Some(set)) = (&published, &buckets) {
             let in_force = live
                 .apply_endpoints(&p.endpoints, &set.global)
@@ -754,10 +758,11 @@ impl Admin {
                     endpoints.push((name, spec.whole_tokens(tat, now_us), spec.capacity()));
                 }
             }
-            if let Some(p) = live
+            let classes_in_force = live
                 .apply_priorities(p.priorities.as_ref())
-                .unwrap_or_else(|_| p.priorities.clone())
-            {
+                .unwrap_or_else(|_| p.priorities.clone());
+            routes = live::describe_routes(&in_force, classes_in_force.as_ref());
+            if let Some(p) = classes_in_force {
                 classes = p
                     .iter()
                     .map(|(c, ppm)| (c.to_string(), ppm as f64 / 1e6))
@@ -816,6 +821,7 @@ impl Admin {
             endpoints,
             classes,
             default_class,
+            routes,
             hot,
             window,
             decisions,

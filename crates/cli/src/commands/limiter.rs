@@ -395,8 +395,9 @@ fn status_text(name: &str, st: &Status) -> String {
                 out.push_str("  limits in force: the settings (no live limits)\n");
             } else {
                 out.push_str(&format!(
-                    "  limits in force: {} (live version {}, by {}, {})\n",
+                    "  limits in force: {}{} (live version {}, by {}, {})\n",
                     live::describe(b),
+                    st.routes,
                     st.live.version,
                     st.live.by,
                     time::format_ms(st.live.at_ms)
@@ -751,7 +752,7 @@ fn status_json(name: &str, st: &Status) -> serde_json::Value {
         "limiter": name,
         "now": time::format_ms(st.now_ms),
         "settings": st.settings,
-        "limits": st.buckets.as_ref().map(live::describe),
+        "limits": st.buckets.as_ref().map(|b| live::describe(b) + &st.routes),
         "live_version": st.live.version,
         "mode": st.mode.map(Mode::as_str),
         "mode_live": st.live.mode.map(Mode::as_str),
