@@ -1100,6 +1100,244 @@ mod tests {
         }
     }
 
+    #[test]
+    fn endpoints_and_classes_are_parsed_as_the_options_and_as_published() {
+        let s = parse_limits(
+            "ep: global=100/100 endpoint.items=25/25, endpoint.v1/charges:confirm=50/50 priorities.critical=0 priorities.normal=0.2 default_priority=normal",
+            0,
+        )
+        .unwrap();
+        assert_eq!(s.name, "ep");
+        assert_eq!(s.endpoints.get("items").unwrap().capacity(), 25);
+        assert_eq!(
+            s.endpoints
+                .get("v1/charges:confirm")
+                .unwrap()
+                .refill_per_second(),
+            50.0
+        );
+        let p = s.priorities.clone().unwrap();
+        assert_eq!(p.share_ppm("normal"), Some(200_000));
+        assert_eq!(p.share_ppm("critical"), Some(0));
+        assert_eq!(p.default_class(), Some("normal"));
+        // What the workers publish (and `limiter status` shows) is taken as it is.
+        let published = format!(
+            "global=100/100{}",
+            live::describe_routes(&s.endpoints, s.priorities.as_ref())
+        );
+        let again = parse_limits(&published, 0).unwrap();
+        assert_eq!(again.endpoints, s.endpoints);
+        assert_eq!(again.priorities, s.priorities);
+        // A first part whose endpoint name holds a `:` is not a scenario's name.
+        let s = parse_limits("endpoint.v1:x=5/5 global=10/10", 1).unwrap();
+        assert_eq!(s.name, "limits2");
+        assert!(s.endpoints.get("v1:x").is_some());
+        assert!(parse_limits("global=1/1", 0).unwrap().priorities.is_none());
+        for (bad, says) in [
+            (
+                "global=10/10 endpoint.items=20/5",
+                "endpoint.items.capacity may not exceed global.capacity (10), got 20",
+            ),
+            (
+                "global=10/10 endpoint.items=5/50",
+                "endpoint.items.refill_per_second may not exceed global.refill_per_second",
+            ),
+            ("global=10/10 endpoint.items=0/5", "endpoint.items.capacity"),
+            (
+                "global=10/10 endpoint.items=5",
+                "endpoint.items: \"5\" is not CAPACITY/RATE",
+            ),
+            ("global=10/10 endpoint.items=x/5", "endpoint.items.capacity"),
+            (
+                "global=10/10 endpoint.a*b=5/5",
+                "\"endpoint.a*b\": the endpoint name",
+            ),
+            (
+                "global=10/10 endpoint.=5/5",
+                "the endpoint name must be 1-64",
+            ),
+            (
+                "global=10/10 endpoint.items=5/5 endpoint.items=6/6",
+                "endpoint.items given twice",
+            ),
+            (
+                "global=10/10 priorities.normal=1",
+                "priorities.normal: \"1\" is not a share",
+            ),
+            ("global=10/10 priorities.normal=x", "priorities.normal"),
+            (
+                "global=10/10 priorities.normal=0.2 default_priority=urgent",
+                "default_priority must be one of the priorities (normal), got \"urgent\"",
+            ),
+            (
+                "global=10/10 default_priority=normal",
+                "default_priority needs the priorities option",
+            ),
+            (
+                "global=10/10 priorities.a=0 priorities.a=0.1",
+                "priorities.a given twice",
+            ),
+            ("endpoint.items=5/5", "no global"),
+            ("global=10/10 colour=1/1", "not a bucket"),
+        ] {
+            let e = parse_limits(bad, 0).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let scenarios = [parse_limits("global=1/1 priorities.normal=0.2", 0).unwrap()];
+        let m = parse_priority_map(&["items=normal".into()], &scenarios).unwrap();
+        assert_eq!(m[&b"items"[..]], "normal");
+        for (items, says) in [
+            (
+                vec!["items=urgent"],
+                "\"urgent\" is not a class of --limits limits (normal)",
+            ),
+            (vec!["items"], "is not API=CLASS"),
+            (vec!["a=normal", "a=normal"], "given twice"),
+        ] {
+            let items: Vec<String> = items.into_iter().map(String::from).collect();
+            let e = parse_priority_map(&items, &scenarios).unwrap_err();
+            assert!(e.contains(says), "{items:?}: {e}");
+        }
+        let plain = [parse_limits("global=1/1", 0).unwrap()];
+        assert!(parse_priority_map(&["a=b".into()], &plain)
+            .unwrap_err()
+            .contains("needs classes"));
+    }
+
+    /// Frozen rates (1 token per 1000 s): every count is the buckets' capacity. global 10,
+    /// items 3, charges 10. Five items calls: 3 admitted, 2 denied by items (taking nothing
+    /// from global: 7 left); eight charges calls: 7 admitted, the 8th denied by global
+    /// (charges still holds 3); one items call: denied by global (checked first though
+    /// items is empty too); two calls of api `tax`, no endpoint: denied by global.
+    #[test]
+    fn an_endpoint_binds_all_or_nothing_under_global() {
+        let mut s = sim(
+            "global=10/0.001 endpoint.items=3/0.001 endpoint.charges=10/0.001",
+            Common::default(),
+        );
+        let mut t = 1_000_000;
+        let mut call = |s: &mut Sim, api: &str| {
+            t += 1;
+            s.attempt_routed(t, b"a", Some(1_000), Some(api.as_bytes()), None)
+                .unwrap()
+        };
+        let v: Vec<Verdict> = (0..5).map(|_| call(&mut s, "items")).collect();
+        assert_eq!(
+            v,
+            [
+                Verdict::Admitted,
+                Verdict::Admitted,
+                Verdict::Admitted,
+                Verdict::DeniedEndpoint,
+                Verdict::DeniedEndpoint
+            ]
+        );
+        let admitted = (0..8)
+            .filter(|_| call(&mut s, "charges") == Verdict::Admitted)
+            .count();
+        assert_eq!(admitted, 7);
+        assert_eq!(call(&mut s, "items"), Verdict::Denied(Lane::Global));
+        assert_eq!(call(&mut s, "tax"), Verdict::Denied(Lane::Global));
+        assert_eq!(call(&mut s, "tax"), Verdict::Denied(Lane::Global));
+        assert_eq!(s.total.admitted, 10);
+        assert_eq!(s.total.denied_endpoint, 2);
+        assert_eq!(s.total.denied, [4, 0, 0]);
+        assert_eq!(s.total.denied_total(), 6);
+        let rc = |attempts, admitted, denied, denied_endpoint| RouteCounts {
+            attempts,
+            admitted,
+            denied,
+            denied_endpoint,
+        };
+        assert_eq!(s.by_endpoint["items"], rc(6, 3, 3, 2));
+        assert_eq!(s.by_endpoint["charges"], rc(8, 7, 1, 0));
+        assert_eq!(s.by_endpoint[NO_ROUTE], rc(2, 0, 2, 0));
+        assert_eq!(s.unrouted.get("tax"), Some(&2));
+        assert_eq!(s.unrouted_total(), 2);
+        assert_eq!(s.by_class[NO_ROUTE], rc(16, 10, 6, 2));
+        assert_eq!(s.shop(b"a").unwrap().denied_endpoint, 2);
+        // Without endpoints the same calls are global's alone: 10 admitted, none unrouted.
+        let mut p = sim("global=10/0.001", Common::default());
+        for i in 0..16 {
+            p.attempt_routed(1_000 + i, b"a", None, Some(b"items"), None);
+        }
+        assert_eq!((p.total.admitted, p.total.denied), (10, [6, 0, 0]));
+        assert!(p.unrouted.is_empty());
+    }
+
+    /// Frozen rates, global 10, items 5; classes critical 0, normal 0.2 (the default),
+    /// background 0.5. Background may leave no less than 5 of global: 5 of 7 admitted;
+    /// normal no less than 2: 3 of 5 (and a call naming a class not configured is normal:
+    /// denied); critical takes the rest: 2 of 3. On items (5), background leaves 2.5: 2
+    /// admitted, the 3rd denied by the endpoint; `--priority items=critical` makes a call
+    /// of items naming no class critical.
+    #[test]
+    fn a_class_keeps_its_reserve_of_every_bucket() {
+        let limits = "global=10/0.001 endpoint.items=5/0.001 priorities.critical=0 priorities.normal=0.2 priorities.background=0.5 default_priority=normal";
+        let mut s = sim(limits, Common::default());
+        let mut t = 2_000_000;
+        let mut call = |s: &mut Sim, class: Option<&str>| {
+            t += 1;
+            s.attempt_routed(t, b"a", None, Some(b"zoneA"), class.map(str::as_bytes))
+                .unwrap()
+        };
+        let n = |s: &mut Sim,
+                 k: usize,
+                 class: Option<&str>,
+                 call: &mut dyn FnMut(&mut Sim, Option<&str>) -> Verdict| {
+            (0..k)
+                .filter(|_| call(s, class) == Verdict::Admitted)
+                .count()
+        };
+        assert_eq!(n(&mut s, 7, Some("background"), &mut call), 5);
+        assert_eq!(n(&mut s, 5, None, &mut call), 3);
+        assert_eq!(call(&mut s, Some("urgent")), Verdict::Denied(Lane::Global));
+        assert_eq!(n(&mut s, 3, Some("critical"), &mut call), 2);
+        assert_eq!(s.total.admitted, 10);
+        let rc = |attempts, admitted, denied| RouteCounts {
+            attempts,
+            admitted,
+            denied,
+            denied_endpoint: 0,
+        };
+        assert_eq!(s.by_class["background"], rc(7, 5, 2));
+        assert_eq!(s.by_class["normal"], rc(6, 3, 3));
+        assert_eq!(s.by_class["critical"], rc(3, 2, 1));
+        assert_eq!(s.unrouted.get("zoneA"), Some(&16));
+        // The endpoint's reserve: items holds 5, background leaves 2.5 of it.
+        let common = Common {
+            priority_by_api: [(b"items".to_vec(), "critical".to_string())]
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        };
+        let mut s = sim(limits, common);
+        let v: Vec<Verdict> = (0..3)
+            .map(|i| {
+                s.attempt_routed(3_000 + i, b"b", None, Some(b"items"), Some(b"background"))
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(
+            v,
+            [
+                Verdict::Admitted,
+                Verdict::Admitted,
+                Verdict::DeniedEndpoint
+            ]
+        );
+        // Naming no class, items' calls are critical (--priority): the 3 tokens left.
+        let admitted = (0..4)
+            .filter(|i| {
+                s.attempt_routed(3_010 + i, b"b", None, Some(b"items"), None)
+                    == Some(Verdict::Admitted)
+            })
+            .count();
+        assert_eq!(admitted, 3);
+        assert_eq!(s.by_class["critical"].admitted, 3);
+        assert_eq!(s.by_endpoint["items"].denied_endpoint, 2);
+    }
+
     /// A call the buckets admit but the leases deny takes no tokens, so it counts nothing
     /// towards `auto_hot` and marks nothing (the model marks only an allowed decision).
     #[test]
