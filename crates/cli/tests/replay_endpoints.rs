@@ -71,6 +71,7 @@ const LIMITS: &str = "global=6/0.001 endpoint.items=2/0.001 endpoint.charges=6/0
 /// - tax x1 (shop b, critical; no endpoint bucket): denied by global;
 /// - a denial naming `refunds` (not an --api): not read;
 /// - zoneA (not an --api): not read.
+///
 /// Totals: 6 admitted, 2 by the endpoint, 2 by global.
 #[test]
 fn calls_are_decided_with_their_apis_endpoint_and_their_class() {
