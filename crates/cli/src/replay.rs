@@ -26,6 +26,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
+use std::sync::Arc;
 
 use checkout_guard_config::live::{self, parse_bucket};
 use checkout_guard_config::options::{
@@ -50,14 +51,35 @@ pub fn timestamp_in_range(ts_ms: i64) -> bool {
 /// A recorded attempt: when (Unix ms), for which shop, and how long its call took (µs;
 /// `None` for a recorded denial, whose call was not made, or a call without a readable
 /// `duration.ms`); its api (a call's `api`, a denial's `endpoint`) and its class (the
-/// event's `priority`), if any.
+/// event's `priority`), if any: shared (a few distinct values for millions of attempts).
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Attempt {
     pub ts_ms: i64,
     pub shop: Vec<u8>,
     pub duration_us: Option<i64>,
-    pub api: Option<Vec<u8>>,
-    pub priority: Option<Vec<u8>>,
+    pub api: Option<Arc<[u8]>>,
+    pub priority: Option<Arc<[u8]>>,
+}
+
+/// Shared copies of the few distinct values an attribute takes (an attempt's api or
+/// class): one allocation per value, not per attempt; past `MAX_INTERNED` distinct values a
+/// value gets its own.
+#[derive(Debug, Default)]
+pub struct Interned(Vec<Arc<[u8]>>);
+
+const MAX_INTERNED: usize = 64;
+
+impl Interned {
+    pub fn get(&mut self, v: &[u8]) -> Arc<[u8]> {
+        if let Some(a) = self.0.iter().find(|a| ***a == *v) {
+            return a.clone();
+        }
+        let a: Arc<[u8]> = Arc::from(v);
+        if self.0.len() < MAX_INTERNED {
+            self.0.push(a.clone());
+        }
+        a
+    }
 }
 
 /// A recorded `duration.ms` as µs: `None` for one no call can have taken (negative, not a

@@ -10,7 +10,8 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use checkout_guard_cli::replay::{
     duration_us, parse_auto_hot, parse_limits, parse_priority_map, parse_provider,
-    timestamp_in_range, Attempt, Common, Counts, Merge, RouteCounts, Scenario, Sim, NO_ROUTE,
+    timestamp_in_range, Attempt, Common, Counts, Interned, Merge, RouteCounts, Scenario, Sim,
+    NO_ROUTE,
 };
 use checkout_guard_cli::scan::{
     parse_line, Accumulator, BadLine, Filter, ScanConfig, Window, DISORDER_TOLERANCE_MS,
@@ -111,6 +112,8 @@ struct Source<'a> {
     decision_limiters: BTreeSet<String>,
     /// Attempts whose timestamp no clock gives (see `timestamp_in_range`): skipped.
     out_of_range: u64,
+    /// The apis' and classes' shared copies.
+    interned: Interned,
 }
 
 /// How many limiter names `decision_limiters` keeps.
@@ -169,8 +172,8 @@ impl LineSink for Source<'_> {
                 ts_ms: ts,
                 shop: r.shop.as_deref().unwrap_or(b"").to_vec(),
                 duration_us: duration,
-                api: api.map(<[u8]>::to_vec),
-                priority: r.priority.as_deref().map(<[u8]>::to_vec),
+                api: api.map(|a| self.interned.get(a)),
+                priority: r.priority.as_deref().map(|p| self.interned.get(p)),
             });
             if self.batch.len() >= BATCH {
                 let _ = self.tx.send(std::mem::take(&mut self.batch));
@@ -220,6 +223,7 @@ fn read(args: &ReplayArgs, sims: &mut [Sim]) -> Result<Read, String> {
                     limiters: BTreeSet::new(),
                     decision_limiters: BTreeSet::new(),
                     out_of_range: 0,
+                    interned: Interned::default(),
                 };
                 let res = feed_path(path, &mut s);
                 if !s.batch.is_empty() {
