@@ -11,22 +11,34 @@
 //! admitted call holds a lease on each level that applies from its recorded start
 //! (`timestamp`) to its end (`duration.ms` later, at most the lease's `lease_seconds`).
 //!
+//! Endpoints and priority classes (issue 42, docs/endpoints.md): `--limits` takes
+//! `endpoint.NAME=C/R`, `priorities.CLASS=SHARE` and `default_priority=CLASS` (what the
+//! workers publish in their settings, [`live::describe_routes`]), validated by the options'
+//! own rules. A recorded call is decided with the bucket of the endpoint named by its `api`
+//! (a denial's: its `endpoint`), without one when that api is not a configured endpoint
+//! (counted in [`Sim::unrouted`]); in the class its `priority` attribute names when that
+//! class is configured, else the class `--priority API=CLASS` gives its api, else
+//! `default_priority` ([`StepInput::share_ppm`]).
+//!
 //! Memory: per scenario, one state per shop and one counter per second of the range, and
 //! one entry per call in flight (the leases held); nothing per event. The caller feeds attempts in time order ([`Merge`] puts a few
 //! seconds of disorder right, as the workers' batched writes leave it).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
+use std::sync::Arc;
 
 use checkout_guard_config::live::{self, parse_bucket};
-use checkout_guard_config::options::in_flight_from_value;
-use checkout_guard_config::{auto_hot_from_value, Value};
+use checkout_guard_config::options::{
+    endpoints_from_value, in_flight_from_value, priorities_from_value,
+};
+use checkout_guard_config::{auto_hot_from_value, bucket_value, Value};
 use checkout_guard_model::bucket::MAX_STORED_NUMBER;
 use checkout_guard_model::in_flight::DEFAULT_LEASE_SECONDS;
 use checkout_guard_model::step::{auto_hot_window, StepInput, StoredState, WindowCounts};
 use checkout_guard_model::{
-    reservation_wait_us, step, AutoHot, BucketSet, BucketSpec, InFlight, Lane, LeaseLevel,
-    StoredBucket,
+    reservation_wait_with, step, AutoHot, BucketSet, BucketSpec, Endpoints, InFlight, Lane,
+    LeaseLevel, Priorities, StoredBucket,
 };
 
 /// Whether `ts_ms` is an instant the model decides at: from the Unix epoch to 2^53 - 1 µs
@@ -38,12 +50,36 @@ pub fn timestamp_in_range(ts_ms: i64) -> bool {
 
 /// A recorded attempt: when (Unix ms), for which shop, and how long its call took (µs;
 /// `None` for a recorded denial, whose call was not made, or a call without a readable
-/// `duration.ms`).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+/// `duration.ms`); its api (a call's `api`, a denial's `endpoint`) and its class (the
+/// event's `priority`), if any: shared (a few distinct values for millions of attempts).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Attempt {
     pub ts_ms: i64,
     pub shop: Vec<u8>,
     pub duration_us: Option<i64>,
+    pub api: Option<Arc<[u8]>>,
+    pub priority: Option<Arc<[u8]>>,
+}
+
+/// Shared copies of the few distinct values an attribute takes (an attempt's api or
+/// class): one allocation per value, not per attempt; past `MAX_INTERNED` distinct values a
+/// value gets its own.
+#[derive(Debug, Default)]
+pub struct Interned(Vec<Arc<[u8]>>);
+
+const MAX_INTERNED: usize = 64;
+
+impl Interned {
+    pub fn get(&mut self, v: &[u8]) -> Arc<[u8]> {
+        if let Some(a) = self.0.iter().find(|a| ***a == *v) {
+            return a.clone();
+        }
+        let a: Arc<[u8]> = Arc::from(v);
+        if self.0.len() < MAX_INTERNED {
+            self.0.push(a.clone());
+        }
+        a
+    }
 }
 
 /// A recorded `duration.ms` as µs: `None` for one no call can have taken (negative, not a
@@ -87,7 +123,7 @@ pub fn parse_in_flight(
 }
 
 /// One candidate configuration, as `--limits` names it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Scenario {
     pub name: String,
     /// What `--limits` said (for display).
@@ -96,6 +132,10 @@ pub struct Scenario {
     pub limits: Option<BucketSet>,
     /// `in_flight=N[/M/K]` (needs `limits`): the option as the model decides it.
     pub in_flight: Option<InFlight>,
+    /// `endpoint.NAME=C/R` each: the `endpoints` option (empty: none).
+    pub endpoints: Endpoints,
+    /// `priorities.CLASS=SHARE` each and `default_priority=CLASS`.
+    pub priorities: Option<Priorities>,
 }
 
 /// What every scenario shares: the hot shops listed, `auto_hot`, reservations, the
@@ -107,16 +147,30 @@ pub struct Common {
     /// A reservation's longest wait, µs (0: none).
     pub max_wait_us: i64,
     pub provider: Option<BucketSpec>,
+    /// `--priority API=CLASS`: the class of a call of that api whose event names none.
+    pub priority_by_api: HashMap<Vec<u8>, String>,
 }
 
 /// Parses `--limits`: `[name:]global=C/R [hot_lane=C/R] [hot_shop=C/R] [in_flight=N[/M/K]]
-/// [lease_seconds=S]` (spaces or commas between them; C capacity, R refill per second; N,
-/// M, K the calls in flight at once globally, in the hot lane, per hot shop; S the lease's
-/// bound), validated as the limiter's options are (errors name the bucket or the value).
-/// `index` names an unnamed scenario.
+/// [lease_seconds=S] [endpoint.NAME=C/R ...] [priorities.CLASS=SHARE ...]
+/// [default_priority=CLASS]` (spaces or commas between them; C capacity, R refill per
+/// second; N, M, K the calls in flight at once globally, in the hot lane, per hot shop; S
+/// the lease's bound), validated as the limiter's options are (errors name the bucket, the
+/// part or the value: `endpoint.items.capacity`, `priorities.normal`, `default_priority`).
+/// The endpoints and classes as the workers publish them ([`live::describe_routes`]) are
+/// taken as they are. `index` names an unnamed scenario.
 pub fn parse_limits(text: &str, index: usize) -> Result<Scenario, String> {
+    // `NAME:` before the parts; not the start of a part whose name holds a `:`
+    // (`endpoint.v1:charges=5/5`).
+    let named = |n: &str| {
+        let n = n.trim();
+        !n.is_empty()
+            && !n.contains('=')
+            && !n.starts_with(live::ENDPOINT_PREFIX)
+            && !n.starts_with(live::PRIORITIES_PREFIX)
+    };
     let (name, body) = match text.split_once(':') {
-        Some((n, rest)) if !n.contains('=') && !n.trim().is_empty() => (n.trim().to_string(), rest),
+        Some((n, rest)) if named(n) => (n.trim().to_string(), rest),
         _ => (
             if index == 0 {
                 "limits".to_string()
@@ -129,11 +183,42 @@ pub fn parse_limits(text: &str, index: usize) -> Result<Scenario, String> {
     let mut buckets: [Option<BucketSpec>; 3] = [None; 3];
     let mut in_flight: Option<&str> = None;
     let mut lease_seconds: Option<f64> = None;
-    for part in body.split([' ', ',']).filter(|p| !p.trim().is_empty()) {
+    let mut endpoints: Vec<(String, Value)> = Vec::new();
+    let mut classes: Vec<(String, Value)> = Vec::new();
+    let mut default_priority: Option<&str> = None;
+    for part in body
+        .split([' ', ',', '\t', '\n'])
+        .filter(|p| !p.trim().is_empty())
+    {
         let (bucket, value) = part
             .split_once('=')
             .ok_or_else(|| format!("--limits {text:?}: {part:?} is not BUCKET=CAPACITY/RATE"))?;
-        match bucket.trim() {
+        let key = bucket.trim();
+        if key.starts_with(live::ENDPOINT_PREFIX) {
+            let (n, (c, r)) = live::parse_endpoint_field(key, value)
+                .map_err(|e| format!("--limits {text:?}: {e}"))?;
+            if endpoints.iter().any(|(x, _)| *x == n) {
+                return Err(format!("--limits {text:?}: {key} given twice"));
+            }
+            endpoints.push((n, bucket_value(c, r)));
+            continue;
+        }
+        if key.starts_with(live::PRIORITIES_PREFIX) {
+            let (class, share) = live::parse_priority_field(key, value)
+                .map_err(|e| format!("--limits {text:?}: {e}"))?;
+            if classes.iter().any(|(x, _)| *x == class) {
+                return Err(format!("--limits {text:?}: {key} given twice"));
+            }
+            classes.push((class, Value::Float(share)));
+            continue;
+        }
+        if key == "default_priority" {
+            if default_priority.replace(value.trim()).is_some() {
+                return Err(format!("--limits {text:?}: default_priority given twice"));
+            }
+            continue;
+        }
+        match key {
             "in_flight" => {
                 if in_flight.replace(value).is_some() {
                     return Err(format!("--limits {text:?}: in_flight given twice"));
@@ -151,8 +236,10 @@ pub fn parse_limits(text: &str, index: usize) -> Result<Scenario, String> {
             }
             _ => {}
         }
-        let lane = Lane::from_name(bucket.trim()).ok_or_else(|| {
-            format!("--limits {text:?}: {bucket:?} is not a bucket (global, hot_lane, hot_shop)")
+        let lane = Lane::from_name(key).ok_or_else(|| {
+            format!(
+                "--limits {text:?}: {bucket:?} is not a bucket (global, hot_lane, hot_shop, endpoint.NAME) nor priorities.CLASS, default_priority, in_flight, lease_seconds"
+            )
         })?;
         let (c, r) = parse_bucket(lane, value).map_err(|e| format!("--limits {text:?}: {e}"))?;
         let spec =
@@ -178,12 +265,75 @@ pub fn parse_limits(text: &str, index: usize) -> Result<Scenario, String> {
         }
         (None, None) => None,
     };
+    // The options' own checks: names, each bucket as global's and at most global's, the
+    // shares, the default one of the classes. Named as the parts are written here.
+    let endpoints = if endpoints.is_empty() {
+        Endpoints::default()
+    } else {
+        endpoints_from_value(&Value::Map(endpoints), &set.global).map_err(|e| {
+            format!(
+                "--limits {text:?}: {} {}",
+                e.option.replacen("endpoints.", live::ENDPOINT_PREFIX, 1),
+                e.message
+            )
+        })?
+    };
+    let classes = (!classes.is_empty()).then_some(Value::Map(classes));
+    let default_priority = default_priority.map(|d| Value::Str(d.as_bytes().to_vec()));
+    let priorities = priorities_from_value(classes.as_ref(), default_priority.as_ref())
+        .map_err(|e| format!("--limits {text:?}: {} {}", e.option, e.message))?;
     Ok(Scenario {
         name,
         text: body.trim().to_string(),
         limits: Some(set),
         in_flight,
+        endpoints,
+        priorities,
     })
+}
+
+/// Parses `--priority API=CLASS` (repeatable): the class of a recorded call of that api
+/// whose event names none (`priority`), checked against every scenario that has classes
+/// (each must configure it); refused when none has.
+pub fn parse_priority_map(
+    items: &[String],
+    scenarios: &[Scenario],
+) -> Result<HashMap<Vec<u8>, String>, String> {
+    let mut out = HashMap::new();
+    if items.is_empty() {
+        return Ok(out);
+    }
+    let with_classes: Vec<&Scenario> = scenarios
+        .iter()
+        .filter(|s| s.priorities.is_some())
+        .collect();
+    if with_classes.is_empty() {
+        return Err("--priority needs classes: priorities.CLASS=SHARE in --limits".into());
+    }
+    for item in items {
+        let (api, class) = item
+            .split_once('=')
+            .ok_or_else(|| format!("--priority {item:?} is not API=CLASS"))?;
+        let class = class.trim();
+        for s in &with_classes {
+            let p = s.priorities.as_ref().expect("filtered");
+            if p.share_ppm(class).is_none() {
+                let known: Vec<&str> = p.iter().map(|(n, _)| n).collect();
+                return Err(format!(
+                    "--priority {item:?}: {class:?} is not a class of --limits {} ({})",
+                    s.name,
+                    known.join(", ")
+                ));
+            }
+        }
+        if out
+            .insert(api.as_bytes().to_vec(), class.to_string())
+            .is_some()
+        {
+            return Err(format!("--priority: api {api:?} given twice"));
+        }
+    }
+    Ok(out)
 }
 
 /// Parses `--provider CAPACITY/RATE`: the provider's own limit as a token bucket.
@@ -241,6 +391,8 @@ pub struct Counts {
     pub admitted: u64,
     /// Denied, by the lane whose bucket lacked the tokens.
     pub denied: [u64; 3],
+    /// Denied by the bucket of the call's endpoint (reason `endpoint`).
+    pub denied_endpoint: u64,
     /// Admitted calls the provider's limit would have answered 429.
     pub provider_429: u64,
     /// Admitted reservations that would have waited (for longer than 0).
@@ -257,9 +409,25 @@ pub struct Counts {
 impl Counts {
     /// Every denial: by the buckets and by the in-flight levels.
     pub fn denied_total(&self) -> u64 {
-        self.denied.iter().sum::<u64>() + self.denied_in_flight.iter().sum::<u64>()
+        self.denied.iter().sum::<u64>()
+            + self.denied_endpoint
+            + self.denied_in_flight.iter().sum::<u64>()
     }
 }
+
+/// Counts per endpoint (or per class): the attempts decided with it, admitted, denied (any
+/// reason), and denied by the endpoint's own bucket.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RouteCounts {
+    pub attempts: u64,
+    pub admitted: u64,
+    pub denied: u64,
+    pub denied_endpoint: u64,
+}
+
+/// The key of [`Sim::by_endpoint`] and [`Sim::by_class`] for the attempts decided without
+/// an endpoint, or without a class.
+pub const NO_ROUTE: &str = "(none)";
 
 /// What one attempt came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -267,6 +435,8 @@ pub enum Verdict {
     Admitted,
     /// Denied by this lane's bucket.
     Denied(Lane),
+    /// Denied by the bucket of the call's endpoint.
+    DeniedEndpoint,
     /// Denied by this in-flight level (the buckets had the tokens; none taken).
     DeniedInFlight(Lane),
 }
@@ -370,6 +540,15 @@ pub struct Sim {
     pub lease_expired: u64,
     /// Durations read so far (sum µs, count), for the estimate.
     durations: (i128, u64),
+    /// Each endpoint bucket's state, by name (written once a call took from it).
+    endpoint_buckets: HashMap<String, StoredBucket>,
+    /// Per endpoint ([`NO_ROUTE`]: decided without one) and per class ([`NO_ROUTE`]: no
+    /// class): what came out.
+    pub by_endpoint: BTreeMap<String, RouteCounts>,
+    pub by_class: BTreeMap<String, RouteCounts>,
+    /// Attempts whose api is not a configured endpoint (the scenario has endpoints),
+    /// decided without an endpoint: per api.
+    pub unrouted: BTreeMap<String, u64>,
 }
 
 impl Sim {
@@ -394,6 +573,82 @@ impl Sim {
             estimated: 0,
             lease_expired: 0,
             durations: (0, 0),
+            endpoint_buckets: HashMap::new(),
+            by_endpoint: BTreeMap::new(),
+            by_class: BTreeMap::new(),
+            unrouted: BTreeMap::new(),
+        }
+    }
+
+    /// Calls decided without an endpoint because their api is not one.
+    pub fn unrouted_total(&self) -> u64 {
+        self.unrouted.values().sum()
+    }
+
+    /// The endpoint (name, bucket) an attempt of `api` is decided with: the configured
+    /// endpoint of that name; else none (counted in [`Self::unrouted`] when the scenario
+    /// has endpoints and the attempt has an api).
+    fn endpoint_of(&mut self, api: Option<&[u8]>) -> Option<(String, BucketSpec)> {
+        if self.scenario.limits.is_none() || self.scenario.endpoints.is_empty() {
+            return None;
+        }
+        let api = api?;
+        let found = std::str::from_utf8(api)
+            .ok()
+            .and_then(|name| Some((name, *self.scenario.endpoints.get(name)?)));
+        match found {
+            Some((name, spec)) => Some((name.to_string(), spec)),
+            None => {
+                let key = String::from_utf8_lossy(api);
+                match self.unrouted.get_mut(&*key) {
+                    Some(n) => *n += 1,
+                    None => {
+                        self.unrouted.insert(key.into_owned(), 1);
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    /// The class an attempt is decided in and its share (ppm): the event's `priority` when
+    /// configured, else `--priority`'s for its api, else `default_priority`; none (share 0)
+    /// without classes.
+    fn class_of(&self, api: Option<&[u8]>, priority: Option<&[u8]>) -> (Option<String>, i64) {
+        let Some(p) = self.scenario.priorities.as_ref() else {
+            return (None, 0);
+        };
+        if self.scenario.limits.is_none() {
+            return (None, 0);
+        }
+        let named = priority
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .filter(|c| p.share_ppm(c).is_some());
+        let mapped = || {
+            api.and_then(|a| self.common.priority_by_api.get(a))
+                .map(String::as_str)
+                .filter(|c| p.share_ppm(c).is_some())
+        };
+        match named.or_else(mapped).or(p.default_class()) {
+            Some(c) => (Some(c.to_string()), p.share_ppm(c).unwrap_or(0)),
+            None => (None, 0),
+        }
+    }
+
+    fn count_route(map: &mut BTreeMap<String, RouteCounts>, key: Option<&str>, v: Verdict) {
+        let key = key.unwrap_or(NO_ROUTE);
+        let c = match map.get_mut(key) {
+            Some(c) => c,
+            None => map.entry(key.to_string()).or_default(),
+        };
+        c.attempts += 1;
+        match v {
+            Verdict::Admitted => c.admitted += 1,
+            Verdict::DeniedEndpoint => {
+                c.denied += 1;
+                c.denied_endpoint += 1;
+            }
+            _ => c.denied += 1,
         }
     }
 
@@ -447,9 +702,40 @@ impl Sim {
         shop: &[u8],
         duration_us: Option<i64>,
     ) -> Option<Verdict> {
+        self.attempt_routed(ts_ms, shop, duration_us, None, None)
+    }
+
+    /// [`Self::attempt_call`] for a call of `api` (its endpoint, when configured) in the
+    /// class `priority` names (see [`Self::class_of`]).
+    pub fn attempt_routed(
+        &mut self,
+        ts_ms: i64,
+        shop: &[u8],
+        duration_us: Option<i64>,
+        api: Option<&[u8]>,
+        priority: Option<&[u8]>,
+    ) -> Option<Verdict> {
         if !timestamp_in_range(ts_ms) {
             return None;
         }
+        let endpoint = self.endpoint_of(api);
+        let (class, share_ppm) = self.class_of(api, priority);
+        let verdict = self.decide(ts_ms, shop, duration_us, endpoint.as_ref(), share_ppm);
+        let name = endpoint.as_ref().map(|(n, _)| n.as_str());
+        Self::count_route(&mut self.by_endpoint, name, verdict);
+        Self::count_route(&mut self.by_class, class.as_deref(), verdict);
+        Some(verdict)
+    }
+
+    /// One decision (see [`Self::attempt_call`]) with the call's endpoint and class share.
+    fn decide(
+        &mut self,
+        ts_ms: i64,
+        shop: &[u8],
+        duration_us: Option<i64>,
+        endpoint: Option<&(String, BucketSpec)>,
+        share_ppm: i64,
+    ) -> Verdict {
         let now = ts_ms * 1000;
         // How long its lease would be held: the recorded duration, else the mean of the
         // durations read before it (the same in every scenario: they read alike).
@@ -491,6 +777,7 @@ impl Sim {
                 let auto = self.common.auto_hot.as_ref();
                 let mut stored = StoredState {
                     buckets: [self.global, self.lane, st.bucket],
+                    endpoint: endpoint.and_then(|(n, _)| self.endpoint_buckets.get(n).copied()),
                     mark_ttl_ms: st
                         .mark_until_us
                         .filter(|&u| u > now)
@@ -525,11 +812,21 @@ impl Sim {
                         auto_hot: auto,
                         max_wait_us: self.common.max_wait_us,
                         in_flight: in_flight.as_ref(),
+                        endpoint: endpoint.map(|(_, spec)| spec),
+                        share_ppm,
                         ..StepInput::new(now, 1)
                     },
                 );
                 // The model's own rule for what is stored (a denial changes what it says).
                 [self.global, self.lane, st.bucket] = next.buckets;
+                if let (Some((name, _)), Some(b)) = (endpoint, next.endpoint) {
+                    match self.endpoint_buckets.get_mut(name) {
+                        Some(slot) => *slot = b,
+                        None => {
+                            self.endpoint_buckets.insert(name.clone(), b);
+                        }
+                    }
+                }
                 if auto.is_some() && reply.reason.is_none() {
                     st.mine[0] = next.windows[0].mine;
                     self.all[0] = next.windows[0].all;
@@ -545,13 +842,23 @@ impl Sim {
                         self.total.denied_in_flight[level as usize] += 1;
                         (Verdict::DeniedInFlight(level), reply.hot, now)
                     }
+                    Some(_) if reply.endpoint_denied => {
+                        st.counts.denied_endpoint += 1;
+                        self.total.denied_endpoint += 1;
+                        (Verdict::DeniedEndpoint, reply.hot, now)
+                    }
                     Some(lane) => {
                         st.counts.denied[lane as usize] += 1;
                         self.total.denied[lane as usize] += 1;
                         (Verdict::Denied(lane), reply.hot, now)
                     }
                     None => {
-                        let wait = reservation_wait_us(set, &reply);
+                        let wait = reservation_wait_with(
+                            set,
+                            endpoint.map(|(_, spec)| spec),
+                            share_ppm,
+                            &reply,
+                        );
                         if wait > 0 {
                             st.counts.waited += 1;
                             self.total.waited += 1;
@@ -565,7 +872,7 @@ impl Sim {
         };
         if verdict != Verdict::Admitted {
             sec.denied += 1;
-            return Some(verdict);
+            return verdict;
         }
         // The leases: taken at the decision, released when the call ends (after a
         // reservation's wait and the call's duration), or at the lease's bound.
@@ -621,7 +928,7 @@ impl Sim {
                 self.provider = next.buckets[0];
             }
         }
-        Some(Verdict::Admitted)
+        Verdict::Admitted
     }
 
     /// Each shop's counts, most attempts first (then by ID).
@@ -674,8 +981,8 @@ impl Sim {
     }
 }
 
-/// An attempt waiting in [`Merge`]: instant, arrival (ties in order), shop, duration.
-type Pending = (i64, u64, Vec<u8>, Option<i64>);
+/// An attempt waiting in [`Merge`]: instant, arrival (ties in order), the attempt.
+type Pending = (i64, u64, Attempt);
 
 /// Attempts from several sources (files) in time order: each source in the order it was
 /// written, the sources merged, with up to `tolerance_ms` of disorder inside a source put
@@ -706,23 +1013,22 @@ impl Merge {
             self.late += 1;
         }
         self.seq += 1;
-        self.heap
-            .push(Reverse((a.ts_ms, self.seq, a.shop, a.duration_us)));
+        self.heap.push(Reverse((a.ts_ms, self.seq, a)));
     }
 
     /// Attempts no source can still precede: those at least `tolerance_ms` older than
     /// `frontier` (the oldest newest timestamp of the sources still being read), or all
     /// when `frontier` is `None` (every source read).
-    /// `f` gets each attempt's instant, shop and call duration (µs, if known).
-    pub fn release(&mut self, frontier: Option<i64>, mut f: impl FnMut(i64, &[u8], Option<i64>)) {
+    /// `f` gets each attempt.
+    pub fn release(&mut self, frontier: Option<i64>, mut f: impl FnMut(&Attempt)) {
         let limit = frontier.map_or(i64::MAX, |t| t.saturating_sub(self.tolerance_ms));
         while let Some(Reverse((ts, ..))) = self.heap.peek() {
             if *ts > limit {
                 break;
             }
-            let Reverse((ts, _, shop, duration)) = self.heap.pop().expect("peeked");
+            let Reverse((ts, _, a)) = self.heap.pop().expect("peeked");
             self.released = self.released.max(ts);
-            f(ts, &shop, duration);
+            f(&a);
         }
     }
 
@@ -816,6 +1122,244 @@ mod tests {
         }
     }
 
+    #[test]
+    fn endpoints_and_classes_are_parsed_as_the_options_and_as_published() {
+        let s = parse_limits(
+            "ep: global=100/100 endpoint.items=25/25, endpoint.v1/charges:confirm=50/50 priorities.critical=0 priorities.normal=0.2 default_priority=normal",
+            0,
+        )
+        .unwrap();
+        assert_eq!(s.name, "ep");
+        assert_eq!(s.endpoints.get("items").unwrap().capacity(), 25);
+        assert_eq!(
+            s.endpoints
+                .get("v1/charges:confirm")
+                .unwrap()
+                .refill_per_second(),
+            50.0
+        );
+        let p = s.priorities.clone().unwrap();
+        assert_eq!(p.share_ppm("normal"), Some(200_000));
+        assert_eq!(p.share_ppm("critical"), Some(0));
+        assert_eq!(p.default_class(), Some("normal"));
+        // What the workers publish (and `limiter status` shows) is taken as it is.
+        let published = format!(
+            "global=100/100{}",
+            live::describe_routes(&s.endpoints, s.priorities.as_ref())
+        );
+        let again = parse_limits(&published, 0).unwrap();
+        assert_eq!(again.endpoints, s.endpoints);
+        assert_eq!(again.priorities, s.priorities);
+        // A first part whose endpoint name holds a `:` is not a scenario's name.
+        let s = parse_limits("endpoint.v1:x=5/5 global=10/10", 1).unwrap();
+        assert_eq!(s.name, "limits2");
+        assert!(s.endpoints.get("v1:x").is_some());
+        assert!(parse_limits("global=1/1", 0).unwrap().priorities.is_none());
+        for (bad, says) in [
+            (
+                "global=10/10 endpoint.items=20/5",
+                "endpoint.items.capacity may not exceed global.capacity (10), got 20",
+            ),
+            (
+                "global=10/10 endpoint.items=5/50",
+                "endpoint.items.refill_per_second may not exceed global.refill_per_second",
+            ),
+            ("global=10/10 endpoint.items=0/5", "endpoint.items.capacity"),
+            (
+                "global=10/10 endpoint.items=5",
+                "endpoint.items: \"5\" is not CAPACITY/RATE",
+            ),
+            ("global=10/10 endpoint.items=x/5", "endpoint.items.capacity"),
+            (
+                "global=10/10 endpoint.a*b=5/5",
+                "\"endpoint.a*b\": the endpoint name",
+            ),
+            (
+                "global=10/10 endpoint.=5/5",
+                "the endpoint name must be 1-64",
+            ),
+            (
+                "global=10/10 endpoint.items=5/5 endpoint.items=6/6",
+                "endpoint.items given twice",
+            ),
+            (
+                "global=10/10 priorities.normal=1",
+                "priorities.normal: \"1\" is not a share",
+            ),
+            ("global=10/10 priorities.normal=x", "priorities.normal"),
+            (
+                "global=10/10 priorities.normal=0.2 default_priority=urgent",
+                "default_priority must be one of the priorities (normal), got \"urgent\"",
+            ),
+            (
+                "global=10/10 default_priority=normal",
+                "default_priority needs the priorities option",
+            ),
+            (
+                "global=10/10 priorities.a=0 priorities.a=0.1",
+                "priorities.a given twice",
+            ),
+            ("endpoint.items=5/5", "no global"),
+            ("global=10/10 colour=1/1", "not a bucket"),
+        ] {
+            let e = parse_limits(bad, 0).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let scenarios = [parse_limits("global=1/1 priorities.normal=0.2", 0).unwrap()];
+        let m = parse_priority_map(&["items=normal".into()], &scenarios).unwrap();
+        assert_eq!(m[&b"items"[..]], "normal");
+        for (items, says) in [
+            (
+                vec!["items=urgent"],
+                "\"urgent\" is not a class of --limits limits (normal)",
+            ),
+            (vec!["items"], "is not API=CLASS"),
+            (vec!["a=normal", "a=normal"], "given twice"),
+        ] {
+            let items: Vec<String> = items.into_iter().map(String::from).collect();
+            let e = parse_priority_map(&items, &scenarios).unwrap_err();
+            assert!(e.contains(says), "{items:?}: {e}");
+        }
+        let plain = [parse_limits("global=1/1", 0).unwrap()];
+        assert!(parse_priority_map(&["a=b".into()], &plain)
+            .unwrap_err()
+            .contains("needs classes"));
+    }
+
+    /// Frozen rates (1 token per 1000 s): every count is the buckets' capacity. global 10,
+    /// items 3, charges 10. Five items calls: 3 admitted, 2 denied by items (taking nothing
+    /// from global: 7 left); eight charges calls: 7 admitted, the 8th denied by global
+    /// (charges still holds 3); one items call: denied by global (checked first though
+    /// items is empty too); two calls of api `tax`, no endpoint: denied by global.
+    #[test]
+    fn an_endpoint_binds_all_or_nothing_under_global() {
+        let mut s = sim(
+            "global=10/0.001 endpoint.items=3/0.001 endpoint.charges=10/0.001",
+            Common::default(),
+        );
+        let mut t = 1_000_000;
+        let mut call = |s: &mut Sim, api: &str| {
+            t += 1;
+            s.attempt_routed(t, b"a", Some(1_000), Some(api.as_bytes()), None)
+                .unwrap()
+        };
+        let v: Vec<Verdict> = (0..5).map(|_| call(&mut s, "items")).collect();
+        assert_eq!(
+            v,
+            [
+                Verdict::Admitted,
+                Verdict::Admitted,
+                Verdict::Admitted,
+                Verdict::DeniedEndpoint,
+                Verdict::DeniedEndpoint
+            ]
+        );
+        let admitted = (0..8)
+            .filter(|_| call(&mut s, "charges") == Verdict::Admitted)
+            .count();
+        assert_eq!(admitted, 7);
+        assert_eq!(call(&mut s, "items"), Verdict::Denied(Lane::Global));
+        assert_eq!(call(&mut s, "tax"), Verdict::Denied(Lane::Global));
+        assert_eq!(call(&mut s, "tax"), Verdict::Denied(Lane::Global));
+        assert_eq!(s.total.admitted, 10);
+        assert_eq!(s.total.denied_endpoint, 2);
+        assert_eq!(s.total.denied, [4, 0, 0]);
+        assert_eq!(s.total.denied_total(), 6);
+        let rc = |attempts, admitted, denied, denied_endpoint| RouteCounts {
+            attempts,
+            admitted,
+            denied,
+            denied_endpoint,
+        };
+        assert_eq!(s.by_endpoint["items"], rc(6, 3, 3, 2));
+        assert_eq!(s.by_endpoint["charges"], rc(8, 7, 1, 0));
+        assert_eq!(s.by_endpoint[NO_ROUTE], rc(2, 0, 2, 0));
+        assert_eq!(s.unrouted.get("tax"), Some(&2));
+        assert_eq!(s.unrouted_total(), 2);
+        assert_eq!(s.by_class[NO_ROUTE], rc(16, 10, 6, 2));
+        assert_eq!(s.shop(b"a").unwrap().denied_endpoint, 2);
+        // Without endpoints the same calls are global's alone: 10 admitted, none unrouted.
+        let mut p = sim("global=10/0.001", Common::default());
+        for i in 0..16 {
+            p.attempt_routed(1_000 + i, b"a", None, Some(b"items"), None);
+        }
+        assert_eq!((p.total.admitted, p.total.denied), (10, [6, 0, 0]));
+        assert!(p.unrouted.is_empty());
+    }
+
+    /// Frozen rates, global 10, items 5; classes critical 0, normal 0.2 (the default),
+    /// background 0.5. Background may leave no less than 5 of global: 5 of 7 admitted;
+    /// normal no less than 2: 3 of 5 (and a call naming a class not configured is normal:
+    /// denied); critical takes the rest: 2 of 3. On items (5), background leaves 2.5: 2
+    /// admitted, the 3rd denied by the endpoint; `--priority items=critical` makes a call
+    /// of items naming no class critical.
+    #[test]
+    fn a_class_keeps_its_reserve_of_every_bucket() {
+        let limits = "global=10/0.001 endpoint.items=5/0.001 priorities.critical=0 priorities.normal=0.2 priorities.background=0.5 default_priority=normal";
+        let mut s = sim(limits, Common::default());
+        let mut t = 2_000_000;
+        let mut call = |s: &mut Sim, class: Option<&str>| {
+            t += 1;
+            s.attempt_routed(t, b"a", None, Some(b"zoneA"), class.map(str::as_bytes))
+                .unwrap()
+        };
+        let n = |s: &mut Sim,
+                 k: usize,
+                 class: Option<&str>,
+                 call: &mut dyn FnMut(&mut Sim, Option<&str>) -> Verdict| {
+            (0..k)
+                .filter(|_| call(s, class) == Verdict::Admitted)
+                .count()
+        };
+        assert_eq!(n(&mut s, 7, Some("background"), &mut call), 5);
+        assert_eq!(n(&mut s, 5, None, &mut call), 3);
+        assert_eq!(call(&mut s, Some("urgent")), Verdict::Denied(Lane::Global));
+        assert_eq!(n(&mut s, 3, Some("critical"), &mut call), 2);
+        assert_eq!(s.total.admitted, 10);
+        let rc = |attempts, admitted, denied| RouteCounts {
+            attempts,
+            admitted,
+            denied,
+            denied_endpoint: 0,
+        };
+        assert_eq!(s.by_class["background"], rc(7, 5, 2));
+        assert_eq!(s.by_class["normal"], rc(6, 3, 3));
+        assert_eq!(s.by_class["critical"], rc(3, 2, 1));
+        assert_eq!(s.unrouted.get("zoneA"), Some(&16));
+        // The endpoint's reserve: items holds 5, background leaves 2.5 of it.
+        let common = Common {
+            priority_by_api: [(b"items".to_vec(), "critical".to_string())]
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        };
+        let mut s = sim(limits, common);
+        let v: Vec<Verdict> = (0..3)
+            .map(|i| {
+                s.attempt_routed(3_000 + i, b"b", None, Some(b"items"), Some(b"background"))
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(
+            v,
+            [
+                Verdict::Admitted,
+                Verdict::Admitted,
+                Verdict::DeniedEndpoint
+            ]
+        );
+        // Naming no class, items' calls are critical (--priority): the 3 tokens left.
+        let admitted = (0..4)
+            .filter(|i| {
+                s.attempt_routed(3_010 + i, b"b", None, Some(b"items"), None)
+                    == Some(Verdict::Admitted)
+            })
+            .count();
+        assert_eq!(admitted, 3);
+        assert_eq!(s.by_class["critical"].admitted, 3);
+        assert_eq!(s.by_endpoint["items"].denied_endpoint, 2);
+    }
+
     /// A call the buckets admit but the leases deny takes no tokens, so it counts nothing
     /// towards `auto_hot` and marks nothing (the model marks only an allowed decision).
     #[test]
@@ -896,6 +1440,7 @@ mod tests {
             text: String::new(),
             limits: None,
             in_flight: None,
+            ..Default::default()
         };
         let common = Common {
             provider: Some(parse_provider("5/5").unwrap()),
@@ -929,6 +1474,7 @@ mod tests {
             text: String::new(),
             limits: Some(set),
             in_flight: None,
+            ..Default::default()
         };
         let mut s = Sim::new(scenario, common);
         // 10 s: the flooder at 200/s, two ordinary shops at 5/s each.
@@ -980,18 +1526,19 @@ mod tests {
             m.push(Attempt {
                 ts_ms: ts,
                 shop: shop.as_bytes().to_vec(),
-                duration_us: None,
+                ..Default::default()
             });
         }
-        m.release(Some(1_200), |t, s, _| out.push((t, s.to_vec())));
+        m.release(Some(1_200), |a| out.push((a.ts_ms, a.shop.clone())));
         assert_eq!(out, vec![(950, b"b".to_vec()), (1_000, b"a".to_vec())]);
         m.push(Attempt {
             ts_ms: 900,
             shop: b"late".to_vec(),
             duration_us: Some(5),
+            ..Default::default()
         });
         assert_eq!(m.late, 1);
-        m.release(None, |t, s, _| out.push((t, s.to_vec())));
+        m.release(None, |a| out.push((a.ts_ms, a.shop.clone())));
         assert_eq!(out.len(), 4);
         assert_eq!(m.pending(), 0);
     }

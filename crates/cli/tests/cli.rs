@@ -1295,6 +1295,9 @@ fn replay_json_is_compact_with_sorted_keys_and_the_first_scenario_on_top() {
         keys(&j),
         [
             "api",
+            "apis",
+            "classes",
+            "endpoints",
             "from_ms",
             "input",
             "limiter",
@@ -1304,9 +1307,23 @@ fn replay_json_is_compact_with_sorted_keys_and_the_first_scenario_on_top() {
             "shops",
             "to_ms",
             "totals",
+            "unrouted",
             "windows"
         ]
     );
+    assert_eq!(j["api"], "payment");
+    assert_eq!(j["apis"], serde_json::json!(["payment"]));
+    assert_eq!(
+        keys(&j["shops"]["flood"]["denied"]),
+        ["endpoint", "global", "hot_lane", "hot_shop"]
+    );
+    // No endpoints, no classes: every attempt under "(none)", nothing unrouted.
+    assert_eq!(
+        j["endpoints"]["(none)"]["attempts"],
+        j["totals"]["attempts"]
+    );
+    assert_eq!(j["classes"], s[0]["classes"]);
+    assert_eq!(j["unrouted"], serde_json::json!({"apis": {}, "calls": 0}));
     assert_eq!(
         keys(&j["shops"]["flood"]),
         [

@@ -163,6 +163,9 @@ pub const CALLER: &[AttrSpec] = &[
     optional(attr::STEP, Str),
     optional(attr::PAYMENT_CHANNEL, Str),
     optional(attr::TAG, Str),
+    // The class the call was made in (issue 42): what `checkout-guard replay` decides it
+    // in, as a `RateLimitDecision`'s `priority`.
+    optional(attr::PRIORITY, Str),
 ];
 
 /// The recorder's events.

@@ -9,8 +9,9 @@ use std::io::{BufWriter, Write as _};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use checkout_guard_cli::replay::{
-    duration_us, parse_auto_hot, parse_limits, parse_provider, timestamp_in_range, Attempt, Common,
-    Counts, Merge, Scenario, Sim,
+    duration_us, parse_auto_hot, parse_limits, parse_priority_map, parse_provider,
+    timestamp_in_range, Attempt, Common, Counts, Interned, Merge, RouteCounts, Scenario, Sim,
+    NO_ROUTE,
 };
 use checkout_guard_cli::scan::{
     parse_line, Accumulator, BadLine, Filter, ScanConfig, Window, DISORDER_TOLERANCE_MS,
@@ -33,9 +34,11 @@ pub struct ReplayArgs {
     /// JSONL event files (gzip is detected); `-` reads stdin.
     #[arg(required = true)]
     files: Vec<String>,
-    /// The API whose calls are replayed (each `ExternalApiCall` of it is one attempt).
-    #[arg(long)]
-    api: String,
+    /// The API whose calls are replayed (each `ExternalApiCall` of it is one attempt);
+    /// repeatable: the apis one limiter guards, each decided with the bucket of the
+    /// endpoint of its name (`endpoint.NAME=C/R` in --limits) when there is one.
+    #[arg(long, required = true)]
+    api: Vec<String>,
     /// Whose denials (`RateLimitDecision`, allowed false) are attempts too; may be left
     /// out when the files hold one limiter's decisions.
     #[arg(long)]
@@ -44,8 +47,15 @@ pub struct ReplayArgs {
     /// [in_flight=N[/M/K]] [lease_seconds=S]` (C capacity, R refill per second; N, M, K
     /// calls in flight at once: globally, in the hot lane, per hot shop; S a lease's
     /// bound, default 30); repeatable, compared side by side. Left out: no limiter.
+    /// With endpoints and classes: `endpoint.NAME=C/R` (a recorded call's endpoint is its
+    /// api), `priorities.CLASS=SHARE`, `default_priority=CLASS`, as `limiter status` and
+    /// the published settings show them.
     #[arg(long = "limits")]
     limits: Vec<String>,
+    /// `API=CLASS`: the class of a call of that api whose event names no `priority`
+    /// (else `default_priority`); repeatable.
+    #[arg(long = "priority")]
+    priority: Vec<String>,
     /// A shop that is always hot (the `hot_shops` option); repeatable. As `limiter status`
     /// shows it (`\\`, `\xHH`).
     #[arg(long = "hot")]
@@ -90,7 +100,7 @@ const BATCH: usize = 4096;
 /// attempts to the merge.
 struct Source<'a> {
     acc: Accumulator,
-    api: &'a [u8],
+    apis: &'a [String],
     limiter: Option<&'a [u8]>,
     from: Option<i64>,
     to: Option<i64>,
@@ -102,6 +112,8 @@ struct Source<'a> {
     decision_limiters: BTreeSet<String>,
     /// Attempts whose timestamp no clock gives (see `timestamp_in_range`): skipped.
     out_of_range: u64,
+    /// The apis' and classes' shared copies.
+    interned: Interned,
 }
 
 /// How many limiter names `decision_limiters` keeps.
@@ -124,11 +136,17 @@ impl LineSink for Source<'_> {
         if self.from.is_some_and(|f| ts < f) || self.to.is_some_and(|t| ts >= t) {
             return;
         }
+        let is_api =
+            |a: Option<&[u8]>| a.is_some_and(|a| self.apis.iter().any(|x| x.as_bytes() == a));
         let attempt = match r.event_type.as_deref() {
-            Some(EXTERNAL_API_CALL) => r.api.as_deref() == Some(self.api),
+            Some(EXTERNAL_API_CALL) => is_api(r.api.as_deref()),
             // A denial: an attempt whose call was not made. A shadow decision (allowed
-            // true) made its call, counted as its ExternalApiCall.
-            Some(RATE_LIMIT_DECISION) if r.allowed == Some(false) => {
+            // true) made its call, counted as its ExternalApiCall. A denial naming an
+            // endpoint that is not one of the apis is another api's.
+            Some(RATE_LIMIT_DECISION)
+                if r.allowed == Some(false)
+                    && (r.endpoint.is_none() || is_api(r.endpoint.as_deref())) =>
+            {
                 let name = r.limiter.as_deref().unwrap_or(b"");
                 if let Some(want) = self.limiter {
                     name == want
@@ -146,14 +164,16 @@ impl LineSink for Source<'_> {
             self.out_of_range += 1;
         } else if attempt {
             // A call's duration (its lease's); a denial's call was not made: unknown.
-            let duration = match r.event_type.as_deref() {
-                Some(EXTERNAL_API_CALL) => duration_us(r.duration_ms()),
-                _ => None,
+            let (duration, api) = match r.event_type.as_deref() {
+                Some(EXTERNAL_API_CALL) => (duration_us(r.duration_ms()), r.api.as_deref()),
+                _ => (None, r.endpoint.as_deref()),
             };
             self.batch.push(Attempt {
                 ts_ms: ts,
                 shop: r.shop.as_deref().unwrap_or(b"").to_vec(),
                 duration_us: duration,
+                api: api.map(|a| self.interned.get(a)),
+                priority: r.priority.as_deref().map(|p| self.interned.get(p)),
             });
             if self.batch.len() >= BATCH {
                 let _ = self.tx.send(std::mem::take(&mut self.batch));
@@ -178,7 +198,7 @@ struct Read {
 fn read(args: &ReplayArgs, sims: &mut [Sim]) -> Result<Read, String> {
     let filter = Filter {
         event_types: Vec::new(),
-        apis: vec![args.api.clone()],
+        apis: args.api.clone(),
         shops: Vec::new(),
         from_ms: args.from,
         to_ms: args.to,
@@ -194,7 +214,7 @@ fn read(args: &ReplayArgs, sims: &mut [Sim]) -> Result<Read, String> {
             handles.push(scope.spawn(move || {
                 let mut s = Source {
                     acc: Accumulator::new(filter, 1000),
-                    api: args.api.as_bytes(),
+                    apis: &args.api,
                     limiter,
                     from: args.from,
                     to: args.to,
@@ -203,6 +223,7 @@ fn read(args: &ReplayArgs, sims: &mut [Sim]) -> Result<Read, String> {
                     limiters: BTreeSet::new(),
                     decision_limiters: BTreeSet::new(),
                     out_of_range: 0,
+                    interned: Interned::default(),
                 };
                 let res = feed_path(path, &mut s);
                 if !s.batch.is_empty() {
@@ -233,17 +254,9 @@ fn read(args: &ReplayArgs, sims: &mut [Sim]) -> Result<Read, String> {
                 Err(_) => last[i] = None,
             }
             let frontier = last.iter().flatten().min().copied();
-            merge.release(frontier, |ts, shop, duration| {
-                for s in sims.iter_mut() {
-                    s.attempt_call(ts, shop, duration);
-                }
-            });
+            merge.release(frontier, |a| decide(sims, a));
         }
-        merge.release(None, |ts, shop, duration| {
-            for s in sims.iter_mut() {
-                s.attempt_call(ts, shop, duration);
-            }
-        });
+        merge.release(None, |a| decide(sims, a));
         let mut acc: Option<Accumulator> = None;
         let mut limiters = BTreeSet::new();
         let mut decision_limiters = BTreeSet::new();
@@ -271,6 +284,19 @@ fn read(args: &ReplayArgs, sims: &mut [Sim]) -> Result<Read, String> {
     })
 }
 
+/// One attempt decided in every scenario.
+fn decide(sims: &mut [Sim], a: &Attempt) {
+    for s in sims.iter_mut() {
+        s.attempt_routed(
+            a.ts_ms,
+            &a.shop,
+            a.duration_us,
+            a.api.as_deref(),
+            a.priority.as_deref(),
+        );
+    }
+}
+
 fn scenarios(args: &ReplayArgs) -> Result<Vec<Sim>, String> {
     let mut list = Vec::new();
     for (i, l) in args.limits.iter().enumerate() {
@@ -284,13 +310,15 @@ fn scenarios(args: &ReplayArgs) -> Result<Vec<Sim>, String> {
         if args.auto_hot.is_some() || !args.hot.is_empty() || args.max_wait.is_some() {
             return Err("--hot, --auto-hot and --max-wait need --limits".into());
         }
+        if !args.priority.is_empty() {
+            return Err("--priority needs --limits with priorities.CLASS=SHARE".into());
+        }
         list.push(Scenario {
             name: "no limiter".into(),
-            text: String::new(),
-            limits: None,
-            in_flight: None,
+            ..Default::default()
         });
     }
+    let priority_by_api = parse_priority_map(&args.priority, &list)?;
     let mut hot_shops = HashSet::new();
     for h in &args.hot {
         hot_shops.insert(shop_id::unescape(h.as_bytes()).map_err(|e| format!("--hot {h:?}: {e}"))?);
@@ -311,6 +339,7 @@ fn scenarios(args: &ReplayArgs) -> Result<Vec<Sim>, String> {
                 auto_hot,
                 max_wait_us,
                 provider,
+                priority_by_api: priority_by_api.clone(),
             };
             Ok(Sim::new(s, common))
         })
@@ -371,7 +400,7 @@ fn matched_something(args: &ReplayArgs, acc: &Accumulator) -> Result<(), String>
     if acc.counted == 0 {
         return Err(format!(
             "--api {} matched no ExternalApiCall event{}: the apis in the files: {}; nothing replayed",
-            args.api,
+            args.api.join(" --api "),
             if args.from.is_some() || args.to.is_some() {
                 " in --from/--to"
             } else {
@@ -428,7 +457,11 @@ impl<'a> Serialize for JsonOut<'a> {
             .as_deref()
             .or_else(|| read.limiters.iter().next().map(String::as_str));
         let mut m = ser.serialize_map(None)?;
-        m.serialize_entry("api", &args.api)?;
+        // One api: its name (as before `--api` was repeatable); several: comma-separated.
+        m.serialize_entry("api", &args.api.join(","))?;
+        m.serialize_entry("apis", &args.api)?;
+        m.serialize_entry("classes", &RoutesJson(&first.by_class))?;
+        m.serialize_entry("endpoints", &RoutesJson(&first.by_endpoint))?;
         m.serialize_entry("from_ms", &args.from)?;
         m.serialize_entry("input", &InputJson { read, first })?;
         m.serialize_entry("limiter", &limiter)?;
@@ -441,7 +474,39 @@ impl<'a> Serialize for JsonOut<'a> {
         m.serialize_entry("shops", &ShopsJson(first))?;
         m.serialize_entry("to_ms", &args.to)?;
         m.serialize_entry("totals", &TotalsJson(first))?;
+        m.serialize_entry("unrouted", &UnroutedJson(first))?;
         m.serialize_entry("windows", &WindowsJson(first, windows))?;
+        m.end()
+    }
+}
+
+/// Counts per endpoint or per class, by name ([`NO_ROUTE`]: none).
+struct RoutesJson<'a>(&'a std::collections::BTreeMap<String, RouteCounts>);
+
+impl Serialize for RoutesJson<'_> {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        ser.collect_map(self.0.iter().map(|(k, c)| {
+            (
+                k,
+                json!({
+                    "admitted": c.admitted,
+                    "attempts": c.attempts,
+                    "denied": c.denied,
+                    "denied_by_endpoint": c.denied_endpoint,
+                }),
+            )
+        }))
+    }
+}
+
+/// The calls of apis without an endpoint bucket (the scenario has endpoints).
+struct UnroutedJson<'a>(&'a Sim);
+
+impl Serialize for UnroutedJson<'_> {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let mut m = ser.serialize_map(None)?;
+        m.serialize_entry("apis", &self.0.unrouted)?;
+        m.serialize_entry("calls", &self.0.unrouted_total())?;
         m.end()
     }
 }
@@ -487,14 +552,18 @@ fn levels_json<T: Serialize>(v: [T; 3]) -> serde_json::Value {
     json!({ "global": g, "hot_lane": l, "hot_shop": s })
 }
 
-/// Denials by lane, the lanes by name.
-struct DeniedJson<'a>(&'a [u64; 3]);
+/// Denials by bucket: the lanes by name, and `endpoint` (the call's endpoint's bucket).
+struct DeniedJson<'a>(&'a Counts);
 
 impl Serialize for DeniedJson<'_> {
     fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
         let mut lanes = Lane::ALL;
         lanes.sort_by_key(|l| l.as_str());
-        ser.collect_map(lanes.iter().map(|&l| (l.as_str(), self.0[l as usize])))
+        let c = self.0;
+        ser.collect_map(
+            std::iter::once(("endpoint", c.denied_endpoint))
+                .chain(lanes.iter().map(|&l| (l.as_str(), c.denied[l as usize]))),
+        )
     }
 }
 
@@ -504,10 +573,13 @@ impl Serialize for ScenarioJson<'_> {
     fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
         let s = self.0;
         let mut m = ser.serialize_map(None)?;
+        m.serialize_entry("classes", &RoutesJson(&s.by_class))?;
+        m.serialize_entry("endpoints", &RoutesJson(&s.by_endpoint))?;
         m.serialize_entry("limits", &s.scenario.text)?;
         m.serialize_entry("name", &s.scenario.name)?;
         m.serialize_entry("shops", &ShopsJson(s))?;
         m.serialize_entry("totals", &TotalsJson(s))?;
+        m.serialize_entry("unrouted", &UnroutedJson(s))?;
         m.serialize_entry("windows", &WindowsJson(s, self.1))?;
         m.end()
     }
@@ -525,7 +597,7 @@ impl Serialize for TotalsJson<'_> {
         m.serialize_entry("admitted", &t.admitted)?;
         m.serialize_entry("admitted_hot", &t.admitted_hot)?;
         m.serialize_entry("attempts", &t.attempts)?;
-        m.serialize_entry("denied", &DeniedJson(&t.denied))?;
+        m.serialize_entry("denied", &DeniedJson(t))?;
         m.serialize_entry("denied_in_flight", &levels_json(t.denied_in_flight))?;
         m.serialize_entry("denied_total", &t.denied_total())?;
         let peaks = s.peaks_in_flight();
@@ -594,7 +666,7 @@ impl Serialize for ShopJson<'_> {
         let mut m = ser.serialize_map(None)?;
         m.serialize_entry("admitted", &c.admitted)?;
         m.serialize_entry("attempts", &c.attempts)?;
-        m.serialize_entry("denied", &DeniedJson(&c.denied))?;
+        m.serialize_entry("denied", &DeniedJson(c))?;
         m.serialize_entry("denied_in_flight", &levels_json(c.denied_in_flight))?;
         m.serialize_entry("denied_total", &c.denied_total())?;
         m.serialize_entry("hot", &self.hot)?;
@@ -654,8 +726,26 @@ fn text(args: &ReplayArgs, sims: &[Sim], read: &Read, windows: &[Window]) -> Str
     let _ = writeln!(
         o,
         "replay of {} attempts at api {} (denials of limiter {limiter}), {} lines read",
-        sims[0].total.attempts, args.api, read.acc.events
+        sims[0].total.attempts,
+        args.api.join(", "),
+        read.acc.events
     );
+    for s in sims {
+        if s.unrouted.is_empty() {
+            continue;
+        }
+        let _ = writeln!(
+            o,
+            "{}{} calls of apis without an endpoint bucket: {} (decided without an endpoint)",
+            if sims.len() > 1 {
+                format!("{}: ", s.scenario.name)
+            } else {
+                String::new()
+            },
+            s.unrouted_total(),
+            s.unrouted.keys().cloned().collect::<Vec<_>>().join(", ")
+        );
+    }
     if read.acc.malformed + read.acc.missing_timestamp > 0 {
         let _ = writeln!(
             o,
@@ -709,12 +799,21 @@ fn text(args: &ReplayArgs, sims: &[Sim], read: &Read, windows: &[Window]) -> Str
     let each = |f: &dyn Fn(&Sim) -> String| sims.iter().map(f).collect::<Vec<_>>();
     row(&mut o, "attempts", each(&|s| s.total.attempts.to_string()));
     row(&mut o, "admitted", each(&|s| s.total.admitted.to_string()));
+    let endpoints = sims.iter().any(|s| !s.scenario.endpoints.is_empty());
+    let classes = sims.iter().any(|s| s.scenario.priorities.is_some());
     for lane in Lane::ALL {
         row(
             &mut o,
             &format!("denied by {}", lane.as_str()),
             each(&|s| s.total.denied[lane as usize].to_string()),
         );
+        if lane == Lane::Global && endpoints {
+            row(
+                &mut o,
+                "denied by endpoint",
+                each(&|s| s.total.denied_endpoint.to_string()),
+            );
+        }
     }
     let in_flight = sims.iter().any(|s| s.scenario.in_flight.is_some());
     if in_flight {
@@ -784,6 +883,38 @@ fn text(args: &ReplayArgs, sims: &[Sim], read: &Read, windows: &[Window]) -> Str
             }),
         );
     }
+    // Per endpoint and per class: admitted/denied (denied by the endpoint's own bucket).
+    let routes =
+        |o: &mut String,
+         label: &str,
+         of: &dyn Fn(&Sim) -> &std::collections::BTreeMap<String, RouteCounts>| {
+            let names: BTreeSet<&String> = sims.iter().flat_map(|s| of(s).keys()).collect();
+            for name in names {
+                let shown = if name == NO_ROUTE { "none" } else { name };
+                row(
+                    o,
+                    &format!("{label} {shown}"),
+                    each(&|s| match of(s).get(name) {
+                        Some(c) if label == "endpoint" && name != NO_ROUTE => {
+                            format!("{}/{} (e:{})", c.admitted, c.denied, c.denied_endpoint)
+                        }
+                        Some(c) => format!("{}/{}", c.admitted, c.denied),
+                        None => "-".into(),
+                    }),
+                );
+            }
+        };
+    if endpoints {
+        let _ = writeln!(
+            o,
+            "per endpoint: admitted/denied (e: by the endpoint's bucket)"
+        );
+        routes(&mut o, "endpoint", &|s| &s.by_endpoint);
+    }
+    if classes {
+        let _ = writeln!(o, "per class: admitted/denied");
+        routes(&mut o, "class", &|s| &s.by_class);
+    }
     for w in windows {
         row(
             &mut o,
@@ -797,8 +928,9 @@ fn text(args: &ReplayArgs, sims: &[Sim], read: &Read, windows: &[Window]) -> Str
     }
     let _ = writeln!(
         o,
-        "\nper shop (top {} by attempts; --json lists every shop): attempts admitted denied(global/hot_lane/hot_shop){} peak-in-flight{}",
+        "\nper shop (top {} by attempts; --json lists every shop): attempts admitted denied(global/hot_lane/hot_shop{}){} peak-in-flight{}",
         args.top,
+        if endpoints { "/endpoint" } else { "" },
         if in_flight {
             " if:in-flight-denied(global/hot_lane/hot_shop)"
         } else {
@@ -812,12 +944,17 @@ fn text(args: &ReplayArgs, sims: &[Sim], read: &Read, windows: &[Window]) -> Str
             let c = s.shop(id).cloned().unwrap_or_default();
             let _ = write!(
                 line,
-                "  {:>6} {:>6} {:>4}/{}/{}{} {}{}{}",
+                "  {:>6} {:>6} {:>4}/{}/{}{}{} {}{}{}",
                 c.attempts,
                 c.admitted,
                 c.denied[0],
                 c.denied[1],
                 c.denied[2],
+                if endpoints {
+                    format!("/{}", c.denied_endpoint)
+                } else {
+                    String::new()
+                },
                 if in_flight {
                     format!(
                         " if:{}/{}/{}",
@@ -856,7 +993,7 @@ fn html(
     let step = bucket_ms(t0, t1);
     let shade: Vec<(i64, i64)> = windows.iter().map(|w| (w.start_ms, w.end_ms)).collect();
     let mut h = String::new();
-    let title = format!("What-if replay: api {}", args.api);
+    let title = format!("What-if replay: api {}", args.api.join(", "));
     let _ = write!(
         h,
         r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{t}</title><style>

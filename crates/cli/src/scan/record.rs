@@ -24,6 +24,8 @@ const K_STEP: &[u8] = attr::STEP.as_bytes();
 const K_PAYMENT_CHANNEL: &[u8] = attr::PAYMENT_CHANNEL.as_bytes();
 const K_TAG: &[u8] = attr::TAG.as_bytes();
 const K_LIMITER: &[u8] = attr::LIMITER.as_bytes();
+const K_ENDPOINT: &[u8] = attr::ENDPOINT.as_bytes();
+const K_PRIORITY: &[u8] = attr::PRIORITY.as_bytes();
 
 /// A string value's bytes: borrowed from the line unless it held escapes. Not checked for
 /// UTF-8 here (the scan compares bytes); `text()` decodes for display.
@@ -53,6 +55,10 @@ pub struct Record<'a> {
     pub tag: Option<Text<'a>>,
     /// A decision's limiter (its `name` option).
     pub limiter: Option<Text<'a>>,
+    /// A decision's endpoint (issue 42), when the call named one.
+    pub endpoint: Option<Text<'a>>,
+    /// A decision's priority class, or a call's caller attribute `priority`.
+    pub priority: Option<Text<'a>>,
 }
 
 impl Record<'_> {
@@ -320,9 +326,11 @@ fn fast_fields(line: &[u8]) -> Option<Record<'_>> {
             (K_PAYMENT_CHANNEL, true) => r.channel = text(),
             (K_TAG, true) => r.tag = text(),
             (K_LIMITER, true) => r.limiter = text(),
+            (K_ENDPOINT, true) => r.endpoint = text(),
+            (K_PRIORITY, true) => r.priority = text(),
             (
                 K_EVENT_TYPE | K_API | K_SHOP_ID | K_REASON | K_STEP | K_PAYMENT_CHANNEL | K_TAG
-                | K_LIMITER,
+                | K_LIMITER | K_ENDPOINT | K_PRIORITY,
                 false,
             )
             | (K_TIMESTAMP | K_STATUS_CODE | K_ALLOWED | K_WOULD_ALLOW | K_DURATION_MS, true) => {
@@ -377,6 +385,8 @@ pub fn parse_line_fully(line: &[u8]) -> Result<Record<'_>, LineError> {
             K_PAYMENT_CHANNEL => r.channel = c.string_field()?,
             K_TAG => r.tag = c.string_field()?,
             K_LIMITER => r.limiter = c.string_field()?,
+            K_ENDPOINT => r.endpoint = c.string_field()?,
+            K_PRIORITY => r.priority = c.string_field()?,
             K_TIMESTAMP if !is_str => r.timestamp_ms = integer(c.skip_value()?),
             K_STATUS_CODE if !is_str => r.status = integer(c.skip_value()?),
             K_DURATION_MS if !is_str => r.duration_raw = Some(c.skip_value()?),
@@ -436,6 +446,8 @@ mod tests {
             (K_PAYMENT_CHANNEL, Str),
             (K_TAG, Str),
             (K_LIMITER, Str),
+            (K_ENDPOINT, Str),
+            (K_PRIORITY, Str),
         ] {
             let name = std::str::from_utf8(key).unwrap();
             assert_eq!(attr_type(name), Some(ty), "{name}");
@@ -574,13 +586,14 @@ mod tests {
 
     #[test]
     fn the_fast_path_agrees_with_the_full_parser() {
-        let lines: [&[u8]; 6] = [
+        let lines: [&[u8]; 7] = [
             br#"{"eventType":"ExternalApiCall","timestamp":1700000000123,"api":"zoneA","http.response.status_code":429,"duration.ms":12.5,"shop.id":"s1"}"#,
             br#"{"eventType":"RateLimitDecision","timestamp":5,"limiter":"p","shop.id":"x","reason":"global","allowed":false,"retry_after.s":0.5}"#,
             br#"{"eventType":"CheckoutStep","step":"paid","shop.id":"s","payment.channel":"card","timestamp":7}"#,
             br#"{"eventType":"X","note":"mentions \"api\": inside","api":"real","timestamp":1}"#,
             br#"{"eventType":"X","note":"a,\"timestamp\":9","timestamp":1}"#,
             br#"{"eventType":"X","timestamp":"5"}"#,
+            br#"{"eventType":"RateLimitDecision","timestamp":6,"limiter":"p","shop.id":"x","reason":"endpoint","allowed":false,"endpoint":"items","priority":"normal"}"#,
         ];
         for line in lines {
             assert_eq!(
@@ -593,6 +606,11 @@ mod tests {
         assert!(
             fast_fields(lines[0]).is_some(),
             "ordinary lines take the fast path"
+        );
+        let d = fast_fields(lines[6]).expect("a decision with an endpoint: the fast path");
+        assert_eq!(
+            (d.endpoint.as_deref(), d.priority.as_deref()),
+            (Some(&b"items"[..]), Some(&b"normal"[..]))
         );
         assert!(
             fast_fields(lines[3]).is_none(),
