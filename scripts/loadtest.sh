@@ -369,6 +369,12 @@ if [ "$mode" = endpoints ]; then
   #   priorities  the flood, global + endpoints + priorities (confirm critical, create
   #               normal, retrieve and items background)
   # Then loadtest/endpoints_report.py: report.md, report.json, chart.png/svg.
+  for v in PROVIDER_GLOBAL_RATE PROVIDER_ENDPOINT_RATE; do
+    [ -z "${!v:-}" ] || [[ ${!v} =~ ^[1-9][0-9]*(r/[sm])?$ ]] || { log "$v must be N (a second), Nr/s or Nr/m, got '${!v}'"; exit 2; }
+  done
+  for v in PROVIDER_GLOBAL_BURST PROVIDER_ENDPOINT_BURST; do
+    [ -z "${!v:-}" ] || [[ ${!v} =~ ^[0-9]+$ ]] || { log "$v must be a whole number, got '${!v}'"; exit 2; }
+  done
   flood_endpoint=${FLOOD_ENDPOINT:-items}
   case "$flood_endpoint" in items|retrieve) ;; *) log "FLOOD_ENDPOINT must be items or retrieve, got '$flood_endpoint'"; exit 2 ;; esac
   export FLOOD_ENDPOINT=$flood_endpoint
@@ -381,6 +387,7 @@ if [ "$mode" = endpoints ]; then
     esac
     dir="$out/$run"; current="$dir"
     port=$(start_checkout "$dir" on "" "CHECKOUT_EP_LIMITS=$form")
+    [ -n "$port" ] || { log "FAILED: the stack of run $run did not start (see $dir)"; exit 1; }
     # One read before the load: a 500 is the page failing (an extension without issue 42).
     ep_check "$dir" "$form" "$(curl -s -o "$dir/probe.json" -w '%{http_code}' "http://127.0.0.1:$port$read_path" || true)"
     printf '{"run": "%s", "form": "%s", "scenario": "%s", "duration": %d, "flood_endpoint": "%s", "provider_global": "%s/s burst %s", "provider_endpoint": "%s/s burst %s"}\n' \

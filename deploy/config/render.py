@@ -60,14 +60,14 @@ def flow_control(limit: int) -> str:
     return f"limit_conn inflight {limit};\nlimit_conn_status 503;\nerror_page 503 = @shed;"
 
 
-def nginx_rate(value: str) -> str:
+def nginx_rate(value: str, name: str = "a provider rate") -> str:
     """A limit_req rate: a whole number of requests a second ('25' -> '25r/s'), or nginx's
     own form with its unit ('25r/s', '1r/m': the smoke run's limits that do not refill)."""
     if re.fullmatch(r"[1-9][0-9]*", value):
         return value + "r/s"
     if re.fullmatch(r"[1-9][0-9]*r/[sm]", value):
         return value
-    raise ValueError(f"a provider rate must be a whole number of requests a second or NNr/s or NNr/m, got '{value}'")
+    raise ValueError(f"{name} must be a whole number of requests a second, or NNr/s or NNr/m, got '{value}'")
 
 
 def fpm_env_lines(spec: str) -> str:
@@ -126,9 +126,9 @@ def local_files(run: str, docroot: str, valkey_url: str, extension: str, fpm_por
                           provider_http_port=provider_http_port,
                           zonea_rate=env.get("ZONEA_RATE") or 200, zonea_burst=env.get("ZONEA_BURST") or 100,
                           payment_rate=env.get("PAYMENT_RATE") or 50, payment_burst=env.get("PAYMENT_BURST") or 10,
-                          ep_global_rate=nginx_rate(env.get("PROVIDER_GLOBAL_RATE") or "50"),
+                          ep_global_rate=nginx_rate(env.get("PROVIDER_GLOBAL_RATE") or "50", "PROVIDER_GLOBAL_RATE"),
                           ep_global_burst=env.get("PROVIDER_GLOBAL_BURST") or 10,
-                          ep_rate=nginx_rate(env.get("PROVIDER_ENDPOINT_RATE") or "25"),
+                          ep_rate=nginx_rate(env.get("PROVIDER_ENDPOINT_RATE") or "25", "PROVIDER_ENDPOINT_RATE"),
                           ep_burst=env.get("PROVIDER_ENDPOINT_BURST") or 5)
     return {
         "conf.d/20-checkout_guard.ini": render(
