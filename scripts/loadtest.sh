@@ -24,6 +24,7 @@
 #                                 # endpoints, global + endpoints + priorities; each run
 #                                 # 15 s (short) or 60 s (full); smoke: no Locust, a
 #                                 # handful of calls against buckets that do not refill
+#                                 # (its results in .run/loadtest/endpoints-smoke/)
 #
 # Every process runs on loopback, is bounded in time, and is stopped at the end, on
 # failure and on Ctrl-C. Results (logs, Locust CSVs, verdict, charts) go to
