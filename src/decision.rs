@@ -20,6 +20,9 @@ pub struct Decision {
     inner: CoreDecision,
     /// The limiter whose lease this decision took (with `in_flight`).
     limiter: Option<Arc<Limiter>>,
+    /// The endpoint the call named, and the class it was decided in (issue 42).
+    endpoint: Option<String>,
+    priority: Option<String>,
 }
 
 impl From<CoreDecision> for Decision {
@@ -27,6 +30,8 @@ impl From<CoreDecision> for Decision {
         Self {
             inner,
             limiter: None,
+            endpoint: None,
+            priority: None,
         }
     }
 }
@@ -39,11 +44,20 @@ impl Decision {
             Some(lease) => {
                 crate::leases::hold(limiter, shop, lease);
                 Self {
-                    inner,
                     limiter: Some(limiter.clone()),
+                    ..Self::from(inner)
                 }
             }
             None => Self::from(inner),
+        }
+    }
+
+    /// This decision of a call that named `endpoint`, decided in class `priority`.
+    pub fn routed(self, endpoint: Option<String>, priority: Option<String>) -> Self {
+        Self {
+            endpoint,
+            priority,
+            ..self
         }
     }
 }
@@ -55,7 +69,8 @@ impl Decision {
     /// an allowed decision and "global" for a denial, and must be one of reason()'s values
     /// that fits `allowed` (an allowed decision: "allowed" or "unavailable", or any in
     /// shadow mode; a denial: any but "allowed"). `wouldAllow` defaults to `allowed`, in
-    /// shadow mode to whether `reason` is "allowed". Bad values throw
+    /// shadow mode to whether `reason` is "allowed". `endpoint` and `priority`: what
+    /// endpoint() and priority() answer (null: none). Bad values throw
     /// ConfigurationException naming the parameter.
     #[php(defaults(
         retryAfter = 0.0f64,
@@ -74,6 +89,8 @@ impl Decision {
         waited: FloatOr,
         shadow: BoolOr,
         wouldAllow: OptBoolArg,
+        endpoint: OptStringArg,
+        priority: OptStringArg,
     ) -> PhpResult<Self> {
         const F: &str = "CheckoutGuard\\Decision::__construct";
         let built = DecisionParts {
@@ -88,7 +105,24 @@ impl Decision {
         }
         .build()
         .map_err(|e| configuration(format!("Decision: {e}")))?;
-        Ok(Self::from(built))
+        let name = |arg: OptStringArg, at: u32, what: &'static str| {
+            arg.get(Param::new(F, at, what))
+                .map(|v| v.map(|b| String::from_utf8_lossy(&b).into_owned()))
+        };
+        let endpoint = name(endpoint, 9, "endpoint")?;
+        let priority = name(priority, 10, "priority")?;
+        Ok(Self::from(built).routed(endpoint, priority))
+    }
+
+    /// The endpoint the call named (the `endpoints` option), null when none.
+    pub fn endpoint(&self) -> Option<String> {
+        self.endpoint.clone()
+    }
+
+    /// The priority class the call was decided in (its `priority` argument, or the
+    /// limiter's `default_priority`), null when none.
+    pub fn priority(&self) -> Option<String> {
+        self.priority.clone()
     }
 
     /// Whether the request may go ahead (and took its tokens); always true in shadow mode.
@@ -96,10 +130,11 @@ impl Decision {
         self.inner.allowed
     }
 
-    /// "allowed" | "provider" | "global" | "hot_lane" | "hot_shop" | "in_flight_global" |
-    /// "in_flight_hot_lane" | "in_flight_hot_shop" | "unavailable": for a denial, the
-    /// first check (in that order) that failed: the provider's pause, a bucket that
-    /// lacked tokens, an in-flight level that held its limit of leases.
+    /// "allowed" | "provider" | "global" | "endpoint" | "hot_lane" | "hot_shop" |
+    /// "in_flight_global" | "in_flight_hot_lane" | "in_flight_hot_shop" | "unavailable":
+    /// for a denial, the first check (in that order) that failed: the provider's pause, a
+    /// bucket that lacked tokens (the call's endpoint's right after global's), an
+    /// in-flight level that held its limit of leases.
     pub fn reason(&self) -> &'static str {
         self.inner.reason.as_str()
     }

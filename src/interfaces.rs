@@ -23,10 +23,23 @@ use crate::decision::Decision;
 #[php(name = "CheckoutGuard\\Limiter")]
 pub trait Limiter {
     #[php(defaults(tokens = 1, maxWaitSeconds = 0.0))]
-    fn acquire(&self, shopId: String, tokens: i64, maxWaitSeconds: f64) -> Decision;
+    fn acquire(
+        &self,
+        shopId: String,
+        tokens: i64,
+        maxWaitSeconds: f64,
+        endpoint: Option<String>,
+        priority: Option<String>,
+    ) -> Decision;
 
     #[php(defaults(tokens = 1))]
-    fn peek(&self, shopId: String, tokens: i64) -> Decision;
+    fn peek(
+        &self,
+        shopId: String,
+        tokens: i64,
+        endpoint: Option<String>,
+        priority: Option<String>,
+    ) -> Decision;
 
     fn feedback(&self, shopId: String, statusCode: i64, retryAfterSeconds: Option<f64>);
 

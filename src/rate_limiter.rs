@@ -5,13 +5,14 @@
 use std::sync::Arc;
 
 use checkout_guard_config::LimiterOptions;
+use checkout_guard_runtime::limiter::Route;
 use checkout_guard_runtime::Limiter;
 use ext_php_rs::boxed::ZBox;
 use ext_php_rs::flags::ClassFlags;
 use ext_php_rs::prelude::*;
 use ext_php_rs::types::ZendHashTable;
 
-use crate::args::{BoolOr, FloatOr, IntArg, IntOr, OptFloatArg, Param, ShopIdArg};
+use crate::args::{BoolOr, FloatOr, IntArg, IntOr, OptFloatArg, OptStringArg, Param, ShopIdArg};
 use crate::convert::array_to_value;
 use crate::decision::Decision;
 use crate::errors::{configuration, to_php};
@@ -53,46 +54,75 @@ impl RateLimiter {
     /// Takes `tokens` tokens for `shopId` if every bucket that applies holds them. With
     /// `maxWaitSeconds` (0 to 10) a reservation: tokens every bucket holds within that
     /// time are taken now and the call sleeps until they are there (Decision::waited());
-    /// later than that, a denial that takes nothing. 0.0 decides as without it.
+    /// later than that, a denial that takes nothing. 0.0 decides as without it. `endpoint`
+    /// (the `endpoints` option) draws that endpoint's bucket too, all or nothing;
+    /// `priority` (the `priorities` option; null: `default_priority`) leaves the class's
+    /// share of every bucket untouched. A name not configured throws
+    /// ConfigurationException naming it.
     #[php(defaults(tokens = 1i64, maxWaitSeconds = 0.0f64))]
     pub fn acquire(
         &self,
         shopId: ShopIdArg,
         tokens: IntOr,
         maxWaitSeconds: FloatOr,
+        endpoint: OptStringArg,
+        priority: OptStringArg,
     ) -> PhpResult<Decision> {
         const F: &str = "CheckoutGuard\\RateLimiter::acquire";
         let shopId = shopId.get(Param::new(F, 1, "shopId"))?;
         let tokens = tokens.get(Param::new(F, 2, "tokens"))?;
         let maxWaitSeconds = maxWaitSeconds.get(Param::new(F, 3, "maxWaitSeconds"))?;
+        let endpoint = name_arg(endpoint, Param::new(F, 4, "endpoint"))?;
+        let priority = name_arg(priority, Param::new(F, 5, "priority"))?;
+        let route = Route {
+            endpoint: endpoint.as_deref(),
+            priority: priority.as_deref(),
+        };
         let (d, notices) = self
             .inner
-            .acquire_within(&shopId, tokens, maxWaitSeconds)
+            .acquire_routed(&shopId, tokens, maxWaitSeconds, route)
             .map_err(to_php)?;
         let o = self.inner.options();
         if let Some(c) = &notices.limits_change {
             crate::info::note_mode(&o.name, c.mode);
         }
         recording::observe_notices(&o.name, &shopId, &notices, o.auto_hot.as_ref());
+        let class = class_of(&self.inner, route);
         recording::observe_decision(&o.name, &shopId, &d);
-        Ok(Decision::of(&self.inner, &shopId, d))
+        Ok(Decision::of(&self.inner, &shopId, d).routed(endpoint, class))
     }
 
     /// What acquire() would answer now for `tokens` tokens of `shopId`, taking nothing and
     /// recording no decision (the same engine, local denials and on_unavailable policy).
     #[php(defaults(tokens = 1i64))]
-    pub fn peek(&self, shopId: ShopIdArg, tokens: IntOr) -> PhpResult<Decision> {
+    pub fn peek(
+        &self,
+        shopId: ShopIdArg,
+        tokens: IntOr,
+        endpoint: OptStringArg,
+        priority: OptStringArg,
+    ) -> PhpResult<Decision> {
         const F: &str = "CheckoutGuard\\RateLimiter::peek";
         let shopId = shopId.get(Param::new(F, 1, "shopId"))?;
         let tokens = tokens.get(Param::new(F, 2, "tokens"))?;
-        let (d, notices) = self.inner.peek_noticed(&shopId, tokens).map_err(to_php)?;
+        let endpoint = name_arg(endpoint, Param::new(F, 3, "endpoint"))?;
+        let priority = name_arg(priority, Param::new(F, 4, "priority"))?;
+        let route = Route {
+            endpoint: endpoint.as_deref(),
+            priority: priority.as_deref(),
+        };
+        let (d, notices) = self
+            .inner
+            .peek_routed(&shopId, tokens, route)
+            .map_err(to_php)?;
         // Not a decision; but new live limits found on the way are this worker's now.
         let o = self.inner.options();
         if let Some(c) = &notices.limits_change {
             crate::info::note_mode(&o.name, c.mode);
         }
         recording::observe_notices(&o.name, &shopId, &notices, o.auto_hot.as_ref());
-        Ok(Decision::from(d))
+        let class = class_of(&self.inner, route);
+        Ok(Decision::from(d).routed(endpoint, class))
     }
 
     /// Reports what the payment provider answered to a call this limiter admitted for
@@ -312,4 +342,18 @@ impl RateLimiter {
     pub fn reset(&self) -> PhpResult<()> {
         self.inner.reset().map_err(to_php)
     }
+}
+
+/// An endpoint or class name argument (`?string`): null is none. Names are ASCII (the
+/// options allow `A-Z a-z 0-9 _ . : / -` only), so bytes that are not UTF-8 are kept as
+/// replacement characters: such a name is never configured, and its error says so.
+fn name_arg(arg: OptStringArg, param: Param) -> PhpResult<Option<String>> {
+    Ok(arg
+        .get(param)?
+        .map(|b| String::from_utf8_lossy(&b).into_owned()))
+}
+
+/// The class a call with `route` was decided in (resolved already: no error left).
+fn class_of(limiter: &Limiter, route: Route<'_>) -> Option<String> {
+    limiter.class_of(route.priority).ok().and_then(|(c, _)| c)
 }

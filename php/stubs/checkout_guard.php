@@ -14,9 +14,13 @@ namespace CheckoutGuard {
          * Takes `tokens` tokens for `shopId` if every bucket that applies holds them. With
          * `maxWaitSeconds` (0 to 10) a reservation: tokens every bucket holds within that
          * time are taken now and the call sleeps until they are there (Decision::waited());
-         * later than that, a denial that takes nothing. 0.0 decides as without it.
+         * later than that, a denial that takes nothing. 0.0 decides as without it. `endpoint`
+         * (the `endpoints` option) draws that endpoint's bucket too, all or nothing;
+         * `priority` (the `priorities` option; null: `default_priority`) leaves the class's
+         * share of every bucket untouched. A name not configured throws
+         * ConfigurationException naming it.
          */
-        public function acquire(string|int $shopId, int $tokens = 1, float $maxWaitSeconds = 0.0): \CheckoutGuard\Decision;
+        public function acquire(string|int $shopId, int $tokens = 1, float $maxWaitSeconds = 0.0, ?string $endpoint = null, ?string $priority = null): \CheckoutGuard\Decision;
 
         /**
          * Reports what the payment provider answered to a call this limiter admitted for
@@ -45,7 +49,7 @@ namespace CheckoutGuard {
          * What acquire() would answer now for `tokens` tokens of `shopId`, taking nothing and
          * recording no decision (the same engine, local denials and on_unavailable policy).
          */
-        public function peek(string|int $shopId, int $tokens = 1): \CheckoutGuard\Decision;
+        public function peek(string|int $shopId, int $tokens = 1, ?string $endpoint = null, ?string $priority = null): \CheckoutGuard\Decision;
 
         /**
          * Forgets this limiter's bucket state: all buckets are full again. Hot marks stay.
@@ -84,10 +88,11 @@ namespace CheckoutGuard {
         public function isShadow(): bool;
 
         /**
-         * "allowed" | "provider" | "global" | "hot_lane" | "hot_shop" | "in_flight_global" |
-         * "in_flight_hot_lane" | "in_flight_hot_shop" | "unavailable": for a denial, the
-         * first check (in that order) that failed: the provider's pause, a bucket that
-         * lacked tokens, an in-flight level that held its limit of leases.
+         * "allowed" | "provider" | "global" | "endpoint" | "hot_lane" | "hot_shop" |
+         * "in_flight_global" | "in_flight_hot_lane" | "in_flight_hot_shop" | "unavailable":
+         * for a denial, the first check (in that order) that failed: the provider's pause, a
+         * bucket that lacked tokens (the call's endpoint's right after global's), an
+         * in-flight level that held its limit of leases.
          *
          * @return 'allowed'|'provider'|'global'|'hot_lane'|'hot_shop'|'in_flight_global'|'in_flight_hot_lane'|'in_flight_hot_shop'|'unavailable'
          */
@@ -141,10 +146,16 @@ namespace CheckoutGuard {
          * an allowed decision and "global" for a denial, and must be one of reason()'s values
          * that fits `allowed` (an allowed decision: "allowed" or "unavailable", or any in
          * shadow mode; a denial: any but "allowed"). `wouldAllow` defaults to `allowed`, in
-         * shadow mode to whether `reason` is "allowed". Bad values throw
+         * shadow mode to whether `reason` is "allowed". `endpoint` and `priority`: what
+         * endpoint() and priority() answer (null: none). Bad values throw
          * ConfigurationException naming the parameter.
          */
-        public function __construct(bool $allowed, ?string $reason = null, float $retryAfter = 0.0, int $remaining = 0, bool $hotShop = false, float $waited = 0.0, bool $shadow = false, ?bool $wouldAllow = null) {}
+        public function __construct(bool $allowed, ?string $reason = null, float $retryAfter = 0.0, int $remaining = 0, bool $hotShop = false, float $waited = 0.0, bool $shadow = false, ?bool $wouldAllow = null, ?string $endpoint = null, ?string $priority = null) {}
+
+        /**
+         * The endpoint the call named (the `endpoints` option), null when none.
+         */
+        public function endpoint(): ?string {}
 
         /**
          * Whether this decision holds an in-flight lease not yet released.
@@ -168,10 +179,17 @@ namespace CheckoutGuard {
         public function isShadow(): bool {}
 
         /**
-         * "allowed" | "provider" | "global" | "hot_lane" | "hot_shop" | "in_flight_global" |
-         * "in_flight_hot_lane" | "in_flight_hot_shop" | "unavailable": for a denial, the
-         * first check (in that order) that failed: the provider's pause, a bucket that
-         * lacked tokens, an in-flight level that held its limit of leases.
+         * The priority class the call was decided in (its `priority` argument, or the
+         * limiter's `default_priority`), null when none.
+         */
+        public function priority(): ?string {}
+
+        /**
+         * "allowed" | "provider" | "global" | "endpoint" | "hot_lane" | "hot_shop" |
+         * "in_flight_global" | "in_flight_hot_lane" | "in_flight_hot_shop" | "unavailable":
+         * for a denial, the first check (in that order) that failed: the provider's pause, a
+         * bucket that lacked tokens (the call's endpoint's right after global's), an
+         * in-flight level that held its limit of leases.
          *
          * @return 'allowed'|'provider'|'global'|'hot_lane'|'hot_shop'|'in_flight_global'|'in_flight_hot_lane'|'in_flight_hot_shop'|'unavailable'
          */
@@ -254,9 +272,13 @@ namespace CheckoutGuard {
          * Takes `tokens` tokens for `shopId` if every bucket that applies holds them. With
          * `maxWaitSeconds` (0 to 10) a reservation: tokens every bucket holds within that
          * time are taken now and the call sleeps until they are there (Decision::waited());
-         * later than that, a denial that takes nothing. 0.0 decides as without it.
+         * later than that, a denial that takes nothing. 0.0 decides as without it. `endpoint`
+         * (the `endpoints` option) draws that endpoint's bucket too, all or nothing;
+         * `priority` (the `priorities` option; null: `default_priority`) leaves the class's
+         * share of every bucket untouched. A name not configured throws
+         * ConfigurationException naming it.
          */
-        public function acquire(string|int $shopId, int $tokens = 1, float $maxWaitSeconds = 0.0): \CheckoutGuard\Decision {}
+        public function acquire(string|int $shopId, int $tokens = 1, float $maxWaitSeconds = 0.0, ?string $endpoint = null, ?string $priority = null): \CheckoutGuard\Decision {}
 
         /**
          * Reports what the payment provider answered to a call this limiter admitted for
@@ -319,7 +341,7 @@ namespace CheckoutGuard {
          * What acquire() would answer now for `tokens` tokens of `shopId`, taking nothing and
          * recording no decision (the same engine, local denials and on_unavailable policy).
          */
-        public function peek(string|int $shopId, int $tokens = 1): \CheckoutGuard\Decision {}
+        public function peek(string|int $shopId, int $tokens = 1, ?string $endpoint = null, ?string $priority = null): \CheckoutGuard\Decision {}
 
         /**
          * Forgets this limiter's bucket state: all buckets are full again. Hot marks stay.

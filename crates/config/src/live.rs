@@ -19,12 +19,17 @@
 //! bucket and nothing the decision does in Valkey; it rides with the version, so every
 //! worker picks it up exactly as it picks up a bucket's change.
 
+use checkout_guard_model::bucket::BucketSpec;
 use checkout_guard_model::bucket::{BucketSet, Lane};
 use checkout_guard_model::error::ConfigError;
 use checkout_guard_model::AutoHot;
 use checkout_guard_model::InFlight;
+use checkout_guard_model::{Endpoints, Priorities};
 
-use crate::options::{bucket_value, buckets_from_value, buckets_to_value, Adaptive, Mode};
+use crate::options::{
+    bucket_value, buckets_from_value, buckets_to_value, endpoints_from_value,
+    priorities_from_value, Adaptive, Mode,
+};
 use crate::value::Value;
 
 /// A version's readers: in the model (the decision reads the instant of the change from
@@ -46,6 +51,11 @@ pub struct LiveLimits {
     /// Per level (global, hot lane, hot shop) the overriding `in_flight` limit (fields
     /// `in_flight.global`, `in_flight.hot_lane`, `in_flight.hot_shop`).
     pub in_flight: [Option<i64>; 3],
+    /// Per endpoint the overriding (capacity, refill_per_second) (fields
+    /// `endpoint.<name>`), sorted by name.
+    pub endpoints: Vec<(String, (i64, f64))>,
+    /// Per priority class the overriding share (fields `priorities.<class>`), sorted.
+    pub priorities: Vec<(String, f64)>,
     pub by: String,
     pub at_ms: i64,
 }
@@ -83,6 +93,18 @@ impl LiveLimits {
                     Ok(m) => out.mode = Some(m),
                     Err(e) => errors.push(e.to_string()),
                 },
+                name if name.starts_with(ENDPOINT_PREFIX) => {
+                    match parse_endpoint_field(name, &text) {
+                        Ok(e) => out.endpoints.push(e),
+                        Err(e) => errors.push(e),
+                    }
+                }
+                name if name.starts_with(PRIORITIES_PREFIX) => {
+                    match parse_priority_field(name, &text) {
+                        Ok(p) => out.priorities.push(p),
+                        Err(e) => errors.push(e),
+                    }
+                }
                 name if name.starts_with(IN_FLIGHT_PREFIX) => {
                     match in_flight_field(name).zip(parse_in_flight_limit(name, &text).ok()) {
                         Some((lane, n)) => out.in_flight[lane as usize] = Some(n),
@@ -102,7 +124,87 @@ impl LiveLimits {
                 },
             }
         }
+        out.endpoints.sort_by(|a, b| a.0.cmp(&b.0));
+        out.priorities.sort_by(|a, b| a.0.cmp(&b.0));
         (out, errors)
+    }
+
+    /// The endpoints with these overrides applied to `base`, the constructor's, validated
+    /// exactly like the option against `global` in force (only endpoints the constructor
+    /// declared; none above global, also after global changed).
+    pub fn apply_endpoints(
+        &self,
+        base: &Endpoints,
+        global: &BucketSpec,
+    ) -> Result<Endpoints, ConfigError> {
+        for (name, _) in &self.endpoints {
+            if base.get(name).is_none() {
+                return Err(ConfigError::new(
+                    format!("{ENDPOINT_PREFIX}{name}"),
+                    "is not configured by this limiter's constructor: only its endpoints can be changed live",
+                ));
+            }
+        }
+        if base.is_empty() {
+            return Ok(base.clone());
+        }
+        let entries = base
+            .iter()
+            .map(|(name, spec)| {
+                let (c, r) = self
+                    .endpoints
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map_or((spec.capacity(), spec.refill_per_second()), |(_, b)| *b);
+                (name.to_string(), bucket_value(c, r))
+            })
+            .collect();
+        endpoints_from_value(&Value::Map(entries), global).map_err(|e| {
+            ConfigError::new(
+                e.option.replacen("endpoints.", ENDPOINT_PREFIX, 1),
+                e.message,
+            )
+        })
+    }
+
+    /// The priority classes with these overrides applied to `base`, the constructor's,
+    /// validated as the option (only classes it declared).
+    pub fn apply_priorities(
+        &self,
+        base: Option<&Priorities>,
+    ) -> Result<Option<Priorities>, ConfigError> {
+        if self.priorities.is_empty() {
+            return Ok(base.cloned());
+        }
+        let Some(base) = base else {
+            return Err(ConfigError::new(
+                "priorities",
+                "is not configured by this limiter's constructor: only a limiter with priorities can have its shares changed live",
+            ));
+        };
+        for (class, _) in &self.priorities {
+            if base.share_ppm(class).is_none() {
+                return Err(ConfigError::new(
+                    format!("{PRIORITIES_PREFIX}{class}"),
+                    "is not configured by this limiter's constructor: only its classes can be changed live",
+                ));
+            }
+        }
+        let entries = base
+            .iter()
+            .map(|(class, ppm)| {
+                let share = self
+                    .priorities
+                    .iter()
+                    .find(|(n, _)| n == class)
+                    .map_or(ppm as f64 / 1e6, |(_, s)| *s);
+                (class.to_string(), Value::Float(share))
+            })
+            .collect();
+        let default = base
+            .default_class()
+            .map(|d| Value::Str(d.as_bytes().to_vec()));
+        priorities_from_value(Some(&Value::Map(entries)), default.as_ref())
     }
 
     /// The buckets with these overrides applied to `base`, validated exactly like the
@@ -175,6 +277,8 @@ impl LiveLimits {
         self.overrides.iter().all(Option::is_none)
             && self.in_flight.iter().all(Option::is_none)
             && self.mode.is_none()
+            && self.endpoints.is_empty()
+            && self.priorities.is_empty()
     }
 
     /// The mode a limiter whose option says `option` decides in under these limits.
@@ -185,6 +289,77 @@ impl LiveLimits {
 
 /// The prefix of the live limits' in-flight fields (`in_flight.global`, ...).
 pub const IN_FLIGHT_PREFIX: &str = "in_flight.";
+/// The prefix of the live limits' endpoint fields (`endpoint.charges.create`, ...) and of
+/// the endpoints in the published settings.
+pub const ENDPOINT_PREFIX: &str = "endpoint.";
+/// The prefix of the live limits' class fields (`priorities.normal`, ...) and of the
+/// classes in the published settings.
+pub const PRIORITIES_PREFIX: &str = "priorities.";
+
+/// A field `endpoint.<name>` with its `"<capacity>/<refill_per_second>"`; errors name
+/// the field.
+pub fn parse_endpoint_field(field: &str, text: &str) -> Result<(String, (i64, f64)), String> {
+    let name = field.strip_prefix(ENDPOINT_PREFIX).unwrap_or(field);
+    if !checkout_guard_model::endpoints::valid_name(name.as_bytes()) {
+        return Err(format!(
+            "{field:?}: the endpoint name must be 1-64 characters of A-Z a-z 0-9 _ . : / -"
+        ));
+    }
+    let (c, r) = text
+        .split_once('/')
+        .ok_or_else(|| format!("{field}: {text:?} is not CAPACITY/RATE"))?;
+    let c = c
+        .trim()
+        .parse::<i64>()
+        .map_err(|_| format!("{field}.capacity: {c:?} is not an integer"))?;
+    let r = r
+        .trim()
+        .parse::<f64>()
+        .map_err(|_| format!("{field}.refill_per_second: {r:?} is not a number"))?;
+    Ok((name.to_string(), (c, r)))
+}
+
+/// A field `priorities.<class>` with its share (a number from 0 to 1, 1 excluded); errors
+/// name the field.
+pub fn parse_priority_field(field: &str, text: &str) -> Result<(String, f64), String> {
+    let class = field.strip_prefix(PRIORITIES_PREFIX).unwrap_or(field);
+    if !checkout_guard_model::endpoints::valid_name(class.as_bytes()) {
+        return Err(format!(
+            "{field:?}: the class name must be 1-64 characters of A-Z a-z 0-9 _ . : / -"
+        ));
+    }
+    match text.trim().parse::<f64>() {
+        Ok(s) if checkout_guard_model::endpoints::share_to_ppm(s).is_some() => {
+            Ok((class.to_string(), s))
+        }
+        _ => Err(format!(
+            "{field}: {text:?} is not a share from 0 (inclusive) to 1 (exclusive)"
+        )),
+    }
+}
+
+/// How endpoints and classes are shown in events, the settings and by the CLI:
+/// ` endpoint.items=25/25 priorities.normal=0.2 default_priority=normal` (each part led by
+/// a space; empty when there are none).
+pub fn describe_routes(endpoints: &Endpoints, priorities: Option<&Priorities>) -> String {
+    let mut out = String::new();
+    for (name, b) in endpoints.iter() {
+        out.push_str(&format!(
+            " {ENDPOINT_PREFIX}{name}={}/{}",
+            b.capacity(),
+            b.refill_per_second()
+        ));
+    }
+    if let Some(p) = priorities {
+        for (class, ppm) in p.iter() {
+            out.push_str(&format!(" {PRIORITIES_PREFIX}{class}={}", ppm as f64 / 1e6));
+        }
+        if let Some(d) = p.default_class() {
+            out.push_str(&format!(" default_priority={d}"));
+        }
+    }
+    out
+}
 
 /// The level a live-limits field `in_flight.<level>` names.
 pub fn in_flight_field(name: &str) -> Option<Lane> {
@@ -281,6 +456,11 @@ pub struct PublishedSettings {
     /// The `in_flight` option: `in_flight=<global>/<hot_lane>/<hot_shop>/<lease>s` (0: a
     /// level without a limit), e.g. `in_flight=40/0/10/30s`; nothing when off.
     pub in_flight: Option<InFlight>,
+    /// The `endpoints` option: `endpoint.<name>=<capacity>/<rate>` each ([`describe_routes`]).
+    pub endpoints: Endpoints,
+    /// The `priorities` and `default_priority` options: `priorities.<class>=<share>` each,
+    /// `default_priority=<class>`.
+    pub priorities: Option<Priorities>,
 }
 
 impl PublishedSettings {
@@ -356,11 +536,22 @@ impl PublishedSettings {
         let mut adaptive = None;
         let mut in_flight = None;
         let mut mode = Mode::Enforce;
+        let (mut endpoints, mut classes, mut default) = (Vec::new(), Vec::new(), None);
         for part in text.split_whitespace() {
             let Some((k, v)) = part.split_once('=') else {
                 continue;
             };
-            if k == "mode" {
+            if k.starts_with(ENDPOINT_PREFIX) {
+                let (name, (c, r)) =
+                    parse_endpoint_field(k, v).map_err(|e| format!("published settings: {e}"))?;
+                endpoints.push((name, bucket_value(c, r)));
+            } else if k.starts_with(PRIORITIES_PREFIX) {
+                let (class, share) =
+                    parse_priority_field(k, v).map_err(|e| format!("published settings: {e}"))?;
+                classes.push((class, Value::Float(share)));
+            } else if k == "default_priority" {
+                default = Some(Value::Str(v.as_bytes().to_vec()));
+            } else if k == "mode" {
                 mode = Mode::parse("mode", v.as_bytes()).unwrap_or(Mode::Enforce);
             } else if k == "auto_hot" {
                 auto_hot = parse_auto_hot(v);
@@ -376,12 +567,24 @@ impl PublishedSettings {
         }
         let buckets = buckets_from_value(&Value::Map(entries))
             .map_err(|e| format!("published settings: {e}"))?;
+        let endpoints = match endpoints.is_empty() {
+            true => Endpoints::default(),
+            false => endpoints_from_value(&Value::Map(endpoints), &buckets.global)
+                .map_err(|e| format!("published settings: {e}"))?,
+        };
+        let priorities = match classes.is_empty() {
+            true => None,
+            false => priorities_from_value(Some(&Value::Map(classes)), default.as_ref())
+                .map_err(|e| format!("published settings: {e}"))?,
+        };
         Ok(Self {
             buckets,
             auto_hot,
             mode,
             adaptive,
             in_flight,
+            endpoints,
+            priorities,
         })
     }
 }
@@ -512,6 +715,94 @@ mod tests {
             Some(base)
         );
     }
+    #[test]
+    fn endpoints_and_classes_are_read_applied_published_and_refused_naming_the_field() {
+        let fields = |pairs: &[(&str, &str)]| -> Vec<(Vec<u8>, Vec<u8>)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+                .collect()
+        };
+        let global = BucketSpec::new("global", 100, 100.0).unwrap();
+        let endpoints = Endpoints::new(vec![
+            (
+                "items".into(),
+                BucketSpec::new("endpoints.items", 25, 25.0).unwrap(),
+            ),
+            (
+                "charges.create".into(),
+                BucketSpec::new("endpoints.charges.create", 25, 25.0).unwrap(),
+            ),
+        ]);
+        let classes = Priorities::new(
+            vec![("critical".into(), 0), ("normal".into(), 200_000)],
+            Some("normal".into()),
+        );
+        let live = LiveLimits::from_stored(
+            b"2-a-1",
+            &fields(&[("endpoint.items", "10/5"), ("priorities.normal", "0.3")]),
+        )
+        .unwrap();
+        assert!(!live.is_empty());
+        let e = live.apply_endpoints(&endpoints, &global).unwrap();
+        assert_eq!(
+            e.get("items")
+                .map(|b| (b.capacity(), b.refill_per_second())),
+            Some((10, 5.0))
+        );
+        assert_eq!(e.get("charges.create").map(|b| b.capacity()), Some(25));
+        let p = live.apply_priorities(Some(&classes)).unwrap().unwrap();
+        assert_eq!(
+            (p.share_ppm("normal"), p.default_class()),
+            (Some(300_000), Some("normal"))
+        );
+        // Only the constructor's names; an endpoint never above global in force (also
+        // when global is lowered live).
+        for (pairs, field) in [
+            (&[("endpoint.orders", "1/1")][..], "endpoint.orders"),
+            (&[("endpoint.items", "101/1")][..], "endpoint.items"),
+        ] {
+            let l = LiveLimits::from_stored(b"1-a-1", &fields(pairs)).unwrap();
+            let err = l.apply_endpoints(&endpoints, &global).unwrap_err();
+            assert!(err.option.starts_with(field), "{pairs:?}: {err}");
+        }
+        let small = BucketSpec::new("global", 20, 20.0).unwrap();
+        let err = LiveLimits::default()
+            .apply_endpoints(&endpoints, &small)
+            .unwrap_err();
+        assert!(err.option.starts_with("endpoint."), "{err}");
+        let l = LiveLimits::from_stored(b"1-a-1", &fields(&[("priorities.vip", "0.1")])).unwrap();
+        assert_eq!(
+            l.apply_priorities(Some(&classes)).unwrap_err().option,
+            "priorities.vip"
+        );
+        assert_eq!(l.apply_priorities(None).unwrap_err().option, "priorities");
+        for bad in [
+            ("priorities.normal", "1"),
+            ("priorities.normal", "-0.1"),
+            ("priorities.normal", "x"),
+            ("endpoint.items", "10"),
+            ("endpoint.a b", "1/1"),
+        ] {
+            let e = LiveLimits::from_stored(b"1-a-1", &fields(&[bad])).unwrap_err();
+            assert!(e.contains(bad.0), "{bad:?}: {e}");
+        }
+        // The published settings carry both, read back as the options.
+        let set = BucketSet {
+            global,
+            hot_lane: None,
+            hot_shop: None,
+        };
+        let text = PublishedSettings::encode_with_in_flight(&set, None, None, Mode::Enforce, None)
+            + &describe_routes(&endpoints, Some(&classes));
+        assert!(text.contains(" endpoint.charges.create=25/25 endpoint.items=25/25 priorities.critical=0 priorities.normal=0.2 default_priority=normal"), "{text}");
+        let back = PublishedSettings::parse(&text).unwrap();
+        assert_eq!(
+            (back.endpoints, back.priorities),
+            (endpoints, Some(classes))
+        );
+    }
+
     use checkout_guard_model::bucket::BucketSpec;
 
     fn base() -> BucketSet {

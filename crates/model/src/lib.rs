@@ -42,7 +42,8 @@ pub use auto_hot::AutoHot;
 pub use bounds::{MAX_TTL_SECONDS, MAX_WAIT_US};
 pub use bucket::{BucketSet, BucketSpec, Lane, StoredBucket};
 pub use cmd::decide::{
-    AdaptArgs, AutoHotArgs, DecideCall, DecideKeys, DecideReply, InFlightArgs, LaneArgs, ShopKeys,
+    AdaptArgs, AutoHotArgs, DecideCall, DecideKeys, DecideReply, EndpointArgs, InFlightArgs,
+    LaneArgs, ShopKeys,
 };
 pub use cmd::feedback::FeedbackCall;
 pub use decision::{Decision, Reason};
@@ -51,8 +52,8 @@ pub use error::{ConfigError, LimiterError};
 pub use in_flight::{InFlight, LeaseLevel, LeaseSet, LeaseStats};
 pub use keys::Keys;
 pub use step::{
-    auto_hot_window, lanes_in, reservation_wait_us, step, StepInput, StepReply, StoredState,
-    WindowCounts,
+    auto_hot_window, lanes_in, reservation_wait_us, reservation_wait_with, step, StepInput,
+    StepReply, StoredState, WindowCounts,
 };
 
 /// The version of checkout-guard, shown in `phpinfo()` and sent as the client's library

@@ -75,14 +75,14 @@ pub trait Keyspace {
 /// [`LIMITS_CHANGED_REPLY`]. Held without allocating.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServerReply {
-    ints: [i64; 12],
+    ints: [i64; 13],
     len: usize,
 }
 
 impl ServerReply {
     fn new(ints: &[i64]) -> Self {
         let mut out = Self {
-            ints: [0; 12],
+            ints: [0; 13],
             len: ints.len(),
         };
         out.ints[..ints.len()].copy_from_slice(ints);
@@ -125,7 +125,8 @@ pub fn decide_on(
     let adapt = call
         .adapt
         .and_then(|_| ks.read_string(ka, |raw| raw.and_then(AdaptState::read_like_the_script)));
-    let short = !hot && call.auto_hot.is_none() && call.in_flight.is_none();
+    let short =
+        !hot && call.auto_hot.is_none() && call.in_flight.is_none() && call.endpoint.is_none();
     let answer = |reply: &StepReply| {
         let (ints, len) = reply.to_ints();
         ServerReply::new(if short && !reply.adapt_seen {
@@ -166,6 +167,12 @@ pub fn decide_on(
     // counters are read (as the script reads them then, failing before any write on a
     // key of another type) and the decision made again with them.
     let version = String::from_utf8_lossy(call.version);
+    // The endpoint's bucket, read (as the script's second MGET) only when the call names
+    // one.
+    let ke = call.key(ENDPOINT);
+    let endpoint = call
+        .endpoint
+        .and_then(|_| ks.read_string(ke, |raw| raw.and_then(StoredBucket::read_like_the_script)));
     let mut stored = StoredState {
         buckets,
         mark_ttl_ms,
@@ -173,7 +180,7 @@ pub fn decide_on(
         adapt,
         leases: [LeaseLevel::default(); 3],
         lease_stats: LeaseStats::default(),
-        endpoint: None,
+        endpoint,
     };
     let decide = |stored: &StoredState, auto_hot| {
         let input = StepInput {
@@ -184,8 +191,8 @@ pub fn decide_on(
             auto_hot,
             max_wait_us: call.max_wait_us,
             adaptive: call.adapt.as_ref(),
-            endpoint: None,
-            share_ppm: 0,
+            endpoint: call.endpoint.as_ref(),
+            share_ppm: call.share_ppm,
             in_flight: call.in_flight.as_ref(),
         };
         step(&call.buckets, stored, &input)
@@ -253,6 +260,10 @@ pub fn decide_on(
             let px = (b.tat - now).div_euclid(1000) + 1;
             ks.set_bucket(key, b.encode_into(&mut encoded), px);
         }
+    }
+    if let (Some(b), true) = (next.endpoint, next.endpoint != stored.endpoint) {
+        let px = (b.tat - now).div_euclid(1000) + 1;
+        ks.set_bucket(ke, b.encode_into(&mut encoded), px);
     }
     if let (Some([cur, _]), Some(a), None) = (&window_keys, auto_hot, reply.reason) {
         let counts = next.windows[0];

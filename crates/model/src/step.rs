@@ -99,10 +99,15 @@ pub struct StepReply {
     /// bucket, before the hot ones); `reason` is then `Some(Lane::Global)` (a denial, as
     /// `provider`'s), this flag naming the bucket.
     pub endpoint_denied: bool,
+    /// The call named an endpoint: the reply's endpoint form (thirteen integers).
+    pub endpoint_seen: bool,
 }
 
-/// The reply's integers: at most 12, `len` of them in use.
-pub type ReplyInts = ([i64; 12], usize);
+/// The reply's integers: at most 13, `len` of them in use.
+pub type ReplyInts = ([i64; 13], usize);
+
+/// The reason on the wire of a denial by the endpoint's bucket.
+const ENDPOINT_REASON: i64 = 8;
 
 /// The reason on the wire of an in-flight denial at `lane`'s level: 5, 6, 7.
 const IN_FLIGHT_REASON: i64 = 5;
@@ -111,10 +116,14 @@ impl StepReply {
     /// The integers the script returns for this reply: the nine of the long form, and the
     /// adaptive share and pause when the adaptive state was read (`adapt_seen`); with
     /// `in_flight` (`in_flight_seen`) always twelve: the share (0 when the adaptive state
-    /// was not read), the pause, and an in-flight denial's retry estimate.
+    /// was not read), the pause, and an in-flight denial's retry estimate; for a call with
+    /// an endpoint (`endpoint_seen`) always thirteen: the twelve (the retry -1 without
+    /// `in_flight`) and the endpoint bucket's TAT.
     pub fn to_ints(&self) -> ReplyInts {
         let reason = if self.provider {
             4
+        } else if self.endpoint_denied {
+            ENDPOINT_REASON
         } else if self.in_flight {
             self.reason.map_or(0, |lane| lane as i64 + IN_FLIGHT_REASON)
         } else {
@@ -130,18 +139,24 @@ impl StepReply {
             self.became_hot as i64,
             self.share_permille,
             self.mark_ttl_ms,
-            if self.adapt_seen || !self.in_flight_seen {
+            if self.adapt_seen || !(self.in_flight_seen || self.endpoint_seen) {
                 self.adapt_permille
             } else {
                 0
             },
             self.pause_until_us,
-            self.in_flight_retry_us,
+            if self.in_flight_seen || !self.endpoint_seen {
+                self.in_flight_retry_us
+            } else {
+                -1
+            },
+            self.tat_endpoint,
         ];
-        let len = match (self.in_flight_seen, self.adapt_seen) {
-            (true, _) => 12,
-            (false, true) => 11,
-            (false, false) => 9,
+        let len = match (self.endpoint_seen, self.in_flight_seen, self.adapt_seen) {
+            (true, _, _) => 13,
+            (false, true, _) => 12,
+            (false, false, true) => 11,
+            (false, false, false) => 9,
         };
         (ints, len)
     }
@@ -164,18 +179,27 @@ impl StepReply {
             return Self::from_ints(&[reason, hot, now_us, g, -1, -1, 0, 0, -2])
                 .filter(|r| r.reason.is_none_or(|l| l == Lane::Global));
         }
-        let (base, adapt, in_flight) = match v.len() {
-            9 => (v, None, None),
-            11 => (&v[..9], Some((v[9], v[10])), None),
+        let (base, adapt, in_flight, endpoint) = match v.len() {
+            9 => (v, None, None, None),
+            11 => (&v[..9], Some((v[9], v[10])), None, None),
             // The in-flight form: a share of 0 says the adaptive state was not read.
-            12 if v[9] == 0 && v[10] == 0 => (&v[..9], None, Some(v[11])),
-            12 => (&v[..9], Some((v[9], v[10])), Some(v[11])),
+            12 if v[9] == 0 && v[10] == 0 => (&v[..9], None, Some(v[11]), None),
+            12 => (&v[..9], Some((v[9], v[10])), Some(v[11]), None),
+            // The endpoint form: the twelve (a retry of -1: no `in_flight`) and the
+            // endpoint bucket's TAT.
+            13 => (
+                &v[..9],
+                Some((v[9], v[10])).filter(|&(p, u)| p != 0 || u != 0),
+                Some(v[11]).filter(|&r| r != -1),
+                Some(v[12]),
+            ),
             _ => return None,
         };
         let known = |reason: i64| match reason {
             0..=3 => true,
             4 => adapt.is_some(),
             5..=7 => in_flight.is_some(),
+            8 => endpoint.is_some(),
             _ => false,
         };
         match *base {
@@ -189,7 +213,7 @@ impl StepReply {
                 Some(Self {
                     reason: match reason {
                         0 => None,
-                        4 => Some(Lane::Global),
+                        4 | 8 => Some(Lane::Global),
                         5..=7 => Some(Lane::ALL[(reason - IN_FLIGHT_REASON) as usize]),
                         r => Some(Lane::ALL[r as usize - 1]),
                     },
@@ -210,8 +234,9 @@ impl StepReply {
                         0
                     },
                     in_flight_seen: in_flight.is_some(),
-                    tat_endpoint: -1,
-                    endpoint_denied: false,
+                    tat_endpoint: endpoint.unwrap_or(-1),
+                    endpoint_denied: reason == ENDPOINT_REASON,
+                    endpoint_seen: endpoint.is_some(),
                 })
             }
             _ => None,
@@ -308,6 +333,7 @@ pub fn step(set: &BucketSet, stored: &StoredState, input: &StepInput) -> (StepRe
                 in_flight_seen: input.in_flight.is_some(),
                 tat_endpoint: -1,
                 endpoint_denied: false,
+                endpoint_seen: input.endpoint.is_some(),
             };
             return (reply, *stored);
         }
@@ -463,6 +489,7 @@ fn step_core(set: &BucketSet, stored: &StoredState, input: &StepInput) -> (StepR
             in_flight_seen: in_flight.is_some(),
             tat_endpoint: tats[ENDPOINT_SLOT],
             endpoint_denied,
+            endpoint_seen: endpoint.is_some(),
         },
         next,
     )
@@ -690,7 +717,10 @@ mod tests {
     fn the_short_reply_is_the_global_bucket_alone() {
         // {reason, hot, now, tat_global}: the rest at their defaults.
         let r = StepReply::from_ints(&[1, 0, 2, 3]).unwrap();
-        assert_eq!(r.to_ints(), ([1, 0, 2, 3, -1, -1, 0, 0, -2, 1000, 0, 0], 9));
+        assert_eq!(
+            r.to_ints(),
+            ([1, 0, 2, 3, -1, -1, 0, 0, -2, 1000, 0, 0, -1], 9)
+        );
         assert_eq!(r.reason, Some(Lane::Global));
         assert_eq!(StepReply::from_ints(&[0, 0, 2, 3]).unwrap().reason, None);
         // A hot bucket's denial always carries that bucket's TAT: not a short reply.

@@ -255,6 +255,8 @@ fn a_peek_writes_nothing_not_even_the_recoverys_del() {
     ks.0.insert(keys.adapt(), state.encode().into_bytes());
     let decide = |ks: &mut Map, now: i64, peek: bool| {
         let call = DecideCall {
+            endpoint: None,
+            share_ppm: 0,
             in_flight: &checkout_guard_model::InFlightArgs::off(),
             lease_id: b"",
             adapt: &adapt,

@@ -27,6 +27,8 @@ fn decide(store: &dyn Store, keys: &Keys, shop: &[u8]) -> Result<DecideReply, St
     let lanes = LaneArgs::new(&set());
     let auto = AutoHotArgs::new(None);
     let call = DecideCall {
+        endpoint: None,
+        share_ppm: 0,
         in_flight: &checkout_guard_model::InFlightArgs::off(),
         lease_id: b"",
         adapt: &checkout_guard_model::AdaptArgs::off(),

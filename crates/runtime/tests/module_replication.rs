@@ -187,6 +187,8 @@ fn the_adaptive_state_and_its_recovery_del_reach_a_replica() {
         for keys in [&lua, &native] {
             let shop_keys = ShopKeys::new(keys, b"s");
             let call = DecideCall {
+                endpoint: None,
+                share_ppm: 0,
                 in_flight: &checkout_guard_model::InFlightArgs::off(),
                 lease_id: b"",
                 adapt: &adapt,

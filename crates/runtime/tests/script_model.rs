@@ -17,12 +17,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use checkout_guard_connection::scripts::{command, invocation};
 use checkout_guard_model::adaptive::AdaptParams;
-use checkout_guard_model::cmd::decide::AdaptArgs;
 use checkout_guard_model::cmd::decide::MODULE_COMMAND;
 use checkout_guard_model::cmd::decide::{
     source_with_test_clock as decide_source_with_test_clock, AutoHotArgs, DecideCall, LaneArgs,
     ShopKeys, SETTINGS_TTL_SECONDS, TEST_KEY_SLACK_MS,
 };
+use checkout_guard_model::cmd::decide::{AdaptArgs, EndpointArgs};
 use checkout_guard_model::cmd::feedback::{
     source_with_test_clock as feedback_source_with_test_clock, FeedbackCall,
 };
@@ -165,6 +165,8 @@ fn invoke(script: &redis::Script, conn: &mut redis::Connection, c: &Call) -> Vec
     let lanes = LaneArgs::new(c.set);
     let auto = AutoHotArgs::new(None);
     let call = DecideCall {
+        endpoint: None,
+        share_ppm: 0,
         in_flight: &checkout_guard_model::InFlightArgs::off(),
         lease_id: b"",
         adapt: &checkout_guard_model::AdaptArgs::off(),
@@ -488,6 +490,8 @@ fn production_script_uses_valkeys_clock_and_lets_idle_buckets_expire() {
     let shop_keys = ShopKeys::new(&keys, b"s");
     let (lanes, auto) = (LaneArgs::new(&set), AutoHotArgs::new(None));
     let call = DecideCall {
+        endpoint: None,
+        share_ppm: 0,
         in_flight: &checkout_guard_model::InFlightArgs::off(),
         lease_id: b"",
         adapt: &checkout_guard_model::AdaptArgs::off(),
@@ -556,11 +560,15 @@ enum Op {
         form: usize,
         offset: i64,
     },
-    /// A decision: tokens (drawn), a peek, a reservation's wait (0: none).
+    /// A decision: tokens (drawn), a peek, a reservation's wait (0: none), the endpoint
+    /// (0: none, else one of the sequence's two) and the class (0: none, else one of the
+    /// sequence's shares).
     Decide {
         tokens: u32,
         peek: bool,
         max_wait_us: i64,
+        endpoint: u8,
+        class: u8,
     },
     /// The end of an in-flight lease: `release.lua` in Valkey, `CG.RELEASE` and
     /// `server::release_on` (the in-memory store). `pick` chooses among the lease ids
@@ -574,6 +582,9 @@ enum Op {
     /// lease length kept; nothing when the sequence has no `in_flight`.
     InFlightChange([u32; 3]),
 }
+
+/// The sequences' endpoint names.
+const ENDPOINT_NAMES: [&str; 2] = ["charges.create", "v1/items"];
 
 /// How many forms [`foreign_value`] has.
 const FOREIGN_FORMS: usize = 25;
@@ -678,8 +689,9 @@ fn op() -> impl Strategy<Value = Op> {
         // One call in five is a peek: the same answer, nothing written (the calls after it
         // show that nothing was). One in four is a reservation: tokens there within up to
         // 2 s are taken now (a peek may ask with a wait too: the contract allows it).
-        83 => (any::<u32>(), proptest::bool::weighted(0.2), wait)
-            .prop_map(|(tokens, peek, max_wait_us)| Op::Decide { tokens, peek, max_wait_us }),
+        // Half the calls name an endpoint, half a class (issue 42).
+        83 => (any::<u32>(), proptest::bool::weighted(0.2), wait, prop_oneof![2 => Just(0u8), 1 => 1..=2u8], prop_oneof![2 => Just(0u8), 1 => 1..=2u8])
+            .prop_map(|(tokens, peek, max_wait_us, endpoint, class)| Op::Decide { tokens, peek, max_wait_us, endpoint, class }),
         // Fewer releases than decisions: leases pile up to the limits, and some are never
         // released (a worker that died holding them): they expire.
         30 => (any::<u32>(), proptest::bool::weighted(0.2))
@@ -876,6 +888,7 @@ fn script_module_and_model_agree_on_random_sequences() {
     let in_flight_denials = Cell::new([0u32; 3]);
     let release_outcomes = Cell::new([0u32; 3]);
     let (pruned, leaked, lowered) = (Cell::new(0), Cell::new(0), Cell::new(0));
+    let (endpoint_denials, reserve_denials) = (Cell::new(0), Cell::new(0));
     let sequence = (
         buckets(),
         auto_hot(),
@@ -883,11 +896,20 @@ fn script_module_and_model_agree_on_random_sequences() {
         adaptive(),
         in_flight(),
         proptest::collection::vec((0..=300_000u64, 0..4u8, op()), 80),
+        // Two endpoints' buckets (the hot ones' strategy: often smaller than global),
+        // and two classes' shares.
+        (buckets(), buckets()),
+        (
+            prop_oneof![Just(200_000i64), 0..1_000_000i64],
+            prop_oneof![Just(500_000i64), 0..1_000_000i64],
+        ),
     );
     run(
         runner(40),
         sequence,
-        |(mut set, auto, static_hot, adaptive, mut in_flight, ops)| {
+        |(mut set, auto, static_hot, adaptive, mut in_flight, ops, (e1, e2), (s1, s2))| {
+            let endpoints = [e1.global, e2.global];
+            let shares = [s1, s2];
             let conn = &mut *conn.borrow_mut();
             let mem = MemoryStore::new();
             // As the test-clock script and module: buckets live longer.
@@ -943,6 +965,7 @@ fn script_module_and_model_agree_on_random_sequences() {
                 mem.advance(Duration::from_micros(advance_us));
                 let now = mem.now_us();
                 let shop = format!("s{shop_n}").into_bytes();
+                let (call_endpoint, call_share): (u8, i64);
                 let (tokens, peek, max_wait_us) = match op {
                     Op::Feedback {
                         status,
@@ -1196,7 +1219,16 @@ fn script_module_and_model_agree_on_random_sequences() {
                         tokens,
                         peek,
                         max_wait_us,
-                    } => (one_to(set.min_capacity().min(3), tokens), peek, max_wait_us),
+                        endpoint,
+                        class,
+                    } => {
+                        call_endpoint = endpoint;
+                        call_share = match class {
+                            0 => 0,
+                            c => shares[c as usize - 1],
+                        };
+                        (one_to(set.min_capacity().min(3), tokens), peek, max_wait_us)
+                    }
                 };
                 count(&peeks, peek);
                 let lanes = LaneArgs::new(&set);
@@ -1205,7 +1237,17 @@ fn script_module_and_model_agree_on_random_sequences() {
                 // One call, encoded once per key namespace, sent to each engine.
                 let with_call = |keys: &Keys, send: &mut dyn FnMut(&DecideCall<'_>) -> Vec<i64>| {
                     let shop_keys = ShopKeys::new(keys, &shop);
+                    let endpoint_args = match call_endpoint {
+                        0 => None,
+                        e => Some(EndpointArgs::new(
+                            keys,
+                            ENDPOINT_NAMES[e as usize - 1],
+                            &endpoints[e as usize - 1],
+                        )),
+                    };
                     send(&DecideCall {
+                        endpoint: endpoint_args.as_ref(),
+                        share_ppm: call_share,
                         adapt: &adapt_args,
                         keys: shop_keys.decide_keys(),
                         tokens,
@@ -1238,7 +1280,7 @@ fn script_module_and_model_agree_on_random_sequences() {
                     v
                 };
                 let what = format!(
-                "call {op_n} (shop s{shop_n}, {tokens} tokens at {now} µs, version {version:?}, {set:?}, {auto:?}, adaptive {adaptive:?}, in_flight {in_flight:?}, peek {peek})"
+                "call {op_n} (shop s{shop_n}, {tokens} tokens at {now} µs, version {version:?}, {set:?}, {auto:?}, adaptive {adaptive:?}, in_flight {in_flight:?}, peek {peek}, endpoint {call_endpoint} of {endpoints:?}, share {call_share} ppm)"
             );
                 prop_assert_eq!(sign(&native), sign(&lua), "{}: module vs script", what);
                 prop_assert_eq!(sign(&model), sign(&lua), "{}: model vs script", what);
@@ -1262,6 +1304,14 @@ fn script_module_and_model_agree_on_random_sequences() {
                         reply.reason.is_none() && reservation_wait_us(&set, &reply) > 0,
                     );
                     count(&became, lua[6] == 1);
+                    count(&endpoint_denials, reply.endpoint_denied);
+                    count(
+                        &reserve_denials,
+                        call_share > 0
+                            && reply.reason.is_some()
+                            && !reply.provider
+                            && !reply.in_flight,
+                    );
                     count(&carried, !version.is_empty());
                     if reply.in_flight {
                         let mut seen = in_flight_denials.get();
@@ -1311,6 +1361,12 @@ fn script_module_and_model_agree_on_random_sequences() {
         "a lease outcome never seen: {leases:?}"
     );
     assert!(became.get() > 0, "no shop ever became hot");
+    assert!(
+        endpoint_denials.get() > 0 && reserve_denials.get() > 0,
+        "no endpoint denial ({}) or denial of a class with a reserve ({})",
+        endpoint_denials.get(),
+        reserve_denials.get()
+    );
     assert!(carried.get() > 0, "no decision after a live change");
     assert!(peeks.get() > 0, "no peek");
     assert!(reserved.get() > 0, "no reservation waited");

@@ -1,4 +1,4 @@
-//! `CG.DECIDE <12 keys> <24 arguments> [<now µs>]` and `CG.RELEASE <four KEYS> <three ARGV>
+//! `CG.DECIDE <13 keys> <27 arguments> [<now µs>]` and `CG.RELEASE <four KEYS> <three ARGV>
 //! [<now µs>]`: the arguments read in place, the decision (the release) made on
 //! [`ValkeyKeys`], its writes applied, the reply sent.
 //!

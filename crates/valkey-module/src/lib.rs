@@ -1,7 +1,7 @@
 //! checkout-guard's Valkey module: `CG.DECIDE`, the limiter's decision as a native command,
 //! and `CG.RELEASE`, the end of an in-flight lease.
 //!
-//! `CG.DECIDE <12 keys> <24 arguments>` takes exactly the decision script's KEYS then ARGV
+//! `CG.DECIDE <13 keys> <27 arguments>` takes exactly the decision script's KEYS then ARGV
 //! (built by the model's `DecideCall`, the one encoder) and answers the script's reply.
 //! The decision is `model::server::decide_on`, the Rust twin the Lua script is held to
 //! call for call, on Valkey's clock (the command's cached time, as `TIME` in a script).
@@ -88,7 +88,7 @@ fn init(ctx: &Context, args: &[valkey_module::ValkeyString]) -> valkey_module::S
             slot.store(s, Ordering::Relaxed);
         }
     }
-    // Keys at positions 1 to 12 (step 1): cluster routing, ACL key permissions.
+    // Keys at positions 1 to 13 (step 1): cluster routing, ACL key permissions.
     // SAFETY: the load context; the name and flags are NUL-terminated.
     let created = unsafe {
         ffi::create_command(

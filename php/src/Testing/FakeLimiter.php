@@ -171,8 +171,24 @@ final class FakeLimiter implements Limiter
 
     // ---- Limiter ---------------------------------------------------------------------
 
-    public function acquire(string|int $shopId, int $tokens = 1, float $maxWaitSeconds = 0.0): Decision
+    /** Endpoints and classes are not modelled (yet): a call naming one is refused. */
+    private static function unrouted(?string $endpoint, ?string $priority): void
     {
+        foreach (['endpoint' => $endpoint, 'priority' => $priority] as $what => $name) {
+            if ($name !== null) {
+                throw new ConfigurationException(sprintf('FakeLimiter: %s "%s" is not configured (FakeLimiter does not model endpoints or priorities)', $what, $name));
+            }
+        }
+    }
+
+    public function acquire(
+        string|int $shopId,
+        int $tokens = 1,
+        float $maxWaitSeconds = 0.0,
+        ?string $endpoint = null,
+        ?string $priority = null,
+    ): Decision {
+        self::unrouted($endpoint, $priority);
         $maxWaitUs = self::maxWaitUs($maxWaitSeconds);
         $shop = self::shop($shopId);
         $this->checkTokens($tokens);
@@ -191,8 +207,9 @@ final class FakeLimiter implements Limiter
         return $d;
     }
 
-    public function peek(string|int $shopId, int $tokens = 1): Decision
+    public function peek(string|int $shopId, int $tokens = 1, ?string $endpoint = null, ?string $priority = null): Decision
     {
+        self::unrouted($endpoint, $priority);
         $shop = self::shop($shopId);
         $this->checkTokens($tokens);
         if ($this->queue !== []) {

@@ -211,12 +211,12 @@ final class LaravelCheckoutService
 /** A limiter whose acquire() refuses its own configuration, whatever the shop. */
 final class LaravelMisconfiguredLimiter implements \CheckoutGuard\Limiter
 {
-    public function acquire(string|int $shopId, int $tokens = 1, float $maxWaitSeconds = 0.0): \CheckoutGuard\Decision
+    public function acquire(string|int $shopId, int $tokens = 1, float $maxWaitSeconds = 0.0, ?string $endpoint = null, ?string $priority = null): \CheckoutGuard\Decision
     {
         throw new \CheckoutGuard\ConfigurationException('checkout_guard: tokens must be from 1 to 0 (the smallest configured capacity), got 1');
     }
 
-    public function peek(string|int $shopId, int $tokens = 1): \CheckoutGuard\Decision
+    public function peek(string|int $shopId, int $tokens = 1, ?string $endpoint = null, ?string $priority = null): \CheckoutGuard\Decision
     {
         return $this->acquire($shopId, $tokens);
     }

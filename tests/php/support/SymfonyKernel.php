@@ -118,13 +118,13 @@ final class RefusingLimiter implements Limiter
     /** @var list<string> */
     public array $asked = [];
 
-    public function acquire(string|int $shopId, int $tokens = 1, float $maxWaitSeconds = 0.0): \CheckoutGuard\Decision
+    public function acquire(string|int $shopId, int $tokens = 1, float $maxWaitSeconds = 0.0, ?string $endpoint = null, ?string $priority = null): \CheckoutGuard\Decision
     {
         $this->asked[] = (string) $shopId;
         return new \CheckoutGuard\Decision(false, 'global', 2.0);
     }
 
-    public function peek(string|int $shopId, int $tokens = 1): \CheckoutGuard\Decision
+    public function peek(string|int $shopId, int $tokens = 1, ?string $endpoint = null, ?string $priority = null): \CheckoutGuard\Decision
     {
         return new \CheckoutGuard\Decision(false, 'global', 2.0);
     }

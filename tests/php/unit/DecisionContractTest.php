@@ -114,12 +114,12 @@ final class DecisionContractTest extends TestCase
     {
         $fake = new class () implements Limiter {
             public array $asked = [];
-            public function acquire(string|int $shopId, int $tokens = 1, float $maxWaitSeconds = 0.0): Decision
+            public function acquire(string|int $shopId, int $tokens = 1, float $maxWaitSeconds = 0.0, ?string $endpoint = null, ?string $priority = null): Decision
             {
                 $this->asked[] = $shopId;
                 return new Decision(false, 'global', 1.5);
             }
-            public function peek(string|int $shopId, int $tokens = 1): Decision
+            public function peek(string|int $shopId, int $tokens = 1, ?string $endpoint = null, ?string $priority = null): Decision
             {
                 return new Decision(true);
             }

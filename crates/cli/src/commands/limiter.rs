@@ -750,6 +750,8 @@ fn encoded_calls(
             let shop = shop.as_slice();
             let shop_keys = ShopKeys::new(&keys, shop);
             let call = DecideCall {
+                endpoint: None,
+                share_ppm: 0,
                 in_flight: &checkout_guard_model::InFlightArgs::off(),
                 lease_id: b"",
                 keys: shop_keys.decide_keys(),

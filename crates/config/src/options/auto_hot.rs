@@ -125,6 +125,8 @@ mod tests {
             let (lanes, auto_args) =
                 (LaneArgs::new(&options.buckets), AutoHotArgs::new(Some(&sent)));
             let call = DecideCall {
+                endpoint: None,
+                share_ppm: 0,
                 in_flight: &checkout_guard_model::InFlightArgs::off(),
                 lease_id: b"",
                 adapt: &AdaptArgs::off(),

@@ -14,11 +14,16 @@
 //! shop ID, auto-hot window (µs, 0 = off), share, TTL (s) and minimum tokens, the
 //! caller's settings (published when the stored ones differ), and peek (1: decide as
 //! acquire() would, writing nothing; no auto-hot counting), and the longest wait of a
-//! reservation in µs (0: none; see `StepInput::max_wait_us`).
+//! reservation in µs (0: none; see `StepInput::max_wait_us`), the adaptive and in-flight
+//! options, and the call's endpoint bucket (its key among KEYS, the global key when none;
+//! its interval and tolerance, "0" when none) and class's share in ppm (issue 42,
+//! docs/endpoints.md).
 //! Reply: `{reason, hot, now, tat_global, tat_lane, tat_shop, became_hot, share_permille,
 //! mark_ttl_ms}` (see `StepReply`); when only the global bucket applied (the shop not hot,
 //! `auto_hot` off) its short form `{reason, hot, now, tat_global}`, the rest at their
 //! defaults (`StepReply::from_ints`; Valkey converts a script's reply element by element);
+//! for a call with an endpoint the thirteen of the endpoint form (reason 8: the endpoint's
+//! bucket denied; the endpoint bucket's TAT last);
 //! or `{-1, 0}` when the live limits changed since the caller read them: nothing was
 //! decided, the caller reloads them and asks again.
 //!
@@ -84,6 +89,9 @@ inputs! {
         /// The lease stats hash (read on an in-flight denial, for the retry estimate;
         /// counts expired leases a decision removes).
         LEASE_STATS = "lease_stats_key",
+        /// The bucket of the call's endpoint ([`crate::keys::Keys::endpoint`]; the global
+        /// bucket's key again when the call names none: never read then).
+        ENDPOINT = "endpoint_key",
     }
 }
 
@@ -128,6 +136,12 @@ inputs! {
         LEASE_US = "lease_us",
         /// The id of the lease this call takes when allowed (unique per call).
         LEASE_ID = "lease_id",
+        /// Interval and tolerance (µs) of the call's endpoint bucket (interval "0": the
+        /// call names no endpoint): `ARGV[endpoint_args + 1]` and the next.
+        ENDPOINT_BUCKET[2] = "endpoint_args",
+        /// The call's priority class's share, ppm of every bucket's capacity it leaves
+        /// untouched ("0": none; [`crate::endpoints::reserve_us`]).
+        SHARE = "share_ppm",
     }
 }
 
@@ -197,6 +211,42 @@ pub struct DecideKeys<'a> {
     pub leases: [&'a [u8]; 3],
     /// [`Keys::lease_stats`].
     pub lease_stats: &'a [u8],
+}
+
+/// The call's endpoint as the decision takes it: its key, and its bucket's interval and
+/// tolerance (µs) formatted once per limiter (and live change), not per call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointArgs {
+    key: Vec<u8>,
+    spec: BucketSpec,
+    text: [String; 2],
+}
+
+impl EndpointArgs {
+    /// Endpoint `name`'s bucket `spec`, keyed under `keys`.
+    pub fn new(keys: &Keys, name: &str, spec: &BucketSpec) -> Self {
+        Self {
+            key: keys.endpoint(name),
+            spec: *spec,
+            text: [
+                spec.interval_us().to_string(),
+                spec.tolerance_us().to_string(),
+            ],
+        }
+    }
+
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    pub fn spec(&self) -> &BucketSpec {
+        &self.spec
+    }
+
+    /// Interval and tolerance, µs.
+    pub fn text(&self) -> &[String; 2] {
+        &self.text
+    }
 }
 
 /// The `adaptive` option as the decision takes it: the floor (permille, "0" = off) and
@@ -418,6 +468,10 @@ pub struct DecideCall<'a> {
     /// The id of the lease taken when allowed (with `in_flight`; unique per call: the
     /// sender's, see the runtime's lease ids).
     pub lease_id: &'a [u8],
+    /// The call's endpoint (`None`: it names none).
+    pub endpoint: Option<&'a EndpointArgs>,
+    /// The call's priority class's share, ppm (0: none).
+    pub share_ppm: i64,
 }
 
 /// What the decision script answered.
@@ -453,6 +507,7 @@ impl DecideCall<'_> {
             out[lease_key(lane)] = k.leases[lane as usize];
         }
         out[LEASE_STATS] = k.lease_stats;
+        out[ENDPOINT] = self.endpoint.map_or(k.global, |e| e.key());
         out
     }
 
@@ -494,6 +549,21 @@ impl DecideCall<'_> {
         out[in_flight_arg(Lane::HotShop)] = Cow::Borrowed(sh.as_bytes());
         out[LEASE_US] = Cow::Borrowed(lease.as_bytes());
         out[LEASE_ID] = Cow::Borrowed(self.lease_id);
+        match self.endpoint {
+            Some(e) => {
+                let [i, t] = e.text();
+                out[ENDPOINT_BUCKET] = Cow::Borrowed(i.as_bytes());
+                out[ENDPOINT_BUCKET + 1] = Cow::Borrowed(t.as_bytes());
+            }
+            None => {
+                out[ENDPOINT_BUCKET] = Cow::Borrowed(&b"0"[..]);
+                out[ENDPOINT_BUCKET + 1] = Cow::Borrowed(&b"0"[..]);
+            }
+        }
+        out[SHARE] = match self.share_ppm {
+            0 => Cow::Borrowed(&b"0"[..]),
+            ppm => Cow::Owned(ppm.to_string().into_bytes()),
+        };
         out.into_iter()
     }
 
@@ -575,6 +645,10 @@ pub struct ReceivedCall<'a> {
     pub in_flight: Option<InFlight>,
     /// The lease taken when allowed.
     pub lease_id: &'a [u8],
+    /// The call's endpoint bucket (`None`: it names none).
+    pub endpoint: Option<BucketSpec>,
+    /// The call's class's share, ppm (0: none).
+    pub share_ppm: i64,
 }
 
 impl<'a> ReceivedCall<'a> {
@@ -681,7 +755,26 @@ impl<'a> ReceivedCall<'a> {
                 Some(InFlight { limits, lease_us })
             }
         };
+        let endpoint = {
+            let i = int("endpoint", arg(ENDPOINT_BUCKET))?;
+            let t = int("endpoint", arg(ENDPOINT_BUCKET + 1))?;
+            match i {
+                0 => None,
+                _ => Some(BucketSpec::from_script_args(i, t).ok_or_else(|| {
+                    format!("endpoint: interval {i} and tolerance {t} are not a bucket")
+                })?),
+            }
+        };
+        let share_ppm = int("priority share", arg(SHARE))?;
+        if !(0..crate::endpoints::SHARE_UNIT).contains(&share_ppm) {
+            return Err(format!(
+                "priority share must be from 0 to {} ppm, got {share_ppm}",
+                crate::endpoints::SHARE_UNIT - 1
+            ));
+        }
         Ok(Self {
+            endpoint,
+            share_ppm,
             in_flight,
             lease_id: arg(LEASE_ID),
             adapt,
@@ -762,6 +855,8 @@ mod tests {
         let keys = ShopKeys::new(&Keys::new("n"), b"s");
         let (lanes, auto) = (LaneArgs::new(&set), AutoHotArgs::new(None));
         let call = DecideCall {
+            endpoint: None,
+            share_ppm: 0,
             in_flight: &crate::cmd::decide::InFlightArgs::off(),
             lease_id: b"",
             adapt: &AdaptArgs::off(),
@@ -814,6 +909,8 @@ mod tests {
         let keys = ShopKeys::new(&Keys::new("n"), b"s\x00p");
         let (lanes, auto_args) = (LaneArgs::new(&set), AutoHotArgs::new(Some(&auto)));
         let call = DecideCall {
+            endpoint: None,
+            share_ppm: 0,
             in_flight: &crate::cmd::decide::InFlightArgs::off(),
             lease_id: b"",
             adapt: &AdaptArgs::off(),
@@ -897,6 +994,8 @@ mod tests {
             let keys = ShopKeys::new(&Keys::new("p"), b"s");
             let (lanes, auto_args) = (LaneArgs::new(&buckets), AutoHotArgs::new(Some(&sent)));
             let call = DecideCall {
+                endpoint: None,
+                share_ppm: 0,
                 in_flight: &crate::cmd::decide::InFlightArgs::off(),
                 lease_id: b"",
                 adapt: &AdaptArgs::off(),
@@ -935,6 +1034,8 @@ mod tests {
         let parse = |window_us: &str, share: &str, ttl: &str, min: &str| {
             let auto = AutoHotArgs::new(None);
             let call = DecideCall {
+                endpoint: None,
+                share_ppm: 0,
                 in_flight: &crate::cmd::decide::InFlightArgs::off(),
                 lease_id: b"",
                 adapt: &AdaptArgs::off(),

@@ -47,14 +47,18 @@ pub(crate) fn assert_reads_by_name(file: &str, body: &str, keys: &[Input], args:
 #[test]
 fn positions_follow_from_the_order_and_widths() {
     use decide::{args, keys};
-    assert_eq!((keys::LEN, args::LEN), (12, 24));
+    assert_eq!((keys::LEN, args::LEN), (13, 27));
+    assert_eq!(
+        (keys::ENDPOINT, args::ENDPOINT_BUCKET, args::SHARE),
+        (12, 24, 26)
+    );
     assert_eq!(
         [keys::BUCKETS, keys::HOT_FLAG, keys::SETTINGS],
         [0, 3, 6],
         "the buckets take three positions"
     );
     assert_eq!((args::LANES, args::VERSION, args::SHOP), (2, 8, 9));
-    assert_eq!((args::MAX_WAIT, decide::TEST_NOW_ARG), (16, 24));
+    assert_eq!((args::MAX_WAIT, decide::TEST_NOW_ARG), (16, 27));
     assert_eq!(
         (
             keys::LEASES,
@@ -92,8 +96,9 @@ fn the_prelude_names_each_input_at_its_position() {
     assert!(p.contains("local lane_args = 2\nlocal version = ARGV[9]\nlocal shop = ARGV[10]\n"));
     assert!(p.contains("local max_wait_us = ARGV[17]\nlocal adapt_floor = ARGV[18]\nlocal adapt_recover_us = ARGV[19]\n"));
     assert!(p.ends_with(
-        "local in_flight_args = 19\nlocal lease_us = ARGV[23]\nlocal lease_id = ARGV[24]\n"
+        "local in_flight_args = 19\nlocal lease_us = ARGV[23]\nlocal lease_id = ARGV[24]\nlocal endpoint_args = 24\nlocal share_ppm = ARGV[27]\n"
     ));
+    assert!(p.contains("local lease_stats_key = KEYS[12]\nlocal endpoint_key = KEYS[13]\n"));
 }
 
 #[test]
@@ -186,6 +191,8 @@ fn every_encoder_matches_its_contract() {
     let mut seen = BTreeSet::new();
     seen.insert(check(
         &decide::DecideCall {
+            endpoint: None,
+            share_ppm: 0,
             in_flight: &crate::cmd::decide::InFlightArgs::off(),
             lease_id: b"",
             keys: shop.decide_keys(),

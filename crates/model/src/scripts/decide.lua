@@ -19,6 +19,13 @@ local maxw = max_wait_us + 0
 local af = adapt_floor + 0
 -- in_flight (in_flight.rs): the global level's limit, 0 when the option is off.
 local fg = ARGV[in_flight_args + 1] + 0
+-- The call's endpoint (docs/endpoints.md): its bucket's interval, 0 when it names none;
+-- e = 1 when it names one. Its bucket is decided after global's, before the hot ones'.
+local ei = ARGV[endpoint_args + 1] + 0
+local e = 0
+if ei > 0 then e = 1 end
+-- The call's class: the share (ppm) of every bucket it leaves untouched (0: none).
+local ppm = share_ppm + 0
 local v, sa
 if ARGV[lane_args + 3] + 0 > 0 or ARGV[lane_args + 5] + 0 > 0 then
   if af > 0 then
@@ -61,6 +68,11 @@ if sa then
       if d > now then
         local h = 0
         if hot then h = 1 end
+        if e > 0 then
+          local fr = -1
+          if fg > 0 then fr = 0 end
+          return {4, h, now, -1, -1, -1, 0, 0, mark_ms, p, d, fr, -1}
+        end
         if fg > 0 then return {4, h, now, -1, -1, -1, 0, 0, mark_ms, p, d, 0} end
         return {4, h, now, -1, -1, -1, 0, 0, mark_ms, p, d}
       end
@@ -77,8 +89,16 @@ if version ~= '' then change = string.match(version, '^%d+%-%w+%-(%d+)$') or '' 
 -- reply's every element (about 60 ns each, docs/performance.md).
 -- With in_flight always the twelve of its form: the adaptive share (0: its state not
 -- read), the pause, an in-flight denial's retry estimate.
+-- With an endpoint always the thirteen of its form: the twelve (the retry estimate -1
+-- without in_flight, the share and pause 0 when the adaptive state was not read) and the
+-- endpoint bucket's TAT.
 local r
-if fg > 0 then
+if e > 0 then
+  local fr = -1
+  if fg > 0 then fr = 0 end
+  if ad then r = {0, 0, now, -1, -1, -1, 0, 0, mark_ms, p, 0, fr, -1}
+  else r = {0, 0, now, -1, -1, -1, 0, 0, mark_ms, 0, 0, fr, -1} end
+elseif fg > 0 then
   if ad then r = {0, 0, now, -1, -1, -1, 0, 0, mark_ms, p, 0, 0}
   else r = {0, 0, now, -1, -1, -1, 0, 0, mark_ms, 0, 0, 0} end
 elseif ad then r = {0, 0, now, -1, -1, -1, 0, 0, mark_ms, p, 0}
@@ -94,11 +114,25 @@ local reason = 0
 -- Every bucket takes the tokens as of the instant the slowest one holds them (now, or a
 -- reservation's wake-up): see step_auto_hot.
 local take_at = now
-for i = 1, last do
-  local si = ARGV[lane_args + 2 * i - 1]
+-- The endpoint's stored bucket (a second MGET: a key of another type reads as nil).
+local ev
+if e > 0 then ev = redis.call('MGET', endpoint_key)[1] end
+-- Slot i: the lanes 1..3, the endpoint 4 (its TAT r[13]), in the order a denial is
+-- named: global, the endpoint, the hot lane, the hot shop.
+for k = 1, last + e do
+  local i = k
+  if e > 0 and k > 1 then
+    i = k - 1
+    if k == 2 then i = 4 end
+  end
+  local si, st, ri, s
+  if i == 4 then
+    si, st, ri, s = ARGV[endpoint_args + 1], ARGV[endpoint_args + 2], 13, ev
+  else
+    si, st, ri, s = ARGV[lane_args + 2 * i - 1], ARGV[lane_args + 2 * i], 3 + i, v[3 + i]
+  end
   local interval = si + 0
   if interval > 0 then
-    local st = ARGV[lane_args + 2 * i]
     local tol = st + 0
     if p < 1000 then
       local cap = math.floor(math.floor(tol / interval) * p / 1000)
@@ -112,7 +146,6 @@ for i = 1, last do
       sc[2 * i] = st
     end
     local x = now
-    local s = v[3 + i]
     if s then
       local y, m = carry(s, si, st, interval, tol, now, change)
       if y then
@@ -123,10 +156,22 @@ for i = 1, last do
         if y > now then x = y end
       end
     end
-    r[3 + i] = x
+    r[ri] = x
     local need = n * interval
-    if reason == 0 and (need > tol or x + need - now > tol + maxw) then reason = i end
-    local at = x + need - tol
+    -- The class's reserve, ceil(tol * ppm / 1e6) (endpoints::reserve_us), split as
+    -- q * 1e6 + rr so every term stays exact below 2^53.
+    local room = tol
+    if ppm > 0 then
+      local q = math.floor(tol / 1000000)
+      local rr = tol - q * 1000000
+      if rr < 0 then q, rr = q - 1, rr + 1000000 elseif rr >= 1000000 then q, rr = q + 1, rr - 1000000 end
+      room = tol - (q * ppm + math.ceil(rr * ppm / 1000000))
+    end
+    if reason == 0 and (need > room or x + need - now > room + maxw) then
+      reason = i
+      if i == 4 then reason = 8 end
+    end
+    local at = x + need - room
     if at > take_at then take_at = at end
   end
 end
@@ -180,22 +225,32 @@ if reason == 0 then
     pw = redis.call('HMGET', window_prefix .. string.format('%d', win - 1), shop, '')
   end
 end
-for i = 1, last do
-  local x = r[3 + i]
+for k = 1, last + e do
+  local i = k
+  if e > 0 and k > 1 then
+    i = k - 1
+    if k == 2 then i = 4 end
+  end
+  local ri, si, st, bk = 3 + i
+  if i == 4 then
+    ri, si, st, bk = 13, ARGV[endpoint_args + 1], ARGV[endpoint_args + 2], endpoint_key
+  else
+    si, st, bk = ARGV[lane_args + 2 * i - 1], ARGV[lane_args + 2 * i], KEYS[bucket_keys + i]
+  end
+  local x = r[ri]
   if x >= 0 and (reason == 0 or (moved and moved[i])) then
-    local si, st = ARGV[lane_args + 2 * i - 1], ARGV[lane_args + 2 * i]
     if sc then si, st = sc[2 * i - 1], sc[2 * i] end
     if reason == 0 then
       if x < take_at then x = take_at end
       x = x + n * si
-      r[3 + i] = x
+      r[ri] = x
     end
     -- The key lives until the bucket is full again: floor((x - now) / 1000) ms, by
     -- arithmetic (exact: x and now are integers below 2^53).
     local d = x - now
     -- %d: Lua's own number formatting keeps 14 digits only; the rest concatenated (cheaper
     -- than more %s).
-    if not peek then redis.call('SET', KEYS[bucket_keys + i], string.format('%d', x) .. ':' .. si .. ':' .. st .. ':' .. change, 'PX', (d - d % 1000) / 1000 + slack_ms) end
+    if not peek then redis.call('SET', bk, string.format('%d', x) .. ':' .. si .. ':' .. st .. ':' .. change, 'PX', (d - d % 1000) / 1000 + slack_ms) end
   end
 end
 r[1] = reason

@@ -5,7 +5,10 @@ use std::sync::Arc;
 
 use checkout_guard_config::live::{self, LiveLimits};
 use checkout_guard_config::Mode;
-use checkout_guard_model::{BucketSet, Decision, InFlight, InFlightArgs, Lane, LaneArgs};
+use checkout_guard_model::{
+    BucketSet, Decision, EndpointArgs, Endpoints, InFlight, InFlightArgs, Keys, Lane, LaneArgs,
+    Priorities,
+};
 
 use super::Limiter;
 use crate::live_cache;
@@ -30,6 +33,20 @@ pub(super) struct BucketsInForce {
     /// `in_flight` in force (the constructor's, or live limits over it), as the decision
     /// takes it.
     pub(super) in_flight_args: InFlightArgs,
+    /// Each endpoint's bucket in force as the decision takes it, by name (sorted).
+    pub(super) endpoints: Vec<(String, EndpointArgs)>,
+    /// The priority classes in force (`None`: no `priorities` option).
+    pub(super) priorities: Option<Priorities>,
+}
+
+/// What a limiter's constructor configured, that live limits change: the base of
+/// [`BucketsInForce::new`].
+pub(super) struct Base<'a> {
+    pub(super) buckets: &'a BucketSet,
+    pub(super) in_flight: Option<&'a InFlight>,
+    pub(super) endpoints: &'a Endpoints,
+    pub(super) priorities: Option<&'a Priorities>,
+    pub(super) keys: &'a Keys,
 }
 
 impl BucketsInForce {
@@ -37,14 +54,27 @@ impl BucketsInForce {
         self.lane_args.buckets()
     }
 
+    /// The limits in force as events and the CLI show them: the buckets, then the
+    /// endpoints and classes ([`live::describe_routes`]).
+    pub(super) fn describe(&self) -> String {
+        let endpoints = Endpoints::new(
+            self.endpoints
+                .iter()
+                .map(|(n, e)| (n.clone(), *e.spec()))
+                .collect(),
+        );
+        live::describe(self.buckets())
+            + &live::describe_routes(&endpoints, self.priorities.as_ref())
+    }
+
     /// The buckets for `live` over `base`, the constructor's (`base` alone when there are
     /// no live limits, or when they are invalid for this limiter: then the error too).
     pub(super) fn new(
-        base: &BucketSet,
-        base_in_flight: Option<&InFlight>,
+        b: &Base<'_>,
         denial_tags: &[Vec<u8>; 3],
         live: Option<&LiveLimits>,
     ) -> (Self, Option<String>) {
+        let (base, base_in_flight) = (b.buckets, b.in_flight);
         let (version, applied) = match live {
             None => (Vec::new(), Ok(base.clone())),
             Some(l) => (l.id.clone(), l.apply(base)),
@@ -62,6 +92,28 @@ impl BucketsInForce {
                 base_in_flight.copied()
             }
         };
+        // Endpoints and classes the same way (the endpoints checked against global in
+        // force): invalid ones leave the constructor's.
+        let endpoints = match live.map(|l| l.apply_endpoints(b.endpoints, &buckets.global)) {
+            None => b.endpoints.clone(),
+            Some(Ok(e)) => e,
+            Some(Err(e)) => {
+                error.get_or_insert(e.to_string());
+                b.endpoints.clone()
+            }
+        };
+        let priorities = match live.map(|l| l.apply_priorities(b.priorities)) {
+            None => b.priorities.cloned(),
+            Some(Ok(p)) => p,
+            Some(Err(e)) => {
+                error.get_or_insert(e.to_string());
+                b.priorities.cloned()
+            }
+        };
+        let endpoints = endpoints
+            .iter()
+            .map(|(name, spec)| (name.to_string(), EndpointArgs::new(b.keys, name, spec)))
+            .collect();
         let lane_args = LaneArgs::new(&buckets);
         // A valid live mode holds even over buckets invalid for this limiter: the kill
         // switch works whatever else is stored.
@@ -84,6 +136,8 @@ impl BucketsInForce {
             mode,
             hot_shop_tag: Vec::new(),
             in_flight_args: InFlightArgs::new(in_flight.as_ref()),
+            endpoints,
+            priorities,
         };
         in_force.global_denial_key = in_force.hashed_denial_key(&tags, Lane::Global, b"");
         in_force.hot_lane_denial_key = in_force.hashed_denial_key(&tags, Lane::HotLane, b"");
@@ -94,17 +148,23 @@ impl BucketsInForce {
 }
 
 impl Limiter {
+    /// What the constructor configured.
+    pub(super) fn base(&self) -> Base<'_> {
+        Base {
+            buckets: &self.options.buckets,
+            in_flight: self.options.in_flight.as_ref(),
+            endpoints: &self.options.endpoints,
+            priorities: self.options.priorities.as_ref(),
+            keys: &self.keys,
+        }
+    }
+
     /// The buckets for `live` over the constructor's (see [`BucketsInForce::new`]).
     pub(super) fn in_force_with(
         &self,
         live: Option<&LiveLimits>,
     ) -> (BucketsInForce, Option<String>) {
-        BucketsInForce::new(
-            &self.options.buckets,
-            self.options.in_flight.as_ref(),
-            &self.denial_tags,
-            live,
-        )
+        BucketsInForce::new(&self.base(), &self.denial_tags, live)
     }
 
     /// The buckets in force: the newest live limits this process knows of.
@@ -152,8 +212,8 @@ impl Limiter {
             version: live.version,
             by: live.by.clone(),
             at_ms: live.at_ms,
-            old: live::describe(old.buckets()),
-            new: live::describe(in_force.buckets()),
+            old: old.describe(),
+            new: in_force.describe(),
             error: parse_error.or(apply_error),
         };
         live_cache::remember(self.live_id, Arc::new(live));

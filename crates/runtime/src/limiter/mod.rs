@@ -30,10 +30,20 @@ use checkout_guard_config::live::PublishedSettings;
 use checkout_guard_config::{
     validate_max_wait, validate_shop_id, validate_tokens, LimiterOptions, Mode, OnUnavailable,
 };
+use checkout_guard_model::cmd::decide::EndpointArgs;
 use checkout_guard_model::{
-    reservation_wait_us, AdaptArgs, AutoHotArgs, DecideCall, DecideKeys, DecideReply, Decision,
-    Keys, Lane, LimiterError, Reason,
+    reservation_wait_with, AdaptArgs, AutoHotArgs, ConfigError, DecideCall, DecideKeys,
+    DecideReply, Decision, Keys, Lane, LimiterError, Reason,
 };
+
+/// What a call names beside its shop (issue 42, docs/endpoints.md): the endpoint whose
+/// bucket it also draws from, and its priority class (`None`: the limiter's
+/// `default_priority`, or none).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Route<'a> {
+    pub endpoint: Option<&'a str>,
+    pub priority: Option<&'a str>,
+}
 
 use crate::clock::{Clock, SystemClock};
 use crate::live_cache;
@@ -130,16 +140,20 @@ impl Limiter {
             options.adaptive.as_ref(),
             options.mode,
             options.in_flight.as_ref(),
+        ) + &checkout_guard_config::live::describe_routes(
+            &options.endpoints,
+            options.priorities.as_ref(),
         );
         let live_id = live_cache::limiter_id(options.endpoint.display_url(), &options.name);
         let known = live_cache::known(live_id);
-        let in_force = BucketsInForce::new(
-            &options.buckets,
-            options.in_flight.as_ref(),
-            &denial_tags,
-            known.as_deref(),
-        )
-        .0;
+        let base = live::Base {
+            buckets: &options.buckets,
+            in_flight: options.in_flight.as_ref(),
+            endpoints: &options.endpoints,
+            priorities: options.priorities.as_ref(),
+            keys: &keys,
+        };
+        let in_force = BucketsInForce::new(&base, &denial_tags, known.as_deref()).0;
         Self {
             lease_keys: [
                 keys.leases(Lane::Global, b""),
@@ -175,6 +189,70 @@ impl Limiter {
         &self.options
     }
 
+    /// The endpoint `name`'s bucket in force, or the error naming it (and the endpoints
+    /// there are).
+    fn endpoint<'a>(
+        &self,
+        in_force: &'a BucketsInForce,
+        name: &str,
+    ) -> Result<&'a EndpointArgs, ConfigError> {
+        let all = &in_force.endpoints;
+        match all.binary_search_by(|(n, _)| n.as_str().cmp(name)) {
+            Ok(i) => Ok(&all[i].1),
+            Err(_) => Err(ConfigError::new(
+                "endpoint",
+                match all.is_empty() {
+                    true => format!(
+                        "\"{name}\" is not configured (the limiter '{}' has no endpoints option)",
+                        self.options.name
+                    ),
+                    false => format!(
+                        "\"{name}\" is not configured (endpoints: {})",
+                        all.iter()
+                            .map(|(n, _)| n.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                },
+            )),
+        }
+    }
+
+    /// The class a call with `priority` is decided in (`None`: none), and its share (ppm),
+    /// or the error naming a class not configured.
+    pub fn class_of(&self, priority: Option<&str>) -> Result<(Option<String>, i64), ConfigError> {
+        self.class_in(&self.current(), priority)
+            .map(|(c, ppm)| (c.map(str::to_owned), ppm))
+    }
+
+    /// [`Self::class_of`] with the classes in force `in_force`.
+    fn class_in<'a>(
+        &self,
+        in_force: &'a BucketsInForce,
+        priority: Option<&'a str>,
+    ) -> Result<(Option<&'a str>, i64), ConfigError> {
+        let p = in_force.priorities.as_ref();
+        let Some(class) = priority.or_else(|| p.and_then(|p| p.default_class())) else {
+            return Ok((None, 0));
+        };
+        match p.and_then(|p| p.share_ppm(class)) {
+            Some(ppm) => Ok((Some(class), ppm)),
+            None => Err(ConfigError::new(
+                "priority",
+                match p {
+                    None => format!(
+                        "\"{class}\" is not configured (the limiter '{}' has no priorities option)",
+                        self.options.name
+                    ),
+                    Some(p) => format!(
+                        "\"{class}\" is not configured (priorities: {})",
+                        p.iter().map(|(n, _)| n).collect::<Vec<_>>().join(", ")
+                    ),
+                },
+            )),
+        }
+    }
+
     /// Whether `shop` is listed in the `hot_shops` option (no Valkey needed).
     pub fn is_statically_hot(&self, shop: &[u8]) -> bool {
         self.options.hot_shops.contains(shop)
@@ -195,7 +273,30 @@ impl Limiter {
         shop: &[u8],
         tokens: i64,
     ) -> Result<(Decision, Notices), LimiterError> {
-        self.acquire_or_peek(shop, tokens, false, 0)
+        self.acquire_or_peek(shop, tokens, false, 0, Route::default())
+    }
+
+    /// [`Self::acquire_within`] for a call that names an endpoint and/or a priority class
+    /// (`route`); an endpoint or class not configured is a configuration error naming it.
+    pub fn acquire_routed(
+        &self,
+        shop: &[u8],
+        tokens: i64,
+        max_wait_seconds: f64,
+        route: Route<'_>,
+    ) -> Result<(Decision, Notices), LimiterError> {
+        let max_wait_us = validate_max_wait(max_wait_seconds)?;
+        self.acquire_or_peek(shop, tokens, false, max_wait_us, route)
+    }
+
+    /// [`Self::peek_noticed`] for a call that names an endpoint and/or a class.
+    pub fn peek_routed(
+        &self,
+        shop: &[u8],
+        tokens: i64,
+        route: Route<'_>,
+    ) -> Result<(Decision, Notices), LimiterError> {
+        self.acquire_or_peek(shop, tokens, true, 0, route)
     }
 
     /// A reservation: [`Self::acquire`] where tokens that every bucket holds within
@@ -208,8 +309,7 @@ impl Limiter {
         tokens: i64,
         max_wait_seconds: f64,
     ) -> Result<(Decision, Notices), LimiterError> {
-        let max_wait_us = validate_max_wait(max_wait_seconds)?;
-        self.acquire_or_peek(shop, tokens, false, max_wait_us)
+        self.acquire_routed(shop, tokens, max_wait_seconds, Route::default())
     }
 
     /// What [`Self::acquire`] would answer now, taking nothing: the same decision (the same
@@ -228,7 +328,7 @@ impl Limiter {
         shop: &[u8],
         tokens: i64,
     ) -> Result<(Decision, Notices), LimiterError> {
-        self.acquire_or_peek(shop, tokens, true, 0)
+        self.acquire_or_peek(shop, tokens, true, 0, Route::default())
     }
 
     /// The one path of [`Self::acquire_noticed`], [`Self::acquire_within`] and
@@ -240,9 +340,10 @@ impl Limiter {
         tokens: i64,
         peek: bool,
         max_wait_us: i64,
+        route: Route<'_>,
     ) -> Result<(Decision, Notices), LimiterError> {
         let mut how = How::default();
-        let result = self.decide(shop, tokens, peek, max_wait_us, &mut how);
+        let result = self.decide(shop, tokens, peek, max_wait_us, route, &mut how);
         if !peek && crate::metrics::enabled() {
             let (allowed, reason, shadow, waited) = match &result {
                 Ok((d, _)) => (d.allowed, d.reason, d.shadow, d.waited),
@@ -281,6 +382,7 @@ impl Limiter {
         tokens: i64,
         peek: bool,
         max_wait_us: i64,
+        route: Route<'_>,
         how: &mut How,
     ) -> Result<(Decision, Notices), LimiterError> {
         validate_shop_id(shop)?;
@@ -289,6 +391,34 @@ impl Limiter {
         // limit can hold is denied by that bucket (with a finite retryAfter).
         validate_tokens(tokens, &self.options.buckets)?;
         let mut in_force = self.current();
+        // The endpoint and the class, resolved before anything is decided: a name not
+        // configured is the caller's error, named (live limits change buckets and shares,
+        // never which names there are). Tokens as above: against the constructor's.
+        if let Some(name) = route.endpoint {
+            let e = self.endpoint(&in_force, name)?;
+            let cap = self
+                .options
+                .endpoints
+                .get(name)
+                .unwrap_or(e.spec())
+                .capacity();
+            if tokens > cap {
+                return Err(ConfigError::new(
+                    "tokens",
+                    format!(
+                        "must be from 1 to {cap} (endpoint \"{name}\"'s capacity), got {tokens}"
+                    ),
+                )
+                .into());
+            }
+        }
+        let (_, first_share) = self.class_in(&in_force, route.priority)?;
+        // What a worker learns from a reply is how long a bucket stays empty; a call that
+        // keeps a reserve, or draws an endpoint's bucket too, is denied earlier than that
+        // (its reply says nothing about when a plain call passes): only plain calls teach
+        // the table. Any call may be denied by it (it needs at least what a plain call
+        // does).
+        let plain = route.endpoint.is_none() && first_share == 0;
         let static_hot = self.is_statically_hot(shop);
         let mut notices = Notices::default();
         // With the fast path off, no key is hashed and nothing is learnt.
@@ -322,7 +452,16 @@ impl Limiter {
         for _attempt in 0..3 {
             let sent_ns = self.clock.monotonic_ns();
             let lease = (with_leases && !peek).then(leases::next_lease_id);
+            // The endpoint's bucket and the class's share in force (after a reload, the
+            // new ones).
+            let endpoint = route
+                .endpoint
+                .map(|e| self.endpoint(&in_force, e))
+                .transpose()?;
+            let (_, share_ppm) = self.class_in(&in_force, route.priority)?;
             let call = DecideCall {
+                endpoint,
+                share_ppm,
                 in_flight: &in_force.in_flight_args,
                 lease_id: lease.as_ref().map_or(&b""[..], |(_, id)| id),
                 keys: DecideKeys {
@@ -374,7 +513,7 @@ impl Limiter {
                     }
                 }
                 Ok(DecideReply::Decided(reply)) => {
-                    if let (Some(keys), false) = (&denial_keys, peek) {
+                    if let (Some(keys), false, true) = (&denial_keys, peek, plain) {
                         self.learn(&in_force, keys, shop, &reply, sent_ns);
                     }
                     if reply.became_hot {
@@ -383,7 +522,14 @@ impl Limiter {
                     if !peek {
                         notices.adapt = self.saw_reply(&reply);
                     }
-                    let mut d = Decision::from_reply(in_force.buckets(), tokens, &reply);
+                    let espec = endpoint.map(|e| e.spec());
+                    let mut d = Decision::from_reply_with(
+                        in_force.buckets(),
+                        espec,
+                        share_ppm,
+                        tokens,
+                        &reply,
+                    );
                     how.by_valkey = true;
                     // Only what is counted: a peek decides nothing, and with the counters
                     // off nobody reads it.
@@ -410,7 +556,8 @@ impl Limiter {
                     // same, but never slept: the decision says what it would have waited.
                     let mut unslept = 0.0;
                     if d.allowed && max_wait_us > 0 {
-                        let wait_us = reservation_wait_us(in_force.buckets(), &reply);
+                        let wait_us =
+                            reservation_wait_with(in_force.buckets(), espec, share_ppm, &reply);
                         if wait_us > 0 {
                             let wait = Duration::from_micros(wait_us as u64);
                             match self.mode_in(&in_force) {

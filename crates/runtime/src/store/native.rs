@@ -83,6 +83,8 @@ mod tests {
         ] {
             let keys = ShopKeys::new(&Keys::new("n"), shop);
             let call = DecideCall {
+                endpoint: None,
+                share_ppm: 0,
                 in_flight: &checkout_guard_model::InFlightArgs::off(),
                 lease_id: b"",
                 adapt: &checkout_guard_model::AdaptArgs::off(),
