@@ -357,9 +357,9 @@ fi
 if [ "$mode" = endpoints ]; then
   # The provider's global and per-endpoint limits under a flood of one endpoint (issue 42;
   # docs/loadtest.md, "Endpoints and priorities"). The provider (nginx limit_req): 50/s
-  # (burst 10) over the account, 25/s (burst 5) per endpoint (PROVIDER_GLOBAL_RATE,
+  # (burst 25) over the account, 25/s (burst 5) per endpoint (PROVIDER_GLOBAL_RATE,
   # PROVIDER_ENDPOINT_RATE, ..._BURST). The limiter just inside (bootstrap.php's
-  # endpoint_limiter()): global 45/s (10), each endpoint 22/s (5). Load
+  # endpoint_limiter()): global 45/s (20), each endpoint 22/s (5). Load
   # (loadtest/locust_endpoints.py): ordinary shops' and flash-1's checkouts (intent.php:
   # create then confirm, ~7/s each), ordinary shops' reads (~4.5/s) and, but in the
   # baseline, flash-1's flood of reads (~100/s) of FLOOD_ENDPOINT (items, or retrieve:
@@ -392,7 +392,7 @@ if [ "$mode" = endpoints ]; then
     # One read before the load: a 500 is the page failing (an extension without issue 42).
     ep_check "$dir" "$form" "$(curl -s -o "$dir/probe.json" -w '%{http_code}' "http://127.0.0.1:$port$read_path" || true)"
     printf '{"run": "%s", "form": "%s", "scenario": "%s", "duration": %d, "flood_endpoint": "%s", "provider_global": "%s/s burst %s", "provider_endpoint": "%s/s burst %s"}\n' \
-      "$run" "$form" "$scenario" "$duration" "$flood_endpoint" "${PROVIDER_GLOBAL_RATE:-50}" "${PROVIDER_GLOBAL_BURST:-10}" \
+      "$run" "$form" "$scenario" "$duration" "$flood_endpoint" "${PROVIDER_GLOBAL_RATE:-50}" "${PROVIDER_GLOBAL_BURST:-25}" \
       "${PROVIDER_ENDPOINT_RATE:-25}" "${PROVIDER_ENDPOINT_BURST:-5}" > "$dir/run.json"
     log "run $run (CHECKOUT_EP_LIMITS=$form, $scenario, flood of $flood_endpoint), ${duration}s"
     : > "$dir/access.log"   # the probe's line out: the report counts the load's requests

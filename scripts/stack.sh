@@ -22,7 +22,7 @@
 #                   ZONEA_RATE (r/s, default 200) and ZONEA_BURST (100) for /items/,
 #                   PAYMENT_RATE (50) and PAYMENT_BURST (10) for /v1/charges; for the
 #                   endpoint API (/v1/payment_intents create, confirm, retrieve and
-#                   /v1/items/) PROVIDER_GLOBAL_RATE (50) and PROVIDER_GLOBAL_BURST (10)
+#                   /v1/items/) PROVIDER_GLOBAL_RATE (50) and PROVIDER_GLOBAL_BURST (25)
 #                   over all four, PROVIDER_ENDPOINT_RATE (25) and PROVIDER_ENDPOINT_BURST
 #                   (5) for each (a rate: N a second, or nginx's Nr/s, Nr/m); its port is
 #                   printed after the HTTP port, its access log is RUN_DIR/provider.log

@@ -127,7 +127,7 @@ def local_files(run: str, docroot: str, valkey_url: str, extension: str, fpm_por
                           zonea_rate=env.get("ZONEA_RATE") or 200, zonea_burst=env.get("ZONEA_BURST") or 100,
                           payment_rate=env.get("PAYMENT_RATE") or 50, payment_burst=env.get("PAYMENT_BURST") or 10,
                           ep_global_rate=nginx_rate(env.get("PROVIDER_GLOBAL_RATE") or "50", "PROVIDER_GLOBAL_RATE"),
-                          ep_global_burst=env.get("PROVIDER_GLOBAL_BURST") or 10,
+                          ep_global_burst=env.get("PROVIDER_GLOBAL_BURST") or 25,
                           ep_rate=nginx_rate(env.get("PROVIDER_ENDPOINT_RATE") or "25", "PROVIDER_ENDPOINT_RATE"),
                           ep_burst=env.get("PROVIDER_ENDPOINT_BURST") or 5)
     return {

@@ -45,7 +45,7 @@ class ProviderLimitsTest(unittest.TestCase):
         self.assertIn("zone=ep_global:1m rate=50r/s;", conf)
         for zone in ("create", "confirm", "retrieve", "items"):
             self.assertIn(f"zone=ep_{zone}:1m rate=25r/s;", conf)
-            self.assertRegex(conf, rf"limit_req zone=ep_global burst=10 nodelay;\s+limit_req zone=ep_{zone} burst=5 nodelay;")
+            self.assertRegex(conf, rf"limit_req zone=ep_global burst=25 nodelay;\s+limit_req zone=ep_{zone} burst=5 nodelay;")
         # the other scenarios' paths are as they were: one zone each
         self.assertIn("location /items/ { limit_req zone=zonea burst=100 nodelay; proxy_pass http://provider; }", conf)
         self.assertIn("location /v1/charges { limit_req zone=payment burst=10 nodelay; proxy_pass http://provider; }", conf)

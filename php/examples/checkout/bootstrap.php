@@ -157,8 +157,8 @@ function clients(string $shopId): array
  *   priorities  the same, and the priority classes of CG_EP_PRIORITIES (default
  *               critical=0,normal=0.2,background=0.5): confirm is critical, create normal,
  *               retrieve and items background.
- * Sizes just inside the provider's (global 50/s, burst 10; 25/s, burst 5 per endpoint):
- * CG_EP_GLOBAL_CAPACITY (10), CG_EP_GLOBAL_RATE (45), CG_EP_CAPACITY (5), CG_EP_RATE (22).
+ * Sizes just inside the provider's (global 50/s, burst 25; 25/s, burst 5 per endpoint):
+ * CG_EP_GLOBAL_CAPACITY (20), CG_EP_GLOBAL_RATE (45), CG_EP_CAPACITY (5), CG_EP_RATE (22).
  */
 function endpoint_limits(): string
 {
@@ -185,7 +185,7 @@ function endpoint_limiter(): RateLimiter
     $form = endpoint_limits();
     $options = [
         'name' => 'provider',
-        'global' => ['capacity' => (int) env('CG_EP_GLOBAL_CAPACITY', '10'), 'refill_per_second' => (float) env('CG_EP_GLOBAL_RATE', '45')],
+        'global' => ['capacity' => (int) env('CG_EP_GLOBAL_CAPACITY', '20'), 'refill_per_second' => (float) env('CG_EP_GLOBAL_RATE', '45')],
         'on_unavailable' => env('CG_ON_UNAVAILABLE', 'allow'),
     ];
     if ($form !== 'global') {
