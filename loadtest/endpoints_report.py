@@ -27,6 +27,7 @@ from verdict import read_log  # noqa: E402
 RUNS = ("baseline", "global", "endpoints", "priorities")
 ENDPOINTS = ("create", "confirm", "retrieve", "items")
 HOT_SHOP = os.environ.get("HOT_SHOP", "flash-1")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOLERANCE = 0.02   # "at baseline": a success ratio at most 2 points below the baseline's
 
 
@@ -129,7 +130,7 @@ def checks_for(runs: dict) -> list:
     if base and "priorities" in runs:
         for cls in ("ordinary", "hot"):
             b, p = base["checkouts"][cls]["success"], runs["priorities"]["checkouts"][cls]["success"]
-            out.append((f"priorities: {cls} checkouts completed at baseline (within {TOLERANCE:.0%})",
+            out.append((f"priorities: {cls} checkouts completed at baseline (within {100 * TOLERANCE:g} points)",
                         b is not None and p is not None and p >= b - TOLERANCE, f"{p} vs {b}"))
     if base and "global" in runs:
         g = runs["global"]
@@ -175,7 +176,7 @@ def main(out: str) -> int:
     checks = checks_for(runs)
     ok = bool(checks) and all(held for _, held, _ in checks)
     res = {
-        "out": out, "duration": meta.get("duration"), "flood_endpoint": meta.get("flood_endpoint", "items"),
+        "out": os.path.relpath(out, ROOT) if os.path.abspath(out).startswith(ROOT + os.sep) else out, "duration": meta.get("duration"), "flood_endpoint": meta.get("flood_endpoint", "items"),
         "provider": {"global": meta.get("provider_global", "?"), "endpoint": meta.get("provider_endpoint", "?")},
         "runs": runs, "checks": checks,
         "verdict": ("a check failed (above)" if not ok else

@@ -124,7 +124,7 @@ class ReportTest(unittest.TestCase):
         rc, res = self.main()
         self.assertEqual(rc, 1)
         failed = [c[0] for c in res["checks"] if not c[1]]
-        self.assertEqual(failed, ["priorities: hot checkouts completed at baseline (within 2%)"])
+        self.assertEqual(failed, ["priorities: hot checkouts completed at baseline (within 2 points)"])
 
     def test_a_global_run_without_the_failure_fails(self):
         self.run_dir("baseline", 40, 40, 40, 40)
