@@ -32,7 +32,7 @@ final class EndpointsLoadSmokeTest extends TestCase
         // One global bucket: the limiter lets the 8 reads through; the provider's item
         // endpoint takes 5 and refuses 3 (429, the page's 502). Two tokens left: s1 paid.
         $this->assertSame('200 200 200 200 200 502 502 502', $res['global']['reads'], $out);
-        $this->assertSame(['items' => 3] + $none, $res['global']['provider_429']);
+        $this->assertSame(array_replace($none, ['items' => 3]), $res['global']['provider_429']);
         $this->assertSame('200 503 503 503', $res['global']['checkouts']);
         $this->assertSame('paid none none none', $res['global']['stages']);
 
