@@ -29,7 +29,7 @@ const TABLE = [
             . "(markHot, unmarkHot, isHot, reset) could not reach Valkey. Never carries a password.",
     ],
     'CheckoutGuard\Decision::reason' => [
-        'values' => ['allowed', 'provider', 'global', 'hot_lane', 'hot_shop', 'in_flight_global',
+        'values' => ['allowed', 'provider', 'global', 'endpoint', 'hot_lane', 'hot_shop', 'in_flight_global',
             'in_flight_hot_lane', 'in_flight_hot_shop', 'unavailable'],
         'row' => 'reason()',
     ],

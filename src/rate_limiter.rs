@@ -88,8 +88,13 @@ impl RateLimiter {
         }
         recording::observe_notices(&o.name, &shopId, &notices, o.auto_hot.as_ref());
         let class = class_of(&self.inner, route);
-        recording::observe_decision(&o.name, &shopId, &d);
-        Ok(Decision::of(&self.inner, &shopId, d).routed(endpoint, class))
+        recording::observe_decision(
+            &o.name,
+            &shopId,
+            &d,
+            (shown(endpoint.as_deref()).as_deref(), class.as_deref()),
+        );
+        Ok(Decision::of(&self.inner, &shopId, d).routed(shown(endpoint.as_deref()), class))
     }
 
     /// What acquire() would answer now for `tokens` tokens of `shopId`, taking nothing and
@@ -122,7 +127,7 @@ impl RateLimiter {
         }
         recording::observe_notices(&o.name, &shopId, &notices, o.auto_hot.as_ref());
         let class = class_of(&self.inner, route);
-        Ok(Decision::from(d).routed(endpoint, class))
+        Ok(Decision::from(d).routed(shown(endpoint.as_deref()), class))
     }
 
     /// Reports what the payment provider answered to a call this limiter admitted for
@@ -344,16 +349,18 @@ impl RateLimiter {
     }
 }
 
-/// An endpoint or class name argument (`?string`): null is none. Names are ASCII (the
-/// options allow `A-Z a-z 0-9 _ . : / -` only), so bytes that are not UTF-8 are kept as
-/// replacement characters: such a name is never configured, and its error says so.
-fn name_arg(arg: OptStringArg, param: Param) -> PhpResult<Option<String>> {
-    Ok(arg
-        .get(param)?
-        .map(|b| String::from_utf8_lossy(&b).into_owned()))
+/// An endpoint or class name argument (`?string`): null is none; the bytes as given (a
+/// name not configured is refused with them quoted).
+fn name_arg(arg: OptStringArg, param: Param) -> PhpResult<Option<Vec<u8>>> {
+    arg.get(param)
 }
 
 /// The class a call with `route` was decided in (resolved already: no error left).
 fn class_of(limiter: &Limiter, route: Route<'_>) -> Option<String> {
     limiter.class_of(route.priority).ok().and_then(|(c, _)| c)
+}
+
+/// A name as PHP is shown it (a configured name is ASCII: only those reach a decision).
+fn shown(name: Option<&[u8]>) -> Option<String> {
+    name.map(|b| String::from_utf8_lossy(b).into_owned())
 }

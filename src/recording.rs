@@ -195,10 +195,15 @@ pub fn observe_adapt(limiter: &str, changes: &[checkout_guard_runtime::notices::
 }
 
 /// Counts a decision and records denied and unavailable ones as "RateLimitDecision".
-pub fn observe_decision(limiter: &str, shop: &[u8], d: &CoreDecision) {
+pub fn observe_decision(
+    limiter: &str,
+    shop: &[u8],
+    d: &CoreDecision,
+    route: (Option<&str>, Option<&str>),
+) {
     if let Some(e) = with_state(|s| {
         s.count_decision(d)
-            .then(|| s.decision_event(limiter, shop, d))
+            .then(|| s.decision_event_routed(limiter, shop, d, route))
     }) {
         push(e);
     }

@@ -94,7 +94,7 @@ namespace CheckoutGuard {
          * bucket that lacked tokens (the call's endpoint's right after global's), an
          * in-flight level that held its limit of leases.
          *
-         * @return 'allowed'|'provider'|'global'|'hot_lane'|'hot_shop'|'in_flight_global'|'in_flight_hot_lane'|'in_flight_hot_shop'|'unavailable'
+         * @return 'allowed'|'provider'|'global'|'endpoint'|'hot_lane'|'hot_shop'|'in_flight_global'|'in_flight_hot_lane'|'in_flight_hot_shop'|'unavailable'
          */
         public function reason(): string;
 
@@ -191,7 +191,7 @@ namespace CheckoutGuard {
          * bucket that lacked tokens (the call's endpoint's right after global's), an
          * in-flight level that held its limit of leases.
          *
-         * @return 'allowed'|'provider'|'global'|'hot_lane'|'hot_shop'|'in_flight_global'|'in_flight_hot_lane'|'in_flight_hot_shop'|'unavailable'
+         * @return 'allowed'|'provider'|'global'|'endpoint'|'hot_lane'|'hot_shop'|'in_flight_global'|'in_flight_hot_lane'|'in_flight_hot_shop'|'unavailable'
          */
         public function reason(): string {}
 

@@ -41,6 +41,15 @@ pub struct Status {
     pub problems: Vec<String>,
     /// Whole tokens in the shared buckets now (global, hot lane).
     pub levels: Vec<(Lane, i64, i64)>,
+    /// Per endpoint (the `endpoints` option, live limits over it): its name, whole tokens
+    /// left and capacity in force.
+    pub endpoints: Vec<(String, i64, i64)>,
+    /// The priority classes in force: each class's share, and the default class.
+    pub classes: Vec<(String, f64)>,
+    pub default_class: Option<String>,
+    /// The endpoints and classes in force as the settings show them (`live::describe_routes`:
+    /// empty without them), after the buckets in `limits in force`.
+    pub routes: String,
     /// Hot shops: shop, "auto" or "marked", ms left.
     pub hot: Vec<(Vec<u8>, String, i64)>,
     pub window: Option<WindowView>,
@@ -329,7 +338,7 @@ impl Admin {
         mode: Option<Option<Mode>>,
         by: &str,
     ) -> Result<SetOutcome, String> {
-        self.set_all(changes, &[], mode, by)
+        self.set_all(changes, &[], mode, &RouteChanges::default(), by)
     }
 
     /// [`Self::set_with_mode`], and `in_flight` changes: per level (lane) the limit of
@@ -342,6 +351,7 @@ impl Admin {
         changes: &[(Lane, Option<(i64, f64)>)],
         in_flight: &[(Lane, Option<i64>)],
         mode: Option<Option<Mode>>,
+        routes: &RouteChanges,
         by: &str,
     ) -> Result<SetOutcome, String> {
         // A lane twice is ambiguous (the last would win silently): refused.
@@ -382,6 +392,20 @@ impl Admin {
         if let Some(m) = mode {
             next.mode = m;
         }
+        for (name, value) in &routes.endpoints {
+            next.endpoints.retain(|(n, _)| n != name);
+            if let Some(b) = value {
+                next.endpoints.push((name.clone(), *b));
+            }
+        }
+        next.endpoints.sort_by(|a, b| a.0.cmp(&b.0));
+        for (class, value) in &routes.priorities {
+            next.priorities.retain(|(n, _)| n != class);
+            if let Some(sh) = value {
+                next.priorities.push((class.clone(), *sh));
+            }
+        }
+        next.priorities.sort_by(|a, b| a.0.cmp(&b.0));
         let (old, _) = Self::in_force(&current, &errors, &base);
         let new_set = next
             .apply(&base)
@@ -398,6 +422,59 @@ impl Admin {
         let old_in_flight = current
             .apply_in_flight(base_in_flight.as_ref(), &old)
             .unwrap_or(base_in_flight);
+        // Endpoints and classes: validated as the options, over the published ones (only
+        // names the workers' constructor declared; an endpoint never above global).
+        let published = self
+            .published()?
+            .0
+            .and_then(|t| live::PublishedSettings::parse(&t).ok());
+        let (base_endpoints, base_priorities) = published
+            .map(|p| (p.endpoints, p.priorities))
+            .unwrap_or_default();
+        // A name this command sets must be the workers' (their published options); one it
+        // puts back to default, theirs or one overridden now (a deploy removed it).
+        for (name, value) in &routes.endpoints {
+            let known = base_endpoints.get(name).is_some()
+                || (value.is_none() && current.endpoints.iter().any(|(n, _)| n == name));
+            if !known {
+                return Err(format!(
+                    "refused, nothing written: {}{name} is not configured by the workers (their endpoints: {})",
+                    live::ENDPOINT_PREFIX,
+                    names_or_none(base_endpoints.iter().map(|(n, _)| n))
+                ));
+            }
+        }
+        for (class, value) in &routes.priorities {
+            let known = base_priorities
+                .as_ref()
+                .is_some_and(|p| p.share_ppm(class).is_some())
+                || (value.is_none() && current.priorities.iter().any(|(n, _)| n == class));
+            if !known {
+                return Err(format!(
+                    "refused, nothing written: {}{class} is not configured by the workers (their priorities: {})",
+                    live::PRIORITIES_PREFIX,
+                    names_or_none(base_priorities.iter().flat_map(|p| p.iter().map(|(n, _)| n)))
+                ));
+            }
+        }
+        let new_endpoints = next
+            .apply_endpoints(&base_endpoints, &new_set.global)
+            .map_err(|e| format!("refused, nothing written: {e}"))?;
+        let new_priorities = next
+            .apply_priorities(base_priorities.as_ref())
+            .map_err(|e| format!("refused, nothing written: {e}"))?;
+        checkout_guard_config::options::check_classes(
+            &new_set,
+            &new_endpoints,
+            new_priorities.as_ref(),
+        )
+        .map_err(|e| format!("refused, nothing written: {e}"))?;
+        let old_endpoints = current
+            .apply_endpoints(&base_endpoints, &old.global)
+            .unwrap_or_else(|_| base_endpoints.clone());
+        let old_priorities = current
+            .apply_priorities(base_priorities.as_ref())
+            .unwrap_or_else(|_| base_priorities.clone());
         let (old_args, new_args) = (LaneArgs::new(&old), LaneArgs::new(&new_set));
         let mut warnings = Vec::new();
         for lane in Lane::ALL {
@@ -430,8 +507,10 @@ impl Admin {
             None => text,
         };
         let (old, new) = (
-            with_in_flight(with_mode(live::describe(&old), current.mode), old_in_flight),
-            with_in_flight(with_mode(live::describe(&new), next.mode), new_in_flight),
+            with_in_flight(with_mode(live::describe(&old), current.mode), old_in_flight)
+                + &live::describe_routes(&old_endpoints, old_priorities.as_ref()),
+            with_in_flight(with_mode(live::describe(&new), next.mode), new_in_flight)
+                + &live::describe_routes(&new_endpoints, new_priorities.as_ref()),
         );
         let at = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -465,6 +544,19 @@ impl Admin {
                 fields.push((IN_FLIGHT_FIELDS[lane as usize], n.to_string()));
             }
         }
+        let route_fields: Vec<(String, String)> = next
+            .endpoints
+            .iter()
+            .map(|(n, (c, r))| (format!("{}{n}", live::ENDPOINT_PREFIX), format!("{c}/{r}")))
+            .chain(
+                next.priorities
+                    .iter()
+                    .map(|(c, sh)| (format!("{}{c}", live::PRIORITIES_PREFIX), sh.to_string())),
+            )
+            .collect();
+        for (k, v) in &route_fields {
+            fields.push((k.as_str(), v.clone()));
+        }
         let call = SetLimitsCall {
             limits_key: &limits,
             version_key: &version_key,
@@ -490,12 +582,66 @@ impl Admin {
                 "warning: buckets not carried over yet ({e}): each is at its next decision"
             ));
         }
+        // Each endpoint's bucket whose limits changed, likewise (at its own limits).
+        for (name, spec) in new_endpoints.iter() {
+            if old_endpoints.get(name) == Some(spec) {
+                continue;
+            }
+            if let Err(e) = self.carry_endpoint(&version, &new_set, name, spec) {
+                warnings.push(format!(
+                    "warning: endpoint {name}'s bucket not carried over yet ({e}): it is at its next decision"
+                ));
+            }
+        }
         Ok(SetOutcome {
             version: live::version_number(&version),
             old,
             new,
             warnings,
         })
+    }
+
+    /// Carries endpoint `name`'s bucket over to `spec` (version `version`): the carry step
+    /// with the endpoint's key alone as its pattern (glob characters escaped) and its
+    /// limits as the hot-shop lane's, which the step applies to every key it matches that
+    /// is not global's or the hot lane's.
+    fn carry_endpoint(
+        &self,
+        version: &[u8],
+        set: &BucketSet,
+        name: &str,
+        spec: &checkout_guard_model::BucketSpec,
+    ) -> Result<(), String> {
+        let (global, lane) = (self.keys.global(), self.keys.hot_lane());
+        let key = self.keys.endpoint(name);
+        let mut pattern = Vec::with_capacity(key.len() + 4);
+        for &b in &key {
+            if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
+                pattern.push(b'\\');
+            }
+            pattern.push(b);
+        }
+        let args = LaneArgs::new(&BucketSet {
+            global: set.global,
+            hot_lane: set.hot_lane,
+            hot_shop: Some(*spec),
+        });
+        let mut cursor = b"0".to_vec();
+        loop {
+            let call = CarryStepCall {
+                global_key: &global,
+                hot_lane_key: &lane,
+                cursor: &cursor,
+                pattern: &pattern,
+                version,
+                lanes: &args,
+            };
+            let step = carry_step::Reply::decode_reply(self.call(|c| invoke(&call, c))?);
+            if step.done() {
+                return Ok(());
+            }
+            cursor = step.cursor;
+        }
     }
 
     /// Carries every bucket of the limiter over to `set` (version `version`), a script
@@ -580,6 +726,50 @@ impl Admin {
                 }
             }
         }
+        // The endpoints' buckets and the classes in force (over the published options).
+        let published = settings
+            .as_deref()
+            .and_then(|t| live::PublishedSettings::parse(t).ok());
+        let (mut endpoints, mut classes, mut default_class) = (Vec::new(), Vec::new(), None);
+        let mut routes = String::new();
+        if let (Some(p), Some(set)) = (&published, &buckets) {
+            let in_force = live
+                .apply_endpoints(&p.endpoints, &set.global)
+                .unwrap_or_else(|_| p.endpoints.clone());
+            let names: Vec<(String, checkout_guard_model::BucketSpec)> =
+                in_force.iter().map(|(n, b)| (n.to_string(), *b)).collect();
+            if !names.is_empty() {
+                let keys: Vec<Vec<u8>> = names.iter().map(|(n, _)| self.keys.endpoint(n)).collect();
+                let stored: Vec<Option<Vec<u8>>> = self.call(|c| {
+                    let mut cmd = redis::cmd("MGET");
+                    for k in &keys {
+                        cmd.arg(k);
+                    }
+                    cmd.query(c)
+                })?;
+                for ((name, spec), raw) in names.into_iter().zip(stored) {
+                    let bucket = raw.as_deref().and_then(StoredBucket::read_like_the_script);
+                    let (tat, _) = StoredBucket::effective_tat(
+                        bucket.as_ref(),
+                        &spec,
+                        now_us,
+                        live::change_instant(&live.id),
+                    );
+                    endpoints.push((name, spec.whole_tokens(tat, now_us), spec.capacity()));
+                }
+            }
+            let classes_in_force = live
+                .apply_priorities(p.priorities.as_ref())
+                .unwrap_or_else(|_| p.priorities.clone());
+            routes = live::describe_routes(&in_force, classes_in_force.as_ref());
+            if let Some(p) = classes_in_force {
+                classes = p
+                    .iter()
+                    .map(|(c, ppm)| (c.to_string(), ppm as f64 / 1e6))
+                    .collect();
+                default_class = p.default_class().map(str::to_owned);
+            }
+        }
         let hot = self.hot_shops()?;
         // The in-flight section only for a limiter with leases (the option published, or
         // live in-flight limits stored): others, and an on-call user whose ACL allows only
@@ -628,6 +818,10 @@ impl Admin {
             buckets,
             problems,
             levels,
+            endpoints,
+            classes,
+            default_class,
+            routes,
             hot,
             window,
             decisions,
@@ -1129,5 +1323,22 @@ mod tests {
         let line = r#"{"eventType":"RateLimitDecision","limiter":"p","reason":"hot_shop"}"#;
         assert_eq!(json_field(line, "reason").as_deref(), Some("hot_shop"));
         assert_eq!(json_field(line, "missing"), None);
+    }
+}
+
+/// A live change's endpoints and classes: per endpoint its (capacity, rate), per class
+/// its share; `None` back to the workers' option.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RouteChanges {
+    pub endpoints: Vec<(String, Option<(i64, f64)>)>,
+    pub priorities: Vec<(String, Option<f64>)>,
+}
+
+/// Names for a message: `a, b`, or `none`.
+fn names_or_none<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    let all: Vec<&str> = names.collect();
+    match all.is_empty() {
+        true => "none".to_string(),
+        false => all.join(", "),
     }
 }

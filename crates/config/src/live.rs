@@ -130,21 +130,16 @@ impl LiveLimits {
     }
 
     /// The endpoints with these overrides applied to `base`, the constructor's, validated
-    /// exactly like the option against `global` in force (only endpoints the constructor
-    /// declared; none above global, also after global changed).
+    /// exactly like the option against `global` in force (none above global, also after
+    /// global changed). Overrides of endpoints `base` lacks are ignored (another deploy's).
     pub fn apply_endpoints(
         &self,
         base: &Endpoints,
         global: &BucketSpec,
     ) -> Result<Endpoints, ConfigError> {
-        for (name, _) in &self.endpoints {
-            if base.get(name).is_none() {
-                return Err(ConfigError::new(
-                    format!("{ENDPOINT_PREFIX}{name}"),
-                    "is not configured by this limiter's constructor: only its endpoints can be changed live",
-                ));
-            }
-        }
+        // An override of an endpoint this worker's constructor does not declare is not
+        // this worker's (a rolling deploy adds or removes endpoints): ignored. The CLI
+        // refuses such a name when it is set.
         if base.is_empty() {
             return Ok(base.clone());
         }
@@ -168,7 +163,7 @@ impl LiveLimits {
     }
 
     /// The priority classes with these overrides applied to `base`, the constructor's,
-    /// validated as the option (only classes it declared).
+    /// validated as the option. Overrides of classes `base` lacks are ignored.
     pub fn apply_priorities(
         &self,
         base: Option<&Priorities>,
@@ -176,20 +171,10 @@ impl LiveLimits {
         if self.priorities.is_empty() {
             return Ok(base.cloned());
         }
+        // As endpoints: overrides of classes this worker does not declare are ignored.
         let Some(base) = base else {
-            return Err(ConfigError::new(
-                "priorities",
-                "is not configured by this limiter's constructor: only a limiter with priorities can have its shares changed live",
-            ));
+            return Ok(None);
         };
-        for (class, _) in &self.priorities {
-            if base.share_ppm(class).is_none() {
-                return Err(ConfigError::new(
-                    format!("{PRIORITIES_PREFIX}{class}"),
-                    "is not configured by this limiter's constructor: only its classes can be changed live",
-                ));
-            }
-        }
         let entries = base
             .iter()
             .map(|(class, ppm)| {
@@ -333,7 +318,7 @@ pub fn parse_priority_field(field: &str, text: &str) -> Result<(String, f64), St
             Ok((class.to_string(), s))
         }
         _ => Err(format!(
-            "{field}: {text:?} is not a share from 0 (inclusive) to 1 (exclusive)"
+            "{field}: {text:?} is not a share from 0 (inclusive) to 1 (exclusive) in millionths (0, or 0.000001 to 0.999999)"
         )),
     }
 }
@@ -756,27 +741,36 @@ mod tests {
             (p.share_ppm("normal"), p.default_class()),
             (Some(300_000), Some("normal"))
         );
-        // Only the constructor's names; an endpoint never above global in force (also
-        // when global is lowered live).
-        for (pairs, field) in [
-            (&[("endpoint.orders", "1/1")][..], "endpoint.orders"),
-            (&[("endpoint.items", "101/1")][..], "endpoint.items"),
-        ] {
-            let l = LiveLimits::from_stored(b"1-a-1", &fields(pairs)).unwrap();
-            let err = l.apply_endpoints(&endpoints, &global).unwrap_err();
-            assert!(err.option.starts_with(field), "{pairs:?}: {err}");
-        }
+        // An endpoint never above global in force (also when global is lowered live).
+        let l = LiveLimits::from_stored(b"1-a-1", &fields(&[("endpoint.items", "101/1")])).unwrap();
+        let err = l.apply_endpoints(&endpoints, &global).unwrap_err();
+        assert!(err.option.starts_with("endpoint.items"), "{err}");
+        // Another deploy's names (a rolling deploy) are not this worker's: ignored, the
+        // rest applied.
+        let l = LiveLimits::from_stored(
+            b"1-a-1",
+            &fields(&[
+                ("endpoint.orders", "1/1"),
+                ("endpoint.items", "2/2"),
+                ("priorities.vip", "0.1"),
+            ]),
+        )
+        .unwrap();
+        let e = l.apply_endpoints(&endpoints, &global).unwrap();
+        assert_eq!(
+            (e.get("items").unwrap().capacity(), e.get("orders")),
+            (2, None)
+        );
+        assert_eq!(
+            l.apply_priorities(Some(&classes)).unwrap(),
+            Some(classes.clone())
+        );
+        assert_eq!(l.apply_priorities(None).unwrap(), None);
         let small = BucketSpec::new("global", 20, 20.0).unwrap();
         let err = LiveLimits::default()
             .apply_endpoints(&endpoints, &small)
             .unwrap_err();
         assert!(err.option.starts_with("endpoint."), "{err}");
-        let l = LiveLimits::from_stored(b"1-a-1", &fields(&[("priorities.vip", "0.1")])).unwrap();
-        assert_eq!(
-            l.apply_priorities(Some(&classes)).unwrap_err().option,
-            "priorities.vip"
-        );
-        assert_eq!(l.apply_priorities(None).unwrap_err().option, "priorities");
         for bad in [
             ("priorities.normal", "1"),
             ("priorities.normal", "-0.1"),

@@ -95,13 +95,14 @@ impl Priorities {
 }
 
 /// A share given as a number in `[0, 1)`, in ppm (rounded to the nearest; `None` outside
-/// the range, or for a share that rounds to a whole bucket).
+/// the range, or for a share that rounds to a whole bucket or, above 0, to none).
 pub fn share_to_ppm(share: f64) -> Option<i64> {
     if !share.is_finite() || !(0.0..1.0).contains(&share) {
         return None;
     }
     let ppm = (share * SHARE_UNIT as f64).round() as i64;
-    (ppm < SHARE_UNIT).then_some(ppm)
+    // A share kept as 0 or as the whole bucket is not what was asked: refused.
+    (ppm < SHARE_UNIT && (ppm > 0 || share == 0.0)).then_some(ppm)
 }
 
 /// The reserve a class with share `ppm` leaves in a bucket of `tolerance_us`, µs:
@@ -141,7 +142,7 @@ mod tests {
         assert_eq!(share_to_ppm(0.2), Some(200_000));
         assert_eq!(share_to_ppm(0.0), Some(0));
         assert_eq!(share_to_ppm(0.125), Some(125_000));
-        for bad in [1.0, -0.1, f64::NAN, f64::INFINITY, 0.9999999] {
+        for bad in [1.0, -0.1, f64::NAN, f64::INFINITY, 0.9999999, 1e-7] {
             assert_eq!(share_to_ppm(bad), None, "{bad}");
         }
         // 100 tokens at 100/s: tolerance 1 s; 20% is 0.2 s exactly.

@@ -52,6 +52,10 @@ pub mod attr {
     pub const MODE: &str = "mode";
     pub const RETRY_AFTER_S: &str = "retry_after.s";
     pub const HOT_SHOP: &str = "hot_shop";
+    /// The endpoint the call named (issue 42), when it named one.
+    pub const ENDPOINT: &str = "endpoint";
+    /// The priority class the call was decided in, when it had one.
+    pub const PRIORITY: &str = "priority";
     // RateLimitHot.
     pub const SHARE: &str = "share";
     pub const THRESHOLD: &str = "threshold";
@@ -188,6 +192,8 @@ pub const EVENTS: &[EventSpec] = &[
             a(attr::MODE, Str),
             a(attr::RETRY_AFTER_S, Float),
             a(attr::HOT_SHOP, Bool),
+            optional(attr::ENDPOINT, Str),
+            optional(attr::PRIORITY, Str),
         ],
         caller_attrs: false,
     },

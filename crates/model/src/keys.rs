@@ -115,6 +115,11 @@ impl Keys {
         self.key("hot:*", b"")
     }
 
+    /// A SCAN pattern matching every endpoint's bucket of this limiter.
+    pub fn endpoint_pattern(&self) -> Vec<u8> {
+        self.key("e:*", b"")
+    }
+
     /// A SCAN pattern matching every bucket key (not the hot flags) of this limiter.
     /// `{`, `}` and the name's characters are not glob-special.
     pub fn bucket_pattern(&self) -> Vec<u8> {

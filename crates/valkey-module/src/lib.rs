@@ -8,7 +8,7 @@
 //! `CG.RELEASE <four KEYS> <three ARGV>` is `release.lua`'s twin the same way
 //! (`model::server::release_on`, the keys and arguments of `ReleaseCall`).
 //!
-//! In a deployment: the keys are declared (positions 1 to 12, and the release's first four: cluster routing and
+//! In a deployment: the keys are declared (positions 1 to 13, and the release's first four: cluster routing and
 //! ACL key permissions); the commands are flagged `write deny-oom`, so a replica refuses it
 //! (`READONLY`) and a Valkey over `maxmemory` refuses it, as the `#!lua` script is
 //! refused; it is never replicated as itself (a replica, or an AOF replay, would decide

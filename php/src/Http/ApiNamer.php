@@ -15,7 +15,10 @@ use Psr\Http\Message\RequestInterface;
  *     ]);
  *
  * The first route that matches wins; `host`, `path` and `method` are each optional. A
- * request no route matches is named after its host.
+ * request no route matches is named after its host. In a path template `{name}` matches
+ * one segment (no `/`) and `*` any run of characters, `/` included (`/v1/items*` matches
+ * `/v1/items` and `/v1/items/42/reviews`); the rest matches itself, case included. The
+ * query is never part of the path.
  */
 final class ApiNamer
 {
@@ -40,15 +43,19 @@ final class ApiNamer
         }
     }
 
-    /** '/items/{id}' matches '/items/42' but not '/items/42/reviews'. */
+    /** '/items/{id}' matches '/items/42' but not '/items/42/reviews'; '/items/*' matches both. */
     private static function compile(string $template): string
     {
-        $parts = preg_split('/(\{[^}\/]+\})/', $template, -1, PREG_SPLIT_DELIM_CAPTURE);
+        $parts = preg_split('/(\{[^}\/]+\}|\*)/', $template, -1, PREG_SPLIT_DELIM_CAPTURE);
         $regex = '';
         foreach ($parts as $part) {
-            $regex .= preg_match('/^\{[^}\/]+\}$/', $part) ? '[^/]+' : preg_quote($part, '#');
+            $regex .= match (true) {
+                $part === '*' => '.*',
+                preg_match('/^\{[^}\/]+\}$/', $part) === 1 => '[^/]+',
+                default => preg_quote($part, '#'),
+            };
         }
-        return '#^' . $regex . '$#';
+        return '#^' . $regex . '$#s';
     }
 
     /** @return array{0: string, 1: ?string} the api name and the matched path template */

@@ -37,6 +37,11 @@ use Psr\Http\Message\RequestInterface;
  * (pushed last, it runs first: a refused request is not measured as a call; hasHeader(),
  * not `getHeaderLine(...) ?: null`, which sends shop "0" and a blank id unlimited).
  *
+ * With `routes` (an EndpointRoutes, or the array it takes) each request is decided in the
+ * endpoint bucket and priority class its method and path map to, as RateLimitedClient's:
+ *
+ *     $stack->push(GuzzleMiddleware::limit($limiter, $shopOf, routes: ['GET /v1/items*' => 'items']));
+ *
  * With the limiter's `in_flight` option each admitted transfer holds a lease until its
  * promise settles (fulfilled or rejected, or the handler throws), then releases it
  * (Decision::release()); a transfer whose promise is never settled keeps it until the
@@ -52,18 +57,22 @@ final class GuzzleMiddleware
      *        limiter
      * @param float|callable(string, RequestInterface): float $maxWaitSeconds as
      *        RateLimitedClient's (the wait happens before the transfer starts)
+     * @param EndpointRoutes|array<string, string|array{endpoint?: string, priority?: string}> $routes
+     *        as RateLimitedClient's: checked here (a bad map throws InvalidArgumentException
+     *        from limit() itself, not from a transfer)
      */
-    public static function limit(Limiter $limiter, callable $shopResolver, int $tokens = 1, float|callable $maxWaitSeconds = 0.0): callable
+    public static function limit(Limiter $limiter, callable $shopResolver, int $tokens = 1, float|callable $maxWaitSeconds = 0.0, EndpointRoutes|array $routes = []): callable
     {
-        return static function (callable $handler) use ($limiter, $shopResolver, $tokens, $maxWaitSeconds): callable {
-            return static function (RequestInterface $request, array $options) use ($handler, $limiter, $shopResolver, $tokens, $maxWaitSeconds): PromiseInterface {
+        $routes = $routes instanceof EndpointRoutes ? $routes : new EndpointRoutes($routes);
+        return static function (callable $handler) use ($limiter, $shopResolver, $tokens, $maxWaitSeconds, $routes): callable {
+            return static function (RequestInterface $request, array $options) use ($handler, $limiter, $shopResolver, $tokens, $maxWaitSeconds, $routes): PromiseInterface {
                 $decision = null;
                 try {
                     $shop = $shopResolver($request);
                     $shop = $shop === null ? null : (string) $shop;
                     if ($shop !== null) {
                         $wait = is_callable($maxWaitSeconds) ? (float) $maxWaitSeconds($shop, $request) : $maxWaitSeconds;
-                        $decision = $limiter->acquire($shop, $tokens, $wait);
+                        $decision = $routes->acquire($limiter, $request, $shop, $tokens, $wait);
                         if (!$decision->isAllowed()) {
                             return Create::rejectionFor(new RateLimitedException($request, $decision, $shop));
                         }

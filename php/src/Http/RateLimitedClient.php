@@ -31,6 +31,16 @@ use Psr\Http\Message\ResponseInterface;
  * round trip. A limiter that throws there never breaks the call: the response is returned
  * and the failure counted in ProviderFeedback::failures().
  *
+ * With `routes` (an EndpointRoutes, or the array it takes) a request is decided in the
+ * endpoint bucket and priority class its method and path map to (the limiter's `endpoints`
+ * and `priorities` options, docs/endpoints.md): acquire()'s `endpoint` and `priority`. A
+ * request no route maps is decided as without routes (no endpoint, the default class):
+ *
+ *     $client = new RateLimitedClient($inner, $limiter, $shopOf, routes: [
+ *         'POST /v1/payment_intents/{id}/confirm' => ['endpoint' => 'charges.confirm', 'priority' => 'critical'],
+ *         'GET /v1/items*' => 'items',
+ *     ]);
+ *
  * With the limiter's `in_flight` option each admitted request holds a lease while the
  * inner client runs; it is released (Decision::release(), at most one round trip, never
  * throws) as soon as the inner client returns or throws, so the caller writes nothing.
@@ -47,6 +57,8 @@ final class RateLimitedClient implements ClientInterface
 
     private ?Decision $lastDecision = null;
 
+    private EndpointRoutes $routes;
+
     /**
      * @param callable(RequestInterface): (string|int|null) $shopResolver the shop a request
      *        is made for (an int is its decimal string); null sends the request without
@@ -55,6 +67,10 @@ final class RateLimitedClient implements ClientInterface
      * @param float|callable(string, RequestInterface): float $maxWaitSeconds how long a
      *        request may wait for its tokens (0 to 10 s; 0: never wait), or a callable
      *        given the shop and the request that answers it (e.g. no waiting for hot shops)
+     * @param EndpointRoutes|array<string, string|array{endpoint?: string, priority?: string}> $routes
+     *        the endpoint and priority class of a request by method and path (see
+     *        EndpointRoutes; a bad map is an InvalidArgumentException naming the route);
+     *        none: every request decided without them
      */
     public function __construct(
         private ClientInterface $inner,
@@ -62,9 +78,11 @@ final class RateLimitedClient implements ClientInterface
         callable $shopResolver,
         private int $tokens = 1,
         float|callable $maxWaitSeconds = 0.0,
+        EndpointRoutes|array $routes = [],
     ) {
         $this->shopResolver = $shopResolver;
         $this->maxWaitSeconds = $maxWaitSeconds;
+        $this->routes = $routes instanceof EndpointRoutes ? $routes : new EndpointRoutes($routes);
     }
 
     public function sendRequest(RequestInterface $request): ResponseInterface
@@ -76,7 +94,7 @@ final class RateLimitedClient implements ClientInterface
             $wait = is_callable($this->maxWaitSeconds)
                 ? (float) ($this->maxWaitSeconds)($shop, $request)
                 : $this->maxWaitSeconds;
-            $decision = $this->limiter->acquire($shop, $this->tokens, $wait);
+            $decision = $this->routes->acquire($this->limiter, $request, $shop, $this->tokens, $wait);
             $this->lastDecision = $decision;
             if (!$decision->isAllowed()) {
                 throw new RateLimitedException($request, $decision, $shop);

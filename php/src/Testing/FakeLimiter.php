@@ -19,13 +19,15 @@ use CheckoutGuard\Limiter;
  *                                                       // the next acquire()s, in order, then the default
  *
  * A token-bucket model on a fake clock: the RateLimiter's options (`global`, `hot_lane`,
- * `hot_shop`, `hot_shops`, `mode`, `name`; the connection's options are accepted and
- * ignored; `auto_hot`, `adaptive` and `in_flight` are refused: not modelled; off, null or
- * (not for `in_flight`) false, is accepted), decided as
- * the real limiter decides (all or nothing across global, hot lane and hot shop; the
- * denial's reason is the first bucket in that order that lacks the tokens; retryAfter the
- * wait for the slowest bucket; remaining the whole tokens of the tightest bucket after the
- * decision; the same whole-microsecond arithmetic). Time moves only by advance():
+ * `hot_shop`, `hot_shops`, `mode`, `name`, `endpoints`, `priorities`, `default_priority`;
+ * the connection's options are accepted and ignored; `auto_hot`, `adaptive` and
+ * `in_flight` are refused: not modelled; off, null or (not for `in_flight`) false, is
+ * accepted), decided as the real limiter decides (docs/endpoints.md; all or nothing across
+ * global, the call's endpoint, hot lane and hot shop; the denial's reason is the first
+ * bucket in that order that lacks the tokens; a priority class leaves its share of every
+ * bucket it draws from; retryAfter the wait until the slowest bucket reaches the class's
+ * threshold; remaining the whole tokens of the tightest bucket after the decision; the
+ * same whole-microsecond arithmetic). Time moves only by advance():
  *
  *     $fake = new FakeLimiter(['global' => ['capacity' => 2, 'refill_per_second' => 1.0]]);
  *     $fake->acquire('shop-1'); $fake->acquire('shop-1');
@@ -38,11 +40,22 @@ use CheckoutGuard\Limiter;
  * A reservation (`maxWaitSeconds`) that is allowed moves the fake clock by its wait (the
  * real limiter sleeps); `waited()` says how long.
  *
+ * acquire() and peek() take an endpoint and a priority class (`endpoint:`, `priority:`): a
+ * name the options do not configure is a ConfigurationException naming it, as the real
+ * limiter's. A scripted fake (allowing(), denying(), no options) configures nothing and
+ * takes any name. The decision carries the endpoint named and the class decided in (the
+ * named one, else `default_priority`) when the loaded extension's Decision takes them
+ * (constructor parameters `endpoint` and `priority`, read back by Decision::endpoint() and
+ * Decision::priority()); a denial by the endpoint's bucket
+ * (reason "endpoint") needs an extension whose Decision knows that reason: with an older
+ * one the fake throws a LogicException saying so rather than give another reason.
+ *
  * It needs the extension loaded, not Valkey: Limiter, Decision and ConfigurationException
  * are the extension's.
  *
- * Every call that did not throw is recorded: calls() (method, shop, tokens), acquired()
- * (allowed acquire() calls), decisions() and feedbackCalls().
+ * Every call that did not throw is recorded: calls() (method, shop, tokens; `endpoint` and
+ * `priority` too when the call named them), acquired() (allowed acquire() calls),
+ * decisions() and feedbackCalls().
  */
 final class FakeLimiter implements Limiter
 {
@@ -62,11 +75,15 @@ final class FakeLimiter implements Limiter
     private const MAX_REFILL_SECONDS = 10 * 365 * 86_400;
     private const MAX_TTL_SECONDS = 365 * 86_400;
     private const MAX_WAIT_US = 10_000_000;
-    /** The reasons a denial may give (README, Decision::reason()). */
+    /** The reasons a denial may give (README, Decision::reason()); "endpoint" with an extension that knows it. */
     private const DENIAL_REASONS = [
-        'provider', 'global', 'hot_lane', 'hot_shop',
+        'provider', 'global', 'endpoint', 'hot_lane', 'hot_shop',
         'in_flight_global', 'in_flight_hot_lane', 'in_flight_hot_shop', 'unavailable',
     ];
+    /** crates/config/src/options/endpoints.rs: most endpoints (and classes) one limiter takes. */
+    private const MAX_ENDPOINTS = 1_000;
+    /** A share's unit: parts per million of a bucket's capacity. */
+    private const SHARE_UNIT = 1_000_000;
 
     private FakeClock $clock;
 
@@ -76,6 +93,15 @@ final class FakeLimiter implements Limiter
     private array $hotShops = [];
     private bool $shadow = false;
     private string $name = 'default';
+    /** @var array<string, array{capacity: int, interval: int, tolerance: int}> the `endpoints` option, sorted by name */
+    private array $endpoints = [];
+    /** @var array<string, int>|null the `priorities` option (class => share in ppm), sorted by name; null: none */
+    private ?array $priorities = null;
+    private ?string $defaultPriority = null;
+
+    /** What the loaded extension's Decision knows: the reason "endpoint", the endpoint and priority parameters. */
+    private static ?bool $decisionKnowsEndpoint = null;
+    private static ?bool $decisionTakesRoute = null;
 
     /** Scripted: the answer when nothing is queued (reason; null: allowed). */
     private ?string $defaultReason = null;
@@ -83,12 +109,12 @@ final class FakeLimiter implements Limiter
 
     /** @var list<Decision> */
     private array $queue = [];
-    /** @var array<string, int> bucket ("global", "hot_lane", "hot_shop:<shop>") => TAT in µs */
+    /** @var array<string, int> bucket ("global", "hot_lane", "hot_shop:<shop>", "endpoint:<name>") => TAT in µs */
     private array $tats = [];
     /** @var array<string, int> shop => when its mark runs out, µs */
     private array $marks = [];
 
-    /** @var list<array{method: string, shop: ?string, tokens: ?int}> */
+    /** @var list<array{method: string, shop: ?string, tokens: ?int, endpoint?: string, priority?: string}> */
     private array $calls = [];
     /** @var list<Decision> */
     private array $decisions = [];
@@ -119,15 +145,16 @@ final class FakeLimiter implements Limiter
 
     /**
      * Scripted: every acquire() and peek() denied with `$reason` (a denial's reason:
-     * "global", "hot_lane", "hot_shop", "provider", "in_flight_*", "unavailable") and
-     * `$retryAfter` seconds.
+     * "global", "endpoint" (with an extension whose Decision knows it), "hot_lane",
+     * "hot_shop", "provider", "in_flight_*", "unavailable") and `$retryAfter` seconds.
      */
     public static function denying(string $reason = 'global', float $retryAfter = 1.0, ?FakeClock $clock = null): self
     {
-        if (!in_array($reason, self::DENIAL_REASONS, true)) {
+        $reasons = array_values(array_filter(self::DENIAL_REASONS, static fn (string $r) => $r !== 'endpoint' || self::decisionKnowsEndpoint()));
+        if (!in_array($reason, $reasons, true)) {
             throw new ConfigurationException(sprintf(
                 'checkout_guard: reason must be one of %s (a denial), got %s',
-                implode(', ', self::DENIAL_REASONS),
+                implode(', ', $reasons),
                 self::quote($reason)
             ));
         }
@@ -171,35 +198,24 @@ final class FakeLimiter implements Limiter
 
     // ---- Limiter ---------------------------------------------------------------------
 
-    /** Endpoints and classes are not modelled (yet): a call naming one is refused. */
-    private static function unrouted(?string $endpoint, ?string $priority): void
+    /**
+     * @param ?string $endpoint one of the `endpoints` option's names (null: none)
+     * @param ?string $priority one of the `priorities` option's classes (null: `default_priority`)
+     */
+    public function acquire(string|int $shopId, int $tokens = 1, float $maxWaitSeconds = 0.0, ?string $endpoint = null, ?string $priority = null): Decision
     {
-        foreach (['endpoint' => $endpoint, 'priority' => $priority] as $what => $name) {
-            if ($name !== null) {
-                throw new ConfigurationException(sprintf('FakeLimiter: %s "%s" is not configured (FakeLimiter does not model endpoints or priorities)', $what, $name));
-            }
-        }
-    }
-
-    public function acquire(
-        string|int $shopId,
-        int $tokens = 1,
-        float $maxWaitSeconds = 0.0,
-        ?string $endpoint = null,
-        ?string $priority = null,
-    ): Decision {
-        self::unrouted($endpoint, $priority);
         $maxWaitUs = self::maxWaitUs($maxWaitSeconds);
         $shop = self::shop($shopId);
         $this->checkTokens($tokens);
+        [$class, $sharePpm] = $this->checkRoute($endpoint, $priority, $tokens);
         if ($this->queue !== []) {
             $d = array_shift($this->queue);
         } elseif ($this->buckets === null) {
-            $d = $this->scripted($shop);
+            $d = $this->scripted($shop, $endpoint, $class);
         } else {
-            $d = $this->decide($shop, $tokens, $maxWaitUs, false);
+            $d = $this->decide($shop, $tokens, $maxWaitUs, false, $endpoint, $class, $sharePpm);
         }
-        $this->record('acquire', $shop, $tokens);
+        $this->record('acquire', $shop, $tokens, $endpoint, $priority);
         $this->decisions[] = $d;
         if ($d->isAllowed()) {
             $this->acquired[$shop] = ($this->acquired[$shop] ?? 0) + 1;
@@ -209,17 +225,17 @@ final class FakeLimiter implements Limiter
 
     public function peek(string|int $shopId, int $tokens = 1, ?string $endpoint = null, ?string $priority = null): Decision
     {
-        self::unrouted($endpoint, $priority);
         $shop = self::shop($shopId);
         $this->checkTokens($tokens);
+        [$class, $sharePpm] = $this->checkRoute($endpoint, $priority, $tokens);
         if ($this->queue !== []) {
             $d = $this->queue[0];
         } elseif ($this->buckets === null) {
-            $d = $this->scripted($shop);
+            $d = $this->scripted($shop, $endpoint, $class);
         } else {
-            $d = $this->decide($shop, $tokens, 0, true);
+            $d = $this->decide($shop, $tokens, 0, true, $endpoint, $class, $sharePpm);
         }
-        $this->record('peek', $shop, $tokens);
+        $this->record('peek', $shop, $tokens, $endpoint, $priority);
         return $d;
     }
 
@@ -274,9 +290,10 @@ final class FakeLimiter implements Limiter
 
     /**
      * Every call that did not throw, in order: the method, the shop ID as a string (null
-     * for reset()) and the tokens (acquire() and peek(); null otherwise).
+     * for reset()) and the tokens (acquire() and peek(); null otherwise); `endpoint` and
+     * `priority` when an acquire() or peek() named them (absent otherwise).
      *
-     * @return list<array{method: string, shop: ?string, tokens: ?int}>
+     * @return list<array{method: string, shop: ?string, tokens: ?int, endpoint?: string, priority?: string}>
      */
     public function calls(): array
     {
@@ -322,49 +339,57 @@ final class FakeLimiter implements Limiter
         return true;
     }
 
-    private function scripted(string $shop): Decision
+    private function scripted(string $shop, ?string $endpoint, ?string $class): Decision
     {
         $hot = $this->hot($shop);
         if ($this->defaultReason === null) {
-            return new Decision(true, 'allowed', 0.0, PHP_INT_MAX, $hot);
+            return self::decision([true, 'allowed', 0.0, PHP_INT_MAX, $hot], $endpoint, $class);
         }
         $hot = $hot || in_array($this->defaultReason, ['hot_lane', 'hot_shop', 'in_flight_hot_lane', 'in_flight_hot_shop'], true);
-        return new Decision(false, $this->defaultReason, $this->defaultRetryAfter, 0, $hot);
+        return self::decision([false, $this->defaultReason, $this->defaultRetryAfter, 0, $hot], $endpoint, $class);
     }
 
     /**
      * One decision as crates/model/src/step.rs makes it (without live limits, auto_hot,
-     * adaptive, in_flight) and crates/model/src/decision.rs reads it.
+     * adaptive, in_flight) and crates/model/src/decision.rs reads it: the buckets in the
+     * order a denial is named (global, the endpoint's, hot lane, hot shop), each of which
+     * must keep the class's reserve (`$sharePpm` of its capacity) after the take.
      */
-    private function decide(string $shop, int $tokens, int $maxWaitUs, bool $peek): Decision
+    private function decide(string $shop, int $tokens, int $maxWaitUs, bool $peek, ?string $endpoint, ?string $class, int $sharePpm): Decision
     {
         $now = $this->clock->nowUs();
         $hot = $this->hot($shop);
-        /** @var array<string, array{key: string, spec: array{capacity: int, interval: int, tolerance: int}, tat: int}> $applied */
+        $order = [['global', 'global', $this->buckets['global']]];
+        if ($endpoint !== null) {
+            $order[] = ['endpoint', "endpoint:$endpoint", $this->endpoints[$endpoint]];
+        }
+        foreach (['hot_lane', 'hot_shop'] as $lane) {
+            if ($hot && isset($this->buckets[$lane])) {
+                $order[] = [$lane, $lane === 'hot_shop' ? "hot_shop:$shop" : $lane, $this->buckets[$lane]];
+            }
+        }
+        /** @var list<array{key: string, spec: array{capacity: int, interval: int, tolerance: int}, tat: int, room: int}> $applied */
         $applied = [];
         $reason = null;
-        foreach (self::LANES as $lane) {
-            if (!isset($this->buckets[$lane]) || ($lane !== 'global' && !$hot)) {
-                continue;
-            }
-            $spec = $this->buckets[$lane];
-            $key = $lane === 'hot_shop' ? "hot_shop:$shop" : $lane;
+        foreach ($order as [$bucket, $key, $spec]) {
             $tat = max($this->tats[$key] ?? $now, $now);
-            $applied[$lane] = ['key' => $key, 'spec' => $spec, 'tat' => $tat];
+            // The class keeps its reserve: the bucket must hold `reserve` more than the cost.
+            $room = $spec['tolerance'] - self::reserveUs($spec['tolerance'], $sharePpm);
+            $applied[] = ['key' => $key, 'spec' => $spec, 'tat' => $tat, 'room' => $room];
             $cost = $tokens * $spec['interval'];
-            if ($reason === null && ($cost > $spec['tolerance'] || $tat + $cost - $now > $spec['tolerance'] + $maxWaitUs)) {
-                $reason = $lane;
+            if ($reason === null && ($cost > $room || $tat + $cost - $now > $room + $maxWaitUs)) {
+                $reason = $bucket;
             }
         }
         $takeAt = $now;
         if ($reason === null) {
             foreach ($applied as $b) {
-                $takeAt = max($takeAt, $b['tat'] + $tokens * $b['spec']['interval'] - $b['spec']['tolerance']);
+                $takeAt = max($takeAt, $b['tat'] + $tokens * $b['spec']['interval'] - $b['room']);
             }
-            foreach ($applied as $lane => $b) {
-                $applied[$lane]['tat'] = max($b['tat'], $takeAt) + $tokens * $b['spec']['interval'];
+            foreach ($applied as $i => $b) {
+                $applied[$i]['tat'] = max($b['tat'], $takeAt) + $tokens * $b['spec']['interval'];
                 if (!$peek) {
-                    $this->tats[$b['key']] = $applied[$lane]['tat'];
+                    $this->tats[$b['key']] = $applied[$i]['tat'];
                 }
             }
         }
@@ -373,7 +398,8 @@ final class FakeLimiter implements Limiter
         foreach ($applied as $b) {
             $credit = $b['spec']['tolerance'] - (max($b['tat'], $now) - $now);
             $remaining = min($remaining, intdiv(max($credit, 0), $b['spec']['interval']));
-            $waitUs = max($waitUs, $tokens * $b['spec']['interval'] - $credit);
+            $reserve = $b['spec']['tolerance'] - $b['room'];
+            $waitUs = max($waitUs, $tokens * $b['spec']['interval'] + $reserve - $credit);
         }
         $allowed = $reason === null;
         $reservationUs = $takeAt - $now;
@@ -381,7 +407,7 @@ final class FakeLimiter implements Limiter
             // Decision::into_shadow: let through; a reservation is not slept, its wait is
             // told as retryAfter.
             $retry = $allowed ? ($reservationUs > 0 ? $reservationUs / 1e6 : 0.0) : $waitUs / 1e6;
-            return new Decision(true, $reason ?? 'allowed', $retry, $remaining, $hot, 0.0, true, $allowed);
+            return self::decision([true, $reason ?? 'allowed', $retry, $remaining, $hot, 0.0, true, $allowed], $endpoint, $class);
         }
         $waited = 0.0;
         if ($allowed && $reservationUs > 0 && !$peek) {
@@ -389,12 +415,127 @@ final class FakeLimiter implements Limiter
             $this->clock->advance($reservationUs / 1e6);
             $waited = $reservationUs / 1e6;
         }
-        return new Decision($allowed, $reason ?? 'allowed', $allowed ? 0.0 : $waitUs / 1e6, $remaining, $hot, $waited);
+        return self::decision([$allowed, $reason ?? 'allowed', $allowed ? 0.0 : $waitUs / 1e6, $remaining, $hot, $waited], $endpoint, $class);
     }
 
-    private function record(string $method, ?string $shop, ?int $tokens): void
+    /**
+     * crates/model/src/endpoints.rs reserve_us: the reserve (µs) a class with share `$ppm`
+     * leaves in a bucket of `$toleranceUs`, ceil(tolerance * ppm / 1e6), computed as the
+     * engines compute it (tolerance = q * 1e6 + r: q * ppm + ceil(r * ppm / 1e6)).
+     */
+    private static function reserveUs(int $toleranceUs, int $ppm): int
     {
-        $this->calls[] = ['method' => $method, 'shop' => $shop, 'tokens' => $tokens];
+        if ($ppm <= 0) {
+            return 0;
+        }
+        $q = intdiv($toleranceUs, self::SHARE_UNIT);
+        $r = $toleranceUs % self::SHARE_UNIT;
+        return $q * $ppm + intdiv($r * $ppm + self::SHARE_UNIT - 1, self::SHARE_UNIT);
+    }
+
+    /**
+     * A Decision from the constructor's positional arguments, with the endpoint named and
+     * the class decided in when the loaded extension's Decision takes them. A denial by the
+     * endpoint's bucket needs a Decision that knows the reason "endpoint".
+     *
+     * @param list<mixed> $args
+     */
+    private static function decision(array $args, ?string $endpoint, ?string $class): Decision
+    {
+        if ($args[1] === 'endpoint' && !self::decisionKnowsEndpoint()) {
+            throw new \LogicException('CheckoutGuard\Testing\FakeLimiter: a denial by the endpoint\'s bucket (reason "endpoint") needs a checkout_guard extension whose Decision knows that reason (issue 42, docs/endpoints.md); the loaded one does not');
+        }
+        if (self::$decisionTakesRoute ??= self::decisionTakes('endpoint', 'priority')) {
+            $args['endpoint'] = $endpoint;
+            $args['priority'] = $class;
+        }
+        return new Decision(...$args);
+    }
+
+    /** Whether the loaded extension's Decision knows the reason "endpoint". */
+    private static function decisionKnowsEndpoint(): bool
+    {
+        if (self::$decisionKnowsEndpoint === null) {
+            try {
+                new Decision(false, 'endpoint');
+                self::$decisionKnowsEndpoint = true;
+            } catch (ConfigurationException) {
+                self::$decisionKnowsEndpoint = false;
+            }
+        }
+        return self::$decisionKnowsEndpoint;
+    }
+
+    private static function decisionTakes(string ...$names): bool
+    {
+        $params = array_map(
+            static fn (\ReflectionParameter $p) => $p->getName(),
+            (new \ReflectionMethod(Decision::class, '__construct'))->getParameters()
+        );
+        return array_diff($names, $params) === [];
+    }
+
+    /**
+     * The endpoint and class a call names, checked as the real limiter checks them: an
+     * endpoint or class the options do not configure is refused, naming it. A scripted
+     * fake configures nothing and takes any name.
+     *
+     * @return array{0: ?string, 1: int} the class decided in (the named one, else
+     *         `default_priority`; null: none) and its share in ppm
+     */
+    private function checkRoute(?string $endpoint, ?string $priority, int $tokens): array
+    {
+        if ($this->buckets === null) {
+            return [$priority, 0];
+        }
+        if ($endpoint !== null && !isset($this->endpoints[$endpoint])) {
+            self::notConfigured('endpoint', $endpoint, 'endpoints', array_keys($this->endpoints));
+        }
+        if ($endpoint !== null && $tokens > $this->endpoints[$endpoint]['capacity']) {
+            $cap = $this->endpoints[$endpoint]['capacity'];
+            throw new ConfigurationException("checkout_guard: tokens must be from 1 to $cap (endpoint \"$endpoint\"'s capacity), got $tokens");
+        }
+        $named = $priority ?? $this->defaultPriority;
+        $ppm = $named === null ? 0 : ($this->priorities[$named] ?? 0);
+        if ($ppm > 0) {
+            // The class leaves a share of every bucket: more tokens than the rest of the
+            // smallest one could never pass (the runtime's check).
+            $all = array_values($this->buckets);
+            if ($endpoint !== null) {
+                $all[] = $this->endpoints[$endpoint];
+            }
+            $max = min(array_map(static fn (array $b): int => intdiv($b['tolerance'] - self::reserveUs($b['tolerance'], $ppm), $b['interval']), $all));
+            if ($tokens > $max) {
+                throw new ConfigurationException(sprintf('checkout_guard: tokens must be from 1 to %d for priority class "%s" (it leaves %s%% of every bucket), got %d', $max, $named, self::shareText($ppm), $tokens));
+            }
+        }
+        if ($priority !== null && !isset($this->priorities[$priority])) {
+            self::notConfigured('priority', $priority, 'priorities', array_keys($this->priorities ?? []));
+        }
+        $class = $priority ?? $this->defaultPriority;
+        return [$class, $class === null ? 0 : $this->priorities[$class]];
+    }
+
+    /** @param list<string> $names */
+    private static function notConfigured(string $argument, string $name, string $option, array $names): never
+    {
+        self::fail($argument, sprintf(
+            '%s is not configured (%s)',
+            self::quote($name),
+            $names === [] ? "the limiter has no $option option" : "$option: " . implode(', ', array_map('strval', $names))
+        ));
+    }
+
+    private function record(string $method, ?string $shop, ?int $tokens, ?string $endpoint = null, ?string $priority = null): void
+    {
+        $call = ['method' => $method, 'shop' => $shop, 'tokens' => $tokens];
+        if ($endpoint !== null) {
+            $call['endpoint'] = $endpoint;
+        }
+        if ($priority !== null) {
+            $call['priority'] = $priority;
+        }
+        $this->calls[] = $call;
     }
 
     // ---- argument checks, as crates/config/src/options/checks.rs -----------------------
@@ -484,14 +625,8 @@ final class FakeLimiter implements Limiter
             }
         }
         foreach (['hot_lane', 'hot_shop'] as $lane) {
-            if (!isset($buckets[$lane])) {
-                continue;
-            }
-            if ($buckets[$lane]['capacity'] > $buckets['global']['capacity']) {
-                self::fail("$lane.capacity", sprintf('may not exceed global.capacity (%d), got %d', $buckets['global']['capacity'], $buckets[$lane]['capacity']));
-            }
-            if ($buckets[$lane]['rate'] > $buckets['global']['rate']) {
-                self::fail("$lane.refill_per_second", sprintf('may not exceed global.refill_per_second (%s), got %s', self::debugFloat($buckets['global']['rate']), self::debugFloat($buckets[$lane]['rate'])));
+            if (isset($buckets[$lane])) {
+                self::notAboveGlobal($lane, $buckets[$lane], $buckets['global']);
             }
         }
 
@@ -529,16 +664,146 @@ final class FakeLimiter implements Limiter
         }
         self::notModelled('adaptive', $get('adaptive'), true);
         self::notModelled('in_flight', $get('in_flight'), false);
-        // docs/endpoints.md: modelled with the acquire()/peek() arguments (issue 42, step d).
-        self::notModelled('endpoints', $get('endpoints'), false);
-        self::notModelled('priorities', $get('priorities'), false);
-        if ($get('default_priority') !== null) {
-            self::fail('default_priority', 'is not modelled by CheckoutGuard\Testing\FakeLimiter (leave it out of the fake\'s options, or test it against a real RateLimiter and Valkey)');
+
+        $spec = static fn (array $b): array => ['capacity' => $b['capacity'], 'interval' => $b['interval'], 'tolerance' => $b['capacity'] * $b['interval']];
+        if ($get('endpoints') !== null) {
+            $endpoints = [];
+            foreach (self::namedEntries('endpoints', $get('endpoints'), 'endpoint', 'endpoints') as $name => $value) {
+                $option = "endpoints.$name";
+                $b = self::bucket($option, $value);
+                self::notAboveGlobal($option, $b, $buckets['global']);
+                $endpoints[$name] = $spec($b);
+            }
+            ksort($endpoints, SORT_STRING);
+            $this->endpoints = $endpoints;
         }
+        $this->priorities($get('priorities'), $get('default_priority'));
 
         $this->buckets = [];
         foreach ($buckets as $lane => $b) {
-            $this->buckets[$lane] = ['capacity' => $b['capacity'], 'interval' => $b['interval'], 'tolerance' => $b['capacity'] * $b['interval']];
+            $this->buckets[$lane] = $spec($b);
+        }
+        $this->checkClasses();
+    }
+
+    /**
+     * endpoints.rs check_classes: every class must be able to take a token from every
+     * bucket (global, the hot ones, every endpoint), else it is refused naming the bucket.
+     */
+    private function checkClasses(): void
+    {
+        $all = $this->buckets;
+        foreach ($this->endpoints as $name => $b) {
+            $all["endpoints.$name"] = $b;
+        }
+        foreach ($this->priorities ?? [] as $class => $ppm) {
+            foreach ($all as $bucket => $b) {
+                if ($b['tolerance'] - self::reserveUs($b['tolerance'], $ppm) < $b['interval']) {
+                    self::fail("priorities.$class", sprintf(
+                        'leaves %s%% of every bucket, and %s holds %d tokens: the class could never take one (a smaller share, or a bucket of at least %d tokens)',
+                        self::shareText($ppm),
+                        $bucket,
+                        $b['capacity'],
+                        (int) floor(1e6 / (1e6 - $ppm)) + 1
+                    ));
+                }
+            }
+        }
+    }
+
+    /** A share in percent as Rust's `{}` prints `ppm as f64 / 1e4`. */
+    private static function shareText(int $ppm): string
+    {
+        $x = $ppm / 1e4;
+        return $x == floor($x) ? sprintf('%d', $x) : rtrim(rtrim(sprintf('%.10F', $x), '0'), '.');
+    }
+
+    /**
+     * crates/config/src/options/endpoints.rs priorities_from_value: `priorities` (class =>
+     * share in [0, 1)) and `default_priority` (one of the classes).
+     */
+    private function priorities(mixed $priorities, mixed $default): void
+    {
+        if ($priorities === null) {
+            if ($default !== null) {
+                self::fail('default_priority', 'needs the priorities option (the classes it names one of), got ' . self::describe($default));
+            }
+            return;
+        }
+        $entries = self::namedEntries('priorities', $priorities, 'priority class', 'priority classes');
+        $shares = [];
+        foreach ($entries as $name => $value) {
+            $option = "priorities.$name";
+            if (!is_int($value) && !is_float($value)) {
+                self::typeError($option, 'a share from 0 (inclusive) to 1 (exclusive)', $value);
+            }
+            $share = (float) $value;
+            $ppm = is_finite($share) && $share >= 0.0 && $share < 1.0 ? (int) round($share * self::SHARE_UNIT) : self::SHARE_UNIT;
+            // share_to_ppm: a share kept as the whole bucket, or above 0 as none, is refused.
+            if ($ppm >= self::SHARE_UNIT || ($ppm === 0 && $share !== 0.0)) {
+                self::fail($option, 'must be a share from 0 (inclusive) to 1 (exclusive) of every bucket\'s capacity, in millionths (0, or 0.000001 to 0.999999), got ' . self::describe($value));
+            }
+            $shares[(string) $name] = $ppm;
+        }
+        if ($default !== null) {
+            if (!is_string($default)) {
+                self::typeError('default_priority', 'a priority class\'s name', $default);
+            }
+            if (!isset($shares[$default])) {
+                self::fail('default_priority', sprintf('must be one of the priorities (%s), got %s', implode(', ', array_keys($shares)), self::quote($default)));
+            }
+            $this->defaultPriority = $default;
+        }
+        ksort($shares, SORT_STRING);
+        $this->priorities = $shares;
+    }
+
+    /**
+     * endpoints.rs named_entries: a map from name to value, at least one and at most
+     * MAX_ENDPOINTS entries, each name 1 to 64 characters of A-Z a-z 0-9 _ . : / -.
+     *
+     * @return array<string, mixed>
+     */
+    private static function namedEntries(string $option, mixed $v, string $what, string $whats): array
+    {
+        if (is_array($v) && $v !== [] && array_is_list($v)) {
+            self::fail($option, "must be an array from $what name to its value (string keys), got a list (PHP makes keys of digits only, '0', '1', ..., a list: give such a name a letter)");
+        }
+        $entries = self::entries($option, $v);
+        if ($entries === []) {
+            self::fail($option, "must name at least one $what (leave the option out for none)");
+        }
+        if (count($entries) > self::MAX_ENDPOINTS) {
+            self::fail($option, sprintf('may name at most %d %s, got %d', self::MAX_ENDPOINTS, $whats, count($entries)));
+        }
+        $article = $what[0] === 'e' ? 'an' : 'a';
+        $named = [];
+        foreach ($entries as $name => $value) {
+            $name = (string) $name;
+            if ($name === '' || strlen($name) > self::MAX_NAME_BYTES || preg_match('#[^A-Za-z0-9_.:/-]#', $name) === 1) {
+                self::fail(
+                    sprintf('%s[%s]', $option, self::quote($name)),
+                    sprintf('is not %s %s name: 1 to %d characters from A-Z a-z 0-9 _ . : / -, got %s', $article, $what, self::MAX_NAME_BYTES, self::quote($name))
+                );
+            }
+            $named[$name] = $value;
+        }
+        return $named;
+    }
+
+    /**
+     * buckets.rs not_above_global: a bucket under global has at most its capacity and rate.
+     *
+     * @param array{capacity: int, rate: float, interval: int} $b
+     * @param array{capacity: int, rate: float, interval: int} $global
+     */
+    private static function notAboveGlobal(string $option, array $b, array $global): void
+    {
+        if ($b['capacity'] > $global['capacity']) {
+            self::fail("$option.capacity", sprintf('may not exceed global.capacity (%d), got %d', $global['capacity'], $b['capacity']));
+        }
+        if ($b['rate'] > $global['rate']) {
+            self::fail("$option.refill_per_second", sprintf('may not exceed global.refill_per_second (%s), got %s', self::debugFloat($global['rate']), self::debugFloat($b['rate'])));
         }
     }
 
@@ -631,16 +896,30 @@ final class FakeLimiter implements Limiter
     /** type_error: "must be EXPECTED, got TYPE VALUE". */
     private static function typeError(string $option, string $expected, mixed $v): never
     {
-        [$type, $shown] = match (true) {
-            $v === null => ['null', 'null'],
-            is_bool($v) => ['bool', $v ? 'true' : 'false'],
-            is_int($v) => ['int', (string) $v],
-            is_float($v) => ['float', self::debugFloat($v)],
-            is_string($v) => ['string', self::quote($v)],
-            is_array($v) => ['array', 'array'],
-            default => [get_debug_type($v), get_debug_type($v)],
+        $type = match (true) {
+            $v === null => 'null',
+            is_bool($v) => 'bool',
+            is_int($v) => 'int',
+            is_float($v) => 'float',
+            is_string($v) => 'string',
+            is_array($v) => 'array',
+            default => get_debug_type($v),
         };
-        self::fail($option, "must be $expected, got $type $shown");
+        self::fail($option, "must be $expected, got $type " . self::describe($v));
+    }
+
+    /** Value::describe: a short rendering of a value for a message. */
+    private static function describe(mixed $v): string
+    {
+        return match (true) {
+            $v === null => 'null',
+            is_bool($v) => $v ? 'true' : 'false',
+            is_int($v) => (string) $v,
+            is_float($v) => self::debugFloat($v),
+            is_string($v) => self::quote($v),
+            is_array($v) => 'array',
+            default => get_debug_type($v),
+        };
     }
 
     /** quote_bytes: in quotes, `"` and `\` escaped, control characters and bytes that are not UTF-8 as \xNN, cut at 64 bytes. */

@@ -179,6 +179,15 @@ final class EndpointsTest extends LimiterTestCase
         $this->assertSame(30 - 17 - 1, $l->peek('other', 1, 'confirm', 'critical')->remaining(), $seen);
     }
 
+    /** @dataProvider engines */
+    public function testResetFillsTheEndpointsBucketsToo(string $engine): void
+    {
+        $l = $this->make($engine, ['global' => self::bucket(10), 'endpoints' => ['items' => self::bucket(2)]]);
+        $this->assertSame(['allowed' => 2, 'endpoint' => 1], self::tally($l, 3, 'items', null));
+        $l->reset();
+        $this->assertSame(['allowed' => 2, 'endpoint' => 1], self::tally($l, 3, 'items', null));
+    }
+
     public function testNamesNotConfiguredAreRefusedNamingThem(): void
     {
         $l = $this->make('lua', ['global' => self::bucket(5), 'endpoints' => ['items' => self::bucket(3)]]);

@@ -199,6 +199,25 @@ final class TelemetryTest extends LimiterTestCase
         $this->assertSame(['unavailable', true], [$events[3]['reason'], $events[3]['allowed']]);
     }
 
+    public function testADecisionWithAnEndpointOrClassSaysWhichInItsEvent(): void
+    {
+        $l = $this->limiter([
+            'global' => self::bucket(3),
+            'endpoints' => ['items' => self::bucket(2)],
+            'priorities' => ['critical' => 0, 'normal' => 0.5],
+        ]);
+        $this->assertTrue($l->acquire('s', endpoint: 'items', priority: 'critical')->isAllowed());
+        $this->assertTrue($l->acquire('s', endpoint: 'items', priority: 'critical')->isAllowed());
+        $this->assertSame('endpoint', $l->acquire('s', endpoint: 'items')->reason());
+        $this->assertSame('global', $l->acquire('s', priority: 'normal')->reason(), 'normal leaves 1.5 of 3: 1 left');
+        $events = array_values(array_filter($this->log->jsonl(), fn ($e) => $e['eventType'] === 'RateLimitDecision'));
+        $this->assertCount(2, $events);
+        $this->assertSame(['endpoint', 'items'], [$events[0]['reason'], $events[0]['endpoint']]);
+        $this->assertArrayNotHasKey('priority', $events[0], 'no class: no default_priority');
+        $this->assertSame(['global', 'normal'], [$events[1]['reason'], $events[1]['priority']]);
+        $this->assertArrayNotHasKey('endpoint', $events[1]);
+    }
+
     public function testStatsCountRecordedWrittenAndDroppedPerSink(): void
     {
         $s0 = Telemetry::stats();

@@ -85,12 +85,16 @@ enum LimiterCommand {
     /// constructor's value); `mode=shadow` (every call let through, denials only
     /// reported), `mode=enforce`, `mode=default` (back to the workers' `mode` option);
     /// `in_flight.global=16`, `in_flight.hot_lane=12`, `in_flight.hot_shop=6` (leases
-    /// held at once, for a limiter with the `in_flight` option) or `in_flight.LEVEL=default`.
+    /// held at once, for a limiter with the `in_flight` option) or `in_flight.LEVEL=default`;
+    /// `endpoint.NAME=25/25` or `endpoint.NAME=default` (an endpoint the workers'
+    /// `endpoints` option declares), `priorities.CLASS=0.3` or `priorities.CLASS=default`
+    /// (a class of their `priorities` option).
     /// Validated like constructor options; nothing written if not.
     Set {
         /// BUCKET=CAPACITY/RATE, BUCKET=default (BUCKET is global, hot_lane or hot_shop),
         /// mode=enforce|shadow|default, or in_flight.LEVEL=N, in_flight.LEVEL=default
-        /// (LEVEL is global, hot_lane or hot_shop).
+        /// (LEVEL is global, hot_lane or hot_shop), endpoint.NAME=CAPACITY/RATE|default,
+        /// priorities.CLASS=SHARE|default.
         #[arg(required = true)]
         changes: Vec<String>,
         /// Who makes the change (recorded with it).
@@ -181,8 +185,8 @@ pub fn run(args: LimiterArgs) -> Result<(), String> {
             }
         }
         LimiterCommand::Set { changes, by } => {
-            let (parsed, mode, in_flight) = parse_changes(&changes)?;
-            let done = admin.set_all(&parsed, &in_flight, mode, &by)?;
+            let (parsed, mode, in_flight, routes) = parse_changes(&changes)?;
+            let done = admin.set_all(&parsed, &in_flight, mode, &routes, &by)?;
             for w in &done.warnings {
                 eprintln!("{w}");
             }
@@ -251,6 +255,7 @@ type Changes = (
     Vec<(Lane, Option<(i64, f64)>)>,
     Option<Option<Mode>>,
     Vec<(Lane, Option<i64>)>,
+    checkout_guard_cli::admin::RouteChanges,
 );
 
 fn parse_changes(args: &[String]) -> Result<Changes, String> {
@@ -265,7 +270,39 @@ fn parse_changes(args: &[String]) -> Result<Changes, String> {
             "{what} is given twice ({first:?}, {second:?}): give each bucket and the mode at most once; nothing written"
         )
     };
+    let mut routes = checkout_guard_cli::admin::RouteChanges::default();
+    let mut given_routes: Vec<(String, &str)> = Vec::new();
     for c in args {
+        if c.starts_with(live::ENDPOINT_PREFIX) || c.starts_with(live::PRIORITIES_PREFIX) {
+            let (field, value) = c.split_once('=').ok_or_else(|| {
+                format!("{c:?}: expected endpoint.NAME=CAPACITY/RATE, priorities.CLASS=SHARE or either =default")
+            })?;
+            if let Some((_, first)) = given_routes.iter().find(|(f, _)| f == field) {
+                return Err(twice(field, first, c));
+            }
+            given_routes.push((field.to_string(), c));
+            if let Some(name) = field.strip_prefix(live::ENDPOINT_PREFIX) {
+                let v = match value {
+                    "default" => None,
+                    v => Some(live::parse_endpoint_field(field, v)?.1),
+                };
+                if v.is_none() && !checkout_guard_model::endpoints::valid_name(name.as_bytes()) {
+                    live::parse_endpoint_field(field, "0/0")?;
+                }
+                routes.endpoints.push((name.to_string(), v));
+            } else {
+                let class = field.strip_prefix(live::PRIORITIES_PREFIX).unwrap_or(field);
+                let v = match value {
+                    "default" => None,
+                    v => Some(live::parse_priority_field(field, v)?.1),
+                };
+                if v.is_none() && !checkout_guard_model::endpoints::valid_name(class.as_bytes()) {
+                    live::parse_priority_field(field, "0")?;
+                }
+                routes.priorities.push((class.to_string(), v));
+            }
+            continue;
+        }
         if c.starts_with(live::IN_FLIGHT_PREFIX) {
             let (lane, value) = parse_in_flight_change(c)?;
             if let Some(first) = given_in_flight[lane as usize].replace(c) {
@@ -295,7 +332,7 @@ fn parse_changes(args: &[String]) -> Result<Changes, String> {
             }
         }
     }
-    Ok((parsed, mode.map(|(m, _)| m), in_flight))
+    Ok((parsed, mode.map(|(m, _)| m), in_flight, routes))
 }
 
 /// `in_flight.global=40`, `in_flight.hot_shop=default`.
@@ -358,8 +395,9 @@ fn status_text(name: &str, st: &Status) -> String {
                 out.push_str("  limits in force: the settings (no live limits)\n");
             } else {
                 out.push_str(&format!(
-                    "  limits in force: {} (live version {}, by {}, {})\n",
+                    "  limits in force: {}{} (live version {}, by {}, {})\n",
                     live::describe(b),
+                    st.routes,
                     st.live.version,
                     st.live.by,
                     time::format_ms(st.live.at_ms)
@@ -405,6 +443,27 @@ fn status_text(name: &str, st: &Status) -> String {
         out.push_str(&format!(
             "  bucket {}: {level} of {cap} tokens\n",
             lane.as_str()
+        ));
+    }
+    for (name, level, cap) in &st.endpoints {
+        out.push_str(&format!("  endpoint {name}: {level} of {cap} tokens\n"));
+    }
+    if !st.classes.is_empty() {
+        let list: Vec<String> = st
+            .classes
+            .iter()
+            .map(|(c, share)| {
+                let default = if st.default_class.as_deref() == Some(c) {
+                    " (default)"
+                } else {
+                    ""
+                };
+                format!("{c} leaves {}%{default}", share * 100.0)
+            })
+            .collect();
+        out.push_str(&format!(
+            "  priority classes (of every bucket): {}\n",
+            list.join(", ")
         ));
     }
     out.push_str(&in_flight_text(&st.in_flight));
@@ -693,7 +752,7 @@ fn status_json(name: &str, st: &Status) -> serde_json::Value {
         "limiter": name,
         "now": time::format_ms(st.now_ms),
         "settings": st.settings,
-        "limits": st.buckets.as_ref().map(live::describe),
+        "limits": st.buckets.as_ref().map(|b| live::describe(b) + &st.routes),
         "live_version": st.live.version,
         "mode": st.mode.map(Mode::as_str),
         "mode_live": st.live.mode.map(Mode::as_str),
@@ -702,6 +761,8 @@ fn status_json(name: &str, st: &Status) -> serde_json::Value {
         "module_decisions": st.module_decisions,
         "problems": st.problems,
         "buckets": st.levels.iter().map(|(l, level, cap)| json!({"bucket": l.as_str(), "tokens": level, "capacity": cap})).collect::<Vec<_>>(),
+        "endpoints": st.endpoints.iter().map(|(n, level, cap)| json!({"endpoint": n, "tokens": level, "capacity": cap})).collect::<Vec<_>>(),
+        "priorities": st.classes.iter().map(|(c, share)| json!({"class": c, "share": share, "default": st.default_class.as_deref() == Some(c.as_str())})).collect::<Vec<_>>(),
         "hot_shops": st.hot.iter().map(|(s, kind, ttl)| json!({"shop": shop_text(s), "shop_hex": shop_id::hex(s), "kind": kind, "ttl_ms": ttl})).collect::<Vec<_>>(),
         "window": st.window.as_ref().map(|w| json!({"tokens": w.total, "shops": w.shops.iter().map(|(s, n)| json!({"shop": shop_text(s), "shop_hex": shop_id::hex(s), "tokens": n})).collect::<Vec<_>>()})),
         "decisions": st.decisions.as_ref().ok(),

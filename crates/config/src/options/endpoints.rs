@@ -20,11 +20,12 @@ fn named_entries<'a>(
     option: &str,
     v: &'a Value,
     what: &str,
+    whats: &str,
 ) -> Result<&'a [(String, Value)], ConfigError> {
     if matches!(v, Value::List(items) if !items.is_empty()) {
         return Err(ConfigError::new(
             option,
-            format!("must be an array from {what} name to its value (string keys), got a list"),
+            format!("must be an array from {what} name to its value (string keys), got a list (PHP makes keys of digits only, '0', '1', ..., a list: give such a name a letter)"),
         ));
     }
     let entries = map_entries(option, v)?;
@@ -38,7 +39,7 @@ fn named_entries<'a>(
         return Err(ConfigError::new(
             option,
             format!(
-                "may name at most {MAX_ENDPOINTS} {what}s, got {}",
+                "may name at most {MAX_ENDPOINTS} {whats}, got {}",
                 entries.len()
             ),
         ));
@@ -61,7 +62,7 @@ fn named_entries<'a>(
 /// `['NAME' => ['capacity' => C, 'refill_per_second' => R], ...]`: each bucket checked as
 /// `global`'s and at most global's capacity and rate (`endpoints.NAME.capacity`).
 pub fn endpoints_from_value(v: &Value, global: &BucketSpec) -> Result<Endpoints, ConfigError> {
-    let entries = named_entries("endpoints", v, "endpoint")?;
+    let entries = named_entries("endpoints", v, "endpoint", "endpoints")?;
     let mut pairs = Vec::with_capacity(entries.len());
     for (name, value) in entries {
         let option = format!("endpoints.{name}");
@@ -90,7 +91,7 @@ pub fn priorities_from_value(
         }
         return Ok(None);
     };
-    let entries = named_entries("priorities", v, "priority class")?;
+    let entries = named_entries("priorities", v, "priority class", "priority classes")?;
     let mut pairs = Vec::with_capacity(entries.len());
     for (name, value) in entries {
         let option = format!("priorities.{name}");
@@ -109,7 +110,7 @@ pub fn priorities_from_value(
             ConfigError::new(
                 &option,
                 format!(
-                    "must be a share from 0 (inclusive) to 1 (exclusive) of every bucket's capacity, got {}",
+                    "must be a share from 0 (inclusive) to 1 (exclusive) of every bucket's capacity, in millionths (0, or 0.000001 to 0.999999), got {}",
                     value.describe()
                 ),
             )
@@ -139,6 +140,50 @@ pub fn priorities_from_value(
         Some(v) => return Err(type_error("default_priority", "a priority class's name", v)),
     };
     Ok(Some(Priorities::new(pairs, default)))
+}
+
+/// Every class must be able to take a token from every bucket it may draw from: a bucket
+/// of capacity C keeps `ceil(C x share)` (in µs of its tolerance) for the classes below, so
+/// what is left must hold at least one token. A class that could never pass is refused
+/// here, naming it and the bucket, rather than denied forever with a `retryAfter()` that
+/// promises a wait (global, the hot buckets and every endpoint; the constructor's limits,
+/// and live ones by the same check).
+pub fn check_classes(
+    buckets: &checkout_guard_model::bucket::BucketSet,
+    endpoints: &Endpoints,
+    priorities: Option<&Priorities>,
+) -> Result<(), ConfigError> {
+    let Some(p) = priorities else {
+        return Ok(());
+    };
+    let lanes = checkout_guard_model::bucket::Lane::ALL
+        .into_iter()
+        .filter_map(|l| buckets.get(l).map(|b| (l.as_str().to_string(), *b)));
+    let all: Vec<(String, BucketSpec)> = lanes
+        .chain(
+            endpoints
+                .iter()
+                .map(|(n, b)| (format!("endpoints.{n}"), *b)),
+        )
+        .collect();
+    for (class, ppm) in p.iter() {
+        for (bucket, spec) in &all {
+            let room = spec.tolerance_us()
+                - checkout_guard_model::endpoints::reserve_us(spec.tolerance_us(), ppm);
+            if room < spec.interval_us() {
+                return Err(ConfigError::new(
+                    format!("priorities.{class}"),
+                    format!(
+                        "leaves {}% of every bucket, and {bucket} holds {} tokens: the class could never take one (a smaller share, or a bucket of at least {} tokens)",
+                        ppm as f64 / 1e4,
+                        spec.capacity(),
+                        ((1e6 / (1e6 - ppm as f64)).floor() as i64) + 1
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

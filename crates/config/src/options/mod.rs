@@ -18,7 +18,7 @@ pub use auto_hot::auto_hot_from_value;
 pub use buckets::{bucket_value, buckets_from_value, buckets_to_value};
 pub use checks::{validate_max_wait, validate_shop_id, validate_tokens, validate_ttl};
 pub use defaults::Defaults;
-pub use endpoints::{endpoints_from_value, priorities_from_value, MAX_ENDPOINTS};
+pub use endpoints::{check_classes, endpoints_from_value, priorities_from_value, MAX_ENDPOINTS};
 pub use in_flight::{in_flight_from_value, MAX_IN_FLIGHT};
 
 use checkout_guard_model::bucket::BucketSet;
@@ -285,6 +285,7 @@ impl LimiterOptions {
             Some(v) => endpoints_from_value(v, &buckets.global)?,
         };
         let priorities = priorities_from_value(get("priorities"), get("default_priority"))?;
+        endpoints::check_classes(&buckets, &endpoints, priorities.as_ref())?;
         Ok(Self {
             endpoints,
             priorities,

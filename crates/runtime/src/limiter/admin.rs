@@ -49,9 +49,11 @@ impl Limiter {
     /// Forgets every bucket of this limiter (all full again). Hot marks are kept.
     /// In steps routed by the limiter's hash tag (see [`Store::reset`]).
     pub fn reset(&self) -> Result<(), LimiterError> {
-        self.store
-            .reset(&self.global_key, &self.keys.bucket_pattern())
-            .map_err(|e| self.unavailable(e))?;
+        for pattern in [self.keys.bucket_pattern(), self.keys.endpoint_pattern()] {
+            self.store
+                .reset(&self.global_key, &pattern)
+                .map_err(|e| self.unavailable(e))?;
+        }
         // Every bucket is full again: nothing this host knew still holds.
         denials::forget_all(self.clock.monotonic_ns());
         Ok(())

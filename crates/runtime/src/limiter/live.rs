@@ -110,6 +110,20 @@ impl BucketsInForce {
                 b.priorities.cloned()
             }
         };
+        // Every class must still be able to take a token from every bucket: live limits
+        // that leave one none are invalid for this limiter (the constructor's classes and
+        // endpoints then).
+        let (endpoints, priorities) = match checkout_guard_config::options::check_classes(
+            &buckets,
+            &endpoints,
+            priorities.as_ref(),
+        ) {
+            Ok(()) => (endpoints, priorities),
+            Err(e) => {
+                error.get_or_insert(e.to_string());
+                (b.endpoints.clone(), b.priorities.cloned())
+            }
+        };
         let endpoints = endpoints
             .iter()
             .map(|(name, spec)| (name.to_string(), EndpointArgs::new(b.keys, name, spec)))

@@ -27,6 +27,7 @@ use std::time::Duration;
 use crate::sync::{Mutex, RwLock};
 
 use checkout_guard_config::live::PublishedSettings;
+use checkout_guard_config::value::quote_bytes;
 use checkout_guard_config::{
     validate_max_wait, validate_shop_id, validate_tokens, LimiterOptions, Mode, OnUnavailable,
 };
@@ -41,8 +42,8 @@ use checkout_guard_model::{
 /// `default_priority`, or none).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Route<'a> {
-    pub endpoint: Option<&'a str>,
-    pub priority: Option<&'a str>,
+    pub endpoint: Option<&'a [u8]>,
+    pub priority: Option<&'a [u8]>,
 }
 
 use crate::clock::{Clock, SystemClock};
@@ -194,20 +195,21 @@ impl Limiter {
     fn endpoint<'a>(
         &self,
         in_force: &'a BucketsInForce,
-        name: &str,
-    ) -> Result<&'a EndpointArgs, ConfigError> {
+        name: &[u8],
+    ) -> Result<(&'a str, &'a EndpointArgs), ConfigError> {
         let all = &in_force.endpoints;
-        match all.binary_search_by(|(n, _)| n.as_str().cmp(name)) {
-            Ok(i) => Ok(&all[i].1),
+        match all.binary_search_by(|(n, _)| n.as_bytes().cmp(name)) {
+            Ok(i) => Ok((&all[i].0, &all[i].1)),
             Err(_) => Err(ConfigError::new(
                 "endpoint",
                 match all.is_empty() {
                     true => format!(
-                        "\"{name}\" is not configured (the limiter '{}' has no endpoints option)",
-                        self.options.name
+                        "{} is not configured (the limiter has no endpoints option)",
+                        quote_bytes(name)
                     ),
                     false => format!(
-                        "\"{name}\" is not configured (endpoints: {})",
+                        "{} is not configured (endpoints: {})",
+                        quote_bytes(name),
                         all.iter()
                             .map(|(n, _)| n.as_str())
                             .collect::<Vec<_>>()
@@ -220,7 +222,7 @@ impl Limiter {
 
     /// The class a call with `priority` is decided in (`None`: none), and its share (ppm),
     /// or the error naming a class not configured.
-    pub fn class_of(&self, priority: Option<&str>) -> Result<(Option<String>, i64), ConfigError> {
+    pub fn class_of(&self, priority: Option<&[u8]>) -> Result<(Option<String>, i64), ConfigError> {
         self.class_in(&self.current(), priority)
             .map(|(c, ppm)| (c.map(str::to_owned), ppm))
     }
@@ -229,23 +231,27 @@ impl Limiter {
     fn class_in<'a>(
         &self,
         in_force: &'a BucketsInForce,
-        priority: Option<&'a str>,
+        priority: Option<&[u8]>,
     ) -> Result<(Option<&'a str>, i64), ConfigError> {
         let p = in_force.priorities.as_ref();
-        let Some(class) = priority.or_else(|| p.and_then(|p| p.default_class())) else {
-            return Ok((None, 0));
+        let Some(class) = priority else {
+            return Ok(match p.and_then(|p| p.default_class().map(|d| (d, p))) {
+                Some((d, p)) => (Some(d), p.share_ppm(d).unwrap_or(0)),
+                None => (None, 0),
+            });
         };
-        match p.and_then(|p| p.share_ppm(class)) {
-            Some(ppm) => Ok((Some(class), ppm)),
+        match p.and_then(|p| p.iter().find(|(n, _)| n.as_bytes() == class)) {
+            Some((name, ppm)) => Ok((Some(name), ppm)),
             None => Err(ConfigError::new(
                 "priority",
                 match p {
                     None => format!(
-                        "\"{class}\" is not configured (the limiter '{}' has no priorities option)",
-                        self.options.name
+                        "{} is not configured (the limiter has no priorities option)",
+                        quote_bytes(class)
                     ),
                     Some(p) => format!(
-                        "\"{class}\" is not configured (priorities: {})",
+                        "{} is not configured (priorities: {})",
+                        quote_bytes(class),
                         p.iter().map(|(n, _)| n).collect::<Vec<_>>().join(", ")
                     ),
                 },
@@ -395,7 +401,7 @@ impl Limiter {
         // configured is the caller's error, named (live limits change buckets and shares,
         // never which names there are). Tokens as above: against the constructor's.
         if let Some(name) = route.endpoint {
-            let e = self.endpoint(&in_force, name)?;
+            let (name, e) = self.endpoint(&in_force, name)?;
             let cap = self
                 .options
                 .endpoints
@@ -412,7 +418,40 @@ impl Limiter {
                 .into());
             }
         }
-        let (_, first_share) = self.class_in(&in_force, route.priority)?;
+        let (class, first_share) = self.class_in(&in_force, route.priority)?;
+        if first_share > 0 {
+            // The class leaves a share of every bucket: more tokens than the rest of the
+            // smallest one could never pass (against the constructor's, as above).
+            let endpoint_spec = route
+                .endpoint
+                .and_then(|e| std::str::from_utf8(e).ok())
+                .and_then(|e| self.options.endpoints.get(e));
+            let max = Lane::ALL
+                .into_iter()
+                .filter_map(|l| self.options.buckets.get(l))
+                .chain(endpoint_spec)
+                .map(|b| {
+                    (b.tolerance_us()
+                        - checkout_guard_model::endpoints::reserve_us(
+                            b.tolerance_us(),
+                            first_share,
+                        ))
+                        / b.interval_us()
+                })
+                .min()
+                .unwrap_or(i64::MAX);
+            if tokens > max {
+                return Err(ConfigError::new(
+                    "tokens",
+                    format!(
+                        "must be from 1 to {max} for priority class \"{}\" (it leaves {}% of every bucket), got {tokens}",
+                        class.unwrap_or_default(),
+                        first_share as f64 / 1e4
+                    ),
+                )
+                .into());
+            }
+        }
         // What a worker learns from a reply is how long a bucket stays empty; a call that
         // keeps a reserve, or draws an endpoint's bucket too, is denied earlier than that
         // (its reply says nothing about when a plain call passes): only plain calls teach
@@ -456,7 +495,7 @@ impl Limiter {
             // new ones).
             let endpoint = route
                 .endpoint
-                .map(|e| self.endpoint(&in_force, e))
+                .map(|e| self.endpoint(&in_force, e).map(|(_, args)| args))
                 .transpose()?;
             let (_, share_ppm) = self.class_in(&in_force, route.priority)?;
             let call = DecideCall {

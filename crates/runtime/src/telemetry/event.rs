@@ -261,6 +261,19 @@ pub fn external_call_event_owned(call: ExternalCall, caller: Vec<(Name, AttrValu
 /// for one enforcement would have denied (`allowed: true`, `would_allow: false`,
 /// `mode: "shadow"`).
 pub fn decision_event(limiter: &str, shop: &[u8], d: &Decision, timestamp_ms: i64) -> Event {
+    decision_event_routed(limiter, shop, d, (None, None), timestamp_ms)
+}
+
+/// [`decision_event`] of a call that named an endpoint and/or was decided in a priority
+/// class (`route`: endpoint, class): the attributes `endpoint` and `priority`, each when
+/// there is one.
+pub fn decision_event_routed(
+    limiter: &str,
+    shop: &[u8],
+    d: &Decision,
+    route: (Option<&str>, Option<&str>),
+    timestamp_ms: i64,
+) -> Event {
     let mut e = Event::known(RATE_LIMIT_DECISION);
     e.attrs
         .push((Cow::Borrowed(attr::TIMESTAMP), AttrValue::Int(timestamp_ms)));
@@ -287,6 +300,11 @@ pub fn decision_event(limiter: &str, shop: &[u8], d: &Decision, timestamp_ms: i6
     ));
     e.attrs
         .push((Cow::Borrowed(attr::HOT_SHOP), AttrValue::Bool(d.hot_shop)));
+    for (name, value) in [(attr::ENDPOINT, route.0), (attr::PRIORITY, route.1)] {
+        if let Some(v) = value {
+            e.attrs.push((Cow::Borrowed(name), AttrValue::str(v)));
+        }
+    }
     e
 }
 

@@ -186,6 +186,17 @@ impl State {
         decision_event(limiter, shop, d, self.now_ms())
     }
 
+    /// [`Self::decision_event`] with the call's endpoint and class (`route`).
+    pub fn decision_event_routed(
+        &self,
+        limiter: &str,
+        shop: &[u8],
+        d: &Decision,
+        route: (Option<&str>, Option<&str>),
+    ) -> Event {
+        super::event::decision_event_routed(limiter, shop, d, route, self.now_ms())
+    }
+
     /// Telemetry is on: the settings are valid and name at least one sink.
     pub fn enabled(&self) -> bool {
         self.config.as_ref().is_ok_and(TelemetryConfig::enabled)

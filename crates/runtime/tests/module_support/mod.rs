@@ -45,6 +45,8 @@ pub fn keys(shop: &[u8]) -> Vec<Vec<u8>> {
         out[at::LEASES + i] = level;
     }
     out[at::LEASE_STATS] = k(b"f:stats");
+    // No endpoint: the global bucket's key again (every key of a call in its slot).
+    out[at::ENDPOINT] = k(b"b:global");
     out
 }
 
