@@ -5,6 +5,18 @@ every answer takes tens of milliseconds, with a long-ish tail.
   GET  /items/{id}     zone A, the information API: item data
   POST /v1/charges     the payment API
 
+and the endpoint API (scripts/loadtest.sh endpoints), behind a global limit and one per
+endpoint (deploy/config/local/nginx-provider.conf.tmpl):
+
+  POST /v1/payment_intents              create a payment: {"id": "pi_...", "status":
+                                        "requires_confirmation"}
+  POST /v1/payment_intents/{id}/confirm confirm it: {"id": ..., "status": "succeeded"}
+  GET  /v1/payment_intents/{id}         retrieve it (polling): {"id": ..., "status": ...}
+  GET  /v1/items/{id}                   the account's item API ("zone A"): item data
+
+(create and confirm take a charge's time, retrieve and items an item's; the provider keeps
+no state: any id is found)
+
 Usage: python provider.py PORT [options]   (listens on 127.0.0.1 only)
 
 With --charges-schedule the provider enforces a payment limit of its own, one that moves
@@ -248,6 +260,20 @@ class Provider:
             self.log.write(json.dumps({"t": round(now, 4), "s": status, "limit": rate, "ra": ra}) + "\n")
         return status, body, headers
 
+    def endpoint_api(self, method: str, path: str) -> tuple:
+        """(latency kind, body) of a call to the endpoint API; {"error": ...} when the path
+        or method is none of its four."""
+        parts = path.strip("/").split("/")
+        if method == "POST" and parts == ["v1", "payment_intents"]:
+            return "charges", {"id": "pi_%016x" % self.rng.getrandbits(64), "status": "requires_confirmation"}
+        if method == "POST" and len(parts) == 4 and parts[:2] == ["v1", "payment_intents"] and parts[3] == "confirm" and parts[2]:
+            return "charges", {"id": parts[2], "status": "succeeded"}
+        if method == "GET" and len(parts) == 3 and parts[:2] == ["v1", "payment_intents"] and parts[2]:
+            return "items", {"id": parts[2], "status": "succeeded"}
+        if method == "GET" and len(parts) == 3 and parts[:2] == ["v1", "items"] and parts[2]:
+            return "items", {"id": parts[2], "price": 1200, "stock": 10}
+        return "items", {"error": "not found"}
+
     def arm(self) -> dict:
         if self.limit is None and not self.incident:
             return {"error": "no --charges-schedule and no --incident"}
@@ -283,6 +309,9 @@ class Provider:
                 elif method == "POST" and path == "/v1/charges":
                     status, body, headers = self.charge()
                     kind = "charges" if status == 200 else "throttled"
+                elif path.startswith("/v1/payment_intents") or path.startswith("/v1/items/"):
+                    kind, body = self.endpoint_api(method, path)
+                    status = 404 if "error" in body else 200
                 elif method == "POST" and path == "/_schedule/arm":
                     kind, body = None, self.arm()
                     status = 200 if "armed" in body else 404

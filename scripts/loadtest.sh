@@ -15,6 +15,16 @@
 #                                 # 100% of the configured global rate, a third of the run
 #                                 # each): the flood with adaptive off, then on; each run
 #                                 # 45 s (short, recover_seconds 6) or 180 s (full, 10)
+#   scripts/loadtest.sh slow-provider [short|full]
+#                                 # a slow provider: buckets alone against in_flight
+#   scripts/loadtest.sh endpoints [short|full|smoke]
+#                                 # the provider's global and per-endpoint limits (issue
+#                                 # 42): one endpoint flooded while checkouts create and
+#                                 # confirm; a baseline, then one global bucket, global +
+#                                 # endpoints, global + endpoints + priorities; each run
+#                                 # 15 s (short) or 60 s (full); smoke: no Locust, a
+#                                 # handful of calls against buckets that do not refill
+#                                 # (its results in .run/loadtest/endpoints-smoke/)
 #
 # Every process runs on loopback, is bounded in time, and is stopped at the end, on
 # failure and on Ctrl-C. Results (logs, Locust CSVs, verdict, charts) go to
@@ -25,7 +35,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$CG_ROOT"
 
-mode=$(run_mode loadtest.sh "${1:-}" smoke wait adaptive slow-provider) || exit 2
+mode=$(run_mode loadtest.sh "${1:-}" smoke wait adaptive slow-provider endpoints) || exit 2
 case "$mode" in
   short) duration=${DURATION:-12}; workers=0 ;;
   full) duration=${DURATION:-60}; workers=${LOCUST_WORKERS:-2} ;;
@@ -43,9 +53,18 @@ case "$mode" in
     length=$(run_mode "loadtest.sh slow-provider" "${2:-}") || exit 2
     workers=${LOCUST_WORKERS:-0}
     if [ "$length" = full ]; then duration=${DURATION:-90}; else duration=${DURATION:-24}; fi ;;
+  endpoints)
+    length=$(run_mode "loadtest.sh endpoints" "${2:-}" smoke) || exit 2
+    workers=${LOCUST_WORKERS:-0}
+    case "$length" in
+      full) duration=${DURATION:-60} ;;
+      short) duration=${DURATION:-15} ;;
+      smoke) duration=0 ;;
+    esac ;;
 esac
 
-begin_run loadtest "$mode"
+# The endpoint smoke has a directory of its own: CI's run leaves a full run's results be.
+if [ "$mode" = endpoints ] && [ "$length" = smoke ]; then begin_run loadtest endpoints-smoke; else begin_run loadtest "$mode"; fi
 
 # The provider's limits and the limiter's, sized for 2 cores (see docs/loadtest.md).
 export ZONEA_RATE=${ZONEA_RATE:-400} PAYMENT_RATE=${PAYMENT_RATE:-50}
@@ -281,6 +300,108 @@ if [ "$mode" = slow-provider ]; then
   done
   prometheus_summary
   .venv/bin/python loadtest/slow_report.py "$out"
+  exit $?
+fi
+
+# ep_check DIR FORM CODES: a 500 among a run's answers is the page failing (the endpoint
+# limiter's construction or its acquire()): said with PHP's error, and the run stops.
+ep_check() {
+  local dir=$1 form=$2 codes=$3
+  [[ " $codes " == *" 500 "* ]] || return 0
+  log "FAILED: the checkout answered 500 with CHECKOUT_EP_LIMITS=$form (answers: $codes)"
+  [ ! -s "$dir/php-errors.log" ] || log "php: $(grep -m1 'PHP ' "$dir/php-errors.log" | sed 's/^\[[^]]*\] //')"
+  [ "$form" = global ] || log "does this extension know the limiter options 'endpoints' and 'priorities' and acquire()'s endpoint: and priority: (issue 42)?"
+  exit 1
+}
+
+if [ "$mode" = endpoints ] && [ "$length" = smoke ]; then
+  # The endpoint API (issue 42; docs/loadtest.md, "Endpoints and priorities") in a handful
+  # of calls, against buckets that do not refill (1 a minute at the provider's nginx, 0.001/s
+  # in the limiter), so every answer is known in advance. The provider: 5 calls per
+  # endpoint (burst 4), 31 in all. The limiter: global 10, each endpoint 5. Per form
+  # (CHECKOUT_EP_LIMITS), 8 reads of the item API from flash-1 (the flood), then 4
+  # checkouts (create, confirm) of s1..s4:
+  #   global      8 reads pass the limiter, the provider refuses the last 3 (429: 502s);
+  #               2 tokens left: s1 paid, s2..s4 refused at create
+  #   endpoints   5 reads pass (the item endpoint's 5), 3 get the limiter's 503: no 429;
+  #               5 global tokens left: s1, s2 paid, s3 created but not confirmed, s4 refused
+  #   priorities  reads are background (keep 50% of each bucket): 2 pass; create is normal
+  #               (keeps 20%), confirm critical: s1..s3 paid, s4 refused at create, every
+  #               created payment confirmed
+  for form in global endpoints priorities; do
+    dir="$out/$form"; current="$dir"
+    port=$(PROVIDER_GLOBAL_RATE=1r/m PROVIDER_GLOBAL_BURST=30 PROVIDER_ENDPOINT_RATE=1r/m PROVIDER_ENDPOINT_BURST=4 \
+      start_checkout "$dir" on "" "CHECKOUT_EP_LIMITS=$form
+CG_EP_GLOBAL_CAPACITY=10
+CG_EP_GLOBAL_RATE=0.001
+CG_EP_CAPACITY=5
+CG_EP_RATE=0.001")
+    reads=""
+    for i in $(seq 1 8); do
+      reads+="$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/lookup.php?shop=flash-1&what=items&id=popular") "
+    done
+    codes=""; stages=""
+    for shop in s1 s2 s3 s4; do
+      read -r code stage < <(curl -s -D - -o /dev/null -w '%{http_code}\n' "http://127.0.0.1:$port/intent.php?shop=$shop&item=item-1" \
+        | tr -d '\r' | awk -F': ' 'tolower($1)=="x-checkout-stage"{g=$2} /^[0-9][0-9][0-9]$/{c=$0} END{print c, (g=="" ? "-" : g)}')
+      codes+="$code "; stages+="$stage "
+    done
+    stop_current
+    ep_check "$dir" "$form" "$reads $codes"
+    printf '{"reads": "%s", "checkouts": "%s", "stages": "%s"}\n' "${reads% }" "${codes% }" "${stages% }" > "$dir/smoke.json"
+  done
+  .venv/bin/python loadtest/endpoints_report.py smoke "$out"
+  exit $?
+fi
+
+if [ "$mode" = endpoints ]; then
+  # The provider's global and per-endpoint limits under a flood of one endpoint (issue 42;
+  # docs/loadtest.md, "Endpoints and priorities"). The provider (nginx limit_req): 50/s
+  # (burst 25) over the account, 25/s (burst 5) per endpoint (PROVIDER_GLOBAL_RATE,
+  # PROVIDER_ENDPOINT_RATE, ..._BURST). The limiter just inside (bootstrap.php's
+  # endpoint_limiter()): global 45/s (20), each endpoint 22/s (5). Load
+  # (loadtest/locust_endpoints.py): ordinary shops' and flash-1's checkouts (intent.php:
+  # create then confirm, ~7/s each), ordinary shops' reads (~4.5/s) and, but in the
+  # baseline, flash-1's flood of reads (~100/s) of FLOOD_ENDPOINT (items, or retrieve:
+  # a payment's status polled). Four runs, the same checkouts:
+  #   baseline    no flood, one global bucket
+  #   global      the flood, one global bucket (every call draws from it)
+  #   endpoints   the flood, global + a bucket per endpoint
+  #   priorities  the flood, global + endpoints + priorities (confirm critical, create
+  #               normal, retrieve and items background)
+  # Then loadtest/endpoints_report.py: report.md, report.json, chart.png/svg.
+  for v in PROVIDER_GLOBAL_RATE PROVIDER_ENDPOINT_RATE; do
+    [ -z "${!v:-}" ] || [[ ${!v} =~ ^[1-9][0-9]*(r/[sm])?$ ]] || { log "$v must be N (a second), Nr/s or Nr/m, got '${!v}'"; exit 2; }
+  done
+  for v in PROVIDER_GLOBAL_BURST PROVIDER_ENDPOINT_BURST; do
+    [ -z "${!v:-}" ] || [[ ${!v} =~ ^[0-9]+$ ]] || { log "$v must be a whole number, got '${!v}'"; exit 2; }
+  done
+  flood_endpoint=${FLOOD_ENDPOINT:-items}
+  case "$flood_endpoint" in items|retrieve) ;; *) log "FLOOD_ENDPOINT must be items or retrieve, got '$flood_endpoint'"; exit 2 ;; esac
+  export FLOOD_ENDPOINT=$flood_endpoint
+  read_path="/lookup.php?shop=probe&what=$flood_endpoint&id=probe"
+  for run in ${EP_RUNS:-baseline global endpoints priorities}; do
+    case "$run" in
+      baseline) form=global scenario=baseline ;;
+      global|endpoints|priorities) form=$run scenario=flood ;;
+      *) log "EP_RUNS: '$run' is none of baseline, global, endpoints, priorities"; exit 2 ;;
+    esac
+    dir="$out/$run"; current="$dir"
+    port=$(start_checkout "$dir" on "" "CHECKOUT_EP_LIMITS=$form")
+    [ -n "$port" ] || { log "FAILED: the stack of run $run did not start (see $dir)"; exit 1; }
+    # One read before the load: a 500 is the page failing (an extension without issue 42).
+    ep_check "$dir" "$form" "$(curl -s -o "$dir/probe.json" -w '%{http_code}' "http://127.0.0.1:$port$read_path" || true)"
+    printf '{"run": "%s", "form": "%s", "scenario": "%s", "duration": %d, "flood_endpoint": "%s", "provider_global": "%s/s burst %s", "provider_endpoint": "%s/s burst %s"}\n' \
+      "$run" "$form" "$scenario" "$duration" "$flood_endpoint" "${PROVIDER_GLOBAL_RATE:-50}" "${PROVIDER_GLOBAL_BURST:-25}" \
+      "${PROVIDER_ENDPOINT_RATE:-25}" "${PROVIDER_ENDPOINT_BURST:-5}" > "$dir/run.json"
+    log "run $run (CHECKOUT_EP_LIMITS=$form, $scenario, flood of $flood_endpoint), ${duration}s"
+    : > "$dir/access.log"   # the probe's line out: the report counts the load's requests
+    SCENARIO=$scenario DURATION=$duration timeout $((duration + 60)) .venv/bin/locust -f loadtest/locust_endpoints.py --headless \
+      --host "http://127.0.0.1:$port" --csv "$dir/locust" --only-summary --loglevel WARNING > "$dir/locust.log" 2>&1 &
+    wait || true
+    stop_current
+  done
+  .venv/bin/python loadtest/endpoints_report.py "$out"
   exit $?
 fi
 

@@ -20,8 +20,12 @@
 #   PROVIDER_PORT   a mock provider on this port gets an nginx server in front of it that
 #                   applies the provider's rate limits with limit_req (429 past them):
 #                   ZONEA_RATE (r/s, default 200) and ZONEA_BURST (100) for /items/,
-#                   PAYMENT_RATE (50) and PAYMENT_BURST (10) for /v1/charges; its port is printed after the HTTP port, its access log is
-#                   RUN_DIR/provider.log
+#                   PAYMENT_RATE (50) and PAYMENT_BURST (10) for /v1/charges; for the
+#                   endpoint API (/v1/payment_intents create, confirm, retrieve and
+#                   /v1/items/) PROVIDER_GLOBAL_RATE (50) and PROVIDER_GLOBAL_BURST (25)
+#                   over all four, PROVIDER_ENDPOINT_RATE (25) and PROVIDER_ENDPOINT_BURST
+#                   (5) for each (a rate: N a second, or nginx's Nr/s, Nr/m); its port is
+#                   printed after the HTTP port, its access log is RUN_DIR/provider.log
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 

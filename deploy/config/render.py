@@ -8,7 +8,8 @@ control's limit. Standard library only.
       FPM_PORT HTTP_PORT STATUS_PORT OPS_PORT [PROVIDER_PORT PROVIDER_HTTP_PORT]
       writes RUN_DIR/php-fpm.conf, RUN_DIR/nginx.conf, RUN_DIR/conf.d/*.ini; knobs from the
       environment as scripts/stack.sh documents them (FPM_WORKERS, FPM_MAX_REQUESTS,
-      FLOW_LIMIT, FPM_ENV, CHECKOUT_INI, ZONEA_RATE, ZONEA_BURST, PAYMENT_RATE, PAYMENT_BURST; and
+      FLOW_LIMIT, FPM_ENV, CHECKOUT_INI, ZONEA_RATE, ZONEA_BURST, PAYMENT_RATE, PAYMENT_BURST,
+      PROVIDER_GLOBAL_RATE, PROVIDER_GLOBAL_BURST, PROVIDER_ENDPOINT_RATE, PROVIDER_ENDPOINT_BURST; and
       OPCACHE_BUILT_IN=1 from scripts/stack.sh where OPcache is part of PHP)
   python3 deploy/config/render.py k8s [--write]
       prints the ConfigMaps' files, or writes them into deploy/k8s/checkout.yaml
@@ -57,6 +58,16 @@ def flow_control(limit: int) -> str:
     if limit <= 0:
         return ""
     return f"limit_conn inflight {limit};\nlimit_conn_status 503;\nerror_page 503 = @shed;"
+
+
+def nginx_rate(value: str, name: str = "a provider rate") -> str:
+    """A limit_req rate: a whole number of requests a second ('25' -> '25r/s'), or nginx's
+    own form with its unit ('25r/s', '1r/m': the smoke run's limits that do not refill)."""
+    if re.fullmatch(r"[1-9][0-9]*", value):
+        return value + "r/s"
+    if re.fullmatch(r"[1-9][0-9]*r/[sm]", value):
+        return value
+    raise ValueError(f"{name} must be a whole number of requests a second, or NNr/s or NNr/m, got '{value}'")
 
 
 def fpm_env_lines(spec: str) -> str:
@@ -114,7 +125,11 @@ def local_files(run: str, docroot: str, valkey_url: str, extension: str, fpm_por
         provider = render("local/nginx-provider.conf.tmpl", run=run, provider_port=provider_port,
                           provider_http_port=provider_http_port,
                           zonea_rate=env.get("ZONEA_RATE") or 200, zonea_burst=env.get("ZONEA_BURST") or 100,
-                          payment_rate=env.get("PAYMENT_RATE") or 50, payment_burst=env.get("PAYMENT_BURST") or 10)
+                          payment_rate=env.get("PAYMENT_RATE") or 50, payment_burst=env.get("PAYMENT_BURST") or 10,
+                          ep_global_rate=nginx_rate(env.get("PROVIDER_GLOBAL_RATE") or "50", "PROVIDER_GLOBAL_RATE"),
+                          ep_global_burst=env.get("PROVIDER_GLOBAL_BURST") or 25,
+                          ep_rate=nginx_rate(env.get("PROVIDER_ENDPOINT_RATE") or "25", "PROVIDER_ENDPOINT_RATE"),
+                          ep_burst=env.get("PROVIDER_ENDPOINT_BURST") or 5)
     return {
         "conf.d/20-checkout_guard.ini": render(
             "checkout_guard.ini.tmpl", extension=extension, url=valkey_url, sinks="jsonl",

@@ -147,3 +147,76 @@ function clients(string $shopId): array
         );
     return [$measured, $payments];
 }
+
+/**
+ * The endpoint API's limiter (issue 42; intent.php, lookup.php, scripts/loadtest.sh
+ * endpoints): one limiter for the whole provider account, in one of three forms chosen by
+ * CHECKOUT_EP_LIMITS:
+ *   global      the global bucket only (every call draws from it, whatever its endpoint);
+ *   endpoints   the global bucket and one bucket per endpoint under it;
+ *   priorities  the same, and the priority classes of CG_EP_PRIORITIES (default
+ *               critical=0,normal=0.2,background=0.5): confirm is critical, create normal,
+ *               retrieve and items background.
+ * Sizes just inside the provider's (global 50/s, burst 25; 25/s, burst 5 per endpoint):
+ * CG_EP_GLOBAL_CAPACITY (20), CG_EP_GLOBAL_RATE (45), CG_EP_CAPACITY (5), CG_EP_RATE (22).
+ */
+function endpoint_limits(): string
+{
+    $form = env('CHECKOUT_EP_LIMITS', 'global');
+    if (!in_array($form, ['global', 'endpoints', 'priorities'], true)) {
+        throw new InvalidArgumentException("CHECKOUT_EP_LIMITS must be global, endpoints or priorities, got '$form'");
+    }
+    return $form;
+}
+
+/** The endpoints of the provider's API, as the limiter names them. */
+const ENDPOINTS = ['payment_intents.create', 'payment_intents.confirm', 'payment_intents.retrieve', 'items'];
+
+/** Each endpoint's priority class (CHECKOUT_EP_LIMITS=priorities). */
+const ENDPOINT_PRIORITY = [
+    'payment_intents.confirm' => 'critical',   // completes a sale that is already created
+    'payment_intents.create' => 'normal',
+    'payment_intents.retrieve' => 'background',
+    'items' => 'background',
+];
+
+function endpoint_limiter(): RateLimiter
+{
+    $form = endpoint_limits();
+    $options = [
+        'name' => 'provider',
+        'global' => ['capacity' => (int) env('CG_EP_GLOBAL_CAPACITY', '20'), 'refill_per_second' => (float) env('CG_EP_GLOBAL_RATE', '45')],
+        'on_unavailable' => env('CG_ON_UNAVAILABLE', 'allow'),
+    ];
+    if ($form !== 'global') {
+        $bucket = ['capacity' => (int) env('CG_EP_CAPACITY', '5'), 'refill_per_second' => (float) env('CG_EP_RATE', '22')];
+        $options['endpoints'] = array_fill_keys(ENDPOINTS, $bucket);
+    }
+    if ($form === 'priorities') {
+        $shares = [];
+        foreach (explode(',', env('CG_EP_PRIORITIES', 'critical=0,normal=0.2,background=0.5')) as $part) {
+            [$class, $share] = array_pad(explode('=', trim($part), 2), 2, '');
+            if ($class === '' || !is_numeric($share)) {
+                throw new InvalidArgumentException("CG_EP_PRIORITIES must be a comma list of CLASS=SHARE, got '$part'");
+            }
+            $shares[$class] = (float) $share;
+        }
+        $options['priorities'] = $shares;
+        $options['default_priority'] = 'normal';
+    }
+    return new RateLimiter($options);
+}
+
+/**
+ * Asks the endpoint limiter for one call to $endpoint by $shop: with the global form the
+ * call names no endpoint (the extension's three arguments), otherwise its endpoint, and
+ * with priorities its class.
+ */
+function acquire_for(RateLimiter $limiter, string $shop, string $endpoint): CheckoutGuard\Decision
+{
+    return match (endpoint_limits()) {
+        'global' => $limiter->acquire($shop),
+        'endpoints' => $limiter->acquire($shop, endpoint: $endpoint),
+        'priorities' => $limiter->acquire($shop, endpoint: $endpoint, priority: ENDPOINT_PRIORITY[$endpoint]),
+    };
+}

@@ -12,17 +12,19 @@ final class ProjectScript
     }
 
     /**
-     * Runs `scripts/$script $mode`, with `$env` added to the environment.
+     * Runs `scripts/$script $mode`, with `$env` added to the environment; a list as $mode
+     * is the script's arguments (`['endpoints', 'smoke']`).
+     * @param string|list<string> $mode
      * @param array<string, string> $env
      * @return array{0: int, 1: string} exit code, output
      */
-    public static function run(string $script, string $mode, array $env = []): array
+    public static function run(string $script, string|array $mode, array $env = []): array
     {
         $prefix = '';
         foreach ($env as $name => $value) {
             $prefix .= $name . '=' . escapeshellarg($value) . ' ';
         }
-        exec($prefix . 'bash ' . escapeshellarg(self::root() . "/scripts/$script") . ' ' . escapeshellarg($mode) . ' 2>&1', $lines, $rc);
+        exec($prefix . 'bash ' . escapeshellarg(self::root() . "/scripts/$script") . ' ' . implode(' ', array_map('escapeshellarg', (array) $mode)) . ' 2>&1', $lines, $rc);
         return [$rc, implode("\n", $lines)];
     }
 
