@@ -52,6 +52,7 @@ final class EndpointsAttackTest extends LimiterTestCase
      *
      * @dataProvider engines
      */
+    #[\PHPUnit\Framework\Attributes\DataProvider('engines')]
     public function testAClassThatCouldNeverPassIsRefusedAndADenialsRetryAfterIsAWaitAfterWhichTheCallCanPass(string $engine): void
     {
         $classes = ['priorities' => ['critical' => 0, 'normal' => 0.2], 'default_priority' => 'normal'];
@@ -119,6 +120,7 @@ final class EndpointsAttackTest extends LimiterTestCase
      *
      * @dataProvider engines
      */
+    #[\PHPUnit\Framework\Attributes\DataProvider('engines')]
     public function testALiveEndpointLimitHoldsForWorkersThatDoNotKnowAnotherOverriddenEndpoint(string $engine): void
     {
         $name = self::uniqueName("epa-roll-$engine");

@@ -51,6 +51,7 @@ final class EndpointsTest extends LimiterTestCase
     }
 
     /** @dataProvider engines */
+    #[\PHPUnit\Framework\Attributes\DataProvider('engines')]
     public function testAnEndpointCallTakesFromGlobalAndItsEndpointAllOrNothing(string $engine): void
     {
         $options = self::options($engine, [
@@ -84,6 +85,7 @@ final class EndpointsTest extends LimiterTestCase
     }
 
     /** @dataProvider engines */
+    #[\PHPUnit\Framework\Attributes\DataProvider('engines')]
     public function testEachClassLeavesExactlyItsShareOfEveryBucket(string $engine): void
     {
         $more = [
@@ -109,6 +111,7 @@ final class EndpointsTest extends LimiterTestCase
     }
 
     /** @dataProvider engines */
+    #[\PHPUnit\Framework\Attributes\DataProvider('engines')]
     public function testRetryAfterIsTheTimeToTheClasssThreshold(string $engine): void
     {
         // 10 tokens at 10/s; normal leaves 2.
@@ -132,6 +135,7 @@ final class EndpointsTest extends LimiterTestCase
     }
 
     /** @dataProvider engines */
+    #[\PHPUnit\Framework\Attributes\DataProvider('engines')]
     public function testSeveralProcessesGetExactlyWhatTheBucketsHold(string $engine): void
     {
         // Sized so that only the buckets named below bind, whatever the interleaving:
@@ -180,6 +184,7 @@ final class EndpointsTest extends LimiterTestCase
     }
 
     /** @dataProvider engines */
+    #[\PHPUnit\Framework\Attributes\DataProvider('engines')]
     public function testResetFillsTheEndpointsBucketsToo(string $engine): void
     {
         $l = $this->make($engine, ['global' => self::bucket(10), 'endpoints' => ['items' => self::bucket(2)]]);

@@ -40,6 +40,7 @@ final class ReplayEndpointsTest extends LimiterTestCase
     }
 
     /** @dataProvider engines */
+    #[\PHPUnit\Framework\Attributes\DataProvider('engines')]
     public function testTheReplayGivesBackWhatTheLimiterDidWithEndpointsAndClasses(string $engine): void
     {
         // Api names of this test only (the events file is the PHPUnit process's; fixed,
