@@ -612,7 +612,6 @@ impl Admin {
         name: &str,
         spec: &checkout_guard_model::BucketSpec,
     ) -> Result<(), String> {
-        let (global, lane) = (self.keys.global(), self.keys.hot_lane());
         let key = self.keys.endpoint(name);
         let mut pattern = Vec::with_capacity(key.len() + 4);
         for &b in &key {
@@ -621,37 +620,30 @@ impl Admin {
             }
             pattern.push(b);
         }
-        let args = LaneArgs::new(&BucketSet {
+        let set = BucketSet {
             global: set.global,
             hot_lane: set.hot_lane,
             hot_shop: Some(*spec),
-        });
-        let mut cursor = b"0".to_vec();
-        loop {
-            let call = CarryStepCall {
-                global_key: &global,
-                hot_lane_key: &lane,
-                cursor: &cursor,
-                pattern: &pattern,
-                version,
-                lanes: &args,
-            };
-            let step = carry_step::Reply::decode_reply(self.call(|c| invoke(&call, c))?);
-            if step.done() {
-                return Ok(());
-            }
-            cursor = step.cursor;
-        }
+        };
+        self.carry_matching(version, &set, &pattern)
     }
 
-    /// Carries every bucket of the limiter over to `set` (version `version`), a script
-    /// step at a time (SCAN inside Valkey, 1,000 keys a step, routed by the hash tag).
+    /// Carries every bucket of the limiter over to `set` (version `version`).
     fn carry_over(&self, version: &[u8], set: &BucketSet) -> Result<(), String> {
-        let (global, lane, pattern) = (
-            self.keys.global(),
-            self.keys.hot_lane(),
-            self.keys.bucket_pattern(),
-        );
+        self.carry_matching(version, set, &self.keys.bucket_pattern())
+    }
+
+    /// Carries the buckets whose keys match `pattern` over to `set` (version `version`):
+    /// global's and the hot lane's at their lanes, any other at the hot-shop lane's limits;
+    /// a script step at a time (SCAN inside Valkey, 1,000 keys a step, routed by the hash
+    /// tag).
+    fn carry_matching(
+        &self,
+        version: &[u8],
+        set: &BucketSet,
+        pattern: &[u8],
+    ) -> Result<(), String> {
+        let (global, lane) = (self.keys.global(), self.keys.hot_lane());
         let args = LaneArgs::new(set);
         let mut cursor = b"0".to_vec();
         loop {
@@ -659,7 +651,7 @@ impl Admin {
                 global_key: &global,
                 hot_lane_key: &lane,
                 cursor: &cursor,
-                pattern: &pattern,
+                pattern,
                 version,
                 lanes: &args,
             };
