@@ -13,38 +13,8 @@ use CheckoutGuard\RateLimiter;
  * are refused; several processes together get exactly what the buckets hold (frozen
  * rates: the counts do not depend on the interleaving).
  */
-final class EndpointsTest extends LimiterTestCase
+final class EndpointsTest extends ModuleValkeyTestCase
 {
-    private static ?ValkeyProcess $valkey = null;
-
-    public static function setUpBeforeClass(): void
-    {
-        self::$valkey = new ValkeyProcess();
-        self::$valkey->start(['--loadmodule', self::valkeyModule()]);
-    }
-
-    public static function tearDownAfterClass(): void
-    {
-        self::$valkey?->stop();
-        self::$valkey = null;
-    }
-
-    /** @return array<string, array{string}> */
-    public static function engines(): array
-    {
-        return ['lua' => ['lua'], 'module' => ['module']];
-    }
-
-    private static function options(string $engine, array $more): array
-    {
-        return $more + [
-            'name' => self::uniqueName("ep-$engine"),
-            'url' => self::$valkey->url(),
-            'engine' => $engine,
-            'on_unavailable' => 'throw',
-        ];
-    }
-
     private function make(string $engine, array $more): RateLimiter
     {
         return new RateLimiter(self::options($engine, $more));
@@ -190,6 +160,28 @@ final class EndpointsTest extends LimiterTestCase
         $l = $this->make($engine, ['global' => self::bucket(10), 'endpoints' => ['items' => self::bucket(2)]]);
         $this->assertSame(['allowed' => 2, 'endpoint' => 1], self::tally($l, 3, 'items', null));
         $l->reset();
+        $this->assertSame(['allowed' => 2, 'endpoint' => 1], self::tally($l, 3, 'items', null));
+    }
+
+    /**
+     * `limiter set endpoint.NAME=C/R` carries the endpoint's bucket over at once, at its
+     * new limits (its level in tokens): its key holds the new interval and tolerance
+     * before any decision reads it, so it never expires on the old limits' schedule.
+     *
+     * @dataProvider engines
+     */
+    #[\PHPUnit\Framework\Attributes\DataProvider('engines')]
+    public function testALiveEndpointChangeCarriesItsBucketOverAtOnce(string $engine): void
+    {
+        $options = self::options($engine, ['global' => self::bucket(10), 'endpoints' => ['items' => self::bucket(5)]]);
+        $l = new RateLimiter($options);
+        $this->assertSame(['allowed' => 3], self::tally($l, 3, 'items', null));
+        [$code, , $err] = Cli::limiter(self::$valkey->url(), $options['name'], 'set', 'endpoint.items=4/0.0005');
+        $this->assertSame(0, $code, $err);
+        $stored = (string) self::$valkey->client()->get('{cg:' . $options['name'] . '}:e:items');
+        // 0.0005 tokens/s: an interval of 2,000 s, a tolerance of 4 of them.
+        $this->assertMatchesRegularExpression('/^\d+:2000000000:8000000000:\d+$/', $stored, 'carried to the new limits');
+        // 2 tokens were left of 5; they are 2 of 4 now.
         $this->assertSame(['allowed' => 2, 'endpoint' => 1], self::tally($l, 3, 'items', null));
     }
 
