@@ -87,14 +87,15 @@ impl RateLimiter {
             crate::info::note_mode(&o.name, c.mode);
         }
         recording::observe_notices(&o.name, &shopId, &notices, o.auto_hot.as_ref());
-        let class = class_of(&self.inner, route);
+        let class = self.inner.class_name(route.priority);
+        let endpoint = shown(endpoint.as_deref());
         recording::observe_decision(
             &o.name,
             &shopId,
             &d,
-            (shown(endpoint.as_deref()).as_deref(), class.as_deref()),
+            (endpoint.as_deref(), class.as_deref()),
         );
-        Ok(Decision::of(&self.inner, &shopId, d).routed(shown(endpoint.as_deref()), class))
+        Ok(Decision::of(&self.inner, &shopId, d).routed(endpoint, class))
     }
 
     /// What acquire() would answer now for `tokens` tokens of `shopId`, taking nothing and
@@ -126,7 +127,7 @@ impl RateLimiter {
             crate::info::note_mode(&o.name, c.mode);
         }
         recording::observe_notices(&o.name, &shopId, &notices, o.auto_hot.as_ref());
-        let class = class_of(&self.inner, route);
+        let class = self.inner.class_name(route.priority);
         Ok(Decision::from(d).routed(shown(endpoint.as_deref()), class))
     }
 
@@ -353,11 +354,6 @@ impl RateLimiter {
 /// name not configured is refused with them quoted).
 fn name_arg(arg: OptStringArg, param: Param) -> PhpResult<Option<Vec<u8>>> {
     arg.get(param)
-}
-
-/// The class a call with `route` was decided in (resolved already: no error left).
-fn class_of(limiter: &Limiter, route: Route<'_>) -> Option<String> {
-    limiter.class_of(route.priority).ok().and_then(|(c, _)| c)
 }
 
 /// A name as PHP is shown it (a configured name is ASCII: only those reach a decision).

@@ -220,14 +220,23 @@ impl Limiter {
         }
     }
 
-    /// The class a call with `priority` is decided in (`None`: none), and its share (ppm),
-    /// or the error naming a class not configured.
-    pub fn class_of(&self, priority: Option<&[u8]>) -> Result<(Option<String>, i64), ConfigError> {
-        self.class_in(&self.current(), priority)
-            .map(|(c, ppm)| (c.map(str::to_owned), ppm))
+    /// The class a call with `priority` was decided in (`None`: none): the class it named,
+    /// else `default_priority`. Read from the constructor's options, no live state: live
+    /// limits change a class's share, never which classes there are (and a decision
+    /// already refused a class not configured).
+    pub fn class_name(&self, priority: Option<&[u8]>) -> Option<String> {
+        let p = self.options.priorities.as_ref()?;
+        match priority {
+            Some(name) => p
+                .iter()
+                .find(|(n, _)| n.as_bytes() == name)
+                .map(|(n, _)| n.to_owned()),
+            None => p.default_class().map(str::to_owned),
+        }
     }
 
-    /// [`Self::class_of`] with the classes in force `in_force`.
+    /// The class a call with `priority` is decided in (`None`: none) and its share (ppm)
+    /// in force (`in_force`), or the error naming a class not configured.
     fn class_in<'a>(
         &self,
         in_force: &'a BucketsInForce,
