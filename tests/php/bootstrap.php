@@ -68,6 +68,7 @@ require __DIR__ . '/support/LeaseHolder.php';
 require __DIR__ . '/support/StrictCalls.php';
 require __DIR__ . '/support/LimiterTestCase.php';
 require __DIR__ . '/support/OwnValkeyTestCase.php';
+require __DIR__ . '/support/ModuleValkeyTestCase.php';
 require __DIR__ . '/support/OwnFpmTestCase.php';
 require __DIR__ . '/support/DecisionTestCase.php';
 require __DIR__ . '/support/InFlightTestCase.php';

@@ -11,38 +11,8 @@ use CheckoutGuard\RateLimiter;
  * reproductions are under repro/). Each test asserts what docs/endpoints.md or the issue
  * promise; each failed on the `endpoints` branch as of ce379a0 and passes since the fix.
  */
-final class EndpointsAttackTest extends LimiterTestCase
+final class EndpointsAttackTest extends ModuleValkeyTestCase
 {
-    private static ?ValkeyProcess $valkey = null;
-
-    public static function setUpBeforeClass(): void
-    {
-        self::$valkey = new ValkeyProcess();
-        self::$valkey->start(['--loadmodule', self::valkeyModule()]);
-    }
-
-    public static function tearDownAfterClass(): void
-    {
-        self::$valkey?->stop();
-        self::$valkey = null;
-    }
-
-    /** @return array<string, array{string}> */
-    public static function engines(): array
-    {
-        return ['lua' => ['lua'], 'module' => ['module']];
-    }
-
-    private static function options(string $engine, array $more): array
-    {
-        return $more + [
-            'name' => self::uniqueName("epa-$engine"),
-            'url' => self::$valkey->url(),
-            'engine' => $engine,
-            'on_unavailable' => 'throw',
-        ];
-    }
-
     /**
      * A class whose share leaves less than a token of a bucket (capacity 1 and normal's
      * 0.2: 0.8 of a token) could never be admitted; each denial's retryAfter() would name a

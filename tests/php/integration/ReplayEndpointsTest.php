@@ -17,28 +17,8 @@ use CheckoutGuard\Telemetry;
  * per shop, per endpoint, per class, per reason. Rates are frozen, so the counts do not
  * depend on the clock.
  */
-final class ReplayEndpointsTest extends LimiterTestCase
+final class ReplayEndpointsTest extends ModuleValkeyTestCase
 {
-    private static ?ValkeyProcess $valkey = null;
-
-    public static function setUpBeforeClass(): void
-    {
-        self::$valkey = new ValkeyProcess();
-        self::$valkey->start(['--loadmodule', self::valkeyModule()]);
-    }
-
-    public static function tearDownAfterClass(): void
-    {
-        self::$valkey?->stop();
-        self::$valkey = null;
-    }
-
-    /** @return array<string, array{string}> */
-    public static function engines(): array
-    {
-        return ['lua' => ['lua'], 'module' => ['module']];
-    }
-
     /** @dataProvider engines */
     #[\PHPUnit\Framework\Attributes\DataProvider('engines')]
     public function testTheReplayGivesBackWhatTheLimiterDidWithEndpointsAndClasses(string $engine): void
