@@ -400,7 +400,9 @@ final class FakeLimiterEndpointsTest extends TestCase
             'endpoints' => ['confirm' => self::bucket(8, 8.0), 'items' => self::bucket(4, 2.5)],
             'priorities' => ['critical' => 0, 'normal' => 0.2, 'background' => 0.5, 'third' => 0.333333],
         ];
-        foreach ([1, 2, 3, random_int(4, 1 << 30)] as $seed) {
+        // CG_FAKE_ENDPOINT_SEED=N replays one seed (the failure message names it).
+        $seeds = getenv('CG_FAKE_ENDPOINT_SEED') !== false ? [(int) getenv('CG_FAKE_ENDPOINT_SEED')] : [1, 2, 3, random_int(4, 1 << 30)];
+        foreach ($seeds as $seed) {
             $r = new Randomizer(new Mt19937($seed));
             $clock = new FakeClock(1_800_000_000.0);
             $fake = new FakeLimiter($options, $clock);
@@ -480,8 +482,12 @@ final class FakeLimiterEndpointsTest extends TestCase
                 );
                 $seen[$d->reason()] = true;
             }
-            ksort($seen);
-            $this->assertSame(['allowed', 'endpoint', 'global', 'hot_lane', 'hot_shop'], array_keys($seen), "seed $seed: every reason met");
+            // Coverage is a property of the fixed seeds (1-3 each meet every reason); a
+            // random seed only adds comparisons: it may never fill global (seed 710891306).
+            if ($seed <= 3) {
+                ksort($seen);
+                $this->assertSame(['allowed', 'endpoint', 'global', 'hot_lane', 'hot_shop'], array_keys($seen), "seed $seed: every reason met");
+            }
         }
     }
 }
