@@ -107,12 +107,13 @@ pub fn command<C: Call>(name: &str, call: &C) -> redis::Cmd {
     cmd
 }
 
-/// `EVALSHA <sha of script> <number of keys> <keys> <args>` of `call`, appended to `pipe`.
+/// `EVALSHA <sha of script> <number of keys> <keys> <args>` of `call` (as many keys as it
+/// sends: a decision's depend on its form), appended to `pipe`.
 pub fn evalsha<C: Call>(pipe: &mut redis::Pipeline, script: &redis::Script, call: &C) {
     let evalsha = pipe
         .cmd("EVALSHA")
         .arg(script.get_hash())
-        .arg(C::COMMAND.key_count());
+        .arg(call.encode_keys().count());
     for part in keys_then_argv(call) {
         evalsha.arg(part.bytes());
     }

@@ -11,7 +11,7 @@ use checkout_guard_config::{Defaults, LimiterOptions, Value};
 use checkout_guard_runtime::Limiter;
 use module_support::*;
 
-/// ACL: a user allowed the 7 declared keys (the prefix `{cg:R}:ah:` exactly) and not the
+/// ACL: a user allowed the declared keys (the prefix `{cg:R}:ah:` exactly) and not the
 /// window keys `{cg:R}:ah:<n>`. The script's HMGET is refused (NOPERM), and so is
 /// `CG.DECIDE`, writing no window hash (`RM_OpenKey` checks no ACL: the module checks
 /// the undeclared key's permissions itself).
@@ -30,6 +30,8 @@ fn a_window_key_the_user_may_not_access_is_refused_like_the_script() {
             "~{cg:R}:limits:v",
             "~{cg:R}:ah:",
             "~{cg:R}:settings",
+            "~{cg:R}:f:*",
+            "~{cg:R}:adapt",
             "+@all",
         ])
         .query::<()>(&mut admin)
@@ -38,18 +40,8 @@ fn a_window_key_the_user_may_not_access_is_refused_like_the_script() {
         .unwrap()
         .get_connection()
         .unwrap();
-    let k: Vec<Vec<u8>> = [
-        "{cg:R}:b:global",
-        "{cg:R}:b:lane",
-        "{cg:R}:b:shop:s",
-        "{cg:R}:hot:s",
-        "{cg:R}:limits:v",
-        "{cg:R}:ah:",
-        "{cg:R}:settings",
-    ]
-    .iter()
-    .map(|s| s.as_bytes().to_vec())
-    .collect();
+    // The longest form: every key declared.
+    let k = keys(b"s");
     let a = auto_hot_argv();
     let script = call("EVAL", &k, &a).query::<Vec<i64>>(&mut c);
     assert!(

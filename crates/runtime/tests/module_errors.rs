@@ -52,7 +52,11 @@ fn a_window_key_of_another_type_fails_like_the_script_with_nothing_written() {
     let shop = b"s";
     let (k, a) = (keys(shop), argv(shop, 1, (w, "0.3", 60, 1), b"global=10/5"));
     for (which, window) in [("current", NOW / w), ("previous", NOW / w - 1)] {
-        let wkey = [k[5].as_slice(), window.to_string().as_bytes()].concat();
+        let wkey = [
+            k[checkout_guard_model::cmd::decide::keys::AUTO_HOT_PREFIX].as_slice(),
+            window.to_string().as_bytes(),
+        ]
+        .concat();
         let mut replies = Vec::new();
         for (db, cmd) in [
             (0, script_cmd(&k, &a, Some(NOW))),
@@ -86,7 +90,11 @@ fn a_window_counter_that_is_not_text_is_read_as_zero_without_a_crash() {
     let w = 10_000_000;
     let shop = b"s";
     let (k, a) = (keys(shop), argv(shop, 1, (w, "0.3", 60, 1), b"global=10/5"));
-    let wkey = [k[5].as_slice(), (NOW / w).to_string().as_bytes()].concat();
+    let wkey = [
+        k[checkout_guard_model::cmd::decide::keys::AUTO_HOT_PREFIX].as_slice(),
+        (NOW / w).to_string().as_bytes(),
+    ]
+    .concat();
     let mut replies = Vec::new();
     for (db, cmd) in [
         (0, script_cmd(&k, &a, Some(NOW))),
@@ -162,7 +170,11 @@ fn junk_and_aliased_keys_never_crash_valkey() {
         }
     }
     assert_alive(&v);
-    let cur = [k[5].as_slice(), (NOW / w).to_string().as_bytes()].concat();
+    let cur = [
+        k[checkout_guard_model::cmd::decide::keys::AUTO_HOT_PREFIX].as_slice(),
+        (NOW / w).to_string().as_bytes(),
+    ]
+    .concat();
     for alias in [0, 3, 6] {
         let mut k = keys(b"s");
         k[alias] = cur.clone();

@@ -147,7 +147,11 @@ fn the_window_hash_expires_when_the_scripts_does() {
     let (k, a) = (keys(b"s"), argv(b"s", 1, (w, "0.3", 60, 1), b"global=10/5"));
     let reply: Vec<i64> = module_cmd(&k, &a, None).query(&mut c).unwrap();
     let now_us = reply[2];
-    let wkey = [k[5].as_slice(), (now_us / w).to_string().as_bytes()].concat();
+    let wkey = [
+        k[checkout_guard_model::cmd::decide::keys::AUTO_HOT_PREFIX].as_slice(),
+        (now_us / w).to_string().as_bytes(),
+    ]
+    .concat();
     let at: i64 = redis::cmd("PEXPIRETIME").arg(&wkey).query(&mut c).unwrap();
     assert_eq!(at - now_us / 1000, 2 * w / 1000 + 1000);
 }
@@ -253,24 +257,14 @@ fn a_window_key_aliasing_the_bucket_fails_like_the_script() {
     ]);
     let mut c = v.connection();
     let bucket = format!("{{cg:R}}:w{}", NOW / 1_000_000).into_bytes();
-    let mut k: Vec<Vec<u8>> = [
-        "{cg:R}:b:global",
-        "{cg:R}:b:lane",
-        "{cg:R}:b:shop:s",
-        "{cg:R}:hot:s",
-        "{cg:R}:limits:v",
-        "{cg:R}:w",
-        "{cg:R}:settings",
-        "{cg:R}:adapt",
-    ]
-    .iter()
-    .map(|s| s.as_bytes().to_vec())
-    .collect();
-    k[0] = bucket.clone();
+    use checkout_guard_model::cmd::decide::keys as at;
+    let mut k = keys(b"s");
+    k[at::AUTO_HOT_PREFIX] = b"{cg:R}:w".to_vec();
+    k[at::BUCKETS] = bucket.clone();
     let a = auto_hot_argv();
     let script = redis::cmd("EVAL")
         .arg(decide_source_with_test_clock())
-        .arg(checkout_guard_model::cmd::decide::keys::LEN)
+        .arg(k.len())
         .arg(&k)
         .arg(&a)
         .arg(NOW)
@@ -302,7 +296,8 @@ fn a_settings_key_that_is_a_bucket_key_is_compared_as_the_script_read_it() {
     for alias in [0, 1, 2] {
         let shop = b"s";
         let mut k = keys(shop);
-        k[6] = k[alias].clone();
+        use checkout_guard_model::cmd::decide::keys as at;
+        k[at::SETTINGS] = k[at::BUCKETS + alias].clone();
         let a = argv_full(
             shop,
             1,

@@ -1,4 +1,5 @@
-//! `CG.DECIDE <13 keys> <27 arguments> [<now µs>]` and `CG.RELEASE <four KEYS> <three ARGV>
+//! `CG.DECIDE <keys> <arguments> [<now µs>]` (4 to 13 keys and 8 to 27 arguments, as the
+//! call's form says: `decide::FORMS`) and `CG.RELEASE <four KEYS> <three ARGV>
 //! [<now µs>]`: the arguments read in place, the decision (the release) made on
 //! [`ValkeyKeys`], its writes applied, the reply sent.
 //!
@@ -30,7 +31,7 @@ pub static TEST_CLOCK: AtomicBool = AtomicBool::new(false);
 const TEST_SLACK_MS: i64 = decide::TEST_KEY_SLACK_MS;
 
 /// Loaded with `test-panic` next to `test-clock` (tests only): a decision for the shop
-/// [`TEST_PANIC_SHOP`] panics when it asks for its settings write, after its bucket
+/// [`TEST_PANIC_SHOP`] (its mark's key ends with the name) panics when it asks for its settings write, after its bucket
 /// writes were recorded (what a bug in the model would do halfway through a decision).
 pub static TEST_PANIC: AtomicBool = AtomicBool::new(false);
 pub const TEST_PANIC_SHOP: &[u8] = b"checkout-guard-test-panic";
@@ -61,8 +62,28 @@ enum Reply {
 /// Called by Valkey only: `ctx` is the command's context, `argv` holds `argc` live
 /// strings for the whole call.
 pub unsafe extern "C" fn cg_decide(ctx: Ctx, argv: *mut Str, argc: c_int) -> c_int {
+    // SAFETY: the command's context.
+    if unsafe { ffi::is_keys_position_request(ctx) } != 0 {
+        // The keys of the call's form (none for a count of no form: the call itself then
+        // answers "wrong number of arguments").
+        if let Some((keys, _)) = call_form(argc) {
+            for pos in 1..=keys {
+                // SAFETY: a keys position request.
+                unsafe { ffi::key_at_pos(ctx, pos as c_int) };
+            }
+        }
+        return raw::REDISMODULE_OK as c_int;
+    }
     // SAFETY: Valkey's contract, passed on.
     unsafe { guarded(ctx, || decide(ctx, argv, argc)) }
+}
+
+/// The KEYS and ARGV of a `CG.DECIDE` of `argc` arguments (the command's name and, with
+/// the test clock, the time included): its form's ([`decide::FORMS`]).
+fn call_form(argc: c_int) -> Option<(usize, usize)> {
+    let test_clock = usize::from(TEST_CLOCK.load(Ordering::Relaxed));
+    let n = usize::try_from(argc).ok()?.checked_sub(1 + test_clock)?;
+    decide::form_of_len(n).map(|f| decide::FORMS[f])
 }
 
 /// `CG.RELEASE`, as [`cg_decide`]: `model::server::release_on` with the release script's
@@ -129,10 +150,11 @@ fn test_now(arg: &[u8]) -> Result<i64, Reply> {
 /// As [`cg_decide`].
 unsafe fn decide(ctx: Ctx, argv: *mut Str, argc: c_int) -> Reply {
     let test_clock = TEST_CLOCK.load(Ordering::Relaxed);
-    let want = 1 + KEYS + DecideCall::ARGS + usize::from(test_clock);
-    if argv.is_null() || usize::try_from(argc) != Ok(want) {
+    let Some((nkeys, nargs)) = call_form(argc).filter(|_| !argv.is_null()) else {
         return Reply::WrongArity;
-    }
+    };
+    let n = nkeys + nargs;
+    let want = 1 + n + usize::from(test_clock);
     // SAFETY: Valkey passes `argc` live strings, kept for the call.
     let argv: &[Str] = unsafe { std::slice::from_raw_parts(argv, want) };
     // SAFETY: each a live argument, unchanged for the call (this function's borrow).
@@ -141,7 +163,6 @@ unsafe fn decide(ctx: Ctx, argv: *mut Str, argc: c_int) -> Reply {
     for (i, slot) in args.iter_mut().enumerate().take(want - 1) {
         *slot = arg(1 + i).bytes();
     }
-    let n = KEYS + DecideCall::ARGS;
     let call = match ReceivedCall::parse(&args[..n]) {
         Ok(call) => call,
         Err(e) => return Reply::Error(format!("ERR {e}")),
@@ -149,17 +170,21 @@ unsafe fn decide(ctx: Ctx, argv: *mut Str, argc: c_int) -> Reply {
     // SAFETY: called from a command.
     let now_us = unsafe { ffi::cached_microseconds() };
     let (now, slack_ms) = match test_clock {
-        true => match test_now(args[KEYS + decide::TEST_NOW_ARG]) {
+        true => match test_now(args[n]) {
             Ok(t) => (t, TEST_SLACK_MS),
             Err(reply) => return reply,
         },
         false => (now_us, 0),
     };
-    let shop = arg(1 + KEYS + SHOP_ARG);
-    let lease_id = arg(1 + KEYS + decide::args::LEASE_ID);
-    let key_args: [Arg<'_>; KEYS] = std::array::from_fn(|i| arg(1 + i));
-    let mut keys = ValkeyKeys::new(ctx, &key_args, [shop, lease_id], now_us, slack_ms);
-    if test_clock && TEST_PANIC.load(Ordering::Relaxed) && shop.bytes() == TEST_PANIC_SHOP {
+    // The shop and the lease id where the form sends them (else an argument never used
+    // as a field or a member: auto_hot, in_flight are off).
+    let sent = |at: usize| arg(1 + nkeys + if at < nargs { at } else { 0 });
+    let (shop, lease_id) = (sent(SHOP_ARG), sent(decide::args::LEASE_ID));
+    let key_args: [Arg<'_>; KEYS] = std::array::from_fn(|i| arg(1 + i.min(nkeys - 1)));
+    let mut keys = ValkeyKeys::new(ctx, &key_args[..nkeys], [shop, lease_id], now_us, slack_ms);
+    // The shop named by its mark's key (the shop itself is sent with auto_hot only).
+    let shop_is = |name: &[u8]| call.keys[decide::keys::HOT_FLAG].ends_with(name);
+    if test_clock && TEST_PANIC.load(Ordering::Relaxed) && shop_is(TEST_PANIC_SHOP) {
         keys.panic_at_set_px();
     }
     match decide_on(&mut keys, &call, now).and_then(|reply| keys.finish().map(|()| reply)) {

@@ -138,6 +138,12 @@ valkey_api! {
     fn reply_with_long_long = RedisModule_ReplyWithLongLong(ctx: Ctx, n: c_longlong) -> c_int;
     /// Replies "wrong number of arguments". Safety: the command's context.
     fn wrong_arity = RedisModule_WrongArity(ctx: Ctx) -> c_int;
+    /// Whether the command is asked for its arguments' key positions (`getkeys-api`: the
+    /// keys of a call depend on its form), not to run. Safety: the command's context.
+    fn is_keys_position_request = RedisModule_IsKeysPositionRequest(ctx: Ctx) -> c_int;
+    /// Answers such a request: argument `pos` (from 1, the command's name 0) is a key.
+    /// Safety: the command's context, in a keys position request.
+    fn key_at_pos = RedisModule_KeyAtPos(ctx: Ctx, pos: c_int) -> ();
     /// Valkey's time of the running command, in µs (what `TIME` gives a script). Safety:
     /// called from a command.
     fn cached_microseconds = RedisModule_CachedMicroseconds() -> c_longlong;

@@ -88,17 +88,19 @@ fn init(ctx: &Context, args: &[valkey_module::ValkeyString]) -> valkey_module::S
             slot.store(s, Ordering::Relaxed);
         }
     }
-    // Keys at positions 1 to 13 (step 1): cluster routing, ACL key permissions.
+    // Keys: the first 4, 6, 7, 11, 12 or 13 arguments, as the call's form says (its
+    // argument count: decide::FORMS), told by `getkeys-api` (cluster routing, ACL key
+    // permissions); no fixed range (0, 0, 0), which Valkey would prefer to the API.
     // SAFETY: the load context; the name and flags are NUL-terminated.
     let created = unsafe {
         ffi::create_command(
             ctx.get_raw(),
             c"CG.DECIDE".as_ptr(),
             Some(command::cg_decide),
-            c"write deny-oom fast".as_ptr(),
-            1,
-            keyspace::KEYS as c_int,
-            1,
+            c"write deny-oom fast getkeys-api".as_ptr(),
+            0,
+            0,
+            0,
         )
     };
     if created != raw::REDISMODULE_OK as c_int {

@@ -829,7 +829,7 @@ fn encoded_calls(
             };
             json!({
                 "shop": shop_text(shop),
-                "keys": call.keys().iter().map(|k| text(k)).collect::<Vec<_>>(),
+                "keys": call.sent_keys().map(text).collect::<Vec<_>>(),
                 "argv": call.argv().iter().map(|a| text(a)).collect::<Vec<_>>(),
             })
         })

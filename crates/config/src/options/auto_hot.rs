@@ -143,8 +143,7 @@ mod tests {
             };
             let argv = call.argv();
             let args: Vec<&[u8]> = call
-                .keys()
-                .into_iter()
+                .sent_keys()
                 .chain(argv.iter().map(|a| a.as_ref()))
                 .collect();
             let got = ReceivedCall::parse(&args);

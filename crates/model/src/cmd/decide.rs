@@ -68,30 +68,31 @@ pub const MODULE_COMMAND: &str = "CG.DECIDE";
 inputs! {
     /// KEYS (all share one hash tag, so a cluster routes the call to one slot).
     pub mod keys {
-        /// The buckets of global, hot lane, hot shop (`KEYS[bucket_keys + i]`, lane i
-        /// from 1): [`super::bucket_key`].
-        BUCKETS[3] = "bucket_keys",
         /// The shop's hot mark.
         HOT_FLAG = "hot_flag_key",
         /// The live limits' version.
         LIMITS_VERSION = "version_key",
-        /// The `auto_hot` window prefix: never read itself, `<prefix><window number>`
-        /// are the counters.
-        AUTO_HOT_PREFIX = "window_prefix",
         /// The published settings.
         SETTINGS = "settings_key",
-        /// The adaptive budget's state ([`crate::adaptive`]; read only when
-        /// `ADAPT_FLOOR` is not "0").
-        ADAPT = "adapt_key",
+        /// The buckets of global, hot lane, hot shop (`KEYS[bucket_keys + i]`, lane i
+        /// from 1): [`super::bucket_key`]. Global's ends the base form; the hot lanes'
+        /// are the hot form's.
+        BUCKETS[3] = "bucket_keys",
+        /// The bucket of the call's endpoint ([`crate::keys::Keys::endpoint`]; the global
+        /// bucket's key again when the call names none: never read then).
+        ENDPOINT = "endpoint_key",
         /// The in-flight lease sets of global, hot lane, hot shop (`KEYS[lease_keys + i]`,
         /// level i from 1; [`crate::in_flight`]): read only with `in_flight`.
         LEASES[3] = "lease_keys",
         /// The lease stats hash (read on an in-flight denial, for the retry estimate;
         /// counts expired leases a decision removes).
         LEASE_STATS = "lease_stats_key",
-        /// The bucket of the call's endpoint ([`crate::keys::Keys::endpoint`]; the global
-        /// bucket's key again when the call names none: never read then).
-        ENDPOINT = "endpoint_key",
+        /// The `auto_hot` window prefix: never read itself, `<prefix><window number>`
+        /// are the counters.
+        AUTO_HOT_PREFIX = "window_prefix",
+        /// The adaptive budget's state ([`crate::adaptive`]; read only when
+        /// `ADAPT_FLOOR` is not "0").
+        ADAPT = "adapt_key",
     }
 }
 
@@ -102,13 +103,33 @@ inputs! {
         TOKENS = "tokens",
         /// "1": the shop is listed in `hot_shops`.
         STATIC_HOT = "static_hot",
-        /// Interval and tolerance (µs) of global, hot lane, hot shop (interval "0":
-        /// not configured): [`super::interval_arg`], [`super::tolerance_arg`]. In Lua
-        /// lane i's (from 1) are `ARGV[lane_args + 2 * i - 1]` and the next.
-        LANES[6] = "lane_args",
         /// The live limits' version the caller decided with ("" = none).
         VERSION = "version",
-        /// The shop ID.
+        /// The caller's settings (published when the stored ones differ).
+        SETTINGS = "settings",
+        /// "1": `peek()`, decide as acquire() would, writing nothing.
+        PEEK = "peek",
+        /// A reservation's longest wait, µs ("0": none).
+        MAX_WAIT = "max_wait_us",
+        /// Interval and tolerance (µs) of global, hot lane, hot shop (interval "0":
+        /// not configured): [`super::interval_arg`], [`super::tolerance_arg`]. In Lua
+        /// lane i's (from 1) are `ARGV[lane_args + 2 * i - 1]` and the next. Global's
+        /// end the base form; the hot lanes' are the hot form's.
+        LANES[6] = "lane_args",
+        /// Interval and tolerance (µs) of the call's endpoint bucket (interval "0": the
+        /// call names no endpoint): `ARGV[endpoint_args + 1]` and the next.
+        ENDPOINT_BUCKET[2] = "endpoint_args",
+        /// The call's priority class's share, ppm of every bucket's capacity it leaves
+        /// untouched ("0": none; [`crate::endpoints::reserve_us`]).
+        SHARE = "share_ppm",
+        /// The `in_flight` limits of global, hot lane, hot shop ("0": no limit; global
+        /// "0": the option is off, no lease read or taken): `ARGV[in_flight_args + i]`.
+        IN_FLIGHT[3] = "in_flight_args",
+        /// How long a lease is held at most, µs.
+        LEASE_US = "lease_us",
+        /// The id of the lease this call takes when allowed (unique per call).
+        LEASE_ID = "lease_id",
+        /// The shop ID (the `auto_hot` counters' field).
         SHOP = "shop",
         /// `auto_hot` window, µs ("0" = off).
         AUTO_HOT_WINDOW = "window_us",
@@ -118,31 +139,34 @@ inputs! {
         AUTO_HOT_TTL = "hot_ttl_s",
         /// `auto_hot` minimum tokens.
         AUTO_HOT_MIN_TOKENS = "hot_min_tokens",
-        /// The caller's settings (published when the stored ones differ).
-        SETTINGS = "settings",
-        /// "1": `peek()`, decide as acquire() would, writing nothing.
-        PEEK = "peek",
-        /// A reservation's longest wait, µs ("0": none).
-        MAX_WAIT = "max_wait_us",
         /// The `adaptive` floor, permille ("0": the option is off, the state not
         /// read).
         ADAPT_FLOOR = "adapt_floor",
         /// The `adaptive` recovery time, µs.
         ADAPT_RECOVER = "adapt_recover_us",
-        /// The `in_flight` limits of global, hot lane, hot shop ("0": no limit; global
-        /// "0": the option is off, no lease read or taken): `ARGV[in_flight_args + i]`.
-        IN_FLIGHT[3] = "in_flight_args",
-        /// How long a lease is held at most, µs.
-        LEASE_US = "lease_us",
-        /// The id of the lease this call takes when allowed (unique per call).
-        LEASE_ID = "lease_id",
-        /// Interval and tolerance (µs) of the call's endpoint bucket (interval "0": the
-        /// call names no endpoint): `ARGV[endpoint_args + 1]` and the next.
-        ENDPOINT_BUCKET[2] = "endpoint_args",
-        /// The call's priority class's share, ppm of every bucket's capacity it leaves
-        /// untouched ("0": none; [`crate::endpoints::reserve_us`]).
-        SHARE = "share_ppm",
     }
+}
+
+/// The forms of a call, shortest first: a call sends KEYS and ARGV up to the end of the
+/// last group it needs, and no further (each input costs the server and the wire on every
+/// decision: docs/performance.md). Each form is (KEYS, ARGV) sent:
+/// base (global bucket: the mark, the version, the settings, tokens, peek, wait), hot
+/// (the hot lanes' buckets), route (the endpoint, the class's share), in_flight (the
+/// leases), auto_hot (the counters), adaptive (its state). An input a call does not
+/// send reads as off ("0", ""; the endpoint's key as global's). The totals differ form
+/// to form, so the module tells a call's form from its argument count alone.
+pub const FORMS: [(usize, usize); 6] = [
+    (keys::BUCKETS + 1, args::LANES + 2),
+    (keys::BUCKETS + 3, args::LANES + 6),
+    (keys::ENDPOINT + 1, args::SHARE + 1),
+    (keys::LEASE_STATS + 1, args::LEASE_ID + 1),
+    (keys::AUTO_HOT_PREFIX + 1, args::AUTO_HOT_MIN_TOKENS + 1),
+    (keys::ADAPT + 1, args::ADAPT_RECOVER + 1),
+];
+
+/// The form (its index in [`FORMS`]) of a call of `n` KEYS and ARGV in all.
+pub fn form_of_len(n: usize) -> Option<usize> {
+    FORMS.iter().position(|(k, a)| k + a == n)
 }
 
 /// The position among KEYS of `lane`'s bucket.
@@ -172,10 +196,12 @@ pub const fn tolerance_arg(lane: Lane) -> usize {
 
 /// The test clock: the script's test variant
 /// ([`source_with_test_clock`]) and the module loaded with
-/// `test-clock` take one argument more, after the call's, the time to decide at (µs),
-/// and keep keys [`TEST_KEY_SLACK_MS`] longer, so the server's own clock never
-/// expires a key the test still reads.
-pub const TEST_NOW_ARG: usize = args::LEN;
+/// `test-clock` take one argument more, the last, after the call's (whatever its form),
+/// the time to decide at (µs), and keep keys [`TEST_KEY_SLACK_MS`] longer, so the
+/// server's own clock never expires a key the test still reads. The script's variant
+/// takes it off ARGV before the prelude names the call's inputs
+/// ([`TEST_CLOCK_LAST_ARG`]).
+pub const TEST_CLOCK_LAST_ARG: &str = "local test_now_us = ARGV[#ARGV]\nARGV[#ARGV] = nil\n";
 /// How much longer keys live under the test clock, ms.
 pub const TEST_KEY_SLACK_MS: i64 = 3_600_000;
 
@@ -490,7 +516,26 @@ impl DecideCall<'_> {
     /// Number of ARGV.
     pub const ARGS: usize = args::LEN;
 
-    /// KEYS at their positions in [`decide::keys`].
+    /// The call's form: the index in [`FORMS`] of the last group it needs.
+    pub fn form(&self) -> usize {
+        if self.adapt.params().is_some() {
+            5
+        } else if self.auto_hot.auto_hot().is_some() {
+            4
+        } else if self.in_flight.in_flight().is_some() {
+            3
+        } else if self.endpoint.is_some() || self.share_ppm != 0 {
+            2
+        } else if self.lanes.buckets().hot_lane.is_some() || self.lanes.buckets().hot_shop.is_some()
+        {
+            1
+        } else {
+            0
+        }
+    }
+
+    /// KEYS at every position in [`decide::keys`] (a call sends those of its
+    /// [`Self::form`]: [`Self::sent_keys`]).
     pub fn keys(&self) -> [&[u8]; keys::LEN] {
         use keys::*;
         let k = &self.keys;
@@ -511,11 +556,16 @@ impl DecideCall<'_> {
         out
     }
 
-    /// ARGV at their positions in [`decide::args`]: tokens, static_hot, the lanes,
-    /// version, shop, auto_hot, settings, peek, max wait. An array on the stack, so the
-    /// call on every acquire() is sent without a vector of its own (see [`Self::argv`]
-    /// for one).
+    /// The KEYS the call sends: those of its form.
+    pub fn sent_keys(&self) -> impl Iterator<Item = &[u8]> {
+        self.keys().into_iter().take(FORMS[self.form()].0)
+    }
+
+    /// The ARGV the call sends, at their positions in [`decide::args`], up to the end of
+    /// its form ([`Self::form`]). An array on the stack, so the call on every acquire()
+    /// is sent without a vector of its own (see [`Self::argv`] for one).
     pub fn args(&self) -> impl Iterator<Item = Cow<'_, [u8]>> {
+        let sent = FORMS[self.form()].1;
         use args::*;
         let flag = |on: bool| Cow::Borrowed(if on { &b"1"[..] } else { &b"0"[..] });
         let mut out: [Cow<'_, [u8]>; args::LEN] = Default::default();
@@ -564,7 +614,7 @@ impl DecideCall<'_> {
             0 => Cow::Borrowed(&b"0"[..]),
             ppm => Cow::Owned(ppm.to_string().into_bytes()),
         };
-        out.into_iter()
+        out.into_iter().take(sent)
     }
 
     /// [`Self::args`], collected.
@@ -588,33 +638,33 @@ impl DecideCall<'_> {
 /// The reply [`DecideCall::decode_reply`] reads as [`DecideReply::LimitsChanged`].
 pub const LIMITS_CHANGED_REPLY: [i64; 2] = [-1, 0];
 
-/// The production script source: the shebang, `carry.lua`, the inputs by name (the
-/// contract's prelude), the clock (`clock.lua`: Valkey's `TIME`) and `decide.lua`.
+/// The production script source: the shebang, `carry.lua`, the clock (`clock.lua`:
+/// Valkey's `TIME`), the inputs by name (the contract's prelude) and `decide.lua`.
 pub fn source() -> String {
     let prelude = COMMAND.prelude();
-    format!("{SHEBANG}{CARRY}{prelude}{CLOCK_BLOCK}{BODY}")
+    format!("{SHEBANG}{CARRY}{CLOCK_BLOCK}{prelude}{BODY}")
 }
 
-/// The clock block of the test variant: the time from the argument after the call's
-/// ([`TEST_NOW_ARG`], µs), keys kept [`TEST_KEY_SLACK_MS`] longer.
+/// The clock block of the test variant: the time from the last argument (µs, taken off
+/// ARGV: [`TEST_CLOCK_LAST_ARG`]), keys kept [`TEST_KEY_SLACK_MS`] longer.
 fn test_clock_block() -> String {
-    crate::cmd::test_clock_block(TEST_NOW_ARG)
+    format!("{TEST_CLOCK_LAST_ARG}{}", crate::cmd::TEST_CLOCK_BLOCK)
 }
 
-/// The same decision logic on the test clock (see [`TEST_NOW_ARG`]), for tests
+/// The same decision logic on the test clock (see [`TEST_CLOCK_LAST_ARG`]), for tests
 /// that compare the script with the Rust model at times they choose: the clock block of
 /// [`source`] replaced, nothing else.
 pub fn source_with_test_clock() -> String {
     let prelude = COMMAND.prelude();
     let clock = test_clock_block();
-    format!("{SHEBANG}{CARRY}{prelude}{clock}{BODY}")
+    format!("{SHEBANG}{CARRY}{clock}{prelude}{BODY}")
 }
 
 impl Call for DecideCall<'_> {
     const COMMAND: &'static Command = &COMMAND;
 
     fn encode_keys(&self) -> impl Iterator<Item = &[u8]> {
-        self.keys().into_iter()
+        self.sent_keys()
     }
 
     fn encode_args(&self) -> impl Iterator<Item = Cow<'_, [u8]>> {
@@ -658,14 +708,30 @@ impl<'a> ReceivedCall<'a> {
     pub fn parse(args: &[&'a [u8]]) -> Result<Self, String> {
         const KEYS: usize = keys::LEN;
         const ARGS: usize = args::LEN;
-        if args.len() != KEYS + ARGS {
+        let Some(form) = form_of_len(args.len()) else {
+            let forms: Vec<String> = FORMS.iter().map(|(k, a)| format!("{k}+{a}")).collect();
             return Err(format!(
-                "expected {KEYS} keys and {ARGS} arguments, got {}",
+                "expected keys and arguments of one of the forms {}, got {}",
+                forms.join(", "),
                 args.len()
             ));
+        };
+        let (nkeys, nargs) = FORMS[form];
+        let (sent_keys, sent_args) = args.split_at(nkeys);
+        // What a form does not send reads as off: "0", the empty string, the endpoint's
+        // key as global's.
+        let mut keys: [&'a [u8]; KEYS] = [&[]; KEYS];
+        keys[..nkeys].copy_from_slice(sent_keys);
+        if nkeys <= keys::ENDPOINT {
+            keys[keys::ENDPOINT] = keys[bucket_key(Lane::Global)];
         }
-        let (keys, argv) = args.split_at(KEYS);
-        let keys: [&'a [u8]; KEYS] = keys.try_into().expect("split at KEYS");
+        let mut argv: [&'a [u8]; ARGS] = [b"0"; ARGS];
+        argv[..nargs].copy_from_slice(sent_args);
+        for at in [args::LEASE_ID, args::SHOP] {
+            if at >= nargs {
+                argv[at] = b"";
+            }
+        }
         use args::*;
         let arg = |i: usize| argv[i];
         let tokens = int("tokens", arg(TOKENS))?;
@@ -813,19 +879,20 @@ mod tests {
             test,
             "only the clock block differs"
         );
-        // The time is the argument after the call's (test_clock.lua: keys live an hour
+        // The time is the last argument, after the call's whatever its form, taken off
+        // ARGV before the prelude names the call's (test_clock.lua: keys live an hour
         // longer, checked in cmd/tests.rs).
-        let after_the_call = format!(
-            "local test_now_us = ARGV[{}]\n{}",
-            DecideCall::ARGS + 1,
-            crate::cmd::TEST_CLOCK_BLOCK
+        let last_then_the_prelude = format!(
+            "local test_now_us = ARGV[#ARGV]\nARGV[#ARGV] = nil\n{}{}",
+            crate::cmd::TEST_CLOCK_BLOCK,
+            COMMAND.prelude()
         );
-        assert!(test.contains(&after_the_call), "{test}");
+        assert!(test.contains(&last_then_the_prelude), "{test}");
     }
 
     #[test]
     fn the_script_is_the_lua_files_in_order() {
-        // "#!lua\n" + carry.lua + the prelude + clock.lua + decide.lua, as `checkout-guard
+        // "#!lua\n" + carry.lua + clock.lua + the prelude + decide.lua, as `checkout-guard
         // limiter call` prints it for the benchmark.
         // (The files themselves, each compiled-in body against its file on disk:
         // `tests/scripts_are_the_lua_files.rs`, outside this crate's code.)
@@ -836,7 +903,7 @@ mod tests {
         ];
         assert_eq!(
             source(),
-            format!("#!lua\n{carry}{}{clock}{body}", COMMAND.prelude())
+            format!("#!lua\n{carry}{clock}{}{body}", COMMAND.prelude())
         );
     }
 
@@ -874,18 +941,20 @@ mod tests {
         let k = call.keys();
         assert_eq!(k[keys::HOT_FLAG], keys.decide_keys().hot_flag);
         assert_eq!(k[bucket_key(Lane::HotShop)], keys.decide_keys().hot_shop);
+        // A hot shop's bucket configured: the hot form, no further.
+        assert_eq!(call.form(), 1);
+        assert_eq!(call.sent_keys().count(), FORMS[1].0);
         let a = call.argv();
-        assert_eq!(a.len(), DecideCall::ARGS);
+        assert_eq!(a.len(), FORMS[1].1);
         let at = |i: usize| String::from_utf8_lossy(&a[i]).into_owned();
         use args::*;
         assert_eq!(
-            [TOKENS, STATIC_HOT, VERSION, SHOP, SETTINGS, PEEK, MAX_WAIT].map(at),
-            ["3", "1", "v", "s", "set", "1", "9"]
+            [TOKENS, STATIC_HOT, VERSION, SETTINGS, PEEK, MAX_WAIT].map(at),
+            ["3", "1", "v", "set", "1", "9"]
         );
         assert_eq!(at(interval_arg(Lane::HotShop)), "1000000");
         assert_eq!(at(tolerance_arg(Lane::HotShop)), "5000000");
         assert_eq!(at(interval_arg(Lane::HotLane)), "0");
-        assert_eq!(at(AUTO_HOT_WINDOW), "0");
     }
 
     #[test]
@@ -928,7 +997,11 @@ mod tests {
         let sent = to_vecs(&call);
         let args: Vec<&[u8]> = sent.iter().map(Vec::as_slice).collect();
         let got = ReceivedCall::parse(&args).unwrap();
-        assert_eq!(got.keys, call.keys());
+        // auto_hot: every key but the adaptive state's (its form is the fifth).
+        assert_eq!(call.form(), 4);
+        assert_eq!(got.keys[..keys::ADAPT], call.keys()[..keys::ADAPT]);
+        assert_eq!(got.keys[keys::ADAPT], b"");
+        assert_eq!(got.adapt, None);
         assert_eq!((got.tokens, got.static_hot), (2, true));
         assert_eq!(got.version, b"3-ab-17");
         assert_eq!(got.shop, b"s\x00p");
@@ -1031,6 +1104,11 @@ mod tests {
         };
         let keys = ShopKeys::new(&Keys::new("n"), b"s");
         let lanes = LaneArgs::new(&set);
+        // The longest form (adaptive on), its auto_hot inputs replaced.
+        let adapt = AdaptArgs::new(Some(&AdaptParams {
+            floor_permille: 100,
+            recover_us: 1,
+        }));
         let parse = |window_us: &str, share: &str, ttl: &str, min: &str| {
             let auto = AutoHotArgs::new(None);
             let call = DecideCall {
@@ -1038,7 +1116,7 @@ mod tests {
                 share_ppm: 0,
                 in_flight: &crate::cmd::decide::InFlightArgs::off(),
                 lease_id: b"",
-                adapt: &AdaptArgs::off(),
+                adapt: &adapt,
                 keys: keys.decide_keys(),
                 tokens: 1,
                 static_hot: false,

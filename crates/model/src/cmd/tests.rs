@@ -50,15 +50,19 @@ fn positions_follow_from_the_order_and_widths() {
     assert_eq!((keys::LEN, args::LEN), (13, 27));
     assert_eq!(
         (keys::ENDPOINT, args::ENDPOINT_BUCKET, args::SHARE),
-        (12, 24, 26)
+        (6, 12, 14)
     );
     assert_eq!(
-        [keys::BUCKETS, keys::HOT_FLAG, keys::SETTINGS],
-        [0, 3, 6],
+        [
+            keys::HOT_FLAG,
+            keys::SETTINGS,
+            keys::BUCKETS,
+            keys::ENDPOINT
+        ],
+        [0, 2, 3, 6],
         "the buckets take three positions"
     );
-    assert_eq!((args::LANES, args::VERSION, args::SHOP), (2, 8, 9));
-    assert_eq!((args::MAX_WAIT, decide::TEST_NOW_ARG), (16, 27));
+    assert_eq!((args::VERSION, args::MAX_WAIT, args::LANES), (2, 5, 6));
     assert_eq!(
         (
             keys::LEASES,
@@ -66,19 +70,28 @@ fn positions_follow_from_the_order_and_widths() {
             args::IN_FLIGHT,
             args::LEASE_ID
         ),
-        (8, 11, 19, 23)
+        (7, 10, 15, 19)
     );
-    assert_eq!(decide::lease_key(Lane::HotShop), 10);
-    assert_eq!(decide::in_flight_arg(Lane::HotLane), 20);
+    assert_eq!(decide::lease_key(Lane::HotShop), 9);
+    assert_eq!(decide::in_flight_arg(Lane::HotLane), 16);
+    assert_eq!((keys::AUTO_HOT_PREFIX, args::SHOP), (11, 20));
     assert_eq!(
         (keys::ADAPT, args::ADAPT_FLOOR, args::ADAPT_RECOVER),
-        (7, 17, 18)
+        (12, 25, 26)
     );
-    assert_eq!(decide::bucket_key(Lane::HotShop), 2);
+    assert_eq!(decide::bucket_key(Lane::HotShop), 5);
     assert_eq!(
         Lane::ALL.map(|l| (decide::interval_arg(l), decide::tolerance_arg(l))),
-        [(2, 3), (4, 5), (6, 7)]
+        [(6, 7), (8, 9), (10, 11)]
     );
+    // The forms: each ends where a group of inputs ends, the totals all differ.
+    assert_eq!(
+        decide::FORMS,
+        [(4, 8), (6, 12), (7, 15), (11, 20), (12, 25), (13, 27)]
+    );
+    for (i, (k, a)) in decide::FORMS.iter().enumerate() {
+        assert_eq!(decide::form_of_len(k + a), Some(i));
+    }
     assert_eq!(set_limits::args::OVERRIDES, 14);
     assert_eq!(set_limits::args::LEN, 14, "the overrides are optional");
     // Every input's position is the one before it plus its width.
@@ -92,13 +105,10 @@ fn positions_follow_from_the_order_and_widths() {
 #[test]
 fn the_prelude_names_each_input_at_its_position() {
     let p = prelude(decide::keys::ALL, decide::args::ALL);
-    assert!(p.starts_with("local bucket_keys = 0\nlocal hot_flag_key = KEYS[4]\n"));
-    assert!(p.contains("local lane_args = 2\nlocal version = ARGV[9]\nlocal shop = ARGV[10]\n"));
-    assert!(p.contains("local max_wait_us = ARGV[17]\nlocal adapt_floor = ARGV[18]\nlocal adapt_recover_us = ARGV[19]\n"));
-    assert!(p.ends_with(
-        "local in_flight_args = 19\nlocal lease_us = ARGV[23]\nlocal lease_id = ARGV[24]\nlocal endpoint_args = 24\nlocal share_ppm = ARGV[27]\n"
-    ));
-    assert!(p.contains("local lease_stats_key = KEYS[12]\nlocal endpoint_key = KEYS[13]\n"));
+    assert!(p.starts_with("local hot_flag_key = KEYS[1]\nlocal version_key = KEYS[2]\nlocal settings_key = KEYS[3]\nlocal bucket_keys = 3\n"));
+    assert!(p.contains("local max_wait_us = ARGV[6]\nlocal lane_args = 6\nlocal endpoint_args = 12\nlocal share_ppm = ARGV[15]\n"));
+    assert!(p.ends_with("local adapt_floor = ARGV[26]\nlocal adapt_recover_us = ARGV[27]\n"));
+    assert!(p.contains("local lease_stats_key = KEYS[11]\nlocal window_prefix = KEYS[12]\n"));
 }
 
 #[test]
@@ -146,7 +156,7 @@ fn every_script_is_read_by_name() {
     assert_reads_by_name("clock.lua", CLOCK_BLOCK, &[], &[]);
     let test_now = Input {
         lua: "test_now_us",
-        at: decide::TEST_NOW_ARG,
+        at: release::TEST_NOW_ARG,
         width: 1,
     };
     assert_reads_by_name("test_clock.lua", TEST_CLOCK_BLOCK, &[], &[test_now]);
@@ -187,7 +197,11 @@ fn every_encoder_matches_its_contract() {
     let lanes = decide::LaneArgs::new(&set);
     let shop = decide::ShopKeys::new(&Keys::new("n"), b"s");
     let auto = decide::AutoHotArgs::new(None);
-    let adapt = decide::AdaptArgs::off();
+    // On: the call's longest form, every input (the shorter forms: decide.rs's tests).
+    let adapt = decide::AdaptArgs::new(Some(&crate::adaptive::AdaptParams {
+        floor_permille: 100,
+        recover_us: 1,
+    }));
     let mut seen = BTreeSet::new();
     seen.insert(check(
         &decide::DecideCall {

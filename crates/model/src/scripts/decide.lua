@@ -4,30 +4,36 @@
 -- Cost (cmd/decide.rs): every redis.call, C function call and table costs; none is spent on a
 -- lane that is not configured, and no table but the reply is built unless a bucket carries.
 -- The numbers DecideCall encodes are read by arithmetic (`x + 0`: Lua converts a numeric
--- string as tonumber() does, without a function call); a value read from the store, which
--- may be anything, by tonumber().
-local n = tokens + 0
+-- string as tonumber() does, without a function call), and only when not "0"; a value read
+-- from the store, which may be anything, by tonumber(). A call sends its inputs up to the
+-- end of the last group it needs (FORMS, cmd/decide.rs): an input not sent is nil, off.
+local n = 1
+if tokens ~= '1' then n = tokens + 0 end
 local hot = static_hot == '1'
 -- peek(): the same decision, nothing written.
 local peek = peek == '1'
 -- A reservation: tokens there within maxw µs are taken now (never more than a full bucket).
-local maxw = max_wait_us + 0
+local maxw = 0
+if max_wait_us ~= '0' then maxw = max_wait_us + 0 end
 -- Lane i's bucket is KEYS[bucket_keys + i], read into v[3 + i]; its interval
 -- ARGV[lane_args + 2 * i - 1], its tolerance the next. The hot lanes' buckets are read
 -- only when one of them is configured.
 -- With the adaptive option (adapt_floor not "0") its state is read last in the same MGET.
-local af = adapt_floor + 0
+local af = 0
+if adapt_floor and adapt_floor ~= '0' then af = adapt_floor + 0 end
 -- in_flight (in_flight.rs): the global level's limit, 0 when the option is off.
-local fg = ARGV[in_flight_args + 1] + 0
+local fg = 0
+if lease_id and ARGV[in_flight_args + 1] ~= '0' then fg = ARGV[in_flight_args + 1] + 0 end
 -- The call's endpoint (docs/endpoints.md): its bucket's interval, 0 when it names none;
 -- e = 1 when it names one. Its bucket is decided after global's, before the hot ones'.
-local ei = ARGV[endpoint_args + 1] + 0
 local e = 0
-if ei > 0 then e = 1 end
+if share_ppm and ARGV[endpoint_args + 1] ~= '0' then e = 1 end
 -- The call's class: the share (ppm) of every bucket it leaves untouched (0: none).
-local ppm = share_ppm + 0
+local ppm = 0
+if share_ppm and share_ppm ~= '0' then ppm = share_ppm + 0 end
 local v, sa
-if ARGV[lane_args + 3] + 0 > 0 or ARGV[lane_args + 5] + 0 > 0 then
+local hl = ARGV[lane_args + 3]
+if hl and (hl ~= '0' or ARGV[lane_args + 5] ~= '0') then
   if af > 0 then
     v = redis.call('MGET', hot_flag_key, version_key, settings_key, KEYS[bucket_keys + 1], KEYS[bucket_keys + 2], KEYS[bucket_keys + 3], adapt_key)
     sa = v[7]
@@ -102,7 +108,7 @@ elseif fg > 0 then
   if ad then r = {0, 0, now, -1, -1, -1, 0, 0, mark_ms, p, 0, 0}
   else r = {0, 0, now, -1, -1, -1, 0, 0, mark_ms, 0, 0, 0} end
 elseif ad then r = {0, 0, now, -1, -1, -1, 0, 0, mark_ms, p, 0}
-elseif last == 1 and window_us + 0 <= 0 then r = {0, 0, now, -1}
+elseif last == 1 and (not window_us or window_us == '0') then r = {0, 0, now, -1}
 else r = {0, 0, now, -1, -1, -1, 0, 0, mark_ms} end
 -- At a share below the limits every bucket is scaled (adaptive::scaled_args), and the
 -- scaled interval and tolerance are what its key stores: a table only then.
@@ -131,7 +137,8 @@ for k = 1, last + e do
   else
     si, st, ri, s = ARGV[lane_args + 2 * i - 1], ARGV[lane_args + 2 * i], 3 + i, v[3 + i]
   end
-  local interval = si + 0
+  local interval = 0
+  if si and si ~= '0' then interval = si + 0 end
   if interval > 0 then
     local tol = st + 0
     if p < 1000 then
@@ -217,7 +224,7 @@ local w = 0
 -- The current and the previous window's counts (not `p`: the adaptive share above).
 local cur, c, pw
 if reason == 0 then
-  w = window_us + 0
+  if window_us and window_us ~= '0' then w = window_us + 0 end
   if w > 0 then
     local win = math.floor(now / w)
     cur = window_prefix .. string.format('%d', win)

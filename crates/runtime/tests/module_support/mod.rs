@@ -176,10 +176,8 @@ pub fn script_cmd(k: &[Vec<u8>], a: &[Vec<u8>], now: Option<i64>) -> redis::Cmd 
         Some(_) => cmd.arg(decide_source_with_test_clock()),
         None => cmd.arg(decide_source()),
     };
-    // As many keys as the contract has (the adaptive budget's made them 8).
-    cmd.arg(checkout_guard_model::cmd::decide::keys::LEN)
-        .arg(k)
-        .arg(a);
+    // As many keys as the call sends (its form's).
+    cmd.arg(k.len()).arg(k).arg(a);
     if let Some(now) = now {
         cmd.arg(now);
     }
