@@ -346,7 +346,7 @@ function script_floor(): array
 }
 
 $results = ['mode' => $mode, 'cases' => [], 'flood' => [], 'accuracy' => null, 'floor' => script_floor()];
-// BENCH_ONLY=lua_cost, flood, metrics or accuracy: that part alone (while working on it). BENCH_CASES=ping,acquire_module,...:
+// BENCH_ONLY=lua_cost, decision_cost, flood, metrics or accuracy: that part alone (while working on it). BENCH_CASES=ping,acquire_module,...:
 // those cases only (no flood, no accuracy run).
 $only = (string) getenv('BENCH_ONLY');
 if ((string) getenv('BENCH_CASES') !== '') {
@@ -540,6 +540,94 @@ function lua_cost(int $rounds, int $calls): array
         }
     }
     return $out;
+}
+
+/**
+ * What a decision costs against its floor (issue 43): for the global bucket and a hot shop,
+ * alone and with a lease (`in_flight`), an endpoint and a priority class, acquire()
+ * deciding by the script (engine lua) and by the module (engine module), and the case's
+ * floor script: `TIME`, one `MGET` of as many keys as the decision reads and one
+ * `SET ... PX` per bucket it writes, nothing else (what any script deciding on the store's
+ * clock must spend). `INFO commandstats` µs per call (EVALSHA; CG.DECIDE), $calls calls per
+ * round, the cases in turn, $rounds rounds, the best round per case (as lua_cost).
+ */
+function decision_cost(int $rounds, int $calls): array
+{
+    global $limiter, $tcp, $always, $shops;
+    $r = admin();
+    $hot = ['hot_lane' => $always, 'hot_shop' => $always, 'hot_shops' => ['flash']];
+    // name => [options, acquire's arguments after the shop, keys read, buckets written]
+    $cases = [
+        'global' => [[], [], 4, 1],
+        'global_lease' => [['in_flight' => ['global' => 1_000_000, 'lease_seconds' => 600]], [], 5, 1],
+        'global_endpoint' => [['endpoints' => ['confirm' => $always]], [1, 0.0, 'confirm'], 5, 2],
+        'global_priority' => [['priorities' => ['normal' => 0.2]], [1, 0.0, null, 'normal'], 4, 1],
+        'hot' => [$hot, [], 6, 3],
+        'hot_lease' => [$hot + ['in_flight' => ['global' => 1_000_000, 'lease_seconds' => 600]], [], 7, 3],
+        'hot_endpoint' => [$hot + ['endpoints' => ['confirm' => $always]], [1, 0.0, 'confirm'], 7, 4],
+        'hot_priority' => [$hot + ['priorities' => ['normal' => 0.2]], [1, 0.0, null, 'normal'], 6, 3],
+        'auto_hot' => [['auto_hot' => true], [], 4, 1],
+    ];
+    $ops = [];
+    $floors = [];
+    foreach ($cases as $name => [$options, $rest, $reads, $writes]) {
+        foreach (['lua' => 'evalsha', 'module' => 'CG.DECIDE'] as $engine => $cmd) {
+            $l = $limiter($tcp, "cost-$name-$engine", ['engine' => $engine] + $options);
+            $shop = str_starts_with($name, 'hot') ? static fn () => 'flash' : $shops;
+            $ops["$name/$engine"] = [$cmd, static fn () => $l->acquire($shop(), ...$rest)];
+        }
+        $key = "$reads/$writes";
+        if (!isset($floors[$key])) {
+            $keys = array_map(static fn ($i) => "{cg:floor}:k$i", range(1, $reads));
+            $lua = "local t = redis.call('TIME')\nlocal now = t[1] * 1000000 + t[2]\n"
+                . 'local v = redis.call(\'MGET\', ' . implode(', ', array_map(static fn ($i) => "KEYS[$i]", range(1, $reads))) . ")\n";
+            for ($i = 1; $i <= $writes; $i++) {
+                $lua .= "redis.call('SET', KEYS[$i], now, 'PX', 1000)\n";
+            }
+            $lua .= "return {0, 0, now, -1}\n";
+            $sha = $r->script('load', $lua);
+            $floors[$key] = true;
+            $ops["floor/$key"] = ['evalsha', static fn () => $r->evalSha($sha, $keys, $reads)];
+        }
+    }
+    $seen = array_fill_keys(array_keys($ops), []);
+    foreach ($ops as [, $op]) {
+        for ($i = 0; $i < 200; $i++) {
+            $op();
+        }
+    }
+    for ($round = 0; $round < $rounds; $round++) {
+        foreach ($ops as $name => [$cmd, $op]) {
+            $r->rawCommand('CONFIG', 'RESETSTAT');
+            for ($i = 0; $i < $calls; $i++) {
+                $op();
+            }
+            [$n, $usec] = cmd_stat($r->info('commandstats'), $cmd);
+            $seen[$name][] = $usec / max(1, $n);
+        }
+    }
+    $best = array_map(static fn (array $v) => round(min($v), 2), $seen);
+    $out = ['rounds' => $rounds, 'calls' => $calls, 'cases' => []];
+    foreach ($cases as $name => [, , $reads, $writes]) {
+        $floor = $best["floor/$reads/$writes"];
+        $out['cases'][$name] = [
+            'reads' => $reads,
+            'writes' => $writes,
+            'floor_us' => $floor,
+            'script_us' => $best["$name/lua"],
+            'module_us' => $best["$name/module"],
+            'x_floor' => round($best["$name/lua"] / max(0.01, $floor), 2),
+        ];
+    }
+    return $out;
+}
+
+if ($only === '' || $only === 'decision_cost') {
+    $dc = $results['decision_cost'] = decision_cost($quick ? 7 : 15, $quick ? 1000 : 2000);
+    fprintf(STDERR, "decision cost (best of %d rounds of %d calls, us per call in Valkey):\n", $dc['rounds'], $dc['calls']);
+    foreach ($dc['cases'] as $name => $c) {
+        fprintf(STDERR, "  %-16s script %6.2f us = %4.2fx its floor (%d reads, %d writes: %5.2f us); module %5.2f us\n", $name, $c['script_us'], $c['x_floor'], $c['reads'], $c['writes'], $c['floor_us'], $c['module_us']);
+    }
 }
 
 if ($only === '' || $only === 'lua_cost') {

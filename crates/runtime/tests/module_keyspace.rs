@@ -329,3 +329,49 @@ fn a_settings_key_that_is_a_bucket_key_is_compared_as_the_script_read_it() {
         assert_eq!(state(&mut c, 1), state(&mut c, 0), "bucket key {alias}");
     }
 }
+
+/// The keys of a call are its form's (`decide::FORMS`): `COMMAND GETKEYS` (what cluster
+/// routing and ACL key checks ask, through `getkeys-api`) names the first 4, 6, 7, 11, 12
+/// or 13 arguments as the argument count says, never an argument; a count of no form
+/// names none and the call itself is refused as of the wrong arity. Each form decides
+/// the same as the longest one with the features it leaves out off.
+#[test]
+fn each_form_names_its_own_keys_and_decides_as_the_longest() {
+    use checkout_guard_model::cmd::decide::FORMS;
+    let v = with_module(true);
+    let mut c = v.connection();
+    let (k, a) = (keys(b"s"), argv(b"s", 1, (0, "0", 0, 0), b"global=10/5"));
+    let mut replies = Vec::new();
+    for (nk, na) in FORMS {
+        let got: Vec<Vec<u8>> = redis::cmd("COMMAND")
+            .arg("GETKEYS")
+            .arg("CG.DECIDE")
+            .arg(&k[..nk])
+            .arg(&a[..na])
+            .arg(NOW)
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(got, k[..nk].to_vec(), "form {nk}+{na}");
+        redis::cmd("FLUSHALL").query::<()>(&mut c).unwrap();
+        let module: Vec<i64> = module_cmd(&k[..nk], &a[..na], Some(NOW))
+            .query(&mut c)
+            .unwrap();
+        redis::cmd("FLUSHALL").query::<()>(&mut c).unwrap();
+        let script: Vec<i64> = script_cmd(&k[..nk], &a[..na], Some(NOW))
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(module, script, "form {nk}+{na}");
+        replies.push(module);
+    }
+    // Global's TAT (all else off): the same in every form.
+    assert!(
+        replies.iter().all(|r| r[..4] == replies[5][..4]),
+        "{replies:?}"
+    );
+    let (nk, na) = FORMS[1];
+    let wrong = module_cmd(&k[..nk], &a[..na - 1], Some(NOW)).query::<Vec<i64>>(&mut c);
+    assert!(
+        wrong.is_err_and(|e| e.to_string().contains("wrong number of arguments")),
+        "a count of no form"
+    );
+}

@@ -31,19 +31,38 @@ if share_ppm and ARGV[endpoint_args + 1] ~= '0' then e = 1 end
 -- The call's class: the share (ppm) of every bucket it leaves untouched (0: none).
 local ppm = 0
 if share_ppm and share_ppm ~= '0' then ppm = share_ppm + 0 end
-local v, sa
+-- One MGET reads every string the decision needs: the mark, the version, the settings,
+-- the buckets (the hot lanes' only when one is configured), the adaptive state and the
+-- endpoint's bucket when they apply (a key of another type reads as nil).
+local v, sa, ev
 local hl = ARGV[lane_args + 3]
 if hl and (hl ~= '0' or ARGV[lane_args + 5] ~= '0') then
   if af > 0 then
-    v = redis.call('MGET', hot_flag_key, version_key, settings_key, KEYS[bucket_keys + 1], KEYS[bucket_keys + 2], KEYS[bucket_keys + 3], adapt_key)
+    if e > 0 then
+      v = redis.call('MGET', hot_flag_key, version_key, settings_key, KEYS[bucket_keys + 1], KEYS[bucket_keys + 2], KEYS[bucket_keys + 3], adapt_key, endpoint_key)
+      ev = v[8]
+    else
+      v = redis.call('MGET', hot_flag_key, version_key, settings_key, KEYS[bucket_keys + 1], KEYS[bucket_keys + 2], KEYS[bucket_keys + 3], adapt_key)
+    end
     sa = v[7]
+  elseif e > 0 then
+    v = redis.call('MGET', hot_flag_key, version_key, settings_key, KEYS[bucket_keys + 1], KEYS[bucket_keys + 2], KEYS[bucket_keys + 3], endpoint_key)
+    ev = v[7]
   else
     v = redis.call('MGET', hot_flag_key, version_key, settings_key, KEYS[bucket_keys + 1], KEYS[bucket_keys + 2], KEYS[bucket_keys + 3])
   end
 else
   if af > 0 then
-    v = redis.call('MGET', hot_flag_key, version_key, settings_key, KEYS[bucket_keys + 1], adapt_key)
+    if e > 0 then
+      v = redis.call('MGET', hot_flag_key, version_key, settings_key, KEYS[bucket_keys + 1], adapt_key, endpoint_key)
+      ev = v[6]
+    else
+      v = redis.call('MGET', hot_flag_key, version_key, settings_key, KEYS[bucket_keys + 1], adapt_key)
+    end
     sa = v[5]
+  elseif e > 0 then
+    v = redis.call('MGET', hot_flag_key, version_key, settings_key, KEYS[bucket_keys + 1], endpoint_key)
+    ev = v[5]
   else
     v = redis.call('MGET', hot_flag_key, version_key, settings_key, KEYS[bucket_keys + 1])
   end
@@ -89,6 +108,8 @@ local last = 1
 if hot then last = 3 end
 local change = ''
 if version ~= '' then change = string.match(version, '^%d+%-%w+%-(%d+)$') or '' end
+-- carry()'s check of a stored change: the fast read below takes a bucket only where it holds.
+local change_ok = change == '' or tonumber(change) <= 9007199254740991
 -- The reply, built once: lane i's TAT is r[3 + i] (-1: not configured). When only the
 -- global bucket applies (not hot, no auto_hot) its short form {reason, hot, now,
 -- tat_global}, the rest at their defaults (StepReply::from_ints): Valkey converts a
@@ -120,9 +141,6 @@ local reason = 0
 -- Every bucket takes the tokens as of the instant the slowest one holds them (now, or a
 -- reservation's wake-up): see step_auto_hot.
 local take_at = now
--- The endpoint's stored bucket (a second MGET: a key of another type reads as nil).
-local ev
-if e > 0 then ev = redis.call('MGET', endpoint_key)[1] end
 -- Slot i: the lanes 1..3, the endpoint 4 (its TAT r[13]), in the order a denial is
 -- named: global, the endpoint, the hot lane, the hot shop.
 for k = 1, last + e do
@@ -154,7 +172,16 @@ for k = 1, last + e do
     end
     local x = now
     if s then
-      local y, m = carry(s, si, st, interval, tol, now, change)
+      -- Written under these very limits and this change (the common case): its TAT alone,
+      -- by one anchored match of what this decision would write, taken where carry()
+      -- would return it as it stands; anything else is carry()'s to read.
+      local y, m
+      local a = string.match(s, '^(%d+):' .. si .. ':' .. st .. ':' .. change .. '$')
+      if a then
+        y = tonumber(a)
+        if y > 9007199254740991 or interval > 9007199254740991 or tol > 9007199254740991 or not change_ok then y = nil end
+      end
+      if y then m = false else y, m = carry(s, si, st, interval, tol, now, change) end
       if y then
         if m then
           moved = moved or {}
