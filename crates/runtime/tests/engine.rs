@@ -113,6 +113,34 @@ fn auto_uses_the_script_where_the_server_has_no_module() {
     assert!(calls(&v, "evalsha") >= 4);
 }
 
+/// The script's EVALSHA, packed by hand, on a connection whose server lost its script
+/// cache between two decisions (`SCRIPT FLUSH`: a restart, a failover to a replica that
+/// never ran it): answered NOSCRIPT, so the call was not run, then loaded and asked again
+/// (SCRIPT LOAD and EVALSHA pipelined); every decision taken once.
+#[test]
+fn a_flushed_script_cache_is_loaded_again_and_each_call_decides_once() {
+    let v = Valkey::start();
+    let l = limiter(&v.url, "flushed", "lua", "throw");
+    assert!(l.acquire(b"shop", 1).unwrap().allowed);
+    for (i, remaining) in [(0, 1), (1, 0)] {
+        redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query::<()>(&mut v.connection())
+            .unwrap();
+        redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query::<()>(&mut v.connection())
+            .unwrap();
+        let d = l.acquire(b"shop", 1).unwrap();
+        assert_eq!((d.allowed, d.remaining), (true, remaining), "flush {i}");
+        // The EVALSHA answered NOSCRIPT, then SCRIPT LOAD and the EVALSHA that decided.
+        assert_eq!(calls(&v, "evalsha"), 2, "flush {i}");
+        assert_eq!(calls(&v, "script|load"), 1, "flush {i}");
+    }
+    let d = l.acquire(b"shop", 1).unwrap();
+    assert_eq!((d.allowed, d.reason), (false, Reason::Global));
+}
+
 #[test]
 fn lua_never_uses_the_module() {
     let v = with_module();

@@ -57,7 +57,7 @@ use crate::adaptive::AdaptParams;
 use crate::auto_hot::AutoHot;
 use crate::bounds::MAX_WAIT_US;
 use crate::bucket::{BucketSet, BucketSpec, Lane};
-use crate::cmd::{inputs, int, Call, Command, CARRY, CLOCK_BLOCK, SHEBANG};
+use crate::cmd::{inputs, int, without_comment_lines, Call, Command, CARRY, CLOCK_BLOCK, SHEBANG};
 use crate::in_flight::{InFlight, MAX_LEASE_SECONDS};
 use crate::keys::Keys;
 use crate::step::StepReply;
@@ -639,10 +639,11 @@ impl DecideCall<'_> {
 pub const LIMITS_CHANGED_REPLY: [i64; 2] = [-1, 0];
 
 /// The production script source: the shebang, `carry.lua`, the clock (`clock.lua`:
-/// Valkey's `TIME`), the inputs by name (the contract's prelude) and `decide.lua`.
+/// Valkey's `TIME`), the inputs by name (the contract's prelude) and `decide.lua`, without
+/// their comment lines ([`without_comment_lines`]).
 pub fn source() -> String {
     let prelude = COMMAND.prelude();
-    format!("{SHEBANG}{CARRY}{CLOCK_BLOCK}{prelude}{BODY}")
+    without_comment_lines(&format!("{SHEBANG}{CARRY}{CLOCK_BLOCK}{prelude}{BODY}"))
 }
 
 /// The clock block of the test variant: the time from the last argument (µs, taken off
@@ -657,7 +658,7 @@ fn test_clock_block() -> String {
 pub fn source_with_test_clock() -> String {
     let prelude = COMMAND.prelude();
     let clock = test_clock_block();
-    format!("{SHEBANG}{CARRY}{clock}{prelude}{BODY}")
+    without_comment_lines(&format!("{SHEBANG}{CARRY}{clock}{prelude}{BODY}"))
 }
 
 impl Call for DecideCall<'_> {
@@ -875,18 +876,22 @@ mod tests {
         assert!(prod.contains("redis.call('TIME')"));
         assert!(!test.contains("TIME"));
         assert_eq!(
-            prod.replacen(CLOCK_BLOCK, &test_clock_block(), 1),
+            prod.replacen(
+                &without_comment_lines(CLOCK_BLOCK),
+                &without_comment_lines(&test_clock_block()),
+                1
+            ),
             test,
             "only the clock block differs"
         );
         // The time is the last argument, after the call's whatever its form, taken off
         // ARGV before the prelude names the call's (test_clock.lua: keys live an hour
         // longer, checked in cmd/tests.rs).
-        let last_then_the_prelude = format!(
+        let last_then_the_prelude = without_comment_lines(&format!(
             "local test_now_us = ARGV[#ARGV]\nARGV[#ARGV] = nil\n{}{}",
             crate::cmd::TEST_CLOCK_BLOCK,
             COMMAND.prelude()
-        );
+        ));
         assert!(test.contains(&last_then_the_prelude), "{test}");
     }
 
@@ -903,8 +908,12 @@ mod tests {
         ];
         assert_eq!(
             source(),
-            format!("#!lua\n{carry}{clock}{}{body}", COMMAND.prelude())
+            without_comment_lines(&format!("#!lua\n{carry}{clock}{}{body}", COMMAND.prelude()))
         );
+        // Under Redis 7.0's limit on an unauthenticated client's bulk string (see
+        // without_comment_lines), with room to grow.
+        assert!(source().len() < 12 * 1024, "{} bytes", source().len());
+        assert!(source_with_test_clock().len() < 12 * 1024);
     }
 
     #[test]

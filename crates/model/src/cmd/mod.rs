@@ -244,6 +244,18 @@ impl ScanStep {
 /// `maxmemory` refuses it (OOM) rather than answering denials only.
 pub(crate) const SHEBANG: &str = "#!lua\n";
 
+/// `source` without its comment lines (a line whose first non-blank characters are
+/// `--`): what a script sends, shorter by its comments (they stay in its `.lua` file). A
+/// script a client sends before it has authenticated must stay under 16 KiB, or Redis 7.0
+/// closes the connection instead of answering NOAUTH (its limit on an unauthenticated
+/// client's bulk strings): `SCRIPT LOAD` is a new connection's first call.
+pub fn without_comment_lines(source: &str) -> String {
+    source
+        .split_inclusive('\n')
+        .filter(|line| !line.trim_start().starts_with("--"))
+        .collect()
+}
+
 /// The shebang of a script that only reads: it runs on a replica too.
 pub(crate) const SHEBANG_NO_WRITES: &str = "#!lua flags=no-writes\n";
 

@@ -15,7 +15,7 @@ use redis::{ConnectionLike, RedisError, RedisResult};
 use checkout_guard_config::Engine;
 use checkout_guard_model::DecideCall;
 
-use super::native::native;
+use super::native::{native, pack_evalsha, pack_native};
 use super::StoreError;
 use checkout_guard_connection::scripts::{command, invocation, invoke, load_and_invoke, DECIDE};
 use checkout_guard_model::cmd::release::{self, ReleaseCall};
@@ -93,12 +93,13 @@ pub(super) fn engine_index(engine: Engine) -> usize {
 /// server has it (asked once per connection), the script elsewhere, and the script at once
 /// when a node answers that `CG.DECIDE` cannot be used (a cluster half upgraded, a node
 /// restarted without the module). With `module`, a server without it cannot decide.
-/// `packed` is `call` as [`super::native::pack_native`] packed it (one server; a cluster
-/// connection routes a `Cmd` by its keys, so it gets one).
+/// `one_server`: the call is packed by hand for the engine that decides
+/// ([`pack_native`], [`pack_evalsha`]); none for a cluster connection, which routes a
+/// `Cmd` by its keys.
 pub(super) fn decide(
     engine: Engine,
     call: &DecideCall<'_>,
-    packed: Option<&[u8]>,
+    one_server: bool,
     c: &mut dyn ConnectionLike,
     state: EngineState<'_>,
 ) -> RedisResult<Vec<i64>> {
@@ -108,12 +109,12 @@ pub(super) fn decide(
         Engine::Auto => state.module.has(c, state.clock)?,
     };
     if module {
-        let reply = match packed {
-            Some(bytes) => c
-                .req_packed_command(bytes)
+        let reply = match one_server {
+            true => c
+                .req_packed_command(&pack_native(call))
                 .and_then(|v| v.extract_error())
                 .and_then(|v| Ok(redis::from_redis_value::<Vec<i64>>(v)?)),
-            None => native(call).query::<Vec<i64>>(c),
+            false => native(call).query::<Vec<i64>>(c),
         };
         match reply {
             Err(e) if engine == Engine::Auto && module_unusable(&e) => {
@@ -130,10 +131,20 @@ pub(super) fn decide(
     // fresh Valkey time out where the next did not (issue 35 item 5, blamed on the stream
     // sink that process had on). A cluster connection routes a pipeline by its first
     // command (SCRIPT LOAD has no key): there, redis-rs's EVALSHA-then-load.
-    let reply = if packed.is_some() && !state.module.script_seen {
-        load_and_decide(call, c)
-    } else {
-        invocation(call, &DECIDE).invoke::<Vec<i64>>(c)
+    let reply = match one_server {
+        true if !state.module.script_seen => load_and_decide(call, c),
+        // One server: the EVALSHA packed by hand (`NOSCRIPT`: loaded and asked again in
+        // one round trip, as on a new connection).
+        true => match c
+            .req_packed_command(&pack_evalsha(DECIDE.get_hash(), call))
+            .and_then(|v| v.extract_error())
+        {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                load_and_decide(call, c)
+            }
+            other => other.and_then(|v| Ok(redis::from_redis_value::<Vec<i64>>(v)?)),
+        },
+        false => invocation(call, &DECIDE).invoke::<Vec<i64>>(c),
     };
     if reply.is_ok() {
         state.module.script_seen = true;

@@ -15,13 +15,28 @@ const NAME: &[u8] = MODULE_COMMAND.as_bytes();
 
 /// [`native`], packed as it goes on the wire (RESP), in one buffer of the exact size.
 pub(super) fn pack_native(call: &DecideCall<'_>) -> Vec<u8> {
+    pack(&[NAME], call)
+}
+
+/// `EVALSHA <sha> <number of keys> <keys> <args>` of `call` on the decision script whose
+/// SHA1 is `sha`, packed as redis-rs packs it ([`checkout_guard_connection::scripts::evalsha`]),
+/// in one buffer of the exact size: the script engine's every decision (redis-rs's
+/// `ScriptInvocation` builds a `Cmd` of copies first, then packs it).
+pub(super) fn pack_evalsha(sha: &str, call: &DecideCall<'_>) -> Vec<u8> {
+    let mut keys = itoa::Buffer::new();
+    let keys = keys.format(call.sent_keys().count());
+    pack(&[b"EVALSHA", sha.as_bytes(), keys.as_bytes()], call)
+}
+
+/// `head`, then `call`'s keys and arguments, as RESP bulk strings in one array.
+fn pack(head: &[&[u8]], call: &DecideCall<'_>) -> Vec<u8> {
     let parts: Vec<Part<'_>> = keys_then_argv(call).collect();
-    let count = 1 + parts.len();
+    let count = head.len() + parts.len();
     let bulk = |len: usize| 1 + decimal_len(len) + 2 + len + 2;
     let size = 1
         + decimal_len(count)
         + 2
-        + bulk(NAME.len())
+        + head.iter().map(|h| bulk(h.len())).sum::<usize>()
         + parts.iter().map(|p| bulk(p.bytes().len())).sum::<usize>();
     let mut out = Vec::with_capacity(size);
     out.push(b'*');
@@ -34,7 +49,9 @@ pub(super) fn pack_native(call: &DecideCall<'_>) -> Vec<u8> {
         out.extend_from_slice(bytes);
         out.extend_from_slice(b"\r\n");
     };
-    put(NAME);
+    for h in head {
+        put(h);
+    }
     for p in &parts {
         put(p.bytes());
     }
@@ -64,9 +81,11 @@ pub(super) fn native(call: &DecideCall<'_>) -> redis::Cmd {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use checkout_guard_connection::scripts::DECIDE;
     use checkout_guard_model::{AutoHotArgs, BucketSet, BucketSpec, Keys, LaneArgs, ShopKeys};
 
-    /// The command packed by hand is byte for byte what redis-rs packs from a `Cmd`.
+    /// The commands packed by hand (`CG.DECIDE`, the script's `EVALSHA`) are byte for byte
+    /// what redis-rs packs.
     #[test]
     fn the_packed_command_is_the_cmds() {
         let set = BucketSet {
@@ -100,6 +119,12 @@ mod tests {
                 max_wait_us: wait,
             };
             assert_eq!(pack_native(&call), native(&call).get_packed_command());
+            let mut pipe = redis::pipe();
+            checkout_guard_connection::scripts::evalsha(&mut pipe, &DECIDE, &call);
+            assert_eq!(
+                pack_evalsha(DECIDE.get_hash(), &call),
+                pipe.get_packed_pipeline()
+            );
         }
     }
 }

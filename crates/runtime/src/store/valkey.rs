@@ -18,7 +18,6 @@ use checkout_guard_model::cmd::release::ReleaseCall;
 use checkout_guard_model::cmd::reset_step::{self, ResetStepCall};
 use checkout_guard_model::{DecideCall, FeedbackCall, Keys};
 
-use super::native::pack_native;
 use super::pool::{self, Pool, PooledConnection};
 use super::{engine, AdaptRead, Health, Store, StoreError};
 
@@ -95,16 +94,16 @@ impl Store for ValkeyStore {
     /// the module). With `module`, a server without it cannot decide (`store/engine.rs`).
     fn decide(&self, call: &DecideCall<'_>) -> Result<Vec<i64>, StoreError> {
         let engine = self.engine;
-        // On one server the command is packed here, in one buffer (a cluster connection
-        // routes a `Cmd` by its keys, so it gets one).
-        let packed = (!self.endpoint.is_cluster()).then(|| pack_native(call));
+        // On one server the command is packed by hand, in one buffer, for the engine that
+        // decides (a cluster connection routes a `Cmd` by its keys, so it gets one).
+        let one_server = !self.endpoint.is_cluster();
         let result = pool::with_pooled(
             &self.pooled,
             &self.endpoint,
             self.timeout,
             self.retry_interval,
             &*self.clock,
-            |c, state| engine::decide(engine, call, packed.as_deref(), c, state),
+            |c, state| engine::decide(engine, call, one_server, c, state),
         )
         .map_err(engine::explain);
         self.pooled
