@@ -62,6 +62,8 @@ function valkey_stats(): array
     return [
         'cpu' => (float) $cpu['used_cpu_user'] + (float) $cpu['used_cpu_sys'],
         'cmd' => $r->info('commandstats'),
+        // Bytes Valkey read from every client: what a call sends (no timing in it).
+        'in_bytes' => (int) $r->info('stats')['total_net_input_bytes'],
     ];
 }
 
@@ -157,6 +159,9 @@ function run_case(string $name, int $n, int $count, callable $make, string $topC
         'valkey_cpu_us' => round(($after['cpu'] - $before['cpu']) / ($decisions + $warm) * 1e6, 2),
         'valkey_usec_per_call' => $calls > 0 ? round($usec / $calls, 2) : null,
         'valkey_calls_per_decision' => round($calls / ($decisions + $warm), 3),
+        // The bytes sent per decision (admin's INFO calls and the warm-up included: a few
+        // bytes more per decision than the call itself).
+        'request_bytes' => (int) round(($after['in_bytes'] - $before['in_bytes']) / ($decisions + $warm)),
     ];
 }
 
@@ -364,7 +369,7 @@ foreach ($only === '' || $only === 'cases' ? $procs : [] as $n) {
             $r['valkey_usec_per_call'] = null;
         }
         $results['cases'][] = $r;
-        fprintf(STDERR, "%-13s N=%d p50 %8.1f us  p99 %8.1f us  %7d/s  valkey %5.1f us/call  cpu %5.1f us\n", $name, $n, $r['p50_us'], $r['p99_us'], $r['per_second'], $r['valkey_usec_per_call'] ?? -1, $r['client_cpu_us']);
+        fprintf(STDERR, "%-13s N=%d p50 %8.1f us  p99 %8.1f us  %7d/s  valkey %5.1f us/call  cpu %5.1f us  %4d bytes sent\n", $name, $n, $r['p50_us'], $r['p99_us'], $r['per_second'], $r['valkey_usec_per_call'] ?? -1, $r['client_cpu_us'], $r['request_bytes']);
     }
 }
 
@@ -623,7 +628,7 @@ function decision_cost(int $rounds, int $calls): array
 }
 
 if ($only === '' || $only === 'decision_cost') {
-    $dc = $results['decision_cost'] = decision_cost($quick ? 7 : 15, $quick ? 1000 : 2000);
+    $dc = $results['decision_cost'] = decision_cost($quick ? 9 : 15, $quick ? 1000 : 2000);
     fprintf(STDERR, "decision cost (best of %d rounds of %d calls, us per call in Valkey):\n", $dc['rounds'], $dc['calls']);
     foreach ($dc['cases'] as $name => $c) {
         fprintf(STDERR, "  %-16s script %6.2f us = %4.2fx its floor (%d reads, %d writes: %5.2f us); module %5.2f us\n", $name, $c['script_us'], $c['x_floor'], $c['reads'], $c['writes'], $c['floor_us'], $c['module_us']);

@@ -42,6 +42,20 @@ LUA_GOALS = [
 ]
 
 
+# bench/limiter.php decision_cost's cases (issue 43): the script against its floor script,
+# and the module, per decision in Valkey.
+DECISION_CASES = [
+    ("global", "global bucket"),
+    ("global_lease", "global bucket, a lease (`in_flight`)"),
+    ("global_endpoint", "global bucket, an endpoint"),
+    ("global_priority", "global bucket, a priority class"),
+    ("hot", "hot shop"),
+    ("hot_lease", "hot shop, a lease"),
+    ("hot_endpoint", "hot shop, an endpoint"),
+    ("hot_priority", "hot shop, a priority class"),
+    ("auto_hot", "global bucket, `auto_hot` on"),
+]
+
 # bench/metrics_cost.php's cases.
 METRICS_CASES = {
     "acquire": "`acquire()` deciding in Valkey",
@@ -90,10 +104,11 @@ def main() -> None:
         "processes; client CPU is user+system CPU of the PHP processes per decision; Valkey CPU",
         "is `INFO cpu` per decision (network included); script µs is `INFO commandstats`",
         "`usec_per_call` of EVALSHA (the script's own cost inside Valkey), or of `CG.DECIDE` for",
-        "the native module's cases.",
+        "the native module's cases; bytes sent is `total_net_input_bytes` per decision (the call",
+        "as it goes on the wire).",
         "",
-        "| case | N | p50 µs | p99 µs | decisions/s | client CPU µs | Valkey CPU µs | script µs in Valkey |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| case | N | p50 µs | p99 µs | decisions/s | client CPU µs | Valkey CPU µs | script µs in Valkey | bytes sent |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, label in CASES:
         for n in procs:
@@ -101,7 +116,7 @@ def main() -> None:
             if not c:
                 continue
             script = "" if c["valkey_usec_per_call"] is None or name.startswith("ping") else f"{c['valkey_usec_per_call']:.2f}"
-            out.append(f"| {label} | {n} | {c['p50_us']:.1f} | {c['p99_us']:.1f} | {c['per_second']:,} | {c['client_cpu_us']:.1f} | {c['valkey_cpu_us']:.1f} | {script} |")
+            out.append(f"| {label} | {n} | {c['p50_us']:.1f} | {c['p99_us']:.1f} | {c['per_second']:,} | {c['client_cpu_us']:.1f} | {c['valkey_cpu_us']:.1f} | {script} | {c.get('request_bytes', '')} |")
 
     out += ["", "## Targets", "", "| target | measured (same run) | |", "| --- | --- | --- |"]
     if ("acquire", 1) in by and ("symfony", 1) in by:
@@ -148,6 +163,15 @@ def main() -> None:
         lc = res["lua_cost"]
         for name, label, goal in LUA_GOALS:
             out.append(f"| Lua engine, {label}: <= {goal}x the empty script in Valkey | {lc['best_us'][name]:.2f} / {lc['best_us']['empty']:.2f} µs = {lc['x_empty'][name]:.1f}x (best of {lc['rounds']} rounds) | {verdict(lc['x_empty'][name] <= goal)} |")
+    if res.get("decision_cost"):
+        dc = res["decision_cost"]
+        for name, label in DECISION_CASES:
+            c = dc["cases"][name]
+            if name != "auto_hot":
+                out.append(f"| script: {label} <= 1.5x its floor script in Valkey | {c['script_us']:.2f} / {c['floor_us']:.2f} µs = {c['x_floor']:.2f}x (best of {dc['rounds']} rounds) | {verdict(c['x_floor'] <= 1.5)} |")
+        for name, goal in (("global", 1.5), ("hot", 2.5), ("auto_hot", 2.5)):
+            c = dc["cases"][name]
+            out.append(f"| native module: {name} <= {goal} µs per decision in Valkey | {c['module_us']:.2f} µs (best of {dc['rounds']} rounds) | {verdict(c['module_us'] <= goal)} |")
     if res.get("flood"):
         fl = {f["local_denials"]: f for f in res["flood"]}
         on, off = fl[True], fl[False]
@@ -189,6 +213,20 @@ def main() -> None:
                 f"| empty script | {lc['best_us']['empty']:.2f} | {lc['median_us']['empty']:.2f} | 1 |"]
         for name, label, _ in LUA_GOALS:
             out.append(f"| {label} | {lc['best_us'][name]:.2f} | {lc['median_us'][name]:.2f} | {lc['x_empty'][name]:.1f} |")
+    if res.get("decision_cost"):
+        dc = res["decision_cost"]
+        out += ["", "## A decision against its floor", "",
+                "Same run, same Valkey, one process: `INFO commandstats` µs per call of acquire() deciding "
+                "by the script (EVALSHA) and by the module (`CG.DECIDE`), and of the case's floor script: "
+                "`TIME`, one `MGET` of as many keys as the decision reads, one `SET ... PX` per bucket it "
+                "writes, nothing else (what any script deciding on the store's clock spends). "
+                f"{dc['calls']} calls per round, the cases in turn for {dc['rounds']} rounds, the best round "
+                "per case.", "",
+                "| case | keys read | buckets written | floor script µs | script µs | script / floor | module µs |",
+                "| --- | --- | --- | --- | --- | --- | --- |"]
+        for name, label in DECISION_CASES:
+            c = dc["cases"][name]
+            out.append(f"| {label} | {c['reads']} | {c['writes']} | {c['floor_us']:.2f} | {c['script_us']:.2f} | {c['x_floor']:.2f}x | {c['module_us']:.2f} |")
     if res.get("flood"):
         out += ["", "## Flood fast path (`checkout_guard.local_denials`)", "",
                 "A hot shop (cap 50/s, capacity 10) flooded at 10x its cap by 4 processes (random",

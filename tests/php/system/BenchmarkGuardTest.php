@@ -125,6 +125,35 @@ final class BenchmarkGuardTest extends TestCase
         $this->assertClientCpuBelow(['acquire_module', 'acquire_module_unix'], ['module_by_hand', 'module_by_hand_unix'], 2.0, 'client CPU per decision vs CG.DECIDE by hand');
     }
 
+    /**
+     * What a decision sends, in bytes Valkey read per decision (`total_net_input_bytes`;
+     * no timing in it, so a busy machine cannot fail it): a call sends its inputs up to the
+     * last group it needs (issue 43, decide::FORMS). The global bucket's call is 4 keys and 8
+     * arguments, about 270 bytes with the benchmark's names; every input (13 keys, 27
+     * arguments) was about 610. A hot shop's adds its 2 buckets (about 435; 630 before).
+     */
+    public function testADecisionSendsOnlyTheInputsItUses(): void
+    {
+        foreach ([['acquire', 400], ['acquire_module', 360], ['acquire_hot', 540], ['acquire_hot_module', 500]] as [$name, $bound]) {
+            $this->assertLessThan($bound, self::case($name, 1)['request_bytes'], "$name: bytes sent per decision");
+        }
+    }
+
+    /**
+     * The decision script against its floor script (TIME, one MGET, one SET PX per bucket:
+     * bench/limiter.php decision_cost), each the best of the run's rounds, as a guard
+     * against a gross regression only (the target, 1.5x, is the benchmark's printed row):
+     * measured 1.1-1.8x; the bound, 3x, leaves room for a busy machine's rounds and is
+     * crossed by a script that costs about twice what it does.
+     */
+    public function testTheDecisionScriptStaysNearItsFloor(): void
+    {
+        foreach (['global', 'hot', 'global_endpoint', 'hot_priority'] as $name) {
+            $c = self::$results['decision_cost']['cases'][$name];
+            $this->assertLessThan(3.0 * $c['floor_us'], $c['script_us'], sprintf('%s: script %.2f µs, floor %.2f µs', $name, $c['script_us'], $c['floor_us']));
+        }
+    }
+
     public function testSymfonyRateLimiterIsSlower(): void
     {
         $this->assertGreaterThan(self::case('acquire', 1)['p50_us'], self::case('symfony', 1)['p50_us']);
