@@ -67,8 +67,10 @@ def valkey_server() -> str:
 ADAPT = ("500", "1000000000000000")
 
 
-# The decision's KEYS (crates/model/src/cmd/decide.rs).
-NKEYS = "12"
+# The decision's forms (crates/model/src/cmd/decide.rs FORMS): the KEYS and ARGV a call
+# sends, up to the end of the last group it needs (base, hot lanes, endpoint/class,
+# in_flight, auto_hot, adaptive); every total differs.
+FORMS = [(4, 8), (6, 12), (7, 15), (11, 20), (12, 25), (13, 27)]
 LEASE_US = "100000"
 
 
@@ -78,10 +80,11 @@ def lease_keys(p: str, shop: str) -> list:
 
 
 def decide_args(name: str, shop: str, hot: bool = False, auto_hot: bool = False, adapt: bool = False, lease: str = "") -> list:
-    """KEYS then ARGV of one decision, as `DecideCall` encodes them (crates/model/src/cmd/decide.rs);
-    `lease`: the lease id of a call with `in_flight` (empty: off)."""
+    """KEYS then ARGV of one decision, as `DecideCall` encodes them (crates/model/src/cmd/decide.rs),
+    in its form; `lease`: the lease id of a call with `in_flight` (empty: off)."""
     p = "{cg:%s}:" % name
-    keys = [p + "b:global", p + "b:lane", p + "b:shop:" + shop, p + "hot:" + shop, p + "limits:v", p + "ah:", p + "settings", p + "adapt"] + lease_keys(p, shop)
+    keys = [p + "hot:" + shop, p + "limits:v", p + "settings", p + "b:global", p + "b:lane", p + "b:shop:" + shop,
+            p + "b:global"] + lease_keys(p, shop) + [p + "ah:", p + "adapt"]
     lanes = ["1", "1000000"] + (["1", "1000000", "1", "1000000"] if hot else ["0", "0", "0", "0"])
     settings = "global=" + ALWAYS
     if hot:
@@ -90,12 +93,21 @@ def decide_args(name: str, shop: str, hot: bool = False, auto_hot: bool = False,
     if auto_hot:
         auto = ["10000000", "0.3", "300", "1000000"]
         settings += " auto_hot=10s/0.3/300s/1000000"
-    argv = ["1", "1" if hot else "0"] + lanes + ["", shop] + auto + [settings, "0", "0"] + (list(ADAPT) if adapt else ["0", "0"])
+    argv = ["1", "1" if hot else "0", "", settings, "0", "0"] + lanes + ["0", "0", "0"]
     if lease:
         argv += ["1000000", "1000000" if hot else "0", "1000000" if hot else "0", LEASE_US, lease]
     else:
         argv += ["0", "0", "0", "0", ""]
-    return keys + argv
+    argv += [shop] + auto + (list(ADAPT) if adapt else ["0", "0"])
+    form = 5 if adapt else 4 if auto_hot else 3 if lease else 1 if hot else 0
+    nk, na = FORMS[form]
+    return keys[:nk] + argv[:na]
+
+
+def evalsha(sha: str, parts: list) -> list:
+    """EVALSHA of the decision script with `parts` (KEYS then ARGV of one form)."""
+    nk = next(k for k, a in FORMS if k + a == len(parts))
+    return ["EVALSHA", sha, str(nk)] + parts
 
 
 def release_args(name: str, shop: str, lease: str) -> list:
@@ -193,26 +205,26 @@ def main() -> None:
             # The floor of any script in this Valkey: the unit of the script cases' multiples.
             "script_empty": (lambda: ["EVALSHA", empty, "0"], "evalsha"),
             "module_global": (lambda: ["CG.DECIDE"] + decide_args("m", shop()), "cg.decide"),
-            "script_global": (lambda: ["EVALSHA", sha, NKEYS] + decide_args("s", shop()), "evalsha"),
+            "script_global": (lambda: evalsha(sha, decide_args("s", shop())), "evalsha"),
             "module_hot": (lambda: ["CG.DECIDE"] + decide_args("mh", "flash", hot=True), "cg.decide"),
-            "script_hot": (lambda: ["EVALSHA", sha, NKEYS] + decide_args("sh", "flash", hot=True), "evalsha"),
+            "script_hot": (lambda: evalsha(sha, decide_args("sh", "flash", hot=True)), "evalsha"),
             "module_auto_hot": (lambda: ["CG.DECIDE"] + decide_args("ma", shop(), auto_hot=True), "cg.decide"),
-            "script_auto_hot": (lambda: ["EVALSHA", sha, NKEYS] + decide_args("sa", shop(), auto_hot=True), "evalsha"),
+            "script_auto_hot": (lambda: evalsha(sha, decide_args("sa", shop()), auto_hot=True), "evalsha"),
         }
         # The adaptive budget on, at half the limits (the hot shop: three buckets scaled).
         for n in ("mad", "sad", "madh", "sadh"):
             adapt_state(r, n)
         cases["module_adapt_global"] = (lambda: ["CG.DECIDE"] + decide_args("mad", shop(), adapt=True), "cg.decide")
-        cases["script_adapt_global"] = (lambda: ["EVALSHA", sha, NKEYS] + decide_args("sad", shop(), adapt=True), "evalsha")
+        cases["script_adapt_global"] = (lambda: evalsha(sha, decide_args("sad", shop()), adapt=True), "evalsha")
         cases["module_adapt_hot"] = (lambda: ["CG.DECIDE"] + decide_args("madh", "flash", hot=True, adapt=True), "cg.decide")
-        cases["script_adapt_hot"] = (lambda: ["EVALSHA", sha, NKEYS] + decide_args("sadh", "flash", hot=True, adapt=True), "evalsha")
+        cases["script_adapt_hot"] = (lambda: evalsha(sha, decide_args("sadh", "flash", hot=True, adapt=True)), "evalsha")
         # in_flight: every decision takes a lease (unique ids), of 100 ms.
         n = iter(range(10**12))
         lease = lambda: "l%d" % next(n)
         cases["module_lease_global"] = (lambda: ["CG.DECIDE"] + decide_args("ml", shop(), lease=lease()), "cg.decide")
-        cases["script_lease_global"] = (lambda: ["EVALSHA", sha, NKEYS] + decide_args("sl", shop(), lease=lease()), "evalsha")
+        cases["script_lease_global"] = (lambda: evalsha(sha, decide_args("sl", shop()), lease=lease()), "evalsha")
         cases["module_lease_hot"] = (lambda: ["CG.DECIDE"] + decide_args("mlh", "flash", hot=True, lease=lease()), "cg.decide")
-        cases["script_lease_hot"] = (lambda: ["EVALSHA", sha, NKEYS] + decide_args("slh", "flash", hot=True, lease=lease()), "evalsha")
+        cases["script_lease_hot"] = (lambda: evalsha(sha, decide_args("slh", "flash", hot=True, lease=lease())), "evalsha")
         # Releases of leases taken before (all on the global level and the hot shop's).
         taken = a.rounds * (a.calls + 2 * 100)
         release_sha = r.script_load(release_script())
@@ -236,9 +248,9 @@ def main() -> None:
         cases["script_release"] = (lambda: ["EVALSHA", release_sha, "4"] + release_args("sr", "flash", "r%d" % next(sr)), "evalsha")
         if a.baseline:
             base = r.script_load(open(a.baseline).read())
-            cases["base_global"] = (lambda: ["EVALSHA", base, NKEYS] + decide_args("bs", shop()), "evalsha")
-            cases["base_hot"] = (lambda: ["EVALSHA", base, NKEYS] + decide_args("bsh", "flash", hot=True), "evalsha")
-            cases["base_auto_hot"] = (lambda: ["EVALSHA", base, NKEYS] + decide_args("bsa", shop(), auto_hot=True), "evalsha")
+            cases["base_global"] = (lambda: evalsha(base, decide_args("bs", shop())), "evalsha")
+            cases["base_hot"] = (lambda: evalsha(base, decide_args("bsh", "flash", hot=True)), "evalsha")
+            cases["base_auto_hot"] = (lambda: evalsha(base, decide_args("bsa", shop()), auto_hot=True), "evalsha")
         if a.redis_cell:
             # The command as redis-cell's README gives it: after its burst of 16, denials
             # (nothing written). And one that admits every call (writes every call, as the
