@@ -70,7 +70,9 @@ ADAPT = ("500", "1000000000000000")
 # The decision's forms (crates/model/src/cmd/decide.rs FORMS): the KEYS and ARGV a call
 # sends, up to the end of the last group it needs (base, hot lanes, endpoint/class,
 # in_flight, auto_hot, adaptive); every total differs.
-FORMS = [(4, 8), (6, 12), (7, 15), (11, 20), (12, 25), (13, 27)]
+FORMS = [(4, 9), (6, 13), (7, 16), (11, 21), (12, 26), (13, 28)]
+# The contract's mark, the call's first argument (decide::CONTRACT_MARK).
+MARK = "f1"
 LEASE_US = "100000"
 
 
@@ -93,7 +95,7 @@ def decide_args(name: str, shop: str, hot: bool = False, auto_hot: bool = False,
     if auto_hot:
         auto = ["10000000", "0.3", "300", "1000000"]
         settings += " auto_hot=10s/0.3/300s/1000000"
-    argv = ["1", "1" if hot else "0", "", settings, "0", "0"] + lanes + ["0", "0", "0"]
+    argv = [MARK, "1", "1" if hot else "0", "", settings, "0", "0"] + lanes + ["0", "0", "0"]
     if lease:
         argv += ["1000000", "1000000" if hot else "0", "1000000" if hot else "0", LEASE_US, lease]
     else:

@@ -333,8 +333,9 @@ fn a_settings_key_that_is_a_bucket_key_is_compared_as_the_script_read_it() {
 /// The keys of a call are its form's (`decide::FORMS`): `COMMAND GETKEYS` (what cluster
 /// routing and ACL key checks ask, through `getkeys-api`) names the first 4, 6, 7, 11, 12
 /// or 13 arguments as the argument count says, never an argument; a count of no form
-/// names none and the call itself is refused as of the wrong arity. Each form decides
-/// the same as the longest one with the features it leaves out off.
+/// names none and the call itself is refused as of the wrong arity, as is a call of
+/// another contract. Each form decides the same as the longest one with the features it
+/// leaves out off.
 #[test]
 fn each_form_names_its_own_keys_and_decides_as_the_longest() {
     use checkout_guard_model::cmd::decide::FORMS;
@@ -374,4 +375,22 @@ fn each_form_names_its_own_keys_and_decides_as_the_longest() {
         wrong.is_err_and(|e| e.to_string().contains("wrong number of arguments")),
         "a count of no form"
     );
+    // A rolling upgrade: an older worker's call (13 keys with 27 arguments, no mark, the
+    // order before the forms) is no form's count; a call of a form's count with another
+    // contract's mark is refused the same way. Either way `engine = auto` decides with the
+    // script (its wrong-arity fallback) and nothing is written.
+    use checkout_guard_model::cmd::decide::args as at;
+    redis::cmd("FLUSHALL").query::<()>(&mut c).unwrap();
+    let older = module_cmd(&k, &a[at::TOKENS..], Some(NOW)).query::<Vec<i64>>(&mut c);
+    let mut marked = a.clone();
+    marked[at::CONTRACT] = b"f0".to_vec();
+    let other = module_cmd(&k, &marked, Some(NOW)).query::<Vec<i64>>(&mut c);
+    for (what, reply) in [("older", older), ("another mark", other)] {
+        assert!(
+            reply.is_err_and(|e| e.to_string().contains("wrong number of arguments")),
+            "{what}"
+        );
+    }
+    let written: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
+    assert!(written.is_empty(), "{written:?}");
 }

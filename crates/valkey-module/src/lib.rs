@@ -1,8 +1,9 @@
 //! checkout-guard's Valkey module: `CG.DECIDE`, the limiter's decision as a native command,
 //! and `CG.RELEASE`, the end of an in-flight lease.
 //!
-//! `CG.DECIDE <13 keys> <27 arguments>` takes exactly the decision script's KEYS then ARGV
-//! (built by the model's `DecideCall`, the one encoder) and answers the script's reply.
+//! `CG.DECIDE <keys> <arguments>` (up to 13 keys and 28 arguments, in one of the forms
+//! `decide::FORMS`) takes exactly the decision script's KEYS then ARGV (built by the
+//! model's `DecideCall`, the one encoder) and answers the script's reply.
 //! The decision is `model::server::decide_on`, the Rust twin the Lua script is held to
 //! call for call, on Valkey's clock (the command's cached time, as `TIME` in a script).
 //! `CG.RELEASE <four KEYS> <three ARGV>` is `release.lua`'s twin the same way

@@ -99,6 +99,11 @@ inputs! {
 inputs! {
     /// ARGV.
     pub mod args {
+        /// The contract's mark, [`super::CONTRACT_MARK`]: a call of another build's contract (a
+        /// rolling upgrade) is refused by the module as of the wrong arity, never read
+        /// in another order (the script, bound to its own source by its SHA1, reads no
+        /// mark).
+        CONTRACT = "_contract",
         /// Tokens asked for (at least 1).
         TOKENS = "tokens",
         /// "1": the shop is listed in `hot_shops`.
@@ -163,6 +168,12 @@ pub const FORMS: [(usize, usize); 6] = [
     (keys::AUTO_HOT_PREFIX + 1, args::AUTO_HOT_MIN_TOKENS + 1),
     (keys::ADAPT + 1, args::ADAPT_RECOVER + 1),
 ];
+
+/// What a call sends first among its ARGV ([`args::CONTRACT`]): this contract's mark. The
+/// module answers a call without it "wrong number of arguments", as it does a call of no
+/// form's count, so `engine = auto` decides with the script meanwhile (the contract before
+/// this one had 13 keys and 27 arguments in another order, no mark).
+pub const CONTRACT_MARK: &[u8] = b"f1";
 
 /// The form (its index in [`FORMS`]) of a call of `n` KEYS and ARGV in all.
 pub fn form_of_len(n: usize) -> Option<usize> {
@@ -569,6 +580,7 @@ impl DecideCall<'_> {
         use args::*;
         let flag = |on: bool| Cow::Borrowed(if on { &b"1"[..] } else { &b"0"[..] });
         let mut out: [Cow<'_, [u8]>; args::LEN] = Default::default();
+        out[CONTRACT] = Cow::Borrowed(CONTRACT_MARK);
         out[TOKENS] = match self.tokens {
             1 => Cow::Borrowed(&b"1"[..]),
             n => Cow::Owned(n.to_string().into_bytes()),
@@ -719,6 +731,13 @@ impl<'a> ReceivedCall<'a> {
         };
         let (nkeys, nargs) = FORMS[form];
         let (sent_keys, sent_args) = args.split_at(nkeys);
+        if sent_args[args::CONTRACT] != CONTRACT_MARK {
+            return Err(format!(
+                "wrong number of arguments: a call of another contract (mark {:?}, this build's {:?})",
+                String::from_utf8_lossy(sent_args[args::CONTRACT]),
+                String::from_utf8_lossy(CONTRACT_MARK)
+            ));
+        }
         // What a form does not send reads as off: "0", the empty string, the endpoint's
         // key as global's.
         let mut keys: [&'a [u8]; KEYS] = [&[]; KEYS];
@@ -1025,7 +1044,12 @@ mod tests {
                 b.map(|x| (x.interval_us(), x.tolerance_us()))
             );
         }
-        assert!(ReceivedCall::parse(&args[..23]).is_err());
+        assert!(ReceivedCall::parse(&args[..24]).is_err());
+        // A call of another contract's mark, in a form's count: refused as of the wrong arity.
+        let mut other = args.clone();
+        other[FORMS[call.form()].0 + args::CONTRACT] = b"f0";
+        let e = ReceivedCall::parse(&other).unwrap_err();
+        assert!(e.starts_with("wrong number of arguments"), "{e}");
     }
 
     proptest::proptest! {

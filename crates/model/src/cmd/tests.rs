@@ -47,11 +47,12 @@ pub(crate) fn assert_reads_by_name(file: &str, body: &str, keys: &[Input], args:
 #[test]
 fn positions_follow_from_the_order_and_widths() {
     use decide::{args, keys};
-    assert_eq!((keys::LEN, args::LEN), (13, 27));
+    assert_eq!((keys::LEN, args::LEN), (13, 28));
     assert_eq!(
         (keys::ENDPOINT, args::ENDPOINT_BUCKET, args::SHARE),
-        (6, 12, 14)
+        (6, 13, 15)
     );
+    assert_eq!((args::CONTRACT, args::TOKENS), (0, 1), "the mark first");
     assert_eq!(
         [
             keys::HOT_FLAG,
@@ -62,7 +63,7 @@ fn positions_follow_from_the_order_and_widths() {
         [0, 2, 3, 6],
         "the buckets take three positions"
     );
-    assert_eq!((args::VERSION, args::MAX_WAIT, args::LANES), (2, 5, 6));
+    assert_eq!((args::VERSION, args::MAX_WAIT, args::LANES), (3, 6, 7));
     assert_eq!(
         (
             keys::LEASES,
@@ -70,25 +71,27 @@ fn positions_follow_from_the_order_and_widths() {
             args::IN_FLIGHT,
             args::LEASE_ID
         ),
-        (7, 10, 15, 19)
+        (7, 10, 16, 20)
     );
     assert_eq!(decide::lease_key(Lane::HotShop), 9);
-    assert_eq!(decide::in_flight_arg(Lane::HotLane), 16);
-    assert_eq!((keys::AUTO_HOT_PREFIX, args::SHOP), (11, 20));
+    assert_eq!(decide::in_flight_arg(Lane::HotLane), 17);
+    assert_eq!((keys::AUTO_HOT_PREFIX, args::SHOP), (11, 21));
     assert_eq!(
         (keys::ADAPT, args::ADAPT_FLOOR, args::ADAPT_RECOVER),
-        (12, 25, 26)
+        (12, 26, 27)
     );
     assert_eq!(decide::bucket_key(Lane::HotShop), 5);
     assert_eq!(
         Lane::ALL.map(|l| (decide::interval_arg(l), decide::tolerance_arg(l))),
-        [(6, 7), (8, 9), (10, 11)]
+        [(7, 8), (9, 10), (11, 12)]
     );
     // The forms: each ends where a group of inputs ends, the totals all differ.
     assert_eq!(
         decide::FORMS,
-        [(4, 8), (6, 12), (7, 15), (11, 20), (12, 25), (13, 27)]
+        [(4, 9), (6, 13), (7, 16), (11, 21), (12, 26), (13, 28)]
     );
+    // None is the count of the contract before the forms (13 keys, 27 arguments, no mark).
+    assert_eq!(decide::form_of_len(13 + 27), None);
     for (i, (k, a)) in decide::FORMS.iter().enumerate() {
         assert_eq!(decide::form_of_len(k + a), Some(i));
     }
@@ -106,8 +109,12 @@ fn positions_follow_from_the_order_and_widths() {
 fn the_prelude_names_each_input_at_its_position() {
     let p = prelude(decide::keys::ALL, decide::args::ALL);
     assert!(p.starts_with("local hot_flag_key = KEYS[1]\nlocal version_key = KEYS[2]\nlocal settings_key = KEYS[3]\nlocal bucket_keys = 3\n"));
-    assert!(p.contains("local max_wait_us = ARGV[6]\nlocal lane_args = 6\nlocal endpoint_args = 12\nlocal share_ppm = ARGV[15]\n"));
-    assert!(p.ends_with("local adapt_floor = ARGV[26]\nlocal adapt_recover_us = ARGV[27]\n"));
+    assert!(
+        p.contains("local tokens = ARGV[2]\n"),
+        "the mark (ARGV[1]) not named"
+    );
+    assert!(p.contains("local max_wait_us = ARGV[7]\nlocal lane_args = 7\nlocal endpoint_args = 13\nlocal share_ppm = ARGV[16]\n"));
+    assert!(p.ends_with("local adapt_floor = ARGV[27]\nlocal adapt_recover_us = ARGV[28]\n"));
     assert!(p.contains("local lease_stats_key = KEYS[11]\nlocal window_prefix = KEYS[12]\n"));
 }
 

@@ -130,6 +130,7 @@ pub fn argv(
     use checkout_guard_model::cmd::decide::args as at;
     let s = |x: &str| x.as_bytes().to_vec();
     let mut a = vec![s("0"); at::LEN];
+    a[at::CONTRACT] = checkout_guard_model::cmd::decide::CONTRACT_MARK.to_vec();
     a[at::TOKENS] = s(&tokens.to_string());
     a[at::STATIC_HOT] = s("0");
     a[at::LANES] = s("200000");
