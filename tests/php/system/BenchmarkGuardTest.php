@@ -129,8 +129,9 @@ final class BenchmarkGuardTest extends TestCase
      * What a decision sends, in bytes Valkey read per decision (`total_net_input_bytes`;
      * no timing in it, so a busy machine cannot fail it): a call sends its inputs up to the
      * last group it needs (issue 43, decide::FORMS). The global bucket's call is 4 keys and 8
-     * arguments, about 270 bytes with the benchmark's names; every input (13 keys, 27
-     * arguments) was about 610. A hot shop's adds its 2 buckets (about 435; 630 before).
+     * arguments and the contract's mark, about 280 bytes with the benchmark's names; every
+     * input (13 keys, 27 arguments) was about 610. A hot shop's adds its 2 buckets (about
+     * 445; 630 before).
      */
     public function testADecisionSendsOnlyTheInputsItUses(): void
     {
