@@ -1,4 +1,4 @@
-//! `CG.DECIDE <keys> <arguments> [<now µs>]` (4 to 13 keys and 8 to 27 arguments, as the
+//! `CG.DECIDE <keys> <arguments> [<now µs>]` (4 to 13 keys and 9 to 28 arguments, as the
 //! call's form says: `decide::FORMS`) and `CG.RELEASE <four KEYS> <three ARGV>
 //! [<now µs>]`: the arguments read in place, the decision (the release) made on
 //! [`ValkeyKeys`], its writes applied, the reply sent.
