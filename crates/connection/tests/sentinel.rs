@@ -3,6 +3,9 @@
 //! ports that were free, each sentinel with its own config file in a temp dir (a sentinel
 //! rewrites it). Every wait is bounded; the processes are killed when the group drops.
 
+#[path = "common/ports.rs"]
+mod ports;
+
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -12,6 +15,7 @@ use std::time::{Duration, Instant};
 use checkout_guard_config::Endpoint;
 use checkout_guard_connection::redis::{self, ConnectionLike};
 use checkout_guard_connection::{reconnect_once, Budget, Client, Connection, Failure};
+use ports::free_port;
 
 const SERVICE: &str = "cgtest";
 
@@ -31,14 +35,6 @@ fn valkey_binary() -> PathBuf {
             })
         })
         .expect("no valkey-server: run scripts/setup.sh or set VALKEY_SERVER")
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn direct(port: u16) -> redis::Connection {

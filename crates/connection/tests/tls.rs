@@ -4,6 +4,9 @@
 //! localhost and 127.0.0.1, one for another name, an expired one, a client certificate.
 //! Every failure is an error within the open's timeout that says what went wrong.
 
+#[path = "common/ports.rs"]
+mod ports;
+
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -13,6 +16,7 @@ use checkout_guard_config::tls::{tls_from_value, PemFile};
 use checkout_guard_config::{Endpoint, Tls, TlsDefaults, Value};
 use checkout_guard_connection::redis;
 use checkout_guard_connection::{reconnect_once, Budget, Client, Connection, Failure};
+use ports::free_port;
 
 const TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -247,14 +251,6 @@ impl Drop for Pki {
 struct TlsServer {
     child: Child,
     port: u16,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl TlsServer {
@@ -559,11 +555,16 @@ fn a_handshake_that_never_ends_times_out_within_the_timeout() {
 fn tls_cluster(pki: &Pki, cert: &str, by_name: bool) -> TlsServer {
     let port = free_port();
     let conf = pki.path(&format!("nodes-{port}.conf"));
+    // The bus on a port of its own: by default it is the client port + 10,000, a port
+    // nobody reserved (and past 65,535 for a client port past 55,535).
+    let bus = free_port().to_string();
     let mut more = vec![
         "--cluster-enabled",
         "yes",
         "--tls-cluster",
         "yes",
+        "--cluster-port",
+        &bus,
         "--cluster-config-file",
     ];
     more.push(&conf);
@@ -1016,4 +1017,18 @@ fn a_down_sentinel_with_peer_name_is_skipped() {
         c.primary(),
         Some(format!("127.0.0.1:{}", primary.port).as_str())
     );
+}
+
+/// The tests of this binary run in parallel, each starting servers on ports from
+/// `free_port()`: a port handed out twice lets two servers race for it, and the one that
+/// loses answers its test from the other's server ("Slot 10922 is already busy" when a
+/// cluster node's port was a one-node cluster's). The kernel hands out a released port
+/// again, so the binary keeps what it handed out.
+#[test]
+fn free_ports_are_never_handed_out_twice() {
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..3000 {
+        let port = free_port();
+        assert!(seen.insert(port), "port {port} handed out twice");
+    }
 }

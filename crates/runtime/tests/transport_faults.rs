@@ -15,6 +15,8 @@
 
 #[allow(dead_code)]
 mod common;
+#[path = "../../connection/tests/common/ports.rs"]
+mod ports;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -27,6 +29,7 @@ use checkout_guard_config::{Defaults, LimiterOptions, Value};
 use checkout_guard_model::Reason;
 use checkout_guard_runtime::Limiter;
 use common::{valkey_binary, valkey_module};
+use ports::free_port;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -39,14 +42,6 @@ struct TcpValkey {
     /// A cluster node's bus port (`--cluster-port`), 0 for a server without cluster.
     bus: u16,
     dir: PathBuf,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl TcpValkey {
