@@ -9,6 +9,7 @@ mod common;
 use checkout_guard_config::{Endpoint, Engine};
 use checkout_guard_model::Keys;
 use checkout_guard_runtime::{Store, ValkeyStore};
+use common::ports::free_port;
 use common::valkey_binary;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -31,17 +32,12 @@ impl Drop for ClusterNode {
 /// A one-node Valkey Cluster owning every slot but one that is not `key`'s: the cluster
 /// is down (`cluster-require-full-coverage yes`), every command answers CLUSTERDOWN.
 fn cluster_down_for(key: &[u8]) -> ClusterNode {
-    let port = loop {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let p = l.local_addr().unwrap().port();
-        if p < 55000 {
-            break p;
-        }
-    };
+    let (port, bus) = (free_port(), free_port());
     let dir = std::env::temp_dir().join(format!("cg-review-cluster-{}-{port}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let child = Command::new(valkey_binary())
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--cluster-port", &bus.to_string()])
         .args([
             "--cluster-enabled",
             "yes",

@@ -166,12 +166,7 @@ fn the_window_hash_expires_when_the_scripts_does() {
 fn a_window_key_in_another_slot_is_refused_like_the_script() {
     let module = valkey_module();
     // A free port for the cluster bus (port 0 would put it at 10000, maybe taken).
-    let bus = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    let bus = common::ports::free_port().to_string();
     let v = Valkey::start_with(&[
         "--cluster-port".as_ref(),
         bus.as_ref(),

@@ -6,6 +6,7 @@ mod common;
 #[allow(dead_code)]
 mod module_support;
 
+use common::ports::free_port;
 use common::{valkey_module, Valkey};
 use module_support::*;
 
@@ -19,14 +20,6 @@ fn exact_state(c: &mut redis::Connection) -> Vec<(Vec<u8>, String, String, i64)>
             (k, t, v, at)
         })
         .collect()
-}
-
-fn free_tcp_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn info_field(c: &mut redis::Connection, section: &str, field: &str) -> String {
@@ -45,7 +38,7 @@ fn info_field(c: &mut redis::Connection, section: &str, field: &str) -> String {
 #[test]
 fn the_writes_reach_a_replica_and_an_aof_without_the_module_as_they_are() {
     let module = valkey_module();
-    let port = free_tcp_port().to_string();
+    let port = free_port().to_string();
     let aof_dir = std::env::temp_dir().join(format!("cg-aof-{}-{port}", std::process::id()));
     std::fs::create_dir_all(&aof_dir).unwrap();
     let primary = Valkey::start_with(&[
@@ -130,7 +123,7 @@ fn the_adaptive_state_and_its_recovery_del_reach_a_replica() {
     use checkout_guard_model::{BucketSet, BucketSpec, Keys, StepReply};
 
     let module = valkey_module();
-    let port = free_tcp_port().to_string();
+    let port = free_port().to_string();
     let primary = Valkey::start_with(&[
         "--loadmodule".as_ref(),
         module.as_os_str(),
@@ -260,7 +253,7 @@ fn the_adaptive_state_and_its_recovery_del_reach_a_replica() {
 #[test]
 fn the_lease_writes_reach_a_replica_as_they_are() {
     let module = valkey_module();
-    let port = free_tcp_port().to_string();
+    let port = free_port().to_string();
     let primary = Valkey::start_with(&[
         "--loadmodule".as_ref(),
         module.as_os_str(),

@@ -15,8 +15,6 @@
 
 #[allow(dead_code)]
 mod common;
-#[path = "../../connection/tests/common/ports.rs"]
-mod ports;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -28,8 +26,8 @@ use std::time::{Duration, Instant};
 use checkout_guard_config::{Defaults, LimiterOptions, Value};
 use checkout_guard_model::Reason;
 use checkout_guard_runtime::Limiter;
+use common::ports::free_port;
 use common::{valkey_binary, valkey_module};
-use ports::free_port;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")

