@@ -211,20 +211,20 @@ def main() -> None:
             "module_hot": (lambda: ["CG.DECIDE"] + decide_args("mh", "flash", hot=True), "cg.decide"),
             "script_hot": (lambda: evalsha(sha, decide_args("sh", "flash", hot=True)), "evalsha"),
             "module_auto_hot": (lambda: ["CG.DECIDE"] + decide_args("ma", shop(), auto_hot=True), "cg.decide"),
-            "script_auto_hot": (lambda: evalsha(sha, decide_args("sa", shop()), auto_hot=True), "evalsha"),
+            "script_auto_hot": (lambda: evalsha(sha, decide_args("sa", shop(), auto_hot=True)), "evalsha"),
         }
         # The adaptive budget on, at half the limits (the hot shop: three buckets scaled).
         for n in ("mad", "sad", "madh", "sadh"):
             adapt_state(r, n)
         cases["module_adapt_global"] = (lambda: ["CG.DECIDE"] + decide_args("mad", shop(), adapt=True), "cg.decide")
-        cases["script_adapt_global"] = (lambda: evalsha(sha, decide_args("sad", shop()), adapt=True), "evalsha")
+        cases["script_adapt_global"] = (lambda: evalsha(sha, decide_args("sad", shop(), adapt=True)), "evalsha")
         cases["module_adapt_hot"] = (lambda: ["CG.DECIDE"] + decide_args("madh", "flash", hot=True, adapt=True), "cg.decide")
         cases["script_adapt_hot"] = (lambda: evalsha(sha, decide_args("sadh", "flash", hot=True, adapt=True)), "evalsha")
         # in_flight: every decision takes a lease (unique ids), of 100 ms.
         n = iter(range(10**12))
         lease = lambda: "l%d" % next(n)
         cases["module_lease_global"] = (lambda: ["CG.DECIDE"] + decide_args("ml", shop(), lease=lease()), "cg.decide")
-        cases["script_lease_global"] = (lambda: evalsha(sha, decide_args("sl", shop()), lease=lease()), "evalsha")
+        cases["script_lease_global"] = (lambda: evalsha(sha, decide_args("sl", shop(), lease=lease())), "evalsha")
         cases["module_lease_hot"] = (lambda: ["CG.DECIDE"] + decide_args("mlh", "flash", hot=True, lease=lease()), "cg.decide")
         cases["script_lease_hot"] = (lambda: evalsha(sha, decide_args("slh", "flash", hot=True, lease=lease())), "evalsha")
         # Releases of leases taken before (all on the global level and the hot shop's).
@@ -252,7 +252,7 @@ def main() -> None:
             base = r.script_load(open(a.baseline).read())
             cases["base_global"] = (lambda: evalsha(base, decide_args("bs", shop())), "evalsha")
             cases["base_hot"] = (lambda: evalsha(base, decide_args("bsh", "flash", hot=True)), "evalsha")
-            cases["base_auto_hot"] = (lambda: evalsha(base, decide_args("bsa", shop()), auto_hot=True), "evalsha")
+            cases["base_auto_hot"] = (lambda: evalsha(base, decide_args("bsa", shop(), auto_hot=True)), "evalsha")
         if a.redis_cell:
             # The command as redis-cell's README gives it: after its burst of 16, denials
             # (nothing written). And one that admits every call (writes every call, as the

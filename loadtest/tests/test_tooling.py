@@ -228,3 +228,34 @@ class ChartsTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ModuleCostTest(unittest.TestCase):
+    """bench/module_cost.py, the command docs/module.md and docs/performance.md give: every
+    case it runs by default builds its call and Valkey takes it (a call in no form, or the
+    script's call in another form than its key count says, is an error reply that fails
+    the run), for the module and the script alike."""
+
+    CASES = ("global", "hot", "auto_hot", "adapt_global", "adapt_hot", "lease_global", "lease_hot", "release")
+
+    def test_every_case_runs_by_default(self):
+        import subprocess
+
+        module = os.path.join(ROOT, "target/release/libcheckout_guard_valkey.so")
+        cli = os.path.join(ROOT, "target/release/checkout-guard")
+        if not (os.path.exists(module) and os.path.exists(cli)):
+            self.skipTest("cargo build --release first (the module and the CLI)")
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "cost.json")
+            run = subprocess.run(
+                [sys.executable, os.path.join(ROOT, "bench/module_cost.py"), "--calls", "20", "--rounds", "1", "--pipeline", "5", "--json", out],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            self.assertEqual(run.returncode, 0, run.stdout[-2000:] + run.stderr[-2000:])
+            with open(out) as f:
+                best = json.load(f)["best_us"]
+        for kind in ("module", "script"):
+            for case in self.CASES:
+                self.assertGreater(best.get(f"{kind}_{case}", 0), 0, f"{kind}_{case} measured")
