@@ -129,6 +129,28 @@ fn the_checks_see_what_they_look_for() {
     assert!(!uses("local a = is_peek", "peek"));
 }
 
+/// `without_comment_lines` drops a line that starts with `--` and keeps the rest, which is
+/// right only where no line is inside a long string or a long comment (`[[ ... ]]`,
+/// `--[[ ... ]]`, `[==[`): their middle lines would lose a `--` line, or keep a comment's
+/// text as code. No script, whole as sent (its preludes, carry.lua, the clock), has one.
+#[test]
+fn no_script_has_a_long_bracket_that_dropping_comment_lines_would_cut() {
+    for c in ALL {
+        let source = (c.source)();
+        // Every long bracket opens with one of these (Lua lexes `[[` as one even in `a[[`).
+        for open in ["[[", "[="] {
+            assert!(!source.contains(open), "{}: {open:?}", c.name);
+        }
+    }
+    let with_test_clock = decide::source_with_test_clock();
+    assert!(!with_test_clock.contains("[[") && !with_test_clock.contains("[="));
+    // What it keeps and drops.
+    assert_eq!(
+        without_comment_lines("-- a\nlocal x = 1 -- b\n  -- c\nreturn x\n"),
+        "local x = 1 -- b\nreturn x\n"
+    );
+}
+
 /// Every command's `.lua` read by name (no literal position of its own, every name of
 /// its tables used), and what its whole source sends after its prelude. (That each
 /// compiled-in body is its file in the tree, and every file a command's:
