@@ -567,9 +567,14 @@ impl DecideCall<'_> {
         out
     }
 
+    /// How many KEYS the call sends: its form's.
+    pub fn sent_key_count(&self) -> usize {
+        FORMS[self.form()].0
+    }
+
     /// The KEYS the call sends: those of its form.
     pub fn sent_keys(&self) -> impl Iterator<Item = &[u8]> {
-        self.keys().into_iter().take(FORMS[self.form()].0)
+        self.keys().into_iter().take(self.sent_key_count())
     }
 
     /// The ARGV the call sends, at their positions in [`decide::args`], up to the end of
@@ -972,6 +977,7 @@ mod tests {
         // A hot shop's bucket configured: the hot form, no further.
         assert_eq!(call.form(), 1);
         assert_eq!(call.sent_keys().count(), FORMS[1].0);
+        assert_eq!(call.sent_key_count(), FORMS[1].0);
         let a = call.argv();
         assert_eq!(a.len(), FORMS[1].1);
         let at = |i: usize| String::from_utf8_lossy(&a[i]).into_owned();

@@ -24,7 +24,7 @@ pub(super) fn pack_native(call: &DecideCall<'_>) -> Vec<u8> {
 /// `ScriptInvocation` builds a `Cmd` of copies first, then packs it).
 pub(super) fn pack_evalsha(sha: &str, call: &DecideCall<'_>) -> Vec<u8> {
     let mut keys = itoa::Buffer::new();
-    let keys = keys.format(call.sent_keys().count());
+    let keys = keys.format(call.sent_key_count());
     pack(&[b"EVALSHA", sha.as_bytes(), keys.as_bytes()], call)
 }
 
