@@ -497,6 +497,33 @@ function flood(bool $local, float $seconds): array
 }
 
 /**
+ * Valkey's own µs per call of each op (`INFO commandstats` of its command), $ops being
+ * name => [command, op]: each op run 200 times first (keys made, caches warm), then
+ * $rounds rounds, each op in turn $calls times from reset statistics. Returns name => the
+ * rounds' µs per call, in order.
+ */
+function stat_rounds($r, array $ops, int $rounds, int $calls): array
+{
+    $seen = array_fill_keys(array_keys($ops), []);
+    foreach ($ops as [, $op]) {
+        for ($i = 0; $i < 200; $i++) {
+            $op();
+        }
+    }
+    for ($round = 0; $round < $rounds; $round++) {
+        foreach ($ops as $name => [$cmd, $op]) {
+            $r->rawCommand('CONFIG', 'RESETSTAT');
+            for ($i = 0; $i < $calls; $i++) {
+                $op();
+            }
+            [$n, $usec] = cmd_stat($r->info('commandstats'), $cmd);
+            $seen[$name][] = $usec / max(1, $n);
+        }
+    }
+    return $seen;
+}
+
+/**
  * The Lua engine's cost inside Valkey as a multiple of the empty script (issue 25): an empty
  * script (`return 1` by EVALSHA, no KEYS or ARGV) and acquire() deciding by the script
  * (engine lua) for the global bucket, a hot shop (global + hot_lane + hot_shop) and
@@ -519,22 +546,7 @@ function lua_cost(int $rounds, int $calls): array
         'hot' => static fn () => $hot->acquire('flash'),
         'auto_hot' => static fn () => $auto->acquire($shops()),
     ];
-    $seen = array_fill_keys(array_keys($ops), []);
-    foreach ($ops as $op) {
-        for ($i = 0; $i < 200; $i++) {
-            $op();
-        }
-    }
-    for ($round = 0; $round < $rounds; $round++) {
-        foreach ($ops as $name => $op) {
-            $r->rawCommand('CONFIG', 'RESETSTAT');
-            for ($i = 0; $i < $calls; $i++) {
-                $op();
-            }
-            [$n, $usec] = cmd_stat($r->info('commandstats'), 'evalsha');
-            $seen[$name][] = $usec / max(1, $n);
-        }
-    }
+    $seen = stat_rounds($r, array_map(static fn ($op) => ['evalsha', $op], $ops), $rounds, $calls);
     $best = array_map(static fn (array $v) => round(min($v), 2), $seen);
     $out = ['rounds' => $rounds, 'calls' => $calls, 'best_us' => $best, 'median_us' => [], 'x_empty' => []];
     foreach ($seen as $name => $v) {
@@ -595,22 +607,7 @@ function decision_cost(int $rounds, int $calls): array
             $ops["floor/$key"] = ['evalsha', static fn () => $r->evalSha($sha, $keys, $reads)];
         }
     }
-    $seen = array_fill_keys(array_keys($ops), []);
-    foreach ($ops as [, $op]) {
-        for ($i = 0; $i < 200; $i++) {
-            $op();
-        }
-    }
-    for ($round = 0; $round < $rounds; $round++) {
-        foreach ($ops as $name => [$cmd, $op]) {
-            $r->rawCommand('CONFIG', 'RESETSTAT');
-            for ($i = 0; $i < $calls; $i++) {
-                $op();
-            }
-            [$n, $usec] = cmd_stat($r->info('commandstats'), $cmd);
-            $seen[$name][] = $usec / max(1, $n);
-        }
-    }
+    $seen = stat_rounds($r, $ops, $rounds, $calls);
     $best = array_map(static fn (array $v) => round(min($v), 2), $seen);
     $out = ['rounds' => $rounds, 'calls' => $calls, 'cases' => []];
     foreach ($cases as $name => [, , $reads, $writes]) {
