@@ -60,9 +60,15 @@ def loopback(host: str) -> bool:
         return False
 
 
+# The most of a body over the limit read away before its 413 is answered (more: closed
+# unread).
+MAX_DISCARD = 64 << 20
+
+
 def read_body(handler, limit: int) -> bytes:
     """The request's body as sent (Content-Length or chunked), at most `limit` bytes:
-    past it, BodyError 413 and the connection closed unread."""
+    past it, BodyError 413 and the connection closed (a declared length read away first,
+    up to MAX_DISCARD; a chunked body closed unread)."""
     handler.body_read = True
     te = handler.headers.get("Transfer-Encoding", "").lower()
     if "chunked" in te:
@@ -92,6 +98,11 @@ def read_body(handler, limit: int) -> bytes:
     if n < 0:
         raise BodyError(400, f"invalid Content-Length '{length}'", close=True)
     if n > limit:
+        # Read away first (nginx's lingering close, Go's server): closed with the body
+        # unread, the connection is reset under a client still sending, and the 413 lost.
+        left = n if n <= MAX_DISCARD else 0
+        while left > 0 and (chunk := handler.rfile.read(min(left, 1 << 16))):
+            left -= len(chunk)
         raise BodyError(413, f"body of {n} bytes, over {limit}", close=True)
     body = handler.rfile.read(n)
     if len(body) != n:
