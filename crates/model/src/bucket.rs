@@ -19,6 +19,11 @@ pub const MAX_CAPACITY: i64 = 1_000_000_000;
 /// Longest time a bucket may take to refill from empty: 10 years. Keeps every TAT far
 /// below 2^53 so Lua's doubles hold it exactly.
 pub const MAX_REFILL_SECONDS: i64 = 10 * 365 * 86_400;
+/// Largest tolerance (µs) a decided call's bucket may have, 2^60 (36,000 years): far over
+/// any bucket the options make, even scaled by the adaptive budget (10 years at 1
+/// permille: about 2^58), and low enough that a decision's sums (a TAT, the cost, the
+/// room, the longest wait) stay inside i64. A hand-built call with more is refused.
+pub const MAX_SCRIPT_TOLERANCE_US: i64 = 1 << 60;
 
 /// One validated bucket: capacity and refill rate, with the integer forms the script uses.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -89,9 +94,11 @@ impl BucketSpec {
 
     /// A bucket as the decision's ARGV carry it: interval and tolerance in µs (the server
     /// side knows no more; capacity and rate are derived for completeness). `None` when
-    /// the interval is 0 (not configured) or the values are not a bucket.
+    /// the interval is 0 (not configured) or the values are not a bucket: a tolerance
+    /// over [`MAX_SCRIPT_TOLERANCE_US`] too.
     pub fn from_script_args(interval_us: i64, tolerance_us: i64) -> Option<Self> {
-        if interval_us <= 0 || tolerance_us < interval_us {
+        if interval_us <= 0 || tolerance_us < interval_us || tolerance_us > MAX_SCRIPT_TOLERANCE_US
+        {
             return None;
         }
         Some(Self {

@@ -1056,6 +1056,28 @@ mod tests {
         other[FORMS[call.form()].0 + args::CONTRACT] = b"f0";
         let e = ReceivedCall::parse(&other).unwrap_err();
         assert!(e.starts_with("wrong number of arguments"), "{e}");
+        // A bucket whose µs would overflow the decision's arithmetic (a hand-built call; the
+        // options allow 10 years to refill): refused, naming the lane and the values, never
+        // decided (`room + max_wait` and `tokens * interval` wrapped: a full bucket denied,
+        // 3 tokens taken from a bucket of 1).
+        let g = FORMS[call.form()].0 + interval_arg(Lane::Global);
+        for (i, t) in [
+            (&b"1000"[..], &b"9223372036854775807"[..]),
+            (b"4611686018427387904", b"9223372036854775807"),
+            (b"1000", b"1152921504606846977"),
+        ] {
+            let mut huge = args.clone();
+            (huge[g], huge[g + 1]) = (i, t);
+            let e = ReceivedCall::parse(&huge).unwrap_err();
+            assert!(
+                e.starts_with("global: interval") && e.contains("not a bucket"),
+                "{e}"
+            );
+        }
+        // The largest tolerance a decision takes.
+        let mut edge = args.clone();
+        (edge[g], edge[g + 1]) = (b"1000", b"1152921504606846976");
+        assert!(ReceivedCall::parse(&edge).is_ok());
     }
 
     proptest::proptest! {
