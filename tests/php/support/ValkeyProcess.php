@@ -7,7 +7,9 @@ namespace CheckoutGuard\Tests;
 final class ValkeyProcess
 {
     private string $dir;
-    public readonly int $port;
+    /** Fixed once started: a first start moves only if another process took the port. */
+    public int $port;
+    private bool $started = false;
     /** A cluster node's bus port (`--cluster-port`), 0 without cluster mode. */
     public int $bus = 0;
 
@@ -18,12 +20,27 @@ final class ValkeyProcess
         $this->port = self::freePort();
     }
 
+    /** Every port this process handed out: none is handed out twice. */
+    private static array $given = [];
+
+    /**
+     * A loopback port nobody listens on now, and one this process never handed out before:
+     * bind(0) then close gives a released port out again (a cluster node and another
+     * server then race for one port, and the loser exits: "valkey did not start").
+     */
     public static function freePort(): int
     {
-        $s = stream_socket_server('tcp://127.0.0.1:0');
-        $name = stream_socket_get_name($s, false);
-        fclose($s);
-        return (int) substr($name, strrpos($name, ':') + 1);
+        for ($i = 0; $i < 1000; $i++) {
+            $s = stream_socket_server('tcp://127.0.0.1:0');
+            $name = stream_socket_get_name($s, false);
+            fclose($s);
+            $port = (int) substr($name, strrpos($name, ':') + 1);
+            if (!isset(self::$given[$port])) {
+                self::$given[$port] = true;
+                return $port;
+            }
+        }
+        throw new \RuntimeException('no loopback port this process has not handed out already');
     }
 
     public function url(): string
@@ -34,28 +51,67 @@ final class ValkeyProcess
     /** @param list<string> $args more valkey-server arguments (e.g. cluster mode) */
     public function start(array $args = []): void
     {
-        // A cluster node's bus port on a free port of its own: the default, port + 10000,
-        // is past 65535 for an ephemeral port above 55535, or already taken by another
-        // socket (the node then exits at once: "valkey did not start", 1 run in 3 on a
-        // busy machine).
-        if (in_array('--cluster-enabled', $args, true) && !in_array('--cluster-port', $args, true)) {
-            $this->bus = self::freePort();
-            $args = [...$args, '--cluster-port', (string) $this->bus];
+        for ($attempt = 1; ; $attempt++) {
+            $extra = [];
+            // A cluster node's bus port on a free port of its own: the default, port + 10000,
+            // is past 65535 for an ephemeral port above 55535, or already taken by another
+            // socket (the node then exits at once: "valkey did not start", 1 run in 3 on a
+            // busy machine).
+            if (in_array('--cluster-enabled', $args, true) && !in_array('--cluster-port', $args, true)) {
+                $this->bus = $this->bus ?: self::freePort();
+                $extra = ['--cluster-port', (string) $this->bus];
+            }
+            $log = "{$this->dir}/valkey.log";
+            clearstatcache(true, $log);
+            $from = is_file($log) ? (int) filesize($log) : 0;
+            $cmd = [getenv('VALKEY_SERVER'), '--bind', '127.0.0.1', '--port', (string) $this->port,
+                '--save', '', '--appendonly', 'no', '--daemonize', 'yes', '--dir', $this->dir,
+                '--pidfile', "{$this->dir}/valkey.pid", '--logfile', $log, ...$args, ...$extra];
+            $p = proc_open($cmd, [], $pipes);
+            proc_close($p);
+            $why = $this->waitUntilServing($log, $from);
+            if ($why === null) {
+                $this->started = true;
+                return;
+            }
+            // Another process took a port between freePort() and the bind (freePort keeps
+            // only this process's own ports apart). A first start moves to fresh ports; a
+            // restart keeps its port, the one the test's limiter was given.
+            if (!$this->started && $attempt < 5 && str_contains($why, 'in use')) {
+                $this->port = self::freePort();
+                $this->bus = 0;
+                continue;
+            }
+            throw new \RuntimeException("valkey did not start on {$this->port}: $why");
         }
-        $cmd = [getenv('VALKEY_SERVER'), '--bind', '127.0.0.1', '--port', (string) $this->port,
-            '--save', '', '--appendonly', 'no', '--daemonize', 'yes', '--dir', $this->dir,
-            '--pidfile', "{$this->dir}/valkey.pid", '--logfile', "{$this->dir}/valkey.log", ...$args];
-        $p = proc_open($cmd, [], $pipes);
-        proc_close($p);
+    }
+
+    /**
+     * Null once the server answers a PING (any reply: a listener that only accepts is not
+     * it, and a port taken by another process accepts too), else why not: the log's
+     * complaint about a port in use, or its last lines after 4 s.
+     */
+    private function waitUntilServing(string $log, int $from): ?string
+    {
         for ($i = 0; $i < 200; $i++) {
             $s = @fsockopen('127.0.0.1', $this->port, $errno, $errstr, 0.1);
             if ($s) {
+                stream_set_timeout($s, 0, 200000);
+                fwrite($s, "PING\r\n");
+                $reply = (string) fgets($s);
                 fclose($s);
-                return;
+                if ($reply !== '' && ($reply[0] === '+' || $reply[0] === '-')) {
+                    return null;
+                }
+            }
+            $new = (string) @file_get_contents($log, false, null, $from);
+            if (preg_match('/^.*Address already in use.*$/m', $new, $m)) {
+                return 'port in use: ' . trim($m[0]);
             }
             usleep(20000);
         }
-        throw new \RuntimeException("valkey did not start on {$this->port}");
+        $lines = array_slice(explode("\n", trim((string) @file_get_contents($log, false, null, $from))), -5);
+        return 'no answer to PING after 4 s; its log ends: ' . implode(' | ', $lines);
     }
 
     public function pid(): int

@@ -1,0 +1,89 @@
+<?php
+declare(strict_types=1);
+
+namespace CheckoutGuard\Tests;
+
+use PHPUnit\Framework\TestCase;
+
+/**
+ * The tests' own servers: a port they are given is theirs. A CI run failed with "valkey did
+ * not start on 35205" when a cluster node's port had already gone to another socket.
+ */
+final class ValkeyProcessTest extends TestCase
+{
+    public function testFreePortNeverHandsOutAPortTwice(): void
+    {
+        // bind(0) then close: the kernel hands a released port out again (the Rust tests saw
+        // 134 repeats in 2,000); a port handed to one server must not go to the next.
+        $seen = [];
+        for ($i = 0; $i < 2000; $i++) {
+            $p = ValkeyProcess::freePort();
+            $this->assertArrayNotHasKey($p, $seen, "port $p handed out twice (call $i)");
+            $seen[$p] = true;
+        }
+    }
+
+    public function testAServerWhosePortWasTakenMeanwhileStartsOnAnother(): void
+    {
+        if (getenv('VALKEY_SERVER') === false) {
+            $this->markTestSkipped('VALKEY_SERVER is not set');
+        }
+        // Another process (not this one's freePort) took the port between choosing and
+        // starting: the server cannot bind it and exits at once.
+        $v = new ValkeyProcess();
+        $taken = $v->port;
+        $squatter = stream_socket_server("tcp://127.0.0.1:$taken", $errno, $errstr);
+        $this->assertNotFalse($squatter, "could not hold port $taken: $errstr");
+        try {
+            $v->start(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf']);
+            $this->assertNotSame($taken, $v->port, 'started on another port');
+            $this->assertStringContainsString('cluster_enabled:1', (string) $v->client()->rawCommand('INFO', 'cluster'));
+        } finally {
+            fclose($squatter);
+            $v->stop();
+        }
+    }
+
+    public function testAClusterNodeWhoseBusPortWasTakenStartsOnOthers(): void
+    {
+        if (getenv('VALKEY_SERVER') === false) {
+            $this->markTestSkipped('VALKEY_SERVER is not set');
+        }
+        $v = new ValkeyProcess();
+        $v->bus = ValkeyProcess::freePort();
+        $taken = $v->bus;
+        $squatter = stream_socket_server("tcp://127.0.0.1:$taken", $errno, $errstr);
+        $this->assertNotFalse($squatter, "could not hold port $taken: $errstr");
+        try {
+            $v->start(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf']);
+            $this->assertNotSame($taken, $v->bus, 'a bus port of its own');
+            $this->assertStringContainsString('cluster_enabled:1', (string) $v->client()->rawCommand('INFO', 'cluster'));
+        } finally {
+            fclose($squatter);
+            $v->stop();
+        }
+    }
+
+    public function testARestartKeepsItsPortAndSaysWhyItCannot(): void
+    {
+        if (getenv('VALKEY_SERVER') === false) {
+            $this->markTestSkipped('VALKEY_SERVER is not set');
+        }
+        // The limiter under test was given this port: a restart must not move.
+        $v = new ValkeyProcess();
+        $v->start();
+        $port = $v->port;
+        $v->stop();
+        $squatter = stream_socket_server("tcp://127.0.0.1:$port", $errno, $errstr);
+        $this->assertNotFalse($squatter, "could not hold port $port: $errstr");
+        try {
+            $v->start();
+            $this->fail('a restart on a taken port started');
+        } catch (\RuntimeException $e) {
+            $this->assertSame($port, $v->port);
+            $this->assertStringContainsString("valkey did not start on $port: port in use", $e->getMessage());
+        } finally {
+            fclose($squatter);
+        }
+    }
+}
