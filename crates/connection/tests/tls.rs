@@ -1032,3 +1032,21 @@ fn free_ports_are_never_handed_out_twice() {
         assert!(seen.insert(port), "port {port} handed out twice");
     }
 }
+
+/// Outgoing connections take their local port from the ephemeral range: a port chosen there
+/// can be taken by a client socket before the server binds it.
+#[test]
+fn free_ports_are_below_the_ephemeral_range() {
+    let low = ports::ephemeral_low();
+    if low < 11_024 {
+        eprintln!("skipped: the ephemeral range starts at {low}");
+        return;
+    }
+    for _ in 0..200 {
+        let port = free_port();
+        assert!(
+            (1024..low).contains(&port),
+            "port {port} is in the ephemeral range (from {low})"
+        );
+    }
+}

@@ -23,6 +23,21 @@ final class ValkeyProcessTest extends TestCase
         }
     }
 
+    public function testFreePortIsBelowTheEphemeralRange(): void
+    {
+        // Outgoing connections take their local port from the ephemeral range: a port
+        // chosen there can be taken by any client socket before the server binds it.
+        [$low] = array_map('intval', preg_split('/\s+/', trim((string) file_get_contents('/proc/sys/net/ipv4/ip_local_port_range'))));
+        if ($low < 11024) {
+            $this->markTestSkipped("the ephemeral range starts at $low: no room below it");
+        }
+        for ($i = 0; $i < 200; $i++) {
+            $p = ValkeyProcess::freePort();
+            $this->assertGreaterThanOrEqual(1024, $p);
+            $this->assertLessThan($low, $p, "port $p is in the ephemeral range (from $low)");
+        }
+    }
+
     public function testAServerWhosePortWasTakenMeanwhileStartsOnAnother(): void
     {
         if (getenv('VALKEY_SERVER') === false) {

@@ -24,14 +24,23 @@ final class ValkeyProcess
     private static array $given = [];
 
     /**
-     * A loopback port nobody listens on now, and one this process never handed out before:
-     * bind(0) then close gives a released port out again (a cluster node and another
-     * server then race for one port, and the loser exits: "valkey did not start").
+     * A loopback port nobody listens on now, one this process never handed out before, and
+     * one below the kernel's ephemeral range. bind(0) then close gives a released port out
+     * again (a cluster node and another server then race for one port, and the loser
+     * exits: "valkey did not start"); and a port in the ephemeral range can meanwhile
+     * become the local end of any outgoing connection the tests make.
      */
     public static function freePort(): int
     {
+        [$low] = array_map('intval', preg_split('/\s+/', trim((string) @file_get_contents('/proc/sys/net/ipv4/ip_local_port_range'))) ?: ['0']);
         for ($i = 0; $i < 1000; $i++) {
-            $s = stream_socket_server('tcp://127.0.0.1:0');
+            // Below the range when it leaves room (Linux's default starts at 32768), else
+            // whatever bind(0) gives.
+            $want = $low >= 11024 ? random_int($low - 10000, $low - 1) : 0;
+            $s = @stream_socket_server("tcp://127.0.0.1:$want");
+            if ($s === false) {
+                continue;
+            }
             $name = stream_socket_get_name($s, false);
             fclose($s);
             $port = (int) substr($name, strrpos($name, ':') + 1);
