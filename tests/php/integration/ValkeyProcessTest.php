@@ -42,40 +42,29 @@ final class ValkeyProcessTest extends TestCase
         }
     }
 
-    public function testAServerWhosePortWasTakenMeanwhileStartsOnAnother(): void
+    /** @return array<string, array{string}> */
+    public static function takenPorts(): array
     {
-        if (getenv('VALKEY_SERVER') === false) {
-            $this->markTestSkipped('VALKEY_SERVER is not set');
-        }
-        // Another process (not this one's freePort) took the port between choosing and
-        // starting: the server cannot bind it and exits at once.
-        $v = new ValkeyProcess();
-        $taken = $v->port;
-        $squatter = stream_socket_server("tcp://127.0.0.1:$taken", $errno, $errstr);
-        $this->assertNotFalse($squatter, "could not hold port $taken: $errstr");
-        try {
-            $v->start(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf']);
-            $this->assertNotSame($taken, $v->port, 'started on another port');
-            $this->assertStringContainsString('cluster_enabled:1', (string) $v->client()->rawCommand('INFO', 'cluster'));
-        } finally {
-            fclose($squatter);
-            $v->stop();
-        }
+        return ['its port' => ['port'], 'its cluster bus port' => ['bus']];
     }
 
-    public function testAClusterNodeWhoseBusPortWasTakenStartsOnOthers(): void
+    /**
+     * Another process (not this one's freePort) took a port between choosing and starting:
+     * the server cannot bind it and exits at once; a first start moves to fresh ports.
+     *
+     * @dataProvider takenPorts
+     */
+    public function testAFirstStartWhosePortWasTakenMeanwhileMoves(string $which): void
     {
-        if (getenv('VALKEY_SERVER') === false) {
-            $this->markTestSkipped('VALKEY_SERVER is not set');
+        $v = self::valkey();
+        if ($which === 'bus') {
+            $v->bus = ValkeyProcess::freePort();
         }
-        $v = new ValkeyProcess();
-        $v->bus = ValkeyProcess::freePort();
-        $taken = $v->bus;
-        $squatter = stream_socket_server("tcp://127.0.0.1:$taken", $errno, $errstr);
-        $this->assertNotFalse($squatter, "could not hold port $taken: $errstr");
+        $taken = $v->$which;
+        $squatter = $this->hold($taken);
         try {
             $v->start(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf']);
-            $this->assertNotSame($taken, $v->bus, 'a bus port of its own');
+            $this->assertNotSame($taken, $v->$which, "a $which of its own");
             $this->assertStringContainsString('cluster_enabled:1', (string) $v->client()->rawCommand('INFO', 'cluster'));
         } finally {
             fclose($squatter);
@@ -85,16 +74,12 @@ final class ValkeyProcessTest extends TestCase
 
     public function testARestartKeepsItsPortAndSaysWhyItCannot(): void
     {
-        if (getenv('VALKEY_SERVER') === false) {
-            $this->markTestSkipped('VALKEY_SERVER is not set');
-        }
         // The limiter under test was given this port: a restart must not move.
-        $v = new ValkeyProcess();
+        $v = self::valkey();
         $v->start();
         $port = $v->port;
         $v->stop();
-        $squatter = stream_socket_server("tcp://127.0.0.1:$port", $errno, $errstr);
-        $this->assertNotFalse($squatter, "could not hold port $port: $errstr");
+        $squatter = $this->hold($port);
         try {
             $v->start();
             $this->fail('a restart on a taken port started');
@@ -104,5 +89,21 @@ final class ValkeyProcessTest extends TestCase
         } finally {
             fclose($squatter);
         }
+    }
+
+    private static function valkey(): ValkeyProcess
+    {
+        if (getenv('VALKEY_SERVER') === false) {
+            self::markTestSkipped('VALKEY_SERVER is not set');
+        }
+        return new ValkeyProcess();
+    }
+
+    /** @return resource a listener on $port, as another process would hold it */
+    private function hold(int $port)
+    {
+        $squatter = stream_socket_server("tcp://127.0.0.1:$port", $errno, $errstr);
+        $this->assertNotFalse($squatter, "could not hold port $port: $errstr");
+        return $squatter;
     }
 }
