@@ -54,6 +54,7 @@ final class ValkeyProcessTest extends TestCase
      *
      * @dataProvider takenPorts
      */
+    #[\PHPUnit\Framework\Attributes\DataProvider('takenPorts')]
     public function testAFirstStartWhosePortWasTakenMeanwhileMoves(string $which): void
     {
         $v = self::valkey();
