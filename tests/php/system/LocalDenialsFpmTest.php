@@ -19,6 +19,7 @@ namespace CheckoutGuard\Tests;
 final class LocalDenialsFpmTest extends OwnFpmTestCase
 {
     private const ROUNDS = 4;
+    private const MAX_ROUNDS = 12;
 
     protected static function dirPrefix(): string
     {
@@ -32,6 +33,7 @@ final class LocalDenialsFpmTest extends OwnFpmTestCase
     }
 
     /** @dataProvider loadings */
+    #[\PHPUnit\Framework\Attributes\DataProvider('loadings')]
     public function testTheWorkersOfAPoolShareOneTable(bool $perPool): void
     {
         $master = $this->startFpm($perPool);
@@ -43,31 +45,44 @@ final class LocalDenialsFpmTest extends OwnFpmTestCase
         $this->assertSame(['allowed' => 2, 'global' => 1], $first['reasons']);
         $tables = [$first['pid'] => [$first['table'], $first['shared']]];
 
+        // A round counts when the probes asked within 200 ms of the reply that taught the
+        // entry (it lives 250 ms from the request): on a stalled machine (CI once saw 4,
+        // 4, 4, 4, every probe and the learner's own worker asking) a round that came
+        // late proves nothing, and more rounds are run, up to MAX_ROUNDS.
         $probeCalls = [];
-        for ($round = 0; $round < self::ROUNDS; $round++) {
+        $gaps = [];
+        for ($round = 0; $round < self::MAX_ROUNDS && count($probeCalls) < self::ROUNDS; $round++) {
             usleep(300_000);
-            $this->request($query + ['n' => 1]);
+            $learnt = $this->request($query + ['n' => 1]);
             $before = $this->commandCalls('evalsha');
             $barrier = "{$this->dir}/barrier-$round";
             touch($barrier);
             $answers = $this->concurrently(4, $query + ['n' => 1, 'barrier' => $barrier]);
-            $probeCalls[] = $this->commandCalls('evalsha') - $before;
+            $calls = $this->commandCalls('evalsha') - $before;
             $pids = array_unique(array_column($answers, 'pid'));
             $this->assertCount(4, $pids, 'the barrier holds each probe in a worker of its own');
             foreach ($answers as $a) {
                 $this->assertSame(['global' => 1], $a['reasons']);
                 $tables[$a['pid']] = [$a['table'], $a['shared']];
             }
+            $gap = (max(array_column($answers, 'asked_ns')) - $learnt['answered_ns']) / 1e6;
+            $gaps[] = sprintf('%.0f ms', $gap);
+            if ($gap < 200) {
+                $probeCalls[] = $calls;
+            }
         }
         fwrite(STDERR, sprintf(
-            "\n%s: the probes' calls to Valkey per round: %s (a table per worker: 3 each)\n",
+            "\n%s: the probes' calls to Valkey per round in time: %s (a table per worker: 3 each); from the reply to the last probe: %s\n",
             $perPool ? 'per pool' : 'global',
-            implode(', ', $probeCalls)
+            implode(', ', $probeCalls),
+            implode(', ', $gaps)
         ));
-        // A round is only late (its entry expired before the probes ran) on a stalled
-        // machine; the best round shows whether the workers share what one learnt.
+        if ($probeCalls === []) {
+            $this->markTestSkipped('no round in time on this machine (from the reply to the last probe: ' . implode(', ', $gaps) . ')');
+        }
+        // The best round shows whether the workers share what one learnt.
         $this->assertSame(0, min($probeCalls), 'calls per round: ' . implode(', ', $probeCalls));
-        $this->assertLessThanOrEqual(self::ROUNDS, array_sum($probeCalls));
+        $this->assertLessThanOrEqual(count($probeCalls), array_sum($probeCalls));
         // And health() says so in every worker.
         $this->assertSame(
             array_fill_keys(array_keys($tables), [$perPool ? 'named' : 'inherited', true]),
@@ -111,13 +126,17 @@ final class LocalDenialsFpmTest extends OwnFpmTestCase
                 'global' => ['capacity' => 2, 'refill_per_second' => 0.001],
             ]);
             $reasons = [];
+            $asked = hrtime(true);
             for ($i = 0; $i < (int) $_GET['n']; $i++) {
                 $reasons[] = $l->acquire('s')->reason();
             }
+            $answered = hrtime(true);
             $h = $l->health(false);
             echo json_encode([
                 'pid' => getmypid(),
                 'reasons' => array_count_values($reasons),
+                'asked_ns' => $asked,
+                'answered_ns' => $answered,
                 'table' => $h['local_denials_table'] ?? null,
                 'shared' => $h['local_denials_shared'] ?? null,
             ]);
